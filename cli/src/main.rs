@@ -1,0 +1,2 @@
+//! The `gpuslice` command.
+fn main() {}

@@ -1,0 +1,64 @@
+//! A fleet: node topologies plus existing allocations.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::allocation::Allocation;
+use crate::error::CoreError;
+use crate::request::DeviceRequest;
+use crate::topology::NodeTopology;
+
+/// The scheduler's input and state, as exchanged between nodes and a scheduler.
+/// JSON/YAML: `{nodes: [NodeTopology...], allocations: [...], templates: {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Fleet {
+    /// Node topologies.
+    #[serde(default)]
+    pub nodes: Vec<NodeTopology>,
+    /// Existing allocations.
+    #[serde(default)]
+    pub allocations: Vec<Allocation>,
+    /// Reusable named device requests, referenced by `use:` in a device request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub templates: BTreeMap<String, DeviceRequest>,
+}
+
+impl Fleet {
+    /// Parses a fleet from JSON or YAML.
+    ///
+    /// # Errors
+    /// [`CoreError::Decode`] for malformed text; [`CoreError::InvalidName`] for duplicate nodes.
+    pub fn from_text(text: &str) -> Result<Self, CoreError> {
+        let f: Fleet = crate::decode_text("fleet", text)?;
+        f.validate()?;
+        Ok(f)
+    }
+
+    /// Checks that node names and machine names are unique.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidName`] naming the duplicate.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        let mut nodes = std::collections::BTreeSet::new();
+        for n in &self.nodes {
+            if !nodes.insert(n.node.as_str()) {
+                return Err(CoreError::InvalidName {
+                    input: n.node.clone(),
+                    why: "node appears twice in the fleet",
+                });
+            }
+        }
+        let mut machines = std::collections::BTreeSet::new();
+        for a in &self.allocations {
+            if !machines.insert(a.machine.as_str()) {
+                return Err(CoreError::InvalidName {
+                    input: a.machine.clone(),
+                    why: "machine has two allocations",
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,242 @@
+//! Framebuffer pool accounting shared by discovery and placement.
+//!
+//! Capacity is per physical GPU, not per parent: the GPU's framebuffer minus what existing vGPUs
+//! use. Time-sliced vGPUs on one GPU must all have one framebuffer size unless the GPU runs in
+//! mixed-size mode. MIG-backed vGPUs draw from the GPU's MIG slices instead, and a GPU holds either
+//! kind, never both at once. MIG placement geometry (which start slot each size may take) is not
+//! modelled: a slice count that fits may in rare layouts still be refused by the driver.
+
+use crate::topology::{Pool, Profile};
+
+/// Why a profile does not fit a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Misfit {
+    /// Not enough framebuffer left.
+    Framebuffer {
+        /// MiB needed.
+        need_mib: u64,
+        /// MiB free.
+        free_mib: u64,
+    },
+    /// The GPU is locked to another time-sliced size.
+    SizeLocked {
+        /// The locked size.
+        locked_mib: u64,
+        /// The profile's size.
+        size_mib: u64,
+    },
+    /// Not enough MIG slices left.
+    MigSlices {
+        /// Slices needed.
+        need: u8,
+        /// Slices free.
+        free: u8,
+    },
+    /// Time-sliced and MIG-backed vGPUs cannot share a GPU.
+    ModeConflict,
+}
+
+impl std::fmt::Display for Misfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Misfit::Framebuffer { need_mib, free_mib } => {
+                write!(f, "needs {need_mib} MiB framebuffer, {free_mib} MiB free")
+            }
+            Misfit::SizeLocked {
+                locked_mib,
+                size_mib,
+            } => {
+                write!(
+                    f,
+                    "GPU is locked to {locked_mib} MiB vGPUs (same-size rule), profile is {size_mib} MiB"
+                )
+            }
+            Misfit::MigSlices { need, free } => write!(f, "needs {need} MIG slices, {free} free"),
+            Misfit::ModeConflict => {
+                f.write_str("GPU already holds vGPUs of the other kind (time-sliced vs MIG-backed)")
+            }
+        }
+    }
+}
+
+impl Pool {
+    /// Free framebuffer in MiB.
+    pub fn free_mib(&self) -> u64 {
+        self.total_mib.saturating_sub(self.used_mib)
+    }
+
+    /// Free MIG slices.
+    pub fn free_mig_slices(&self) -> u8 {
+        self.mig_slices_total
+            .unwrap_or(0)
+            .saturating_sub(self.mig_slices_used.unwrap_or(0))
+    }
+
+    fn has_time_sliced(&self) -> bool {
+        self.used_mib > 0 && self.mig_slices_used.unwrap_or(0) == 0
+    }
+
+    /// Whether one more instance of `profile` fits.
+    ///
+    /// # Errors
+    /// The [`Misfit`] explaining why not.
+    pub fn check(&self, profile: &Profile) -> Result<(), Misfit> {
+        if let Some(slices) = profile.mig_slices {
+            if self.has_time_sliced() {
+                return Err(Misfit::ModeConflict);
+            }
+            if self.mig_slices_total.is_some() {
+                let free = self.free_mig_slices();
+                if slices > free {
+                    return Err(Misfit::MigSlices { need: slices, free });
+                }
+            }
+            return Ok(());
+        }
+        if self.mig_slices_used.unwrap_or(0) > 0 {
+            return Err(Misfit::ModeConflict);
+        }
+        let Some(size) = profile.framebuffer_mib else {
+            return Ok(());
+        };
+        if let (Some(locked), false) = (self.size_locked_mib, self.mixed_size) {
+            if locked != size {
+                return Err(Misfit::SizeLocked {
+                    locked_mib: locked,
+                    size_mib: size,
+                });
+            }
+        }
+        if size > self.free_mib() {
+            return Err(Misfit::Framebuffer {
+                need_mib: size,
+                free_mib: self.free_mib(),
+            });
+        }
+        Ok(())
+    }
+
+    /// How many more instances of `profile` the pool holds (`u32::MAX` when the pool does not
+    /// constrain it, e.g. unknown framebuffer size).
+    pub fn creatable(&self, profile: &Profile) -> u32 {
+        if self.check(profile).is_err() {
+            return 0;
+        }
+        if let Some(slices) = profile.mig_slices {
+            if self.mig_slices_total.is_none() || slices == 0 {
+                return u32::MAX;
+            }
+            return u32::from(self.free_mig_slices() / slices);
+        }
+        match profile.framebuffer_mib {
+            Some(size) if size > 0 => u32::try_from(self.free_mib() / size).unwrap_or(u32::MAX),
+            _ => u32::MAX,
+        }
+    }
+
+    /// Charges one instance of `profile` (after a successful [`Pool::check`]).
+    pub fn charge(&mut self, profile: &Profile) {
+        if let Some(slices) = profile.mig_slices {
+            self.mig_slices_used = Some(self.mig_slices_used.unwrap_or(0).saturating_add(slices));
+            return;
+        }
+        if let Some(size) = profile.framebuffer_mib {
+            self.used_mib = self.used_mib.saturating_add(size);
+            if !self.mixed_size {
+                self.size_locked_mib = Some(size);
+            }
+        }
+    }
+
+    /// Returns one instance of `profile`; the size lock is lifted when the pool empties.
+    pub fn release(&mut self, profile: &Profile) {
+        if let Some(slices) = profile.mig_slices {
+            self.mig_slices_used = Some(self.mig_slices_used.unwrap_or(0).saturating_sub(slices));
+            return;
+        }
+        if let Some(size) = profile.framebuffer_mib {
+            self.used_mib = self.used_mib.saturating_sub(size);
+            if self.used_mib == 0 {
+                self.size_locked_mib = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{ParentId, VgpuTypeId};
+
+    fn pool(total: u64, used: u64, locked: Option<u64>) -> Pool {
+        Pool {
+            gpu: ParentId::Named("g".into()),
+            parents: vec![],
+            total_mib: total,
+            used_mib: used,
+            size_locked_mib: locked,
+            mixed_size: false,
+            mig_slices_total: None,
+            mig_slices_used: None,
+        }
+    }
+
+    fn profile(fb: u64, mig: Option<u8>) -> Profile {
+        Profile {
+            id: VgpuTypeId::from_str_unchecked("t"),
+            name: "t".into(),
+            framebuffer_mib: Some(fb),
+            max_instances: None,
+            available_instances: 1,
+            reported_instances: None,
+            device_api: "vfio-pci".into(),
+            mig_slices: mig,
+            mig_memory_gib: None,
+            description: None,
+        }
+    }
+
+    #[test]
+    fn a2_with_three_4g_vgpus_holds_one_more() {
+        let p = pool(16384, 12288, Some(4096));
+        assert_eq!(p.creatable(&profile(4096, None)), 1);
+        assert_eq!(p.creatable(&profile(2048, None)), 0);
+        assert_eq!(
+            p.check(&profile(2048, None)),
+            Err(Misfit::SizeLocked {
+                locked_mib: 4096,
+                size_mib: 2048
+            })
+        );
+    }
+
+    #[test]
+    fn charge_locks_and_release_unlocks() {
+        let mut p = pool(16384, 0, None);
+        let two = profile(2048, None);
+        p.charge(&two);
+        assert_eq!(p.size_locked_mib, Some(2048));
+        assert_eq!(p.creatable(&profile(4096, None)), 0);
+        p.release(&two);
+        assert_eq!(p.size_locked_mib, None);
+        assert_eq!(p.creatable(&profile(4096, None)), 4);
+    }
+
+    #[test]
+    fn mixed_size_mode_lifts_the_rule() {
+        let mut p = pool(16384, 4096, Some(4096));
+        p.mixed_size = true;
+        assert_eq!(p.creatable(&profile(2048, None)), 6);
+    }
+
+    #[test]
+    fn mig_slices_are_counted_and_exclusive_with_time_sliced() {
+        let mut p = pool(144384, 0, None);
+        p.mig_slices_total = Some(7);
+        let one = profile(18432, Some(1));
+        assert_eq!(p.creatable(&one), 7);
+        p.charge(&one);
+        assert_eq!(p.creatable(&profile(144384, Some(7))), 0);
+        assert_eq!(p.check(&profile(4096, None)), Err(Misfit::ModeConflict));
+    }
+}

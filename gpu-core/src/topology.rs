@@ -1,0 +1,517 @@
+//! What one node has: GPUs, vGPU parents with their profiles and instances, and framebuffer pools.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::address::PciAddress;
+use crate::error::CoreError;
+use crate::health::Health;
+use crate::ids::{MdevUuid, ParentId, VgpuTypeId};
+use crate::vendor::Vendor;
+
+/// A 16-bit PCI ID (vendor, device, subsystem). JSON: four lowercase hex digits, `"10de"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct PciId(pub u16);
+
+impl FromStr for PciId {
+    type Err = CoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let hex = t
+            .strip_prefix("0x")
+            .or_else(|| t.strip_prefix("0X"))
+            .unwrap_or(t);
+        if hex.is_empty() || hex.len() > 4 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(CoreError::InvalidName {
+                input: s.to_owned(),
+                why: "expected a 16-bit hex PCI ID",
+            });
+        }
+        u16::from_str_radix(hex, 16)
+            .map(PciId)
+            .map_err(|_| CoreError::InvalidName {
+                input: s.to_owned(),
+                why: "expected a 16-bit hex PCI ID",
+            })
+    }
+}
+impl fmt::Display for PciId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04x}", self.0)
+    }
+}
+impl Serialize for PciId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+impl<'de> Deserialize<'de> for PciId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A 24-bit PCI class code. JSON: `"0x030000"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ClassCode(pub u32);
+
+impl ClassCode {
+    /// Display controllers (`0x03xxxx`: VGA, 3D, other).
+    pub fn is_display(self) -> bool {
+        self.0 >> 16 == 0x03
+    }
+    /// Processing accelerators (`0x12xxxx`).
+    pub fn is_accelerator(self) -> bool {
+        self.0 >> 16 == 0x12
+    }
+    /// A GPU for gpuslice: display controller or processing accelerator.
+    pub fn is_gpu(self) -> bool {
+        self.is_display() || self.is_accelerator()
+    }
+    /// Headless compute: 3D controllers (`0x0302xx`) and processing accelerators.
+    pub fn is_compute(self) -> bool {
+        self.0 >> 8 == 0x0302 || self.is_accelerator()
+    }
+    /// A PCI-to-PCI bridge (`0x0604xx`).
+    pub fn is_bridge(self) -> bool {
+        self.0 >> 8 == 0x0604 || self.0 >> 16 == 0x06
+    }
+    /// HD audio (`0x0403xx`).
+    pub fn is_audio(self) -> bool {
+        self.0 >> 8 == 0x0403
+    }
+}
+impl FromStr for ClassCode {
+    type Err = CoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let hex = t
+            .strip_prefix("0x")
+            .or_else(|| t.strip_prefix("0X"))
+            .unwrap_or(t);
+        if hex.is_empty() || hex.len() > 6 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(CoreError::InvalidName {
+                input: s.to_owned(),
+                why: "expected a 24-bit hex PCI class",
+            });
+        }
+        u32::from_str_radix(hex, 16)
+            .map(ClassCode)
+            .map_err(|_| CoreError::InvalidName {
+                input: s.to_owned(),
+                why: "expected a 24-bit hex PCI class",
+            })
+    }
+}
+impl fmt::Display for ClassCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0x{:06x}", self.0)
+    }
+}
+impl Serialize for ClassCode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+impl<'de> Deserialize<'de> for ClassCode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Whether a GPU can be handed to a VM whole. JSON: `free`, `in-use`, `blocked`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuState {
+    /// Can be passed through whole.
+    Free,
+    /// Bound to vfio-pci, held by an instance, or hosting vGPUs.
+    InUse,
+    /// Cannot be passed through (IOMMU group shared with another device, no IOMMU, ...).
+    Blocked,
+}
+
+impl GpuState {
+    /// The JSON/table spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuState::Free => "free",
+            GpuState::InUse => "in-use",
+            GpuState::Blocked => "blocked",
+        }
+    }
+}
+impl fmt::Display for GpuState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The vGPU framework a GPU uses. JSON: `mdev`, `vendor-vfio`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VgpuFramework {
+    /// The kernel's mediated-device framework (`/sys/class/mdev_bus`).
+    Mdev,
+    /// NVIDIA's vendor-specific VFIO framework (per-VF `nvidia/current_vgpu_type`).
+    VendorVfio,
+}
+impl VgpuFramework {
+    /// The JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VgpuFramework::Mdev => "mdev",
+            VgpuFramework::VendorVfio => "vendor-vfio",
+        }
+    }
+}
+
+/// A companion function of a GPU (HD audio, USB-C, UCSI in the same slot, same vendor).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Function {
+    /// Its address.
+    pub address: PciAddress,
+    /// Its class.
+    pub class: ClassCode,
+    /// Its PCI device ID.
+    pub device_id: PciId,
+    /// Its bound driver, if any.
+    #[serde(default)]
+    pub driver: Option<String>,
+}
+
+/// SR-IOV facts of a physical function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Sriov {
+    /// `sriov_totalvfs`.
+    pub total_vfs: u32,
+    /// `sriov_numvfs` (VFs enabled now).
+    pub num_vfs: u32,
+    /// VF addresses in `virtfnN` order.
+    #[serde(default)]
+    pub vfs: Vec<PciAddress>,
+}
+
+/// PCIe link state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Link {
+    /// `current_link_width` (lanes).
+    #[serde(default)]
+    pub current_width: Option<u32>,
+    /// `max_link_width`.
+    #[serde(default)]
+    pub max_width: Option<u32>,
+    /// `current_link_speed` in GT/s.
+    #[serde(default)]
+    pub current_speed_gts: Option<f64>,
+    /// `max_link_speed` in GT/s.
+    #[serde(default)]
+    pub max_speed_gts: Option<f64>,
+}
+
+/// A physical GPU (never a VF).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Gpu {
+    /// Per-node name: `nvidia0`, `radeon1`, ...
+    pub name: String,
+    /// PCI address.
+    pub address: PciAddress,
+    /// PCI vendor ID.
+    pub vendor_id: PciId,
+    /// PCI device ID.
+    pub device_id: PciId,
+    /// Subsystem vendor ID.
+    #[serde(default)]
+    pub subsystem_vendor_id: Option<PciId>,
+    /// Subsystem device ID.
+    #[serde(default)]
+    pub subsystem_device_id: Option<PciId>,
+    /// PCI class.
+    pub class: ClassCode,
+    /// Vendor family.
+    pub vendor: Vendor,
+    /// Model name (from pci.ids or the driver), empty when unknown.
+    #[serde(default)]
+    pub model: String,
+    /// Bound driver.
+    #[serde(default)]
+    pub driver: Option<String>,
+    /// NUMA node; `None` when the kernel reports `-1` or nothing.
+    #[serde(default)]
+    pub numa_node: Option<u32>,
+    /// IOMMU group; `None` without an IOMMU.
+    #[serde(default)]
+    pub iommu_group: Option<u32>,
+    /// Companion functions that travel with the GPU.
+    #[serde(default)]
+    pub functions: Vec<Function>,
+    /// Whole-GPU state.
+    pub state: GpuState,
+    /// Why the state is not `free` (names the offending device when blocked).
+    #[serde(default)]
+    pub state_reason: Option<String>,
+    /// Memory in MiB, when known (NVML, or the vGPU pool size).
+    #[serde(default, rename = "memoryMiB")]
+    pub memory_mib: Option<u64>,
+    /// SR-IOV facts, when the GPU is a PF with SR-IOV capability.
+    #[serde(default)]
+    pub sriov: Option<Sriov>,
+    /// The vGPU framework this GPU uses now, if any.
+    #[serde(default)]
+    pub vgpu_framework: Option<VgpuFramework>,
+    /// Health verdict.
+    #[serde(default)]
+    pub health: Health,
+    /// PCIe link state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<Link>,
+    /// The host console runs on this device (`boot_vga` = 1).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub boot_vga: bool,
+    /// Problems met while reading this device (the scan went on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl Gpu {
+    /// A minimal GPU with the given identity, `free`, Unknown health; for builders and tests.
+    pub fn new(
+        name: impl Into<String>,
+        address: PciAddress,
+        vendor_id: u16,
+        device_id: u16,
+        class: u32,
+    ) -> Self {
+        Gpu {
+            name: name.into(),
+            address,
+            vendor_id: PciId(vendor_id),
+            device_id: PciId(device_id),
+            subsystem_vendor_id: None,
+            subsystem_device_id: None,
+            class: ClassCode(class),
+            vendor: Vendor::from_pci_id(vendor_id),
+            model: String::new(),
+            driver: None,
+            numa_node: None,
+            iommu_group: None,
+            functions: vec![],
+            state: GpuState::Free,
+            state_reason: None,
+            memory_mib: None,
+            sriov: None,
+            vgpu_framework: None,
+            health: Health::unknown(),
+            link: None,
+            boot_vga: false,
+            warnings: vec![],
+        }
+    }
+}
+
+/// A vGPU profile (type) offered by a parent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Profile {
+    /// Type ID: mdev type directory (`nvidia-746`) or vendor-VFIO number (`1155`).
+    pub id: VgpuTypeId,
+    /// Human name (`NVIDIA A2-4Q`, `mbochs-small`).
+    pub name: String,
+    /// Framebuffer per instance in MiB, when known.
+    #[serde(default, rename = "framebufferMiB")]
+    pub framebuffer_mib: Option<u64>,
+    /// Most instances of this type a GPU can hold, when known.
+    #[serde(default)]
+    pub max_instances: Option<u32>,
+    /// Instances that can truly still be created on this parent (driver count, capped by the pool).
+    pub available_instances: u32,
+    /// What the driver itself reported, before pool capping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_instances: Option<u32>,
+    /// `device_api` (`vfio-pci` for GPUs); only `vfio-pci` types go to VMs as PCI devices.
+    #[serde(default = "default_device_api")]
+    pub device_api: String,
+    /// MIG slices of a MIG-backed type.
+    #[serde(default)]
+    pub mig_slices: Option<u8>,
+    /// MIG memory in GiB of a MIG-backed type.
+    #[serde(default, rename = "migMemoryGiB")]
+    pub mig_memory_gib: Option<u32>,
+    /// Raw description, when the driver gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+fn default_device_api() -> String {
+    "vfio-pci".to_owned()
+}
+
+/// An existing vGPU instance: an mdev (by UUID) or a vendor-VFIO VF with a type set (by address).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Instance {
+    /// mdev UUID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<MdevUuid>,
+    /// VF address (vendor-VFIO).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<PciAddress>,
+    /// Its type.
+    pub profile: VgpuTypeId,
+    /// Its type's name, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_name: Option<String>,
+    /// Framebuffer in MiB, when known.
+    #[serde(
+        default,
+        rename = "framebufferMiB",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub framebuffer_mib: Option<u64>,
+    /// The VFIO device is open by a process (a VM is using it), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_use: Option<bool>,
+}
+
+/// A vGPU parent: an mdev parent (PCI function or virtual device) or a vendor-VFIO VF.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Parent {
+    /// Parent ID: PCI address or device name (`mbochs`).
+    pub id: ParentId,
+    /// The physical GPU this parent belongs to (the PF for a VF); `None` for virtual parents.
+    #[serde(default)]
+    pub gpu: Option<PciAddress>,
+    /// Framework.
+    pub framework: VgpuFramework,
+    /// Health: the physical GPU's.
+    #[serde(default)]
+    pub health: Health,
+    /// Offered profiles.
+    #[serde(default)]
+    pub profiles: Vec<Profile>,
+    /// Existing instances.
+    #[serde(default)]
+    pub instances: Vec<Instance>,
+    /// Problems met while reading this parent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl Parent {
+    /// The pool key of this parent: its physical GPU, or itself for a virtual parent.
+    pub fn pool_key(&self) -> ParentId {
+        match self.gpu {
+            Some(g) => ParentId::Pci(g),
+            None => self.id.clone(),
+        }
+    }
+}
+
+/// The shared capacity of one physical GPU (or virtual parent) across all its parents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pool {
+    /// The physical GPU (address) or virtual parent (name).
+    pub gpu: ParentId,
+    /// The parents drawing from this pool.
+    pub parents: Vec<ParentId>,
+    /// Total framebuffer in MiB.
+    #[serde(rename = "totalMiB")]
+    pub total_mib: u64,
+    /// Framebuffer used by existing instances.
+    #[serde(rename = "usedMiB")]
+    pub used_mib: u64,
+    /// When the same-size rule applies and instances exist: the size every new time-sliced
+    /// instance must have.
+    #[serde(default, rename = "sizeLockedMiB")]
+    pub size_locked_mib: Option<u64>,
+    /// The GPU runs in mixed-size mode (no same-size rule).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mixed_size: bool,
+    /// MIG slices of the GPU (7 on A100/H100/H200), when MIG-backed types exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_slices_total: Option<u8>,
+    /// MIG slices used by existing MIG-backed instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_slices_used: Option<u8>,
+}
+
+/// The vGPU side of a node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MediatedDevices {
+    /// Parents (mdev parents and vendor-VFIO VFs).
+    #[serde(default)]
+    pub parents: Vec<Parent>,
+    /// Pools per physical GPU.
+    #[serde(default)]
+    pub pools: Vec<Pool>,
+}
+
+/// Everything one node offers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTopology {
+    /// Node name.
+    pub node: String,
+    /// Physical GPUs in address order.
+    #[serde(default)]
+    pub gpus: Vec<Gpu>,
+    /// vGPU parents and pools.
+    #[serde(default)]
+    pub mediated_devices: MediatedDevices,
+    /// Node-level problems met during discovery.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl NodeTopology {
+    /// An empty topology for `node`.
+    pub fn new(node: impl Into<String>) -> Self {
+        NodeTopology {
+            node: node.into(),
+            gpus: vec![],
+            mediated_devices: MediatedDevices::default(),
+            warnings: vec![],
+        }
+    }
+
+    /// The GPU with this per-node name.
+    pub fn gpu_by_name(&self, name: &str) -> Option<&Gpu> {
+        self.gpus.iter().find(|g| g.name == name)
+    }
+
+    /// The GPU at this address.
+    pub fn gpu_by_address(&self, address: &PciAddress) -> Option<&Gpu> {
+        self.gpus.iter().find(|g| g.address == *address)
+    }
+
+    /// The parent with this ID.
+    pub fn parent(&self, id: &ParentId) -> Option<&Parent> {
+        self.mediated_devices.parents.iter().find(|p| p.id == *id)
+    }
+
+    /// The pool with this key.
+    pub fn pool(&self, key: &ParentId) -> Option<&Pool> {
+        self.mediated_devices.pools.iter().find(|p| p.gpu == *key)
+    }
+
+    /// Parses JSON or YAML (JSON is YAML; the YAML parser handles both).
+    ///
+    /// # Errors
+    /// [`CoreError::Decode`] with the decoder's message.
+    pub fn from_text(text: &str) -> Result<Self, CoreError> {
+        crate::decode_text("node topology", text)
+    }
+}
