@@ -1,2 +1,108 @@
-//! The `gpuslice` command.
-fn main() {}
+//! The `gpuslice` command: GPU and vGPU inventory, placement, health and host setup.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod common;
+
+use common::Global;
+
+/// GPU sharing for VM orchestrators: whole-GPU passthrough, vGPUs (mdev and NVIDIA vendor-specific
+/// VFIO), MIG-backed profiles, health, and fleet placement.
+#[derive(Parser, Debug)]
+#[command(name = "gpuslice", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Whole GPUs: list, bind to vfio-pci, release to the host driver.
+    #[command(subcommand)]
+    Gpu(GpuCommand),
+    /// This host's NodeTopology: GPUs, vGPU parents, profiles, instances and pools.
+    Topology(cmd::inventory::TopologyArgs),
+    /// GPU health graded from PCIe AER, link state and NVML.
+    Health(cmd::health::HealthArgs),
+    /// vGPU instances and declarative layouts.
+    #[command(subcommand)]
+    Vgpu(VgpuCommand),
+    /// SR-IOV virtual functions.
+    #[command(subcommand)]
+    Sriov(cmd::actuate::SriovCommand),
+    /// Place a Machine's device requests on a fleet.
+    Place(cmd::place::PlaceArgs),
+    /// Plan migrations, node drains and health-driven evacuations.
+    #[command(subcommand)]
+    Plan(cmd::place::PlanCommand),
+    /// Prometheus metrics for this host or a fleet.
+    Metrics(cmd::metrics::MetricsArgs),
+    /// Hand devices to QEMU, libvirt, KubeVirt, cloud-init or Kubernetes DRA.
+    #[command(subcommand)]
+    Export(cmd::export::ExportCommand),
+    /// Node side of Kubernetes DRA: create or remove what an allocation result names.
+    #[command(subcommand)]
+    Dra(cmd::dra::DraCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum GpuCommand {
+    /// List GPUs (this host, or a fleet with --inventory).
+    List(cmd::inventory::GpuListArgs),
+    /// Bind a whole GPU and its companion functions to vfio-pci.
+    Bind(cmd::actuate::BindArgs),
+    /// Return a GPU from vfio-pci to its host driver.
+    Release(cmd::actuate::ReleaseArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum VgpuCommand {
+    /// Create a vGPU instance.
+    Create(cmd::actuate::CreateArgs),
+    /// Remove a vGPU instance (mdev UUID or vendor-VFIO VF address).
+    Remove(cmd::actuate::RemoveArgs),
+    /// List vGPU instances on this host.
+    List(cmd::actuate::ListArgs),
+    /// Make the host match a vGPU layout file.
+    Apply(cmd::layout::ApplyArgs),
+    /// Check that the host matches a vGPU layout file (exit 1 with a diff when not).
+    Assert(cmd::layout::AssertArgs),
+    /// Remove the vGPU instances of the GPUs a layout file selects.
+    Clear(cmd::layout::ClearArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let g = &cli.global;
+    let result = match cli.command {
+        Command::Gpu(GpuCommand::List(a)) => cmd::inventory::gpu_list(g, a),
+        Command::Gpu(GpuCommand::Bind(a)) => cmd::actuate::bind(g, a),
+        Command::Gpu(GpuCommand::Release(a)) => cmd::actuate::release(g, a),
+        Command::Topology(a) => cmd::inventory::topology(g, a),
+        Command::Health(a) => cmd::health::run(g, a),
+        Command::Vgpu(VgpuCommand::Create(a)) => cmd::actuate::create(g, a),
+        Command::Vgpu(VgpuCommand::Remove(a)) => cmd::actuate::remove(g, a),
+        Command::Vgpu(VgpuCommand::List(a)) => cmd::actuate::list(g, a),
+        Command::Vgpu(VgpuCommand::Apply(a)) => cmd::layout::apply(g, a),
+        Command::Vgpu(VgpuCommand::Assert(a)) => cmd::layout::assert(g, a),
+        Command::Vgpu(VgpuCommand::Clear(a)) => cmd::layout::clear(g, a),
+        Command::Sriov(c) => cmd::actuate::sriov(g, c),
+        Command::Place(a) => cmd::place::place(g, a),
+        Command::Plan(c) => cmd::place::plan(g, c),
+        Command::Metrics(a) => cmd::metrics::run(g, a),
+        Command::Export(c) => cmd::export::run(g, c),
+        Command::Dra(c) => cmd::dra::run(g, c),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpuslice: {}", common::render_error(&e));
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,1 +1,5 @@
-//! Placeholder, filled in by its issue.
+//! Linux sysfs discovery and actuation for gpuslice.
+
+pub mod host;
+
+pub use host::{CommandOutput, Host, RealHost};

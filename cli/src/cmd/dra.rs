@@ -1,0 +1,15 @@
+//! DraCommand:run commands (being built).
+use std::process::ExitCode;
+use crate::common::Global;
+
+/// DraCommand.
+#[derive(clap::Subcommand, Debug)]
+pub enum DraCommand {
+    /// Not built yet.
+    Todo,
+}
+
+/// Runs `run`.
+pub fn run(_g: &Global, _a: DraCommand) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("not built yet")
+}

@@ -1,0 +1,12 @@
+//! HealthArgs:run commands (being built).
+use std::process::ExitCode;
+use crate::common::Global;
+
+/// HealthArgs.
+#[derive(clap::Args, Debug)]
+pub struct HealthArgs {}
+
+/// Runs `run`.
+pub fn run(_g: &Global, _a: HealthArgs) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("not built yet")
+}

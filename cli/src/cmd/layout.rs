@@ -1,0 +1,30 @@
+//! ApplyArgs:apply commands (being built).
+use std::process::ExitCode;
+use crate::common::Global;
+
+/// ApplyArgs.
+#[derive(clap::Args, Debug)]
+pub struct ApplyArgs {}
+
+/// Runs `apply`.
+pub fn apply(_g: &Global, _a: ApplyArgs) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("not built yet")
+}
+
+/// AssertArgs.
+#[derive(clap::Args, Debug)]
+pub struct AssertArgs {}
+
+/// Runs `assert`.
+pub fn assert(_g: &Global, _a: AssertArgs) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("not built yet")
+}
+
+/// ClearArgs.
+#[derive(clap::Args, Debug)]
+pub struct ClearArgs {}
+
+/// Runs `clear`.
+pub fn clear(_g: &Global, _a: ClearArgs) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("not built yet")
+}

@@ -1,0 +1,12 @@
+//! MetricsArgs:run commands (being built).
+use std::process::ExitCode;
+use crate::common::Global;
+
+/// MetricsArgs.
+#[derive(clap::Args, Debug)]
+pub struct MetricsArgs {}
+
+/// Runs `run`.
+pub fn run(_g: &Global, _a: MetricsArgs) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("not built yet")
+}

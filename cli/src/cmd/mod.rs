@@ -1,0 +1,10 @@
+//! One module per area; each owns its arguments and handlers.
+
+pub mod actuate;
+pub mod dra;
+pub mod export;
+pub mod health;
+pub mod inventory;
+pub mod layout;
+pub mod metrics;
+pub mod place;

@@ -1,0 +1,272 @@
+//! The few primitives all host access goes through.
+//!
+//! Every path is relative to one injected root that stands for the host's `/` and is written
+//! without a leading `/` (`sys/bus/pci/devices`). Production uses [`RealHost`] over `/`; tests use a
+//! tempdir tree, or the fake kernel that also reacts to writes.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// What a command run on the host printed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// Exit status (`None` when killed by a signal or timed out).
+    pub status: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// True when the command was killed at its timeout.
+    pub timed_out: bool,
+}
+
+/// Host access primitives. All helpers of discovery and actuation are built on these.
+pub trait Host: Send + Sync + std::fmt::Debug {
+    /// Reads a whole file.
+    ///
+    /// # Errors
+    /// The I/O error, as the kernel gave it (the errno is kept).
+    fn read(&self, path: &str) -> io::Result<Vec<u8>>;
+
+    /// Writes `data` to a file in one `write` call, as sysfs attributes need.
+    ///
+    /// # Errors
+    /// The I/O error with the kernel's errno (`EEXIST`, `ENOSPC`, `EPERM`, ...).
+    fn write(&self, path: &str, data: &[u8]) -> io::Result<()>;
+
+    /// Lists the entry names of a directory, sorted as text (callers sort numerically where needed).
+    ///
+    /// # Errors
+    /// The I/O error.
+    fn list(&self, dir: &str) -> io::Result<Vec<String>>;
+
+    /// Reads a symlink's target as written.
+    ///
+    /// # Errors
+    /// The I/O error (`EINVAL` when not a link).
+    fn read_link(&self, path: &str) -> io::Result<PathBuf>;
+
+    /// True when the path exists (following links).
+    fn exists(&self, path: &str) -> bool;
+
+    /// Runs a host program with a timeout. `program` is an absolute path on the host.
+    ///
+    /// # Errors
+    /// The I/O error of starting it.
+    fn run(&self, program: &str, args: &[String], timeout: Duration) -> io::Result<CommandOutput>;
+
+    /// The root directory on this machine, when the host is a real directory tree.
+    fn root_dir(&self) -> Option<&Path>;
+
+    /// Reads a file as trimmed UTF-8 text (lossy).
+    ///
+    /// # Errors
+    /// The I/O error.
+    fn read_string(&self, path: &str) -> io::Result<String> {
+        let bytes = self.read(path)?;
+        Ok(String::from_utf8_lossy(&bytes).trim().to_owned())
+    }
+
+    /// Resolves a symlink to a root-relative path (`sys/bus/pci/devices/X` →
+    /// `sys/devices/pci0000:00/.../X`), with `..` folded.
+    ///
+    /// # Errors
+    /// The I/O error, or `InvalidData` when the target leaves the root.
+    fn resolve_link(&self, path: &str) -> io::Result<String> {
+        let target = self.read_link(path)?;
+        let base = match path.rsplit_once('/') {
+            Some((dir, _)) => dir.to_owned(),
+            None => String::new(),
+        };
+        let joined = if target.is_absolute() {
+            target.to_string_lossy().trim_start_matches('/').to_owned()
+        } else {
+            format!("{base}/{}", target.to_string_lossy())
+        };
+        normalize(&joined)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("link {path} points outside the root")))
+    }
+}
+
+/// Folds `.` and `..` in a root-relative path; `None` when it would leave the root.
+pub fn normalize(path: &str) -> Option<String> {
+    let mut out: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                out.pop()?;
+            }
+            p => out.push(p),
+        }
+    }
+    Some(out.join("/"))
+}
+
+/// Checks that a root-relative path cannot escape the root.
+///
+/// # Errors
+/// `InvalidInput` naming the path.
+pub fn check_relative(path: &str) -> io::Result<()> {
+    let ok = !path.is_empty()
+        && !path.contains('\0')
+        && path.split('/').all(|part| !matches!(part, "" | "." | ".."))
+        && Path::new(path).components().all(|c| matches!(c, Component::Normal(_)));
+    if ok {
+        Ok(())
+    } else {
+        Err(io::Error::new(io::ErrorKind::InvalidInput, format!("path {path:?} is not a plain path under the root")))
+    }
+}
+
+/// The real host: files under a root directory (`/` in production).
+#[derive(Debug, Clone)]
+pub struct RealHost {
+    root: PathBuf,
+}
+
+impl RealHost {
+    /// A host rooted at `root`.
+    ///
+    /// # Errors
+    /// `NotFound`/`NotADirectory`-style errors when `root` is not a directory.
+    pub fn new(root: impl Into<PathBuf>) -> io::Result<Self> {
+        let root = root.into();
+        let meta = std::fs::metadata(&root)
+            .map_err(|e| io::Error::new(e.kind(), format!("root {}: {e}", root.display())))?;
+        if !meta.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("root {} is not a directory", root.display())));
+        }
+        Ok(Self { root })
+    }
+
+    fn full(&self, path: &str) -> io::Result<PathBuf> {
+        check_relative(path)?;
+        Ok(self.root.join(path))
+    }
+}
+
+impl Host for RealHost {
+    fn read(&self, path: &str) -> io::Result<Vec<u8>> {
+        std::fs::read(self.full(path)?)
+    }
+
+    fn write(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        // No O_CREAT, no truncation games: a sysfs attribute takes one write on an existing file.
+        let mut f = std::fs::OpenOptions::new().write(true).open(self.full(path)?)?;
+        let n = f.write(data)?;
+        if n != data.len() {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write to {path}: {n} of {}", data.len())));
+        }
+        Ok(())
+    }
+
+    fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        let mut names: Vec<String> = std::fs::read_dir(self.full(dir)?)?
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn read_link(&self, path: &str) -> io::Result<PathBuf> {
+        std::fs::read_link(self.full(path)?)
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        self.full(path).map(|p| p.exists()).unwrap_or(false)
+    }
+
+    fn run(&self, program: &str, args: &[String], timeout: Duration) -> io::Result<CommandOutput> {
+        run_with_timeout(Command::new(program).args(args), timeout)
+    }
+
+    fn root_dir(&self) -> Option<&Path> {
+        Some(&self.root)
+    }
+}
+
+/// Runs a command, killing it after `timeout`; stdout and stderr are captured.
+///
+/// # Errors
+/// The I/O error of spawning it.
+pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> io::Result<CommandOutput> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let mut out_pipe = child.stdout.take();
+    let mut err_pipe = child.stderr.take();
+    let out_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(p) = out_pipe.as_mut() {
+            let _ = p.read_to_string(&mut s);
+        }
+        s
+    });
+    let err_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(p) = err_pipe.as_mut() {
+            let _ = p.read_to_string(&mut s);
+        }
+        s
+    });
+    let start = std::time::Instant::now();
+    let (status, timed_out) = loop {
+        if let Some(st) = child.try_wait()? {
+            break (st.code(), false);
+        }
+        if start.elapsed() >= timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break (None, true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = out_thread.join().unwrap_or_default();
+    let stderr = err_thread.join().unwrap_or_default();
+    Ok(CommandOutput { status, stdout, stderr, timed_out })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_cannot_escape_the_root() {
+        assert!(check_relative("sys/bus/pci/devices").is_ok());
+        for bad in ["", "/etc/passwd", "sys/../../etc", "sys/./x", "a\0b"] {
+            assert!(check_relative(bad).is_err(), "{bad}");
+        }
+        assert_eq!(normalize("sys/bus/pci/devices/../../../devices/x").as_deref(), Some("sys/devices/x"));
+        assert_eq!(normalize("sys/../.."), None);
+    }
+
+    #[test]
+    fn real_host_reads_writes_lists_and_resolves_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("sys/devices/pci0000:00/0000:00:02.0")).unwrap();
+        std::fs::create_dir_all(root.join("sys/bus/pci/devices")).unwrap();
+        std::fs::write(root.join("sys/devices/pci0000:00/0000:00:02.0/vendor"), "0x1234\n").unwrap();
+        std::os::unix::fs::symlink("../../../devices/pci0000:00/0000:00:02.0", root.join("sys/bus/pci/devices/0000:00:02.0")).unwrap();
+        let h = RealHost::new(root).unwrap();
+        assert_eq!(h.list("sys/bus/pci/devices").unwrap(), ["0000:00:02.0"]);
+        assert_eq!(h.read_string("sys/bus/pci/devices/0000:00:02.0/vendor").unwrap(), "0x1234");
+        assert_eq!(h.resolve_link("sys/bus/pci/devices/0000:00:02.0").unwrap(), "sys/devices/pci0000:00/0000:00:02.0");
+        h.write("sys/bus/pci/devices/0000:00:02.0/vendor", b"x").unwrap();
+        assert!(h.write("sys/bus/pci/devices/0000:00:02.0/nope", b"x").is_err(), "write must not create files");
+        assert!(h.read("../etc/passwd").is_err());
+        assert!(RealHost::new(root.join("missing")).is_err());
+    }
+
+    #[test]
+    fn commands_time_out() {
+        let out = run_with_timeout(Command::new("sleep").arg("5"), Duration::from_millis(100)).unwrap();
+        assert!(out.timed_out);
+        let out = run_with_timeout(Command::new("sh").args(["-c", "echo hi; echo err >&2; exit 3"]), Duration::from_secs(5)).unwrap();
+        assert_eq!((out.status, out.stdout.as_str(), out.stderr.as_str()), (Some(3), "hi\n", "err\n"));
+    }
+}
