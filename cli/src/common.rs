@@ -20,7 +20,13 @@ pub enum Output {
 #[derive(Args, Debug, Clone)]
 pub struct Global {
     /// Directory standing for the host's `/` (or a `*.umockdev` recording to replay).
-    #[arg(long, global = true, env = "GPUSLICE_ROOT", default_value = "/", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "GPUSLICE_ROOT",
+        default_value = "/",
+        value_name = "DIR"
+    )]
     pub root: PathBuf,
     /// Node name (default: this host's hostname).
     #[arg(long, global = true, value_name = "NAME")]

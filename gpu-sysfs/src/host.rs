@@ -69,24 +69,66 @@ pub trait Host: Send + Sync + std::fmt::Debug {
         Ok(String::from_utf8_lossy(&bytes).trim().to_owned())
     }
 
-    /// Resolves a symlink to a root-relative path (`sys/bus/pci/devices/X` →
-    /// `sys/devices/pci0000:00/.../X`), with `..` folded.
+    /// Resolves a symlink to a canonical root-relative path (`sys/bus/pci/devices/X` →
+    /// `sys/devices/pci0000:00/.../X`), following links in every component as the kernel's
+    /// path walk does.
     ///
     /// # Errors
-    /// The I/O error, or `InvalidData` when the target leaves the root.
+    /// The I/O error, or `InvalidData` when a target leaves the root or links loop.
     fn resolve_link(&self, path: &str) -> io::Result<String> {
-        let target = self.read_link(path)?;
-        let base = match path.rsplit_once('/') {
-            Some((dir, _)) => dir.to_owned(),
-            None => String::new(),
+        self.read_link(path)?;
+        self.canonicalize(path)
+    }
+
+    /// The canonical root-relative form of `path`: every symlink in it followed, `..` folded.
+    ///
+    /// # Errors
+    /// `InvalidData` when a link leaves the root or more than 40 links are followed.
+    fn canonicalize(&self, path: &str) -> io::Result<String> {
+        let outside = || {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{path} resolves outside the root"),
+            )
         };
-        let joined = if target.is_absolute() {
-            target.to_string_lossy().trim_start_matches('/').to_owned()
-        } else {
-            format!("{base}/{}", target.to_string_lossy())
-        };
-        normalize(&joined)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("link {path} points outside the root")))
+        let mut pending: Vec<String> = path
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .rev()
+            .map(str::to_owned)
+            .collect();
+        let mut done: Vec<String> = Vec::new();
+        let mut hops = 0;
+        while let Some(part) = pending.pop() {
+            match part.as_str() {
+                "." => continue,
+                ".." => {
+                    done.pop().ok_or_else(outside)?;
+                    continue;
+                }
+                _ => {}
+            }
+            done.push(part);
+            let here = done.join("/");
+            if let Ok(target) = self.read_link(&here) {
+                hops += 1;
+                if hops > 40 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("too many links resolving {path}"),
+                    ));
+                }
+                done.pop();
+                let t = target.to_string_lossy().into_owned();
+                if target.is_absolute() {
+                    done.clear();
+                }
+                for p in t.split('/').filter(|p| !p.is_empty()).rev() {
+                    pending.push(p.to_owned());
+                }
+            }
+        }
+        Ok(done.join("/"))
     }
 }
 
@@ -113,11 +155,16 @@ pub fn check_relative(path: &str) -> io::Result<()> {
     let ok = !path.is_empty()
         && !path.contains('\0')
         && path.split('/').all(|part| !matches!(part, "" | "." | ".."))
-        && Path::new(path).components().all(|c| matches!(c, Component::Normal(_)));
+        && Path::new(path)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
     if ok {
         Ok(())
     } else {
-        Err(io::Error::new(io::ErrorKind::InvalidInput, format!("path {path:?} is not a plain path under the root")))
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("path {path:?} is not a plain path under the root"),
+        ))
     }
 }
 
@@ -137,7 +184,10 @@ impl RealHost {
         let meta = std::fs::metadata(&root)
             .map_err(|e| io::Error::new(e.kind(), format!("root {}: {e}", root.display())))?;
         if !meta.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("root {} is not a directory", root.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("root {} is not a directory", root.display()),
+            ));
         }
         Ok(Self { root })
     }
@@ -156,10 +206,15 @@ impl Host for RealHost {
     fn write(&self, path: &str, data: &[u8]) -> io::Result<()> {
         use std::io::Write;
         // No O_CREAT, no truncation games: a sysfs attribute takes one write on an existing file.
-        let mut f = std::fs::OpenOptions::new().write(true).open(self.full(path)?)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.full(path)?)?;
         let n = f.write(data)?;
         if n != data.len() {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write to {path}: {n} of {}", data.len())));
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write to {path}: {n} of {}", data.len()),
+            ));
         }
         Ok(())
     }
@@ -196,7 +251,11 @@ impl Host for RealHost {
 pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> io::Result<CommandOutput> {
     use std::io::Read;
     use std::process::Stdio;
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
     let mut out_pipe = child.stdout.take();
     let mut err_pipe = child.stderr.take();
     let out_thread = std::thread::spawn(move || {
@@ -227,7 +286,12 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> io::Result<Comm
     };
     let stdout = out_thread.join().unwrap_or_default();
     let stderr = err_thread.join().unwrap_or_default();
-    Ok(CommandOutput { status, stdout, stderr, timed_out })
+    Ok(CommandOutput {
+        status,
+        stdout,
+        stderr,
+        timed_out,
+    })
 }
 
 #[cfg(test)]
@@ -240,7 +304,10 @@ mod tests {
         for bad in ["", "/etc/passwd", "sys/../../etc", "sys/./x", "a\0b"] {
             assert!(check_relative(bad).is_err(), "{bad}");
         }
-        assert_eq!(normalize("sys/bus/pci/devices/../../../devices/x").as_deref(), Some("sys/devices/x"));
+        assert_eq!(
+            normalize("sys/bus/pci/devices/../../../devices/x").as_deref(),
+            Some("sys/devices/x")
+        );
         assert_eq!(normalize("sys/../.."), None);
     }
 
@@ -250,23 +317,51 @@ mod tests {
         let root = dir.path();
         std::fs::create_dir_all(root.join("sys/devices/pci0000:00/0000:00:02.0")).unwrap();
         std::fs::create_dir_all(root.join("sys/bus/pci/devices")).unwrap();
-        std::fs::write(root.join("sys/devices/pci0000:00/0000:00:02.0/vendor"), "0x1234\n").unwrap();
-        std::os::unix::fs::symlink("../../../devices/pci0000:00/0000:00:02.0", root.join("sys/bus/pci/devices/0000:00:02.0")).unwrap();
+        std::fs::write(
+            root.join("sys/devices/pci0000:00/0000:00:02.0/vendor"),
+            "0x1234\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            "../../../devices/pci0000:00/0000:00:02.0",
+            root.join("sys/bus/pci/devices/0000:00:02.0"),
+        )
+        .unwrap();
         let h = RealHost::new(root).unwrap();
         assert_eq!(h.list("sys/bus/pci/devices").unwrap(), ["0000:00:02.0"]);
-        assert_eq!(h.read_string("sys/bus/pci/devices/0000:00:02.0/vendor").unwrap(), "0x1234");
-        assert_eq!(h.resolve_link("sys/bus/pci/devices/0000:00:02.0").unwrap(), "sys/devices/pci0000:00/0000:00:02.0");
-        h.write("sys/bus/pci/devices/0000:00:02.0/vendor", b"x").unwrap();
-        assert!(h.write("sys/bus/pci/devices/0000:00:02.0/nope", b"x").is_err(), "write must not create files");
+        assert_eq!(
+            h.read_string("sys/bus/pci/devices/0000:00:02.0/vendor")
+                .unwrap(),
+            "0x1234"
+        );
+        assert_eq!(
+            h.resolve_link("sys/bus/pci/devices/0000:00:02.0").unwrap(),
+            "sys/devices/pci0000:00/0000:00:02.0"
+        );
+        h.write("sys/bus/pci/devices/0000:00:02.0/vendor", b"x")
+            .unwrap();
+        assert!(
+            h.write("sys/bus/pci/devices/0000:00:02.0/nope", b"x")
+                .is_err(),
+            "write must not create files"
+        );
         assert!(h.read("../etc/passwd").is_err());
         assert!(RealHost::new(root.join("missing")).is_err());
     }
 
     #[test]
     fn commands_time_out() {
-        let out = run_with_timeout(Command::new("sleep").arg("5"), Duration::from_millis(100)).unwrap();
+        let out =
+            run_with_timeout(Command::new("sleep").arg("5"), Duration::from_millis(100)).unwrap();
         assert!(out.timed_out);
-        let out = run_with_timeout(Command::new("sh").args(["-c", "echo hi; echo err >&2; exit 3"]), Duration::from_secs(5)).unwrap();
-        assert_eq!((out.status, out.stdout.as_str(), out.stderr.as_str()), (Some(3), "hi\n", "err\n"));
+        let out = run_with_timeout(
+            Command::new("sh").args(["-c", "echo hi; echo err >&2; exit 3"]),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(
+            (out.status, out.stdout.as_str(), out.stderr.as_str()),
+            (Some(3), "hi\n", "err\n")
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! BindArgs:bind commands (being built).
-use std::process::ExitCode;
 use crate::common::Global;
+use std::process::ExitCode;
 
 /// BindArgs.
 #[derive(clap::Args, Debug)]

@@ -1,6 +1,6 @@
 //! DraCommand:run commands (being built).
-use std::process::ExitCode;
 use crate::common::Global;
+use std::process::ExitCode;
 
 /// DraCommand.
 #[derive(clap::Subcommand, Debug)]

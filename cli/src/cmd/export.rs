@@ -1,6 +1,6 @@
 //! ExportCommand:run commands (being built).
-use std::process::ExitCode;
 use crate::common::Global;
+use std::process::ExitCode;
 
 /// ExportCommand.
 #[derive(clap::Subcommand, Debug)]

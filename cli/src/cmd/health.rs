@@ -1,6 +1,6 @@
 //! HealthArgs:run commands (being built).
-use std::process::ExitCode;
 use crate::common::Global;
+use std::process::ExitCode;
 
 /// HealthArgs.
 #[derive(clap::Args, Debug)]

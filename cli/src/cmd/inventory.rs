@@ -1,6 +1,6 @@
 //! TopologyArgs:topology commands (being built).
-use std::process::ExitCode;
 use crate::common::Global;
+use std::process::ExitCode;
 
 /// TopologyArgs.
 #[derive(clap::Args, Debug)]

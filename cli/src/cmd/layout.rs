@@ -1,6 +1,6 @@
 //! ApplyArgs:apply commands (being built).
-use std::process::ExitCode;
 use crate::common::Global;
+use std::process::ExitCode;
 
 /// ApplyArgs.
 #[derive(clap::Args, Debug)]

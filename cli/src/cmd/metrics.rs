@@ -1,6 +1,6 @@
 //! MetricsArgs:run commands (being built).
-use std::process::ExitCode;
 use crate::common::Global;
+use std::process::ExitCode;
 
 /// MetricsArgs.
 #[derive(clap::Args, Debug)]

@@ -1,6 +1,6 @@
 //! PlaceArgs:place commands (being built).
-use std::process::ExitCode;
 use crate::common::Global;
+use std::process::ExitCode;
 
 /// PlaceArgs.
 #[derive(clap::Args, Debug)]
