@@ -19,6 +19,7 @@ pub mod error;
 pub mod fleet;
 pub mod health;
 pub mod ids;
+pub mod layout;
 pub mod nvidia;
 pub mod pool;
 pub mod request;
