@@ -1,7 +1,12 @@
 //! Linux sysfs discovery and actuation for gpuslice.
 
+pub mod discover;
+pub mod error;
 pub mod host;
+pub mod resolver;
+pub mod umockdev;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};

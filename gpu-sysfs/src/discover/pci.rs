@@ -1,0 +1,346 @@
+//! The PCI scan: every function under `sys/bus/pci/devices`, read lazily so that a host with
+//! hundreds of VFs costs about one read per fact discovery actually needs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpu_core::{ClassCode, Function, Gpu, Link, PciAddress, Sriov, Vendor};
+
+use super::parse;
+use super::read;
+use crate::host::Host;
+
+/// The bus view every PCI function is listed in.
+pub(crate) const PCI_DEVICES: &str = "sys/bus/pci/devices";
+
+/// One PCI function and the facts read about it so far (`None` = not read yet).
+#[derive(Debug, Default)]
+pub(crate) struct Func {
+    pub class: Option<ClassCode>,
+    vendor: Option<Option<u16>>,
+    device: Option<Option<u16>>,
+    driver: Option<Option<String>>,
+    physfn: Option<Option<PciAddress>>,
+    pub warnings: Vec<String>,
+}
+
+/// All PCI functions of the host, in numeric address order.
+#[derive(Debug)]
+pub(crate) struct PciTable<'h> {
+    pub host: &'h dyn Host,
+    pub funcs: BTreeMap<PciAddress, Func>,
+}
+
+/// The directory of a function in the bus view.
+pub(crate) fn dir(addr: &PciAddress) -> String {
+    format!("{PCI_DEVICES}/{addr}")
+}
+
+impl<'h> PciTable<'h> {
+    /// Lists the bus and reads every function's class.
+    pub fn scan(host: &'h dyn Host, entries: &[String], node_warnings: &mut Vec<String>) -> Self {
+        let mut funcs = BTreeMap::new();
+        for e in entries {
+            let addr: PciAddress = match e.parse() {
+                Ok(a) => a,
+                Err(err) => {
+                    node_warnings.push(format!("{PCI_DEVICES}/{e}: {err}"));
+                    continue;
+                }
+            };
+            let mut f = Func::default();
+            f.class = read::parsed(
+                host,
+                &format!("{PCI_DEVICES}/{e}/class"),
+                &mut f.warnings,
+                read::class,
+            );
+            funcs.insert(addr, f);
+        }
+        PciTable { host, funcs }
+    }
+
+    fn func(&mut self, a: &PciAddress) -> &mut Func {
+        self.funcs.entry(*a).or_default()
+    }
+
+    /// The function's class, read on demand for functions met outside the bus listing.
+    pub fn class(&mut self, a: &PciAddress) -> Option<ClassCode> {
+        if !self.funcs.contains_key(a) {
+            let host = self.host;
+            let f = self.func(a);
+            f.class = read::parsed(
+                host,
+                &format!("{}/class", dir(a)),
+                &mut f.warnings,
+                read::class,
+            );
+        }
+        self.funcs.get(a).and_then(|f| f.class)
+    }
+
+    /// The vendor ID, read once.
+    pub fn vendor(&mut self, a: &PciAddress) -> Option<u16> {
+        let host = self.host;
+        let f = self.func(a);
+        if f.vendor.is_none() {
+            f.vendor = Some(read::parsed(
+                host,
+                &format!("{}/vendor", dir(a)),
+                &mut f.warnings,
+                read::hex16,
+            ));
+        }
+        f.vendor.flatten()
+    }
+
+    /// The device ID, read once.
+    pub fn device(&mut self, a: &PciAddress) -> Option<u16> {
+        let host = self.host;
+        let f = self.func(a);
+        if f.device.is_none() {
+            f.device = Some(read::parsed(
+                host,
+                &format!("{}/device", dir(a)),
+                &mut f.warnings,
+                read::hex16,
+            ));
+        }
+        f.device.flatten()
+    }
+
+    /// The bound driver's name, read once.
+    pub fn driver(&mut self, a: &PciAddress) -> Option<String> {
+        let host = self.host;
+        let f = self.func(a);
+        if f.driver.is_none() {
+            f.driver = Some(read::link_name(
+                host,
+                &format!("{}/driver", dir(a)),
+                &mut f.warnings,
+            ));
+        }
+        f.driver.clone().flatten()
+    }
+
+    /// The PF of a VF, read once; `None` for a function that is not a VF.
+    pub fn physfn(&mut self, a: &PciAddress) -> Option<PciAddress> {
+        let host = self.host;
+        let f = self.func(a);
+        if f.physfn.is_none() {
+            let name = read::link_name(host, &format!("{}/physfn", dir(a)), &mut f.warnings);
+            let pf = match name.map(|n| n.parse::<PciAddress>()) {
+                Some(Ok(p)) => Some(p),
+                Some(Err(e)) => {
+                    f.warnings.push(format!("{}/physfn: {e}", dir(a)));
+                    None
+                }
+                None => None,
+            };
+            f.physfn = Some(pf);
+        }
+        f.physfn.flatten()
+    }
+
+    /// Records what a PF's `virtfnN` links say, so VFs need no `physfn` read of their own.
+    pub fn set_physfn(&mut self, vf: &PciAddress, pf: PciAddress) {
+        self.func(vf).physfn = Some(Some(pf));
+    }
+
+    /// Takes the warnings collected on a function.
+    pub fn take_warnings(&mut self, a: &PciAddress) -> Vec<String> {
+        self.funcs
+            .get_mut(a)
+            .map(|f| std::mem::take(&mut f.warnings))
+            .unwrap_or_default()
+    }
+
+    /// Addresses of display or accelerator functions (GPUs and their VFs), in address order.
+    pub fn gpu_class(&self) -> Vec<PciAddress> {
+        self.funcs
+            .iter()
+            .filter(|(_, f)| f.class.is_some_and(|c| c.is_gpu()))
+            .map(|(a, _)| *a)
+            .collect()
+    }
+
+    /// True when a PF's `virtfnN` link already named this function as its VF.
+    pub fn known_vf(&self, a: &PciAddress) -> bool {
+        self.funcs
+            .get(a)
+            .is_some_and(|f| matches!(f.physfn, Some(Some(_))))
+    }
+
+    /// Reads everything a GPU entry needs: the GPU and the names in its directory, or `None`
+    /// when the function turns out to be a VF (it has a `physfn` link).
+    pub fn read_gpu(&mut self, a: &PciAddress) -> Option<(Gpu, BTreeSet<String>)> {
+        let host = self.host;
+        let d = dir(a);
+        let mut w: Vec<String> = Vec::new();
+        let entries: BTreeSet<String> = read::list(host, &d, &mut w).into_iter().collect();
+        if entries.contains("physfn") {
+            let pf = self.physfn(a);
+            if pf.is_some() {
+                return None;
+            }
+        } else {
+            self.func(a).physfn = Some(None);
+        }
+        let has = |n: &str| entries.contains(n);
+        let vendor = self.vendor(a).unwrap_or(0);
+        let device = self.device(a).unwrap_or(0);
+        let class = self.class(a).unwrap_or_default();
+        let mut g = Gpu::new(String::new(), *a, vendor, device, class.0);
+        if has("subsystem_vendor") {
+            g.subsystem_vendor_id =
+                read::parsed(host, &format!("{d}/subsystem_vendor"), &mut w, read::hex16)
+                    .map(gpu_core::PciId);
+        }
+        if has("subsystem_device") {
+            g.subsystem_device_id =
+                read::parsed(host, &format!("{d}/subsystem_device"), &mut w, read::hex16)
+                    .map(gpu_core::PciId);
+        }
+        g.model = model_name(vendor, device, g.subsystem_vendor_id, g.subsystem_device_id);
+        g.driver = self.driver(a);
+        if has("numa_node") {
+            g.numa_node = read::parsed(
+                host,
+                &format!("{d}/numa_node"),
+                &mut w,
+                parse::parse_numa_node,
+            )
+            .flatten();
+        }
+        if has("iommu_group") {
+            g.iommu_group = match read::link_name(host, &format!("{d}/iommu_group"), &mut w) {
+                Some(n) => match n.parse() {
+                    Ok(v) => Some(v),
+                    Err(_) => {
+                        w.push(format!("{d}/iommu_group: group {n:?} is not a number"));
+                        None
+                    }
+                },
+                None => None,
+            };
+        }
+        if has("boot_vga") {
+            g.boot_vga = read::text(host, &format!("{d}/boot_vga"), &mut w).as_deref() == Some("1");
+        }
+        g.link = read_link_state(host, &d, &entries, &mut w);
+        if has("sriov_totalvfs") {
+            let total = read::parsed(
+                host,
+                &format!("{d}/sriov_totalvfs"),
+                &mut w,
+                parse::parse_u32,
+            );
+            let num = read::parsed(host, &format!("{d}/sriov_numvfs"), &mut w, parse::parse_u32);
+            let mut vfs: Vec<(u32, PciAddress)> = Vec::new();
+            for e in entries.iter().filter(|e| e.starts_with("virtfn")) {
+                let Ok(n) = e["virtfn".len()..].parse::<u32>() else {
+                    continue;
+                };
+                let path = format!("{d}/{e}");
+                match read::link_name(host, &path, &mut w).map(|s| s.parse::<PciAddress>()) {
+                    Some(Ok(vf)) => vfs.push((n, vf)),
+                    Some(Err(err)) => w.push(format!("{path}: {err}")),
+                    None => {}
+                }
+            }
+            // virtfn10 comes after virtfn9: order by the number, not the text.
+            vfs.sort_by_key(|(n, _)| *n);
+            for (_, vf) in &vfs {
+                self.set_physfn(vf, *a);
+            }
+            let vfs: Vec<PciAddress> = vfs.into_iter().map(|(_, v)| v).collect();
+            g.sriov = Some(Sriov {
+                total_vfs: total.unwrap_or(0),
+                num_vfs: num.unwrap_or(vfs.len() as u32),
+                vfs,
+            });
+        }
+        g.vendor = Vendor::from_pci_id(vendor);
+        let mut own = self.take_warnings(a);
+        own.append(&mut w);
+        g.warnings = own;
+        Some((g, entries))
+    }
+
+    /// The companion functions of a GPU: same slot, same vendor, not a GPU themselves.
+    pub fn companions(&mut self, gpu: &PciAddress, vendor: u16) -> Vec<Function> {
+        let same_slot: Vec<PciAddress> = self
+            .funcs
+            .range(PciAddress::new(gpu.domain(), gpu.bus(), gpu.device(), 0).unwrap_or(*gpu)..)
+            .take_while(|(a, _)| a.same_slot(gpu))
+            .map(|(a, _)| *a)
+            .collect();
+        let mut out = Vec::new();
+        for a in same_slot {
+            if a == *gpu || self.class(&a).is_some_and(|c| c.is_gpu()) {
+                continue;
+            }
+            if self.vendor(&a) != Some(vendor) {
+                continue;
+            }
+            out.push(Function {
+                address: a,
+                class: self.class(&a).unwrap_or_default(),
+                device_id: gpu_core::PciId(self.device(&a).unwrap_or(0)),
+                driver: self.driver(&a),
+            });
+        }
+        out
+    }
+}
+
+fn read_link_state(
+    host: &dyn Host,
+    d: &str,
+    entries: &BTreeSet<String>,
+    w: &mut Vec<String>,
+) -> Option<Link> {
+    let mut link = Link::default();
+    let mut any = false;
+    for (file, slot) in [
+        ("current_link_width", &mut link.current_width),
+        ("max_link_width", &mut link.max_width),
+    ] {
+        if entries.contains(file) {
+            *slot = read::parsed(host, &format!("{d}/{file}"), w, parse::parse_u32);
+            any = true;
+        }
+    }
+    for (file, slot) in [
+        ("current_link_speed", &mut link.current_speed_gts),
+        ("max_link_speed", &mut link.max_speed_gts),
+    ] {
+        if entries.contains(file) {
+            *slot =
+                read::parsed(host, &format!("{d}/{file}"), w, parse::parse_link_speed).flatten();
+            any = true;
+        }
+    }
+    any.then_some(link)
+}
+
+/// The model name from the PCI ID database: the board's subsystem name when the database has
+/// one for these subsystem IDs, else the chip's name; empty when unknown.
+pub(crate) fn model_name(
+    vendor: u16,
+    device: u16,
+    sub_vendor: Option<gpu_core::PciId>,
+    sub_device: Option<gpu_core::PciId>,
+) -> String {
+    let Some(dev) = pci_ids::Device::from_vid_pid(vendor, device) else {
+        return String::new();
+    };
+    if let (Some(sv), Some(sd)) = (sub_vendor, sub_device) {
+        if let Some(s) = dev
+            .subsystems()
+            .find(|s| s.subvendor() == sv.0 && s.subdevice() == sd.0)
+        {
+            return s.name().to_owned();
+        }
+    }
+    dev.name().to_owned()
+}

@@ -1,0 +1,381 @@
+//! vGPU parents: mdev parents with their types and instances, and NVIDIA vendor-specific VFIO VFs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpu_core::{Gpu, Instance, MdevUuid, ParentId, PciAddress, Profile, VgpuFramework, VgpuTypeId};
+
+use super::parse;
+use super::pci::{self, PciTable};
+use super::read;
+use crate::resolver::TypeNameResolver;
+
+/// The class view of mdev parents.
+pub(crate) const MDEV_BUS: &str = "sys/class/mdev_bus";
+/// The bus view of mdev instances.
+pub(crate) const MDEV_DEVICES: &str = "sys/bus/mdev/devices";
+
+/// What one mdev type directory says, shared by every parent of the same driver: a type
+/// directory name identifies the type for the whole loaded driver, so `name`, `description` and
+/// `device_api` are read once per driver and type, and only `available_instances` per parent.
+#[derive(Debug, Clone)]
+struct TypeFacts {
+    name: String,
+    description: Option<String>,
+    device_api: String,
+    framebuffer_mib: Option<u64>,
+    max_instances: Option<u32>,
+    mig_slices: Option<u8>,
+    mig_memory_gib: Option<u32>,
+}
+
+/// Parents found on the host, before filtering and pool capping.
+#[derive(Debug, Default)]
+pub(crate) struct VgpuScan {
+    pub parents: Vec<gpu_core::Parent>,
+    pub node_warnings: Vec<String>,
+}
+
+fn profile_from_facts(id: VgpuTypeId, f: &TypeFacts, reported: u32) -> Profile {
+    Profile {
+        id,
+        name: f.name.clone(),
+        framebuffer_mib: f.framebuffer_mib,
+        max_instances: f.max_instances,
+        available_instances: reported,
+        reported_instances: Some(reported),
+        device_api: f.device_api.clone(),
+        mig_slices: f.mig_slices,
+        mig_memory_gib: f.mig_memory_gib,
+        description: f.description.clone(),
+    }
+}
+
+/// The GPU a PCI parent belongs to: its PF for a VF, itself otherwise.
+fn physical_gpu(pci: &mut PciTable<'_>, a: &PciAddress) -> PciAddress {
+    pci.physfn(a).unwrap_or(*a)
+}
+
+impl VgpuScan {
+    /// Reads the mdev parents, their types and all mdev instances.
+    pub fn mdev(&mut self, pci: &mut PciTable<'_>) {
+        let host = pci.host;
+        let mut facts: BTreeMap<(String, String), TypeFacts> = BTreeMap::new();
+        let mut by_entry: BTreeMap<String, usize> = BTreeMap::new();
+        let mut driver_of: Vec<String> = Vec::new();
+        for entry in read::list(host, MDEV_BUS, &mut self.node_warnings) {
+            let id: ParentId = match entry.parse() {
+                Ok(p) => p,
+                Err(e) => {
+                    self.node_warnings.push(format!("{MDEV_BUS}/{entry}: {e}"));
+                    continue;
+                }
+            };
+            let (gpu, driver_key) = match &id {
+                ParentId::Pci(a) => (
+                    Some(physical_gpu(pci, a)),
+                    pci.driver(a).unwrap_or_else(|| "(no driver)".to_owned()),
+                ),
+                ParentId::Named(n) => (None, n.clone()),
+            };
+            let mut parent = gpu_core::Parent {
+                id,
+                gpu,
+                framework: VgpuFramework::Mdev,
+                health: gpu_core::Health::unknown(),
+                profiles: vec![],
+                instances: vec![],
+                warnings: vec![],
+            };
+            let types_dir = format!("{MDEV_BUS}/{entry}/mdev_supported_types");
+            let types = match host.list(&types_dir) {
+                Ok(t) => t,
+                Err(e) => {
+                    parent.warnings.push(format!("{types_dir}: {e}"));
+                    Vec::new()
+                }
+            };
+            for t in types {
+                let tid: VgpuTypeId = match t.parse() {
+                    Ok(v) => v,
+                    Err(e) => {
+                        parent.warnings.push(format!("{types_dir}/{t}: {e}"));
+                        continue;
+                    }
+                };
+                let tdir = format!("{types_dir}/{t}");
+                let f = facts
+                    .entry((driver_key.clone(), t.clone()))
+                    .or_insert_with(|| read_type_facts(host, &tdir, &t, &mut parent.warnings))
+                    .clone();
+                let reported = read::parsed(
+                    host,
+                    &format!("{tdir}/available_instances"),
+                    &mut parent.warnings,
+                    parse::parse_u32,
+                );
+                let Some(reported) = reported else {
+                    if !parent
+                        .warnings
+                        .iter()
+                        .any(|w| w.starts_with(&format!("{tdir}/available_instances")))
+                    {
+                        parent
+                            .warnings
+                            .push(format!("{tdir}/available_instances: missing"));
+                    }
+                    parent.profiles.push(profile_from_facts(tid, &f, 0));
+                    continue;
+                };
+                parent.profiles.push(profile_from_facts(tid, &f, reported));
+            }
+            by_entry.insert(entry, self.parents.len());
+            driver_of.push(driver_key);
+            self.parents.push(parent);
+        }
+
+        for u in read::list(host, MDEV_DEVICES, &mut self.node_warnings) {
+            let uuid: MdevUuid = match u.parse() {
+                Ok(v) => v,
+                Err(e) => {
+                    self.node_warnings.push(format!("{MDEV_DEVICES}/{u}: {e}"));
+                    continue;
+                }
+            };
+            let path = format!("{MDEV_DEVICES}/{u}");
+            let Some(target) = read::link_target(host, &path, &mut self.node_warnings) else {
+                continue;
+            };
+            let mut comps = target.trim_end_matches('/').rsplit('/');
+            let _self_name = comps.next();
+            let Some(parent_entry) = comps.next().map(str::to_owned) else {
+                self.node_warnings
+                    .push(format!("{path}: link target {target:?} names no parent"));
+                continue;
+            };
+            let idx = match by_entry.get(&parent_entry) {
+                Some(i) => *i,
+                None => {
+                    // An instance whose parent is missing from the class view: keep it, so the
+                    // pool still counts what it uses.
+                    let id: ParentId = match parent_entry.parse() {
+                        Ok(p) => p,
+                        Err(e) => {
+                            self.node_warnings.push(format!("{path}: {e}"));
+                            continue;
+                        }
+                    };
+                    let (gpu, driver_key) = match &id {
+                        ParentId::Pci(a) => (
+                            Some(physical_gpu(pci, a)),
+                            pci.driver(a).unwrap_or_else(|| "(no driver)".to_owned()),
+                        ),
+                        ParentId::Named(n) => (None, n.clone()),
+                    };
+                    self.parents.push(gpu_core::Parent {
+                        id,
+                        gpu,
+                        framework: VgpuFramework::Mdev,
+                        health: gpu_core::Health::unknown(),
+                        profiles: vec![],
+                        instances: vec![],
+                        warnings: vec![format!(
+                            "{MDEV_BUS}/{parent_entry}: missing, although mdev {uuid} has it as parent"
+                        )],
+                    });
+                    driver_of.push(driver_key);
+                    by_entry.insert(parent_entry.clone(), self.parents.len() - 1);
+                    self.parents.len() - 1
+                }
+            };
+            let parent = &mut self.parents[idx];
+            let type_path = format!("{path}/mdev_type");
+            let Some(t) = read::link_name(host, &type_path, &mut parent.warnings) else {
+                parent.warnings.push(format!(
+                    "{type_path}: missing; the instance's type is unknown"
+                ));
+                continue;
+            };
+            let tid: VgpuTypeId = match t.parse() {
+                Ok(v) => v,
+                Err(e) => {
+                    parent.warnings.push(format!("{type_path}: {e}"));
+                    continue;
+                }
+            };
+            let key = (driver_of[idx].clone(), t.clone());
+            // Keyed by driver, not parent: the type is found even when this parent's own type
+            // directory is missing (a partial recording).
+            let f = facts.get(&key).cloned();
+            if f.is_none() {
+                parent.warnings.push(format!(
+                    "mdev {uuid}: type {t} is not listed by any parent of driver {}; its size is unknown",
+                    driver_of[idx]
+                ));
+            }
+            parent.instances.push(Instance {
+                uuid: Some(uuid),
+                address: None,
+                profile: tid,
+                profile_name: f.as_ref().map(|f| f.name.clone()),
+                framebuffer_mib: f.as_ref().and_then(|f| f.framebuffer_mib),
+                in_use: None,
+            });
+        }
+    }
+
+    /// Reads the vendor-specific VFIO VFs of NVIDIA GPUs: per VF the creatable types and the
+    /// current type. Returns the GPUs (PF addresses) found using the framework.
+    pub fn vendor_vfio(
+        &mut self,
+        pci: &mut PciTable<'_>,
+        gpus: &[Gpu],
+        resolver: Option<&dyn TypeNameResolver>,
+    ) -> BTreeSet<PciAddress> {
+        let host = pci.host;
+        let mdev_parents: BTreeSet<ParentId> = self.parents.iter().map(|p| p.id.clone()).collect();
+        let mut found = BTreeSet::new();
+        let mut names: BTreeMap<u32, String> = BTreeMap::new();
+        let mut pending: Vec<(usize, PciAddress, u32)> = Vec::new();
+        for g in gpus {
+            if g.vendor != gpu_core::Vendor::Nvidia {
+                continue;
+            }
+            let Some(sriov) = &g.sriov else { continue };
+            for vf in &sriov.vfs {
+                if mdev_parents.contains(&ParentId::Pci(*vf)) {
+                    continue;
+                }
+                let d = pci::dir(vf);
+                let mut warnings = Vec::new();
+                let cur_path = format!("{d}/nvidia/current_vgpu_type");
+                let Some(cur_text) = read::text(host, &cur_path, &mut warnings) else {
+                    if !warnings.is_empty() {
+                        self.node_warnings.append(&mut warnings);
+                    }
+                    continue;
+                };
+                found.insert(g.address);
+                let current = match parse::parse_current_vgpu_type(&cur_text, &cur_path) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        warnings.push(e.to_string());
+                        None
+                    }
+                };
+                let list_path = format!("{d}/nvidia/creatable_vgpu_types");
+                let listed = read::parsed(
+                    host,
+                    &list_path,
+                    &mut warnings,
+                    parse::parse_creatable_vgpu_types,
+                )
+                .unwrap_or_default();
+                // A VF that already holds a type (or whose type could not be read) takes no other.
+                let reported = u32::from(current == Some(0));
+                let mut profiles = Vec::new();
+                for (id, name) in &listed {
+                    names.entry(*id).or_insert_with(|| name.clone());
+                    let (fb, slices, mig_gib) = match parse::facts_from_type_name(name) {
+                        Some((fb, s, m)) => (Some(fb), s, m),
+                        None => (None, None, None),
+                    };
+                    let max_instances = resolver
+                        .and_then(|r| r.resolve(&g.address, *id))
+                        .and_then(|i| i.max_instances);
+                    profiles.push(Profile {
+                        id: VgpuTypeId::from_str_unchecked(&id.to_string()),
+                        name: name.clone(),
+                        framebuffer_mib: fb,
+                        max_instances,
+                        available_instances: reported,
+                        reported_instances: Some(reported),
+                        device_api: "vfio-pci".to_owned(),
+                        mig_slices: slices,
+                        mig_memory_gib: mig_gib,
+                        description: None,
+                    });
+                }
+                let idx = self.parents.len();
+                self.parents.push(gpu_core::Parent {
+                    id: ParentId::Pci(*vf),
+                    gpu: Some(g.address),
+                    framework: VgpuFramework::VendorVfio,
+                    health: gpu_core::Health::unknown(),
+                    profiles,
+                    instances: vec![],
+                    warnings,
+                });
+                if let Some(c) = current.filter(|c| *c != 0) {
+                    pending.push((idx, g.address, c));
+                }
+            }
+        }
+        // Instances last: their type may be listed only by another VF of the host.
+        for (idx, gpu, id) in pending {
+            let vf = self.parents[idx].id.pci();
+            let info = match names.get(&id) {
+                Some(n) => Some(crate::resolver::TypeInfo {
+                    name: n.clone(),
+                    framebuffer_mib: parse::facts_from_type_name(n).map(|f| f.0),
+                    max_instances: None,
+                }),
+                None => resolver.and_then(|r| r.resolve(&gpu, id)),
+            };
+            let parent = &mut self.parents[idx];
+            if info.is_none() {
+                parent.warnings.push(format!(
+                    "vGPU type {id} is set but no VF lists it and no resolver knows it; its name and size are unknown"
+                ));
+            }
+            parent.instances.push(Instance {
+                uuid: None,
+                address: vf,
+                profile: VgpuTypeId::from_str_unchecked(&id.to_string()),
+                profile_name: info.as_ref().map(|i| i.name.clone()),
+                framebuffer_mib: info.as_ref().and_then(|i| {
+                    i.framebuffer_mib
+                        .or_else(|| parse::facts_from_type_name(&i.name).map(|f| f.0))
+                }),
+                in_use: None,
+            });
+        }
+        found
+    }
+}
+
+fn read_type_facts(
+    host: &dyn crate::host::Host,
+    tdir: &str,
+    dir_name: &str,
+    warnings: &mut Vec<String>,
+) -> TypeFacts {
+    let name = read::text(host, &format!("{tdir}/name"), warnings)
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| dir_name.to_owned());
+    let description = read::text(host, &format!("{tdir}/description"), warnings);
+    let device_api =
+        read::text(host, &format!("{tdir}/device_api"), warnings).unwrap_or_else(|| {
+            warnings.push(format!("{tdir}/device_api: missing"));
+            String::new()
+        });
+    let desc = match &description {
+        Some(d) => match parse::parse_description(d, &format!("{tdir}/description")) {
+            Ok(v) => v,
+            Err(e) => {
+                warnings.push(e.to_string());
+                Default::default()
+            }
+        },
+        None => Default::default(),
+    };
+    let from_name = parse::facts_from_type_name(&name);
+    TypeFacts {
+        framebuffer_mib: desc.framebuffer_mib.or(from_name.map(|f| f.0)),
+        max_instances: desc.max_instance,
+        mig_slices: from_name.and_then(|f| f.1),
+        mig_memory_gib: from_name.and_then(|f| f.2),
+        name,
+        description,
+        device_api,
+    }
+}
