@@ -1,0 +1,307 @@
+//! Reading and grading every GPU of a host, and writing the verdicts into a topology.
+
+use std::sync::Arc;
+
+use gpu_core::{Gpu, Health, NodeTopology, PciAddress, PciId};
+use gpu_sysfs::Host;
+use serde::{Deserialize, Serialize};
+
+use crate::aer::{AerReadings, read_aer};
+use crate::baseline::{Baseline, DeviceBaseline};
+use crate::grade::{BoardIds, ExpectedWidth, History, Signals, expected_width, grade};
+use crate::link::{LinkReadings, read_link};
+use crate::nvml::NvmlTelemetry;
+use crate::policy::Policy;
+use crate::reading::Reading;
+use crate::telemetry::{GpuTelemetry, Telemetry};
+
+/// PCI vendor ID of NVIDIA: only its GPUs are asked for NVML telemetry.
+const NVIDIA: PciId = PciId(0x10de);
+
+/// Where the baseline comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum BaselineSource {
+    /// [`crate::baseline::BASELINE_PATH`] under the host root, when present (the default).
+    #[default]
+    FromHost,
+    /// No baseline: growth counts from boot, widths are judged without history.
+    None,
+    /// This baseline.
+    Given(Baseline),
+}
+
+/// How to assess health: the policy, the telemetry source and the baseline.
+#[derive(Debug, Clone)]
+pub struct HealthOptions {
+    /// Grading rules.
+    pub policy: Policy,
+    /// Driver telemetry (NVML); `None` leaves the NVML signals of NVIDIA GPUs Unknown.
+    pub telemetry: Option<Arc<dyn Telemetry>>,
+    /// Why there is no telemetry (shown as a warning on NVIDIA GPUs).
+    pub telemetry_note: Option<String>,
+    /// Baseline source.
+    pub baseline: BaselineSource,
+}
+
+impl Default for HealthOptions {
+    /// The default policy, NVML when it can be opened, the host's baseline.
+    fn default() -> Self {
+        Self::with_nvml(Policy::default())
+    }
+}
+
+impl HealthOptions {
+    /// `policy` with NVML when `libnvidia-ml.so.1` loads and the driver answers; otherwise no
+    /// telemetry, with the reason kept in [`HealthOptions::telemetry_note`].
+    pub fn with_nvml(policy: Policy) -> Self {
+        match NvmlTelemetry::open(None) {
+            Ok(t) => HealthOptions {
+                policy,
+                telemetry: Some(Arc::new(t)),
+                telemetry_note: None,
+                baseline: BaselineSource::FromHost,
+            },
+            Err(e) => HealthOptions {
+                policy,
+                telemetry: None,
+                telemetry_note: Some(format!("NVML unavailable: {e}")),
+                baseline: BaselineSource::FromHost,
+            },
+        }
+    }
+
+    /// `policy` without telemetry (sysfs signals only).
+    pub fn without_telemetry(policy: Policy) -> Self {
+        HealthOptions {
+            policy,
+            telemetry: None,
+            telemetry_note: None,
+            baseline: BaselineSource::FromHost,
+        }
+    }
+
+    /// `policy` with this telemetry source.
+    pub fn with_telemetry(policy: Policy, telemetry: Arc<dyn Telemetry>) -> Self {
+        HealthOptions {
+            policy,
+            telemetry: Some(telemetry),
+            telemetry_note: None,
+            baseline: BaselineSource::FromHost,
+        }
+    }
+
+    /// The same options with another baseline source.
+    pub fn baseline(mut self, source: BaselineSource) -> Self {
+        self.baseline = source;
+        self
+    }
+}
+
+/// One GPU's verdict with everything it was based on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuHealthReport {
+    /// Per-node name (`nvidia0`).
+    pub name: String,
+    /// PCI address.
+    pub address: PciAddress,
+    /// The verdict.
+    pub health: Health,
+    /// Framebuffer size from telemetry, when read.
+    #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// The width the link was judged against; absent when not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_link_width: Option<ExpectedWidth>,
+    /// The telemetry source, when one was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry_source: Option<String>,
+    /// Every signal as read.
+    pub signals: Signals,
+    /// Problems met while reading (garbled files, missing library, bad baseline).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+fn ids(g: &Gpu) -> BoardIds {
+    BoardIds {
+        vendor: g.vendor_id,
+        device: g.device_id,
+        subsystem_vendor: g.subsystem_vendor_id,
+        subsystem_device: g.subsystem_device_id,
+    }
+}
+
+fn load_baseline(host: &dyn Host, source: &BaselineSource) -> (Option<Baseline>, Option<String>) {
+    match source {
+        BaselineSource::None => (None, None),
+        BaselineSource::Given(b) => (Some(b.clone()), None),
+        BaselineSource::FromHost => match Baseline::load(host) {
+            Ok(b) => (b, None),
+            Err(e) => (None, Some(format!("baseline ignored: {e}"))),
+        },
+    }
+}
+
+fn push_unknown<T>(warnings: &mut Vec<String>, r: &Reading<T>) {
+    if let Reading::Unknown(why) = r {
+        if !why.ends_with("not reported") && !warnings.contains(why) {
+            warnings.push(why.clone());
+        }
+    }
+}
+
+/// Reads and grades every GPU in `gpus` (in that order). Never fails: what cannot be read is
+/// Unknown, and the report's warnings say why.
+pub fn assess(host: &dyn Host, gpus: &[Gpu], opts: &HealthOptions) -> Vec<GpuHealthReport> {
+    let (baseline, baseline_warning) = load_baseline(host, &opts.baseline);
+    let read: Vec<(AerReadings, LinkReadings)> = gpus
+        .iter()
+        .map(|g| (read_aer(host, &g.address), read_link(host, &g.address)))
+        .collect();
+    gpus.iter()
+        .zip(&read)
+        .enumerate()
+        .map(|(i, (gpu, (aer, link)))| {
+            let peers_width = gpus
+                .iter()
+                .zip(&read)
+                .enumerate()
+                .filter(|(j, (other, _))| *j != i && ids(other) == ids(gpu))
+                .filter_map(|(_, (_, (_, l)))| l.current_width.get())
+                .max();
+            let entry: Option<&DeviceBaseline> = baseline
+                .as_ref()
+                .and_then(|b| b.entry(&gpu.address, gpu.vendor_id, gpu.device_id));
+            let expected = expected_width(
+                &opts.policy.link,
+                ids(gpu),
+                entry.and_then(|e| e.link_width),
+                peers_width,
+                link.max_width.get(),
+            );
+            let history = History {
+                aer_nonfatal: entry.and_then(|e| e.aer_nonfatal),
+                aer_correctable: entry.and_then(|e| e.aer_correctable),
+                pcie_replays: entry.and_then(|e| e.pcie_replays),
+            };
+            let mut warnings = Vec::new();
+            let (telemetry, telemetry_source) = if gpu.vendor_id == NVIDIA {
+                match &opts.telemetry {
+                    Some(t) => (Some(t.read(&gpu.address)), Some(t.source())),
+                    None => {
+                        let why = opts
+                            .telemetry_note
+                            .clone()
+                            .unwrap_or_else(|| "no telemetry source".to_owned());
+                        warnings.push(why.clone());
+                        (Some(GpuTelemetry::unknown(&why)), None)
+                    }
+                }
+            } else {
+                (None, None)
+            };
+            for r in [&aer.correctable, &aer.nonfatal, &aer.fatal] {
+                push_unknown(&mut warnings, r);
+            }
+            push_unknown(&mut warnings, &link.current_width);
+            push_unknown(&mut warnings, &link.max_width);
+            if let (Some(t), Some(_)) = (&telemetry, &telemetry_source) {
+                for r in [
+                    &t.ecc_uncorrected_volatile,
+                    &t.ecc_corrected_volatile,
+                    &t.memory_total_bytes,
+                ] {
+                    push_unknown(&mut warnings, r);
+                }
+                push_unknown(&mut warnings, &t.temperature_c);
+            }
+            if let Some(w) = &baseline_warning {
+                warnings.push(w.clone());
+            }
+            let signals = Signals {
+                aer: aer.clone(),
+                link: link.clone(),
+                telemetry,
+            };
+            let health = grade(&opts.policy, &signals, expected.as_ref(), &history);
+            GpuHealthReport {
+                name: gpu.name.clone(),
+                address: gpu.address,
+                health,
+                memory_mib: signals
+                    .telemetry
+                    .as_ref()
+                    .and_then(GpuTelemetry::memory_mib),
+                expected_link_width: expected,
+                telemetry_source,
+                signals,
+                warnings,
+            }
+        })
+        .collect()
+}
+
+/// Writes verdicts into a topology: each GPU's `health` (and `memoryMiB` when telemetry read
+/// it), and each vGPU parent's `health` from its physical GPU.
+pub fn apply(topology: &mut NodeTopology, reports: &[GpuHealthReport]) {
+    for gpu in &mut topology.gpus {
+        if let Some(r) = reports.iter().find(|r| r.address == gpu.address) {
+            gpu.health = r.health.clone();
+            if let Some(m) = r.memory_mib {
+                gpu.memory_mib = Some(m);
+            }
+        }
+    }
+    for parent in &mut topology.mediated_devices.parents {
+        if let Some(r) = parent
+            .gpu
+            .and_then(|g| reports.iter().find(|r| r.address == g))
+        {
+            parent.health = r.health.clone();
+        }
+    }
+}
+
+/// Assesses the GPUs of `topology` and writes the verdicts into it; returns the reports.
+pub fn grade_topology(
+    host: &dyn Host,
+    topology: &mut NodeTopology,
+    opts: &HealthOptions,
+) -> Vec<GpuHealthReport> {
+    let reports = assess(host, &topology.gpus, opts);
+    apply(topology, &reports);
+    reports
+}
+
+/// The baseline to keep after this assessment: each GPU's widest link so far (never lowered,
+/// so a link that dropped keeps showing as dropped), and its counters as they are now. Entries
+/// of GPUs not assessed now are kept.
+pub fn updated_baseline(
+    previous: Option<&Baseline>,
+    gpus: &[Gpu],
+    reports: &[GpuHealthReport],
+) -> Baseline {
+    let mut out = previous.cloned().unwrap_or_default();
+    for (gpu, r) in gpus.iter().zip(reports) {
+        let old = previous.and_then(|b| b.entry(&gpu.address, gpu.vendor_id, gpu.device_id));
+        let mut e = DeviceBaseline::new(gpu.vendor_id, gpu.device_id);
+        let now = r.signals.link.current_width.get();
+        e.link_width = match (old.and_then(|o| o.link_width), now) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let total = |c: &Reading<crate::aer::AerCounters>| c.value().map(|c| c.total);
+        e.aer_nonfatal = total(&r.signals.aer.nonfatal).or(old.and_then(|o| o.aer_nonfatal));
+        e.aer_correctable =
+            total(&r.signals.aer.correctable).or(old.and_then(|o| o.aer_correctable));
+        e.pcie_replays = r
+            .signals
+            .telemetry
+            .as_ref()
+            .and_then(|t| t.pcie_replay_counter.get())
+            .or(old.and_then(|o| o.pcie_replays));
+        out.devices.insert(gpu.address, e);
+    }
+    out
+}

@@ -1,0 +1,119 @@
+//! What each GPU looked like before, kept by the node agent between runs.
+//!
+//! Two rules need history: a link is degraded when it trained narrower than the same device did
+//! before, and non-fatal AER errors matter when they *grow*. The node agent records both in
+//! [`BASELINE_PATH`] under the host root (`gpuslice health --record-baseline`); the file is
+//! optional, and an entry only applies to the same device (vendor and device ID) at the same
+//! address.
+
+use std::collections::BTreeMap;
+
+use gpu_core::{PciAddress, PciId};
+use gpu_sysfs::Host;
+use serde::{Deserialize, Serialize};
+
+use crate::error::HealthError;
+
+/// The baseline file, relative to the host root.
+pub const BASELINE_PATH: &str = "var/lib/gpuslice/health-baseline.json";
+
+/// One device's remembered state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeviceBaseline {
+    /// PCI vendor ID of the device the entry was taken from.
+    pub vendor_id: PciId,
+    /// PCI device ID of the device the entry was taken from.
+    pub device_id: PciId,
+    /// The widest link the device trained to, in lanes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_width: Option<u32>,
+    /// `TOTAL_ERR_NONFATAL` when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aer_nonfatal: Option<u64>,
+    /// `TOTAL_ERR_COR` when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aer_correctable: Option<u64>,
+    /// NVML PCIe replay counter when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_replays: Option<u64>,
+}
+
+impl DeviceBaseline {
+    /// An entry for a device with nothing recorded yet.
+    pub fn new(vendor_id: PciId, device_id: PciId) -> Self {
+        DeviceBaseline {
+            vendor_id,
+            device_id,
+            link_width: None,
+            aer_nonfatal: None,
+            aer_correctable: None,
+            pcie_replays: None,
+        }
+    }
+}
+
+/// The baseline of a node: one entry per GPU address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Baseline {
+    /// Entries by PCI address.
+    #[serde(default)]
+    pub devices: BTreeMap<PciAddress, DeviceBaseline>,
+}
+
+impl Baseline {
+    /// Parses the baseline file's text.
+    ///
+    /// # Errors
+    /// The decoder's message.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Reads [`BASELINE_PATH`] from the host: `Ok(None)` when there is none.
+    ///
+    /// # Errors
+    /// A message naming the file when it cannot be read or parsed.
+    pub fn load(host: &dyn Host) -> Result<Option<Self>, String> {
+        match host.read(BASELINE_PATH) {
+            Ok(bytes) => Self::from_json(&String::from_utf8_lossy(&bytes))
+                .map(Some)
+                .map_err(|e| format!("{BASELINE_PATH}: {e}")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{BASELINE_PATH}: {e}")),
+        }
+    }
+
+    /// The entry for the device at `address`, when it was taken from the same kind of device.
+    pub fn entry(
+        &self,
+        address: &PciAddress,
+        vendor_id: PciId,
+        device_id: PciId,
+    ) -> Option<&DeviceBaseline> {
+        self.devices
+            .get(address)
+            .filter(|e| e.vendor_id == vendor_id && e.device_id == device_id)
+    }
+
+    /// Writes the baseline as pretty JSON to [`BASELINE_PATH`] under `root`, creating the
+    /// directory, atomically (a temporary file renamed over the old one).
+    ///
+    /// # Errors
+    /// [`HealthError::BaselineWrite`] naming the file.
+    pub fn save(&self, root: &std::path::Path) -> Result<(), HealthError> {
+        let path = root.join(BASELINE_PATH);
+        let io_err = |source| HealthError::BaselineWrite {
+            path: path.clone(),
+            source,
+        };
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| io_err(std::io::Error::other(e)))?;
+        let dir = path.parent().unwrap_or(root);
+        std::fs::create_dir_all(dir).map_err(io_err)?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, format!("{text}\n")).map_err(io_err)?;
+        std::fs::rename(&tmp, &path).map_err(io_err)
+    }
+}

@@ -1,0 +1,35 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+/// What can go wrong in gpu-health. Reading signals never fails (a signal that cannot be read is
+/// Unknown); errors come from files the operator gives and from discovery.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    /// A policy file could not be read.
+    #[error("policy file {}", path.display())]
+    PolicyRead {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A policy is malformed: syntax, an unknown key, a value out of range.
+    #[error("policy {source_name}: {message}")]
+    Policy {
+        /// The file (or `<string>`).
+        source_name: String,
+        /// What is wrong, with the key or line.
+        message: String,
+    },
+    /// The baseline file could not be written.
+    #[error("baseline {}", path.display())]
+    BaselineWrite {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}

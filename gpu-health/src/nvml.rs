@@ -1,0 +1,207 @@
+//! The NVML adapter: [`Telemetry`] over NVIDIA's management library, loaded at run time.
+//!
+//! `libnvidia-ml.so.1` comes with the NVIDIA driver, not with gpuslice, so it is opened with
+//! `dlopen` when asked for; a host without it (or without a loaded driver) is a value
+//! ([`NvmlUnavailable`]) that leaves the NVML signals Unknown, never a link error or a crash.
+//! Every call that returns `NVML_ERROR_NOT_SUPPORTED`, or whose symbol the loaded library lacks,
+//! reads as Unsupported; every other failure as Unknown with NVML's reason.
+//!
+//! `nvmlDeviceGetRemappedRows` has no safe wrapper in nvml-wrapper; it is called through the
+//! loaded library's symbol table after checking that the symbol resolved.
+
+// The one unsafe call (nvmlDeviceGetRemappedRows) is confined to `remapped_rows` below.
+#![allow(unsafe_code)]
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use gpu_core::PciAddress;
+use nvml_wrapper::enum_wrappers::device::{
+    EccCounter, MemoryError, RetirementCause, TemperatureSensor, TemperatureThreshold,
+};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+
+use crate::reading::Reading;
+use crate::telemetry::{GpuTelemetry, RowRemap, Telemetry};
+
+/// The library name opened when no path is given (found through the dynamic linker's paths).
+pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// Why NVML could not be opened. Each is an expected state of a host, not a fault of gpuslice.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NvmlUnavailable {
+    /// The library could not be loaded (no NVIDIA driver installed, or a wrong path).
+    #[error("{library} could not be loaded: {message}")]
+    LibraryNotFound {
+        /// The name or path tried.
+        library: String,
+        /// The loader's message.
+        message: String,
+    },
+    /// The library loaded but the NVIDIA kernel driver is not running.
+    #[error("the NVIDIA driver is not loaded")]
+    DriverNotLoaded,
+    /// The library loaded but may not talk to the driver.
+    #[error("no permission to talk to the NVIDIA driver")]
+    NoPermission,
+    /// `nvmlInit` failed for another reason.
+    #[error("NVML initialization failed: {0}")]
+    InitFailed(String),
+}
+
+/// [`Telemetry`] read through NVML.
+pub struct NvmlTelemetry {
+    nvml: Nvml,
+    library: String,
+    driver_version: Option<String>,
+}
+
+impl std::fmt::Debug for NvmlTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlTelemetry")
+            .field("library", &self.library)
+            .field("driver_version", &self.driver_version)
+            .finish()
+    }
+}
+
+impl NvmlTelemetry {
+    /// Loads NVML from `library` (a path, or [`DEFAULT_LIBRARY`] through the dynamic linker when
+    /// `None`) and initializes it.
+    ///
+    /// # Errors
+    /// [`NvmlUnavailable::LibraryNotFound`] when the library (or its `nvmlInit_v2`) cannot be
+    /// loaded, [`NvmlUnavailable::DriverNotLoaded`], [`NvmlUnavailable::NoPermission`], and
+    /// [`NvmlUnavailable::InitFailed`] for any other init error.
+    pub fn open(library: Option<&Path>) -> Result<Self, NvmlUnavailable> {
+        let lib_os: &OsStr = library.map_or(OsStr::new(DEFAULT_LIBRARY), Path::as_os_str);
+        let library_name = lib_os.to_string_lossy().into_owned();
+        let nvml = Nvml::builder()
+            .lib_path(lib_os)
+            .init()
+            .map_err(|e| match e {
+                NvmlError::LibloadingError(le) => NvmlUnavailable::LibraryNotFound {
+                    library: library_name.clone(),
+                    message: le.to_string(),
+                },
+                NvmlError::FailedToLoadSymbol(m) => NvmlUnavailable::LibraryNotFound {
+                    library: library_name.clone(),
+                    message: format!("nvmlInit_v2 not found: {m}"),
+                },
+                NvmlError::LibraryNotFound => NvmlUnavailable::LibraryNotFound {
+                    library: library_name.clone(),
+                    message: "NVML reported its library missing".to_owned(),
+                },
+                NvmlError::DriverNotLoaded => NvmlUnavailable::DriverNotLoaded,
+                NvmlError::NoPermission => NvmlUnavailable::NoPermission,
+                other => NvmlUnavailable::InitFailed(other.to_string()),
+            })?;
+        let driver_version = nvml.sys_driver_version().ok();
+        Ok(NvmlTelemetry {
+            nvml,
+            library: library_name,
+            driver_version,
+        })
+    }
+
+    /// The driver version NVML reports, when it does.
+    pub fn driver_version(&self) -> Option<&str> {
+        self.driver_version.as_deref()
+    }
+
+    fn read_device(&self, device: &Device<'_>) -> GpuTelemetry {
+        let ecc = |kind: MemoryError, counter: EccCounter| {
+            reading(device.total_ecc_errors(kind, counter))
+        };
+        let retired = |cause: RetirementCause| {
+            reading(device.retired_pages(cause).map(|pages| pages.len() as u64))
+        };
+        GpuTelemetry {
+            ecc_uncorrected_volatile: ecc(MemoryError::Uncorrected, EccCounter::Volatile),
+            ecc_uncorrected_aggregate: ecc(MemoryError::Uncorrected, EccCounter::Aggregate),
+            ecc_corrected_volatile: ecc(MemoryError::Corrected, EccCounter::Volatile),
+            ecc_corrected_aggregate: ecc(MemoryError::Corrected, EccCounter::Aggregate),
+            retired_pages_sbe: retired(RetirementCause::MultipleSingleBitEccErrors),
+            retired_pages_dbe: retired(RetirementCause::DoubleBitEccError),
+            pages_pending_retirement: reading(device.are_pages_pending_retired()),
+            row_remap: self.remapped_rows(device),
+            temperature_c: reading(device.temperature(TemperatureSensor::Gpu)),
+            slowdown_c: reading(device.temperature_threshold(TemperatureThreshold::Slowdown)),
+            shutdown_c: reading(device.temperature_threshold(TemperatureThreshold::Shutdown)),
+            pcie_replay_counter: reading(device.pcie_replay_counter().map(u64::from)),
+            memory_total_bytes: reading(device.memory_info().map(|m| m.total)),
+            gpu_lost: false,
+        }
+    }
+
+    /// `nvmlDeviceGetRemappedRows`, called raw: the safe wrapper has no method for it.
+    fn remapped_rows(&self, device: &Device<'_>) -> Reading<RowRemap> {
+        // Drivers before R450 lack the symbol: that is "not supported", not an error.
+        let Ok(sym) = self.nvml.lib().nvmlDeviceGetRemappedRows.as_ref() else {
+            return Reading::Unsupported;
+        };
+        let (mut corrected, mut uncorrected, mut pending, mut failure) = (0u32, 0u32, 0u32, 0u32);
+        // SAFETY: `sym` was resolved from the loaded NVML by the name NVML documents with this
+        // signature; the device handle is valid while `device` borrows `self.nvml`; the four out
+        // pointers point at live, writable `c_uint`s.
+        let code = unsafe {
+            sym(
+                device.handle(),
+                &mut corrected,
+                &mut uncorrected,
+                &mut pending,
+                &mut failure,
+            )
+        };
+        if code == 0 {
+            Reading::Value(RowRemap {
+                corrected_rows: corrected,
+                uncorrected_rows: uncorrected,
+                pending: pending != 0,
+                failure: failure != 0,
+            })
+        } else {
+            error_reading(NvmlError::from(code))
+        }
+    }
+}
+
+/// Translates one NVML result into a reading: the one place NVML's error codes are judged.
+fn reading<T>(r: Result<T, NvmlError>) -> Reading<T> {
+    match r {
+        Ok(v) => Reading::Value(v),
+        Err(e) => error_reading(e),
+    }
+}
+
+fn error_reading<T>(e: NvmlError) -> Reading<T> {
+    match e {
+        NvmlError::NotSupported
+        | NvmlError::FunctionNotFound
+        | NvmlError::FailedToLoadSymbol(_) => Reading::Unsupported,
+        other => Reading::Unknown(format!("NVML: {other}")),
+    }
+}
+
+impl Telemetry for NvmlTelemetry {
+    fn source(&self) -> String {
+        match &self.driver_version {
+            Some(v) => format!("NVML (driver {v})"),
+            None => "NVML".to_owned(),
+        }
+    }
+
+    fn read(&self, address: &PciAddress) -> GpuTelemetry {
+        match self.nvml.device_by_pci_bus_id(address.to_string()) {
+            Ok(device) => self.read_device(&device),
+            Err(NvmlError::GpuLost) => {
+                let mut t = GpuTelemetry::unknown("NVML: the GPU has fallen off the bus");
+                t.gpu_lost = true;
+                t
+            }
+            Err(NvmlError::NotFound) => GpuTelemetry::unknown("NVML does not know this device"),
+            Err(e) => GpuTelemetry::unknown(&format!("NVML: {e}")),
+        }
+    }
+}

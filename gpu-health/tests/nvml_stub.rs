@@ -1,0 +1,196 @@
+//! The NVML adapter against a stand-in `libnvidia-ml.so.1` compiled from `data/nvml_stub.c`, so
+//! loading, symbol checks, every call and every error code run for real without a GPU.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpu_core::PciAddress;
+use gpu_health::{NvmlTelemetry, NvmlUnavailable, Reading, RowRemap, Telemetry};
+
+/// Builds the stub with extra `-D` flags into its own tempdir; `None` (and a SKIPPED line) when
+/// there is no C compiler.
+fn build_stub(defines: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
+    let compiler_works = Command::new("gcc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !compiler_works {
+        println!("SKIPPED: gcc is not available to build the NVML stub");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libnvidia-ml.so.1");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nvml_stub.c");
+    let out = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-Wall", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "gcc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((dir, lib))
+}
+
+fn addr(s: &str) -> PciAddress {
+    s.parse().unwrap()
+}
+
+#[test]
+fn a_healthy_gpu_reads_every_signal_through_nvml() {
+    let Some((_dir, lib)) = build_stub(&[]) else {
+        return;
+    };
+    let nvml = NvmlTelemetry::open(Some(&lib)).unwrap();
+    assert_eq!(nvml.driver_version(), Some("550.54.15"));
+    assert_eq!(nvml.source(), "NVML (driver 550.54.15)");
+    let t = nvml.read(&addr("0000:08:00.0"));
+    assert_eq!(t.ecc_uncorrected_volatile, Reading::Value(0));
+    assert_eq!(t.ecc_corrected_aggregate, Reading::Value(0));
+    assert_eq!(t.retired_pages_sbe, Reading::Value(0));
+    assert_eq!(t.pages_pending_retirement, Reading::Value(false));
+    assert_eq!(t.row_remap, Reading::Value(RowRemap::default()));
+    assert_eq!(t.temperature_c, Reading::Value(41));
+    assert_eq!(t.slowdown_c, Reading::Value(90));
+    assert_eq!(t.shutdown_c, Reading::Value(95));
+    assert_eq!(t.pcie_replay_counter, Reading::Value(0));
+    assert_eq!(t.memory_mib(), Some(16384));
+    assert!(!t.gpu_lost);
+}
+
+#[test]
+fn a_failing_gpu_reports_its_counts_and_the_raw_row_remap_call() {
+    let Some((_dir, lib)) = build_stub(&[]) else {
+        return;
+    };
+    let nvml = NvmlTelemetry::open(Some(&lib)).unwrap();
+    let t = nvml.read(&addr("0000:41:00.0"));
+    assert_eq!(t.ecc_uncorrected_volatile, Reading::Value(3));
+    assert_eq!(t.ecc_uncorrected_aggregate, Reading::Value(3));
+    assert_eq!(t.ecc_corrected_volatile, Reading::Value(5));
+    assert_eq!(t.ecc_corrected_aggregate, Reading::Value(7));
+    assert_eq!(t.retired_pages_sbe, Reading::Value(2));
+    assert_eq!(t.retired_pages_dbe, Reading::Value(1));
+    assert_eq!(t.pages_pending_retirement, Reading::Value(true));
+    assert_eq!(
+        t.row_remap,
+        Reading::Value(RowRemap {
+            corrected_rows: 1,
+            uncorrected_rows: 2,
+            pending: true,
+            failure: true,
+        })
+    );
+    assert_eq!(t.temperature_c, Reading::Value(96));
+    assert_eq!(t.pcie_replay_counter, Reading::Value(12));
+    assert_eq!(t.memory_mib(), Some(81920));
+}
+
+#[test]
+fn calls_the_gpu_does_not_support_read_as_unsupported() {
+    let Some((_dir, lib)) = build_stub(&[]) else {
+        return;
+    };
+    let nvml = NvmlTelemetry::open(Some(&lib)).unwrap();
+    let t = nvml.read(&addr("0000:42:00.0"));
+    assert_eq!(t, gpu_health::GpuTelemetry::unsupported());
+}
+
+#[test]
+fn a_device_nvml_does_not_know_reads_as_unknown() {
+    let Some((_dir, lib)) = build_stub(&[]) else {
+        return;
+    };
+    let nvml = NvmlTelemetry::open(Some(&lib)).unwrap();
+    let t = nvml.read(&addr("0000:99:00.0"));
+    assert_eq!(
+        t.temperature_c,
+        Reading::Unknown("NVML does not know this device".into())
+    );
+    assert_eq!(t.values_read(), 0);
+}
+
+#[test]
+fn a_gpu_that_fell_off_the_bus_is_marked_lost() {
+    let Some((_dir, lib)) = build_stub(&[]) else {
+        return;
+    };
+    let nvml = NvmlTelemetry::open(Some(&lib)).unwrap();
+    let t = nvml.read(&addr("0000:43:00.0"));
+    assert!(t.gpu_lost);
+    assert_eq!(t.values_read(), 0);
+}
+
+#[test]
+fn a_library_without_the_row_remap_symbol_reads_it_as_unsupported() {
+    let Some((_dir, lib)) = build_stub(&["STUB_NO_REMAP"]) else {
+        return;
+    };
+    let nvml = NvmlTelemetry::open(Some(&lib)).unwrap();
+    let t = nvml.read(&addr("0000:41:00.0"));
+    assert_eq!(t.row_remap, Reading::Unsupported);
+    assert_eq!(t.ecc_uncorrected_volatile, Reading::Value(3));
+}
+
+#[test]
+fn driver_not_loaded_is_its_own_outcome() {
+    let Some((_dir, lib)) = build_stub(&["STUB_DRIVER_NOT_LOADED"]) else {
+        return;
+    };
+    assert_eq!(
+        NvmlTelemetry::open(Some(&lib)).unwrap_err(),
+        NvmlUnavailable::DriverNotLoaded
+    );
+}
+
+#[test]
+fn no_permission_is_its_own_outcome() {
+    let Some((_dir, lib)) = build_stub(&["STUB_NO_PERMISSION"]) else {
+        return;
+    };
+    assert_eq!(
+        NvmlTelemetry::open(Some(&lib)).unwrap_err(),
+        NvmlUnavailable::NoPermission
+    );
+}
+
+#[test]
+fn a_missing_library_is_a_value_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("libnvidia-ml.so.1");
+    match NvmlTelemetry::open(Some(&missing)) {
+        Err(NvmlUnavailable::LibraryNotFound { library, message }) => {
+            assert_eq!(library, missing.display().to_string());
+            assert!(!message.is_empty());
+        }
+        other => panic!("expected LibraryNotFound, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_library_that_is_not_nvml_is_reported_as_not_found() {
+    let Some((dir, _lib)) = build_stub(&[]) else {
+        return;
+    };
+    // A shared object without nvmlInit_v2.
+    let other = dir.path().join("libother.so");
+    let src = dir.path().join("other.c");
+    std::fs::write(&src, "int not_nvml(void) { return 0; }\n").unwrap();
+    let ok = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&other)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert!(matches!(
+        NvmlTelemetry::open(Some(&other)),
+        Err(NvmlUnavailable::LibraryNotFound { .. })
+    ));
+}
