@@ -645,7 +645,9 @@ fn select<'a>(
         }
     }
     let mut out = Vec::new();
-    for gpu in &topology.gpus {
+    let mut gpus: Vec<&Gpu> = topology.gpus.iter().collect();
+    gpus.sort_by_key(|g| g.address);
+    for gpu in gpus {
         let index = indices.get(&gpu.address).copied();
         let view_label = || format!("{} ({})", gpu.name, gpu.address);
         if let Some((n, types)) = direct.remove(&gpu.address) {
