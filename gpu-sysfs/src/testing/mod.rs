@@ -2,5 +2,7 @@
 //! symlinks, laid out as the kernel lays out `/sys`.
 
 pub mod builder;
+pub mod fake_kernel;
 
 pub use builder::{MdevTypeSpec, PciSpec, TreeBuilder};
+pub use fake_kernel::{Entry, FakeKernel, FakePool, SriovManage, WriteRecord, snapshot};

@@ -1,0 +1,97 @@
+//! Actuation: making on the host what placement decided.
+//!
+//! Every operation is plain logic over a [`Host`], so it runs the same against the real `/sys`,
+//! a fake tree, or the fake kernel of the `testing` feature:
+//!
+//! - [`mdev`]: create an mdev instance of a type on a parent under a given (stable) UUID, and
+//!   remove it, refusing to remove one a VM holds open;
+//! - [`vendor`]: NVIDIA vendor-specific VFIO, where a VF takes one vGPU type through
+//!   `nvidia/current_vgpu_type`;
+//! - [`sriov`]: enable SR-IOV with NVIDIA's `sriov-manage`, bounded by a timeout and checked
+//!   afterwards, because the script can hang or exit 0 without doing anything;
+//! - [`bind`]: move a whole GPU with its companion functions to `vfio-pci` and back, checking the
+//!   `driver` link after `drivers_probe` (which reports success even when probing failed) and
+//!   undoing every step already made when a later one fails;
+//! - [`inuse`]: whether a device's VFIO node is open by a process;
+//! - [`handoff`]: the QEMU and libvirt snippets that hand a device to a VM.
+//!
+//! Errors are [`ActuateError`]s naming the path and the meaning of the kernel's errno.
+
+pub mod bind;
+pub mod error;
+pub mod handoff;
+pub mod inuse;
+pub mod mdev;
+pub mod sriov;
+pub mod vendor;
+
+use std::io;
+
+pub use bind::{FunctionChange, GpuBinding, bind_gpu, card_functions, release_gpu};
+pub use error::ActuateError;
+pub use handoff::Handoff;
+pub use inuse::{Holder, holder_of};
+pub use mdev::{
+    MdevCreate, MdevInstance, MdevRemoved, create_mdev, create_mdevs, list_instances, mdev_types,
+    remove_mdev, resolve_mdev_profile,
+};
+pub use sriov::{SRIOV_MANAGE, SriovEnabled, SriovOptions, enable_sriov};
+pub use vendor::{
+    VfCleared, VfTypeSet, clear_vf, creatable_types, current_type, is_vendor_vfio_vf,
+    resolve_vf_profile, set_vf_type,
+};
+
+use crate::host::Host;
+
+/// Result type of actuation.
+pub type Result<T, E = ActuateError> = std::result::Result<T, E>;
+
+/// `sys/bus/pci/devices/<addr>`.
+pub(crate) fn pci_dir(addr: &gpu_core::PciAddress) -> String {
+    format!("sys/bus/pci/devices/{addr}")
+}
+
+/// Writes `data` to `path`, translating a failure through [`ActuateError::from_write`].
+pub(crate) fn write(host: &dyn Host, path: &str, data: &[u8]) -> Result<()> {
+    host.write(path, data)
+        .map_err(|e| ActuateError::from_write(path, data, e))
+}
+
+/// Reads a trimmed attribute; `None` when it does not exist.
+pub(crate) fn read_opt(host: &dyn Host, path: &str) -> Result<Option<String>> {
+    match host.read_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ActuateError::read(path, e)),
+    }
+}
+
+/// Reads a trimmed attribute that must exist.
+pub(crate) fn read_req(host: &dyn Host, path: &str) -> Result<String> {
+    host.read_string(path)
+        .map_err(|e| ActuateError::read(path, e))
+}
+
+/// The last component of a symlink's target (`driver` → `vfio-pci`); `None` when there is no link.
+pub(crate) fn link_name(host: &dyn Host, path: &str) -> Option<String> {
+    let target = host.read_link(path).ok()?;
+    target.file_name().map(|n| n.to_string_lossy().into_owned())
+}
+
+/// The driver a PCI function is bound to, if any.
+pub(crate) fn pci_driver(host: &dyn Host, addr: &gpu_core::PciAddress) -> Option<String> {
+    link_name(host, &format!("{}/driver", pci_dir(addr)))
+}
+
+/// Fails with [`ActuateError::NotFound`] unless the PCI function exists.
+pub(crate) fn require_pci(host: &dyn Host, addr: &gpu_core::PciAddress) -> Result<String> {
+    let dir = pci_dir(addr);
+    if host.exists(&dir) {
+        Ok(dir)
+    } else {
+        Err(ActuateError::NotFound {
+            what: format!("PCI device {addr}"),
+            path: format!("/{dir}"),
+        })
+    }
+}

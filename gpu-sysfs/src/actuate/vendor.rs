@@ -1,0 +1,312 @@
+//! NVIDIA vendor-specific VFIO (vGPU 17+ on Ada, Hopper, Blackwell): a VF takes one vGPU type by
+//! a write of the type's decimal ID to `nvidia/current_vgpu_type`, and gives it back with `0`.
+//!
+//! `nvidia/creatable_vgpu_types` lists what can still be created on the whole GPU; it changes as
+//! other VFs take types, so it is read again right before each write. The VM gets the VF itself,
+//! and the same VF is reused by the next VM, so clearing or re-typing a VF that a process holds
+//! open is refused unless forced.
+
+use serde::{Deserialize, Serialize};
+
+use gpu_core::{PciAddress, VgpuTypeId, nvidia};
+
+use super::handoff::Handoff;
+use super::inuse::refuse_if_open;
+use super::{ActuateError, Result, pci_dir, read_opt, read_req, require_pci, write};
+use crate::host::Host;
+
+/// A VF's type after [`set_vf_type`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VfTypeSet {
+    /// The VF.
+    pub vf: PciAddress,
+    /// The type's decimal ID.
+    pub type_id: VgpuTypeId,
+    /// The type's name as the driver lists it, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub type_name: Option<String>,
+    /// The type the VF had before (`None` for none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<VgpuTypeId>,
+    /// True when this call changed the VF.
+    pub changed: bool,
+    /// How to hand the VF to a VM.
+    pub handoff: Handoff,
+}
+
+/// The outcome of [`clear_vf`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VfCleared {
+    /// The VF.
+    pub vf: PciAddress,
+    /// The type it had (`None` when it had none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<VgpuTypeId>,
+    /// True when this call cleared a type.
+    pub changed: bool,
+}
+
+fn current_path(vf: &PciAddress) -> String {
+    format!("{}/nvidia/current_vgpu_type", pci_dir(vf))
+}
+
+fn creatable_path(vf: &PciAddress) -> String {
+    format!("{}/nvidia/creatable_vgpu_types", pci_dir(vf))
+}
+
+/// True when `addr` is a VF with NVIDIA's vendor-VFIO files.
+pub fn is_vendor_vfio_vf(host: &dyn Host, addr: &PciAddress) -> bool {
+    host.exists(&current_path(addr))
+}
+
+fn require_vf(host: &dyn Host, vf: &PciAddress) -> Result<()> {
+    require_pci(host, vf)?;
+    if is_vendor_vfio_vf(host, vf) {
+        Ok(())
+    } else {
+        Err(ActuateError::Unsupported {
+            device: vf.to_string(),
+            why: "not an NVIDIA vendor-VFIO virtual function (no nvidia/current_vgpu_type); enable SR-IOV with `gpuslice sriov enable <PF>` and use a VF".to_owned(),
+        })
+    }
+}
+
+/// Parses `creatable_vgpu_types`: a header `ID    : vGPU Name`, then `1155  : NVIDIA L40S-24Q`.
+pub fn parse_creatable(text: &str) -> Vec<(u32, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (id, name) = l.split_once(':')?;
+            Some((id.trim().parse().ok()?, name.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// What the VF lists as creatable now.
+///
+/// # Errors
+/// [`ActuateError::Read`] when the file cannot be read.
+pub fn creatable_types(host: &dyn Host, vf: &PciAddress) -> Result<Vec<(u32, String)>> {
+    let path = creatable_path(vf);
+    let bytes = host.read(&path).map_err(|e| ActuateError::read(&path, e))?;
+    Ok(parse_creatable(&String::from_utf8_lossy(&bytes)))
+}
+
+/// The VF's current type ID (`0` = none).
+///
+/// # Errors
+/// [`ActuateError::Read`] when the file cannot be read or does not hold a number.
+pub fn current_type(host: &dyn Host, vf: &PciAddress) -> Result<u32> {
+    let path = current_path(vf);
+    let s = read_req(host, &path)?;
+    s.parse().map_err(|_| ActuateError::Read {
+        path: path.clone(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("expected a type number, found {s:?}"),
+        ),
+    })
+}
+
+/// Resolves a profile given as a type ID (`1155`) or name (`L40S-24Q`, `NVIDIA L40S-24Q`) against
+/// what the VF lists as creatable.
+///
+/// # Errors
+/// [`ActuateError::UnknownProfile`] listing what is creatable; read errors.
+pub fn resolve_vf_profile(host: &dyn Host, vf: &PciAddress, profile: &str) -> Result<u32> {
+    require_vf(host, vf)?;
+    let types = creatable_types(host, vf)?;
+    let p = profile.trim();
+    if let Ok(n) = p.parse::<u32>() {
+        return Ok(n);
+    }
+    types
+        .iter()
+        .find(|(_, name)| nvidia::names_match(name, p))
+        .map(|(id, _)| *id)
+        .ok_or_else(|| ActuateError::UnknownProfile {
+            parent: vf.to_string(),
+            profile: profile.to_owned(),
+            offered: list(&types),
+        })
+}
+
+fn list(types: &[(u32, String)]) -> String {
+    if types.is_empty() {
+        return "none".to_owned();
+    }
+    types
+        .iter()
+        .map(|(id, n)| format!("{id} ({n})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn type_id(n: u32) -> VgpuTypeId {
+    VgpuTypeId::from_str_unchecked(&n.to_string())
+}
+
+/// Gives `vf` the vGPU type `type_num`.
+///
+/// Idempotent when the VF already has this type. A VF with another type is re-typed (cleared,
+/// then set; restored when the new type does not take), which is refused while a process holds
+/// the VF open unless `force`.
+///
+/// # Errors
+/// - [`ActuateError::Unsupported`]: not a vendor-VFIO VF; [`ActuateError::NotFound`]: no such device;
+/// - [`ActuateError::InUse`]: re-typing a VF a process holds open;
+/// - [`ActuateError::NotCreatable`]: the type is not creatable on this GPU right now;
+/// - errors of the write (`EPERM`, `EIO`, `EINVAL`), [`ActuateError::NotApplied`] when the type did
+///   not read back; [`ActuateError::RollbackIncomplete`] when re-typing failed and the old type
+///   could not be restored.
+pub fn set_vf_type(
+    host: &dyn Host,
+    vf: &PciAddress,
+    type_num: u32,
+    force: bool,
+) -> Result<VfTypeSet> {
+    require_vf(host, vf)?;
+    if type_num == 0 {
+        return Err(ActuateError::Unsupported {
+            device: vf.to_string(),
+            why: "type 0 means no type; use remove to clear a VF".to_owned(),
+        });
+    }
+    let path = current_path(vf);
+    let current = current_type(host, vf)?;
+    let previous = (current != 0).then(|| type_id(current));
+    if current == type_num {
+        return Ok(VfTypeSet {
+            vf: *vf,
+            type_id: type_id(type_num),
+            type_name: name_of_current(host, vf),
+            previous,
+            changed: false,
+            handoff: Handoff::pci(vf),
+        });
+    }
+    if current != 0 {
+        refuse_if_open(host, &format!("VF {vf}"), &pci_dir(vf), force)?;
+        write(host, &path, b"0")?;
+    }
+    let restore = |e: ActuateError| -> ActuateError {
+        if current == 0 {
+            return e;
+        }
+        match write(host, &path, current.to_string().as_bytes()) {
+            Ok(()) => e,
+            Err(r) => ActuateError::RollbackIncomplete {
+                source: Box::new(e),
+                leftover: format!("VF {vf} lost its type {current} ({r})"),
+            },
+        }
+    };
+    // The list is GPU-wide and moves as other VFs take types: read it right before writing.
+    let creatable = match creatable_types(host, vf) {
+        Ok(c) => c,
+        Err(e) => return Err(restore(e)),
+    };
+    let Some((_, name)) = creatable.iter().find(|(id, _)| *id == type_num) else {
+        return Err(restore(ActuateError::NotCreatable {
+            vf: vf.to_string(),
+            type_id: type_num.to_string(),
+            creatable: list(&creatable),
+        }));
+    };
+    let name = name.clone();
+    if let Err(e) = write(host, &path, type_num.to_string().as_bytes()) {
+        return Err(restore(e));
+    }
+    let now = read_opt(host, &path)?.unwrap_or_default();
+    if now != type_num.to_string() {
+        return Err(ActuateError::NotApplied {
+            path: format!("/{path}"),
+            wrote: type_num.to_string(),
+            found: now,
+        });
+    }
+    Ok(VfTypeSet {
+        vf: *vf,
+        type_id: type_id(type_num),
+        type_name: Some(name),
+        previous,
+        changed: true,
+        handoff: Handoff::pci(vf),
+    })
+}
+
+fn name_of_current(host: &dyn Host, vf: &PciAddress) -> Option<String> {
+    // A VF with a type may no longer list it as creatable; its siblings on the GPU might.
+    let cur = current_type(host, vf).ok()?;
+    creatable_types(host, vf)
+        .ok()?
+        .into_iter()
+        .find(|(id, _)| *id == cur)
+        .map(|(_, n)| n)
+}
+
+/// Takes the vGPU type off `vf` (writes `0`), returning its share of the GPU.
+///
+/// Idempotent when the VF has no type. Refused while a process holds the VF open unless `force`.
+///
+/// # Errors
+/// [`ActuateError::Unsupported`], [`ActuateError::NotFound`], [`ActuateError::InUse`], errors of
+/// the write, [`ActuateError::NotApplied`] when the type is still set afterwards.
+pub fn clear_vf(host: &dyn Host, vf: &PciAddress, force: bool) -> Result<VfCleared> {
+    require_vf(host, vf)?;
+    let current = current_type(host, vf)?;
+    if current == 0 {
+        return Ok(VfCleared {
+            vf: *vf,
+            previous: None,
+            changed: false,
+        });
+    }
+    refuse_if_open(host, &format!("VF {vf}"), &pci_dir(vf), force)?;
+    let path = current_path(vf);
+    write(host, &path, b"0")?;
+    let now = current_type(host, vf)?;
+    if now != 0 {
+        return Err(ActuateError::NotApplied {
+            path: format!("/{path}"),
+            wrote: "0".to_owned(),
+            found: now.to_string(),
+        });
+    }
+    Ok(VfCleared {
+        vf: *vf,
+        previous: Some(type_id(current)),
+        changed: true,
+    })
+}
+
+/// The VFs of `pf` (from its `virtfnN` links, in VF order).
+pub fn vfs_of(host: &dyn Host, pf: &PciAddress) -> Vec<PciAddress> {
+    let dir = pci_dir(pf);
+    let mut v: Vec<(u32, PciAddress)> = host
+        .list(&dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| {
+            let n: u32 = e.strip_prefix("virtfn")?.parse().ok()?;
+            let a: PciAddress = super::link_name(host, &format!("{dir}/{e}"))?
+                .parse()
+                .ok()?;
+            Some((n, a))
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, a)| a).collect()
+}
+
+/// The first VF of `pf` without a type on which `type_num` is creatable and that no process
+/// holds open.
+pub fn free_vf_for(host: &dyn Host, pf: &PciAddress, type_num: u32) -> Option<PciAddress> {
+    vfs_of(host, pf).into_iter().find(|vf| {
+        is_vendor_vfio_vf(host, vf)
+            && current_type(host, vf).ok() == Some(0)
+            && creatable_types(host, vf).is_ok_and(|c| c.iter().any(|(id, _)| *id == type_num))
+            && super::holder_of(host, &pci_dir(vf)).is_none()
+    })
+}

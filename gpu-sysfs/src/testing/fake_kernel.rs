@@ -1,0 +1,1422 @@
+//! A fake kernel: a [`Host`] over a [`TreeBuilder`] tree whose special files react to writes as
+//! Linux 6.x and NVIDIA's drivers do (`../shared/lab-reference/FACTS.md` records the real runs).
+//!
+//! Reads go to the tree as it is. Writes to these files act:
+//! - mdev `mdev_supported_types/<type>/create`: a malformed UUID gives `EINVAL`, a UUID already
+//!   used on any parent (either case) `EEXIST`, an exhausted pool `ENOSPC` (`mdpy`: `EUSERS`);
+//!   success makes the instance (directory, `mdev_type`, bus and type links, its own IOMMU group and
+//!   VFIO cdev) and lowers `available_instances` of every type sharing the pool;
+//! - mdev `<uuid>/remove`: `1` removes and gives the capacity back, `0` does nothing;
+//! - `nvidia/current_vgpu_type` of a vendor-VFIO VF: a type on a VF that has one gives `EPERM`, a
+//!   type that does not fit the GPU `EIO`; success shrinks `creatable_vgpu_types` of every VF of
+//!   the GPU; `0` clears;
+//! - PCI `driver_override` (an empty write does nothing, `"\n"` clears to `(null)`),
+//!   `drivers/<drv>/unbind`, `drivers/<drv>/bind` (`ENODEV` when the driver does not take the
+//!   device, `EBUSY` when it is bound), `drivers_probe` (success even when no driver took it: the
+//!   *silent probe failure*), `sriov_numvfs`;
+//! - and [`Host::run`] of `/usr/lib/nvidia/sriov-manage -e <bdf>` (directly or through `chroot`)
+//!   creates the VFs.
+//!
+//! Pools are declared with [`FakePool`]; presets build whole hosts ([`FakeKernel::sample_mdev_drivers`],
+//! [`FakeKernel::a2_mdev_host`], [`FakeKernel::l40s_vendor_vfio_host`], [`FakeKernel::passthrough_host`]).
+//! Faults are injected by name: [`FakeKernel::failing_at`], [`FakeKernel::hanging`],
+//! [`FakeKernel::with_open_device`], [`FakeKernel::with_silent_probe_failure`],
+//! [`FakeKernel::with_sriov_manage`]. Every write is logged ([`FakeKernel::writes`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use gpu_core::nvidia::{TypeDescription, VgpuTypeName};
+use gpu_core::{MdevUuid, PciAddress};
+
+use super::builder::{MdevTypeSpec, PciSpec, Tree, TreeBuilder};
+use crate::actuate::error::errno;
+use crate::host::{CommandOutput, Host, RealHost};
+
+/// Where NVIDIA installs `sriov-manage`.
+const SRIOV_MANAGE: &str = "/usr/lib/nvidia/sriov-manage";
+
+/// A pool of capacity shared by types, and how it is counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FakePool {
+    /// The kernel's sample drivers: each type costs some units of one parent's total
+    /// (`mbochs`: 256 MB with 4/16/64 MB types; `mtty`: 24 ports; `mdpy`: 4 instances).
+    Units {
+        /// Parent name under `sys/class/mdev_bus`.
+        parent: String,
+        /// Units in the pool.
+        total: u32,
+        /// `(type directory, units per instance)`.
+        costs: Vec<(String, u32)>,
+        /// Errno when full (`ENOSPC`; `mdpy` gives `EUSERS`).
+        full_errno: i32,
+    },
+    /// NVIDIA mdev on one physical GPU: the card's framebuffer is `max_instance × framebuffer`
+    /// from the types' `description`; all instances on the card have one size; each parent holds
+    /// at most `per_parent` instances (1 for SR-IOV VFs).
+    NvidiaMdev {
+        /// Parent names under `sys/class/mdev_bus` (the VFs, or the PF on pre-Ampere cards).
+        parents: Vec<String>,
+        /// Instances per parent (1 on VFs).
+        per_parent: Option<u32>,
+    },
+    /// NVIDIA vendor-specific VFIO on one physical GPU.
+    VendorVfio {
+        /// The physical function.
+        pf: PciAddress,
+        /// The card's framebuffer in MiB.
+        framebuffer_mib: u64,
+        /// `(type ID, name)`; sizes come from the names (`NVIDIA L40S-24Q` = 24 GiB).
+        types: Vec<(u32, String)>,
+    },
+}
+
+/// What the emulated `sriov-manage` does.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SriovManage {
+    /// Enables all VFs and exits 0.
+    #[default]
+    Works,
+    /// Exits 0 without enabling anything (as the real script can).
+    ExitsZeroWithoutEnabling,
+    /// Exits 1 printing this on stderr.
+    Fails(String),
+    /// Never finishes (the caller's timeout kills it).
+    Hangs,
+}
+
+/// One write the fake kernel received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRecord {
+    /// Root-relative path as written.
+    pub path: String,
+    /// The data, lossily as text.
+    pub data: String,
+    /// The errno it failed with, if it failed.
+    pub errno: Option<i32>,
+}
+
+/// One entry of a [`snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A directory.
+    Dir,
+    /// A file and its content.
+    File(Vec<u8>),
+    /// A symlink and its target as written.
+    Link(PathBuf),
+}
+
+/// Every directory, file and link under `root`, by root-relative path: two snapshots are equal
+/// exactly when the trees are.
+///
+/// # Errors
+/// The I/O error of walking the tree.
+pub fn snapshot(root: &Path) -> io::Result<BTreeMap<String, Entry>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Entry>) -> io::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let p = e.path();
+            let rel = p
+                .strip_prefix(root)
+                .map_err(io::Error::other)?
+                .to_string_lossy()
+                .into_owned();
+            let ft = e.file_type()?;
+            if ft.is_symlink() {
+                out.insert(rel, Entry::Link(std::fs::read_link(&p)?));
+            } else if ft.is_dir() {
+                out.insert(rel, Entry::Dir);
+                walk(root, &p, out)?;
+            } else {
+                out.insert(rel, Entry::File(std::fs::read(&p)?));
+            }
+        }
+        Ok(())
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out)?;
+    Ok(out)
+}
+
+#[derive(Debug, Default)]
+struct State {
+    writes: Vec<WriteRecord>,
+    fail_at: Option<(usize, i32)>,
+    hanging: BTreeSet<String>,
+    sriov_manage: SriovManage,
+    silent_probe: BTreeSet<PciAddress>,
+    host_drivers: BTreeMap<PciAddress, String>,
+    runs: Vec<(String, Vec<String>)>,
+    next_pid: u32,
+    next_cdev: u32,
+    broken: Option<String>,
+}
+
+/// The fake kernel. See the module documentation.
+#[derive(Debug)]
+pub struct FakeKernel {
+    _tree: Tree,
+    root: PathBuf,
+    fs: RealHost,
+    pools: Vec<FakePool>,
+    state: Mutex<State>,
+}
+
+fn err(code: i32) -> io::Error {
+    io::Error::from_raw_os_error(code)
+}
+
+/// `"../"` repeated so that a link inside directory `dir` (root-relative) reaches `sys/`.
+fn up_to_sys(dir: &str) -> String {
+    "../".repeat(dir.split('/').count().saturating_sub(1))
+}
+
+fn strip_sys(p: &str) -> &str {
+    p.strip_prefix("sys/").unwrap_or(p)
+}
+
+/// Splits a write's data the way sysfs attributes read it: one trailing newline dropped.
+fn value(data: &[u8]) -> String {
+    let s = String::from_utf8_lossy(data);
+    s.strip_suffix('\n').unwrap_or(&s).to_owned()
+}
+
+impl FakeKernel {
+    /// A fake kernel over a finished tree. Drivers bound at this point are remembered as the
+    /// devices' host drivers (what `drivers_probe` binds when no override is set).
+    ///
+    /// # Errors
+    /// The I/O error of opening the tree.
+    pub fn new(tree: Tree) -> io::Result<Self> {
+        let root = tree.root().to_path_buf();
+        let fs = RealHost::new(&root)?;
+        let mut state = State {
+            next_pid: 4242,
+            ..State::default()
+        };
+        for d in fs.list("sys/bus/pci/devices").unwrap_or_default() {
+            let Ok(a) = d.parse::<PciAddress>() else {
+                continue;
+            };
+            if let Some(drv) = link_last(&fs, &format!("sys/bus/pci/devices/{d}/driver")) {
+                if drv != "vfio-pci" {
+                    state.host_drivers.insert(a, drv);
+                }
+            }
+        }
+        Ok(FakeKernel {
+            _tree: tree,
+            root,
+            fs,
+            pools: Vec::new(),
+            state: Mutex::new(state),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Declares a pool and brings the counts it governs in line with the instances present.
+    pub fn with_pool(mut self, pool: FakePool) -> Self {
+        self.pools.push(pool);
+        if let Err(e) = self.recompute() {
+            self.lock().broken = Some(format!("fake kernel: recomputing pools failed: {e}"));
+        }
+        self
+    }
+
+    /// Fails the `k`-th write (counting from 1, over the kernel's life) with `errno`, leaving the
+    /// tree unchanged by it.
+    pub fn failing_at(self, k: usize, errno: i32) -> Self {
+        self.lock().fail_at = Some((k, errno));
+        self
+    }
+
+    /// Makes `program` hang when run (reported as killed at the caller's timeout).
+    pub fn hanging(self, program: &str) -> Self {
+        self.lock().hanging.insert(program.to_owned());
+        self
+    }
+
+    /// Sets what `sriov-manage` does.
+    pub fn with_sriov_manage(self, behaviour: SriovManage) -> Self {
+        self.lock().sriov_manage = behaviour;
+        self
+    }
+
+    /// Makes probes that would bind `bdf` to `vfio-pci` fail silently: `drivers_probe` succeeds
+    /// and the device stays unbound.
+    pub fn with_silent_probe_failure(self, bdf: &str) -> Self {
+        match bdf.parse::<PciAddress>() {
+            Ok(a) => {
+                self.lock().silent_probe.insert(a);
+            }
+            Err(e) => self.lock().broken = Some(format!("fake kernel: {e}")),
+        }
+        self
+    }
+
+    /// Sets the driver `drivers_probe` binds `bdf` to when it has no override.
+    pub fn with_host_driver(self, bdf: &str, driver: &str) -> Self {
+        match bdf.parse::<PciAddress>() {
+            Ok(a) => {
+                self.lock().host_drivers.insert(a, driver.to_owned());
+            }
+            Err(e) => self.lock().broken = Some(format!("fake kernel: {e}")),
+        }
+        self
+    }
+
+    /// Simulates a VM holding a device open: a process whose `fd/` has a link to the device's
+    /// VFIO node. `path` is a node (`/dev/vfio/7`) or a device (`sys/bus/pci/devices/<bdf>`,
+    /// `sys/bus/mdev/devices/<uuid>`), whose IOMMU group node is used.
+    pub fn with_open_device(self, path: &str) -> Self {
+        if let Err(e) = self.open_device(path) {
+            self.lock().broken = Some(format!("fake kernel: {e}"));
+        }
+        self
+    }
+
+    /// Like [`FakeKernel::with_open_device`] on a running fake; returns the holder's pid.
+    ///
+    /// # Errors
+    /// `NotFound` when the device has no VFIO node; I/O errors.
+    pub fn open_device(&self, path: &str) -> io::Result<u32> {
+        let node = if path.trim_start_matches('/').starts_with("dev/vfio/") {
+            format!("/{}", path.trim_start_matches('/'))
+        } else {
+            let g = link_last(&self.fs, &format!("{path}/iommu_group")).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{path} has no IOMMU group"),
+                )
+            })?;
+            format!("/dev/vfio/{g}")
+        };
+        let pid = {
+            let mut st = self.lock();
+            st.next_pid += 1;
+            st.next_pid
+        };
+        let node_file = self.root.join(node.trim_start_matches('/'));
+        if let Some(p) = node_file.parent() {
+            std::fs::create_dir_all(p)?;
+        }
+        if !node_file.exists() {
+            std::fs::write(&node_file, "")?;
+        }
+        let pdir = self.root.join(format!("proc/{pid}"));
+        std::fs::create_dir_all(pdir.join("fd"))?;
+        std::fs::write(pdir.join("comm"), "qemu-system-x86\n")?;
+        std::os::unix::fs::symlink("/dev/null", pdir.join("fd/0"))?;
+        std::os::unix::fs::symlink(&node, pdir.join("fd/23"))?;
+        Ok(pid)
+    }
+
+    /// Ends a process made by [`FakeKernel::open_device`].
+    ///
+    /// # Errors
+    /// The I/O error of removing its directory.
+    pub fn close_device(&self, pid: u32) -> io::Result<()> {
+        std::fs::remove_dir_all(self.root.join(format!("proc/{pid}")))
+    }
+
+    /// Every write so far, in order.
+    pub fn writes(&self) -> Vec<WriteRecord> {
+        self.lock().writes.clone()
+    }
+
+    /// Every program run so far, with its arguments.
+    pub fn runs(&self) -> Vec<(String, Vec<String>)> {
+        self.lock().runs.clone()
+    }
+
+    /// The root of the tree.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A [`snapshot`] of the whole tree.
+    ///
+    /// # Errors
+    /// The I/O error of walking the tree.
+    pub fn snapshot(&self) -> io::Result<BTreeMap<String, Entry>> {
+        snapshot(&self.root)
+    }
+
+    // ----- presets ---------------------------------------------------------------------------
+
+    /// The kernel's sample mdev drivers as observed on Linux 6.1: `mbochs` (256 MB pool,
+    /// `mbochs-small`/`-medium`/`-large` = 4/16/64 MB), `mtty` (24 ports, `mtty-1`/`mtty-2`, no
+    /// `description`) and `mdpy` (4 instances, `EUSERS` when full).
+    ///
+    /// # Errors
+    /// The I/O error of building the tree.
+    pub fn sample_mdev_drivers() -> io::Result<Self> {
+        let mut b = TreeBuilder::new();
+        add_sample_mdev_drivers(&mut b);
+        let k = FakeKernel::new(b.finish()?)?;
+        Ok(k.with_sample_pools())
+    }
+
+    /// Declares the pools of the sample drivers added by [`add_sample_mdev_drivers`].
+    pub fn with_sample_pools(self) -> Self {
+        self.with_pool(FakePool::Units {
+            parent: "mbochs".to_owned(),
+            total: 256,
+            costs: vec![
+                ("mbochs-small".to_owned(), 4),
+                ("mbochs-medium".to_owned(), 16),
+                ("mbochs-large".to_owned(), 64),
+            ],
+            full_errno: errno::ENOSPC,
+        })
+        .with_pool(FakePool::Units {
+            parent: "mtty".to_owned(),
+            total: 24,
+            costs: vec![("mtty-1".to_owned(), 1), ("mtty-2".to_owned(), 2)],
+            full_errno: errno::ENOSPC,
+        })
+        .with_pool(FakePool::Units {
+            parent: "mdpy".to_owned(),
+            total: 4,
+            costs: vec![
+                ("mdpy-vga".to_owned(), 1),
+                ("mdpy-xga".to_owned(), 1),
+                ("mdpy-hd".to_owned(), 1),
+            ],
+            full_errno: errno::EUSERS,
+        })
+    }
+
+    /// An NVIDIA A2 (16 GB) at `0000:08:00.0` in the mdev framework: 16 VFs `0000:08:00.4` …
+    /// `0000:08:02.3`, each an mdev parent of types `nvidia-742` (A2-1Q), `nvidia-744` (A2-2Q),
+    /// `nvidia-746` (A2-4Q), `nvidia-754` (A2-4C), `nvidia-748` (A2-8Q), `nvidia-750` (A2-16Q).
+    ///
+    /// # Errors
+    /// The I/O error of building the tree.
+    pub fn a2_mdev_host() -> io::Result<Self> {
+        let mut b = TreeBuilder::new();
+        let parents = add_a2_mdev_gpu(&mut b);
+        let k = FakeKernel::new(b.finish()?)?;
+        Ok(k.with_pool(FakePool::NvidiaMdev {
+            parents,
+            per_parent: Some(1),
+        }))
+    }
+
+    /// An NVIDIA L40S (48 GB) at `0000:26:00.0` in the vendor-specific VFIO framework, with
+    /// `numvfs` VFs enabled (0: SR-IOV still off, `sriov_totalvfs` 32).
+    ///
+    /// # Errors
+    /// The I/O error of building the tree.
+    pub fn l40s_vendor_vfio_host(numvfs: u32) -> io::Result<Self> {
+        let mut b = TreeBuilder::new();
+        let pf = "0000:26:00.0";
+        b.pci(
+            pf,
+            PciSpec::new(0x10de, 0x26b9, 0x030200)
+                .driver("nvidia")
+                .group(30)
+                .numa(0),
+        );
+        b.attr(pf, "sriov_totalvfs", "32\n")
+            .attr(pf, "sriov_numvfs", "0\n")
+            .attr(pf, "sriov_offset", "4\n")
+            .attr(pf, "sriov_stride", "1\n");
+        let k = FakeKernel::new(b.finish()?)?;
+        let pool = FakePool::VendorVfio {
+            pf: pf.parse().map_err(io::Error::other)?,
+            framebuffer_mib: 48 * 1024,
+            types: L40S_TYPES
+                .iter()
+                .map(|(id, n)| (*id, (*n).to_owned()))
+                .collect(),
+        };
+        let k = k.with_pool(pool);
+        if numvfs > 0 {
+            let a: PciAddress = pf.parse().map_err(io::Error::other)?;
+            k.set_numvfs(&a, numvfs)?;
+        }
+        Ok(k)
+    }
+
+    /// A host for whole-GPU passthrough:
+    /// - `0000:01:00.0` NVIDIA GPU (`nvidia`) and `0000:01:00.1` its HD audio (`snd_hda_intel`),
+    ///   IOMMU group 1 with the root port `0000:00:01.0` (`pcieport`, a bridge: tolerated);
+    /// - `0000:02:00.0` NVIDIA GPU sharing IOMMU group 2 with an Intel NIC `0000:03:00.0` (`e1000e`);
+    /// - `0000:04:00.0` NVIDIA GPU without an IOMMU group;
+    /// - `0000:05:00.0` AMD GPU (`amdgpu`) alone in group 5, with audio `0000:05:00.1`.
+    ///
+    /// # Errors
+    /// The I/O error of building the tree.
+    pub fn passthrough_host() -> io::Result<Self> {
+        let mut b = TreeBuilder::new();
+        add_passthrough_devices(&mut b);
+        FakeKernel::new(b.finish()?)
+    }
+
+    // ----- pools -----------------------------------------------------------------------------
+
+    fn class_parent_dir(&self, name: &str) -> Option<String> {
+        self.fs
+            .canonicalize(&format!("sys/class/mdev_bus/{name}"))
+            .ok()
+    }
+
+    /// `(uuid, type)` of the instances under a parent directory.
+    fn instances_in(&self, parent_dir: &str) -> Vec<(String, String)> {
+        self.fs
+            .list(parent_dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.parse::<MdevUuid>().is_ok())
+            .filter_map(|e| {
+                let t = link_last(&self.fs, &format!("{parent_dir}/{e}/mdev_type"))?;
+                Some((e, t))
+            })
+            .collect()
+    }
+
+    fn write_file(&self, rel: &str, content: &str) -> io::Result<()> {
+        let p = self.root.join(rel);
+        // Keep files byte-identical when unchanged (snapshots compare bytes).
+        if std::fs::read(&p).ok().as_deref() == Some(content.as_bytes()) {
+            return Ok(());
+        }
+        std::fs::write(p, content)
+    }
+
+    fn type_dirs(&self, parent_dir: &str) -> Vec<String> {
+        self.fs
+            .list(&format!("{parent_dir}/mdev_supported_types"))
+            .unwrap_or_default()
+    }
+
+    /// Brings every pool's counts in line with the instances present.
+    fn recompute(&self) -> io::Result<()> {
+        for pool in &self.pools {
+            match pool {
+                FakePool::Units {
+                    parent,
+                    total,
+                    costs,
+                    ..
+                } => {
+                    let Some(pd) = self.class_parent_dir(parent) else {
+                        continue;
+                    };
+                    let cost = |t: &str| costs.iter().find(|(n, _)| n == t).map(|(_, c)| *c);
+                    let used: u32 = self
+                        .instances_in(&pd)
+                        .iter()
+                        .filter_map(|(_, t)| cost(t))
+                        .sum();
+                    let free = total.saturating_sub(used);
+                    for (t, c) in costs {
+                        let f = format!("{pd}/mdev_supported_types/{t}/available_instances");
+                        if self.fs.exists(&f) {
+                            self.write_file(&f, &format!("{}\n", free / (*c).max(1)))?;
+                        }
+                    }
+                }
+                FakePool::NvidiaMdev {
+                    parents,
+                    per_parent,
+                } => self.recompute_nvidia_mdev(parents, *per_parent)?,
+                FakePool::VendorVfio {
+                    pf,
+                    framebuffer_mib,
+                    types,
+                } => self.recompute_vendor_vfio(pf, *framebuffer_mib, types)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `(framebuffer MiB, max_instance)` of an NVIDIA type directory, from its description.
+    fn nvidia_type_size(&self, tdir: &str) -> Option<(u64, u32)> {
+        let d = self.fs.read_string(&format!("{tdir}/description")).ok()?;
+        let d = TypeDescription::parse(&d).ok()?;
+        Some((d.framebuffer_mib?, d.max_instance.unwrap_or(1)))
+    }
+
+    fn recompute_nvidia_mdev(&self, parents: &[String], per_parent: Option<u32>) -> io::Result<()> {
+        let dirs: Vec<String> = parents
+            .iter()
+            .filter_map(|p| self.class_parent_dir(p))
+            .collect();
+        let mut total: u64 = 0;
+        let mut used: u64 = 0;
+        let mut size: Option<u64> = None;
+        for pd in &dirs {
+            for t in self.type_dirs(pd) {
+                if let Some((fb, max)) =
+                    self.nvidia_type_size(&format!("{pd}/mdev_supported_types/{t}"))
+                {
+                    total = total.max(fb * u64::from(max));
+                }
+            }
+            for (_, t) in self.instances_in(pd) {
+                if let Some((fb, _)) =
+                    self.nvidia_type_size(&format!("{pd}/mdev_supported_types/{t}"))
+                {
+                    used += fb;
+                    size = Some(fb);
+                }
+            }
+        }
+        for pd in &dirs {
+            let here = self.instances_in(pd).len() as u64;
+            for t in self.type_dirs(pd) {
+                let tdir = format!("{pd}/mdev_supported_types/{t}");
+                let Some((fb, _)) = self.nvidia_type_size(&tdir) else {
+                    continue;
+                };
+                let mut n = if size.is_some_and(|s| s != fb) {
+                    0
+                } else {
+                    total.saturating_sub(used) / fb.max(1)
+                };
+                if let Some(pp) = per_parent {
+                    n = n.min(u64::from(pp).saturating_sub(here));
+                }
+                self.write_file(&format!("{tdir}/available_instances"), &format!("{n}\n"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn vfs_of(&self, pf: &PciAddress) -> Vec<PciAddress> {
+        let dir = format!("sys/bus/pci/devices/{pf}");
+        let mut v: Vec<(u32, PciAddress)> = self
+            .fs
+            .list(&dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| {
+                let n: u32 = e.strip_prefix("virtfn")?.parse().ok()?;
+                Some((n, link_last(&self.fs, &format!("{dir}/{e}"))?.parse().ok()?))
+            })
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, a)| a).collect()
+    }
+
+    fn vf_type(&self, vf: &PciAddress) -> u32 {
+        self.fs
+            .read_string(&format!(
+                "sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"
+            ))
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The types that fit on the GPU of a vendor-VFIO pool now.
+    fn vendor_creatable(
+        &self,
+        pf: &PciAddress,
+        total: u64,
+        types: &[(u32, String)],
+    ) -> Vec<(u32, String)> {
+        let size_of = |id: u32| {
+            types
+                .iter()
+                .find(|(t, _)| *t == id)
+                .and_then(|(_, n)| VgpuTypeName::parse(n).ok())
+                .map(|n| n.framebuffer_mib())
+        };
+        let mut used = 0u64;
+        let mut size = None;
+        for vf in self.vfs_of(pf) {
+            let t = self.vf_type(&vf);
+            if t != 0 {
+                if let Some(s) = size_of(t) {
+                    used += s;
+                    size = Some(s);
+                }
+            }
+        }
+        types
+            .iter()
+            .filter(|(id, _)| {
+                size_of(*id).is_some_and(|s| used + s <= total && size.is_none_or(|cur| cur == s))
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn recompute_vendor_vfio(
+        &self,
+        pf: &PciAddress,
+        total: u64,
+        types: &[(u32, String)],
+    ) -> io::Result<()> {
+        let creatable = self.vendor_creatable(pf, total, types);
+        for vf in self.vfs_of(pf) {
+            let f = format!("sys/bus/pci/devices/{vf}/nvidia/creatable_vgpu_types");
+            if !self.fs.exists(&f) {
+                continue;
+            }
+            let mut text = String::from("ID    : vGPU Name\n");
+            if self.vf_type(&vf) == 0 {
+                for (id, name) in &creatable {
+                    text.push_str(&format!("{id:<6}: {name}\n"));
+                }
+            }
+            self.write_file(&f, &text)?;
+        }
+        Ok(())
+    }
+
+    // ----- reactions to writes ---------------------------------------------------------------
+
+    fn react(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        if !self.fs.exists(path) {
+            return Err(err(errno::ENOENT));
+        }
+        let canon = self.fs.canonicalize(path)?;
+        let (dir, file) = canon.rsplit_once('/').unwrap_or(("", canon.as_str()));
+        let dir_name = dir.rsplit('/').next().unwrap_or("");
+        let under_types = dir.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        match file {
+            "create" if under_types.ends_with("/mdev_supported_types") => self.mdev_create(
+                under_types.trim_end_matches("/mdev_supported_types"),
+                dir_name,
+                data,
+            ),
+            "remove" if dir_name.parse::<MdevUuid>().is_ok() => self.mdev_remove(dir, data),
+            "current_vgpu_type" if dir.ends_with("/nvidia") => {
+                let vf_dir = dir.trim_end_matches("/nvidia");
+                let vf = vf_dir.rsplit('/').next().unwrap_or("");
+                self.set_vgpu_type(vf.parse().map_err(|_| err(errno::EINVAL))?, data)
+            }
+            "driver_override" if dir_name.parse::<PciAddress>().is_ok() => {
+                if data.is_empty() {
+                    return Ok(());
+                }
+                let v = value(data);
+                let content = if v.is_empty() {
+                    "(null)\n".to_owned()
+                } else {
+                    format!("{v}\n")
+                };
+                self.write_file(&canon, &content)
+            }
+            "drivers_probe" if dir == "sys/bus/pci" => self.probe(&value(data)),
+            "unbind" if under_types == "sys/bus/pci/drivers" => self.unbind(dir_name, &value(data)),
+            "bind" if under_types == "sys/bus/pci/drivers" => {
+                self.bind_store(dir_name, &value(data))
+            }
+            "sriov_numvfs" if dir_name.parse::<PciAddress>().is_ok() => {
+                let n: u32 = value(data).trim().parse().map_err(|_| err(errno::EINVAL))?;
+                let a: PciAddress = dir_name.parse().map_err(|_| err(errno::EINVAL))?;
+                self.numvfs_store(&a, n)
+            }
+            _ => self.fs.write(path, data),
+        }
+    }
+
+    fn pool_errno(&self, parent_dir: &str) -> i32 {
+        for p in &self.pools {
+            if let FakePool::Units {
+                parent, full_errno, ..
+            } = p
+            {
+                if self.class_parent_dir(parent).as_deref() == Some(parent_dir) {
+                    return *full_errno;
+                }
+            }
+        }
+        errno::ENOSPC
+    }
+
+    fn in_pool(&self, parent_dir: &str) -> bool {
+        self.pools.iter().any(|p| match p {
+            FakePool::Units { parent, .. } => {
+                self.class_parent_dir(parent).as_deref() == Some(parent_dir)
+            }
+            FakePool::NvidiaMdev { parents, .. } => parents
+                .iter()
+                .any(|p| self.class_parent_dir(p).as_deref() == Some(parent_dir)),
+            FakePool::VendorVfio { .. } => false,
+        })
+    }
+
+    fn next_group(&self) -> u32 {
+        self.fs
+            .list("sys/kernel/iommu_groups")
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|g| g.parse::<u32>().ok())
+            .max()
+            .map_or(0, |m| m + 1)
+    }
+
+    fn link(&self, rel: &str, target: &str) -> io::Result<()> {
+        let p = self.root.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::os::unix::fs::symlink(target, p)
+    }
+
+    fn mdev_create(&self, parent_dir: &str, type_id: &str, data: &[u8]) -> io::Result<()> {
+        let text = String::from_utf8_lossy(data);
+        let raw = text.strip_suffix('\n').unwrap_or(&text);
+        if raw.len() != 36 {
+            return Err(err(errno::EINVAL));
+        }
+        let uuid: MdevUuid = raw.parse().map_err(|_| err(errno::EINVAL))?;
+        if self.fs.exists(&format!("sys/bus/mdev/devices/{uuid}")) {
+            return Err(err(errno::EEXIST));
+        }
+        let tdir = format!("{parent_dir}/mdev_supported_types/{type_id}");
+        let avail_path = format!("{tdir}/available_instances");
+        let avail: u32 = self
+            .fs
+            .read_string(&avail_path)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        if avail == 0 {
+            return Err(err(self.pool_errno(parent_dir)));
+        }
+        let idir = format!("{parent_dir}/{uuid}");
+        std::fs::create_dir_all(self.root.join(&idir))?;
+        self.link(
+            &format!("{idir}/mdev_type"),
+            &format!("../mdev_supported_types/{type_id}"),
+        )?;
+        std::fs::write(self.root.join(format!("{idir}/remove")), "")?;
+        self.link(
+            &format!("sys/bus/mdev/devices/{uuid}"),
+            &format!("../../../{}", strip_sys(&idir)),
+        )?;
+        self.link(
+            &format!("{tdir}/devices/{uuid}"),
+            &format!("../../../{uuid}"),
+        )?;
+        let g = self.next_group();
+        self.link(
+            &format!("{idir}/iommu_group"),
+            &format!("{}kernel/iommu_groups/{g}", up_to_sys(&idir)),
+        )?;
+        self.link(
+            &format!("sys/kernel/iommu_groups/{g}/devices/{uuid}"),
+            &format!("../../../../{}", strip_sys(&idir)),
+        )?;
+        let cdev = {
+            let mut st = self.lock();
+            st.next_cdev += 1;
+            st.next_cdev - 1
+        };
+        std::fs::create_dir_all(self.root.join(format!("{idir}/vfio-dev/vfio{cdev}")))?;
+        if self.in_pool(parent_dir) {
+            self.recompute()
+        } else {
+            self.write_file(&avail_path, &format!("{}\n", avail - 1))
+        }
+    }
+
+    fn mdev_remove(&self, idir: &str, data: &[u8]) -> io::Result<()> {
+        match value(data).trim() {
+            "0" | "n" | "N" | "off" => return Ok(()),
+            "1" | "y" | "Y" | "on" => {}
+            _ => return Err(err(errno::EINVAL)),
+        }
+        let (parent_dir, uuid) = idir.rsplit_once('/').ok_or_else(|| err(errno::EINVAL))?;
+        let type_id = link_last(&self.fs, &format!("{idir}/mdev_type"));
+        if let Some(g) = link_last(&self.fs, &format!("{idir}/iommu_group")) {
+            let _ = std::fs::remove_dir_all(self.root.join(format!("sys/kernel/iommu_groups/{g}")));
+        }
+        if let Some(t) = &type_id {
+            let _ = std::fs::remove_file(self.root.join(format!(
+                "{parent_dir}/mdev_supported_types/{t}/devices/{uuid}"
+            )));
+        }
+        std::fs::remove_file(self.root.join(format!("sys/bus/mdev/devices/{uuid}")))?;
+        std::fs::remove_dir_all(self.root.join(idir))?;
+        if self.in_pool(parent_dir) {
+            self.recompute()
+        } else if let Some(t) = type_id {
+            let f = format!("{parent_dir}/mdev_supported_types/{t}/available_instances");
+            let n: u32 = self
+                .fs
+                .read_string(&f)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            self.write_file(&f, &format!("{}\n", n + 1))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn set_vgpu_type(&self, vf: PciAddress, data: &[u8]) -> io::Result<()> {
+        let n: u32 = value(data).trim().parse().map_err(|_| err(errno::EINVAL))?;
+        let path = format!("sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type");
+        let pf: Option<PciAddress> =
+            link_last(&self.fs, &format!("sys/bus/pci/devices/{vf}/physfn"))
+                .and_then(|p| p.parse().ok());
+        let pool = self.pools.iter().find_map(|p| match p {
+            FakePool::VendorVfio {
+                pf: ppf,
+                framebuffer_mib,
+                types,
+            } if Some(*ppf) == pf => Some((*ppf, *framebuffer_mib, types)),
+            _ => None,
+        });
+        if n == 0 {
+            self.write_file(&path, "0\n")?;
+            return self.recompute();
+        }
+        if self.vf_type(&vf) != 0 {
+            return Err(err(errno::EPERM));
+        }
+        match pool {
+            Some((ppf, total, types)) => {
+                if !types.iter().any(|(id, _)| *id == n) {
+                    return Err(err(errno::EINVAL));
+                }
+                if !self
+                    .vendor_creatable(&ppf, total, types)
+                    .iter()
+                    .any(|(id, _)| *id == n)
+                {
+                    return Err(err(errno::EIO));
+                }
+            }
+            None => {
+                let listed = self
+                    .fs
+                    .read_string(&format!(
+                        "sys/bus/pci/devices/{vf}/nvidia/creatable_vgpu_types"
+                    ))
+                    .unwrap_or_default();
+                if !crate::actuate::vendor::parse_creatable(&listed)
+                    .iter()
+                    .any(|(id, _)| *id == n)
+                {
+                    return Err(err(errno::EIO));
+                }
+            }
+        }
+        self.write_file(&path, &format!("{n}\n"))?;
+        self.recompute()
+    }
+
+    fn dev_dir(&self, addr: &PciAddress) -> Option<String> {
+        self.fs
+            .canonicalize(&format!("sys/bus/pci/devices/{addr}"))
+            .ok()
+            .filter(|d| self.fs.exists(d))
+    }
+
+    fn do_bind(&self, addr: &PciAddress, dev: &str, driver: &str) -> io::Result<()> {
+        self.link(
+            &format!("{dev}/driver"),
+            &format!("{}bus/pci/drivers/{driver}", up_to_sys(dev)),
+        )?;
+        self.link(
+            &format!("sys/bus/pci/drivers/{driver}/{addr}"),
+            &format!("../../../../{}", strip_sys(dev)),
+        )
+    }
+
+    fn do_unbind(&self, addr: &PciAddress, dev: &str, driver: &str) -> io::Result<()> {
+        std::fs::remove_file(self.root.join(format!("{dev}/driver")))?;
+        let _ = std::fs::remove_file(
+            self.root
+                .join(format!("sys/bus/pci/drivers/{driver}/{addr}")),
+        );
+        Ok(())
+    }
+
+    fn override_of(&self, dev: &str) -> Option<String> {
+        self.fs
+            .read_string(&format!("{dev}/driver_override"))
+            .ok()
+            .filter(|s| s != "(null)" && !s.is_empty())
+    }
+
+    /// Whether `driver` would take `addr` now (what the probe of that driver decides).
+    fn driver_takes(&self, addr: &PciAddress, dev: &str, driver: &str) -> bool {
+        if !self.fs.exists(&format!("sys/bus/pci/drivers/{driver}")) {
+            return false;
+        }
+        if driver == "vfio-pci" {
+            // vfio-pci refuses devices without an IOMMU group.
+            return self.fs.read_link(&format!("{dev}/iommu_group")).is_ok()
+                && !self.lock().silent_probe.contains(addr);
+        }
+        true
+    }
+
+    fn probe(&self, bdf: &str) -> io::Result<()> {
+        let addr: PciAddress = bdf.trim().parse().map_err(|_| err(errno::ENODEV))?;
+        let dev = self.dev_dir(&addr).ok_or_else(|| err(errno::ENODEV))?;
+        if link_last(&self.fs, &format!("{dev}/driver")).is_some() {
+            return Ok(());
+        }
+        let target = match self.override_of(&dev) {
+            Some(o) => Some(o),
+            None => self.lock().host_drivers.get(&addr).cloned(),
+        };
+        if let Some(d) = target {
+            if self.driver_takes(&addr, &dev, &d) {
+                self.do_bind(&addr, &dev, &d)?;
+            }
+        }
+        // Success whatever happened: the silent probe failure.
+        Ok(())
+    }
+
+    fn unbind(&self, driver: &str, bdf: &str) -> io::Result<()> {
+        let addr: PciAddress = bdf.trim().parse().map_err(|_| err(errno::ENODEV))?;
+        let dev = self.dev_dir(&addr).ok_or_else(|| err(errno::ENODEV))?;
+        if link_last(&self.fs, &format!("{dev}/driver")).as_deref() != Some(driver) {
+            return Err(err(errno::ENODEV));
+        }
+        self.do_unbind(&addr, &dev, driver)
+    }
+
+    fn bind_store(&self, driver: &str, bdf: &str) -> io::Result<()> {
+        let addr: PciAddress = bdf.trim().parse().map_err(|_| err(errno::ENODEV))?;
+        let dev = self.dev_dir(&addr).ok_or_else(|| err(errno::ENODEV))?;
+        if link_last(&self.fs, &format!("{dev}/driver")).is_some() {
+            return Err(err(errno::EBUSY));
+        }
+        let matches = match self.override_of(&dev) {
+            Some(o) => o == driver,
+            None => self.lock().host_drivers.get(&addr).map(String::as_str) == Some(driver),
+        };
+        if !matches || !self.driver_takes(&addr, &dev, driver) {
+            return Err(err(errno::ENODEV));
+        }
+        self.do_bind(&addr, &dev, driver)
+    }
+
+    fn numvfs_store(&self, pf: &PciAddress, n: u32) -> io::Result<()> {
+        let dev = self.dev_dir(pf).ok_or_else(|| err(errno::ENODEV))?;
+        let read_u32 = |f: &str| -> u32 {
+            self.fs
+                .read_string(&format!("{dev}/{f}"))
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
+        };
+        let total = read_u32("sriov_totalvfs");
+        let cur = read_u32("sriov_numvfs");
+        if n > total {
+            return Err(err(errno::ERANGE));
+        }
+        if n == cur {
+            return Ok(());
+        }
+        if n != 0 && cur != 0 {
+            return Err(err(errno::EBUSY));
+        }
+        if n == 0 {
+            self.remove_vfs(pf, &dev)
+        } else {
+            self.set_numvfs(pf, n)
+        }
+    }
+
+    fn remove_vfs(&self, pf: &PciAddress, dev: &str) -> io::Result<()> {
+        for (i, vf) in self.vfs_of(pf).into_iter().enumerate() {
+            if let Some(vdir) = self.dev_dir(&vf) {
+                if let Some(d) = link_last(&self.fs, &format!("{vdir}/driver")) {
+                    let _ = std::fs::remove_file(
+                        self.root.join(format!("sys/bus/pci/drivers/{d}/{vf}")),
+                    );
+                }
+                if let Some(g) = link_last(&self.fs, &format!("{vdir}/iommu_group")) {
+                    let _ = std::fs::remove_dir_all(
+                        self.root.join(format!("sys/kernel/iommu_groups/{g}")),
+                    );
+                }
+                std::fs::remove_dir_all(self.root.join(&vdir))?;
+            }
+            let _ = std::fs::remove_file(self.root.join(format!("sys/bus/pci/devices/{vf}")));
+            let _ = std::fs::remove_file(self.root.join(format!("{dev}/virtfn{i}")));
+        }
+        self.write_file(&format!("{dev}/sriov_numvfs"), "0\n")
+    }
+
+    /// Creates `n` VFs on `pf` (what enabling SR-IOV does), with the vendor-VFIO files when `pf`
+    /// has a [`FakePool::VendorVfio`] pool.
+    fn set_numvfs(&self, pf: &PciAddress, n: u32) -> io::Result<()> {
+        let dev = self.dev_dir(pf).ok_or_else(|| err(errno::ENODEV))?;
+        let read = |f: &str| {
+            self.fs
+                .read_string(&format!("{dev}/{f}"))
+                .unwrap_or_default()
+        };
+        let num = |f: &str, d: u32| read(f).parse::<u32>().unwrap_or(d);
+        let hex = |f: &str| u32::from_str_radix(read(f).trim_start_matches("0x"), 16).unwrap_or(0);
+        let vendor_vfio = self
+            .pools
+            .iter()
+            .any(|p| matches!(p, FakePool::VendorVfio { pf: p, .. } if p == pf));
+        let mut spec = PciSpec::new(hex("vendor") as u16, hex("device") as u16, hex("class"));
+        if vendor_vfio {
+            spec = spec.driver("nvidia");
+        }
+        let mut b = TreeBuilder::at(&self.root);
+        b.sriov(
+            &pf.to_string(),
+            n,
+            num("sriov_totalvfs", n),
+            num("sriov_offset", 1),
+            num("sriov_stride", 1),
+            spec,
+            Some(self.next_group()),
+        );
+        if vendor_vfio {
+            for vf in self.vfs_of(pf) {
+                b.vendor_vfio_vf(&vf.to_string(), &[], 0);
+            }
+        }
+        b.finish()?;
+        self.recompute()
+    }
+
+    fn run_sriov_manage(&self, args: &[String]) -> io::Result<CommandOutput> {
+        let behaviour = self.lock().sriov_manage.clone();
+        let target = match args {
+            [flag, t] if flag == "-e" => t.clone(),
+            _ => {
+                return Ok(CommandOutput {
+                    status: Some(2),
+                    stdout: String::new(),
+                    stderr: "usage: sriov-manage <-e|-d> <ssss:bb:dd.f|ALL>\n".to_owned(),
+                    timed_out: false,
+                });
+            }
+        };
+        let out = |status, stdout: &str, stderr: &str| CommandOutput {
+            status,
+            stdout: stdout.to_owned(),
+            stderr: stderr.to_owned(),
+            timed_out: false,
+        };
+        match behaviour {
+            SriovManage::Hangs => Ok(CommandOutput {
+                status: None,
+                stdout: String::new(),
+                stderr: String::new(),
+                timed_out: true,
+            }),
+            SriovManage::Fails(msg) => Ok(out(Some(1), "", &msg)),
+            SriovManage::ExitsZeroWithoutEnabling => {
+                Ok(out(Some(0), &format!("Enabling VFs on {target}\n"), ""))
+            }
+            SriovManage::Works => {
+                let pfs: Vec<PciAddress> = if target == "ALL" {
+                    self.fs
+                        .list("sys/bus/pci/devices")
+                        .unwrap_or_default()
+                        .iter()
+                        .filter(|d| {
+                            self.fs
+                                .exists(&format!("sys/bus/pci/devices/{d}/sriov_totalvfs"))
+                        })
+                        .filter_map(|d| d.parse().ok())
+                        .collect()
+                } else {
+                    match target.parse() {
+                        Ok(a) => vec![a],
+                        Err(_) => return Ok(out(Some(1), "", &format!("Invalid BDF {target}\n"))),
+                    }
+                };
+                for pf in pfs {
+                    let Some(dev) = self.dev_dir(&pf) else {
+                        return Ok(out(Some(1), "", &format!("{pf}: no such device\n")));
+                    };
+                    let total: u32 = self
+                        .fs
+                        .read_string(&format!("{dev}/sriov_totalvfs"))
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    let cur: u32 = self
+                        .fs
+                        .read_string(&format!("{dev}/sriov_numvfs"))
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    if total > 0 && cur == 0 {
+                        self.set_numvfs(&pf, total)?;
+                    }
+                }
+                Ok(out(Some(0), &format!("Enabling VFs on {target}\n"), ""))
+            }
+        }
+    }
+}
+
+fn link_last(fs: &RealHost, path: &str) -> Option<String> {
+    fs.read_link(path)
+        .ok()?
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+}
+
+impl Host for FakeKernel {
+    fn read(&self, path: &str) -> io::Result<Vec<u8>> {
+        self.fs.read(path)
+    }
+
+    fn write(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        crate::host::check_relative(path)?;
+        let (n, fail, broken) = {
+            let mut st = self.lock();
+            st.writes.push(WriteRecord {
+                path: path.to_owned(),
+                data: String::from_utf8_lossy(data).into_owned(),
+                errno: None,
+            });
+            let n = st.writes.len();
+            let fail = st.fail_at.and_then(|(k, e)| (k == n).then_some(e));
+            (n, fail, st.broken.clone())
+        };
+        if let Some(b) = broken {
+            return Err(io::Error::other(b));
+        }
+        let result = match fail {
+            Some(e) => Err(err(e)),
+            None => self.react(path, data),
+        };
+        if let Err(e) = &result {
+            let mut st = self.lock();
+            if let Some(w) = st.writes.get_mut(n - 1) {
+                w.errno = Some(e.raw_os_error().unwrap_or(-1));
+            }
+        }
+        result
+    }
+
+    fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        self.fs.list(dir)
+    }
+
+    fn read_link(&self, path: &str) -> io::Result<PathBuf> {
+        self.fs.read_link(path)
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        self.fs.exists(path)
+    }
+
+    fn run(&self, program: &str, args: &[String], timeout: Duration) -> io::Result<CommandOutput> {
+        let hangs = {
+            let mut st = self.lock();
+            st.runs.push((program.to_owned(), args.to_vec()));
+            st.hanging.contains(program)
+                || (program.ends_with("/chroot")
+                    && args.get(1).is_some_and(|p| st.hanging.contains(p)))
+        };
+        let _ = timeout;
+        if hangs {
+            return Ok(CommandOutput {
+                status: None,
+                stdout: String::new(),
+                stderr: String::new(),
+                timed_out: true,
+            });
+        }
+        if program == SRIOV_MANAGE {
+            return self.run_sriov_manage(args);
+        }
+        if program.ends_with("/chroot") {
+            if let [root, prog, rest @ ..] = args {
+                if prog == SRIOV_MANAGE && Path::new(root).is_dir() {
+                    return self.run_sriov_manage(rest);
+                }
+                return Ok(CommandOutput {
+                    status: Some(127),
+                    stdout: String::new(),
+                    stderr: format!(
+                        "chroot: failed to run command '{prog}': No such file or directory\n"
+                    ),
+                    timed_out: false,
+                });
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{program}: not found on the fake host"),
+        ))
+    }
+
+    fn root_dir(&self) -> Option<&Path> {
+        Some(&self.root)
+    }
+}
+
+/// NVIDIA L40S vendor-VFIO types (IDs as listed by the real driver; sizes from the names).
+pub const L40S_TYPES: &[(u32, &str)] = &[
+    (1147, "NVIDIA L40S-1Q"),
+    (1148, "NVIDIA L40S-2Q"),
+    (1150, "NVIDIA L40S-4Q"),
+    (1152, "NVIDIA L40S-8Q"),
+    (1153, "NVIDIA L40S-12Q"),
+    (1154, "NVIDIA L40S-16Q"),
+    (1155, "NVIDIA L40S-24Q"),
+    (1156, "NVIDIA L40S-48Q"),
+];
+
+/// Adds the `mbochs`, `mtty` and `mdpy` parents with their types and initial counts.
+pub fn add_sample_mdev_drivers(b: &mut TreeBuilder) {
+    b.mdev_parent(
+        "mbochs",
+        &[
+            MdevTypeSpec::new(
+                "mbochs-small",
+                "mbochs-small",
+                64,
+                Some("virtual display, 4 MB video memory"),
+            ),
+            MdevTypeSpec::new(
+                "mbochs-medium",
+                "mbochs-medium",
+                16,
+                Some("virtual display, 16 MB video memory"),
+            ),
+            MdevTypeSpec::new(
+                "mbochs-large",
+                "mbochs-large",
+                4,
+                Some("virtual display, 64 MB video memory"),
+            ),
+        ],
+    )
+    .mdev_parent(
+        "mtty",
+        &[
+            MdevTypeSpec::new("mtty-1", "Single port serial", 24, None),
+            MdevTypeSpec::new("mtty-2", "Dual port serial", 12, None),
+        ],
+    )
+    .mdev_parent(
+        "mdpy",
+        &[
+            MdevTypeSpec::new(
+                "mdpy-vga",
+                "mdpy-vga",
+                4,
+                Some("virtual display, 640x480 framebuffer"),
+            ),
+            MdevTypeSpec::new(
+                "mdpy-xga",
+                "mdpy-xga",
+                4,
+                Some("virtual display, 1024x768 framebuffer"),
+            ),
+            MdevTypeSpec::new(
+                "mdpy-hd",
+                "mdpy-hd",
+                4,
+                Some("virtual display, 1920x1080 framebuffer"),
+            ),
+        ],
+    );
+}
+
+/// A2 mdev types: `(directory, name, framebuffer MiB, max_instance)`.
+pub const A2_TYPES: &[(&str, &str, u64, u32)] = &[
+    ("nvidia-742", "NVIDIA A2-1Q", 1024, 16),
+    ("nvidia-744", "NVIDIA A2-2Q", 2048, 8),
+    ("nvidia-746", "NVIDIA A2-4Q", 4096, 4),
+    ("nvidia-748", "NVIDIA A2-8Q", 8192, 2),
+    ("nvidia-750", "NVIDIA A2-16Q", 16384, 1),
+    ("nvidia-754", "NVIDIA A2-4C", 4096, 4),
+];
+
+/// Adds an NVIDIA A2 at `0000:08:00.0` with 16 VFs, each an mdev parent of [`A2_TYPES`];
+/// returns the VF parents' names.
+pub fn add_a2_mdev_gpu(b: &mut TreeBuilder) -> Vec<String> {
+    let pf = "0000:08:00.0";
+    let spec = PciSpec::new(0x10de, 0x25b6, 0x030200).driver("nvidia");
+    b.pci(pf, spec.clone().group(20).numa(0).subsystem(0x10de, 0x157e))
+        .sriov(pf, 16, 16, 4, 1, spec, Some(21));
+    let types: Vec<MdevTypeSpec> = A2_TYPES
+        .iter()
+        .map(|(id, name, fb, max)| {
+            let d = format!(
+                "num_heads=4, frl_config=60, framebuffer={fb}M, max_resolution=7680x4320, max_instance={max}"
+            );
+            MdevTypeSpec::new(id, name, 1, Some(&d))
+        })
+        .collect();
+    let mut parents = Vec::new();
+    for i in 0..16u32 {
+        let rid = (8u32 << 8) + 4 + i;
+        let vf = format!("0000:08:{:02x}.{:x}", (rid >> 3) & 0x1f, rid & 7);
+        b.mdev_parent(&vf, &types);
+        parents.push(vf);
+    }
+    parents
+}
+
+/// Adds the devices of [`FakeKernel::passthrough_host`].
+pub fn add_passthrough_devices(b: &mut TreeBuilder) {
+    b.pci(
+        "0000:00:01.0",
+        PciSpec::new(0x8086, 0x1901, 0x060400)
+            .driver("pcieport")
+            .group(1),
+    )
+    .pci(
+        "0000:01:00.0",
+        PciSpec::new(0x10de, 0x2204, 0x030000)
+            .driver("nvidia")
+            .group(1)
+            .subsystem(0x10de, 0x1454),
+    )
+    .pci(
+        "0000:01:00.1",
+        PciSpec::new(0x10de, 0x1aef, 0x040300)
+            .driver("snd_hda_intel")
+            .group(1),
+    )
+    .pci(
+        "0000:02:00.0",
+        PciSpec::new(0x10de, 0x1eb8, 0x030200)
+            .driver("nvidia")
+            .group(2),
+    )
+    .pci(
+        "0000:03:00.0",
+        PciSpec::new(0x8086, 0x10d3, 0x020000)
+            .driver("e1000e")
+            .group(2),
+    )
+    .pci(
+        "0000:04:00.0",
+        PciSpec::new(0x10de, 0x1eb8, 0x030200).driver("nvidia"),
+    )
+    .pci(
+        "0000:05:00.0",
+        PciSpec::new(0x1002, 0x73bf, 0x030000)
+            .driver("amdgpu")
+            .group(5),
+    )
+    .pci(
+        "0000:05:00.1",
+        PciSpec::new(0x1002, 0xab28, 0x040300)
+            .driver("snd_hda_intel")
+            .group(5),
+    );
+}
