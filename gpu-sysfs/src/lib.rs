@@ -1,5 +1,6 @@
 //! Linux sysfs discovery and actuation for gpuslice.
 
+pub mod actuate;
 pub mod discover;
 pub mod error;
 pub mod host;
