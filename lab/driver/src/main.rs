@@ -1,0 +1,114 @@
+//! The real-kernel lab's test driver: runs inside the QEMU guest after the init script loaded the
+//! kernel modules, drives the `gpuslice` binary against the real kernel, and prints one line per
+//! check on the serial console:
+//!
+//! ```text
+//! LAB-RESULT <check> pass|fail <detail>
+//! LAB-DONE <passed> <failed>
+//! ```
+//!
+//! The host side (`lab/run`) parses those lines. The boot's mode comes from the kernel command
+//! line: `lab.mode=iommu` (an emulated Intel IOMMU) or `lab.mode=noiommu`.
+
+mod checks;
+mod cli;
+mod sys;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use checks::{Lab, Outcome};
+
+type Check = (&'static str, fn(&mut Lab) -> Outcome);
+
+const WITH_IOMMU: &[Check] = &[
+    ("lab-setup", checks::lab_setup),
+    ("gpu-list", checks::gpu_list),
+    ("topology", checks::topology),
+    ("vgpu-create-counts", checks::vgpu_create),
+    ("vgpu-create-again-is-idempotent", checks::vgpu_create_again),
+    ("vgpu-create-duplicate-uuid", checks::vgpu_create_duplicate),
+    ("place-actuate-rediscover", checks::place_actuate_rediscover),
+    ("vgpu-create-exhausted", checks::vgpu_create_exhausted),
+    ("vgpu-remove-restores", checks::vgpu_remove),
+    ("gpu-bind-release", checks::gpu_bind_release),
+    ("gpu-bind-blocked-refused", checks::gpu_bind_refused),
+    ("vgpu-apply-assert-clear", checks::vgpu_apply_assert_clear),
+];
+
+const WITHOUT_IOMMU: &[Check] = &[
+    ("lab-setup", checks::lab_setup),
+    ("gpu-list", checks::gpu_list),
+    ("gpu-bind-refused", checks::gpu_bind_refused),
+    ("topology", checks::topology),
+    ("vgpu-create-counts", checks::vgpu_create),
+    ("vgpu-remove-restores", checks::vgpu_remove),
+];
+
+/// Checks after which the guest is put back to a clean state, whatever they left.
+const RESET_AFTER: &[&str] = &[
+    "vgpu-remove-restores",
+    "gpu-bind-release",
+    "gpu-bind-blocked-refused",
+];
+
+/// One line, bounded, for the console protocol.
+fn one_line(text: &str) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > 600 {
+        format!("{}...", flat.chars().take(600).collect::<String>())
+    } else {
+        flat
+    }
+}
+
+fn main() -> ExitCode {
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let mode = cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("lab.mode="))
+        .unwrap_or("iommu")
+        .to_owned();
+    let mut lab = Lab {
+        iommu: mode != "noiommu",
+        ..Lab::default()
+    };
+    let list = if lab.iommu { WITH_IOMMU } else { WITHOUT_IOMMU };
+    let (mut passed, mut failed) = (0u32, 0u32);
+    let mut out = std::io::stdout();
+    for (name, check) in list {
+        let started = Instant::now();
+        let outcome = check(&mut lab);
+        let secs = started.elapsed().as_secs_f64();
+        let (word, detail) = match outcome {
+            Ok(d) => {
+                passed += 1;
+                ("pass", d)
+            }
+            Err(e) => {
+                failed += 1;
+                ("fail", e)
+            }
+        };
+        // A newline first: kernel messages may have left the console mid-line.
+        let _ = writeln!(
+            out,
+            "\nLAB-RESULT {name} {word} ({secs:.1}s) {}",
+            one_line(&detail)
+        );
+        if RESET_AFTER.contains(name) {
+            for note in checks::reset(&mut lab) {
+                let _ = writeln!(out, "LAB-NOTE reset after {name}: {}", one_line(&note));
+            }
+        }
+        let _ = out.flush();
+    }
+    let _ = writeln!(out, "\nLAB-DONE {passed} {failed}");
+    let _ = out.flush();
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
