@@ -1,1 +1,51 @@
-//! Placeholder, filled in by its issue.
+//! Placement for gpuslice: put Machines' GPU and vGPU requests on a fleet, explain every refusal.
+//!
+//! A fleet is node topologies (what discovery saw) plus allocations (`pending` or `created`).
+//! [`FleetState`] holds it in indexed form. [`FleetState::place`] puts all devices of a
+//! [`Machine`](gpu_core::Machine) on one node or refuses with a [`Refusal`] that says, node by
+//! node and request by request, what was missing: `0/3 nodes available: 1 node(s):
+//! TopologyUnsatisfiable: needs 4 gpu profile mbochs-large, 3 free; ...`.
+//!
+//! **Accounting.** A profile's free count on a parent is what the driver reported, minus
+//! allocated instances the snapshot does not show yet; types of one parent share its capacity in
+//! proportion to their reported counts. Framebuffer pools per physical GPU are charged with
+//! [`Pool::charge`](gpu_core::Pool::charge) for the same instances, which enforces the same-size
+//! rule (unless the GPU runs mixed-size) and MIG slice counts. An instance that the snapshot
+//! already shows (same mdev UUID, or a vendor-VFIO VF with that type) is not charged twice.
+//! Unhealthy GPUs are never handed out and their parents offer nothing; Degraded ones are used
+//! last and reported in [`Placement::degraded`]. A GPU hosting vGPUs is not free whole, and a
+//! GPU held whole offers no vGPUs.
+//!
+//! **Choosing.** [`Policy::Binpack`] (default) takes the node with the least room left that
+//! fits, then partly used GPUs (whose locked size then matches), keeping whole cards free;
+//! [`Policy::Spread`] takes the emptiest. Ties go by node order and PCI address. Multi-device
+//! requests never enumerate subsets: instances are taken one by one from the best GPU, which is
+//! exact for one profile because instances of one profile draw on each GPU independently.
+//! Machines with several requests fit the most constrained first (named GPUs, whole GPUs,
+//! larger vGPUs) and retry other orders of their whole-GPU requests.
+//!
+//! **Speed.** Per profile class and per vendor, a sorted index of `(free count, node)` gives the
+//! candidate nodes in policy order without scanning the fleet; only a refusal visits every node.
+//!
+//! **Lifecycle and plans.** [`FleetState::release`], [`FleetState::mark_created`], and plans
+//! for migration, node drain and health-driven evacuation ([`MigrationPlan`], [`DrainPlan`],
+//! [`EvacuationPlan`]).
+
+mod error;
+mod node;
+mod plan;
+mod policy;
+mod refusal;
+mod resolve;
+mod state;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use error::SchedError;
+pub use plan::{
+    AffectedDevice, DeviceMove, DrainPlan, Evacuation, EvacuationPlan, MigrationPlan, Stay,
+};
+pub use policy::Policy;
+pub use refusal::{Exclusion, Filter, NodeRefusal, Reason, ReasonKind, Refusal};
+pub use state::{DegradedDevice, FleetState, Placement};

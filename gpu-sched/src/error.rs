@@ -1,0 +1,55 @@
+//! The one error type of the scheduler.
+
+use crate::refusal::Refusal;
+
+/// Why a placement or plan could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchedError {
+    /// No node can hold the Machine; the refusal says why, node by node.
+    #[error("{0}")]
+    Unsatisfiable(Refusal),
+    /// The Machine or one of its requests is malformed, names an unknown template, or clashes
+    /// with the fleet (a Machine of that name is already placed).
+    #[error("invalid request {machine:?}: {why}")]
+    InvalidRequest {
+        /// The Machine concerned.
+        machine: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// No allocation of that Machine exists.
+    #[error("no Machine {machine:?} is placed in the fleet")]
+    UnknownMachine {
+        /// The Machine asked for.
+        machine: String,
+    },
+    /// No node of that name is in the fleet.
+    #[error("no node {node:?} in the fleet")]
+    UnknownNode {
+        /// The node asked for.
+        node: String,
+    },
+    /// The fleet itself is inconsistent (duplicate node or Machine names, a bad node name).
+    #[error("invalid fleet: {why}")]
+    InvalidFleet {
+        /// What is wrong.
+        why: String,
+    },
+    /// A policy name other than `binpack` or `spread`.
+    #[error("unknown placement policy {input:?} (use binpack or spread)")]
+    InvalidPolicy {
+        /// The text given.
+        input: String,
+    },
+}
+
+impl SchedError {
+    /// The refusal, when the error is [`SchedError::Unsatisfiable`].
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            SchedError::Unsatisfiable(r) => Some(r),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! Placement policies.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SchedError;
+
+/// How to choose among nodes and GPUs that can all hold a Machine. JSON: `binpack`, `spread`.
+///
+/// Both rank Degraded GPUs after all others and break remaining ties by node order and PCI
+/// address, so the same fleet and request always give the same answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Fill what is already partly used: the node with the least room left that still fits,
+    /// GPUs whose locked vGPU size already matches, then partly used GPUs, keeping whole cards free.
+    #[default]
+    Binpack,
+    /// Use the emptiest node and the emptiest GPUs first.
+    Spread,
+}
+
+impl Policy {
+    /// The JSON and command-line spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Binpack => "binpack",
+            Policy::Spread => "spread",
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Policy {
+    type Err = SchedError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "binpack" => Ok(Policy::Binpack),
+            "spread" => Ok(Policy::Spread),
+            _ => Err(SchedError::InvalidPolicy {
+                input: s.to_owned(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! Why a Machine could not be placed: structured per-node reasons and their rendering.
+//!
+//! A refusal is data first. Each node that could not take the Machine lists one [`Reason`] per
+//! request that does not fit on it alone, or a single [`ReasonKind::ConflictingRequests`] when
+//! each request fits alone but not all together. [`Refusal::render`] groups nodes whose reasons
+//! read the same: `0/3 nodes available: 1 node(s): TopologyUnsatisfiable: needs 4 gpu profile
+//! mbochs-large, 3 free; 2 node(s): ProfileNotOffered: needs 4 gpu profile mbochs-large, not
+//! offered`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The kind of a per-node reason. JSON: the variant name (`TopologyUnsatisfiable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ReasonKind {
+    /// No parent on the node offers the requested vGPU profile at all.
+    ProfileNotOffered,
+    /// The profile is offered, but fewer instances are free than needed.
+    TopologyUnsatisfiable,
+    /// Fewer whole GPUs pass the request's filters than needed.
+    InsufficientGpus,
+    /// A GPU named in the request (by name or address) is not on the node.
+    GpuNotFound,
+    /// Every request fits on its own, but not all of them together.
+    ConflictingRequests,
+}
+
+impl ReasonKind {
+    /// The variant name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonKind::ProfileNotOffered => "ProfileNotOffered",
+            ReasonKind::TopologyUnsatisfiable => "TopologyUnsatisfiable",
+            ReasonKind::InsufficientGpus => "InsufficientGpus",
+            ReasonKind::GpuNotFound => "GpuNotFound",
+            ReasonKind::ConflictingRequests => "ConflictingRequests",
+        }
+    }
+}
+
+/// A filter that took candidates away. JSON: kebab-case (`in-use`, `wrong-numa`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Filter {
+    /// Not of the requested vendor.
+    WrongVendor,
+    /// Not of the requested class (an accelerator was asked for).
+    WrongClass,
+    /// The model name does not contain the requested text.
+    WrongModel,
+    /// Less memory (or a smaller vGPU profile) than `minMemory`.
+    TooSmall,
+    /// Cannot be passed through (IOMMU group shared, no IOMMU, ...).
+    Blocked,
+    /// Unhealthy: never handed out.
+    Unhealthy,
+    /// Already in use: passed through, bound to vfio-pci, hosting vGPUs, or allocated.
+    InUse,
+    /// Outside the NUMA node the request's devices were aligned on.
+    WrongNuma,
+    /// The GPU is locked to another time-sliced vGPU size (same-size rule).
+    SizeLocked,
+    /// The GPU holds vGPUs of the other kind (time-sliced vs MIG-backed).
+    ModeConflict,
+    /// The GPU's framebuffer or MIG slices are used up.
+    PoolFull,
+    /// Every parent (VF) offering the profile already holds an instance.
+    NoFreeParent,
+}
+
+impl Filter {
+    /// How the filter reads in a message.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Filter::WrongVendor => "wrong vendor",
+            Filter::WrongClass => "wrong class",
+            Filter::WrongModel => "wrong model",
+            Filter::TooSmall => "too small",
+            Filter::Blocked => "blocked",
+            Filter::Unhealthy => "unhealthy",
+            Filter::InUse => "in use",
+            Filter::WrongNuma => "wrong NUMA",
+            Filter::SizeLocked => "size-locked",
+            Filter::ModeConflict => "mode conflict",
+            Filter::PoolFull => "pool full",
+            Filter::NoFreeParent => "no free parent",
+        }
+    }
+}
+
+/// How many candidates (GPUs) one filter excluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Exclusion {
+    /// The filter.
+    pub filter: Filter,
+    /// GPUs it excluded (each GPU is counted under the first filter it failed).
+    pub count: u32,
+}
+
+/// Why one request (or the Machine as a whole) does not fit on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reason {
+    /// What kind of misfit.
+    pub kind: ReasonKind,
+    /// The device request concerned (for conflicts, the first of them).
+    pub request: String,
+    /// The vGPU profile asked for, as written in the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The GPU named in the request that is missing ([`ReasonKind::GpuNotFound`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    /// Devices needed.
+    pub needed: u32,
+    /// Devices free for this request on the node (for NUMA-aligned requests: on the best NUMA
+    /// node).
+    pub free: u32,
+    /// True when the request wants all its devices on one NUMA node.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub numa_aligned: bool,
+    /// Candidates excluded, by filter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<Exclusion>,
+    /// The other requests in a conflict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub with: Vec<String>,
+}
+
+impl Reason {
+    pub(crate) fn new(kind: ReasonKind, request: &str, needed: u32, free: u32) -> Self {
+        Reason {
+            kind,
+            request: request.to_owned(),
+            profile: None,
+            gpu: None,
+            needed,
+            free,
+            numa_aligned: false,
+            excluded: vec![],
+            with: vec![],
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.kind.as_str())?;
+        let (n, req) = (self.needed, &self.request);
+        match self.kind {
+            ReasonKind::ProfileNotOffered => {
+                let p = self.profile.as_deref().unwrap_or("?");
+                write!(f, "needs {n} {req} profile {p}, not offered")?;
+            }
+            ReasonKind::TopologyUnsatisfiable => {
+                let p = self.profile.as_deref().unwrap_or("?");
+                write!(f, "needs {n} {req} profile {p}, {} free", self.free)?;
+            }
+            ReasonKind::InsufficientGpus => {
+                let numa = if self.numa_aligned {
+                    " on one NUMA node"
+                } else {
+                    ""
+                };
+                write!(f, "needs {n} {req} GPU(s){numa}, {} free", self.free)?;
+            }
+            ReasonKind::GpuNotFound => {
+                let g = self.gpu.as_deref().unwrap_or("?");
+                write!(f, "needs {req} GPU {g}, not on node")?;
+            }
+            ReasonKind::ConflictingRequests => {
+                let mut all = vec![req.as_str()];
+                all.extend(self.with.iter().map(String::as_str));
+                write!(
+                    f,
+                    "requests {} fit one at a time but not together",
+                    all.join(", ")
+                )?;
+            }
+        }
+        if !self.excluded.is_empty() {
+            let parts: Vec<String> = self
+                .excluded
+                .iter()
+                .map(|e| format!("{} {}", e.count, e.filter.as_str()))
+                .collect();
+            write!(f, " (excluded: {})", parts.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Why one node could not take the Machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRefusal {
+    /// The node.
+    pub node: String,
+    /// One reason per request that does not fit alone, or one conflict.
+    pub reasons: Vec<Reason>,
+}
+
+/// Why a Machine could not be placed anywhere: every node considered, with its reasons.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refusal {
+    /// The Machine.
+    pub machine: String,
+    /// Nodes in the fleet.
+    pub nodes_total: usize,
+    /// Nodes that were considered and refused, in node order.
+    pub nodes: Vec<NodeRefusal>,
+}
+
+impl Refusal {
+    /// Groups nodes by identical reasons, most common first (ties in text order):
+    /// `(count, reasons text)`.
+    pub fn groups(&self) -> Vec<(usize, String)> {
+        let mut by_text: BTreeMap<String, usize> = BTreeMap::new();
+        for n in &self.nodes {
+            let text = n
+                .reasons
+                .iter()
+                .map(Reason::to_string)
+                .collect::<Vec<_>>()
+                .join(" and ");
+            *by_text.entry(text).or_default() += 1;
+        }
+        let mut groups: Vec<(usize, String)> = by_text.into_iter().map(|(t, c)| (c, t)).collect();
+        groups.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        groups
+    }
+
+    /// The one-line message: `0/3 nodes available: 1 node(s): TopologyUnsatisfiable: needs 4 gpu
+    /// profile mbochs-large, 3 free; 2 node(s): ...`.
+    pub fn render(&self) -> String {
+        let mut s = format!("0/{} nodes available", self.nodes_total);
+        if self.nodes_total == 0 {
+            s.push_str(": the fleet has no nodes");
+            return s;
+        }
+        let groups = self.groups();
+        if groups.is_empty() {
+            return s;
+        }
+        s.push_str(": ");
+        let parts: Vec<String> = groups
+            .iter()
+            .map(|(c, t)| format!("{c} node(s): {t}"))
+            .collect();
+        s.push_str(&parts.join("; "));
+        s
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render())
+    }
+}

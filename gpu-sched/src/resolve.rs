@@ -1,0 +1,287 @@
+//! Turning a Machine into checked, resolved requests: templates applied, profiles looked up in
+//! the fleet's catalogue, GPU names split into exact names, addresses and families.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gpu_core::nvidia::{VgpuTypeName, strip_prefix};
+use gpu_core::{DeviceClass, DeviceRequest, Machine, PciAddress, Profile, Vendor};
+
+use crate::error::SchedError;
+
+/// A profile class: one (type ID, name) pair as drivers report it. IDs are per driver version, so
+/// the pair, not the ID alone, is the identity.
+pub(crate) type ClassId = u32;
+
+/// Every profile class seen in the fleet, findable by lower-case ID or by name without prefix.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Catalog {
+    by_pair: HashMap<(String, String), ClassId>,
+    by_key: HashMap<String, Vec<ClassId>>,
+    count: u32,
+}
+
+fn norm_name(name: &str) -> String {
+    strip_prefix(name).to_ascii_lowercase()
+}
+
+impl Catalog {
+    /// The class of a profile, added when new.
+    pub(crate) fn intern(&mut self, p: &Profile) -> ClassId {
+        let id = p.id.as_str().to_ascii_lowercase();
+        let name = norm_name(&p.name);
+        if let Some(c) = self.by_pair.get(&(id.clone(), name.clone())) {
+            return *c;
+        }
+        let c = self.count;
+        self.count += 1;
+        self.by_pair.insert((id.clone(), name.clone()), c);
+        self.by_key.entry(id.clone()).or_default().push(c);
+        if name != id {
+            self.by_key.entry(name).or_default().push(c);
+        }
+        c
+    }
+
+    /// The classes a request's `profile` text names: by ID or name, ignoring case and the
+    /// `NVIDIA `/`GRID ` prefix; a MIG attribute suffix is dropped only when the exact name is
+    /// unknown in the whole fleet.
+    pub(crate) fn resolve(&self, text: &str) -> Vec<ClassId> {
+        let t = text.trim();
+        let mut out: Vec<ClassId> = Vec::new();
+        for key in [t.to_ascii_lowercase(), norm_name(t)] {
+            if let Some(cs) = self.by_key.get(&key) {
+                out.extend(cs);
+            }
+        }
+        if out.is_empty() {
+            if let Ok(parsed) = VgpuTypeName::parse(t) {
+                if parsed.suffix.is_some() {
+                    let base = parsed.base().to_string().to_ascii_lowercase();
+                    if let Some(cs) = self.by_key.get(&base) {
+                        out.extend(cs);
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// A GPU named exactly in a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GpuRef {
+    /// Per-node name (`radeon0`).
+    Name(String),
+    /// PCI address.
+    Address(PciAddress),
+}
+
+impl std::fmt::Display for GpuRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuRef::Name(n) => f.write_str(n),
+            GpuRef::Address(a) => a.fmt(f),
+        }
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    /// vGPU instances of a profile.
+    Vgpu {
+        /// The profile as written.
+        text: String,
+        /// Matching classes (empty when no node offers it).
+        classes: Vec<ClassId>,
+    },
+    /// Whole GPUs.
+    Whole {
+        /// GPUs that must be among the picks.
+        exact: Vec<GpuRef>,
+        /// Families the other picks may come from; empty with `exact` empty means any GPU.
+        families: Vec<String>,
+        /// True when `gpus` was given at all.
+        listed: bool,
+    },
+}
+
+/// A request after templates and checks.
+#[derive(Debug, Clone)]
+pub(crate) struct Req {
+    pub name: String,
+    pub wanted: u32,
+    pub kind: Kind,
+    pub vendor: Option<(Vendor, Option<u16>)>,
+    pub model: Option<String>,
+    pub accelerator: bool,
+    pub min_mib: Option<u64>,
+    pub numa: bool,
+}
+
+impl Req {
+    pub(crate) fn is_vgpu(&self) -> bool {
+        matches!(self.kind, Kind::Vgpu { .. })
+    }
+
+    /// The requested vGPU size, for ordering requests (largest first).
+    pub(crate) fn exact_count(&self) -> usize {
+        match &self.kind {
+            Kind::Whole { exact, .. } => exact.len(),
+            Kind::Vgpu { .. } => 0,
+        }
+    }
+}
+
+/// A Machine after templates and checks.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub name: String,
+    pub reqs: Vec<Req>,
+}
+
+fn invalid(machine: &str, why: impl Into<String>) -> SchedError {
+    SchedError::InvalidRequest {
+        machine: machine.to_owned(),
+        why: why.into(),
+    }
+}
+
+/// Applies templates (`use:`), validates, and resolves profiles and GPU names.
+///
+/// # Errors
+/// [`SchedError::InvalidRequest`] for a malformed Machine or an unknown template.
+pub(crate) fn resolve(
+    m: &Machine,
+    templates: &BTreeMap<String, DeviceRequest>,
+    catalog: &Catalog,
+) -> Result<Resolved, SchedError> {
+    let mut merged = m.clone();
+    for d in &mut merged.devices {
+        if let Some(t) = d.template.clone() {
+            let tpl = templates.get(&t).ok_or_else(|| {
+                let known: Vec<&str> = templates.keys().map(String::as_str).collect();
+                invalid(
+                    &m.name,
+                    format!(
+                        "device request {:?} uses unknown template {t:?} (known: {})",
+                        d.name,
+                        if known.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                )
+            })?;
+            if tpl.template.is_some() {
+                return Err(invalid(
+                    &m.name,
+                    format!("template {t:?} itself uses a template, which is not supported"),
+                ));
+            }
+            *d = d.merged_with(tpl);
+        }
+    }
+    merged
+        .validate()
+        .map_err(|e| invalid(&m.name, e.to_string()))?;
+    let mut reqs = Vec::with_capacity(merged.devices.len());
+    for d in &merged.devices {
+        reqs.push(resolve_request(&m.name, d, catalog)?);
+    }
+    Ok(Resolved {
+        name: merged.name,
+        reqs,
+    })
+}
+
+fn resolve_request(machine: &str, d: &DeviceRequest, catalog: &Catalog) -> Result<Req, SchedError> {
+    let vendor = match &d.vendor {
+        None => None,
+        Some(v) => {
+            let parsed = Vendor::parse_loose(v).ok_or_else(|| {
+                invalid(
+                    machine,
+                    format!("device request {:?}: unknown vendor {v:?}", d.name),
+                )
+            })?;
+            let t = v.trim().to_ascii_lowercase();
+            let hex = t.strip_prefix("0x").unwrap_or(&t);
+            let raw = if hex.len() == 4 {
+                u16::from_str_radix(hex, 16).ok()
+            } else {
+                None
+            };
+            Some((parsed, raw))
+        }
+    };
+    let wanted = d.wanted();
+    let kind = if let Some(p) = &d.profile {
+        Kind::Vgpu {
+            text: p.trim().to_owned(),
+            classes: catalog.resolve(p),
+        }
+    } else {
+        let mut exact = Vec::new();
+        let mut families = Vec::new();
+        for g in &d.gpus {
+            let g = g.trim();
+            if g.contains(':') {
+                let a = g
+                    .parse::<PciAddress>()
+                    .map_err(|e| invalid(machine, e.to_string()))?;
+                exact.push(GpuRef::Address(a));
+            } else if gpu_core::vendor::split_name(g).is_some() {
+                exact.push(GpuRef::Name(g.to_owned()));
+            } else if Vendor::from_family(g).is_some() {
+                families.push(g.to_owned());
+            } else {
+                return Err(invalid(
+                    machine,
+                    format!(
+                        "device request {:?}: {g:?} is neither a GPU name (nvidia0), a family (nvidia, radeon, intel, matrox, aspeed, gpu) nor a PCI address",
+                        d.name
+                    ),
+                ));
+            }
+        }
+        if exact.len() > wanted as usize {
+            return Err(invalid(
+                machine,
+                format!(
+                    "device request {:?}: `count` {wanted} is less than the {} GPUs named",
+                    d.name,
+                    exact.len()
+                ),
+            ));
+        }
+        if !d.gpus.is_empty() && families.is_empty() && exact.len() != wanted as usize {
+            return Err(invalid(
+                machine,
+                format!(
+                    "device request {:?}: `count` {wanted} does not match the {} GPUs named",
+                    d.name,
+                    exact.len()
+                ),
+            ));
+        }
+        Kind::Whole {
+            exact,
+            families,
+            listed: !d.gpus.is_empty(),
+        }
+    };
+    Ok(Req {
+        name: d.name.clone(),
+        wanted,
+        kind,
+        vendor,
+        model: d.model.as_ref().map(|m| m.trim().to_ascii_lowercase()),
+        accelerator: d.class == DeviceClass::Accelerator,
+        min_mib: d.min_memory.map(|m| m.get()),
+        numa: d.alignment.is_some(),
+    })
+}
