@@ -329,6 +329,11 @@ pub fn vgpu_create(lab: &mut Lab) -> Outcome {
     }
     let t = cli::json(&["topology"])?;
     compare_topology(&t).map_err(|e| format!("after creating: {e}"))?;
+    if !lab.iommu {
+        // The instances brought VFIO's emulated IOMMU groups (/sys/kernel/iommu_groups/0...):
+        // the GPUs must still be reported blocked for lack of an IOMMU.
+        gpu_list(lab).map_err(|e| format!("with mdevs present and no IOMMU: {e}"))?;
+    }
     let listed = cli::run(&["vgpu", "list", "-o", "json"])?.success()?;
     for u in &lab.created {
         ensure(listed.stdout.contains(u.as_str()), || {
