@@ -97,7 +97,8 @@ pub fn mbochs_node(node: &str) -> NodeTopology {
             total_mib: 256,
             used_mib: 0,
             size_locked_mib: None,
-            mixed_size: false,
+            // The same-size rule is NVIDIA's; mbochs types coexist (63/15/3 after one small).
+            mixed_size: true,
             mig_slices_total: None,
             mig_slices_used: None,
         }],
