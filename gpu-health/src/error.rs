@@ -32,4 +32,7 @@ pub enum HealthError {
         #[source]
         source: std::io::Error,
     },
+    /// Discovery failed.
+    #[error("discovery")]
+    Discovery(#[from] gpu_sysfs::SysfsError),
 }

@@ -26,6 +26,7 @@
 pub mod aer;
 pub mod assess;
 pub mod baseline;
+mod compose;
 
 pub mod error;
 pub mod grade;
@@ -40,6 +41,7 @@ pub use assess::{
 };
 pub use baseline::{BASELINE_PATH, Baseline, DeviceBaseline};
 
+pub use compose::node_topology;
 pub use error::HealthError;
 pub use grade::{ExpectedWidth, Signals, WidthBasis, grade};
 pub use nvml::{NvmlTelemetry, NvmlUnavailable};
