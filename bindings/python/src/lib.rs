@@ -1,11 +1,28 @@
-//! Python bindings of gpuslice.
+//! Python bindings of gpuslice: the `gpuslice._native` extension module.
+//!
+//! An adapter only: it converts Python values to the model's types and back, holds the
+//! scheduler's state behind a lock, maps each core error kind to its own exception class, and
+//! releases the GIL around work that reads the host or searches the fleet. Every decision is made
+//! by the Rust crates (`gpu-core`, `gpu-sched`, `gpu-sysfs`, `gpu-health`), shared with the CLI
+//! and the Node package.
+
+mod convert;
+mod errors;
+mod fleet;
+mod host;
+mod layout;
 
 use pyo3::prelude::*;
 
-/// The native part of the `gpuslice` package.
+/// The native part of the `gpuslice` package; import `gpuslice` instead.
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    m.add_class::<fleet::Fleet>()?;
+    m.add_function(wrap_pyfunction!(host::discover, m)?)?;
+    m.add_function(wrap_pyfunction!(host::health, m)?)?;
+    m.add_function(wrap_pyfunction!(layout::plan_vgpu_config, m)?)?;
     Ok(())
 }

@@ -1,5 +1,41 @@
-"""gpuslice: GPU and vGPU discovery, health and placement for virtual machines."""
+"""gpuslice: GPU and vGPU discovery, health and placement for virtual machines.
 
-from ._native import __version__
+The same Rust core as the ``gpuslice`` command line tool, from Python:
 
-__all__ = ["__version__"]
+* :func:`discover` reads a host's GPUs, vGPU parents, profiles, instances and framebuffer pools
+  into a node topology document; :func:`health` grades each GPU's health.
+* :class:`Fleet` holds node topologies and allocations in Rust and places Machines (VMs with GPU
+  and vGPU requests) on them, explaining every refusal.
+* :func:`plan_vgpu_config` plans an NVIDIA vgpu-device-manager layout against a topology.
+
+Documents are plain dicts and lists with the JSON/YAML keys (camelCase); every document argument
+also accepts JSON or YAML text. Every error is a :class:`gpuslice.Error`, one subclass per kind.
+"""
+
+from ._native import (
+    ConfigError,
+    Error,
+    Fleet,
+    HostError,
+    InvalidRequest,
+    NotFound,
+    Unsatisfiable,
+    __version__,
+    discover,
+    health,
+    plan_vgpu_config,
+)
+
+__all__ = [
+    "ConfigError",
+    "Error",
+    "Fleet",
+    "HostError",
+    "InvalidRequest",
+    "NotFound",
+    "Unsatisfiable",
+    "__version__",
+    "discover",
+    "health",
+    "plan_vgpu_config",
+]

@@ -1,0 +1,327 @@
+"""Type stubs of gpuslice: the document shapes (camelCase keys, as in JSON) and the API."""
+
+import os
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union
+
+from typing_extensions import NotRequired, TypedDict
+
+__version__: str
+
+# ----------------------------------------------------------------------------------------------
+# Node topology (what `discover` returns and `Fleet.add_node` takes)
+
+HealthState = Literal["Healthy", "Degraded", "Unhealthy", "Unknown"]
+GpuState = Literal["free", "in-use", "blocked"]
+VgpuFramework = Literal["mdev", "vendor-vfio"]
+Vendor = Literal["nvidia", "amd", "intel", "matrox", "aspeed", "other"]
+
+class Health(TypedDict):
+    state: HealthState
+    reasons: List[str]
+
+Function = TypedDict(
+    "Function",
+    {"address": str, "class": str, "deviceId": str, "driver": Optional[str]},
+)
+"""A companion function of a GPU (HD audio, USB-C) that travels with it."""
+
+class Sriov(TypedDict):
+    totalVfs: int
+    numVfs: int
+    vfs: List[str]
+
+class Link(TypedDict, total=False):
+    currentWidth: Optional[int]
+    maxWidth: Optional[int]
+    currentSpeedGts: Optional[float]
+    maxSpeedGts: Optional[float]
+
+Gpu = TypedDict(
+    "Gpu",
+    {
+        "name": str,
+        "address": str,
+        "vendorId": str,
+        "deviceId": str,
+        "subsystemVendorId": Optional[str],
+        "subsystemDeviceId": Optional[str],
+        "class": str,
+        "vendor": Vendor,
+        "model": str,
+        "driver": Optional[str],
+        "numaNode": Optional[int],
+        "iommuGroup": Optional[int],
+        "functions": List[Function],
+        "state": GpuState,
+        "stateReason": Optional[str],
+        "memoryMiB": Optional[int],
+        "sriov": Optional[Sriov],
+        "vgpuFramework": Optional[VgpuFramework],
+        "health": Health,
+        "link": NotRequired[Link],
+        "bootVga": NotRequired[bool],
+        "warnings": NotRequired[List[str]],
+    },
+)
+"""A physical GPU."""
+
+class Profile(TypedDict):
+    """A vGPU type offered by a parent."""
+
+    id: str
+    name: str
+    framebufferMiB: Optional[int]
+    maxInstances: Optional[int]
+    availableInstances: int
+    reportedInstances: NotRequired[int]
+    deviceApi: str
+    migSlices: Optional[int]
+    migMemoryGiB: Optional[int]
+    description: NotRequired[str]
+
+class Instance(TypedDict, total=False):
+    """An existing vGPU: an mdev (``uuid``) or a vendor-VFIO VF with a type set (``address``)."""
+
+    uuid: str
+    address: str
+    profile: str
+    profileName: str
+    framebufferMiB: int
+    inUse: bool
+
+class Parent(TypedDict):
+    id: str
+    gpu: Optional[str]
+    framework: VgpuFramework
+    health: Health
+    profiles: List[Profile]
+    instances: List[Instance]
+    warnings: NotRequired[List[str]]
+
+class Pool(TypedDict):
+    """The framebuffer (and MIG slices) one physical GPU shares among its parents."""
+
+    gpu: str
+    parents: List[str]
+    totalMiB: int
+    usedMiB: int
+    sizeLockedMiB: Optional[int]
+    mixedSize: NotRequired[bool]
+    migSlicesTotal: NotRequired[int]
+    migSlicesUsed: NotRequired[int]
+
+class MediatedDevices(TypedDict):
+    parents: List[Parent]
+    pools: List[Pool]
+
+class NodeTopology(TypedDict):
+    node: str
+    gpus: List[Gpu]
+    mediatedDevices: MediatedDevices
+    warnings: NotRequired[List[str]]
+
+# ----------------------------------------------------------------------------------------------
+# Machines and allocations
+
+DeviceRequest = TypedDict(
+    "DeviceRequest",
+    {
+        "name": str,
+        "class": NotRequired[Literal["gpu", "accelerator"]],
+        "vendor": NotRequired[str],
+        "model": NotRequired[str],
+        "profile": NotRequired[str],
+        "count": NotRequired[int],
+        "gpus": NotRequired[List[str]],
+        "minMemory": NotRequired[Union[str, int]],
+        "alignment": NotRequired[Literal["numa"]],
+        "use": NotRequired[str],
+    },
+)
+"""One named device request of a Machine: whole GPUs (``gpus``/``count``) or vGPUs (``profile``)."""
+
+class Machine(TypedDict):
+    """A VM with named device requests."""
+
+    name: str
+    devices: List[DeviceRequest]
+
+class AllocatedGpu(TypedDict):
+    kind: Literal["gpu"]
+    request: str
+    name: str
+    address: str
+    functions: List[str]
+    memoryMiB: NotRequired[int]
+
+class AllocatedVgpu(TypedDict):
+    kind: Literal["vgpu"]
+    request: str
+    index: int
+    parent: str
+    gpu: NotRequired[str]
+    framework: VgpuFramework
+    profile: str
+    profileName: str
+    framebufferMiB: NotRequired[int]
+    migSlices: NotRequired[int]
+    uuid: str
+
+AllocatedDevice = Union[AllocatedGpu, AllocatedVgpu]
+
+class Allocation(TypedDict):
+    machine: str
+    node: str
+    status: Literal["pending", "created"]
+    devices: List[AllocatedDevice]
+
+class FleetDocument(TypedDict):
+    nodes: List[NodeTopology]
+    allocations: List[Allocation]
+    templates: NotRequired[Dict[str, DeviceRequest]]
+
+# ----------------------------------------------------------------------------------------------
+# Refusals (`Unsatisfiable.reasons`)
+
+ReasonKind = Literal[
+    "ProfileNotOffered",
+    "TopologyUnsatisfiable",
+    "InsufficientGpus",
+    "GpuNotFound",
+    "ConflictingRequests",
+]
+
+class Exclusion(TypedDict):
+    filter: str
+    """``wrong-vendor``, ``in-use``, ``pool-full``, ..."""
+    count: int
+
+Reason = TypedDict(
+    "Reason",
+    {
+        "kind": ReasonKind,
+        "request": str,
+        "profile": NotRequired[str],
+        "gpu": NotRequired[str],
+        "needed": int,
+        "free": int,
+        "numaAligned": NotRequired[bool],
+        "excluded": NotRequired[List[Exclusion]],
+        "with": NotRequired[List[str]],
+    },
+)
+
+class NodeRefusal(TypedDict):
+    node: str
+    reasons: List[Reason]
+
+class Refusal(TypedDict):
+    machine: str
+    nodesTotal: int
+    nodes: List[NodeRefusal]
+
+# ----------------------------------------------------------------------------------------------
+# Exceptions
+
+class Error(Exception):
+    """Base class of every error gpuslice raises."""
+
+class Unsatisfiable(Error):
+    """No node can hold the Machine."""
+
+    reasons: List[NodeRefusal]
+    """Each refused node with its structured reasons."""
+    refusal: Refusal
+    """The whole refusal document."""
+
+class InvalidRequest(Error):
+    """The Machine, a name, a policy or another argument is malformed or clashes with the fleet."""
+
+class NotFound(Error):
+    """No Machine or node of that name is in the fleet."""
+
+    kind: Literal["machine", "node"]
+    name: str
+
+class HostError(Error):
+    """Reading the host failed."""
+
+    path: Optional[str]
+    """The path concerned, relative to the root."""
+    errno: Optional[int]
+    """The kernel's error number, when the failure was an I/O error."""
+
+class ConfigError(Error):
+    """A configuration document (fleet, topology, vGPU layout file, health policy) is malformed
+    or cannot be applied."""
+
+# ----------------------------------------------------------------------------------------------
+# API
+
+TopologyInput = Union[NodeTopology, Mapping[str, Any], str]
+MachineInput = Union[Machine, Mapping[str, Any], str]
+FleetInput = Union[FleetDocument, Mapping[str, Any], str]
+PolicyInput = Union[Mapping[str, Any], str, "os.PathLike[str]"]
+
+class GpuHealthReport(TypedDict):
+    name: str
+    address: str
+    health: Health
+    memoryMiB: NotRequired[int]
+    expectedLinkWidth: NotRequired[Dict[str, Any]]
+    telemetrySource: NotRequired[str]
+    signals: Dict[str, Any]
+    """Every signal as read: ``aer``, ``link`` and, for NVIDIA GPUs with NVML, ``telemetry``."""
+    warnings: NotRequired[List[str]]
+
+def discover(root: str = "/", node: Optional[str] = None) -> NodeTopology:
+    """Discovers a node's GPUs, vGPU parents, profiles, instances and pools, with health.
+
+    ``root`` stands for the host's ``/``; ``node`` defaults to this machine's hostname.
+    Raises :class:`HostError` when the host cannot be read.
+    """
+
+def health(root: str = "/", policy: Optional[PolicyInput] = None) -> List[GpuHealthReport]:
+    """Grades every GPU of the host: one report per GPU.
+
+    ``policy`` is a health policy (dict, YAML/JSON text, or a path to a .toml/.yaml/.json file).
+    Raises :class:`HostError` or :class:`ConfigError`.
+    """
+
+def plan_vgpu_config(config_text: str, name: str, topology: TopologyInput) -> Dict[str, Any]:
+    """Plans config ``name`` of an NVIDIA vgpu-device-manager file against a topology (dry run).
+
+    Returns ``{node, config, mode, gpus: [...], steps: [...]}``. Raises :class:`ConfigError`.
+    """
+
+class Fleet:
+    """A fleet of nodes and the Machines placed on it, held in Rust; thread-safe."""
+
+    def __init__(self) -> None: ...
+    @classmethod
+    def from_dict(cls, data: FleetInput) -> "Fleet":
+        """A fleet from its document (dict or JSON/YAML text). Raises :class:`ConfigError`."""
+    def add_node(self, topology: TopologyInput) -> None:
+        """Adds (or replaces) a node's topology. Raises :class:`ConfigError`."""
+    def remove_node(self, name: str) -> None:
+        """Removes a node and its allocations. Raises :class:`NotFound`."""
+    def place(
+        self, machine: MachineInput, policy: Literal["binpack", "spread"] = "binpack"
+    ) -> Allocation:
+        """Places a Machine; raises :class:`Unsatisfiable` or :class:`InvalidRequest`."""
+    def release(self, machine_name: str) -> Allocation:
+        """Releases a Machine's allocation and returns it. Raises :class:`NotFound`."""
+    def mark_created(self, machine_name: str) -> None:
+        """Marks a Machine's devices as created. Raises :class:`NotFound`."""
+    def plan_migration(
+        self, machine_name: str, to: str, gpus: Optional[Sequence[str]] = None
+    ) -> Dict[str, Any]:
+        """Plans moving a Machine to node ``to`` (dry run)."""
+    def plan_drain(self, node: str) -> Dict[str, Any]:
+        """Plans moving every Machine off ``node`` (dry run)."""
+    def plan_evacuation(self) -> Dict[str, Any]:
+        """Plans moving Machines off unhealthy GPUs (dry run)."""
+    def allocations(self) -> List[Allocation]:
+        """The allocations, in Machine-name order."""
+    def to_dict(self) -> FleetDocument:
+        """The whole fleet document, which :meth:`from_dict` reads back."""

@@ -1,0 +1,272 @@
+//! One Python exception class per core error kind, and the mapping of every core error to one.
+//!
+//! The crates' error enums are sorted into a [`Failure`] first (a plain Rust value that can cross
+//! `Python::detach`), which becomes a Python exception only once the GIL is held again. Structured
+//! data travels as attributes: `Unsatisfiable.reasons`, `HostError.path` / `.errno`.
+
+use gpu_core::CoreError;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    gpuslice,
+    Error,
+    PyException,
+    "Base class of every error gpuslice raises."
+);
+pyo3::create_exception!(
+    gpuslice,
+    Unsatisfiable,
+    Error,
+    "No node can hold the Machine. `.reasons` lists each refused node with its structured \
+     reasons; `.refusal` is the whole refusal document."
+);
+pyo3::create_exception!(
+    gpuslice,
+    InvalidRequest,
+    Error,
+    "The Machine, a name, a policy or another argument is malformed or clashes with the fleet."
+);
+pyo3::create_exception!(
+    gpuslice,
+    NotFound,
+    Error,
+    "No Machine or node of that name is in the fleet. `.kind` is `machine` or `node`, `.name` \
+     the name asked for."
+);
+pyo3::create_exception!(
+    gpuslice,
+    HostError,
+    Error,
+    "Reading the host failed. `.path` is the path concerned (relative to the root), `.errno` the \
+     kernel's error number when there is one."
+);
+pyo3::create_exception!(
+    gpuslice,
+    ConfigError,
+    Error,
+    "A configuration document (fleet, topology, vGPU layout file, health policy) is malformed \
+     or cannot be applied."
+);
+
+/// A core error sorted into the exception it becomes.
+#[derive(Debug, Clone)]
+pub enum Failure {
+    /// [`Unsatisfiable`], with the refusal document.
+    Unsatisfiable {
+        /// The rendered message.
+        message: String,
+        /// The refusal as JSON (`{machine, nodesTotal, nodes: [{node, reasons}]}`).
+        refusal: serde_json::Value,
+    },
+    /// [`InvalidRequest`].
+    InvalidRequest(String),
+    /// [`NotFound`].
+    NotFound {
+        /// The rendered message.
+        message: String,
+        /// `machine` or `node`.
+        kind: &'static str,
+        /// The name asked for.
+        name: String,
+    },
+    /// [`HostError`].
+    Host {
+        /// The rendered message.
+        message: String,
+        /// The path concerned, when known.
+        path: Option<String>,
+        /// The errno, when the failure was an I/O error.
+        errno: Option<i32>,
+    },
+    /// [`ConfigError`].
+    Config(String),
+    /// The base [`Error`], for failures of the binding itself.
+    Other(String),
+}
+
+/// Which kind of document a model error concerns: it decides between `InvalidRequest` (what the
+/// caller asks for) and `ConfigError` (documents describing the fleet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// A Machine, a name, or another argument of a call.
+    Request,
+    /// A fleet, a node topology or another configuration document.
+    Config,
+}
+
+impl Failure {
+    /// Sorts a model error: requests are the caller's input, documents are configuration.
+    pub fn core(e: &CoreError, input: Input) -> Self {
+        match (e, input) {
+            (CoreError::InvalidRequest { .. }, _) | (_, Input::Request) => {
+                Failure::InvalidRequest(e.to_string())
+            }
+            (_, Input::Config) => Failure::Config(e.to_string()),
+        }
+    }
+
+    /// Converts to the Python exception, attaching the structured attributes.
+    pub fn into_pyerr(self, py: Python<'_>) -> PyErr {
+        match self {
+            Failure::Unsatisfiable { message, refusal } => {
+                let err = PyErr::new::<Unsatisfiable, _>(message);
+                let reasons = refusal
+                    .get("nodes")
+                    .cloned()
+                    .unwrap_or(serde_json::Value::Array(vec![]));
+                set_attr(py, &err, "reasons", &reasons);
+                set_attr(py, &err, "refusal", &refusal);
+                err
+            }
+            Failure::InvalidRequest(message) => PyErr::new::<InvalidRequest, _>(message),
+            Failure::NotFound {
+                message,
+                kind,
+                name,
+            } => {
+                let err = PyErr::new::<NotFound, _>(message);
+                set_attr(py, &err, "kind", &kind);
+                set_attr(py, &err, "name", &name);
+                err
+            }
+            Failure::Host {
+                message,
+                path,
+                errno,
+            } => {
+                let err = PyErr::new::<HostError, _>(message);
+                set_attr(py, &err, "path", &path);
+                set_attr(py, &err, "errno", &errno);
+                err
+            }
+            Failure::Config(message) => PyErr::new::<ConfigError, _>(message),
+            Failure::Other(message) => PyErr::new::<Error, _>(message),
+        }
+    }
+}
+
+impl From<Failure> for PyErr {
+    fn from(f: Failure) -> Self {
+        Python::attach(|py| f.into_pyerr(py))
+    }
+}
+
+/// Sets an attribute on the exception value; a failure here leaves the attribute at the class
+/// default rather than replacing the error being raised.
+fn set_attr<T: serde::Serialize>(py: Python<'_>, err: &PyErr, name: &str, value: &T) {
+    if let Ok(v) = pythonize::pythonize(py, value) {
+        let _ = err.value(py).setattr(name, v);
+    }
+}
+
+/// Registers the exception classes on the module, with the defaults of their attributes on the
+/// class so that instances raised by Python code have them too.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let none = py.None();
+    let unsat = py.get_type::<Unsatisfiable>();
+    unsat.setattr("reasons", ())?;
+    unsat.setattr("refusal", none.clone_ref(py))?;
+    let nf = py.get_type::<NotFound>();
+    nf.setattr("kind", none.clone_ref(py))?;
+    nf.setattr("name", none.clone_ref(py))?;
+    let host = py.get_type::<HostError>();
+    host.setattr("path", none.clone_ref(py))?;
+    host.setattr("errno", none)?;
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("Unsatisfiable", unsat)?;
+    m.add("InvalidRequest", py.get_type::<InvalidRequest>())?;
+    m.add("NotFound", nf)?;
+    m.add("HostError", host)?;
+    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    Ok(())
+}
+
+impl Failure {
+    /// Sorts a scheduler error.
+    pub fn sched(e: gpu_sched::SchedError) -> Self {
+        use gpu_sched::SchedError as S;
+        let message = e.to_string();
+        match e {
+            S::Unsatisfiable(refusal) => Failure::Unsatisfiable {
+                message,
+                refusal: serde_json::to_value(&refusal).unwrap_or_default(),
+            },
+            S::InvalidRequest { .. } | S::InvalidPolicy { .. } => Failure::InvalidRequest(message),
+            S::UnknownMachine { machine } => Failure::NotFound {
+                message,
+                kind: "machine",
+                name: machine,
+            },
+            S::UnknownNode { node } => Failure::NotFound {
+                message,
+                kind: "node",
+                name: node,
+            },
+            S::InvalidFleet { .. } => Failure::Config(message),
+            _ => Failure::Other(message),
+        }
+    }
+
+    /// Sorts a discovery error: everything that went wrong reading the host is a `HostError`.
+    pub fn sysfs(e: &gpu_sysfs::SysfsError) -> Self {
+        use gpu_sysfs::SysfsError as S;
+        let path = match e {
+            S::Io { path, .. } | S::InvalidRoot { path, .. } | S::Model { path, .. } => {
+                Some(path.clone())
+            }
+            S::Malformed { file, .. } => Some(file.clone()),
+            _ => None,
+        };
+        Failure::Host {
+            message: error_chain(e),
+            path,
+            errno: e.errno(),
+        }
+    }
+
+    /// Sorts a health error.
+    pub fn health(e: &gpu_health::HealthError) -> Self {
+        use gpu_health::HealthError as H;
+        match e {
+            H::Discovery(d) => Failure::sysfs(d),
+            H::PolicyRead { path, source } | H::BaselineWrite { path, source } => Failure::Host {
+                message: error_chain(e),
+                path: Some(path.display().to_string()),
+                errno: source.raw_os_error(),
+            },
+            H::Policy { .. } => Failure::Config(e.to_string()),
+        }
+    }
+
+    /// A root that cannot be opened.
+    pub fn root(root: &str, e: &std::io::Error) -> Self {
+        // The host adapter rewraps the error with the root in its message, which drops the
+        // errno; ask the OS again for it (only on this failure path).
+        let errno = e
+            .raw_os_error()
+            .or_else(|| std::fs::metadata(root).err().and_then(|m| m.raw_os_error()));
+        Failure::Host {
+            message: e.to_string(),
+            path: Some(root.to_owned()),
+            errno,
+        }
+    }
+}
+
+/// The message of an error followed by its sources (`path: No such file or directory`): the
+/// crates keep messages short and put the cause in `source()`.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = s.source();
+    }
+    out
+}

@@ -1,0 +1,131 @@
+//! `gpuslice.discover` and `gpuslice.health`: reading a host through the shared composition.
+
+use std::path::PathBuf;
+
+use gpu_health::{HealthOptions, Policy};
+use gpu_sysfs::RealHost;
+use gpu_sysfs::discover::DiscoverOptions;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use crate::convert::to_py;
+use crate::errors::Failure;
+
+/// The node name when none is given: this machine's hostname, as the CLI takes it.
+fn default_node() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+fn open(root: &str) -> Result<RealHost, Failure> {
+    RealHost::new(root).map_err(|e| Failure::root(root, &e))
+}
+
+/// Health options for `root`: NVML reads the GPUs of the machine this runs on, so it is only
+/// asked when `root` is that machine's `/`; under another root (a recorded or fake tree) its
+/// answers would describe other hardware.
+fn health_options(root: &str, policy: Policy) -> HealthOptions {
+    if std::path::Path::new(root) == std::path::Path::new("/") {
+        HealthOptions::with_nvml(policy)
+    } else {
+        HealthOptions::without_telemetry(policy)
+    }
+}
+
+/// Discovers a node: its GPUs, vGPU parents, profiles, instances and framebuffer pools, with a
+/// health verdict per GPU. Returns the node topology document (camelCase keys).
+///
+/// `root` stands for the host's `/` (a directory holding `sys/`, as on a real host or in a
+/// recorded tree); `node` names the node (default: this machine's hostname).
+///
+/// Raises `HostError` (with `.path` and `.errno`) when the host cannot be read.
+#[pyfunction]
+#[pyo3(signature = (root = "/", node = None))]
+pub fn discover<'py>(
+    py: Python<'py>,
+    root: &str,
+    node: Option<&str>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let topology = py.detach(|| {
+        let host = open(root)?;
+        let opts = DiscoverOptions::new(node.map_or_else(default_node, str::to_owned));
+        gpu_health::node_topology(&host, &opts, &health_options(root, Policy::default()))
+            .map_err(|e| Failure::health(&e))
+    })?;
+    to_py(py, &topology)
+}
+
+/// Where a health policy comes from.
+enum PolicySource {
+    Default,
+    Text(String),
+    File(PathBuf),
+}
+
+impl PolicySource {
+    fn from_py(policy: Option<&Bound<'_, PyAny>>) -> Result<Self, Failure> {
+        let Some(p) = policy.filter(|p| !p.is_none()) else {
+            return Ok(PolicySource::Default);
+        };
+        if let Ok(s) = p.cast::<PyString>() {
+            return Ok(PolicySource::Text(
+                s.to_cow().map_err(|e| bad_policy(&e))?.into_owned(),
+            ));
+        }
+        if let Ok(path) = p.extract::<PathBuf>() {
+            return Ok(PolicySource::File(path));
+        }
+        let value: serde_json::Value = pythonize::depythonize(p).map_err(|e| bad_policy(&e))?;
+        Ok(PolicySource::Text(value.to_string()))
+    }
+
+    fn load(self) -> Result<Policy, Failure> {
+        match self {
+            PolicySource::Default => Ok(Policy::default()),
+            // JSON is YAML: one parser reads dicts (as JSON) and text in either form.
+            PolicySource::Text(text) => {
+                Policy::from_str_as(&text, gpu_health::policy::PolicyFormat::Yaml, "<policy>")
+                    .map_err(|e| Failure::health(&e))
+            }
+            PolicySource::File(path) => Policy::from_file(&path).map_err(|e| Failure::health(&e)),
+        }
+    }
+}
+
+fn bad_policy(e: &dyn std::fmt::Display) -> Failure {
+    Failure::Config(format!("policy <policy>: {e}"))
+}
+
+/// Assesses the health of every GPU of the host under `root`: one report per GPU with its
+/// verdict and the signals read (PCIe AER counters, link state, and NVML telemetry when `root`
+/// is `/` and the NVIDIA driver's library loads).
+///
+/// `policy` overrides the built-in grading thresholds: a dict in the policy file's shape, its
+/// YAML/JSON text, or a path (`os.PathLike`) to a `.toml`, `.yaml` or `.json` file.
+///
+/// Raises `HostError` when the host cannot be read, `ConfigError` when the policy is malformed.
+#[pyfunction]
+#[pyo3(signature = (root = "/", policy = None))]
+pub fn health<'py>(
+    py: Python<'py>,
+    root: &str,
+    policy: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let source = PolicySource::from_py(policy)?;
+    let reports = py.detach(|| {
+        let policy = source.load()?;
+        let host = open(root)?;
+        let mut topology =
+            gpu_sysfs::discover::discover(&host, &DiscoverOptions::new(default_node()))
+                .map_err(|e| Failure::sysfs(&e))?;
+        Ok::<_, Failure>(gpu_health::grade_topology(
+            &host,
+            &mut topology,
+            &health_options(root, policy),
+        ))
+    })?;
+    to_py(py, &reports)
+}
