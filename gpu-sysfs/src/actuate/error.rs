@@ -288,7 +288,8 @@ pub enum ActuateError {
 impl ActuateError {
     /// The one translation of a failed sysfs write into its meaning.
     pub fn from_write(path: &str, value: &[u8], err: io::Error) -> Self {
-        let path = path.to_owned();
+        // Shown as the host path an operator would type.
+        let path = format!("/{}", path.trim_start_matches('/'));
         let value = String::from_utf8_lossy(value).trim_end().to_owned();
         match err.raw_os_error() {
             Some(errno::EEXIST) => ActuateError::Exists {
@@ -325,7 +326,7 @@ impl ActuateError {
     /// A failed read of `path`.
     pub fn read(path: &str, source: io::Error) -> Self {
         ActuateError::Read {
-            path: path.to_owned(),
+            path: format!("/{}", path.trim_start_matches('/')),
             source,
         }
     }
@@ -361,14 +362,14 @@ mod tests {
             io::Error::from_raw_os_error(errno::EEXIST),
         );
         assert!(matches!(e, ActuateError::Exists { .. }));
-        assert_eq!(e.to_string(), "sys/x/create: already exists (EEXIST)");
+        assert_eq!(e.to_string(), "/sys/x/create: already exists (EEXIST)");
         let e = ActuateError::from_write("p", b"u", io::Error::from_raw_os_error(errno::EUSERS));
-        assert_eq!(e.to_string(), "p: no capacity left for this type (EUSERS)");
+        assert_eq!(e.to_string(), "/p: no capacity left for this type (EUSERS)");
         assert_eq!(e.errno(), Some(errno::EUSERS));
         let e = ActuateError::from_write("p", b"7", io::Error::from_raw_os_error(errno::EIO));
         assert_eq!(e.errno(), Some(errno::EIO));
         let e = ActuateError::from_write("p", b"7", io::Error::from_raw_os_error(71));
-        assert_eq!(e.to_string(), "p: write of \"7\" failed (errno 71)");
+        assert_eq!(e.to_string(), "/p: write of \"7\" failed (errno 71)");
         assert_eq!(e.errno(), Some(71));
     }
 }

@@ -1,0 +1,131 @@
+//! Property: whichever single write of a multi-step operation fails, and with whatever errno,
+//! the operation reports the failure and the host tree is exactly as it was before.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use gpu_core::{MdevUuid, PciAddress};
+use gpu_sysfs::actuate::error::errno;
+use gpu_sysfs::actuate::{self, MdevCreate};
+use gpu_sysfs::testing::FakeKernel;
+use proptest::prelude::*;
+
+const ERRNOS: &[i32] = &[
+    errno::EIO,
+    errno::EBUSY,
+    errno::ENODEV,
+    errno::EINVAL,
+    errno::ENOSPC,
+    errno::EPERM,
+];
+
+fn gpu() -> PciAddress {
+    "0000:01:00.0".parse().unwrap()
+}
+
+/// Creates of `n` instances over the three sample parents, in a mix of types.
+fn creates(n: u32) -> Vec<MdevCreate> {
+    let kinds = [
+        ("mbochs", "mbochs-large"),
+        ("mbochs", "mbochs-small"),
+        ("mtty", "mtty-2"),
+        ("mdpy", "mdpy-hd"),
+    ];
+    (0..n)
+        .map(|i| {
+            let (p, t) = kinds[i as usize % kinds.len()];
+            MdevCreate {
+                parent: p.parse().unwrap(),
+                type_id: t.parse().unwrap(),
+                uuid: MdevUuid::for_machine("vm-a", "gpus", i),
+            }
+        })
+        .collect()
+}
+
+/// How many writes the operation makes when nothing fails.
+fn writes_of(run: impl Fn(&FakeKernel) -> bool, make: impl Fn() -> FakeKernel) -> usize {
+    let k = make();
+    assert!(run(&k), "the operation succeeds without faults");
+    k.writes().len()
+}
+
+fn bind_ok(k: &FakeKernel) -> bool {
+    actuate::bind_gpu(k, &gpu()).is_ok()
+}
+
+fn release_ok(k: &FakeKernel) -> bool {
+    actuate::release_gpu(k, &gpu(), false).is_ok()
+}
+
+/// Writes of binding, then of releasing, the passthrough host's first GPU.
+static RELEASE_WRITES: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+
+fn bound_host() -> FakeKernel {
+    let k = FakeKernel::passthrough_host().unwrap();
+    actuate::bind_gpu(&k, &gpu()).unwrap();
+    k
+}
+
+#[test]
+fn the_operations_under_test_make_several_writes() {
+    // Binding GPU + audio: override, unbind, probe for each function.
+    assert_eq!(
+        writes_of(bind_ok, || FakeKernel::passthrough_host().unwrap()),
+        6
+    );
+    assert_eq!(
+        writes_of(
+            |k| actuate::create_mdevs(k, &creates(5)).is_ok(),
+            || FakeKernel::sample_mdev_drivers().unwrap()
+        ),
+        5
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_failed_write_while_binding_leaves_the_host_as_it_was(k in 1usize..=6, e in 0..ERRNOS.len()) {
+        let kernel = FakeKernel::passthrough_host().unwrap().failing_at(k, ERRNOS[e]);
+        let before = kernel.snapshot().unwrap();
+        let r = actuate::bind_gpu(&kernel, &gpu());
+        prop_assert!(r.is_err(), "write {} failed, yet bind succeeded", k);
+        prop_assert_eq!(kernel.snapshot().unwrap(), before);
+    }
+
+    #[test]
+    fn a_failed_write_while_releasing_leaves_the_host_as_it_was(extra in 1usize..=6, e in 0..ERRNOS.len()) {
+        let (binds, releases) = *RELEASE_WRITES.get_or_init(|| {
+            let binds = writes_of(bind_ok, || FakeKernel::passthrough_host().unwrap());
+            (binds, writes_of(release_ok, bound_host) - binds)
+        });
+        prop_assume!(extra <= releases);
+        let kernel = bound_host().failing_at(binds + extra, ERRNOS[e]);
+        let before = kernel.snapshot().unwrap();
+        let r = actuate::release_gpu(&kernel, &gpu(), false);
+        prop_assert!(r.is_err());
+        prop_assert_eq!(kernel.snapshot().unwrap(), before);
+    }
+
+    #[test]
+    fn a_failed_create_leaves_no_instance_behind(n in 1u32..=6, at in 1usize..=6, e in 0..ERRNOS.len()) {
+        prop_assume!(at <= n as usize);
+        let kernel = FakeKernel::sample_mdev_drivers().unwrap().failing_at(at, ERRNOS[e]);
+        let before = kernel.snapshot().unwrap();
+        let r = actuate::create_mdevs(&kernel, &creates(n));
+        prop_assert!(r.is_err());
+        prop_assert_eq!(r.unwrap_err().errno(), Some(ERRNOS[e]));
+        prop_assert_eq!(kernel.snapshot().unwrap(), before);
+    }
+
+    #[test]
+    fn a_failed_write_while_retyping_a_vf_keeps_its_type(at in 1usize..=2, e in 0..ERRNOS.len()) {
+        let kernel = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+        let vf: PciAddress = "0000:26:00.4".parse().unwrap();
+        actuate::set_vf_type(&kernel, &vf, 1155, false).unwrap();
+        let kernel = kernel.failing_at(1 + at, ERRNOS[e]);
+        let before = kernel.snapshot().unwrap();
+        prop_assert!(actuate::set_vf_type(&kernel, &vf, 1152, false).is_err());
+        prop_assert_eq!(kernel.snapshot().unwrap(), before);
+    }
+}
