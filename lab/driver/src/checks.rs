@@ -146,9 +146,10 @@ fn compare_gpu(g: &Value, f: &PciFunction, all: &[PciFunction]) -> Result<String
         ExpectedState::InUse => ensure(state == "in-use", || {
             format!("{who}: state {state}, expected in-use")
         })?,
+        // The lab knows there is no IOMMU: the reason must say so, not blame the device.
         ExpectedState::NoIommu => ensure(
-            state == "blocked" && reason.to_lowercase().contains("iommu"),
-            || format!("{who}: state {state} ({reason:?}), expected blocked for lack of an IOMMU"),
+            state == "blocked" && reason.to_lowercase().contains("iommu disabled"),
+            || format!("{who}: state {state} ({reason:?}), expected blocked: IOMMU disabled"),
         )?,
         ExpectedState::SharedGroup(offenders) => {
             // The reason must name the endpoints of other kinds (the NIC), and at least one offender.

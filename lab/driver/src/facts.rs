@@ -134,6 +134,27 @@ pub fn run(iommu: bool) {
         sys::list(format!("{SYS}/kernel/iommu_groups")).join(" "),
     );
     fact(
+        "class/iommu (hardware IOMMUs)",
+        links_of(&format!("{SYS}/class/iommu")),
+    );
+    if let Some(g) = sys::link_name(format!("{SYS}/bus/mdev/devices/{u}/iommu_group")) {
+        let gd = format!("{SYS}/kernel/iommu_groups/{g}");
+        fact("mdev group dir", links_of(&gd));
+        fact(
+            "mdev group type",
+            sys::read(format!("{gd}/type")).unwrap_or_else(|e| e),
+        );
+        fact(
+            "mdev group name",
+            sys::read(format!("{gd}/name")).unwrap_or_else(|e| e),
+        );
+        fact(
+            "a PCI group's type",
+            sys::read(format!("{SYS}/kernel/iommu_groups/1/type")).unwrap_or_else(|e| e),
+        );
+        fact("mdev group devices", links_of(&format!("{gd}/devices")));
+    }
+    fact(
         "vfio-dev of instance",
         links_of(&format!("{SYS}/bus/mdev/devices/{u}/vfio-dev")),
     );
