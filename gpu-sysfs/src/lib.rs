@@ -1,6 +1,7 @@
 //! Linux sysfs discovery and actuation for gpuslice.
 
 pub mod actuate;
+pub mod apply;
 pub mod discover;
 pub mod error;
 pub mod host;

@@ -1,0 +1,682 @@
+//! Applying a vGPU layout to a host: discover, plan (pure, in `gpu_core::layout`), then write,
+//! under a host-wide lock, undoing everything on a failure.
+//!
+//! The order is fixed so that capacity is free before it is needed and nothing is written until
+//! the whole plan has been checked against the host:
+//!
+//! 1. take the exclusive lock `run/gpuslice/vgpu.lock` under the root (a second apply waits, or
+//!    gives up after the lock timeout);
+//! 2. discover the host and mark the instances a process holds open;
+//! 3. plan; a layout that does not fit, names an unknown type, or is ambiguous is refused here,
+//!    with nothing changed;
+//! 4. when a GPU still needs SR-IOV, enable it (NVIDIA's `sriov-manage`), discover and plan
+//!    again, and refuse (turning SR-IOV back off) if the plan no longer holds;
+//! 5. remove the surplus, then create the missing instances largest framebuffer first. The
+//!    actuation functions re-read capacity right before each write.
+//!
+//! Every write that changed something is journalled. When a step fails, the journal is undone in
+//! reverse order (created instances removed, removed ones re-created with their UUIDs, cleared VFs
+//! given their types back, SR-IOV turned off again) and the report carries both the failure and
+//! what the rollback achieved.
+
+mod lock;
+mod names;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use gpu_core::layout::{
+    Assertion, LayoutConfig, LayoutError, Mode, Plan, PlanOptions, PlannedInstance, Step,
+    assert_layout, plan_layout,
+};
+use gpu_core::nvidia::{VgpuTypeName, names_match};
+use gpu_core::{MdevUuid, NodeTopology, PciAddress, VgpuFramework, VgpuTypeId};
+
+pub use lock::{LOCK_PATH, LayoutLock};
+pub use names::{NAMES_PATH, RememberedNames};
+
+use crate::actuate::{
+    ActuateError, MdevCreate, SriovOptions, clear_vf, creatable_types, create_mdev, enable_sriov,
+    holder_of, remove_mdev, set_vf_type,
+};
+use crate::discover::{DiscoverOptions, discover};
+use crate::error::SysfsError;
+use crate::host::Host;
+
+/// How to apply.
+#[derive(Debug, Clone)]
+pub struct ApplyOptions {
+    /// Discovery options (node name, resolver, parent filter).
+    pub discover: DiscoverOptions,
+    /// Apply the config, or clear the GPUs it selects.
+    pub mode: Mode,
+    /// Remove instances a VM has open.
+    pub force: bool,
+    /// Plan only; write nothing and take no lock.
+    pub dry_run: bool,
+    /// Give up waiting for another apply after this long (`None`: wait).
+    pub lock_timeout: Option<Duration>,
+    /// How to run `sriov-manage`.
+    pub sriov: SriovOptions,
+}
+
+impl ApplyOptions {
+    /// Applying on node `node`, waiting for the lock, not forcing.
+    pub fn new(node: impl Into<String>) -> Self {
+        ApplyOptions {
+            discover: DiscoverOptions::new(node),
+            mode: Mode::Apply,
+            force: false,
+            dry_run: false,
+            lock_timeout: None,
+            sriov: SriovOptions::default(),
+        }
+    }
+}
+
+/// What an apply reports while it runs (for progress bars and logs).
+#[derive(Debug)]
+pub enum ApplyEvent<'a> {
+    /// Another apply holds the lock; this one waits.
+    WaitingForLock {
+        /// The lock file.
+        path: &'a Path,
+    },
+    /// The plan is made and checked; writes follow.
+    Planned {
+        /// The plan.
+        plan: &'a Plan,
+    },
+    /// A write is about to be made.
+    Step {
+        /// 0-based index.
+        index: usize,
+        /// Steps in all.
+        total: usize,
+        /// What it does.
+        step: &'a Step,
+    },
+    /// A step failed; the journal is being undone.
+    RollingBack {
+        /// Changes to undo.
+        changes: usize,
+    },
+}
+
+/// How an apply ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ApplyStatus {
+    /// The host already matched; nothing was written.
+    Unchanged,
+    /// Every step was made.
+    Applied,
+    /// Every step was made, but GPUs with instances in use were left unchanged (see the plan).
+    Incomplete,
+    /// Only planned (`--dry-run`).
+    DryRun,
+    /// A step failed and every change was undone.
+    RolledBack,
+    /// A step failed and some changes could not be undone (see `rollback.leftover`).
+    RollbackIncomplete,
+}
+
+/// One change made on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    /// `remove`, `create` or `enable-sriov`.
+    pub op: &'static str,
+    /// The physical GPU.
+    pub gpu: PciAddress,
+    /// The mdev UUID or VF address (the GPU for `enable-sriov`).
+    pub device: String,
+    /// The type, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub type_id: Option<VgpuTypeId>,
+}
+
+/// What a rollback achieved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollback {
+    /// Every change was undone.
+    pub complete: bool,
+    /// Changes undone, most recent first.
+    pub undone: Vec<String>,
+    /// Changes that could not be undone, with why.
+    pub leftover: Vec<String>,
+}
+
+/// The result of an apply or clear.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyReport {
+    /// How it ended.
+    pub status: ApplyStatus,
+    /// The plan that was executed (after SR-IOV was enabled, when it had to be).
+    pub plan: Plan,
+    /// Changes made, in order (before any rollback).
+    pub changes: Vec<Change>,
+    /// The failure, when a step failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// What the rollback did, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<Rollback>,
+}
+
+/// Why an apply did not happen or did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The host is not a directory tree, so there is nowhere to put the lock.
+    #[error("the host has no root directory to hold {LOCK_PATH}")]
+    NoRoot,
+    /// The lock file could not be created or locked.
+    #[error("cannot lock {path}")]
+    Lock {
+        /// The lock file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another apply held the lock for longer than the timeout.
+    #[error("another gpuslice apply holds {path}; gave up after {waited:?}")]
+    LockTimeout {
+        /// The lock file.
+        path: String,
+        /// How long this one waited.
+        waited: Duration,
+    },
+    /// Discovery failed.
+    #[error("cannot discover the host")]
+    Discover(#[from] SysfsError),
+    /// The layout cannot be planned on this host; nothing was changed.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// A step failed after writes began; the report says what was undone.
+    #[error("{}", failed_message(report))]
+    Failed {
+        /// The full report.
+        report: Box<ApplyReport>,
+    },
+}
+
+fn failed_message(r: &ApplyReport) -> String {
+    let failure = r.failure.as_deref().unwrap_or("a step failed");
+    match &r.rollback {
+        Some(rb) if rb.complete => format!(
+            "{failure}; rolled back: the host is as before ({} changes undone)",
+            rb.undone.len()
+        ),
+        Some(rb) => format!(
+            "{failure}; ROLLBACK INCOMPLETE, left on the host: {}",
+            rb.leftover.join("; ")
+        ),
+        None => failure.to_owned(),
+    }
+}
+
+/// Discovers the host and marks every instance a process holds open (`inUse`), which discovery
+/// leaves unknown. Vendor-VFIO type numbers that no VF lists any more are named from the options'
+/// resolver, then from the names gpuslice remembered (see [`RememberedNames`]).
+///
+/// # Errors
+/// [`SysfsError`] from discovery.
+pub fn observe(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology, SysfsError> {
+    observe_with(host, opts).map(|(t, _)| t)
+}
+
+fn observe_with(
+    host: &dyn Host,
+    opts: &DiscoverOptions,
+) -> Result<(NodeTopology, Option<RememberedNames>), SysfsError> {
+    let memory = host
+        .root_dir()
+        .map(|root| RememberedNames::load(root, opts.resolver.clone()));
+    let mut topo = match &memory {
+        Some(m) => {
+            let mut o = opts.clone();
+            o.resolver = Some(Arc::new(m.clone()));
+            discover(host, &o)?
+        }
+        None => discover(host, opts)?,
+    };
+    for p in &mut topo.mediated_devices.parents {
+        for i in &mut p.instances {
+            let dir = match (i.uuid, i.address, p.id.pci()) {
+                (Some(u), _, _) => format!("sys/bus/mdev/devices/{u}"),
+                (None, Some(a), _) | (None, None, Some(a)) => format!("sys/bus/pci/devices/{a}"),
+                _ => continue,
+            };
+            i.in_use = Some(holder_of(host, &dir).is_some());
+        }
+    }
+    Ok((topo, memory))
+}
+
+/// Checks whether the host holds what `config` wants (selected GPUs only, normalized names).
+///
+/// # Errors
+/// [`ApplyError::Discover`], [`ApplyError::Layout`].
+pub fn assert_config(
+    host: &dyn Host,
+    config: &LayoutConfig,
+    opts: &DiscoverOptions,
+) -> Result<Assertion, ApplyError> {
+    let topo = observe(host, opts)?;
+    Ok(assert_layout(config, &topo)?)
+}
+
+/// Applies (or clears, per `opts.mode`) `config` on `host`. See the module documentation.
+///
+/// # Errors
+/// [`ApplyError::NoRoot`], [`ApplyError::Lock`], [`ApplyError::LockTimeout`] before anything is
+/// read; [`ApplyError::Discover`] and [`ApplyError::Layout`] before anything is written;
+/// [`ApplyError::Failed`] when a write failed, with the rollback's outcome.
+pub fn apply_layout(
+    host: &dyn Host,
+    config: &LayoutConfig,
+    opts: &ApplyOptions,
+    events: &mut dyn FnMut(ApplyEvent<'_>),
+) -> Result<ApplyReport, ApplyError> {
+    let plan_opts = PlanOptions {
+        mode: opts.mode,
+        force: opts.force,
+    };
+    if opts.dry_run {
+        let topo = observe(host, &opts.discover)?;
+        let plan = plan_layout(config, &topo, &plan_opts)?;
+        return Ok(ApplyReport {
+            status: ApplyStatus::DryRun,
+            plan,
+            changes: vec![],
+            failure: None,
+            rollback: None,
+        });
+    }
+    let root = host.root_dir().ok_or(ApplyError::NoRoot)?;
+    let _lock = LayoutLock::acquire(root, opts.lock_timeout, &mut |path| {
+        events(ApplyEvent::WaitingForLock { path })
+    })?;
+    let (topo, mut memory) = observe_with(host, &opts.discover)?;
+    if let Some(m) = memory.as_mut() {
+        if m.learn(&topo) {
+            // Only a memory: a root where it cannot be kept still applies, it just re-learns.
+            let _ = m.save(root);
+        }
+    }
+    let mut plan = plan_layout(config, &topo, &plan_opts)?;
+    let mut run = Run {
+        host,
+        opts,
+        journal: vec![],
+        changes: vec![],
+        memory,
+    };
+    if plan.needs_sriov() {
+        let enables: Vec<Step> = plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s, Step::EnableSriov { .. }))
+            .cloned()
+            .collect();
+        events(ApplyEvent::Planned { plan: &plan });
+        for (index, step) in enables.iter().enumerate() {
+            events(ApplyEvent::Step {
+                index,
+                total: enables.len(),
+                step,
+            });
+            if let Err(e) = run.step(step) {
+                return Err(run.fail(plan, e.to_string(), events));
+            }
+        }
+        // The VFs exist now: their types are known, so plan again and check everything before
+        // the first instance is written.
+        let again = observe(host, &opts.discover)
+            .map_err(|e| format!("discovering the host after enabling SR-IOV: {e}"))
+            .and_then(|t| plan_layout(config, &t, &plan_opts).map_err(|e| e.to_string()));
+        plan = match again {
+            Ok(p) if !p.needs_sriov() => p,
+            Ok(p) => {
+                let gpus: Vec<String> = p
+                    .gpus
+                    .iter()
+                    .filter(|g| g.enable_sriov)
+                    .map(|g| g.label())
+                    .collect();
+                let why = format!(
+                    "SR-IOV was enabled but no vGPU parents appeared on {}",
+                    gpus.join(", ")
+                );
+                return Err(run.fail(p, why, events));
+            }
+            Err(why) => return Err(run.fail(plan, why, events)),
+        };
+    }
+    if plan.is_noop() && run.changes.is_empty() {
+        let status = if plan.refused().next().is_some() {
+            ApplyStatus::Incomplete
+        } else {
+            ApplyStatus::Unchanged
+        };
+        return Ok(ApplyReport {
+            status,
+            plan,
+            changes: vec![],
+            failure: None,
+            rollback: None,
+        });
+    }
+    events(ApplyEvent::Planned { plan: &plan });
+    let total = plan.steps.len();
+    for (index, step) in plan.steps.iter().enumerate() {
+        events(ApplyEvent::Step { index, total, step });
+        if let Err(e) = run.step(step) {
+            let why = format!("{}: {e}", describe(step));
+            return Err(run.fail(plan, why, events));
+        }
+    }
+    let status = if plan.refused().next().is_some() {
+        ApplyStatus::Incomplete
+    } else {
+        ApplyStatus::Applied
+    };
+    Ok(ApplyReport {
+        status,
+        plan,
+        changes: run.changes,
+        failure: None,
+        rollback: None,
+    })
+}
+
+/// How a step reads in messages: `create A2-4Q (nvidia-746) 1b4e… on 0000:08:00.4`.
+pub fn describe(step: &Step) -> String {
+    match step {
+        Step::EnableSriov { gpu } => format!("enable SR-IOV on {gpu}"),
+        Step::Remove { instance, .. } => match instance.framework {
+            VgpuFramework::Mdev => format!(
+                "remove {} {} from {}",
+                instance.type_label(),
+                instance.label(),
+                instance.parent
+            ),
+            VgpuFramework::VendorVfio => {
+                format!(
+                    "clear {} from VF {}",
+                    instance.type_label(),
+                    instance.parent
+                )
+            }
+        },
+        Step::Create { instance, .. } => match instance.framework {
+            VgpuFramework::Mdev => format!(
+                "create {} {} on {}",
+                instance.type_label(),
+                instance.label(),
+                instance.parent
+            ),
+            VgpuFramework::VendorVfio => {
+                format!("set {} on VF {}", instance.type_label(), instance.parent)
+            }
+        },
+    }
+}
+
+/// A change and how to undo it.
+#[derive(Debug, Clone)]
+enum Undo {
+    RemoveCreated(MdevUuid),
+    Recreate(MdevCreate),
+    ClearSet(PciAddress),
+    Retype(PciAddress, u32),
+    DisableSriov(PciAddress),
+}
+
+struct Run<'a> {
+    host: &'a dyn Host,
+    opts: &'a ApplyOptions,
+    journal: Vec<Undo>,
+    changes: Vec<Change>,
+    memory: Option<RememberedNames>,
+}
+
+impl Run<'_> {
+    fn step(&mut self, step: &Step) -> Result<(), ActuateError> {
+        match step {
+            Step::EnableSriov { gpu } => {
+                let done = enable_sriov(self.host, gpu, &self.opts.sriov)?;
+                if done.changed {
+                    self.journal.push(Undo::DisableSriov(*gpu));
+                    self.changes.push(Change {
+                        op: "enable-sriov",
+                        gpu: *gpu,
+                        device: gpu.to_string(),
+                        type_id: None,
+                    });
+                }
+            }
+            Step::Remove { gpu, instance } => self.remove(*gpu, instance)?,
+            Step::Create { gpu, instance } => self.create(*gpu, instance)?,
+        }
+        Ok(())
+    }
+
+    fn vf(instance: &PlannedInstance) -> Result<PciAddress, ActuateError> {
+        instance
+            .parent
+            .pci()
+            .ok_or_else(|| ActuateError::Unsupported {
+                device: instance.parent.to_string(),
+                why: "a vendor-VFIO instance must be a VF address".to_owned(),
+            })
+    }
+
+    fn remove(&mut self, gpu: PciAddress, instance: &PlannedInstance) -> Result<(), ActuateError> {
+        let force = self.opts.force;
+        match (instance.framework, instance.uuid) {
+            (VgpuFramework::Mdev, Some(uuid)) => {
+                let r = remove_mdev(self.host, &uuid, force)?;
+                if r.changed {
+                    let type_id = r.type_id.or_else(|| instance.type_id.clone());
+                    if let Some(t) = &type_id {
+                        self.journal.push(Undo::Recreate(MdevCreate {
+                            parent: r.parent.unwrap_or_else(|| instance.parent.clone()),
+                            type_id: t.clone(),
+                            uuid,
+                        }));
+                    }
+                    self.changes.push(Change {
+                        op: "remove",
+                        gpu,
+                        device: uuid.to_string(),
+                        type_id,
+                    });
+                }
+            }
+            _ => {
+                let vf = Self::vf(instance)?;
+                let r = clear_vf(self.host, &vf, force)?;
+                if r.changed {
+                    if let Some(n) = r.previous.as_ref().and_then(VgpuTypeId::vendor_vfio_number) {
+                        self.journal.push(Undo::Retype(vf, n));
+                    }
+                    self.changes.push(Change {
+                        op: "remove",
+                        gpu,
+                        device: vf.to_string(),
+                        type_id: r.previous,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn create(&mut self, gpu: PciAddress, instance: &PlannedInstance) -> Result<(), ActuateError> {
+        match instance.framework {
+            VgpuFramework::Mdev => {
+                let (Some(uuid), Some(type_id)) = (instance.uuid, instance.type_id.clone()) else {
+                    return Err(ActuateError::Unsupported {
+                        device: instance.parent.to_string(),
+                        why: "the plan gave an mdev creation no UUID or type".to_owned(),
+                    });
+                };
+                let req = MdevCreate {
+                    parent: instance.parent.clone(),
+                    type_id: type_id.clone(),
+                    uuid,
+                };
+                let made = create_mdev(self.host, &req)?;
+                if made.changed {
+                    self.journal.push(Undo::RemoveCreated(uuid));
+                    self.changes.push(Change {
+                        op: "create",
+                        gpu,
+                        device: uuid.to_string(),
+                        type_id: Some(type_id),
+                    });
+                }
+            }
+            VgpuFramework::VendorVfio => {
+                let vf = Self::vf(instance)?;
+                let num = match instance
+                    .type_id
+                    .as_ref()
+                    .and_then(VgpuTypeId::vendor_vfio_number)
+                {
+                    Some(n) => n,
+                    None => self.resolve_vf_type(&vf, instance)?,
+                };
+                let set = set_vf_type(self.host, &vf, num, self.opts.force)?;
+                let name = set.type_name.as_deref().or(instance.type_name.as_deref());
+                if let (Some(m), Some(name), Some(root)) =
+                    (self.memory.as_mut(), name, self.host.root_dir())
+                {
+                    if m.remember(num, name) {
+                        let _ = m.save(root);
+                    }
+                }
+                if set.changed {
+                    self.journal.push(Undo::ClearSet(vf));
+                    self.changes.push(Change {
+                        op: "create",
+                        gpu,
+                        device: vf.to_string(),
+                        type_id: Some(set.type_id),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A type the driver did not list while the GPU was full: its ID by name, from what the VF
+    /// lists now that the surplus is gone (exact name first, then without a MIG suffix).
+    fn resolve_vf_type(
+        &self,
+        vf: &PciAddress,
+        instance: &PlannedInstance,
+    ) -> Result<u32, ActuateError> {
+        let want = instance.type_name.clone().unwrap_or_default();
+        let types = creatable_types(self.host, vf)?;
+        let base = VgpuTypeName::parse(&want)
+            .ok()
+            .map(|n| n.base().to_string());
+        types
+            .iter()
+            .find(|(_, n)| names_match(n, &want))
+            .or_else(|| {
+                let b = base.as_deref()?;
+                types.iter().find(|(_, n)| names_match(n, b))
+            })
+            .map(|(id, _)| *id)
+            .ok_or_else(|| ActuateError::UnknownProfile {
+                parent: vf.to_string(),
+                profile: want,
+                offered: types
+                    .iter()
+                    .map(|(id, n)| format!("{id} ({n})"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    fn undo(&self, u: &Undo) -> Result<String, String> {
+        let host = self.host;
+        match u {
+            Undo::RemoveCreated(uuid) => remove_mdev(host, uuid, true)
+                .map(|_| format!("removed mdev {uuid} again"))
+                .map_err(|e| format!("mdev {uuid} is still there: {e}")),
+            Undo::Recreate(req) => create_mdev(host, req)
+                .map(|_| {
+                    format!(
+                        "re-created mdev {} ({}) on {}",
+                        req.uuid, req.type_id, req.parent
+                    )
+                })
+                .map_err(|e| {
+                    format!(
+                        "mdev {} ({}) on {} could not be re-created: {e}",
+                        req.uuid, req.type_id, req.parent
+                    )
+                }),
+            Undo::ClearSet(vf) => clear_vf(host, vf, true)
+                .map(|_| format!("cleared VF {vf} again"))
+                .map_err(|e| format!("VF {vf} keeps its new type: {e}")),
+            Undo::Retype(vf, n) => set_vf_type(host, vf, *n, true)
+                .map(|_| format!("gave VF {vf} its type {n} back"))
+                .map_err(|e| format!("VF {vf} lost its type {n}: {e}")),
+            Undo::DisableSriov(pf) => {
+                let path = format!("sys/bus/pci/devices/{pf}/sriov_numvfs");
+                host.write(&path, b"0")
+                    .map(|()| format!("disabled SR-IOV on {pf} again"))
+                    .map_err(|e| format!("SR-IOV stays enabled on {pf}: {e}"))
+            }
+        }
+    }
+
+    /// Undoes the journal (most recent first) and builds the failure.
+    fn fail(
+        &mut self,
+        plan: Plan,
+        failure: String,
+        events: &mut dyn FnMut(ApplyEvent<'_>),
+    ) -> ApplyError {
+        events(ApplyEvent::RollingBack {
+            changes: self.journal.len(),
+        });
+        let mut undone = Vec::new();
+        let mut leftover = Vec::new();
+        for u in self.journal.iter().rev() {
+            match self.undo(u) {
+                Ok(s) => undone.push(s),
+                Err(s) => leftover.push(s),
+            }
+        }
+        let complete = leftover.is_empty();
+        ApplyError::Failed {
+            report: Box::new(ApplyReport {
+                status: if complete {
+                    ApplyStatus::RolledBack
+                } else {
+                    ApplyStatus::RollbackIncomplete
+                },
+                plan,
+                changes: std::mem::take(&mut self.changes),
+                failure: Some(failure),
+                rollback: Some(Rollback {
+                    complete,
+                    undone,
+                    leftover,
+                }),
+            }),
+        }
+    }
+}

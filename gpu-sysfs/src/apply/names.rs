@@ -1,0 +1,105 @@
+//! Remembered vendor-VFIO type names.
+//!
+//! A full GPU lists no creatable types, so the type of an existing VF is a bare number that
+//! discovery can name only through a resolver (NVML). Without one, an apply would not recognize
+//! its own work and would re-create it every time, as NVIDIA's tool does. So every name gpuslice
+//! sees listed (or sets) is remembered in `run/gpuslice/vgpu-type-names.json` under the root. `/run`
+//! is cleared at boot, exactly when VF types are (type IDs also change only with the driver, which
+//! clears every VF), so the memory never outlives the numbering it describes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gpu_core::{NodeTopology, PciAddress, VgpuFramework};
+
+use crate::resolver::{TypeInfo, TypeNameResolver};
+
+/// Where the names are kept, relative to the host root.
+pub const NAMES_PATH: &str = "run/gpuslice/vgpu-type-names.json";
+
+/// Type ID → name, as remembered, consulted after an optional resolver.
+#[derive(Debug, Clone, Default)]
+pub struct RememberedNames {
+    names: BTreeMap<u32, String>,
+    inner: Option<Arc<dyn TypeNameResolver>>,
+}
+
+impl RememberedNames {
+    /// The names remembered under `root` (none when the file is missing or unreadable: it is
+    /// only a memory, and discovery reports what stays unnamed).
+    pub fn load(root: &Path, inner: Option<Arc<dyn TypeNameResolver>>) -> Self {
+        let names = std::fs::read(path(root))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<BTreeMap<u32, String>>(&b).ok())
+            .unwrap_or_default();
+        RememberedNames { names, inner }
+    }
+
+    /// Learns the names of the vendor-VFIO types `topology` lists or names; true when any is new.
+    pub fn learn(&mut self, topology: &NodeTopology) -> bool {
+        let mut changed = false;
+        for p in &topology.mediated_devices.parents {
+            if p.framework != VgpuFramework::VendorVfio {
+                continue;
+            }
+            let listed = p.profiles.iter().map(|pr| (&pr.id, Some(&pr.name)));
+            let held = p
+                .instances
+                .iter()
+                .map(|i| (&i.profile, i.profile_name.as_ref()));
+            for (id, name) in listed.chain(held) {
+                if let (Some(n), Some(name)) = (id.vendor_vfio_number(), name) {
+                    if self.names.get(&n) != Some(name) {
+                        self.names.insert(n, name.clone());
+                        changed = true;
+                    }
+                }
+            }
+        }
+        changed
+    }
+
+    /// Remembers one name; true when it is new.
+    pub fn remember(&mut self, id: u32, name: &str) -> bool {
+        if self.names.get(&id).map(String::as_str) == Some(name) {
+            return false;
+        }
+        self.names.insert(id, name.to_owned());
+        true
+    }
+
+    /// Writes the memory under `root` (through a temporary file, so a reader never sees half).
+    ///
+    /// # Errors
+    /// The I/O error.
+    pub fn save(&self, root: &Path) -> std::io::Result<()> {
+        let p = path(root);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        let tmp = p.with_extension("json.tmp");
+        let text = serde_json::to_vec_pretty(&self.names).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &p)
+    }
+}
+
+fn path(root: &Path) -> PathBuf {
+    root.join(NAMES_PATH)
+}
+
+impl TypeNameResolver for RememberedNames {
+    fn resolve(&self, gpu: &PciAddress, id: u32) -> Option<TypeInfo> {
+        if let Some(found) = self.inner.as_ref().and_then(|r| r.resolve(gpu, id)) {
+            return Some(found);
+        }
+        self.names.get(&id).map(|name| TypeInfo {
+            name: name.clone(),
+            framebuffer_mib: gpu_core::nvidia::VgpuTypeName::parse(name)
+                .ok()
+                .map(|n| n.framebuffer_mib()),
+            max_instances: None,
+        })
+    }
+}
