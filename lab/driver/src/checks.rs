@@ -495,9 +495,12 @@ pub fn vgpu_create_exhausted(lab: &mut Lab) -> Outcome {
     ensure(r.code != Some(0), || {
         "a create past the pool succeeded".into()
     })?;
-    ensure(r.stderr.to_lowercase().contains("exhausted"), || {
-        format!("not the \"exhausted\" error: {}", r.describe())
-    })?;
+    // gpu-sysfs's `Exhausted` error reads "no capacity left for this type (ENOSPC)".
+    let err = r.stderr.to_lowercase();
+    ensure(
+        (err.contains("exhausted") || err.contains("no capacity left")) && err.contains("enospc"),
+        || format!("not the \"exhausted\" error for ENOSPC: {}", r.describe()),
+    )?;
     ensure(!sys::mdev_instances()?.contains_key(&uuid), || {
         format!("the failed create left {uuid} behind")
     })?;
