@@ -128,6 +128,9 @@ fn sriov_node(
             vfs: vf_addrs.clone(),
         });
         g.vgpu_framework = Some(framework);
+        // With VFs enabled for vGPUs the card cannot be passed through whole.
+        g.state = GpuState::InUse;
+        g.state_reason = Some("SR-IOV VFs enabled for vGPUs".to_owned());
         let pf = g.address;
         let mut parents = Vec::new();
         for vf in vf_addrs {

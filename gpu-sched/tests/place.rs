@@ -427,7 +427,12 @@ fn requests_that_fit_alone_but_not_together_are_a_conflict() {
 
 #[test]
 fn a_whole_gpu_request_and_a_vgpu_request_share_a_node_without_sharing_a_gpu() {
-    let mut s = fleet(vec![a2_node("a", 2, 4)]);
+    // A host whose GPUs can go either way: whole, or as vGPU parents.
+    let mut n = a2_node("a", 2, 4);
+    for g in &mut n.gpus {
+        g.state = GpuState::Free;
+    }
+    let mut s = fleet(vec![n]);
     let m = machine("name: m\ndevices: [{name: v, profile: A2-16Q}, {name: w}]");
     let a = s.place(&m, Policy::Binpack).unwrap();
     let (mut vg, mut wg) = (None, None);

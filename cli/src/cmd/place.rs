@@ -1,24 +1,450 @@
-//! PlaceArgs:place commands (being built).
-use crate::common::Global;
+//! `gpuslice place` and `gpuslice plan`: put a Machine on a fleet, plan moves, drains and
+//! evacuations. The scheduling is all in `gpu-sched`; this module reads files and prints.
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// PlaceArgs.
-#[derive(clap::Args, Debug)]
-pub struct PlaceArgs {}
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use gpu_core::{AllocatedDevice, Allocation, Fleet, Machine};
+use gpu_sched::{
+    DrainPlan, EvacuationPlan, FleetState, MigrationPlan, Placement, Policy, Refusal, SchedError,
+};
 
-/// Runs `place`.
-pub fn place(_g: &Global, _a: PlaceArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not built yet")
+use crate::common::{Global, Output, print_data};
+
+/// Exit status when the fleet cannot hold what was asked (the refusal is on stderr).
+const EXIT_REFUSED: u8 = 3;
+
+/// `gpuslice place` arguments.
+#[derive(Args, Debug)]
+pub struct PlaceArgs {
+    /// The fleet file: `{nodes: [...], allocations: [...], templates: {...}}`, JSON or YAML.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: PathBuf,
+    /// The Machine to place: a JSON or YAML file (`-` reads standard input).
+    #[arg(long, value_name = "SPEC")]
+    pub machine: PathBuf,
+    /// How to choose among nodes and GPUs that fit.
+    #[arg(long, default_value = "binpack", value_parser = parse_policy, value_name = "POLICY")]
+    pub policy: Policy,
+    /// Write the fleet back to FLEET with the new allocation recorded as pending.
+    #[arg(long)]
+    pub save: bool,
 }
 
-/// PlanCommand.
-#[derive(clap::Subcommand, Debug)]
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    s.parse().map_err(|e: SchedError| e.to_string())
+}
+
+/// `gpuslice plan` subcommands. Each prints a plan and changes nothing; each exits 3 when part
+/// of the plan cannot be made (a Machine that cannot move).
+#[derive(Subcommand, Debug)]
 pub enum PlanCommand {
-    /// Not built yet.
-    Todo,
+    /// Where a Machine would go on another node: same GPU family (or --gpu), same vGPU profile.
+    Migrate(MigrateArgs),
+    /// Where every Machine on a node (given with the global --node) would go, and which must stay.
+    Drain(DrainArgs),
+    /// Machines on Unhealthy GPUs, each with a destination.
+    Evacuate(EvacuateArgs),
+}
+
+/// `gpuslice plan migrate` arguments.
+#[derive(Args, Debug)]
+pub struct MigrateArgs {
+    /// The fleet file.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: PathBuf,
+    /// The Machine to move.
+    #[arg(long, value_name = "NAME")]
+    pub machine: String,
+    /// The destination node.
+    #[arg(long, value_name = "NODE")]
+    pub to: String,
+    /// A destination GPU for each whole GPU the Machine holds, in the order it holds them.
+    #[arg(long = "gpu", value_name = "NAME")]
+    pub gpus: Vec<String>,
+}
+
+/// `gpuslice plan drain` arguments (the node comes from the global `--node`).
+#[derive(Args, Debug)]
+pub struct DrainArgs {
+    /// The fleet file.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: PathBuf,
+}
+
+/// `gpuslice plan evacuate` arguments.
+#[derive(Args, Debug)]
+pub struct EvacuateArgs {
+    /// The fleet file.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: PathBuf,
+}
+
+fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
+    if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .with_context(|| format!("cannot read {what} from standard input"))?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {what} file {}", path.display()))
+}
+
+fn load_fleet(path: &Path) -> anyhow::Result<(FleetState, bool)> {
+    let text = read_text(path, "fleet")?;
+    let json = text.trim_start().starts_with('{');
+    let fleet =
+        Fleet::from_text(&text).with_context(|| format!("fleet file {}", path.display()))?;
+    let state = FleetState::new(fleet).with_context(|| format!("fleet file {}", path.display()))?;
+    Ok((state, json))
+}
+
+fn save_fleet(path: &Path, fleet: &Fleet, json: bool) -> anyhow::Result<()> {
+    let text = if json {
+        serde_json::to_string_pretty(fleet)? + "\n"
+    } else {
+        serde_yaml_ng::to_string(fleet)?
+    };
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let tmp = match dir {
+        Some(d) => d.join(format!(
+            ".{}.tmp",
+            path.file_name().and_then(|n| n.to_str()).unwrap_or("fleet")
+        )),
+        None => PathBuf::from(format!(
+            ".{}.tmp",
+            path.file_name().and_then(|n| n.to_str()).unwrap_or("fleet")
+        )),
+    };
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
+    Ok(())
+}
+
+/// A refusal as printed with `-o json` / `-o yaml`.
+#[derive(serde::Serialize)]
+struct RefusalOut<'a> {
+    error: &'static str,
+    message: String,
+    refusal: &'a Refusal,
+}
+
+/// Prints a refusal on stderr (text, or JSON/YAML with `-o`) and returns exit status 3.
+fn refused(out: Output, refusal: &Refusal) -> anyhow::Result<ExitCode> {
+    match out {
+        Output::Table => eprintln!(
+            "gpuslice: cannot place Machine {:?}: {}",
+            refusal.machine,
+            refusal.render()
+        ),
+        Output::Json => eprintln!("{}", serde_json::to_string_pretty(&out_of(refusal))?),
+        Output::Yaml => eprint!("{}", serde_yaml_ng::to_string(&out_of(refusal))?),
+    }
+    Ok(ExitCode::from(EXIT_REFUSED))
+}
+
+fn out_of(refusal: &Refusal) -> RefusalOut<'_> {
+    RefusalOut {
+        error: "Unsatisfiable",
+        message: refusal.render(),
+        refusal,
+    }
+}
+
+/// Runs `place`.
+///
+/// # Errors
+/// Unreadable or invalid files and invalid Machines (exit 2); a refusal is exit 3, not an error.
+pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
+    let (mut state, json) = load_fleet(&a.inventory)?;
+    let text = read_text(&a.machine, "machine")?;
+    let machine = Machine::from_text(&text)
+        .with_context(|| format!("machine file {}", a.machine.display()))?;
+    let placed = match state.place_detailed(&machine, a.policy) {
+        Ok(p) => p,
+        Err(SchedError::Unsatisfiable(r)) => return refused(g.output, &r),
+        Err(e) => return Err(e.into()),
+    };
+    if a.save {
+        save_fleet(&a.inventory, &state.to_fleet(), json)?;
+    }
+    match g.output {
+        Output::Table => print!("{}", placement_table(&placed, a.policy)),
+        out => print_data(out, &placed)?,
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `plan`.
-pub fn plan(_g: &Global, _a: PlanCommand) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not built yet")
+///
+/// # Errors
+/// Unreadable or invalid files, unknown Machines or nodes (exit 2).
+pub fn plan(g: &Global, c: PlanCommand) -> anyhow::Result<ExitCode> {
+    match c {
+        PlanCommand::Migrate(a) => {
+            let (state, _) = load_fleet(&a.inventory)?;
+            let plan = match state.plan_migration(&a.machine, &a.to, &a.gpus) {
+                Ok(p) => p,
+                Err(SchedError::Unsatisfiable(r)) => return refused(g.output, &r),
+                Err(e) => return Err(e.into()),
+            };
+            match g.output {
+                Output::Table => print!("{}", migration_table(&plan)),
+                out => print_data(out, &plan)?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PlanCommand::Drain(a) => {
+            let Some(node) = g.node.as_deref() else {
+                bail!("`plan drain` needs the node to drain: --node NODE");
+            };
+            let (state, _) = load_fleet(&a.inventory)?;
+            let plan = state.plan_drain(node)?;
+            match g.output {
+                Output::Table => print!("{}", drain_table(&plan)),
+                out => print_data(out, &plan)?,
+            }
+            Ok(if plan.is_complete() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_REFUSED)
+            })
+        }
+        PlanCommand::Evacuate(a) => {
+            let (state, _) = load_fleet(&a.inventory)?;
+            let plan = state.plan_evacuation();
+            match g.output {
+                Output::Table => print!("{}", evacuation_table(&plan)),
+                out => print_data(out, &plan)?,
+            }
+            Ok(if plan.machines.iter().all(|m| m.plan.is_some()) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_REFUSED)
+            })
+        }
+    }
+}
+
+// ---------------------------------------------------------------------- tables
+
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn device_short(d: &AllocatedDevice) -> String {
+    match d {
+        AllocatedDevice::Gpu { name, address, .. } => format!("{name} ({address})"),
+        AllocatedDevice::Vgpu {
+            parent,
+            profile_name,
+            ..
+        } => format!("{profile_name} on {parent}"),
+    }
+}
+
+fn device_rows(a: &Allocation) -> Vec<Vec<String>> {
+    a.devices
+        .iter()
+        .map(|d| match d {
+            AllocatedDevice::Gpu {
+                request,
+                name,
+                address,
+                functions,
+                memory_mib,
+            } => {
+                let mut addr = address.to_string();
+                for f in functions {
+                    addr.push_str(&format!(",{f}"));
+                }
+                vec![
+                    request.clone(),
+                    "gpu".into(),
+                    name.clone(),
+                    addr,
+                    "-".into(),
+                    memory_mib.map_or("-".into(), |m| m.to_string()),
+                    "-".into(),
+                ]
+            }
+            AllocatedDevice::Vgpu {
+                request,
+                index,
+                parent,
+                gpu,
+                profile,
+                profile_name,
+                framebuffer_mib,
+                uuid,
+                ..
+            } => vec![
+                request.clone(),
+                format!("vgpu #{index}"),
+                gpu.map_or("-".into(), |g| g.to_string()),
+                parent.to_string(),
+                format!("{profile_name} ({profile})"),
+                framebuffer_mib.map_or("-".into(), |m| m.to_string()),
+                uuid.to_string(),
+            ],
+        })
+        .collect()
+}
+
+const DEVICE_HEADER: [&str; 7] = [
+    "REQUEST",
+    "KIND",
+    "GPU",
+    "DEVICE",
+    "PROFILE",
+    "MEMORY_MIB",
+    "UUID",
+];
+
+fn placement_table(p: &Placement, policy: Policy) -> String {
+    let a = &p.allocation;
+    let mut s = format!(
+        "Machine {} placed on node {} ({}, {policy})\n",
+        a.machine,
+        a.node,
+        a.status_str()
+    );
+    s.push_str(&table(&DEVICE_HEADER, &device_rows(a)));
+    for d in &p.degraded {
+        s.push_str(&format!(
+            "warning: request {} uses Degraded {}: {}\n",
+            d.request,
+            d.device,
+            if d.reasons.is_empty() {
+                "no reason given".to_owned()
+            } else {
+                d.reasons.join(", ")
+            }
+        ));
+    }
+    s
+}
+
+trait StatusStr {
+    fn status_str(&self) -> &'static str;
+}
+impl StatusStr for Allocation {
+    fn status_str(&self) -> &'static str {
+        match self.status {
+            gpu_core::AllocationStatus::Pending => "pending",
+            gpu_core::AllocationStatus::Created => "created",
+        }
+    }
+}
+
+fn migration_table(p: &MigrationPlan) -> String {
+    let mut s = format!("Machine {}: node {} -> node {}\n", p.machine, p.from, p.to);
+    let rows: Vec<Vec<String>> = p
+        .moves
+        .iter()
+        .map(|m| {
+            vec![
+                m.request.clone(),
+                device_short(&m.from),
+                device_short(&m.to),
+            ]
+        })
+        .collect();
+    s.push_str(&table(&["REQUEST", "FROM", "TO"], &rows));
+    s
+}
+
+fn drain_table(p: &DrainPlan) -> String {
+    let mut s = format!(
+        "Drain node {}: {} Machine(s) can move, {} must stay\n",
+        p.node,
+        p.moves.len(),
+        p.stay.len()
+    );
+    if !p.moves.is_empty() {
+        let rows: Vec<Vec<String>> = p
+            .moves
+            .iter()
+            .map(|m| {
+                vec![
+                    m.machine.clone(),
+                    m.to.clone(),
+                    m.moves
+                        .iter()
+                        .map(|d| format!("{} -> {}", device_short(&d.from), device_short(&d.to)))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                ]
+            })
+            .collect();
+        s.push_str(&table(&["MACHINE", "TO", "DEVICES"], &rows));
+    }
+    for st in &p.stay {
+        s.push_str(&format!("stays: {}: {}\n", st.machine, st.reason));
+    }
+    s
+}
+
+fn evacuation_table(p: &EvacuationPlan) -> String {
+    if p.machines.is_empty() {
+        return "No Machine is on an Unhealthy GPU.\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = p
+        .machines
+        .iter()
+        .map(|e| {
+            let affected = e
+                .affected
+                .iter()
+                .map(|a| {
+                    if a.reasons.is_empty() {
+                        format!("{} ({})", a.device, a.health)
+                    } else {
+                        format!("{} ({}: {})", a.device, a.health, a.reasons.join(", "))
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            let to = match (&e.plan, &e.refusal) {
+                (Some(plan), _) => format!(
+                    "{}: {}",
+                    plan.to,
+                    plan.allocation
+                        .devices
+                        .iter()
+                        .map(device_short)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                (None, Some(r)) => format!("nowhere: {}", r.render()),
+                (None, None) => "nowhere".to_owned(),
+            };
+            vec![e.machine.clone(), e.node.clone(), affected, to]
+        })
+        .collect();
+    table(&["MACHINE", "NODE", "AFFECTED", "DESTINATION"], &rows)
 }

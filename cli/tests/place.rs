@@ -1,0 +1,242 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! `gpuslice place` and `gpuslice plan` against golden files in `tests/golden/place/`.
+//! `GOLDEN_UPDATE=1 cargo test -p gpuslice-cli --test place` rewrites the `.out` files.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/place")
+}
+
+/// Runs gpuslice in the golden directory and renders exit status, stdout and stderr.
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .args(args)
+        .current_dir(golden_dir())
+        .env_remove("GPUSLICE_ROOT")
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    let text = format!(
+        "$ gpuslice {}\n--- exit {code}\n--- stdout\n{}--- stderr\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (code, text)
+}
+
+fn check(name: &str, args: &[&str], want_code: i32) {
+    let (code, text) = run(args);
+    let path = golden_dir().join(format!("{name}.out"));
+    if std::env::var_os("GOLDEN_UPDATE").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (GOLDEN_UPDATE=1 creates it)", path.display()));
+    assert_eq!(text, want, "{name}: output differs from {}", path.display());
+    assert_eq!(code, want_code, "{name}: exit status");
+}
+
+#[test]
+fn place_prints_the_allocation_as_a_table() {
+    check(
+        "place-desktop",
+        &[
+            "place",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "desktop.yaml",
+        ],
+        0,
+    );
+}
+
+#[test]
+fn place_marks_devices_on_degraded_gpus() {
+    check(
+        "place-degraded",
+        &[
+            "place",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "training-3.yaml",
+        ],
+        0,
+    );
+}
+
+#[test]
+fn place_prints_json_with_spread_policy() {
+    check(
+        "place-mig-json",
+        &[
+            "place",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "inference-mig.yaml",
+            "--policy",
+            "spread",
+            "-o",
+            "json",
+        ],
+        0,
+    );
+}
+
+#[test]
+fn place_exits_3_with_the_refusal_on_stderr() {
+    check(
+        "place-refused",
+        &[
+            "place",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "too-big.yaml",
+        ],
+        3,
+    );
+    check(
+        "place-refused-json",
+        &[
+            "place",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "too-big.yaml",
+            "-o",
+            "json",
+        ],
+        3,
+    );
+}
+
+#[test]
+fn place_rejects_an_invalid_machine_with_exit_2() {
+    check(
+        "place-invalid",
+        &[
+            "place",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "bad.yaml",
+        ],
+        2,
+    );
+    check(
+        "place-bad-policy",
+        &[
+            "place",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "desktop.yaml",
+            "--policy",
+            "first-fit",
+        ],
+        2,
+    );
+}
+
+#[test]
+fn plan_migrate_explains_a_destination_that_cannot_take_it() {
+    check(
+        "plan-migrate-refused",
+        &[
+            "plan",
+            "migrate",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "train-1",
+            "--to",
+            "gpu-a2",
+        ],
+        3,
+    );
+    check(
+        "plan-migrate",
+        &[
+            "plan",
+            "migrate",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "train-1",
+            "--to",
+            "gpu-h100-b",
+        ],
+        0,
+    );
+}
+
+#[test]
+fn plan_drain_uses_the_global_node_option() {
+    check(
+        "plan-drain",
+        &[
+            "plan",
+            "drain",
+            "--inventory",
+            "fleet.yaml",
+            "--node",
+            "gpu-h100",
+        ],
+        0,
+    );
+    check(
+        "plan-drain-no-node",
+        &["plan", "drain", "--inventory", "fleet.yaml"],
+        2,
+    );
+}
+
+#[test]
+fn plan_evacuate_lists_machines_on_unhealthy_gpus() {
+    check(
+        "plan-evacuate",
+        &["plan", "evacuate", "--inventory", "fleet.yaml"],
+        0,
+    );
+    check(
+        "plan-evacuate-json",
+        &[
+            "plan",
+            "evacuate",
+            "--inventory",
+            "fleet.yaml",
+            "-o",
+            "json",
+        ],
+        0,
+    );
+}
+
+#[test]
+fn place_save_records_the_allocation_in_the_fleet_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("fleet.yaml");
+    std::fs::copy(golden_dir().join("fleet.yaml"), &fleet).unwrap();
+    let place = |machine: &str| {
+        Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+            .args(["place", "--save", "--inventory"])
+            .arg(&fleet)
+            .arg("--machine")
+            .arg(golden_dir().join(machine))
+            .output()
+            .unwrap()
+    };
+    assert!(place("desktop.yaml").status.success());
+    let saved = gpu_core::Fleet::from_text(&std::fs::read_to_string(&fleet).unwrap()).unwrap();
+    assert!(saved.allocations.iter().any(|a| a.machine == "desktop-1"));
+    // The same Machine again is rejected: it is placed already.
+    let again = place("desktop.yaml");
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already placed"));
+}
