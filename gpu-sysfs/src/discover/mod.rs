@@ -146,7 +146,7 @@ pub fn discover(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology,
             None
         };
         if let Some(pool) = pools.iter().find(|p| p.gpu == key) {
-            if g.vendor == Vendor::Nvidia && g.memory_mib.is_none() {
+            if g.vendor == Vendor::Nvidia && g.memory_mib.is_none() && pool.total_mib > 0 {
                 g.memory_mib = Some(pool.total_mib);
             }
             if exactness.get(&key) == Some(&false) && pools::is_vendor_vfio(&parents, &key) {

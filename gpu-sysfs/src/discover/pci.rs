@@ -323,8 +323,8 @@ fn read_link_state(
     any.then_some(link)
 }
 
-/// The model name from the PCI ID database: the board's subsystem name when the database has
-/// one for these subsystem IDs, else the chip's name; empty when unknown.
+/// The model name from the PCI ID database: the chip's name, followed by the board's name when
+/// the database knows these subsystem IDs (`MGA G200EH (iLO4)`); empty when unknown.
 pub(crate) fn model_name(
     vendor: u16,
     device: u16,
@@ -339,7 +339,12 @@ pub(crate) fn model_name(
             .subsystems()
             .find(|s| s.subvendor() == sv.0 && s.subdevice() == sd.0)
         {
-            return s.name().to_owned();
+            let (chip, board) = (dev.name(), s.name());
+            return if board.contains(chip) {
+                board.to_owned()
+            } else {
+                format!("{chip} ({board})")
+            };
         }
     }
     dev.name().to_owned()

@@ -83,7 +83,7 @@ pub(crate) fn build(key: &ParentId, parents: &[&Parent]) -> Option<BuiltPool> {
         .filter_map(|s| s.framebuffer_mib)
         .collect();
     let used_mib: u64 = ts_instances.iter().sum();
-    if ts_instances.is_empty() {
+    if sizes.is_empty() {
         // With nothing created, every type is still listed and the largest is the whole card.
         exact = true;
     }
@@ -96,13 +96,23 @@ pub(crate) fn build(key: &ParentId, parents: &[&Parent]) -> Option<BuiltPool> {
     if !any_size {
         return None;
     }
-    let total_mib = total_from_types
-        .max(used_mib)
-        .max(if largest_creatable > 0 {
-            used_mib.saturating_add(largest_creatable)
-        } else {
-            0
-        });
+    // A MIG-backed type's memory is a share of the card: the largest one bounds it from below
+    // when time-sliced types are not listed (a GPU in MIG use lists only MIG-backed types).
+    let largest_mig_fb = profiles
+        .iter()
+        .filter(|p| p.mig_slices.is_some())
+        .filter_map(|p| p.framebuffer_mib)
+        .max()
+        .unwrap_or(0);
+    let total_mib =
+        total_from_types
+            .max(largest_mig_fb)
+            .max(used_mib)
+            .max(if largest_creatable > 0 {
+                used_mib.saturating_add(largest_creatable)
+            } else {
+                0
+            });
     let mut distinct = ts_instances.clone();
     distinct.sort_unstable();
     distinct.dedup();
@@ -115,7 +125,19 @@ pub(crate) fn build(key: &ParentId, parents: &[&Parent]) -> Option<BuiltPool> {
     let (mig_slices_total, mig_slices_used) = if mig_types.is_empty() && mig_used == 0 {
         (None, None)
     } else {
-        let largest = mig_types.iter().copied().max().unwrap_or(0);
+        // A MIG type's slices times its per-GPU maximum is the card (1g × 7 on H100/H200).
+        let largest = profiles
+            .iter()
+            .filter_map(|p| {
+                p.mig_slices.map(|s| {
+                    s.saturating_mul(
+                        p.max_instances
+                            .map_or(1, |m| u8::try_from(m).unwrap_or(u8::MAX)),
+                    )
+                })
+            })
+            .max()
+            .unwrap_or(0);
         let creatable_largest = profiles
             .iter()
             .filter(|p| p.reported_instances.unwrap_or(p.available_instances) > 0)

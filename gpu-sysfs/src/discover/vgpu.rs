@@ -248,19 +248,20 @@ impl VgpuScan {
                 let d = pci::dir(vf);
                 let mut warnings = Vec::new();
                 let cur_path = format!("{d}/nvidia/current_vgpu_type");
-                let Some(cur_text) = read::text(host, &cur_path, &mut warnings) else {
-                    if !warnings.is_empty() {
-                        self.node_warnings.append(&mut warnings);
-                    }
+                let cur_text = read::text(host, &cur_path, &mut warnings);
+                if cur_text.is_none() && warnings.is_empty() {
+                    // No vendor-VFIO files: not this framework.
                     continue;
-                };
+                }
                 found.insert(g.address);
-                let current = match parse::parse_current_vgpu_type(&cur_text, &cur_path) {
-                    Ok(c) => Some(c),
-                    Err(e) => {
+                let current = match cur_text.map(|t| parse::parse_current_vgpu_type(&t, &cur_path))
+                {
+                    Some(Ok(c)) => Some(c),
+                    Some(Err(e)) => {
                         warnings.push(e.to_string());
                         None
                     }
+                    None => None,
                 };
                 let list_path = format!("{d}/nvidia/creatable_vgpu_types");
                 let listed = read::parsed(
