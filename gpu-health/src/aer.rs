@@ -19,6 +19,8 @@ use crate::reading::Reading;
 #[serde(rename_all = "camelCase")]
 pub struct AerCounters {
     /// Per-error counts by the kernel's names (`RxErr`, `CmpltTO`, ...), in file order.
+    /// JSON: an object `{"RxErr": 0, ...}` in that order.
+    #[serde(with = "pairs_as_map")]
     pub counts: Vec<(String, u64)>,
     /// The `TOTAL_ERR_*` line, or the sum of the counts when the kernel printed none.
     pub total: u64,
@@ -38,6 +40,39 @@ impl AerCounters {
     /// The count of one named error.
     pub fn count(&self, name: &str) -> Option<u64> {
         self.counts.iter().find(|(n, _)| n == name).map(|(_, c)| *c)
+    }
+}
+
+/// Serializes name/count pairs as a JSON object, keeping their order.
+mod pairs_as_map {
+    use serde::de::{MapAccess, Visitor};
+    use serde::ser::SerializeMap;
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(pairs: &[(String, u64)], s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(pairs.len()))?;
+        for (k, v) in pairs {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, u64)>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Vec<(String, u64)>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of error names to counts")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, u64>()? {
+                    out.push((k, v));
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V)
     }
 }
 
@@ -159,6 +194,9 @@ mod tests {
         assert_eq!(c.total, 2);
         assert_eq!(c.count("RxErr"), Some(2));
         assert_eq!(c.nonzero_summary(), "RxErr 2");
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(json, r#"{"counts":{"RxErr":2,"BadTLP":0},"total":2}"#);
+        assert_eq!(serde_json::from_str::<AerCounters>(&json).unwrap(), c);
     }
 
     #[test]

@@ -37,7 +37,8 @@ pub struct HealthOptions {
     pub policy: Policy,
     /// Driver telemetry (NVML); `None` leaves the NVML signals of NVIDIA GPUs Unknown.
     pub telemetry: Option<Arc<dyn Telemetry>>,
-    /// Why there is no telemetry (shown as a warning on NVIDIA GPUs).
+    /// Why telemetry is unavailable although it was wanted: NVIDIA GPUs then show their NVML
+    /// signals as Unknown with this reason. `None` with no telemetry: NVML was not asked for.
     pub telemetry_note: Option<String>,
     /// Baseline source.
     pub baseline: BaselineSource,
@@ -70,7 +71,7 @@ impl HealthOptions {
         }
     }
 
-    /// `policy` without telemetry (sysfs signals only).
+    /// `policy` without telemetry: sysfs signals only, NVML signals left out of the reports.
     pub fn without_telemetry(policy: Policy) -> Self {
         HealthOptions {
             policy,
@@ -161,15 +162,19 @@ pub fn assess(host: &dyn Host, gpus: &[Gpu], opts: &HealthOptions) -> Vec<GpuHea
         .collect();
     gpus.iter()
         .zip(&read)
-        .enumerate()
-        .map(|(i, (gpu, (aer, link)))| {
-            let peers_width = gpus
+        .map(|(gpu, (aer, link))| {
+            // The widest link of the same-model group, this GPU included; only with a peer.
+            let group: Vec<Option<u32>> = gpus
                 .iter()
                 .zip(&read)
-                .enumerate()
-                .filter(|(j, (other, _))| *j != i && ids(other) == ids(gpu))
-                .filter_map(|(_, (_, (_, l)))| l.current_width.get())
-                .max();
+                .filter(|(other, _)| ids(other) == ids(gpu))
+                .map(|(_, (_, l))| l.current_width.get())
+                .collect();
+            let peers_width = if group.len() > 1 {
+                group.into_iter().flatten().max()
+            } else {
+                None
+            };
             let entry: Option<&DeviceBaseline> = baseline
                 .as_ref()
                 .and_then(|b| b.entry(&gpu.address, gpu.vendor_id, gpu.device_id));
@@ -187,16 +192,15 @@ pub fn assess(host: &dyn Host, gpus: &[Gpu], opts: &HealthOptions) -> Vec<GpuHea
             };
             let mut warnings = Vec::new();
             let (telemetry, telemetry_source) = if gpu.vendor_id == NVIDIA {
-                match &opts.telemetry {
-                    Some(t) => (Some(t.read(&gpu.address)), Some(t.source())),
-                    None => {
-                        let why = opts
-                            .telemetry_note
-                            .clone()
-                            .unwrap_or_else(|| "no telemetry source".to_owned());
+                match (&opts.telemetry, &opts.telemetry_note) {
+                    (Some(t), _) => (Some(t.read(&gpu.address)), Some(t.source())),
+                    // Telemetry was wanted but is unavailable: its signals are Unknown.
+                    (None, Some(why)) => {
                         warnings.push(why.clone());
-                        (Some(GpuTelemetry::unknown(&why)), None)
+                        (Some(GpuTelemetry::unknown(why)), None)
                     }
+                    // Telemetry was not asked for.
+                    (None, None) => (None, None),
                 }
             } else {
                 (None, None)

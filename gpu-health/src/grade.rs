@@ -20,7 +20,8 @@ pub enum WidthBasis {
         /// The board's name.
         model: String,
     },
-    /// The widest link among other GPUs of the same model on this host.
+    /// The widest link among the GPUs of the same model (same vendor, device and subsystem IDs)
+    /// on this host, when there are at least two.
     Peers,
     /// The chip's `max_link_width`, for lack of anything better.
     MaxWidth,

@@ -402,6 +402,17 @@ impl Policy {
         Ok(policy)
     }
 
+    /// The policy as a TOML policy file.
+    ///
+    /// # Errors
+    /// [`HealthError::Policy`] if the encoder fails (it does not for any policy this crate builds).
+    pub fn to_toml(&self) -> Result<String, HealthError> {
+        toml::to_string_pretty(self).map_err(|e| HealthError::Policy {
+            source_name: "<encoded>".to_owned(),
+            message: e.to_string(),
+        })
+    }
+
     /// Checks values serde cannot: lane counts and temperature margins.
     ///
     /// # Errors

@@ -1,12 +1,215 @@
-//! HealthArgs:run commands (being built).
-use crate::common::Global;
+//! `gpuslice health`: every GPU's health graded from PCIe AER, link state and NVML, with reasons.
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
-/// HealthArgs.
+use anyhow::Context;
+use clap::ValueEnum;
+use gpu_core::{Health, HealthState, ParentId, PciAddress};
+use gpu_health::{
+    BaselineSource, GpuHealthReport, HealthOptions, NvmlTelemetry, Policy, updated_baseline,
+};
+use gpu_sysfs::RealHost;
+use gpu_sysfs::discover::DiscoverOptions;
+use serde::Serialize;
+
+use crate::common::{Global, Output, print_data};
+
+/// The state at which `--fail-on` makes the command exit 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    /// Exit 1 when any GPU is Degraded or Unhealthy.
+    Degraded,
+    /// Exit 1 when any GPU is Unhealthy.
+    Unhealthy,
+}
+
+/// Arguments of `gpuslice health`.
 #[derive(clap::Args, Debug)]
-pub struct HealthArgs {}
+pub struct HealthArgs {
+    /// Grading policy file (TOML, or YAML/JSON) overriding the built-in defaults.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Print the effective policy (TOML for the table output) and exit.
+    #[arg(long)]
+    pub print_policy: bool,
+    /// Load NVML from this library instead of `libnvidia-ml.so.1` on the linker's path.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_nvml")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Do not load NVML: grade from sysfs signals only.
+    #[arg(long)]
+    pub no_nvml: bool,
+    /// Ignore the baseline file under the root.
+    #[arg(long, conflicts_with = "record_baseline")]
+    pub no_baseline: bool,
+    /// After grading, write the baseline file under the root (widest link seen, current counters).
+    #[arg(long)]
+    pub record_baseline: bool,
+    /// Exit 1 when any GPU is at least this bad.
+    #[arg(long, value_enum, value_name = "STATE")]
+    pub fail_on: Option<FailOn>,
+}
 
-/// Runs `run`.
-pub fn run(_g: &Global, _a: HealthArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not built yet")
+/// A vGPU parent and the health it inherits from its GPU.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ParentHealth {
+    id: ParentId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu: Option<PciAddress>,
+    health: Health,
+}
+
+/// What `-o json` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct HealthOutput {
+    node: String,
+    gpus: Vec<GpuHealthReport>,
+    parents: Vec<ParentHealth>,
+}
+
+/// The host at `--root`: a directory, or a `*.umockdev` recording replayed into a temporary tree
+/// (kept alive by the returned guard).
+fn open_host(root: &Path) -> anyhow::Result<(RealHost, Option<gpu_sysfs::umockdev::Replay>)> {
+    if root.is_file() && root.extension().is_some_and(|e| e == "umockdev") {
+        let replay = gpu_sysfs::umockdev::materialize(root)
+            .with_context(|| format!("--root {}", root.display()))?;
+        let host =
+            RealHost::new(replay.root()).with_context(|| format!("--root {}", root.display()))?;
+        return Ok((host, Some(replay)));
+    }
+    let host = RealHost::new(root).with_context(|| format!("--root {}", root.display()))?;
+    Ok((host, None))
+}
+
+fn options(a: &HealthArgs, policy: Policy) -> anyhow::Result<HealthOptions> {
+    let mut opts = if a.no_nvml {
+        HealthOptions::without_telemetry(policy)
+    } else if let Some(lib) = &a.nvml_lib {
+        // An explicit library that does not open is the operator's mistake: say so.
+        let t = NvmlTelemetry::open(Some(lib))
+            .with_context(|| format!("--nvml-lib {}", lib.display()))?;
+        HealthOptions::with_telemetry(policy, Arc::new(t))
+    } else {
+        HealthOptions::with_nvml(policy)
+    };
+    if a.no_baseline {
+        opts.baseline = BaselineSource::None;
+    }
+    Ok(opts)
+}
+
+/// Runs `gpuslice health`.
+///
+/// # Errors
+/// A bad policy file, an invalid root, an explicit NVML library that does not open, discovery
+/// failing, or the baseline not being writable.
+pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
+    let policy = match &a.policy {
+        Some(p) => Policy::from_file(p)?,
+        None => Policy::default(),
+    };
+    if a.print_policy {
+        match g.output {
+            Output::Table => print!("{}", policy.to_toml()?),
+            other => print_data(other, &policy)?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (host, replay) = open_host(&g.root)?;
+    let opts = options(&a, policy)?;
+    let mut topology = gpu_sysfs::discover::discover(&host, &DiscoverOptions::new(g.node_name()))?;
+    let reports = gpu_health::grade_topology(&host, &mut topology, &opts);
+
+    if a.record_baseline {
+        if replay.is_some() {
+            anyhow::bail!("--record-baseline needs a directory root, not a recording");
+        }
+        let previous = gpu_health::Baseline::load(&host).map_err(anyhow::Error::msg)?;
+        updated_baseline(previous.as_ref(), &topology.gpus, &reports).save(&g.root)?;
+    }
+
+    let worst = reports
+        .iter()
+        .map(|r| r.health.state)
+        .fold(HealthState::Healthy, HealthState::worst);
+    match g.output {
+        Output::Table => print_table(&reports),
+        other => {
+            let parents = topology
+                .mediated_devices
+                .parents
+                .iter()
+                .map(|p| ParentHealth {
+                    id: p.id.clone(),
+                    gpu: p.gpu,
+                    health: p.health.clone(),
+                })
+                .collect();
+            print_data(
+                other,
+                &HealthOutput {
+                    node: topology.node.clone(),
+                    gpus: reports,
+                    parents,
+                },
+            )?;
+        }
+    }
+    let failed = match a.fail_on {
+        Some(FailOn::Degraded) => worst.rank() >= HealthState::Degraded.rank(),
+        Some(FailOn::Unhealthy) => worst == HealthState::Unhealthy,
+        None => false,
+    };
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_table(reports: &[GpuHealthReport]) {
+    let rows: Vec<[String; 4]> = reports
+        .iter()
+        .map(|r| {
+            let mut reasons = r.health.reasons.join("; ");
+            if reasons.is_empty() {
+                reasons = "-".to_owned();
+            }
+            [
+                r.name.clone(),
+                r.address.to_string(),
+                r.health.state.to_string(),
+                reasons,
+            ]
+        })
+        .collect();
+    let header = ["NAME", "ADDRESS", "STATE", "REASONS"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 4]| {
+        format!(
+            "{:<w0$}  {:<w1$}  {:<w2$}  {}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+        )
+    };
+    println!("{}", line(header).trim_end());
+    for row in &rows {
+        println!("{}", line([&row[0], &row[1], &row[2], &row[3]]).trim_end());
+    }
+    if rows.is_empty() {
+        println!("(no GPUs)");
+    }
 }
