@@ -835,4 +835,9 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.Fleet = nativeBinding.Fleet
+module.exports.discover = nativeBinding.discover
+module.exports.discoverAsync = nativeBinding.discoverAsync
+module.exports.health = nativeBinding.health
+module.exports.planVgpuConfig = nativeBinding.planVgpuConfig
 module.exports.version = nativeBinding.version

@@ -1,0 +1,153 @@
+//! `discover`, `discoverAsync` and `health`: reading a host through the shared composition.
+
+use std::path::{Path, PathBuf};
+
+use gpu_core::NodeTopology;
+use gpu_health::policy::PolicyFormat;
+use gpu_health::{HealthOptions, Policy};
+use gpu_sysfs::RealHost;
+use gpu_sysfs::discover::DiscoverOptions;
+use napi::bindgen_prelude::{AsyncTask, Unknown};
+use napi::{Env, Task};
+use napi_derive::napi;
+
+use crate::convert::to_json;
+use crate::errors::Failure;
+
+/// Where and what to discover.
+#[napi(object, js_name = "DiscoverOptions")]
+#[derive(Debug, Clone, Default)]
+pub struct JsDiscoverOptions {
+    /// The directory standing for the host's `/` (default `/`).
+    pub root: Option<String>,
+    /// The node name written into the topology (default: this machine's hostname).
+    pub node: Option<String>,
+}
+
+/// Where to assess health and by which rules.
+#[napi(object, js_name = "HealthOptions")]
+#[derive(Debug, Clone, Default)]
+pub struct JsHealthOptions {
+    /// The directory standing for the host's `/` (default `/`).
+    pub root: Option<String>,
+    /// A health policy overriding the built-in thresholds: an object in the policy file's shape,
+    /// or its YAML/JSON text.
+    #[napi(ts_type = "HealthPolicy | string")]
+    pub policy: Option<serde_json::Value>,
+    /// A policy file (`.toml`, `.yaml`, `.yml` or `.json`), instead of `policy`.
+    pub policy_file: Option<String>,
+}
+
+/// The node name when none is given: this machine's hostname, as the CLI takes it.
+fn default_node() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+fn open(root: &str) -> Result<RealHost, Failure> {
+    RealHost::new(root).map_err(|e| Failure::root(root, &e))
+}
+
+/// Health options for `root`: NVML reads the GPUs of the machine this runs on, so it is only
+/// asked when `root` is that machine's `/`; under another root (a recorded or fake tree) its
+/// answers would describe other hardware.
+fn health_options(root: &str, policy: Policy) -> HealthOptions {
+    if Path::new(root) == Path::new("/") {
+        HealthOptions::with_nvml(policy)
+    } else {
+        HealthOptions::without_telemetry(policy)
+    }
+}
+
+fn discover_node(root: &str, node: Option<String>) -> Result<NodeTopology, Failure> {
+    let host = open(root)?;
+    let opts = DiscoverOptions::new(node.unwrap_or_else(default_node));
+    gpu_health::node_topology(&host, &opts, &health_options(root, Policy::default()))
+        .map_err(|e| Failure::health(&e))
+}
+
+fn root_of(root: Option<String>) -> String {
+    root.unwrap_or_else(|| "/".to_owned())
+}
+
+/// Discovers a node: its GPUs, vGPU parents, profiles, instances and framebuffer pools, with a
+/// health verdict per GPU. Returns the node topology document (camelCase keys).
+///
+/// Throws `HOST_ERROR` (with `path` and `errno`) when the host cannot be read.
+#[napi(ts_return_type = "NodeTopology")]
+pub fn discover(env: Env, options: Option<JsDiscoverOptions>) -> napi::Result<serde_json::Value> {
+    let options = options.unwrap_or_default();
+    discover_node(&root_of(options.root), options.node)
+        .and_then(|t| to_json(&t))
+        .map_err(|e| e.into_js(&env))
+}
+
+/// `discover` on the libuv thread pool: the promise resolves to the topology, or rejects with
+/// the same errors `discover` throws.
+#[napi(ts_return_type = "Promise<NodeTopology>")]
+pub fn discover_async(options: Option<JsDiscoverOptions>) -> AsyncTask<DiscoverTask> {
+    let options = options.unwrap_or_default();
+    AsyncTask::new(DiscoverTask {
+        root: root_of(options.root),
+        node: options.node,
+    })
+}
+
+/// The work of `discoverAsync`.
+pub struct DiscoverTask {
+    root: String,
+    node: Option<String>,
+}
+
+impl Task for DiscoverTask {
+    type Output = Result<NodeTopology, Failure>;
+    type JsValue = Unknown<'static>;
+
+    fn compute(&mut self) -> napi::Result<Self::Output> {
+        Ok(discover_node(&self.root, self.node.take()))
+    }
+
+    fn resolve(&mut self, env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
+        let value = output.map_err(|e| e.into_js(&env))?;
+        env.to_js_value(&value)
+    }
+}
+
+fn load_policy(options: &JsHealthOptions) -> Result<Policy, Failure> {
+    if let Some(file) = &options.policy_file {
+        return Policy::from_file(&PathBuf::from(file)).map_err(|e| Failure::health(&e));
+    }
+    // JSON is YAML: one parser reads objects (as JSON) and text in either form.
+    let text = match &options.policy {
+        None | Some(serde_json::Value::Null) => return Ok(Policy::default()),
+        Some(serde_json::Value::String(text)) => text.clone(),
+        Some(value) => value.to_string(),
+    };
+    Policy::from_str_as(&text, PolicyFormat::Yaml, "<policy>").map_err(|e| Failure::health(&e))
+}
+
+/// Assesses the health of every GPU of the host: one report per GPU with its verdict and the
+/// signals read (PCIe AER counters, link state, and NVML telemetry when `root` is `/` and the
+/// NVIDIA driver's library loads).
+///
+/// Throws `HOST_ERROR` when the host or the policy file cannot be read, `CONFIG_ERROR` when the
+/// policy is malformed.
+#[napi(ts_return_type = "GpuHealthReport[]")]
+pub fn health(env: Env, options: Option<JsHealthOptions>) -> napi::Result<serde_json::Value> {
+    let options = options.unwrap_or_default();
+    let run = || -> Result<serde_json::Value, Failure> {
+        let policy = load_policy(&options)?;
+        let root = root_of(options.root.clone());
+        let host = open(&root)?;
+        let mut topology =
+            gpu_sysfs::discover::discover(&host, &DiscoverOptions::new(default_node()))
+                .map_err(|e| Failure::sysfs(&e))?;
+        let reports =
+            gpu_health::grade_topology(&host, &mut topology, &health_options(&root, policy));
+        to_json(&reports)
+    };
+    run().map_err(|e| e.into_js(&env))
+}
