@@ -37,8 +37,9 @@ pub use mdev::{
 };
 pub use sriov::{SRIOV_MANAGE, SriovEnabled, SriovOptions, enable_sriov};
 pub use vendor::{
-    VfCleared, VfTypeSet, clear_vf, creatable_types, current_type, is_vendor_vfio_vf,
-    resolve_vf_profile, set_vf_type,
+    VfCleared, VfInstance, VfTypeSet, clear_vf, creatable_types, current_type, free_vf_for,
+    is_vendor_vfio_vf, list_vf_instances, resolve_gpu_profile, resolve_vf_profile, set_vf_type,
+    vfs_of,
 };
 
 use crate::host::Host;

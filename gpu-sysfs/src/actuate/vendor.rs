@@ -310,3 +310,105 @@ pub fn free_vf_for(host: &dyn Host, pf: &PciAddress, type_num: u32) -> Option<Pc
             && super::holder_of(host, &pci_dir(vf)).is_none()
     })
 }
+
+/// A vendor-VFIO VF that has a vGPU type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VfInstance {
+    /// The VF.
+    pub vf: PciAddress,
+    /// Its physical function, when the `physfn` link is there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pf: Option<PciAddress>,
+    /// The type's decimal ID.
+    pub type_id: VgpuTypeId,
+    /// The type's name, when a VF of the GPU still lists it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub type_name: Option<String>,
+    /// The process holding the VF open, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<super::Holder>,
+    /// How to hand the VF to a VM.
+    pub handoff: Handoff,
+}
+
+/// Every vendor-VFIO VF on the host that has a type, in address order.
+///
+/// # Errors
+/// [`ActuateError::Read`] when `sys/bus/pci/devices` cannot be listed.
+pub fn list_vf_instances(host: &dyn Host) -> Result<Vec<VfInstance>> {
+    let dir = "sys/bus/pci/devices";
+    let mut addrs: Vec<PciAddress> = host
+        .list(dir)
+        .map_err(|e| ActuateError::read(dir, e))?
+        .iter()
+        .filter_map(|e| e.parse().ok())
+        .collect();
+    addrs.sort();
+    let mut out = Vec::new();
+    for vf in addrs {
+        if !is_vendor_vfio_vf(host, &vf) {
+            continue;
+        }
+        let Ok(t) = current_type(host, &vf) else {
+            continue;
+        };
+        if t == 0 {
+            continue;
+        }
+        let pf: Option<PciAddress> = super::link_name(host, &format!("{}/physfn", pci_dir(&vf)))
+            .and_then(|p| p.parse().ok());
+        // The VF itself no longer lists its type; a sibling with room might.
+        let type_name = name_of_current(host, &vf).or_else(|| {
+            let pf = pf?;
+            vfs_of(host, &pf).iter().find_map(|s| {
+                creatable_types(host, s)
+                    .ok()?
+                    .into_iter()
+                    .find(|(id, _)| *id == t)
+                    .map(|(_, n)| n)
+            })
+        });
+        out.push(VfInstance {
+            held_by: super::holder_of(host, &pci_dir(&vf)),
+            handoff: Handoff::pci(&vf),
+            vf,
+            pf,
+            type_id: type_id(t),
+            type_name,
+        });
+    }
+    Ok(out)
+}
+
+/// Resolves a profile (type ID or name) against what any VF of the physical GPU `pf` lists as
+/// creatable (a VF that has a type lists nothing).
+///
+/// # Errors
+/// [`ActuateError::UnknownProfile`] listing what the GPU's VFs offer together.
+pub fn resolve_gpu_profile(host: &dyn Host, pf: &PciAddress, profile: &str) -> Result<u32> {
+    let p = profile.trim();
+    if let Ok(n) = p.parse::<u32>() {
+        return Ok(n);
+    }
+    let mut all: Vec<(u32, String)> = Vec::new();
+    for vf in vfs_of(host, pf) {
+        if !is_vendor_vfio_vf(host, &vf) {
+            continue;
+        }
+        for t in creatable_types(host, &vf).unwrap_or_default() {
+            if !all.contains(&t) {
+                all.push(t);
+            }
+        }
+    }
+    all.sort();
+    all.iter()
+        .find(|(_, name)| nvidia::names_match(name, p))
+        .map(|(id, _)| *id)
+        .ok_or_else(|| ActuateError::UnknownProfile {
+            parent: pf.to_string(),
+            profile: profile.to_owned(),
+            offered: list(&all),
+        })
+}
