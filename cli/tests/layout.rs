@@ -1,0 +1,394 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! `gpuslice vgpu apply|assert|clear` on fake host trees: plans, diffs, exit statuses, and that
+//! nothing is written when nothing should be.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use gpu_core::{MdevUuid, PciAddress};
+use gpu_sysfs::apply::LayoutLock;
+use gpu_sysfs::testing::builder::Tree;
+use gpu_sysfs::testing::{MdevTypeSpec, PciSpec, TreeBuilder, snapshot};
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../gpu-core/tests/data/nvidia-configs/config-example.yaml")
+}
+
+const A2_TYPES: [(&str, &str, u64); 6] = [
+    ("nvidia-745", "NVIDIA A2-2Q", 2048),
+    ("nvidia-746", "NVIDIA A2-4Q", 4096),
+    ("nvidia-747", "NVIDIA A2-8Q", 8192),
+    ("nvidia-751", "NVIDIA A2-4A", 4096),
+    ("nvidia-754", "NVIDIA A2-4C", 4096),
+    ("nvidia-756", "NVIDIA A2-16C", 16384),
+];
+
+fn vf(i: u32) -> String {
+    let rid = (8u32 << 8) + 4 + i;
+    format!("0000:08:{:02x}.{:x}", (rid >> 3) & 0x1f, rid & 7)
+}
+
+/// An A2 with 16 VFs; `live` lists `(VF index, UUID, type)` of existing vGPUs.
+fn a2_tree(live: &[(u32, String, &str)]) -> Tree {
+    let mut b = TreeBuilder::new();
+    let spec = PciSpec::new(0x10de, 0x25b6, 0x030200).driver("nvidia");
+    b.pci(
+        "0000:08:00.0",
+        spec.clone().group(20).subsystem(0x10de, 0x157e),
+    )
+    .sriov("0000:08:00.0", 16, 16, 4, 1, spec, Some(21));
+    let used: u64 = live
+        .iter()
+        .map(|(_, _, t)| A2_TYPES.iter().find(|x| x.0 == *t).unwrap().2)
+        .sum();
+    for i in 0..16 {
+        let busy = live.iter().any(|(n, _, _)| *n == i);
+        let types: Vec<MdevTypeSpec> = A2_TYPES
+            .iter()
+            .map(|(id, name, fb)| {
+                let fits = !busy && used + fb <= 16384;
+                let d = format!(
+                    "num_heads=4, frl_config=60, framebuffer={fb}M, max_resolution=7680x4320, max_instance={}",
+                    16384 / fb
+                );
+                MdevTypeSpec::new(id, name, u32::from(fits), Some(&d))
+            })
+            .collect();
+        b.mdev_parent(&vf(i), &types);
+    }
+    for (i, uuid, t) in live {
+        b.mdev_instance(uuid, &vf(*i), t);
+    }
+    b.finish().unwrap()
+}
+
+/// The A2 of the real capture: A2-4C, A2-4A and A2-4Q live.
+fn captured_a2() -> Tree {
+    a2_tree(&[
+        (
+            0,
+            "f715f63c-0d00-4007-9c5a-b07b0c6c05de".into(),
+            "nvidia-754",
+        ),
+        (
+            2,
+            "3deab9a4-200a-4c54-99b1-5eb0722d1d81".into(),
+            "nvidia-751",
+        ),
+        (
+            12,
+            "c728e022-f16f-434b-ad2c-9665ee634d3d".into(),
+            "nvidia-746",
+        ),
+    ])
+}
+
+/// An A2 already holding config `A2-4Q` as gpuslice lays it out on node `a2host`.
+fn applied_a2() -> Tree {
+    let pf: PciAddress = "0000:08:00.0".parse().unwrap();
+    let live: Vec<(u32, String, &str)> = (0..4)
+        .map(|i| {
+            (
+                i,
+                MdevUuid::for_layout_slot("a2host", &pf, i).to_string(),
+                "nvidia-746",
+            )
+        })
+        .collect();
+    a2_tree(&live)
+}
+
+fn gpuslice(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .arg("--root")
+        .arg(root)
+        .args(["--node", "a2host"])
+        .args(args)
+        .env_remove("VGPU_DM_CONFIG_FILE")
+        .env_remove("VGPU_DM_SELECTED_CONFIG")
+        .output()
+        .unwrap()
+}
+
+/// The paths that differ between two snapshots, ignoring what an apply keeps under `run/gpuslice`.
+fn changed(
+    before: &std::collections::BTreeMap<String, gpu_sysfs::testing::Entry>,
+    root: &Path,
+) -> Vec<String> {
+    let after = snapshot(root).unwrap();
+    let keys: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .filter(|k| !k.starts_with("run/gpuslice"))
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn dry_run_prints_the_plan_as_json_and_writes_nothing() {
+    let tree = captured_a2();
+    let before = snapshot(tree.root()).unwrap();
+    let f = example();
+    let out = gpuslice(
+        tree.root(),
+        &[
+            "vgpu",
+            "apply",
+            "-f",
+            f.to_str().unwrap(),
+            "-c",
+            "A2-4Q",
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["status"], "dry-run");
+    let ops: Vec<String> = report["plan"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} {}",
+                s["op"].as_str().unwrap(),
+                s["instance"]["typeId"].as_str().unwrap(),
+                s["instance"]["parent"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            "remove nvidia-754 0000:08:00.4",
+            "remove nvidia-751 0000:08:00.6",
+            "create nvidia-746 0000:08:00.4",
+            "create nvidia-746 0000:08:00.5",
+            "create nvidia-746 0000:08:00.6"
+        ]
+    );
+    assert_eq!(changed(&before, tree.root()), Vec::<String>::new());
+}
+
+#[test]
+fn dry_run_as_a_table_lists_the_diff_and_the_steps() {
+    let tree = captured_a2();
+    let f = example();
+    let out = gpuslice(
+        tree.root(),
+        &[
+            "vgpu",
+            "apply",
+            "-f",
+            f.to_str().unwrap(),
+            "-c",
+            "A2-4Q",
+            "--dry-run",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("nvidia0 (0000:08:00.0) index 0 [vgpu-configs.A2-4Q[0]]"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("~ A2-4Q            have  1  want  4"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "1. - remove A2-4C (nvidia-754) f715f63c-0d00-4007-9c5a-b07b0c6c05de from 0000:08:00.4"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("dry run: 5 steps to apply config \"A2-4Q\""),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn assert_exits_1_with_a_diff_when_the_layout_differs() {
+    let tree = captured_a2();
+    let f = example();
+    let out = gpuslice(
+        tree.root(),
+        &["vgpu", "assert", "-f", f.to_str().unwrap(), "-c", "A2-4Q"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("config \"A2-4Q\" is not applied"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("nvidia0 (0000:08:00.0): A2-4C: have 1, want 0"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn assert_and_apply_on_an_applied_host_succeed_without_writing() {
+    let tree = applied_a2();
+    let before = snapshot(tree.root()).unwrap();
+    let f = example();
+    let f = f.to_str().unwrap();
+    let out = gpuslice(
+        tree.root(),
+        &["vgpu", "assert", "-f", f, "-c", "A2-4Q", "-o", "json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(a["applied"], true);
+    let out = gpuslice(tree.root(), &["vgpu", "apply", "-f", f, "-c", "A2-4Q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("already in place"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(changed(&before, tree.root()), Vec::<String>::new());
+}
+
+#[test]
+fn the_layout_can_come_from_standard_input() {
+    let tree = applied_a2();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .arg("--root")
+        .arg(tree.root())
+        .args(["--node", "a2host", "vgpu", "assert", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"version: v1\nvgpu-configs:\n  mine:\n    - devices: [0]\n      vgpu-devices: {A2-4Q: 4}\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+}
+
+#[test]
+fn bad_input_is_named_and_changes_nothing() {
+    let tree = captured_a2();
+    let f = example();
+    let f = f.to_str().unwrap();
+    let out = gpuslice(tree.root(), &["vgpu", "apply", "-f", f, "-c", "A2-5Q"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no config named \"A2-5Q\""),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = gpuslice(tree.root(), &["vgpu", "apply", "-f", f]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("choose one with -c NAME"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = gpuslice(tree.root(), &["vgpu", "apply", "-f", f, "-c", "A2-16Q"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not offered"),
+        "{}",
+        text(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "version: v1\nvgpu-configs:\n  c:\n    - devices: all\n      vgpu-devices: {A2-4Q: 0}\n",
+    )
+    .unwrap();
+    let out = gpuslice(tree.root(), &["vgpu", "apply", "-f", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("bad.yaml") && stderr.contains("vgpu-configs.c[0].vgpu-devices.A2-4Q"),
+        "{stderr}"
+    );
+    let big = dir.path().join("big.yaml");
+    std::fs::write(
+        &big,
+        "version: v1\nvgpu-configs:\n  c:\n    - devices: all\n      vgpu-devices: {A2-8Q: 3}\n",
+    )
+    .unwrap();
+    let before = snapshot(tree.root()).unwrap();
+    let out = gpuslice(tree.root(), &["vgpu", "apply", "-f", big.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("do not fit"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(changed(&before, tree.root()), Vec::<String>::new());
+}
+
+#[test]
+fn a_write_the_kernel_does_not_honour_is_reported_and_rolled_back() {
+    // A plain tree does not react to `create`: the first creation reads back as not applied.
+    let tree = a2_tree(&[]);
+    let f = example();
+    let out = gpuslice(
+        tree.root(),
+        &[
+            "vgpu",
+            "apply",
+            "-f",
+            f.to_str().unwrap(),
+            "-c",
+            "A2-8Q",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["status"], "rolled-back");
+    assert_eq!(report["rollback"]["complete"], true);
+    assert!(
+        text(&out.stderr).contains("rolled back"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn apply_gives_up_when_another_apply_holds_the_lock() {
+    let tree = captured_a2();
+    let _held = LayoutLock::acquire(tree.root(), None, &mut |_| {}).unwrap();
+    let f = example();
+    let out = gpuslice(
+        tree.root(),
+        &[
+            "vgpu",
+            "apply",
+            "-f",
+            f.to_str().unwrap(),
+            "-c",
+            "A2-4Q",
+            "--lock-timeout",
+            "0.3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("waiting for another gpuslice apply"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("gave up after"), "{stderr}");
+}
