@@ -191,7 +191,10 @@ pub fn assess(host: &dyn Host, gpus: &[Gpu], opts: &HealthOptions) -> Vec<GpuHea
                 pcie_replays: entry.and_then(|e| e.pcie_replays),
             };
             let mut warnings = Vec::new();
-            let (telemetry, telemetry_source) = if gpu.vendor_id == NVIDIA {
+            // NVML sees only GPUs its driver holds: not one bound to vfio-pci for a VM.
+            let nvml_applies =
+                gpu.vendor_id == NVIDIA && gpu.driver.as_deref().is_none_or(|d| d == "nvidia");
+            let (telemetry, telemetry_source) = if nvml_applies {
                 match (&opts.telemetry, &opts.telemetry_note) {
                     (Some(t), _) => (Some(t.read(&gpu.address)), Some(t.source())),
                     // Telemetry was wanted but is unavailable: its signals are Unknown.

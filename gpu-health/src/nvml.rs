@@ -97,6 +97,15 @@ impl NvmlTelemetry {
                 NvmlError::NoPermission => NvmlUnavailable::NoPermission,
                 other => NvmlUnavailable::InitFailed(other.to_string()),
             })?;
+        if nvml.lib().nvmlShutdown.is_err() {
+            // nvml-wrapper calls nvmlShutdown unchecked when dropped; a library without it is not
+            // a usable NVML, and must not be dropped through that path.
+            std::mem::forget(nvml);
+            return Err(NvmlUnavailable::LibraryNotFound {
+                library: library_name,
+                message: "nvmlShutdown not found".to_owned(),
+            });
+        }
         let driver_version = nvml.sys_driver_version().ok();
         Ok(NvmlTelemetry {
             nvml,

@@ -193,6 +193,30 @@ fn telemetry_grades_nvidia_gpus_and_fills_memory() {
 }
 
 #[test]
+fn a_gpu_bound_to_vfio_pci_is_not_asked_of_nvml() {
+    let mut b = TreeBuilder::new();
+    add_gpu(
+        &mut b,
+        "0000:3b:00.0",
+        0x1eb8,
+        (16, 16),
+        [CLEAN_COR, CLEAN_NONFATAL, CLEAN_FATAL],
+    );
+    let t = b.finish().unwrap();
+    let host = RealHost::new(t.root()).unwrap();
+    let fake = FakeTelemetry::new().with_nominal(addr("0000:3b:00.0"), 15360, |t| {
+        t.ecc_uncorrected_volatile = Reading::Value(9);
+    });
+    let opts = HealthOptions::with_telemetry(Policy::default(), Arc::new(fake))
+        .baseline(BaselineSource::None);
+    let mut g = gpu("nvidia0", "0000:3b:00.0", 0x1eb8);
+    g.driver = Some("vfio-pci".into());
+    let r = &assess(&host, &[g], &opts)[0];
+    assert!(r.signals.telemetry.is_none());
+    assert_eq!(r.health.state, HealthState::Healthy);
+}
+
+#[test]
 fn telemetry_that_cannot_read_anything_leaves_a_gpu_to_its_sysfs_signals() {
     let mut b = TreeBuilder::new();
     add_gpu(

@@ -138,6 +138,19 @@ fn a_library_without_the_row_remap_symbol_reads_it_as_unsupported() {
 }
 
 #[test]
+fn a_library_without_nvml_shutdown_is_refused_rather_than_crashing_on_drop() {
+    let Some((_dir, lib)) = build_stub(&["STUB_NO_SHUTDOWN"]) else {
+        return;
+    };
+    match NvmlTelemetry::open(Some(&lib)) {
+        Err(NvmlUnavailable::LibraryNotFound { message, .. }) => {
+            assert_eq!(message, "nvmlShutdown not found");
+        }
+        other => panic!("expected LibraryNotFound, got {other:?}"),
+    }
+}
+
+#[test]
 fn driver_not_loaded_is_its_own_outcome() {
     let Some((_dir, lib)) = build_stub(&["STUB_DRIVER_NOT_LOADED"]) else {
         return;

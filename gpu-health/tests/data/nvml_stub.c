@@ -13,6 +13,7 @@
  *   -DSTUB_DRIVER_NOT_LOADED  nvmlInit_v2 returns NVML_ERROR_DRIVER_NOT_LOADED
  *   -DSTUB_NO_PERMISSION      nvmlInit_v2 returns NVML_ERROR_NO_PERMISSION
  *   -DSTUB_NO_REMAP           nvmlDeviceGetRemappedRows is not exported (drivers before R450)
+ *   -DSTUB_NO_SHUTDOWN        nvmlShutdown is not exported (not a usable NVML)
  *
  * Written for gpuslice from the function signatures and return codes in NVIDIA's public nvml.h
  * documentation.
@@ -67,10 +68,12 @@ nvmlReturn_t nvmlInit_v2(void) {
 #endif
 }
 
+#ifndef STUB_NO_SHUTDOWN
 nvmlReturn_t nvmlShutdown(void) {
     initialized = 0;
     return NVML_SUCCESS;
 }
+#endif
 
 const char *nvmlErrorString(nvmlReturn_t result) {
     (void)result;
