@@ -246,31 +246,41 @@ impl Host for RealHost {
 
 /// Runs a command, killing it after `timeout`; stdout and stderr are captured.
 ///
+/// The command runs in its own process group and the whole group is killed at the timeout: a
+/// script that hangs in a child (`sriov-manage` waiting on a sysfs write) would otherwise keep
+/// the output pipes open and the wait would never end. Output still unread shortly after the
+/// command ended (a daemon it left behind holds the pipes) is given up.
+///
 /// # Errors
 /// The I/O error of spawning it.
 pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> io::Result<CommandOutput> {
     use std::io::Read;
+    use std::os::unix::process::CommandExt;
     use std::process::Stdio;
+    use std::sync::mpsc;
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()?;
+    let (out_tx, out_rx) = mpsc::channel();
+    let (err_tx, err_rx) = mpsc::channel();
     let mut out_pipe = child.stdout.take();
     let mut err_pipe = child.stderr.take();
-    let out_thread = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let mut s = String::new();
         if let Some(p) = out_pipe.as_mut() {
             let _ = p.read_to_string(&mut s);
         }
-        s
+        let _ = out_tx.send(s);
     });
-    let err_thread = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let mut s = String::new();
         if let Some(p) = err_pipe.as_mut() {
             let _ = p.read_to_string(&mut s);
         }
-        s
+        let _ = err_tx.send(s);
     });
     let start = std::time::Instant::now();
     let (status, timed_out) = loop {
@@ -278,14 +288,21 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> io::Result<Comm
             break (st.code(), false);
         }
         if start.elapsed() >= timeout {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
             let _ = child.kill();
             let _ = child.wait();
             break (None, true);
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let stdout = out_thread.join().unwrap_or_default();
-    let stderr = err_thread.join().unwrap_or_default();
+    let grace = Duration::from_secs(2);
+    let stdout = out_rx.recv_timeout(grace).unwrap_or_default();
+    let stderr = err_rx.recv_timeout(grace).unwrap_or_default();
     Ok(CommandOutput {
         status,
         stdout,
@@ -347,6 +364,23 @@ mod tests {
         );
         assert!(h.read("../etc/passwd").is_err());
         assert!(RealHost::new(root.join("missing")).is_err());
+    }
+
+    #[test]
+    fn a_command_hanging_in_a_child_is_killed_with_its_children_at_the_timeout() {
+        let start = std::time::Instant::now();
+        let out = run_with_timeout(
+            Command::new("sh").args(["-c", "echo started >&2; sleep 20; echo never"]),
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        assert!(out.timed_out);
+        assert_eq!(out.stderr, "started\n");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]
