@@ -48,6 +48,9 @@ pub enum SysfsError {
         #[source]
         source: gpu_core::CoreError,
     },
+    /// An actuation step failed (create, remove, set type, SR-IOV, bind, release).
+    #[error(transparent)]
+    Actuate(#[from] crate::actuate::ActuateError),
 }
 
 impl SysfsError {
@@ -72,6 +75,7 @@ impl SysfsError {
     pub fn errno(&self) -> Option<i32> {
         match self {
             SysfsError::Io { source, .. } => source.raw_os_error(),
+            SysfsError::Actuate(e) => e.errno(),
             _ => None,
         }
     }
