@@ -392,3 +392,22 @@ fn apply_gives_up_when_another_apply_holds_the_lock() {
     );
     assert!(stderr.contains("gave up after"), "{stderr}");
 }
+
+#[test]
+fn nvidias_environment_variables_name_the_file_and_config() {
+    let tree = applied_a2();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .arg("--root")
+        .arg(tree.root())
+        .args(["--node", "a2host", "vgpu", "assert"])
+        .env("VGPU_DM_CONFIG_FILE", example())
+        .env("VGPU_DM_SELECTED_CONFIG", "A2-4Q")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("config \"A2-4Q\" is applied"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -277,3 +277,23 @@ fn per_address_forms_select_gpus_and_pin_vf_types() {
         ]
     );
 }
+
+#[test]
+fn the_documented_example_layouts_parse() {
+    for (name, text, configs) in [
+        ("a2.yaml", include_str!("../../examples/layouts/a2.yaml"), 3),
+        (
+            "per-gpu.yaml",
+            include_str!("../../examples/layouts/per-gpu.yaml"),
+            1,
+        ),
+        (
+            "l40s-vfs.yaml",
+            include_str!("../../examples/layouts/l40s-vfs.yaml"),
+            1,
+        ),
+    ] {
+        let f = LayoutFile::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(f.configs.len(), configs, "{name}");
+    }
+}

@@ -84,27 +84,20 @@ fn pool(gpu: PciAddress, parents: Vec<ParentId>, total: u64, used: u64) -> Pool 
 /// The real A2 host (harvester/pcidevices capture): 16 GB, 16 VFs 08:00.4..08:02.3, and three
 /// live 4 GB vGPUs: A2-4C on 08:00.4, A2-4A on 08:00.6, A2-4Q on 08:02.0.
 fn a2_host() -> NodeTopology {
+    a2_with(&[
+        (0, "f715f63c-0d00-4007-9c5a-b07b0c6c05de".into(), 754),
+        (2, "3deab9a4-200a-4c54-99b1-5eb0722d1d81".into(), 751),
+        (12, "c728e022-f16f-434b-ad2c-9665ee634d3d".into(), 746),
+    ])
+}
+
+/// An A2 with the capture's 15 types on 16 VFs and `live` vGPUs `(VF index, UUID, type number)`;
+/// free VFs report 1 for the types that still fit the pool, as the driver does.
+fn a2_with(live: &[(usize, String, u32)]) -> NodeTopology {
     let pf = addr("0000:08:00.0");
-    let live = [
-        (
-            "0000:08:00.4",
-            "f715f63c-0d00-4007-9c5a-b07b0c6c05de",
-            754,
-            "A2-4C",
-        ),
-        (
-            "0000:08:00.6",
-            "3deab9a4-200a-4c54-99b1-5eb0722d1d81",
-            751,
-            "A2-4A",
-        ),
-        (
-            "0000:08:02.0",
-            "c728e022-f16f-434b-ad2c-9665ee634d3d",
-            746,
-            "A2-4Q",
-        ),
-    ];
+    let size_of = |id: u32| A2_TYPES.iter().find(|t| t.0 == id).unwrap().2;
+    let used: u64 = live.iter().map(|l| size_of(l.2)).sum();
+    let locked = live.first().map(|l| size_of(l.2));
     let vfs: Vec<PciAddress> = (0..16u8)
         .map(|i| {
             let rid = 4 + i;
@@ -122,12 +115,13 @@ fn a2_host() -> NodeTopology {
     gpu.vgpu_framework = Some(VgpuFramework::Mdev);
     gpu.memory_mib = Some(16384);
     t.gpus.push(gpu);
-    for vf in &vfs {
-        let busy = live.iter().find(|l| addr(l.0) == *vf);
+    for (i, vf) in vfs.iter().enumerate() {
+        let busy = live.iter().find(|l| l.0 == i);
         let profiles = A2_TYPES
             .iter()
             .map(|(id, name, fb)| {
-                let avail = u32::from(busy.is_none() && *fb == 4096);
+                let fits = used + fb <= 16384 && locked.is_none_or(|l| l == *fb);
+                let avail = u32::from(busy.is_none() && fits);
                 profile(
                     &format!("nvidia-{id}"),
                     &format!("NVIDIA {name}"),
@@ -137,12 +131,13 @@ fn a2_host() -> NodeTopology {
             })
             .collect();
         let instances = busy
-            .map(|(_, u, id, name)| {
+            .map(|(_, u, id)| {
+                let name = A2_TYPES.iter().find(|t| t.0 == *id).unwrap().1;
                 vec![mdev(
                     u,
                     &format!("nvidia-{id}"),
                     &format!("NVIDIA {name}"),
-                    4096,
+                    size_of(*id),
                 )]
             })
             .unwrap_or_default();
@@ -160,9 +155,9 @@ fn a2_host() -> NodeTopology {
         pf,
         vfs.iter().map(|v| ParentId::Pci(*v)).collect(),
         16384,
-        12288,
+        used,
     );
-    p.size_locked_mib = Some(4096);
+    p.size_locked_mib = locked;
     t.mediated_devices.pools.push(p);
     t
 }
@@ -237,6 +232,13 @@ fn applied(mut t: NodeTopology, plan: &Plan) -> NodeTopology {
             .map(|i| i.framebuffer_mib.unwrap_or(0))
             .sum();
         pool.used_mib = used;
+        pool.size_locked_mib = t
+            .mediated_devices
+            .parents
+            .iter()
+            .filter(|p| p.pool_key() == pool.gpu)
+            .flat_map(|p| p.instances.iter())
+            .find_map(|i| i.framebuffer_mib);
     }
     t
 }
@@ -832,4 +834,128 @@ fn plans_serialize_with_camel_case_keys() {
     let back: Plan = serde_json::from_value(json).unwrap();
     assert_eq!(back, plan);
     assert_eq!(PciId(0x10de).to_string(), "10de");
+}
+
+#[test]
+fn the_per_gpu_form_plans_only_the_listed_gpus() {
+    let text = "version: v1\nvgpu-configs:\n  lab:\n    \"0000:81:00.0\": {T4-2Q: 8}\n    \"0000:0a:00.0\": {}\n";
+    let plan = plan_vgpu_config(text, "lab", &two_t4_host()).unwrap();
+    let per_gpu: Vec<(String, usize)> = plan
+        .gpus
+        .iter()
+        .map(|g| (g.gpu.to_string(), g.create.len()))
+        .collect();
+    assert_eq!(
+        per_gpu,
+        [("0000:0a:00.0".into(), 0), ("0000:81:00.0".into(), 8)]
+    );
+    let missing = "version: v1\nvgpu-configs:\n  lab:\n    \"0000:99:00.0\": {T4-2Q: 8}\n";
+    let e = plan_vgpu_config(missing, "lab", &two_t4_host()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("0000:99:00.0 is not a GPU of this host"),
+        "{e}"
+    );
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A2 types by framebuffer size, so generated layouts respect the same-size rule.
+    fn types_of_size(fb: u64) -> Vec<(u32, &'static str)> {
+        A2_TYPES
+            .iter()
+            .filter(|t| t.2 == fb)
+            .map(|t| (t.0, t.1))
+            .collect()
+    }
+
+    /// Live vGPUs of one size on the first VFs, and a wanted layout of one (maybe other) size.
+    fn case() -> impl Strategy<Value = (Vec<(usize, String, u32)>, Vec<(String, u32)>, u64)> {
+        let sizes = prop_oneof![
+            Just(1024u64),
+            Just(2048),
+            Just(4096),
+            Just(8192),
+            Just(16384)
+        ];
+        (sizes.clone(), sizes, any::<u64>(), 1u32..=18, 1u32..=18).prop_map(
+            |(have_fb, want_fb, seed, live_n, want_n)| {
+                let have_types = types_of_size(have_fb);
+                let cap = (16384 / have_fb) as u32;
+                let live: Vec<(usize, String, u32)> = (0..live_n.min(cap))
+                    .map(|i| {
+                        let t = have_types[(seed as usize + i as usize) % have_types.len()].0;
+                        let u = format!("00000000-0000-4000-8000-{:012x}", i);
+                        (i as usize, u, t)
+                    })
+                    .collect();
+                let want_types = types_of_size(want_fb);
+                let first = want_types[seed as usize % want_types.len()].1;
+                let mut want = vec![(first.to_owned(), want_n.div_ceil(2))];
+                let second = want_types[(seed as usize + 1) % want_types.len()].1;
+                if second != first && want_n > 1 {
+                    want.push((second.to_owned(), want_n / 2));
+                }
+                (live, want, want_fb)
+            },
+        )
+    }
+
+    fn config(want: &[(String, u32)]) -> String {
+        let mut text = String::from(
+            "version: v1\nvgpu-configs:\n  c:\n    - devices: all\n      vgpu-devices:\n",
+        );
+        for (name, n) in want {
+            text.push_str(&format!("        {name}: {n}\n"));
+        }
+        text
+    }
+
+    proptest! {
+        /// A plan is refused exactly when the layout exceeds the card (16 GB, 16 VFs); an accepted
+        /// plan, once carried out, asserts as applied and plans to nothing.
+        #[test]
+        fn plans_fit_exactly_when_the_card_holds_them_and_are_idempotent(
+            (live, want, fb) in case()
+        ) {
+            let host = a2_with(&live);
+            let text = config(&want);
+            let total: u32 = want.iter().map(|w| w.1).sum();
+            let fits = u64::from(total) * fb <= 16384 && total <= 16;
+            match plan_vgpu_config(&text, "c", &host) {
+                Ok(plan) => {
+                    prop_assert!(fits, "accepted a layout that does not fit: {want:?}");
+                    let after = applied(host, &plan);
+                    let again = plan_vgpu_config(&text, "c", &after).unwrap();
+                    prop_assert!(again.is_noop(), "{:?}", again.steps);
+                    let cfg = LayoutFile::parse(&text).unwrap();
+                    let a = assert_layout(cfg.select(None).unwrap(), &after).unwrap();
+                    prop_assert!(a.applied, "{:?}", a.diff);
+                    let used: u64 = after.mediated_devices.pools[0].used_mib;
+                    prop_assert!(used <= 16384);
+                }
+                Err(LayoutError::DoesNotFit { .. }) => {
+                    prop_assert!(!fits, "refused a layout that fits: {want:?} over {live:?}");
+                }
+                Err(e) => prop_assert!(false, "{e}"),
+            }
+        }
+
+        /// Whatever is kept is never removed and created again: the writes are the difference.
+        #[test]
+        fn plans_write_only_the_difference((live, want, _fb) in case()) {
+            let host = a2_with(&live);
+            if let Ok(plan) = plan_vgpu_config(&config(&want), "c", &host) {
+                let g = &plan.gpus[0];
+                prop_assert_eq!(g.keep.len() + g.remove.len(), live.len());
+                let wanted: u32 = want.iter().map(|w| w.1).sum();
+                prop_assert_eq!(g.keep.len() + g.create.len(), wanted as usize);
+                for k in &g.keep {
+                    prop_assert!(!g.remove.iter().any(|r| r.uuid == k.uuid));
+                }
+            }
+        }
+    }
 }
