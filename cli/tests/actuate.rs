@@ -504,3 +504,51 @@ fn sriov_enable_reports_the_vfs_a_working_script_made() {
     assert_eq!(v["numvfs"], 4);
     assert_eq!(v["changed"], true);
 }
+
+/// Compares `actual` with `tests/golden/actuate/<name>` (`GPUSLICE_UPDATE_GOLDEN=1` rewrites it).
+fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/actuate")
+        .join(name);
+    if std::env::var_os("GPUSLICE_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (GPUSLICE_UPDATE_GOLDEN=1 writes it)",
+            path.display()
+        )
+    });
+    assert_eq!(actual, want, "{} differs", path.display());
+}
+
+#[test]
+fn vgpu_list_output_matches_the_golden_files() {
+    let t = host();
+    for (format, file) in [("table", "vgpu-list.txt"), ("json", "vgpu-list.json")] {
+        let o = gpuslice(t.root(), &["-o", format, "vgpu", "list"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        golden(file, &stdout(&o));
+    }
+}
+
+#[test]
+fn vgpu_create_output_matches_the_golden_file() {
+    let t = host();
+    let o = gpuslice(
+        t.root(),
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "mbochs",
+            "--profile",
+            "mbochs-small",
+            "--uuid",
+            U1,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    golden("vgpu-create-present.txt", &stdout(&o));
+}
