@@ -1,15 +1,259 @@
-//! ExportCommand:run commands (being built).
-use crate::common::Global;
+//! `gpuslice export`: hand devices to QEMU, libvirt, KubeVirt, cloud-init or Kubernetes DRA.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// ExportCommand.
-#[derive(clap::Subcommand, Debug)]
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use gpu_core::{Allocation, MdevUuid, NodeTopology, PciAddress};
+
+use crate::cmd::metrics::load_nodes;
+use crate::common::{Global, Output};
+use crate::integrations::dra::{self, DraOptions, K8sVersion, model::Object};
+use crate::integrations::{cloud_init, handoff, kubevirt, yaml};
+
+/// `gpuslice export` subcommands.
+#[derive(Subcommand, Debug)]
 pub enum ExportCommand {
-    /// Not built yet.
-    Todo,
+    /// QEMU `-device` arguments (one per line; `-o json` for an argument array).
+    Qemu(HandoffArgs),
+    /// A libvirt `<hostdev>` element (a `<devices>` element for several).
+    Libvirt(HandoffArgs),
+    /// KubeVirt `permittedHostDevices` for this host's (or a fleet's) GPUs and profiles.
+    Kubevirt(InventoryArgs),
+    /// cloud-init `write_files` licensing an NVIDIA vGPU guest.
+    CloudInit(CloudInitArgs),
+    /// Kubernetes DRA ResourceSlices and DeviceClasses (YAML; `-o json` for a List).
+    Dra(DraArgs),
 }
 
-/// Runs `run`.
-pub fn run(_g: &Global, _a: ExportCommand) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not built yet")
+/// Which devices to hand off.
+#[derive(Args, Debug)]
+#[group(id = "what", required = true, multiple = false)]
+pub struct HandoffArgs {
+    /// An mdev instance by UUID.
+    #[arg(long, group = "what", value_name = "UUID")]
+    pub uuid: Option<MdevUuid>,
+    /// A whole GPU (with its companion functions) or a vendor-VFIO VF, by PCI address.
+    #[arg(long, group = "what", value_name = "BDF")]
+    pub address: Option<PciAddress>,
+    /// The devices of an allocation (the JSON/YAML `place` prints, one allocation or several).
+    #[arg(long, group = "what", value_name = "FILE")]
+    pub allocation: Option<PathBuf>,
+    /// With --allocation holding several: the Machine whose devices to hand off.
+    #[arg(long, value_name = "NAME")]
+    pub machine: Option<String>,
+    /// With --address: look the address up in this fleet file (node from --node) instead of
+    /// this host.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: Option<PathBuf>,
+}
+
+/// A host or a fleet.
+#[derive(Args, Debug)]
+pub struct InventoryArgs {
+    /// A fleet file (JSON or YAML) instead of this host.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: Option<PathBuf>,
+}
+
+/// `export cloud-init` arguments.
+#[derive(Args, Debug)]
+pub struct CloudInitArgs {
+    /// The client configuration token (`.tok`) downloaded from the NVIDIA License System.
+    #[arg(long, value_name = "FILE")]
+    pub license_token: PathBuf,
+}
+
+/// `export dra` arguments.
+#[derive(Args, Debug)]
+pub struct DraArgs {
+    /// The DRA driver name.
+    #[arg(long, default_value = dra::DEFAULT_DRIVER, value_name = "NAME")]
+    pub driver: String,
+    /// The Kubernetes version the objects are for: 1.34, 1.35, 1.36 or 1.37.
+    #[arg(long, default_value = "1.37", value_name = "VERSION")]
+    pub k8s_version: K8sVersion,
+    /// A fleet file (JSON or YAML) instead of this host: slices for every node.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: Option<PathBuf>,
+    /// `pool.generation` of the slices; raise it whenever the published content changes.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub generation: i64,
+    /// Where `gpuslice dra prepare` records what it created (so it is not subtracted twice).
+    #[arg(long, default_value = crate::cmd::dra::DEFAULT_STATE_DIR, value_name = "DIR")]
+    pub state_dir: PathBuf,
+    /// Print the example ResourceClaims instead of the slices.
+    #[arg(long)]
+    pub examples: bool,
+}
+
+/// Runs `gpuslice export`.
+///
+/// # Errors
+/// When inputs cannot be read or do not name existing devices.
+pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
+    match c {
+        ExportCommand::Qemu(a) => {
+            let devices = handoff_devices(g, &a)?;
+            if g.output == Output::Json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&handoff::qemu_args(&devices))?
+                );
+            } else {
+                print!("{}", handoff::qemu_text(&devices));
+            }
+        }
+        ExportCommand::Libvirt(a) => {
+            let devices = handoff_devices(g, &a)?;
+            print!("{}", handoff::libvirt_xml(&devices));
+        }
+        ExportCommand::Kubevirt(a) => {
+            let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
+            print_yaml_or_json(g.output, &kubevirt::permitted_host_devices(&nodes))?;
+        }
+        ExportCommand::CloudInit(a) => {
+            let token = std::fs::read(&a.license_token).with_context(|| {
+                format!("cannot read license token {}", a.license_token.display())
+            })?;
+            let name = a.license_token.file_name().and_then(|n| n.to_str());
+            let config = cloud_init::license_files(&token, name)
+                .with_context(|| format!("license token {}", a.license_token.display()))?;
+            print!("{}", cloud_init::to_yaml(&config)?);
+        }
+        ExportCommand::Dra(a) => export_dra(g, &a)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_yaml_or_json<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result<()> {
+    if out == Output::Json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        print!("{}", yaml::to_string(value)?);
+    }
+    Ok(())
+}
+
+fn handoff_devices(g: &Global, a: &HandoffArgs) -> anyhow::Result<Vec<handoff::VmDevice>> {
+    if let Some(uuid) = a.uuid {
+        return Ok(vec![handoff::VmDevice::Mdev { uuid }]);
+    }
+    if let Some(path) = &a.allocation {
+        let allocation = read_allocation(path, a.machine.as_deref())?;
+        return Ok(handoff::allocation_devices(&allocation));
+    }
+    let Some(address) = a.address else {
+        bail!("name the device with --uuid, --address or --allocation");
+    };
+    let node = pick_node(g, a.inventory.as_deref())?;
+    handoff::address_devices(&node, &address)
+}
+
+/// The node to look an address up in: this host, or the `--node` of a fleet file.
+fn pick_node(g: &Global, inventory: Option<&Path>) -> anyhow::Result<NodeTopology> {
+    let (nodes, _) = load_nodes(g, inventory)?;
+    if inventory.is_none() {
+        return nodes
+            .into_iter()
+            .next()
+            .context("discovery returned no node");
+    }
+    match (&g.node, nodes.len()) {
+        (Some(name), _) => nodes
+            .into_iter()
+            .find(|n| &n.node == name)
+            .with_context(|| format!("node {name} is not in the fleet")),
+        (None, 1) => nodes.into_iter().next().context("empty fleet"),
+        (None, n) => bail!("the fleet has {n} nodes; name one with --node"),
+    }
+}
+
+/// Reads an allocation: one `Allocation`, a list of them, or an object with `allocations` (a
+/// fleet or `place` output) or `allocation`.
+fn read_allocation(path: &Path, machine: Option<&str>) -> anyhow::Result<Allocation> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read allocation file {}", path.display()))?;
+    let value: serde_json::Value = gpu_core::decode_text("allocation", &text)
+        .with_context(|| format!("allocation file {}", path.display()))?;
+    let list = match &value {
+        serde_json::Value::Array(items) => items.clone(),
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::Array(items)) = map.get("allocations") {
+                items.clone()
+            } else if let Some(one) = map.get("allocation") {
+                vec![one.clone()]
+            } else {
+                vec![value.clone()]
+            }
+        }
+        _ => bail!("allocation file {} holds no allocation", path.display()),
+    };
+    let mut allocations: Vec<Allocation> = list
+        .into_iter()
+        .map(serde_json::from_value)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("allocation file {}", path.display()))?;
+    if let Some(m) = machine {
+        allocations.retain(|a| a.machine == m);
+    }
+    match allocations.len() {
+        1 => Ok(allocations.remove(0)),
+        0 => bail!(
+            "allocation file {} holds no allocation{}",
+            path.display(),
+            machine
+                .map(|m| format!(" for machine {m}"))
+                .unwrap_or_default()
+        ),
+        n => bail!(
+            "allocation file {} holds {n} allocations; pick one with --machine",
+            path.display()
+        ),
+    }
+}
+
+fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
+    let objects: Vec<Object> = if a.examples {
+        dra::claims::examples(&a.driver)
+            .into_iter()
+            .map(Object::Claim)
+            .collect()
+    } else {
+        let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
+        let prepared = crate::cmd::dra::read_prepared(&a.state_dir)?;
+        let opts = DraOptions {
+            driver: a.driver.clone(),
+            version: a.k8s_version,
+            generation: a.generation,
+            prepared,
+        };
+        let export = dra::export(&nodes, &opts)?;
+        for w in &export.warnings {
+            eprintln!("gpuslice: {w}");
+        }
+        export.objects
+    };
+    print_objects(g.output, &objects)
+}
+
+/// Prints Kubernetes objects as a YAML stream (`---` between documents) or a JSON `List`.
+///
+/// # Errors
+/// A serialization error.
+pub fn print_objects(out: Output, objects: &[Object]) -> anyhow::Result<()> {
+    if out == Output::Json {
+        let mut list = BTreeMap::new();
+        list.insert("apiVersion", serde_json::json!("v1"));
+        list.insert("kind", serde_json::json!("List"));
+        list.insert("items", serde_json::to_value(objects)?);
+        println!("{}", serde_json::to_string_pretty(&list)?);
+    } else {
+        for o in objects {
+            print!("---\n{}", yaml::to_string(o)?);
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,167 @@
+//! cloud-init `write_files` that license an NVIDIA vGPU guest.
+//!
+//! The host never consumes a vGPU license: the guest driver does, with a client configuration
+//! token in `/etc/nvidia/ClientConfigToken/` and `FeatureType=1` (NVIDIA vGPU) in
+//! `/etc/nvidia/gridd.conf`. NVIDIA's licensing guide asks for mode 0744 on the token.
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+
+/// Where the guest driver looks for client configuration tokens.
+pub const TOKEN_DIR: &str = "/etc/nvidia/ClientConfigToken";
+/// The licensing daemon's configuration file.
+pub const GRIDD_CONF: &str = "/etc/nvidia/gridd.conf";
+/// The largest token accepted; real tokens are a few kilobytes.
+pub const MAX_TOKEN_BYTES: usize = 256 * 1024;
+
+/// A cloud-config document holding only `write_files`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CloudConfig {
+    /// Files to write in the guest.
+    pub write_files: Vec<WriteFile>,
+}
+
+/// One `write_files` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WriteFile {
+    /// Absolute path in the guest.
+    pub path: String,
+    /// `user:group`.
+    pub owner: String,
+    /// Octal mode as a quoted string.
+    pub permissions: String,
+    /// `b64` when `content` is base64.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<String>,
+    /// The file's content.
+    pub content: String,
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 with padding.
+pub fn base64(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(B64[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The guest file name of a token: the given file's name when it is a plain `*.tok` name, else
+/// `client_configuration_token.tok`.
+pub fn token_file_name(source_name: Option<&str>) -> String {
+    match source_name {
+        Some(n)
+            if n.ends_with(".tok")
+                && n.len() > 4
+                && !n.starts_with('.')
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')) =>
+        {
+            n.to_owned()
+        }
+        _ => "client_configuration_token.tok".to_owned(),
+    }
+}
+
+/// The cloud-config for a token read from a file named `source_name`.
+///
+/// # Errors
+/// When the token is empty, larger than [`MAX_TOKEN_BYTES`], or not text.
+pub fn license_files(token: &[u8], source_name: Option<&str>) -> anyhow::Result<CloudConfig> {
+    if token.iter().all(u8::is_ascii_whitespace) {
+        bail!("the license token is empty");
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        bail!(
+            "the license token is {} bytes, more than the {MAX_TOKEN_BYTES} a client configuration token can be",
+            token.len()
+        );
+    }
+    std::str::from_utf8(token)
+        .ok()
+        .filter(|t| t.chars().all(|c| !c.is_control() || c.is_ascii_whitespace()))
+        .context("the license token is not text; expected the .tok file downloaded from the NVIDIA License System")?;
+    Ok(CloudConfig {
+        write_files: vec![
+            WriteFile {
+                path: format!("{TOKEN_DIR}/{}", token_file_name(source_name)),
+                owner: "root:root".into(),
+                permissions: "0744".into(),
+                encoding: Some("b64".into()),
+                content: base64(token),
+            },
+            WriteFile {
+                path: GRIDD_CONF.into(),
+                owner: "root:root".into(),
+                permissions: "0644".into(),
+                encoding: None,
+                content:
+                    "# Written by gpuslice: license this guest as NVIDIA vGPU.\nFeatureType=1\n"
+                        .into(),
+            },
+        ],
+    })
+}
+
+/// The document as cloud-init reads it: `#cloud-config` then YAML.
+///
+/// # Errors
+/// A YAML serialization error.
+pub fn to_yaml(config: &CloudConfig) -> anyhow::Result<String> {
+    Ok(format!(
+        "#cloud-config\n{}",
+        super::yaml::to_string(config)?
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_rfc_4648_vectors() {
+        for (plain, enc) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(plain.as_bytes()), enc);
+        }
+    }
+
+    #[test]
+    fn token_names_that_could_escape_the_directory_are_replaced() {
+        assert_eq!(
+            token_file_name(Some("client_configuration_token_04-11-2024.tok")),
+            "client_configuration_token_04-11-2024.tok"
+        );
+        for bad in ["../x.tok", ".tok", "a b.tok", "token.txt"] {
+            assert_eq!(token_file_name(Some(bad)), "client_configuration_token.tok");
+        }
+    }
+
+    #[test]
+    fn empty_and_binary_tokens_are_refused() {
+        assert!(license_files(b"  \n", None).is_err());
+        assert!(license_files(&[0u8, 159, 146, 150], None).is_err());
+        assert!(license_files(b"eyJhbGciOi.token", None).is_ok());
+    }
+}

@@ -1,0 +1,912 @@
+//! From a node's inventory to ResourceSlices.
+//!
+//! Each physical GPU becomes one counter set (`framebuffer`, and `memory-slice-<i>` on MIG-capable
+//! GPUs). Its devices:
+//! - the whole GPU, consuming every counter of the set in full, so it excludes any vGPU on the
+//!   card and any vGPU excludes it;
+//! - one multi-allocatable device per time-sliced framebuffer size, with an `instances` capacity
+//!   taken one at a time, consuming the whole `framebuffer` counter: the first vGPU locks the card
+//!   to its size, as the NVIDIA driver does (plain counters cannot say "one size per card": two
+//!   sizes that each fit twice would always co-fit);
+//! - on a GPU in mixed-size mode, one multi-allocatable device whose `framebuffer` capacity is
+//!   consumed per vGPU instead;
+//! - one device per MIG placement (slice count, memory size, start slot) of MIG-backed profiles,
+//!   consuming its memory slices and its framebuffer.
+//!
+//! A profile is chosen at prepare time from the claim's opaque configuration, among the profiles
+//! of the allocated device (its `profile_<NAME>` attributes).
+//!
+//! Capacity already taken outside Kubernetes (vGPUs or a passed-through GPU that the DRA node side
+//! did not create) is left out; what `gpuslice dra prepare` created is not, because the scheduler
+//! already counts it through its claims.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use anyhow::{Context, bail};
+use gpu_core::{Gpu, GpuState, HealthState, NodeTopology, ParentId, PciAddress, Profile, nvidia};
+use serde::{Deserialize, Serialize};
+
+use super::model::*;
+use super::names::{is_dns_subdomain, mib_quantity, profile_attribute};
+
+/// The default driver name.
+pub const DEFAULT_DRIVER: &str = "gpu.gpuslice.dev";
+/// The standard attribute of a device's PCI address.
+pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+/// The attribute of a device's NUMA node.
+pub const NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
+/// Most devices in a slice.
+pub const MAX_DEVICES: usize = 128;
+/// Most devices in a slice when any of them consumes counters or has taints.
+pub const MAX_DEVICES_WITH_COUNTERS: usize = 64;
+/// Most counter sets in a slice.
+pub const MAX_COUNTER_SETS: usize = 8;
+/// Most counters in one set (1.35+), and in all sets of a slice together (1.34).
+pub const MAX_COUNTERS: usize = 32;
+/// Most `consumesCounters` entries of one device.
+pub const MAX_CONSUMPTIONS_PER_DEVICE: usize = 2;
+/// Most counters consumed by all devices of a slice together (1.34).
+pub const MAX_CONSUMED_COUNTERS_PER_SLICE: usize = 1024;
+/// Most attributes and capacities of one device together.
+pub const MAX_ATTRIBUTES: usize = 32;
+/// Longest string attribute value.
+pub const MAX_STRING_ATTRIBUTE: usize = 64;
+
+/// A supported Kubernetes minor version of the v1 DRA API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum K8sVersion {
+    /// 1.34: DRA GA; a slice may hold counter sets and the devices that use them.
+    V1_34,
+    /// 1.35: counter sets and devices in separate slices; taint effect `None`.
+    V1_35,
+    /// 1.36.
+    V1_36,
+    /// 1.37.
+    #[default]
+    V1_37,
+}
+
+impl K8sVersion {
+    /// From 1.35 a slice holds either `sharedCounters` or `devices`, and counter sets are
+    /// referenced across the pool.
+    pub fn splits_counters(self) -> bool {
+        self >= Self::V1_35
+    }
+
+    /// From 1.35 a taint may have effect `None`.
+    pub fn has_none_effect(self) -> bool {
+        self >= Self::V1_35
+    }
+
+    /// `1.34`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V1_34 => "1.34",
+            Self::V1_35 => "1.35",
+            Self::V1_36 => "1.36",
+            Self::V1_37 => "1.37",
+        }
+    }
+}
+
+impl fmt::Display for K8sVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for K8sVersion {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim().trim_start_matches('v');
+        let minor = t
+            .strip_prefix("1.")
+            .map(|m| m.split('.').next().unwrap_or(""));
+        match minor {
+            Some("34") => Ok(Self::V1_34),
+            Some("35") => Ok(Self::V1_35),
+            Some("36") => Ok(Self::V1_36),
+            Some("37") => Ok(Self::V1_37),
+            _ => bail!("unsupported Kubernetes version {s:?}: use 1.34, 1.35, 1.36 or 1.37"),
+        }
+    }
+}
+
+/// What `gpuslice dra prepare` created on a node, which the export must not subtract.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Prepared {
+    /// mdev UUIDs and vendor-VFIO VF addresses of prepared vGPUs.
+    #[serde(default)]
+    pub instances: BTreeSet<String>,
+    /// Whole GPUs handed out by prepare.
+    #[serde(default)]
+    pub gpus: BTreeSet<PciAddress>,
+}
+
+/// Options of an export.
+#[derive(Debug, Clone)]
+pub struct DraOptions {
+    /// The driver name (a DNS subdomain).
+    pub driver: String,
+    /// The Kubernetes version the objects are for.
+    pub version: K8sVersion,
+    /// `pool.generation`.
+    pub generation: i64,
+    /// What prepare created, per node name.
+    pub prepared: BTreeMap<String, Prepared>,
+}
+
+impl Default for DraOptions {
+    fn default() -> Self {
+        DraOptions {
+            driver: DEFAULT_DRIVER.to_owned(),
+            version: K8sVersion::default(),
+            generation: 1,
+            prepared: BTreeMap::new(),
+        }
+    }
+}
+
+/// One node's slices and what was left out, with why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSlices {
+    /// The slices of the node's pool.
+    pub slices: Vec<ResourceSlice>,
+    /// Devices or profiles not published, with the reason.
+    pub warnings: Vec<String>,
+}
+
+/// The counter set name of a GPU.
+pub fn counter_set_name(gpu: &PciAddress) -> String {
+    format!("gpu-{}", gpu.dns_label())
+}
+
+/// The device name of a whole GPU.
+pub fn gpu_device_name(gpu: &PciAddress) -> String {
+    format!("gpu-{}", gpu.dns_label())
+}
+
+/// The device name of a GPU's time-sliced vGPUs of one framebuffer size.
+pub fn vgpu_device_name(gpu: &PciAddress, size_mib: u64) -> String {
+    format!("vgpu-{}-{size_mib}mi", gpu.dns_label())
+}
+
+/// The device name of a mixed-size GPU's vGPUs.
+pub fn mixed_device_name(gpu: &PciAddress) -> String {
+    format!("vgpu-{}-mixed", gpu.dns_label())
+}
+
+/// The device name of one MIG placement.
+pub fn mig_device_name(gpu: &PciAddress, slices: u8, size_mib: u64, start: u8) -> String {
+    format!("mig-{}-{slices}g-{size_mib}mi-s{start}", gpu.dns_label())
+}
+
+/// Start slots of a MIG profile of `slices` on a GPU of `total` slices: aligned to the next
+/// power of two (H100/H200: 1g at 0–6, 2g at 0/2/4, 3g at 0/4, 4g and 7g at 0).
+pub fn mig_placements(slices: u8, total: u8) -> Vec<u8> {
+    if slices == 0 || slices > total {
+        return vec![];
+    }
+    let align = slices.next_power_of_two();
+    (0..total)
+        .step_by(usize::from(align))
+        .filter(|s| s + slices <= total)
+        .collect()
+}
+
+/// A profile with its sizes resolved from the model or, failing that, from its NVIDIA name.
+#[derive(Debug, Clone)]
+struct Resolved<'a> {
+    profile: &'a Profile,
+    framebuffer_mib: Option<u64>,
+    mig_slices: Option<u8>,
+}
+
+fn resolve(p: &Profile) -> Resolved<'_> {
+    let parsed = nvidia::VgpuTypeName::parse(&p.name).ok();
+    Resolved {
+        profile: p,
+        framebuffer_mib: p
+            .framebuffer_mib
+            .or_else(|| parsed.as_ref().map(|n| n.framebuffer_mib())),
+        mig_slices: p
+            .mig_slices
+            .or_else(|| parsed.as_ref().and_then(|n| n.mig_slices)),
+    }
+}
+
+fn str_attr(v: &str) -> DeviceAttribute {
+    let mut s = v.trim().to_owned();
+    if s.len() > MAX_STRING_ATTRIBUTE {
+        let mut cut = MAX_STRING_ATTRIBUTE;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    DeviceAttribute::String(s)
+}
+
+fn int_attr(v: u64) -> DeviceAttribute {
+    DeviceAttribute::Int(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn counters(pairs: impl IntoIterator<Item = (String, String)>) -> BTreeMap<String, Counter> {
+    pairs
+        .into_iter()
+        .map(|(k, value)| (k, Counter { value }))
+        .collect()
+}
+
+/// The devices and counter set of one GPU.
+#[derive(Debug, Clone, Default)]
+struct GpuPlan {
+    counter_set: Option<CounterSet>,
+    devices: Vec<Device>,
+}
+
+impl GpuPlan {
+    fn counter_count(&self) -> usize {
+        self.counter_set.as_ref().map_or(0, |c| c.counters.len())
+    }
+    fn consumed_count(&self) -> usize {
+        self.devices.iter().map(consumed_counters).sum()
+    }
+}
+
+fn consumed_counters(d: &Device) -> usize {
+    d.consumes_counters.iter().map(|c| c.counters.len()).sum()
+}
+
+fn limited(d: &Device) -> bool {
+    !d.consumes_counters.is_empty() || !d.taints.is_empty()
+}
+
+struct Ctx<'a> {
+    node: &'a NodeTopology,
+    opts: &'a DraOptions,
+    prepared: Prepared,
+    warnings: Vec<String>,
+}
+
+impl Ctx<'_> {
+    fn attr_key(&self, name: &str) -> String {
+        // Attributes in the driver's own domain are written unqualified.
+        name.to_owned()
+    }
+
+    fn common_attributes(&self, gpu: &Gpu, kind: &str) -> BTreeMap<String, DeviceAttribute> {
+        let mut a = BTreeMap::new();
+        a.insert(self.attr_key("type"), str_attr(kind));
+        a.insert(self.attr_key("vendor"), str_attr(gpu.vendor.family()));
+        if !gpu.model.trim().is_empty() {
+            a.insert(self.attr_key("model"), str_attr(&gpu.model));
+        }
+        a.insert(
+            self.attr_key("pciDeviceID"),
+            str_attr(&format!("{}:{}", gpu.vendor_id, gpu.device_id)),
+        );
+        a.insert(self.attr_key("gpuName"), str_attr(&gpu.name));
+        a.insert(self.attr_key("health"), str_attr(gpu.health.state.as_str()));
+        if let Some(n) = gpu.numa_node {
+            a.insert(NUMA_NODE.to_owned(), int_attr(u64::from(n)));
+        }
+        a
+    }
+
+    fn taints(&self, gpu: &Gpu) -> Vec<DeviceTaint> {
+        match gpu.health.state {
+            HealthState::Unhealthy => vec![DeviceTaint {
+                key: format!("{}/unhealthy", self.opts.driver),
+                value: None,
+                effect: "NoSchedule".into(),
+            }],
+            HealthState::Degraded if self.opts.version.has_none_effect() => vec![DeviceTaint {
+                key: format!("{}/degraded", self.opts.driver),
+                value: None,
+                effect: "None".into(),
+            }],
+            _ => vec![],
+        }
+    }
+
+    fn plan_gpu(&mut self, gpu: &Gpu) -> GpuPlan {
+        let addr = gpu.address;
+        if gpu.state == GpuState::Blocked {
+            self.warnings.push(format!(
+                "{} ({addr}) not published: blocked ({})",
+                gpu.name,
+                gpu.state_reason.as_deref().unwrap_or("cannot go to a VM")
+            ));
+            return GpuPlan::default();
+        }
+        let parents: Vec<_> = self
+            .node
+            .mediated_devices
+            .parents
+            .iter()
+            .filter(|p| p.gpu == Some(addr))
+            .collect();
+        let pool = self.node.pool(&ParentId::Pci(addr));
+        // The vGPU pool's size is what vGPUs can use (a T4 reports 15360 MiB but holds 16 1 GB
+        // vGPUs); without a pool, the GPU's own memory.
+        let total = pool
+            .map(|p| p.total_mib)
+            .filter(|m| *m > 0)
+            .or(gpu.memory_mib)
+            .filter(|m| *m > 0);
+
+        // Profiles offered anywhere on the card, by type ID.
+        let mut profiles: BTreeMap<&str, Resolved<'_>> = BTreeMap::new();
+        for p in parents.iter().flat_map(|p| p.profiles.iter()) {
+            if p.device_api == "vfio-pci" {
+                profiles.entry(p.id.as_str()).or_insert_with(|| resolve(p));
+            }
+        }
+        let size_of_type = |id: &gpu_core::VgpuTypeId| profiles.get(id.as_str()).cloned();
+
+        // What is taken outside Kubernetes.
+        let mut foreign_mib = 0u64;
+        let mut foreign_sizes = BTreeSet::new();
+        let mut foreign_mig = 0u32;
+        let mut foreign_count = 0u32;
+        let mut prepared_here = false;
+        let mut free_parents = 0u32;
+        for parent in &parents {
+            let mut parent_foreign = false;
+            for inst in &parent.instances {
+                let key = inst
+                    .uuid
+                    .map(|u| u.to_string())
+                    .or_else(|| inst.address.map(|a| a.to_string()))
+                    .unwrap_or_default();
+                if self.prepared.instances.contains(&key) {
+                    prepared_here = true;
+                    continue;
+                }
+                parent_foreign = true;
+                foreign_count += 1;
+                let r = size_of_type(&inst.profile);
+                if let Some(s) = r.as_ref().and_then(|r| r.mig_slices) {
+                    foreign_mig += u32::from(s);
+                }
+                let fb = inst
+                    .framebuffer_mib
+                    .or_else(|| r.as_ref().and_then(|r| r.framebuffer_mib))
+                    .unwrap_or(0);
+                foreign_mib = foreign_mib.saturating_add(fb);
+                if r.as_ref().is_some_and(|r| r.mig_slices.is_none()) && fb > 0 {
+                    foreign_sizes.insert(fb);
+                }
+            }
+            if !parent_foreign {
+                free_parents += 1;
+            }
+        }
+        if gpu.state == GpuState::InUse
+            && gpu.vgpu_framework.is_none()
+            && foreign_count == 0
+            && !prepared_here
+            && !self.prepared.gpus.contains(&addr)
+        {
+            self.warnings.push(format!(
+                "{} ({addr}) not published: in use outside Kubernetes ({})",
+                gpu.name,
+                gpu.state_reason
+                    .as_deref()
+                    .unwrap_or("bound to vfio-pci or held by a VM")
+            ));
+            return GpuPlan::default();
+        }
+        // SR-IOV frameworks hold one vGPU per parent (VF); a PF mdev parent holds many.
+        let one_per_parent =
+            !parents.is_empty() && parents.iter().all(|p| p.id != ParentId::Pci(addr));
+
+        let common_gpu = self.common_attributes(gpu, "gpu");
+        let taints = self.taints(gpu);
+        let mut plan = GpuPlan::default();
+        let set_name = counter_set_name(&addr);
+        let mig_total = pool
+            .and_then(|p| p.mig_slices_total)
+            .filter(|_| foreign_mig == 0);
+
+        let Some(total) = total else {
+            // Unknown memory: no counters, so only a whole GPU with nothing to share it with.
+            if profiles.is_empty() && self.whole_gpu_free(gpu, foreign_count, prepared_here) {
+                let mut attributes = common_gpu;
+                self.whole_gpu_attributes(gpu, &mut attributes);
+                plan.devices.push(Device {
+                    name: gpu_device_name(&addr),
+                    attributes,
+                    taints,
+                    ..Device::default()
+                });
+            } else if !profiles.is_empty() {
+                self.warnings.push(format!(
+                    "{} ({addr}): vGPUs not published, the GPU's memory is unknown",
+                    gpu.name
+                ));
+            }
+            return plan;
+        };
+        let remaining = total.saturating_sub(foreign_mib);
+        let mut set_counters = vec![("framebuffer".to_owned(), mib_quantity(remaining))];
+        if let Some(n) = mig_total {
+            for i in 0..n {
+                set_counters.push((format!("memory-slice-{i}"), "1".to_owned()));
+            }
+        }
+        plan.counter_set = Some(CounterSet {
+            name: set_name.clone(),
+            counters: counters(set_counters.clone()),
+        });
+
+        if self.whole_gpu_free(gpu, foreign_count, prepared_here) {
+            let mut attributes = common_gpu;
+            self.whole_gpu_attributes(gpu, &mut attributes);
+            let mut capacity = BTreeMap::new();
+            capacity.insert(
+                "framebuffer".to_owned(),
+                DeviceCapacity {
+                    value: mib_quantity(gpu.memory_mib.unwrap_or(total)),
+                    request_policy: None,
+                },
+            );
+            plan.devices.push(Device {
+                name: gpu_device_name(&addr),
+                attributes,
+                capacity,
+                consumes_counters: vec![DeviceCounterConsumption {
+                    counter_set: set_name.clone(),
+                    counters: counters(set_counters.clone()),
+                }],
+                allow_multiple_allocations: None,
+                taints: taints.clone(),
+            });
+        }
+        if remaining == 0 {
+            return plan;
+        }
+
+        let mut vgpu_attrs = self.common_attributes(gpu, "vgpu");
+        vgpu_attrs.insert("gpuPciBusID".into(), str_attr(&addr.to_string()));
+        if let Some(fw) = gpu.vgpu_framework.or(parents.first().map(|p| p.framework)) {
+            vgpu_attrs.insert("framework".into(), str_attr(fw.as_str()));
+        }
+
+        // Time-sliced profiles by framebuffer size.
+        let mut by_size: BTreeMap<u64, Vec<&Resolved<'_>>> = BTreeMap::new();
+        let mut mig_groups: BTreeMap<(u8, u64), Vec<&Resolved<'_>>> = BTreeMap::new();
+        for r in profiles.values() {
+            match (r.mig_slices, r.framebuffer_mib) {
+                (None, Some(fb)) if fb > 0 => by_size.entry(fb).or_default().push(r),
+                (Some(s), Some(fb)) if s > 0 => mig_groups.entry((s, fb)).or_default().push(r),
+                _ => self.warnings.push(format!(
+                    "{} ({addr}): profile {} not published, its framebuffer size is unknown",
+                    gpu.name, r.profile.name
+                )),
+            }
+        }
+        let whole_framebuffer = || {
+            vec![DeviceCounterConsumption {
+                counter_set: set_name.clone(),
+                counters: counters([("framebuffer".to_owned(), mib_quantity(remaining))]),
+            }]
+        };
+        let mixed = pool.is_some_and(|p| p.mixed_size);
+        if mixed && !by_size.is_empty() {
+            let sizes: Vec<u64> = by_size
+                .keys()
+                .copied()
+                .filter(|s| *s <= remaining)
+                .collect();
+            if let Some(&smallest) = sizes.first() {
+                let policy = if sizes.len() <= 10 {
+                    CapacityRequestPolicy {
+                        default: Some(mib_quantity(smallest)),
+                        valid_values: sizes.iter().map(|s| mib_quantity(*s)).collect(),
+                        valid_range: None,
+                    }
+                } else {
+                    CapacityRequestPolicy {
+                        default: Some(mib_quantity(smallest)),
+                        valid_values: vec![],
+                        valid_range: Some(CapacityRequestPolicyRange {
+                            min: mib_quantity(smallest),
+                            max: Some(mib_quantity(remaining - remaining % smallest)),
+                            step: Some(mib_quantity(smallest)),
+                        }),
+                    }
+                };
+                let mut attributes = vgpu_attrs.clone();
+                attributes.insert("mixedSize".into(), DeviceAttribute::Bool(true));
+                self.add_profile_attributes(
+                    gpu,
+                    &mut attributes,
+                    by_size.values().flatten().copied(),
+                );
+                let mut capacity = BTreeMap::new();
+                capacity.insert(
+                    "framebuffer".to_owned(),
+                    DeviceCapacity {
+                        value: mib_quantity(remaining),
+                        request_policy: Some(policy),
+                    },
+                );
+                plan.devices.push(Device {
+                    name: mixed_device_name(&addr),
+                    attributes,
+                    capacity,
+                    consumes_counters: whole_framebuffer(),
+                    allow_multiple_allocations: Some(true),
+                    taints: taints.clone(),
+                });
+            }
+        } else {
+            let locked = if mixed {
+                None
+            } else {
+                foreign_sizes.iter().next().copied()
+            };
+            for (size, group) in &by_size {
+                if locked.is_some_and(|l| l != *size) {
+                    continue;
+                }
+                let mut count = remaining / size;
+                if let Some(max) = group.iter().filter_map(|r| r.profile.max_instances).max() {
+                    count = count.min(u64::from(max.saturating_sub(foreign_count)));
+                }
+                if one_per_parent {
+                    count = count.min(u64::from(free_parents));
+                }
+                if count == 0 {
+                    continue;
+                }
+                let mut attributes = vgpu_attrs.clone();
+                attributes.insert("framebufferMiB".into(), int_attr(*size));
+                self.add_profile_attributes(gpu, &mut attributes, group.iter().copied());
+                let mut capacity = BTreeMap::new();
+                capacity.insert(
+                    "instances".to_owned(),
+                    DeviceCapacity {
+                        value: count.to_string(),
+                        request_policy: Some(CapacityRequestPolicy {
+                            default: Some("1".into()),
+                            valid_values: vec!["1".into()],
+                            valid_range: None,
+                        }),
+                    },
+                );
+                plan.devices.push(Device {
+                    name: vgpu_device_name(&addr, *size),
+                    attributes,
+                    capacity,
+                    consumes_counters: whole_framebuffer(),
+                    allow_multiple_allocations: Some(true),
+                    taints: taints.clone(),
+                });
+            }
+        }
+
+        if !mig_groups.is_empty() {
+            match (mig_total, foreign_mib > 0 && foreign_mig == 0) {
+                (_, true) => {} // time-sliced vGPUs exist: MIG-backed ones cannot join them
+                (None, _) => self.warnings.push(format!(
+                    "{} ({addr}): MIG-backed profiles not published: {}",
+                    gpu.name,
+                    if foreign_mig > 0 {
+                        "MIG-backed vGPUs created outside Kubernetes hold slices at unknown positions"
+                    } else {
+                        "the GPU's MIG slice count is unknown"
+                    }
+                )),
+                (Some(n), false) => {
+                    for ((slices, size), group) in &mig_groups {
+                        if *size > remaining {
+                            continue;
+                        }
+                        for start in mig_placements(*slices, n) {
+                            let mut attributes = vgpu_attrs.clone();
+                            attributes.insert("framebufferMiB".into(), int_attr(*size));
+                            attributes.insert("migSlices".into(), int_attr(u64::from(*slices)));
+                            attributes.insert("migStartSlice".into(), int_attr(u64::from(start)));
+                            self.add_profile_attributes(gpu, &mut attributes, group.iter().copied());
+                            let mut used = vec![("framebuffer".to_owned(), mib_quantity(*size))];
+                            for i in start..start + slices {
+                                used.push((format!("memory-slice-{i}"), "1".to_owned()));
+                            }
+                            plan.devices.push(Device {
+                                name: mig_device_name(&addr, *slices, *size, start),
+                                attributes,
+                                capacity: BTreeMap::new(),
+                                consumes_counters: vec![DeviceCounterConsumption {
+                                    counter_set: set_name.clone(),
+                                    counters: counters(used),
+                                }],
+                                allow_multiple_allocations: None,
+                                taints: taints.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        plan
+    }
+
+    fn whole_gpu_free(&self, gpu: &Gpu, foreign_count: u32, prepared_here: bool) -> bool {
+        if foreign_count > 0 {
+            return false;
+        }
+        match gpu.state {
+            GpuState::Free => true,
+            GpuState::InUse => prepared_here || self.prepared.gpus.contains(&gpu.address),
+            GpuState::Blocked => false,
+        }
+    }
+
+    fn whole_gpu_attributes(&self, gpu: &Gpu, a: &mut BTreeMap<String, DeviceAttribute>) {
+        a.insert(PCI_BUS_ID.to_owned(), str_attr(&gpu.address.to_string()));
+        if let Some(g) = gpu.iommu_group {
+            a.insert("iommuGroup".into(), int_attr(u64::from(g)));
+        }
+        if let Some(m) = gpu.memory_mib {
+            a.insert("memoryMiB".into(), int_attr(m));
+        }
+    }
+
+    fn add_profile_attributes<'p>(
+        &mut self,
+        gpu: &Gpu,
+        a: &mut BTreeMap<String, DeviceAttribute>,
+        group: impl Iterator<Item = &'p Resolved<'p>>,
+    ) {
+        for r in group {
+            match profile_attribute(&r.profile.name) {
+                Some(name) if a.len() < MAX_ATTRIBUTES - 1 => {
+                    a.insert(name, DeviceAttribute::Bool(true));
+                }
+                Some(_) => self.warnings.push(format!(
+                    "{} ({}): profile {} not listed, the device already has {MAX_ATTRIBUTES} attributes",
+                    gpu.name, gpu.address, r.profile.name
+                )),
+                None => self.warnings.push(format!(
+                    "{} ({}): profile {} not listed, its name is too long for an attribute",
+                    gpu.name, gpu.address, r.profile.name
+                )),
+            }
+        }
+    }
+}
+
+/// A slice being filled.
+#[derive(Debug, Default)]
+struct Draft {
+    sets: Vec<CounterSet>,
+    devices: Vec<Device>,
+}
+
+impl Draft {
+    fn counters(&self) -> usize {
+        self.sets.iter().map(|s| s.counters.len()).sum()
+    }
+    fn device_limit(&self, more: &[Device]) -> usize {
+        if self.devices.iter().chain(more).any(limited) {
+            MAX_DEVICES_WITH_COUNTERS
+        } else {
+            MAX_DEVICES
+        }
+    }
+    fn consumed(&self) -> usize {
+        self.devices.iter().map(consumed_counters).sum()
+    }
+    fn is_empty(&self) -> bool {
+        self.sets.is_empty() && self.devices.is_empty()
+    }
+}
+
+/// The slices of one node.
+///
+/// # Errors
+/// When the node name is not a DNS subdomain, or one GPU's devices cannot fit one slice under
+/// Kubernetes 1.34's rules (its devices must sit with its counter set).
+pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> anyhow::Result<NodeSlices> {
+    if !is_dns_subdomain(&node.node) {
+        bail!(
+            "node name {:?} is not a Kubernetes node name (a lowercase DNS subdomain)",
+            node.node
+        );
+    }
+    if !is_dns_subdomain(&opts.driver) {
+        bail!(
+            "driver name {:?} is not a lowercase DNS subdomain such as gpu.example.com",
+            opts.driver
+        );
+    }
+    let mut ctx = Ctx {
+        node,
+        opts,
+        prepared: opts.prepared.get(&node.node).cloned().unwrap_or_default(),
+        warnings: vec![],
+    };
+    let mut gpus: Vec<&Gpu> = node.gpus.iter().collect();
+    gpus.sort_by_key(|g| g.address);
+    let plans: Vec<GpuPlan> = gpus.iter().map(|g| ctx.plan_gpu(g)).collect();
+
+    let mut drafts: Vec<Draft> = Vec::new();
+    if opts.version.splits_counters() {
+        let sets: Vec<CounterSet> = plans.iter().filter_map(|p| p.counter_set.clone()).collect();
+        for chunk in sets.chunks(MAX_COUNTER_SETS) {
+            drafts.push(Draft {
+                sets: chunk.to_vec(),
+                devices: vec![],
+            });
+        }
+        let mut current = Draft::default();
+        for d in plans.into_iter().flat_map(|p| p.devices) {
+            if current.devices.len() + 1 > current.device_limit(std::slice::from_ref(&d)) {
+                drafts.push(std::mem::take(&mut current));
+            }
+            current.devices.push(d);
+        }
+        if !current.is_empty() {
+            drafts.push(current);
+        }
+    } else {
+        let mut current = Draft::default();
+        for (plan, gpu) in plans.into_iter().zip(&gpus) {
+            let fits = |d: &Draft| {
+                d.sets.len() + usize::from(plan.counter_set.is_some()) <= MAX_COUNTER_SETS
+                    && d.counters() + plan.counter_count() <= MAX_COUNTERS
+                    && d.devices.len() + plan.devices.len() <= d.device_limit(&plan.devices)
+                    && d.consumed() + plan.consumed_count() <= MAX_CONSUMED_COUNTERS_PER_SLICE
+            };
+            if !fits(&current) {
+                if !fits(&Draft::default()) {
+                    bail!(
+                        "{} ({}) has {} devices and {} counters, more than one ResourceSlice holds under Kubernetes 1.34; use --k8s-version 1.35 or later",
+                        gpu.name,
+                        gpu.address,
+                        plan.devices.len(),
+                        plan.counter_count()
+                    );
+                }
+                drafts.push(std::mem::take(&mut current));
+            }
+            current.sets.extend(plan.counter_set);
+            current.devices.extend(plan.devices);
+        }
+        if !current.is_empty() {
+            drafts.push(current);
+        }
+    }
+    if drafts.is_empty() {
+        // An empty pool still tells the scheduler the node has been seen by the driver.
+        drafts.push(Draft::default());
+    }
+    let count = i64::try_from(drafts.len()).context("too many slices")?;
+    let slices = drafts
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| ResourceSlice {
+            api_version: API_VERSION.into(),
+            kind: "ResourceSlice".into(),
+            metadata: ObjectMeta {
+                name: format!("{}-{}-{i}", node.node, opts.driver),
+                labels: BTreeMap::new(),
+            },
+            spec: ResourceSliceSpec {
+                driver: opts.driver.clone(),
+                pool: ResourcePool {
+                    name: node.node.clone(),
+                    generation: opts.generation,
+                    resource_slice_count: count,
+                },
+                node_name: Some(node.node.clone()),
+                shared_counters: d.sets,
+                devices: d.devices,
+            },
+        })
+        .collect::<Vec<_>>();
+    for s in &slices {
+        if !is_dns_subdomain(&s.metadata.name) {
+            bail!(
+                "slice name {:?} is longer than 253 characters; use a shorter driver name",
+                s.metadata.name
+            );
+        }
+    }
+    Ok(NodeSlices {
+        slices,
+        warnings: ctx.warnings,
+    })
+}
+
+/// The DeviceClasses `gpu` (whole GPUs) and `vgpu` (vGPUs of every kind) of `driver`.
+pub fn device_classes(driver: &str) -> Vec<DeviceClass> {
+    ["gpu", "vgpu"]
+        .into_iter()
+        .map(|kind| DeviceClass {
+            api_version: API_VERSION.into(),
+            kind: "DeviceClass".into(),
+            metadata: ObjectMeta {
+                name: kind.into(),
+                labels: BTreeMap::new(),
+            },
+            spec: DeviceClassSpec {
+                selectors: vec![DeviceSelector::cel(format!(
+                    "device.driver == {driver:?} && device.attributes[{driver:?}].type == {kind:?}"
+                ))],
+            },
+        })
+        .collect()
+}
+
+/// Everything an export prints: the classes, then each node's slices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Export {
+    /// DeviceClasses and ResourceSlices, in output order.
+    pub objects: Vec<Object>,
+    /// What was left out, `node: reason`.
+    pub warnings: Vec<String>,
+}
+
+/// Exports `nodes` (in the given order).
+///
+/// # Errors
+/// As [`node_slices`].
+pub fn export(nodes: &[NodeTopology], opts: &DraOptions) -> anyhow::Result<Export> {
+    let mut objects: Vec<Object> = device_classes(&opts.driver)
+        .into_iter()
+        .map(Object::Class)
+        .collect();
+    let mut warnings = vec![];
+    for n in nodes {
+        let s = node_slices(n, opts).with_context(|| format!("node {}", n.node))?;
+        objects.extend(s.slices.into_iter().map(Object::Slice));
+        warnings.extend(s.warnings.into_iter().map(|w| format!("{}: {w}", n.node)));
+    }
+    let slices: Vec<ResourceSlice> = objects
+        .iter()
+        .filter_map(|o| match o {
+            Object::Slice(s) => Some(s.clone()),
+            _ => None,
+        })
+        .collect();
+    let violations = super::rules::check(&slices, opts.version);
+    if !violations.is_empty() {
+        bail!(
+            "the generated slices break Kubernetes {} rules (a gpuslice bug): {}",
+            opts.version,
+            violations.join("; ")
+        );
+    }
+    Ok(Export { objects, warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mig_placements_follow_the_h100_geometry() {
+        assert_eq!(mig_placements(1, 7), vec![0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(mig_placements(2, 7), vec![0, 2, 4]);
+        assert_eq!(mig_placements(3, 7), vec![0, 4]);
+        assert_eq!(mig_placements(4, 7), vec![0]);
+        assert_eq!(mig_placements(7, 7), vec![0]);
+        assert_eq!(mig_placements(2, 4), vec![0, 2]);
+        assert!(mig_placements(8, 7).is_empty());
+    }
+
+    #[test]
+    fn versions_parse_with_or_without_patch() {
+        assert_eq!("1.34".parse::<K8sVersion>().unwrap(), K8sVersion::V1_34);
+        assert_eq!("v1.36.2".parse::<K8sVersion>().unwrap(), K8sVersion::V1_36);
+        assert!("1.33".parse::<K8sVersion>().is_err());
+        assert!(K8sVersion::V1_35.splits_counters() && !K8sVersion::V1_34.splits_counters());
+    }
+}

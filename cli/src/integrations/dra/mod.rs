@@ -1,0 +1,14 @@
+//! Kubernetes Dynamic Resource Allocation (`resource.k8s.io/v1`, Kubernetes 1.34–1.37).
+//!
+//! [`build`] publishes a node's GPUs and vGPU profiles as ResourceSlices and DeviceClasses,
+//! [`rules`] checks the slices against the API's limits and gpuslice's exclusivity promise,
+//! [`claims`] holds example ResourceClaims, and [`prepare`] maps an allocation back to the host.
+
+pub mod build;
+pub mod claims;
+pub mod model;
+pub mod names;
+pub mod prepare;
+pub mod rules;
+
+pub use build::{DEFAULT_DRIVER, DraOptions, K8sVersion, Prepared, export};

@@ -1,0 +1,392 @@
+//! The subset of Kubernetes `resource.k8s.io/v1` that gpuslice writes and reads, as serde types.
+//!
+//! Field names and shapes follow the v1 API of Kubernetes 1.34–1.37; optional fields are left out
+//! when empty so the objects validate against the strict schemas of every supported version.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The API version of every object here.
+pub const API_VERSION: &str = "resource.k8s.io/v1";
+
+/// `metadata` of an object: only the name and labels are written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.labels`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A ResourceSlice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSlice {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// Always `ResourceSlice`.
+    pub kind: String,
+    /// Name and labels.
+    pub metadata: ObjectMeta,
+    /// The published devices and counters.
+    pub spec: ResourceSliceSpec,
+}
+
+/// `ResourceSlice.spec`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSliceSpec {
+    /// The DRA driver name.
+    pub driver: String,
+    /// The pool this slice belongs to.
+    pub pool: ResourcePool,
+    /// The node that has the devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// Counter sets (physical GPUs' shared capacity).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_counters: Vec<CounterSet>,
+    /// Devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<Device>,
+}
+
+/// `spec.pool`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcePool {
+    /// Pool name (the node's name).
+    pub name: String,
+    /// Changes whenever the pool's content changes.
+    pub generation: i64,
+    /// How many slices the pool has at this generation.
+    pub resource_slice_count: i64,
+}
+
+/// A named set of counters: one physical GPU's framebuffer and MIG memory slices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterSet {
+    /// A DNS label.
+    pub name: String,
+    /// Counter name (a DNS label) → amount.
+    pub counters: BTreeMap<String, Counter>,
+}
+
+/// An amount of a counter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counter {
+    /// A Kubernetes quantity (`16Gi`, `1`).
+    pub value: String,
+}
+
+/// One published device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Device {
+    /// A DNS label, unique in the pool.
+    pub name: String,
+    /// Attributes for CEL selectors.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, DeviceAttribute>,
+    /// Capacities.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: BTreeMap<String, DeviceCapacity>,
+    /// Counters taken from counter sets while the device is allocated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumes_counters: Vec<DeviceCounterConsumption>,
+    /// The device can be allocated to several requests at once (its capacity is consumable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_multiple_allocations: Option<bool>,
+    /// Driver-defined taints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<DeviceTaint>,
+}
+
+/// A typed attribute value: `{int: 1}`, `{string: "gpu"}`, ...
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "AttributeRepr", try_from = "AttributeRepr")]
+pub enum DeviceAttribute {
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+    /// A string (at most 64 characters).
+    String(String),
+    /// A semantic version.
+    Version(String),
+}
+
+/// The wire form of [`DeviceAttribute`]: an object with exactly one field set.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct AttributeRepr {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    int: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bool: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    string: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
+}
+
+impl From<DeviceAttribute> for AttributeRepr {
+    fn from(a: DeviceAttribute) -> Self {
+        let mut r = AttributeRepr::default();
+        match a {
+            DeviceAttribute::Int(v) => r.int = Some(v),
+            DeviceAttribute::Bool(v) => r.bool = Some(v),
+            DeviceAttribute::String(v) => r.string = Some(v),
+            DeviceAttribute::Version(v) => r.version = Some(v),
+        }
+        r
+    }
+}
+
+impl TryFrom<AttributeRepr> for DeviceAttribute {
+    type Error = String;
+    fn try_from(r: AttributeRepr) -> Result<Self, Self::Error> {
+        match (r.int, r.bool, r.string, r.version) {
+            (Some(v), None, None, None) => Ok(DeviceAttribute::Int(v)),
+            (None, Some(v), None, None) => Ok(DeviceAttribute::Bool(v)),
+            (None, None, Some(v), None) => Ok(DeviceAttribute::String(v)),
+            (None, None, None, Some(v)) => Ok(DeviceAttribute::Version(v)),
+            _ => {
+                Err("a device attribute must set exactly one of int, bool, string, version".into())
+            }
+        }
+    }
+}
+
+/// A capacity, optionally consumable in steps given by a request policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceCapacity {
+    /// The amount.
+    pub value: String,
+    /// How requests consume it (multi-allocatable devices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_policy: Option<CapacityRequestPolicy>,
+}
+
+/// How much of a capacity one allocation takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityRequestPolicy {
+    /// Taken when the request does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// The allowed amounts, ascending (at most 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub valid_values: Vec<String>,
+    /// The allowed range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_range: Option<CapacityRequestPolicyRange>,
+}
+
+/// `requestPolicy.validRange`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityRequestPolicyRange {
+    /// Smallest amount.
+    pub min: String,
+    /// Largest amount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
+    /// Granularity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+}
+
+/// What a device takes from one counter set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceCounterConsumption {
+    /// The counter set's name.
+    pub counter_set: String,
+    /// Counter name → amount taken.
+    pub counters: BTreeMap<String, Counter>,
+}
+
+/// A taint on a device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceTaint {
+    /// A label key.
+    pub key: String,
+    /// A label value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`, `NoExecute`, or (from 1.35) `None`.
+    pub effect: String,
+}
+
+/// A DeviceClass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceClass {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// Always `DeviceClass`.
+    pub kind: String,
+    /// Name.
+    pub metadata: ObjectMeta,
+    /// Selectors.
+    pub spec: DeviceClassSpec,
+}
+
+/// `DeviceClass.spec`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceClassSpec {
+    /// Every device of the class matches all of these.
+    pub selectors: Vec<DeviceSelector>,
+}
+
+/// A device selector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceSelector {
+    /// A CEL expression over `device`.
+    pub cel: CelDeviceSelector,
+}
+
+/// `cel` of a selector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CelDeviceSelector {
+    /// The expression.
+    pub expression: String,
+}
+
+impl DeviceSelector {
+    /// A CEL selector.
+    pub fn cel(expression: impl Into<String>) -> Self {
+        DeviceSelector {
+            cel: CelDeviceSelector {
+                expression: expression.into(),
+            },
+        }
+    }
+}
+
+/// A ResourceClaim (the examples; gpuslice never creates claims itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceClaim {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// Always `ResourceClaim`.
+    pub kind: String,
+    /// Name.
+    pub metadata: ObjectMeta,
+    /// What is requested.
+    pub spec: ResourceClaimSpec,
+}
+
+/// `ResourceClaim.spec`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceClaimSpec {
+    /// Device requests.
+    pub devices: DeviceClaim,
+}
+
+/// `spec.devices`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceClaim {
+    /// Requests.
+    pub requests: Vec<DeviceRequest>,
+    /// Constraints across requests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<DeviceConstraint>,
+    /// Configuration for the driver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config: Vec<DeviceClaimConfiguration>,
+}
+
+/// One request: exactly one of `exactly` and `firstAvailable`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceRequest {
+    /// A DNS label.
+    pub name: String,
+    /// One kind of device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exactly: Option<ExactDeviceRequest>,
+    /// Alternatives, in order of preference.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub first_available: Vec<DeviceSubRequest>,
+}
+
+/// `exactly` of a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExactDeviceRequest {
+    /// The DeviceClass.
+    pub device_class_name: String,
+    /// Extra selectors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub selectors: Vec<DeviceSelector>,
+    /// `ExactCount` or `All`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation_mode: Option<String>,
+    /// How many devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i64>,
+}
+
+/// One alternative of `firstAvailable`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceSubRequest {
+    /// A DNS label.
+    pub name: String,
+    /// The DeviceClass.
+    pub device_class_name: String,
+    /// Extra selectors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub selectors: Vec<DeviceSelector>,
+    /// How many devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i64>,
+}
+
+/// A constraint across requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceConstraint {
+    /// The requests it applies to (all when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<String>,
+    /// The attribute every allocated device must share.
+    pub match_attribute: String,
+}
+
+/// Configuration passed to the driver for some requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceClaimConfiguration {
+    /// Requests (or `request/subrequest`) it applies to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<String>,
+    /// The driver-specific part.
+    pub opaque: OpaqueDeviceConfiguration,
+}
+
+/// Opaque configuration for one driver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpaqueDeviceConfiguration {
+    /// The driver it is for.
+    pub driver: String,
+    /// Driver parameters.
+    pub parameters: serde_json::Value,
+}
+
+/// A Kubernetes object gpuslice writes to a DRA export.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Object {
+    /// A ResourceSlice.
+    Slice(ResourceSlice),
+    /// A DeviceClass.
+    Class(DeviceClass),
+    /// A ResourceClaim example.
+    Claim(ResourceClaim),
+}

@@ -1,0 +1,452 @@
+//! The node side of DRA: from an allocation result back to what must exist on the host.
+//!
+//! The scheduler's allocation names the driver, the pool (the node), the device (as published by
+//! [`super::build`]) and, for a multi-allocatable vGPU device, a share ID. The claim's opaque
+//! configuration names the profile. [`plan_prepare`] turns that into concrete actions on this
+//! node's parents and VFs; the command layer runs them through the actuation layer and records
+//! them, so `unprepare` removes exactly what `prepare` created and the export can tell the
+//! scheduler's own vGPUs from vGPUs made outside Kubernetes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Context, bail};
+use gpu_core::{
+    GpuState, MdevUuid, NodeTopology, Parent, ParentId, PciAddress, VgpuFramework, VgpuTypeId,
+    nvidia,
+};
+use serde::{Deserialize, Serialize};
+
+use super::build::{Prepared, counter_set_name};
+
+/// A ResourceClaim (with `status.allocation`) or a bare AllocationResult, as JSON.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrepareInput {
+    /// The claim's metadata (for its UID).
+    #[serde(default)]
+    pub metadata: Option<ClaimMeta>,
+    /// The claim's status.
+    #[serde(default)]
+    pub status: Option<ClaimStatus>,
+    /// A bare AllocationResult's `devices`.
+    #[serde(default)]
+    pub devices: Option<DeviceAllocationResult>,
+}
+
+/// `metadata` of a claim.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ClaimMeta {
+    /// The claim's UID.
+    #[serde(default)]
+    pub uid: Option<String>,
+}
+
+/// `status` of a claim.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ClaimStatus {
+    /// The allocation.
+    #[serde(default)]
+    pub allocation: Option<AllocationResult>,
+}
+
+/// `status.allocation`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AllocationResult {
+    /// Devices.
+    pub devices: DeviceAllocationResult,
+}
+
+/// `allocation.devices`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct DeviceAllocationResult {
+    /// One entry per allocated device.
+    #[serde(default)]
+    pub results: Vec<DeviceResult>,
+    /// Configuration copied from the claim and its classes.
+    #[serde(default)]
+    pub config: Vec<AllocationConfig>,
+}
+
+/// One allocated device.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DeviceResult {
+    /// The request (`vgpu`, or `gpu/a2-8q` for a `firstAvailable` alternative).
+    pub request: String,
+    /// The driver.
+    pub driver: String,
+    /// The pool (node).
+    pub pool: String,
+    /// The device name.
+    pub device: String,
+    /// The share of a multi-allocatable device (a UUID).
+    #[serde(default, rename = "shareID")]
+    pub share_id: Option<String>,
+}
+
+/// One configuration entry of an allocation.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AllocationConfig {
+    /// The requests it applies to (all when empty).
+    #[serde(default)]
+    pub requests: Vec<String>,
+    /// The driver's part.
+    #[serde(default)]
+    pub opaque: Option<Opaque>,
+}
+
+/// Opaque configuration.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Opaque {
+    /// The driver.
+    pub driver: String,
+    /// Parameters; gpuslice reads `profile`.
+    #[serde(default)]
+    pub parameters: serde_json::Value,
+}
+
+impl PrepareInput {
+    /// The allocation's devices, from either form.
+    ///
+    /// # Errors
+    /// When the document holds no allocation.
+    pub fn allocation(&self) -> anyhow::Result<&DeviceAllocationResult> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .map(|a| &a.devices)
+            .or(self.devices.as_ref())
+            .context("the input holds no allocation: expected a ResourceClaim with status.allocation, or an AllocationResult with devices.results")
+    }
+
+    /// The claim UID from the metadata.
+    pub fn claim_uid(&self) -> Option<&str> {
+        self.metadata.as_ref().and_then(|m| m.uid.as_deref())
+    }
+}
+
+/// One thing to make exist on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum PrepareAction {
+    /// Bind a whole GPU (and its companion functions) to vfio-pci.
+    BindGpu {
+        /// The request.
+        request: String,
+        /// The device name.
+        device: String,
+        /// The GPU.
+        address: PciAddress,
+    },
+    /// Create an mdev.
+    CreateMdev {
+        /// The request.
+        request: String,
+        /// The device name.
+        device: String,
+        /// The parent.
+        parent: ParentId,
+        /// The type directory.
+        type_id: VgpuTypeId,
+        /// The profile's name.
+        profile: String,
+        /// The instance UUID.
+        uuid: MdevUuid,
+    },
+    /// Set a vGPU type on a vendor-VFIO VF.
+    SetVfType {
+        /// The request.
+        request: String,
+        /// The device name.
+        device: String,
+        /// The VF.
+        vf: PciAddress,
+        /// The type number.
+        type_id: VgpuTypeId,
+        /// The profile's name.
+        profile: String,
+    },
+}
+
+impl PrepareAction {
+    /// The key the export uses to recognise what prepare created.
+    pub fn record(&self, prepared: &mut Prepared) {
+        match self {
+            PrepareAction::BindGpu { address, .. } => {
+                prepared.gpus.insert(*address);
+            }
+            PrepareAction::CreateMdev { uuid, .. } => {
+                prepared.instances.insert(uuid.to_string());
+            }
+            PrepareAction::SetVfType { vf, .. } => {
+                prepared.instances.insert(vf.to_string());
+            }
+        }
+    }
+}
+
+/// Which published device a name stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishedDevice {
+    /// A whole GPU.
+    Gpu(PciAddress),
+    /// Time-sliced vGPUs of one size on a GPU.
+    Vgpu(PciAddress, u64),
+    /// vGPUs of a mixed-size GPU.
+    Mixed(PciAddress),
+    /// One MIG placement.
+    Mig {
+        /// The GPU.
+        gpu: PciAddress,
+        /// Slices.
+        slices: u8,
+        /// Framebuffer.
+        size_mib: u64,
+        /// Start slot.
+        start: u8,
+    },
+}
+
+/// Resolves a published device name against the GPUs of `node`.
+///
+/// # Errors
+/// When no GPU of `node` publishes a device of that name.
+pub fn parse_device_name(node: &NodeTopology, name: &str) -> anyhow::Result<PublishedDevice> {
+    for gpu in &node.gpus {
+        let a = gpu.address;
+        let label = a.dns_label();
+        if name == counter_set_name(&a) {
+            return Ok(PublishedDevice::Gpu(a));
+        }
+        if let Some(rest) = name.strip_prefix(&format!("vgpu-{label}-")) {
+            if rest == "mixed" {
+                return Ok(PublishedDevice::Mixed(a));
+            }
+            if let Some(size) = rest.strip_suffix("mi").and_then(|s| s.parse().ok()) {
+                return Ok(PublishedDevice::Vgpu(a, size));
+            }
+        }
+        if let Some(rest) = name.strip_prefix(&format!("mig-{label}-")) {
+            let parsed = (|| {
+                let (slices, rest) = rest.split_once("g-")?;
+                let (size, start) = rest.split_once("mi-s")?;
+                Some(PublishedDevice::Mig {
+                    gpu: a,
+                    slices: slices.parse().ok()?,
+                    size_mib: size.parse().ok()?,
+                    start: start.parse().ok()?,
+                })
+            })();
+            if let Some(p) = parsed {
+                return Ok(p);
+            }
+        }
+    }
+    bail!(
+        "device {name:?} is not published by any GPU of node {}",
+        node.node
+    )
+}
+
+fn profile_for(
+    config: &[AllocationConfig],
+    driver: &str,
+    request: &str,
+) -> anyhow::Result<Option<String>> {
+    let mut found = None;
+    for c in config {
+        let applies = c.requests.is_empty()
+            || c.requests.iter().any(|r| {
+                r == request
+                    || request
+                        .strip_prefix(r.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+            });
+        let Some(o) = c.opaque.as_ref().filter(|o| o.driver == driver) else {
+            continue;
+        };
+        if !applies {
+            continue;
+        }
+        match o.parameters.get("profile") {
+            Some(serde_json::Value::String(p)) => found = Some(p.clone()),
+            Some(other) => bail!("request {request}: profile must be a string, got {other}"),
+            None => {}
+        }
+    }
+    Ok(found)
+}
+
+fn parents_of(node: &NodeTopology, gpu: PciAddress) -> Vec<&Parent> {
+    node.mediated_devices
+        .parents
+        .iter()
+        .filter(|p| p.gpu == Some(gpu))
+        .collect()
+}
+
+/// The stable UUID of a claim's vGPU: the share ID when it is a UUID, else one derived from the
+/// claim UID, request and device.
+pub fn instance_uuid(claim_uid: &str, result: &DeviceResult, index: u32) -> MdevUuid {
+    result
+        .share_id
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            MdevUuid::for_machine(
+                &format!("dra\0{claim_uid}"),
+                &format!("{}\0{}", result.request, result.device),
+                index,
+            )
+        })
+}
+
+/// Plans what `prepare` creates for the results of `driver` in `node`'s pool.
+///
+/// # Errors
+/// When a result is for another node, names an unknown device, asks for a profile the device does
+/// not offer (or none when it offers several), or no free parent is left.
+pub fn plan_prepare(
+    input: &DeviceAllocationResult,
+    claim_uid: &str,
+    driver: &str,
+    node: &NodeTopology,
+) -> anyhow::Result<Vec<PrepareAction>> {
+    let mut actions = Vec::new();
+    let mut taken: BTreeSet<ParentId> = BTreeSet::new();
+    let mut per_device: BTreeMap<String, u32> = BTreeMap::new();
+    for r in input.results.iter().filter(|r| r.driver == driver) {
+        if r.pool != node.node {
+            bail!(
+                "request {}: device {} is in pool {}, this node is {}",
+                r.request,
+                r.device,
+                r.pool,
+                node.node
+            );
+        }
+        let index = per_device.entry(r.device.clone()).or_default();
+        let this_index = *index;
+        *index += 1;
+        let published = parse_device_name(node, &r.device)?;
+        let (gpu, size, mig) = match published {
+            PublishedDevice::Gpu(address) => {
+                let g = node.gpu_by_address(&address).context("GPU vanished")?;
+                if g.state == GpuState::Blocked {
+                    bail!("request {}: GPU {address} is blocked", r.request);
+                }
+                actions.push(PrepareAction::BindGpu {
+                    request: r.request.clone(),
+                    device: r.device.clone(),
+                    address,
+                });
+                continue;
+            }
+            PublishedDevice::Vgpu(g, s) => (g, Some(s), None),
+            PublishedDevice::Mixed(g) => (g, None, None),
+            PublishedDevice::Mig {
+                gpu,
+                slices,
+                size_mib,
+                ..
+            } => (gpu, Some(size_mib), Some(slices)),
+        };
+        let wanted = profile_for(&input.config, driver, &r.request)?;
+        let parents = parents_of(node, gpu);
+        // Candidate profiles of this device: the right size and kind, by name.
+        let fits = |p: &gpu_core::Profile| {
+            let parsed = nvidia::VgpuTypeName::parse(&p.name).ok();
+            let fb = p
+                .framebuffer_mib
+                .or(parsed.as_ref().map(|n| n.framebuffer_mib()));
+            let ms = p.mig_slices.or(parsed.as_ref().and_then(|n| n.mig_slices));
+            p.device_api == "vfio-pci" && ms == mig && size.is_none_or(|s| fb == Some(s))
+        };
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        for p in parents.iter().flat_map(|p| &p.profiles).filter(|p| fits(p)) {
+            names.insert(nvidia::strip_prefix(&p.name).to_owned());
+        }
+        let profile = match wanted {
+            Some(w) => names
+                .iter()
+                .find(|n| nvidia::names_match(n, &w))
+                .cloned()
+                .with_context(|| {
+                    format!(
+                        "request {}: device {} does not offer profile {w} (it offers {})",
+                        r.request,
+                        r.device,
+                        names.iter().cloned().collect::<Vec<_>>().join(", ")
+                    )
+                })?,
+            None if names.len() == 1 => names.iter().next().cloned().unwrap_or_default(),
+            None => bail!(
+                "request {}: device {} offers {}; name one in the claim's opaque config (parameters.profile)",
+                r.request,
+                r.device,
+                names.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        };
+        // A parent offering the profile that this claim has not taken yet.
+        let choice = parents.iter().find_map(|p| {
+            if taken.contains(&p.id) {
+                return None;
+            }
+            let one_per_parent = p.id != ParentId::Pci(gpu);
+            if one_per_parent && !p.instances.is_empty() {
+                return None;
+            }
+            let t = p
+                .profiles
+                .iter()
+                .find(|t| fits(t) && nvidia::names_match(&t.name, &profile))?;
+            if p.framework == VgpuFramework::Mdev && t.available_instances == 0 {
+                return None;
+            }
+            Some((*p, t))
+        });
+        let Some((parent, t)) = choice else {
+            bail!(
+                "request {}: no free parent on GPU {gpu} offers {profile}",
+                r.request
+            );
+        };
+        if parent.id != ParentId::Pci(gpu) {
+            taken.insert(parent.id.clone());
+        }
+        match (parent.framework, &parent.id) {
+            (VgpuFramework::Mdev, _) => actions.push(PrepareAction::CreateMdev {
+                request: r.request.clone(),
+                device: r.device.clone(),
+                parent: parent.id.clone(),
+                type_id: t.id.clone(),
+                profile: profile.clone(),
+                uuid: instance_uuid(claim_uid, r, this_index),
+            }),
+            (VgpuFramework::VendorVfio, ParentId::Pci(vf)) => {
+                actions.push(PrepareAction::SetVfType {
+                    request: r.request.clone(),
+                    device: r.device.clone(),
+                    vf: *vf,
+                    type_id: t.id.clone(),
+                    profile: profile.clone(),
+                })
+            }
+            (VgpuFramework::VendorVfio, ParentId::Named(n)) => {
+                bail!("vendor-VFIO parent {n} is not a PCI function")
+            }
+        }
+    }
+    Ok(actions)
+}
+
+/// What prepare did for one claim, kept on the node for unprepare and for the export.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreparedClaim {
+    /// The claim's UID.
+    pub claim_uid: String,
+    /// The node.
+    pub node: String,
+    /// The actions that were carried out.
+    pub actions: Vec<PrepareAction>,
+}

@@ -1,0 +1,398 @@
+//! The rules of ResourceSlices that a JSON schema cannot check, as the API server and the
+//! scheduler apply them, plus gpuslice's own promise that a whole GPU and a vGPU on the same card
+//! can never be allocated together.
+//!
+//! [`check`] returns every violation it finds, one sentence each; an empty list means the slices
+//! hold.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::build::*;
+use super::model::*;
+use super::names::*;
+
+fn attr<'a>(d: &'a Device, name: &str) -> Option<&'a DeviceAttribute> {
+    d.attributes.get(name)
+}
+
+fn is_exclusive_kind(d: &Device) -> bool {
+    // Whole GPUs and time-sliced vGPU devices must exclude everything else on their card; MIG
+    // placements only exclude what overlaps them.
+    attr(d, "migSlices").is_none()
+}
+
+/// Checks slices (of any number of pools) against the rules of `version`.
+pub fn check(slices: &[ResourceSlice], version: K8sVersion) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut pools: BTreeMap<(&str, &str), Vec<&ResourceSlice>> = BTreeMap::new();
+    for s in slices {
+        pools
+            .entry((s.spec.driver.as_str(), s.spec.pool.name.as_str()))
+            .or_default()
+            .push(s);
+    }
+    for ((driver, pool), members) in &pools {
+        check_pool(driver, pool, members, version, &mut v);
+    }
+    v
+}
+
+fn check_pool(
+    driver: &str,
+    pool: &str,
+    slices: &[&ResourceSlice],
+    version: K8sVersion,
+    v: &mut Vec<String>,
+) {
+    if !is_dns_subdomain(driver) {
+        v.push(format!("driver {driver:?} is not a DNS subdomain"));
+    }
+    if !is_dns_subdomain(pool) {
+        v.push(format!("pool {pool:?} is not a DNS subdomain"));
+    }
+    let mut device_names = BTreeSet::new();
+    let mut pool_sets: BTreeMap<&str, &CounterSet> = BTreeMap::new();
+    for s in slices {
+        let name = &s.metadata.name;
+        if !is_dns_subdomain(name) {
+            v.push(format!("slice {name:?}: name is not a DNS subdomain"));
+        }
+        if s.spec.pool.resource_slice_count != slices.len() as i64 {
+            v.push(format!(
+                "slice {name}: resourceSliceCount {} but the pool has {} slices",
+                s.spec.pool.resource_slice_count,
+                slices.len()
+            ));
+        }
+        if s.spec.pool.generation != slices[0].spec.pool.generation {
+            v.push(format!(
+                "slice {name}: generation differs within pool {pool}"
+            ));
+        }
+        match s.spec.node_name.as_deref() {
+            Some(n) if n == pool => {}
+            Some(n) => v.push(format!(
+                "slice {name}: nodeName {n} is not the pool's node {pool}"
+            )),
+            None => v.push(format!("slice {name}: nodeName is not set")),
+        }
+        if version.splits_counters()
+            && !s.spec.shared_counters.is_empty()
+            && !s.spec.devices.is_empty()
+        {
+            v.push(format!(
+                "slice {name}: holds both sharedCounters and devices, which Kubernetes {version} forbids"
+            ));
+        }
+        if s.spec.shared_counters.len() > MAX_COUNTER_SETS {
+            v.push(format!(
+                "slice {name}: {} counter sets, more than {MAX_COUNTER_SETS}",
+                s.spec.shared_counters.len()
+            ));
+        }
+        let total_counters: usize = s
+            .spec
+            .shared_counters
+            .iter()
+            .map(|c| c.counters.len())
+            .sum();
+        if !version.splits_counters() && total_counters > MAX_COUNTERS {
+            v.push(format!(
+                "slice {name}: {total_counters} counters in all sets, more than {MAX_COUNTERS}"
+            ));
+        }
+        let mut slice_sets = BTreeSet::new();
+        for set in &s.spec.shared_counters {
+            if !is_dns_label(&set.name) {
+                v.push(format!(
+                    "slice {name}: counter set {:?} is not a DNS label",
+                    set.name
+                ));
+            }
+            if set.counters.len() > MAX_COUNTERS {
+                v.push(format!(
+                    "slice {name}: counter set {} has {} counters, more than {MAX_COUNTERS}",
+                    set.name,
+                    set.counters.len()
+                ));
+            }
+            for (c, q) in &set.counters {
+                if !is_dns_label(c) {
+                    v.push(format!(
+                        "counter set {}: counter {c:?} is not a DNS label",
+                        set.name
+                    ));
+                }
+                if parse_quantity(&q.value).is_none() {
+                    v.push(format!(
+                        "counter set {}: {c} has no valid quantity",
+                        set.name
+                    ));
+                }
+            }
+            if !slice_sets.insert(set.name.as_str()) {
+                v.push(format!(
+                    "slice {name}: counter set {} appears twice",
+                    set.name
+                ));
+            }
+            if pool_sets.insert(set.name.as_str(), set).is_some() && version.splits_counters() {
+                v.push(format!(
+                    "pool {pool}: counter set {} appears twice",
+                    set.name
+                ));
+            }
+        }
+        let limit = if s
+            .spec
+            .devices
+            .iter()
+            .any(|d| !d.consumes_counters.is_empty() || !d.taints.is_empty())
+        {
+            MAX_DEVICES_WITH_COUNTERS
+        } else {
+            MAX_DEVICES
+        };
+        if s.spec.devices.len() > limit {
+            v.push(format!(
+                "slice {name}: {} devices, more than {limit}",
+                s.spec.devices.len()
+            ));
+        }
+        let consumed: usize = s
+            .spec
+            .devices
+            .iter()
+            .flat_map(|d| &d.consumes_counters)
+            .map(|c| c.counters.len())
+            .sum();
+        if !version.splits_counters() && consumed > MAX_CONSUMED_COUNTERS_PER_SLICE {
+            v.push(format!(
+                "slice {name}: devices consume {consumed} counters, more than {MAX_CONSUMED_COUNTERS_PER_SLICE}"
+            ));
+        }
+        for d in &s.spec.devices {
+            check_device(name, d, version, v);
+            if !device_names.insert(d.name.as_str()) {
+                v.push(format!("pool {pool}: device {} appears twice", d.name));
+            }
+        }
+    }
+    // References and exclusivity.
+    for s in slices {
+        let visible: BTreeMap<&str, &CounterSet> = if version.splits_counters() {
+            pool_sets.clone()
+        } else {
+            s.spec
+                .shared_counters
+                .iter()
+                .map(|c| (c.name.as_str(), c))
+                .collect()
+        };
+        for d in &s.spec.devices {
+            for c in &d.consumes_counters {
+                let Some(set) = visible.get(c.counter_set.as_str()) else {
+                    v.push(format!(
+                        "device {}: consumes from counter set {} that is not {}",
+                        d.name,
+                        c.counter_set,
+                        if version.splits_counters() {
+                            "in the pool"
+                        } else {
+                            "in its slice"
+                        }
+                    ));
+                    continue;
+                };
+                for (counter, q) in &c.counters {
+                    match (set.counters.get(counter), parse_quantity(&q.value)) {
+                        (None, _) => v.push(format!(
+                            "device {}: counter {counter} is not in set {}",
+                            d.name, set.name
+                        )),
+                        (Some(have), Some(want))
+                            if parse_quantity(&have.value).is_some_and(|h| want > h) =>
+                        {
+                            v.push(format!(
+                                "device {}: consumes {} of {counter}, the set has only {}",
+                                d.name, q.value, have.value
+                            ))
+                        }
+                        (_, None) => v.push(format!(
+                            "device {}: {counter} has no valid quantity",
+                            d.name
+                        )),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    check_exclusivity(slices, &pool_sets, v);
+}
+
+fn check_device(slice: &str, d: &Device, version: K8sVersion, v: &mut Vec<String>) {
+    let who = format!("slice {slice}: device {:?}", d.name);
+    if !is_dns_label(&d.name) {
+        v.push(format!("{who}: name is not a DNS label"));
+    }
+    if d.attributes.len() + d.capacity.len() > MAX_ATTRIBUTES {
+        v.push(format!(
+            "{who}: {} attributes and capacities, more than {MAX_ATTRIBUTES}",
+            d.attributes.len() + d.capacity.len()
+        ));
+    }
+    for (k, a) in &d.attributes {
+        if !is_qualified_name(k) {
+            v.push(format!(
+                "{who}: attribute {k:?} is not a C identifier (or domain/identifier)"
+            ));
+        }
+        if let DeviceAttribute::String(s) = a {
+            if s.len() > MAX_STRING_ATTRIBUTE {
+                v.push(format!(
+                    "{who}: attribute {k} is longer than {MAX_STRING_ATTRIBUTE} characters"
+                ));
+            }
+        }
+    }
+    if d.capacity.keys().any(|k| d.attributes.contains_key(k)) {
+        v.push(format!("{who}: an attribute and a capacity share a name"));
+    }
+    for (k, c) in &d.capacity {
+        if !is_qualified_name(k) {
+            v.push(format!(
+                "{who}: capacity {k:?} is not a C identifier (or domain/identifier)"
+            ));
+        }
+        let Some(value) = parse_quantity(&c.value) else {
+            v.push(format!("{who}: capacity {k} has no valid quantity"));
+            continue;
+        };
+        if let Some(p) = &c.request_policy {
+            let vals: Vec<Option<u128>> =
+                p.valid_values.iter().map(|q| parse_quantity(q)).collect();
+            if vals.len() > 10 {
+                v.push(format!("{who}: capacity {k} has more than 10 valid values"));
+            }
+            if vals.iter().any(Option::is_none) || !vals.windows(2).all(|w| w[0] < w[1]) {
+                v.push(format!(
+                    "{who}: capacity {k}: valid values are not ascending quantities"
+                ));
+            }
+            if vals.iter().flatten().any(|x| *x > value) {
+                v.push(format!(
+                    "{who}: capacity {k}: a valid value exceeds the capacity"
+                ));
+            }
+            if (!p.valid_values.is_empty() || p.valid_range.is_some()) && p.default.is_none() {
+                v.push(format!(
+                    "{who}: capacity {k}: a policy with values or a range needs a default"
+                ));
+            }
+            if let Some(def) = &p.default {
+                if !p.valid_values.is_empty() && !p.valid_values.contains(def) {
+                    v.push(format!(
+                        "{who}: capacity {k}: default {def} is not a valid value"
+                    ));
+                }
+            }
+        }
+    }
+    if d.consumes_counters.len() > MAX_CONSUMPTIONS_PER_DEVICE {
+        v.push(format!(
+            "{who}: {} consumesCounters entries, more than {MAX_CONSUMPTIONS_PER_DEVICE}",
+            d.consumes_counters.len()
+        ));
+    }
+    let mut sets = BTreeSet::new();
+    for c in &d.consumes_counters {
+        if !sets.insert(&c.counter_set) {
+            v.push(format!(
+                "{who}: two consumesCounters entries for set {}",
+                c.counter_set
+            ));
+        }
+        if c.counters.len() > MAX_COUNTERS {
+            v.push(format!(
+                "{who}: consumes more than {MAX_COUNTERS} counters of one set"
+            ));
+        }
+    }
+    for t in &d.taints {
+        let (prefix, name) = t.key.split_once('/').unwrap_or(("", t.key.as_str()));
+        if (!prefix.is_empty() && !is_dns_subdomain(prefix))
+            || !is_label_value(name)
+            || name.is_empty()
+        {
+            v.push(format!("{who}: taint key {:?} is not a label name", t.key));
+        }
+        if t.value.as_deref().is_some_and(|x| !is_label_value(x)) {
+            v.push(format!("{who}: taint value is not a label value"));
+        }
+        let ok = match t.effect.as_str() {
+            "NoSchedule" | "NoExecute" => true,
+            "None" => version.has_none_effect(),
+            _ => false,
+        };
+        if !ok {
+            v.push(format!(
+                "{who}: taint effect {} is not valid in Kubernetes {version}",
+                t.effect
+            ));
+        }
+    }
+    if d.allow_multiple_allocations == Some(true) {
+        for (k, c) in &d.capacity {
+            if c.request_policy.is_none() {
+                v.push(format!(
+                    "{who}: capacity {k} of a multi-allocatable device has no request policy, so one allocation would take all of it"
+                ));
+            }
+        }
+    }
+}
+
+/// Whether `a` and `b` can both hold their counters of one set at once.
+fn co_fit(a: &DeviceCounterConsumption, b: &DeviceCounterConsumption, set: &CounterSet) -> bool {
+    set.counters.iter().all(|(name, have)| {
+        let get = |c: &DeviceCounterConsumption| {
+            c.counters
+                .get(name)
+                .and_then(|q| parse_quantity(&q.value))
+                .unwrap_or(0)
+        };
+        parse_quantity(&have.value).is_some_and(|h| get(a) + get(b) <= h)
+    })
+}
+
+fn check_exclusivity(
+    slices: &[&ResourceSlice],
+    sets: &BTreeMap<&str, &CounterSet>,
+    v: &mut Vec<String>,
+) {
+    let mut on_set: BTreeMap<&str, Vec<(&Device, &DeviceCounterConsumption)>> = BTreeMap::new();
+    for d in slices.iter().flat_map(|s| &s.spec.devices) {
+        for c in &d.consumes_counters {
+            on_set
+                .entry(c.counter_set.as_str())
+                .or_default()
+                .push((d, c));
+        }
+    }
+    for (set_name, users) in on_set {
+        let Some(set) = sets.get(set_name) else {
+            continue;
+        };
+        for (i, (a, ca)) in users.iter().enumerate() {
+            for (b, cb) in users.iter().skip(i + 1) {
+                if (is_exclusive_kind(a) || is_exclusive_kind(b)) && co_fit(ca, cb, set) {
+                    v.push(format!(
+                        "devices {} and {} can be allocated together on counter set {set_name}",
+                        a.name, b.name
+                    ));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! QEMU `-device` arguments and libvirt `<hostdev>` elements for the devices a VM takes.
+//!
+//! A vGPU in the mdev framework goes to the VM by its UUID; a whole GPU (with the companion
+//! functions of its slot) and an NVIDIA vendor-VFIO VF go by PCI address. gpuslice binds and
+//! creates the devices itself, so the libvirt elements say `managed='no'`: libvirt must not
+//! rebind a vendor-VFIO VF to vfio-pci, and a whole GPU is already bound by `gpuslice gpu bind`.
+
+use std::fmt::Write as _;
+
+use anyhow::{Context, bail};
+use gpu_core::{
+    AllocatedDevice, Allocation, MdevUuid, NodeTopology, ParentId, PciAddress, VgpuFramework,
+};
+use serde::Serialize;
+
+/// One device a VM takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum VmDevice {
+    /// An mdev instance, by UUID.
+    Mdev {
+        /// Its UUID.
+        uuid: MdevUuid,
+    },
+    /// A PCI function: a whole GPU, one of its companion functions, or a vendor-VFIO VF.
+    Pci {
+        /// Its address.
+        address: PciAddress,
+    },
+}
+
+/// The devices of one allocation, in request order, companion functions after their GPU.
+pub fn allocation_devices(allocation: &Allocation) -> Vec<VmDevice> {
+    let mut out = Vec::new();
+    for d in &allocation.devices {
+        match d {
+            AllocatedDevice::Gpu {
+                address, functions, ..
+            } => {
+                out.push(VmDevice::Pci { address: *address });
+                for f in functions.iter().filter(|f| *f != address) {
+                    out.push(VmDevice::Pci { address: *f });
+                }
+            }
+            AllocatedDevice::Vgpu {
+                framework: VgpuFramework::Mdev,
+                uuid,
+                ..
+            } => out.push(VmDevice::Mdev { uuid: *uuid }),
+            AllocatedDevice::Vgpu {
+                framework: VgpuFramework::VendorVfio,
+                parent,
+                ..
+            } => match parent {
+                ParentId::Pci(a) => out.push(VmDevice::Pci { address: *a }),
+                // A vendor-VFIO parent is always a VF; a named one cannot go to a VM.
+                ParentId::Named(_) => {}
+            },
+        }
+    }
+    out
+}
+
+/// The devices for an address on `node`: a GPU with its companion functions, or a vendor-VFIO VF.
+///
+/// # Errors
+/// When the address is neither a GPU nor a vendor-VFIO VF of `node`, or the GPU is blocked.
+pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> anyhow::Result<Vec<VmDevice>> {
+    if let Some(gpu) = node.gpu_by_address(address) {
+        if gpu.state == gpu_core::GpuState::Blocked {
+            bail!(
+                "GPU {} ({address}) cannot go to a VM: {}",
+                gpu.name,
+                gpu.state_reason.as_deref().unwrap_or("it is blocked")
+            );
+        }
+        let mut out = vec![VmDevice::Pci { address: *address }];
+        out.extend(
+            gpu.functions
+                .iter()
+                .filter(|f| f.address != *address)
+                .map(|f| VmDevice::Pci { address: f.address }),
+        );
+        return Ok(out);
+    }
+    let vf = node
+        .mediated_devices
+        .parents
+        .iter()
+        .find(|p| p.id == ParentId::Pci(*address) && p.framework == VgpuFramework::VendorVfio)
+        .with_context(|| {
+            format!(
+                "{address} is neither a GPU nor a vendor-VFIO VF on node {}",
+                node.node
+            )
+        })?;
+    if vf.instances.is_empty() {
+        bail!("VF {address} has no vGPU type set; create one first (gpuslice vgpu create)");
+    }
+    Ok(vec![VmDevice::Pci { address: *address }])
+}
+
+/// The QEMU arguments (`-device`, value, ...) for `devices`.
+pub fn qemu_args(devices: &[VmDevice]) -> Vec<String> {
+    let mut args = Vec::with_capacity(devices.len() * 2);
+    for d in devices {
+        args.push("-device".to_owned());
+        args.push(match d {
+            VmDevice::Mdev { uuid } => {
+                format!("vfio-pci,sysfsdev=/sys/bus/mdev/devices/{uuid}")
+            }
+            VmDevice::Pci { address } => format!("vfio-pci,host={address}"),
+        });
+    }
+    args
+}
+
+/// The QEMU arguments as shell lines, one `-device VALUE` per line.
+pub fn qemu_text(devices: &[VmDevice]) -> String {
+    let mut out = String::new();
+    for pair in qemu_args(devices).chunks(2) {
+        out.push_str(&pair.join(" "));
+        out.push('\n');
+    }
+    out
+}
+
+/// Escapes text for an XML attribute value in single quotes.
+fn xml_attr(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\'' => out.push_str("&apos;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// One libvirt `<hostdev>` element, indented by `indent` spaces.
+pub fn libvirt_hostdev(device: &VmDevice, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = match device {
+        VmDevice::Mdev { uuid } => write!(
+            out,
+            "{pad}<hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci' display='off'>\n\
+             {pad}  <source>\n\
+             {pad}    <address uuid='{}'/>\n\
+             {pad}  </source>\n\
+             {pad}</hostdev>\n",
+            xml_attr(&uuid.to_string())
+        ),
+        VmDevice::Pci { address } => write!(
+            out,
+            "{pad}<hostdev mode='subsystem' type='pci' managed='no'>\n\
+             {pad}  <driver name='vfio'/>\n\
+             {pad}  <source>\n\
+             {pad}    <address domain='0x{:04x}' bus='0x{:02x}' slot='0x{:02x}' function='0x{:x}'/>\n\
+             {pad}  </source>\n\
+             {pad}</hostdev>\n",
+            address.domain(),
+            address.bus(),
+            address.device(),
+            address.function()
+        ),
+    };
+    out
+}
+
+/// The libvirt XML for `devices`: one bare `<hostdev>` (what `virsh attach-device` takes), or a
+/// `<devices>` element holding several, to paste into a domain definition.
+pub fn libvirt_xml(devices: &[VmDevice]) -> String {
+    match devices {
+        [one] => libvirt_hostdev(one, 0),
+        many => {
+            let mut out = String::from("<devices>\n");
+            for d in many {
+                out.push_str(&libvirt_hostdev(d, 2));
+            }
+            out.push_str("</devices>\n");
+            out
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! What gpuslice hands to other tools: Prometheus metrics, QEMU and libvirt device snippets,
+//! KubeVirt `permittedHostDevices`, cloud-init licensing files and Kubernetes DRA objects.
+//!
+//! Every generator is a plain function over the `gpu-core` model (`NodeTopology`, `Allocation`),
+//! so the same inventory renders the same output whether it came from this host or a fleet file.
+//! The command modules only gather the inputs and print.
+
+pub mod cloud_init;
+pub mod dra;
+pub mod handoff;
+pub mod kubevirt;
+pub mod metrics;
+pub mod serve;
+pub mod yaml;

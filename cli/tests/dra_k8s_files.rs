@@ -1,0 +1,87 @@
+//! Writes every DRA export the test suite knows (captures, modelled hosts, example claims) for every
+//! supported Kubernetes version into `$GPUSLICE_K8S_OUT/<version>/`, for `tests/k8s/validate.sh` to
+//! check with `kubernetes-validate --strict`. Without the variable the files go to a temporary
+//! directory and are only checked with `gpuslice dra check`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod export_support;
+
+use export_support::*;
+
+#[test]
+fn every_export_is_written_for_every_supported_version() {
+    let keep = std::env::var_os("GPUSLICE_K8S_OUT").map(std::path::PathBuf::from);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = keep.clone().unwrap_or_else(|| tmp.path().to_owned());
+    let a2 = a2_root();
+    let l40s = l40s_root(false);
+    let l40s_busy = l40s_root(true);
+    let inputs = tempfile::tempdir().unwrap();
+    let modelled = write_fleet(
+        inputs.path(),
+        "modelled.json",
+        &fleet(vec![h200_node("h200-a", 3), mixed_node("ws-1")]),
+    );
+    let big = write_fleet(
+        inputs.path(),
+        "big.json",
+        &fleet(vec![h200_node("big", 12)]),
+    );
+    let state = inputs.path().join("state");
+    let state = state.to_str().unwrap();
+    for v in ["1.34", "1.35", "1.36", "1.37"] {
+        let dir = out.join(v);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cases: Vec<(&str, Vec<&str>)> = vec![
+            (
+                "a2-capture",
+                vec!["--root", a2.path().to_str().unwrap(), "--node", "a2-host"],
+            ),
+            (
+                "l40s-capture",
+                vec![
+                    "--root",
+                    l40s.root().to_str().unwrap(),
+                    "--node",
+                    "l40s-host",
+                ],
+            ),
+            (
+                "l40s-busy",
+                vec![
+                    "--root",
+                    l40s_busy.root().to_str().unwrap(),
+                    "--node",
+                    "l40s-host",
+                ],
+            ),
+            (
+                "modelled-fleet",
+                vec!["--inventory", modelled.to_str().unwrap()],
+            ),
+            ("big-node", vec!["--inventory", big.to_str().unwrap()]),
+        ];
+        for (name, source) in cases {
+            let mut args: Vec<&str> = source.clone();
+            if args[0] == "--inventory" {
+                args = vec!["export", "dra", args[0], args[1]];
+            } else {
+                args.extend(["export", "dra"]);
+            }
+            args.extend(["--k8s-version", v, "--state-dir", state]);
+            let yaml = ok(&args);
+            let f = dir.join(format!("{name}.yaml"));
+            std::fs::write(&f, &yaml).unwrap();
+            ok(&["dra", "check", f.to_str().unwrap(), "--k8s-version", v]);
+        }
+        std::fs::write(
+            dir.join("example-claims.yaml"),
+            ok(&["export", "dra", "--examples"]),
+        )
+        .unwrap();
+    }
+    if keep.is_none() {
+        assert_eq!(std::fs::read_dir(out.join("1.37")).unwrap().count(), 6);
+    }
+}
