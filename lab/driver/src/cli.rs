@@ -29,11 +29,8 @@ impl Run {
         let code = self
             .code
             .map_or_else(|| "a signal".to_owned(), |c| c.to_string());
-        let err = self
-            .stderr
-            .lines()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
+        // All of stderr: a refusal may span lines (or be JSON); the report flattens it.
+        let err = self.stderr.trim();
         format!("`gpuslice {}` exited {code}: {err}", self.args)
     }
 
