@@ -872,7 +872,10 @@ mod properties {
     }
 
     /// Live vGPUs of one size on the first VFs, and a wanted layout of one (maybe other) size.
-    fn case() -> impl Strategy<Value = (Vec<(usize, String, u32)>, Vec<(String, u32)>, u64)> {
+    /// Live vGPUs `(VF index, UUID, type)`, wanted `(name, count)`, and the wanted size in MiB.
+    type Case = (Vec<(usize, String, u32)>, Vec<(String, u32)>, u64);
+
+    fn case() -> impl Strategy<Value = Case> {
         let sizes = prop_oneof![
             Just(1024u64),
             Just(2048),

@@ -554,19 +554,23 @@ fn parse_by_address(m: &serde_yaml_ng::Mapping, at: &str) -> Result<Vec<Entry>, 
     Ok(out)
 }
 
+/// A VF's type: all digits is a vendor-VFIO ID, an NVIDIA name is a name, and anything else that
+/// is a valid type directory with a number (`nvidia-746`) is an mdev type ID.
 fn parse_type_ref(s: &str, at: &str) -> Result<TypeRef, LayoutError> {
     let t = s.trim();
     if t.is_empty() {
         return Err(invalid(at, "empty type"));
     }
-    if t.bytes().all(|b| b.is_ascii_digit())
-        || t.parse::<crate::VgpuTypeId>()
-            .is_ok_and(|id| id.number().is_some() && VgpuTypeName::parse(t).is_err())
-    {
+    if t.bytes().all(|b| b.is_ascii_digit()) {
         return Ok(TypeRef::Id(t.to_owned()));
     }
-    VgpuTypeName::parse(t).map_err(|e| invalid(at, e.to_string()))?;
-    Ok(TypeRef::Name(t.to_owned()))
+    match VgpuTypeName::parse(t) {
+        Ok(_) => Ok(TypeRef::Name(t.to_owned())),
+        Err(e) => match t.parse::<crate::VgpuTypeId>() {
+            Ok(id) if id.number().is_some() => Ok(TypeRef::Id(t.to_owned())),
+            _ => Err(invalid(at, e.to_string())),
+        },
+    }
 }
 
 fn selector_address(s: &Selector) -> Option<PciAddress> {

@@ -574,8 +574,8 @@ fn select<'a>(
     let indices = nvidia_indices(&topology.gpus);
     let at = |i: usize| format!("vgpu-configs.{}[{i}]", config.name);
     let mut by_gpu: BTreeMap<PciAddress, Vec<(usize, &Want)>> = BTreeMap::new();
-    let mut pins: BTreeMap<PciAddress, Vec<(usize, PciAddress, Option<TypeRef>)>> = BTreeMap::new();
-    let mut direct: BTreeMap<PciAddress, (usize, Vec<TypeCount>)> = BTreeMap::new();
+    let mut pins: BTreeMap<PciAddress, Vec<(PciAddress, Option<TypeRef>)>> = BTreeMap::new();
+    let mut direct: BTreeMap<PciAddress, Vec<TypeCount>> = BTreeMap::new();
     for (n, e) in config.entries.iter().enumerate() {
         match &e.selector {
             Selector::Indexed { devices, filters } => {
@@ -617,7 +617,7 @@ fn select<'a>(
                 let Want::Counts { types } = &e.want else {
                     continue;
                 };
-                direct.insert(*address, (n, types.clone()));
+                direct.insert(*address, types.clone());
             }
             Selector::Vf { address } => {
                 let here = format!("vgpu-configs.{}.{address}", config.name);
@@ -640,7 +640,7 @@ fn select<'a>(
                 let Want::VfType { ty } = &e.want else {
                     continue;
                 };
-                pins.entry(gpu).or_default().push((n, *address, ty.clone()));
+                pins.entry(gpu).or_default().push((*address, ty.clone()));
             }
         }
     }
@@ -650,7 +650,7 @@ fn select<'a>(
     for gpu in gpus {
         let index = indices.get(&gpu.address).copied();
         let view_label = || format!("{} ({})", gpu.name, gpu.address);
-        if let Some((n, types)) = direct.remove(&gpu.address) {
+        if let Some(types) = direct.remove(&gpu.address) {
             if pins.contains_key(&gpu.address) {
                 return Err(LayoutError::Conflict {
                     gpu: view_label(),
@@ -664,14 +664,13 @@ fn select<'a>(
                 entry: format!("vgpu-configs.{}.{}", config.name, gpu.address),
                 target: Target::Counts(if mode == Mode::Clear { vec![] } else { types }),
             });
-            let _ = n;
             continue;
         }
         if let Some(list) = pins.remove(&gpu.address) {
             let entry = format!("vgpu-configs.{}", config.name);
             let target = list
                 .into_iter()
-                .map(|(_, vf, ty)| (vf, if mode == Mode::Clear { None } else { ty }))
+                .map(|(vf, ty)| (vf, if mode == Mode::Clear { None } else { ty }))
                 .collect();
             out.push(Selected {
                 gpu,
