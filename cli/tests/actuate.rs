@@ -552,3 +552,30 @@ fn vgpu_create_output_matches_the_golden_file() {
     assert!(o.status.success(), "{}", stderr(&o));
     golden("vgpu-create-present.txt", &stdout(&o));
 }
+
+#[test]
+fn vgpu_create_by_gpu_name_on_an_sriov_mdev_card_writes_to_the_first_vf() {
+    let mut b = TreeBuilder::new();
+    gpu_sysfs::testing::fake_kernel::add_a2_mdev_gpu(&mut b);
+    let t = b.finish().unwrap();
+    let o = gpuslice(
+        t.root(),
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "nvidia0",
+            "--profile",
+            "A2-4Q",
+            "--machine",
+            "vm-1",
+        ],
+    );
+    let written = std::fs::read_to_string(
+        t.root()
+            .join("sys/devices/pci0000:00/0000:08:00.4/mdev_supported_types/nvidia-746/create"),
+    )
+    .unwrap();
+    assert_eq!(written, MdevUuid::for_machine("vm-1", "gpu", 0).to_string());
+    assert_eq!(o.status.code(), Some(2), "plain files make no instance");
+}

@@ -528,3 +528,50 @@ fn identities_that_could_escape_the_root_never_parse() {
             .is_err()
     );
 }
+
+#[test]
+fn an_mdev_on_an_sriov_card_goes_to_a_free_vf_and_stays_there_across_restarts() {
+    let k = FakeKernel::a2_mdev_host().unwrap();
+    let gpu = pci("0000:08:00.0");
+    let u0 = MdevUuid::for_machine("vm", "g", 0);
+    let u1 = MdevUuid::for_machine("vm", "g", 1);
+    let a = actuate::create_mdev_on_gpu(&k, &gpu, "A2-4Q", u0).unwrap();
+    assert_eq!(a.parent.to_string(), "0000:08:00.4");
+    assert_eq!(a.type_id.as_str(), "nvidia-746");
+    let b = actuate::create_mdev_on_gpu(&k, &gpu, "A2-4Q", u1).unwrap();
+    assert_eq!(b.parent.to_string(), "0000:08:00.5");
+    let again = actuate::create_mdev_on_gpu(&k, &gpu, "A2-4Q", u0).unwrap();
+    assert!(!again.changed);
+    assert_eq!(again.parent.to_string(), "0000:08:00.4");
+    for i in 2..4 {
+        actuate::create_mdev_on_gpu(&k, &gpu, "A2-4Q", MdevUuid::for_machine("vm", "g", i))
+            .unwrap();
+    }
+    let e = actuate::create_mdev_on_gpu(&k, &gpu, "A2-4Q", MdevUuid::for_machine("vm", "g", 9))
+        .unwrap_err();
+    assert!(matches!(e, ActuateError::Exhausted { .. }), "{e}");
+    let e = actuate::create_mdev_on_gpu(&k, &gpu, "A2-2Q", MdevUuid::for_machine("vm", "g", 9))
+        .unwrap_err();
+    assert!(
+        matches!(e, ActuateError::Exhausted { .. }),
+        "same-size rule: {e}"
+    );
+}
+
+#[test]
+fn a_typed_vf_resolves_profile_names_through_its_siblings() {
+    let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+    let vf = pci("0000:26:00.4");
+    set_vf_type(&k, &vf, 1152, false).unwrap();
+    assert_eq!(
+        actuate::resolve_vf_profile(&k, &vf, "L40S-8Q").unwrap(),
+        1152
+    );
+    let e = actuate::resolve_vf_profile(&k, &vf, "L40S-48Q").unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "0000:26:00.0 has no vGPU type \"L40S-48Q\"; it offers: 1152 (NVIDIA L40S-8Q)"
+        ),
+        "{e}"
+    );
+}

@@ -212,6 +212,16 @@ pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
             ParentId::Pci(p) => *p,
             ParentId::Named(n) => resolve_gpu(g, &host, n)?,
         };
+        let mdev_vfs = actuate::vfs_of(&host, &addr)
+            .iter()
+            .any(|v| host.exists(&format!("sys/class/mdev_bus/{v}")));
+        if mdev_vfs {
+            // An SR-IOV card in the mdev framework: each VF is a parent; pick one with room.
+            let uuid = mdev_uuid(&a)?;
+            let made = actuate::create_mdev_on_gpu(&host, &addr, &a.profile, uuid)
+                .with_context(|| format!("cannot create mdev {uuid} on a VF of {addr}"))?;
+            return report_created(g, &Created::Mdev(made));
+        }
         let vf = if actuate::is_vendor_vfio_vf(&host, &addr) {
             addr
         } else {
@@ -235,9 +245,13 @@ pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot give VF {vf} vGPU type {id}"))?,
         )
     };
+    report_created(g, &created)
+}
+
+fn report_created(g: &Global, created: &Created) -> anyhow::Result<ExitCode> {
     match g.output {
         Output::Table => {
-            let (what, changed, h) = match &created {
+            let (what, changed, h) = match created {
                 Created::Mdev(m) => (
                     format!(
                         "mdev {} ({} on {})",
@@ -272,7 +286,7 @@ pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
             );
             print_handoff(h);
         }
-        out => print_data(out, &created)?,
+        out => print_data(out, created)?,
     }
     Ok(ExitCode::SUCCESS)
 }

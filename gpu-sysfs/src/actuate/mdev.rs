@@ -354,3 +354,65 @@ pub fn list_instances(host: &dyn Host) -> Result<Vec<MdevInstance>> {
     }
     Ok(out)
 }
+
+/// Creates an instance of `profile` named `uuid` on some mdev parent of the physical GPU `gpu`:
+/// the GPU itself when it is a parent (T4 and older), else the first of its VFs that can take one
+/// more (Ampere SR-IOV cards, where each VF is a parent).
+///
+/// Idempotent across restarts: when `uuid` already exists with this type on a parent of this GPU,
+/// it is returned with `changed: false` instead of another VF being picked.
+///
+/// # Errors
+/// [`ActuateError::UnknownProfile`] when no parent of the GPU offers the profile,
+/// [`ActuateError::Exhausted`] when none has room, and the errors of [`create_mdev`].
+pub fn create_mdev_on_gpu(
+    host: &dyn Host,
+    gpu: &gpu_core::PciAddress,
+    profile: &str,
+    uuid: MdevUuid,
+) -> Result<MdevInstance> {
+    let mut parents: Vec<ParentId> = vec![ParentId::Pci(*gpu)];
+    parents.extend(
+        super::vendor::vfs_of(host, gpu)
+            .into_iter()
+            .map(ParentId::Pci),
+    );
+    parents.retain(|p| host.exists(&parent_link(p)));
+    let Some(first) = parents.first() else {
+        return Err(ActuateError::Unsupported {
+            device: gpu.to_string(),
+            why: "neither it nor its VFs are mdev parents (is the vGPU host driver loaded and SR-IOV enabled?)".to_owned(),
+        });
+    };
+    let type_id = resolve_mdev_profile(host, first, profile)?;
+    if let Some((parent, existing)) = locate(host, &uuid) {
+        if parents.contains(&parent) && existing == type_id {
+            return Ok(instance(host, uuid, parent, existing, false));
+        }
+    }
+    let free = parents.iter().find(|p| {
+        host.read_string(&format!(
+            "{}/mdev_supported_types/{type_id}/available_instances",
+            parent_link(p)
+        ))
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .is_some_and(|n| n > 0)
+    });
+    match free {
+        Some(parent) => create_mdev(
+            host,
+            &MdevCreate {
+                parent: parent.clone(),
+                type_id,
+                uuid,
+            },
+        ),
+        None => Err(ActuateError::Exhausted {
+            path: format!(
+                "/sys/bus/pci/devices/{gpu} (every mdev parent of the GPU, type {type_id})"
+            ),
+            errno: "available_instances 0".to_owned(),
+        }),
+    }
+}

@@ -32,8 +32,8 @@ pub use error::ActuateError;
 pub use handoff::Handoff;
 pub use inuse::{Holder, holder_of};
 pub use mdev::{
-    MdevCreate, MdevInstance, MdevRemoved, create_mdev, create_mdevs, list_instances, mdev_types,
-    remove_mdev, resolve_mdev_profile,
+    MdevCreate, MdevInstance, MdevRemoved, create_mdev, create_mdev_on_gpu, create_mdevs,
+    list_instances, mdev_types, remove_mdev, resolve_mdev_profile,
 };
 pub use sriov::{SRIOV_MANAGE, SriovEnabled, SriovOptions, enable_sriov};
 pub use vendor::{

@@ -110,7 +110,8 @@ pub fn current_type(host: &dyn Host, vf: &PciAddress) -> Result<u32> {
 }
 
 /// Resolves a profile given as a type ID (`1155`) or name (`L40S-24Q`, `NVIDIA L40S-24Q`) against
-/// what the VF lists as creatable.
+/// what the VF lists as creatable, then, when it does not list it (a VF that has a type lists
+/// nothing), against its sibling VFs on the same GPU.
 ///
 /// # Errors
 /// [`ActuateError::UnknownProfile`] listing what is creatable; read errors.
@@ -121,15 +122,19 @@ pub fn resolve_vf_profile(host: &dyn Host, vf: &PciAddress, profile: &str) -> Re
     if let Ok(n) = p.parse::<u32>() {
         return Ok(n);
     }
-    types
-        .iter()
-        .find(|(_, name)| nvidia::names_match(name, p))
-        .map(|(id, _)| *id)
-        .ok_or_else(|| ActuateError::UnknownProfile {
+    if let Some((id, _)) = types.iter().find(|(_, name)| nvidia::names_match(name, p)) {
+        return Ok(*id);
+    }
+    let pf: Option<PciAddress> =
+        super::link_name(host, &format!("{}/physfn", pci_dir(vf))).and_then(|p| p.parse().ok());
+    match pf {
+        Some(pf) => resolve_gpu_profile(host, &pf, profile),
+        None => Err(ActuateError::UnknownProfile {
             parent: vf.to_string(),
             profile: profile.to_owned(),
             offered: list(&types),
-        })
+        }),
+    }
 }
 
 fn list(types: &[(u32, String)]) -> String {
