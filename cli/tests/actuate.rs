@@ -579,3 +579,24 @@ fn vgpu_create_by_gpu_name_on_an_sriov_mdev_card_writes_to_the_first_vf() {
     assert_eq!(written, MdevUuid::for_machine("vm-1", "gpu", 0).to_string());
     assert_eq!(o.status.code(), Some(2), "plain files make no instance");
 }
+
+#[test]
+fn sriov_enable_without_the_script_says_how_to_reach_the_hosts_copy() {
+    let t = sriov_host();
+    let o = gpuslice(
+        t.root(),
+        &[
+            "sriov",
+            "enable",
+            "0000:26:00.0",
+            "--program",
+            "/nonexistent/sriov-manage",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("from a container, run it through chroot <host-root>"),
+        "{}",
+        stderr(&o)
+    );
+}

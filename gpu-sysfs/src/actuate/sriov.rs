@@ -125,7 +125,11 @@ pub fn enable_sriov(host: &dyn Host, pf: &PciAddress, opts: &SriovOptions) -> Re
         .run(&program, &argv, opts.timeout)
         .map_err(|e| ActuateError::CommandFailed {
             program: command.clone(),
-            status: format!("could not start: {e}"),
+            status: if e.kind() == std::io::ErrorKind::NotFound && opts.chroot.is_none() {
+                format!("could not start: {e}; from a container, run it through chroot <host-root>")
+            } else {
+                format!("could not start: {e}")
+            },
             stderr: String::new(),
         })?;
     if out.timed_out {
