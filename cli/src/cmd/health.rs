@@ -34,10 +34,11 @@ pub struct HealthArgs {
     /// Print the effective policy (TOML for the table output) and exit.
     #[arg(long)]
     pub print_policy: bool,
-    /// Load NVML from this library instead of `libnvidia-ml.so.1` on the linker's path.
+    /// Load NVML from this library instead of `libnvidia-ml.so.1` on the linker's path. NVML is
+    /// loaded by default only when `--root` is `/`; with another root, only from this library.
     #[arg(long, value_name = "PATH", conflicts_with = "no_nvml")]
     pub nvml_lib: Option<PathBuf>,
-    /// Do not load NVML: grade from sysfs signals only.
+    /// Do not load NVML, even with `--root /`: grade from sysfs signals only.
     #[arg(long)]
     pub no_nvml: bool,
     /// Ignore the baseline file under the root.
@@ -84,8 +85,10 @@ fn open_host(root: &Path) -> anyhow::Result<(RealHost, Option<gpu_sysfs::umockde
     Ok((host, None))
 }
 
-fn options(a: &HealthArgs, policy: Policy) -> anyhow::Result<HealthOptions> {
-    let mut opts = if a.no_nvml {
+fn options(a: &HealthArgs, root: &Path, policy: Policy) -> anyhow::Result<HealthOptions> {
+    // The local NVML describes this machine's GPUs, not those of another root or a recording.
+    let local = root.canonicalize().is_ok_and(|r| r == Path::new("/"));
+    let mut opts = if a.no_nvml || (a.nvml_lib.is_none() && !local) {
         HealthOptions::without_telemetry(policy)
     } else if let Some(lib) = &a.nvml_lib {
         // An explicit library that does not open is the operator's mistake: say so.
@@ -119,7 +122,7 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (host, replay) = open_host(&g.root)?;
-    let opts = options(&a, policy)?;
+    let opts = options(&a, &g.root, policy)?;
     let mut topology = gpu_sysfs::discover::discover(&host, &DiscoverOptions::new(g.node_name()))?;
     let reports = gpu_health::grade_topology(&host, &mut topology, &opts);
 
