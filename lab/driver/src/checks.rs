@@ -330,11 +330,6 @@ pub fn vgpu_create(lab: &mut Lab) -> Outcome {
     }
     let t = cli::json(&["topology"])?;
     compare_topology(&t).map_err(|e| format!("after creating: {e}"))?;
-    if !lab.iommu {
-        // The instances brought VFIO's emulated IOMMU groups (/sys/kernel/iommu_groups/0...):
-        // the GPUs must still be reported blocked for lack of an IOMMU.
-        gpu_list(lab).map_err(|e| format!("with mdevs present and no IOMMU: {e}"))?;
-    }
     let listed = cli::run(&["vgpu", "list", "-o", "json"])?.success()?;
     for u in &lab.created {
         ensure(listed.stdout.contains(u.as_str()), || {
@@ -342,6 +337,21 @@ pub fn vgpu_create(lab: &mut Lab) -> Outcome {
         })?;
     }
     Ok(changes.join("; "))
+}
+
+/// Without an IOMMU, the mdevs that exist bring VFIO's emulated IOMMU groups
+/// (`/sys/kernel/iommu_groups/0`, named `vfio-noiommu`): the GPUs must still be reported blocked
+/// because the IOMMU is disabled.
+pub fn gpu_list_with_mdevs(lab: &mut Lab) -> Outcome {
+    ensure(!lab.created.is_empty(), || {
+        "vgpu-create-counts left no instances".into()
+    })?;
+    let groups = sys::list(format!("{}/kernel/iommu_groups", sys::SYS));
+    let listed = gpu_list(lab)?;
+    Ok(format!(
+        "with {} mdevs and groups {groups:?}: {listed}",
+        lab.created.len()
+    ))
 }
 
 /// Creating an existing instance again with the same type succeeds and changes nothing.

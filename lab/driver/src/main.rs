@@ -45,6 +45,7 @@ const WITHOUT_IOMMU: &[Check] = &[
     ("gpu-bind-refused", checks::gpu_bind_refused),
     ("topology", checks::topology),
     ("vgpu-create-counts", checks::vgpu_create),
+    ("gpu-list-with-mdevs", checks::gpu_list_with_mdevs),
     ("vgpu-remove-restores", checks::vgpu_remove),
 ];
 
