@@ -16,7 +16,7 @@ use gpu_sysfs::apply::{
     ApplyError, ApplyEvent, ApplyOptions, ApplyReport, ApplyStatus, LayoutLock, apply_layout,
     assert_config, observe,
 };
-use gpu_sysfs::testing::FakeKernel;
+use gpu_sysfs::testing::{FakeKernel, FakePool, MdevTypeSpec, PciSpec, TreeBuilder};
 
 const A2_LAYOUTS: &str = "version: v1
 vgpu-configs:
@@ -199,6 +199,8 @@ fn a_dry_run_plans_without_writing() {
 fn fails_cleanly_at_every_write(setup: &dyn Fn() -> FakeKernel, text: &str, name: &str) {
     let clean = setup();
     let start = clean.writes().len();
+    // Every setup builds the same host, so it discovers the same.
+    let before = state(&clean);
     apply(&clean, text, name, &options()).unwrap();
     let n = clean.writes().len() - start;
     assert!(n >= 2, "a realistic apply makes several writes");
@@ -206,7 +208,6 @@ fn fails_cleanly_at_every_write(setup: &dyn Fn() -> FakeKernel, text: &str, name
         let host = setup();
         let offset = host.writes().len();
         let host = host.failing_at(offset + k, errno::EIO);
-        let before = state(&host);
         let e = apply(&host, text, name, &options()).unwrap_err();
         let ApplyError::Failed { report } = &e else {
             panic!("write {k}: {e}")
@@ -351,4 +352,110 @@ fn a_second_apply_waits_for_the_lock_and_can_give_up() {
         .expect("the second apply says it waits");
     drop(held);
     assert_eq!(waiter.join().unwrap(), ApplyStatus::Applied);
+}
+
+#[test]
+fn clearing_leaves_vgpus_a_vm_uses_unless_forced() {
+    let k = a2_with_live_vgpus();
+    k.open_device("sys/bus/mdev/devices/c728e022-f16f-434b-ad2c-9665ee634d3d")
+        .unwrap();
+    let before = k.writes().len();
+    let opts = ApplyOptions {
+        mode: Mode::Clear,
+        ..options()
+    };
+    let report = apply(&k, A2_LAYOUTS, "A2-4Q", &opts).unwrap();
+    assert_eq!(report.status, ApplyStatus::Incomplete);
+    assert_eq!(k.writes().len(), before);
+    assert_eq!(instances(&state(&k)).len(), 3);
+}
+
+/// Two T4s (pre-Ampere: the PF itself is the mdev parent and holds many vGPUs), the second one
+/// first in the bus listing, behind a Matrox BMC VGA that NVIDIA's numbering skips.
+fn two_t4s() -> FakeKernel {
+    let mut b = TreeBuilder::new();
+    b.pci(
+        "0000:03:00.0",
+        PciSpec::new(0x102b, 0x0536, 0x030000).group(3),
+    );
+    let types: Vec<MdevTypeSpec> = [
+        ("nvidia-222", "GRID T4-1Q", 1024u64, 16u32),
+        ("nvidia-223", "GRID T4-2Q", 2048, 8),
+        ("nvidia-224", "GRID T4-4Q", 4096, 4),
+        ("nvidia-225", "GRID T4-8Q", 8192, 2),
+        ("nvidia-226", "GRID T4-16Q", 16384, 1),
+    ]
+    .iter()
+    .map(|(id, name, fb, max)| {
+        let d = format!(
+            "num_heads=4, frl_config=60, framebuffer={fb}M, max_resolution=7680x4320, max_instance={max}"
+        );
+        MdevTypeSpec::new(id, name, *max, Some(&d))
+    })
+    .collect();
+    for (pf, group) in [("0000:af:00.0", 40), ("0000:3b:00.0", 41)] {
+        b.pci(
+            pf,
+            PciSpec::new(0x10de, 0x1eb8, 0x030200)
+                .driver("nvidia")
+                .group(group),
+        )
+        .mdev_parent(pf, &types);
+    }
+    let k = FakeKernel::new(b.finish().unwrap()).unwrap();
+    k.with_pool(FakePool::NvidiaMdev {
+        parents: vec!["0000:3b:00.0".into()],
+        per_parent: None,
+    })
+    .with_pool(FakePool::NvidiaMdev {
+        parents: vec!["0000:af:00.0".into()],
+        per_parent: None,
+    })
+}
+
+const T4_LAYOUTS: &str = "version: v1
+vgpu-configs:
+  T4-small:
+    - devices: [0]
+      vgpu-devices:
+        \"T4-1Q\": 16
+    - devices: [1]
+      vgpu-devices:
+        \"T4-2Q\": 8
+";
+
+#[test]
+fn per_index_t4_layouts_fill_each_pf_with_slot_uuids() {
+    let k = two_t4s();
+    let report = apply(&k, T4_LAYOUTS, "T4-small", &options()).unwrap();
+    assert_eq!(report.status, ApplyStatus::Applied);
+    let now = instances(&state(&k));
+    let on = |pf: &str, ty: &str| now.iter().filter(|i| i.0 == pf && i.2 == ty).count();
+    assert_eq!(
+        on("0000:3b:00.0", "nvidia-222"),
+        16,
+        "index 0 is the lower address"
+    );
+    assert_eq!(on("0000:af:00.0", "nvidia-223"), 8);
+    let pf = addr("0000:3b:00.0");
+    let expected: Vec<String> = (0..16)
+        .map(|i| MdevUuid::for_layout_slot("a2host", &pf, i).to_string())
+        .collect();
+    let mut got: Vec<String> = now
+        .iter()
+        .filter(|i| i.0 == "0000:3b:00.0")
+        .map(|i| i.1.clone())
+        .collect();
+    got.sort();
+    let mut expected_sorted = expected.clone();
+    expected_sorted.sort();
+    assert_eq!(got, expected_sorted);
+    let writes = k.writes().len();
+    assert_eq!(
+        apply(&k, T4_LAYOUTS, "T4-small", &options())
+            .unwrap()
+            .status,
+        ApplyStatus::Unchanged
+    );
+    assert_eq!(k.writes().len(), writes);
 }
