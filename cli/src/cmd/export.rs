@@ -30,23 +30,24 @@ pub enum ExportCommand {
 
 /// Which devices to hand off.
 #[derive(Args, Debug)]
-#[group(id = "what", required = true, multiple = false)]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["uuid", "address", "allocation"])))]
 pub struct HandoffArgs {
     /// An mdev instance by UUID.
-    #[arg(long, group = "what", value_name = "UUID")]
+    #[arg(long, value_name = "UUID")]
     pub uuid: Option<MdevUuid>,
     /// A whole GPU (with its companion functions) or a vendor-VFIO VF, by PCI address.
-    #[arg(long, group = "what", value_name = "BDF")]
+    #[arg(long, value_name = "BDF")]
     pub address: Option<PciAddress>,
     /// The devices of an allocation (the JSON/YAML `place` prints, one allocation or several).
-    #[arg(long, group = "what", value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub allocation: Option<PathBuf>,
     /// With --allocation holding several: the Machine whose devices to hand off.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "allocation")]
     pub machine: Option<String>,
     /// With --address: look the address up in this fleet file (node from --node) instead of
     /// this host.
-    #[arg(long, value_name = "FLEET")]
+    #[arg(long, value_name = "FLEET", requires = "address")]
     pub inventory: Option<PathBuf>,
 }
 

@@ -6,7 +6,7 @@
 //! on every scrape.
 //!
 //! "Allocated" memory is what is taken on a node now or reserved for it: whole GPUs in use (bound
-//! to vfio-pci or held by a VM) without vGPUs, the framebuffer of existing vGPU instances, and the
+//! to vfio-pci or held by a VM, not merely hosting the vGPU framework), the framebuffer of existing vGPU instances, and the
 //! devices of *pending* allocations, which the host does not show yet. Created allocations are
 //! already visible as instances and in-use GPUs, so they are not counted twice.
 
@@ -117,7 +117,7 @@ pub fn vram_usage(node: &NodeTopology, allocations: &[Allocation]) -> VramUsage 
         let vgpu_used = pool.map_or(0, |p| p.used_mib);
         if vgpu_used > 0 {
             usage.allocated_mib = usage.allocated_mib.saturating_add(vgpu_used);
-        } else if gpu.state == GpuState::InUse {
+        } else if gpu.state == GpuState::InUse && gpu.vgpu_framework.is_none() {
             usage.allocated_mib = usage.allocated_mib.saturating_add(memory);
         }
     }
@@ -362,5 +362,30 @@ pub fn render(
 
     let mut out = String::new();
     encode(&mut out, &registry)?;
-    Ok(out)
+    Ok(sort_series(&out))
+}
+
+/// Sorts the samples of each family: the library keeps series in a hash map, and a stable order
+/// makes scrapes comparable (the exposition format leaves the order within a family free).
+fn sort_series(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut samples: Vec<&str> = Vec::new();
+    let flush = |samples: &mut Vec<&str>, out: &mut String| {
+        samples.sort_unstable();
+        for s in samples.drain(..) {
+            out.push_str(s);
+            out.push('\n');
+        }
+    };
+    for line in text.lines() {
+        if line.starts_with('#') {
+            flush(&mut samples, &mut out);
+            out.push_str(line);
+            out.push('\n');
+        } else if !line.is_empty() {
+            samples.push(line);
+        }
+    }
+    flush(&mut samples, &mut out);
+    out
 }
