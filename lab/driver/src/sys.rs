@@ -119,10 +119,24 @@ pub enum ExpectedState {
 
 /// What the GPU at `f` must be reported as, given all functions.
 pub fn expected_state(f: &PciFunction, all: &[PciFunction]) -> ExpectedState {
-    let Some(group) = f.group else {
+    let members = f.group.map(group_members).unwrap_or_default();
+    expected_state_in(f, all, &members)
+}
+
+/// [`expected_state`] with the members of `f`'s IOMMU group given: a GPU bound to vfio-pci is in
+/// use; one without a group is blocked for lack of an IOMMU; one whose group holds endpoints of
+/// other cards (bridges excepted) is blocked by them; any other is free.
+pub fn expected_state_in(
+    f: &PciFunction,
+    all: &[PciFunction],
+    members: &[String],
+) -> ExpectedState {
+    if f.driver.as_deref() == Some("vfio-pci") {
+        return ExpectedState::InUse;
+    }
+    if f.group.is_none() {
         return ExpectedState::NoIommu;
-    };
-    let members = group_members(group);
+    }
     let offenders: Vec<String> = all
         .iter()
         .filter(|o| members.contains(&o.address) && o.address != f.address)
@@ -130,12 +144,10 @@ pub fn expected_state(f: &PciFunction, all: &[PciFunction]) -> ExpectedState {
         .filter(|o| !(o.slot() == f.slot() && o.vendor == f.vendor))
         .map(|o| o.address.clone())
         .collect();
-    if !offenders.is_empty() {
-        ExpectedState::SharedGroup(offenders)
-    } else if f.driver.as_deref() == Some("vfio-pci") {
-        ExpectedState::InUse
-    } else {
+    if offenders.is_empty() {
         ExpectedState::Free
+    } else {
+        ExpectedState::SharedGroup(offenders)
     }
 }
 
@@ -239,4 +251,90 @@ pub fn new_uuid() -> Result<String, String> {
 pub fn write(path: impl AsRef<Path>, value: &str) -> Result<(), String> {
     let path = path.as_ref();
     fs::write(path, value).map_err(|e| format!("write {value:?} to {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(
+        address: &str,
+        class: u32,
+        vendor: u32,
+        driver: Option<&str>,
+        group: Option<u32>,
+    ) -> PciFunction {
+        PciFunction {
+            address: address.into(),
+            class,
+            vendor,
+            driver: driver.map(Into::into),
+            group,
+            driver_override: "(null)".into(),
+        }
+    }
+
+    /// The lab's shared group: a bridge, two displays and a NIC.
+    fn shared_group() -> (Vec<PciFunction>, Vec<String>) {
+        let all = vec![
+            f("0000:00:04.0", 0x060400, 0x1b36, None, Some(3)),
+            f("0000:01:01.0", 0x038000, 0x1234, Some("bochs-drm"), Some(3)),
+            f("0000:01:02.0", 0x020000, 0x8086, Some("e1000"), Some(3)),
+            f("0000:01:03.0", 0x038000, 0x1234, Some("bochs-drm"), Some(3)),
+        ];
+        let members = all.iter().map(|x| x.address.clone()).collect();
+        (all, members)
+    }
+
+    #[test]
+    fn a_gpu_sharing_its_group_with_a_nic_is_blocked_by_the_nic_and_the_other_card() {
+        let (all, members) = shared_group();
+        assert_eq!(
+            expected_state_in(&all[1], &all, &members),
+            ExpectedState::SharedGroup(vec!["0000:01:02.0".into(), "0000:01:03.0".into()])
+        );
+    }
+
+    #[test]
+    fn a_bridge_and_functions_of_the_same_card_do_not_block() {
+        let all = vec![
+            f("0000:00:04.0", 0x060400, 0x1b36, None, Some(3)),
+            f("0000:01:00.0", 0x030000, 0x10de, Some("nvidia"), Some(3)),
+            f(
+                "0000:01:00.1",
+                0x040300,
+                0x10de,
+                Some("snd_hda_intel"),
+                Some(3),
+            ),
+        ];
+        let members: Vec<String> = all.iter().map(|x| x.address.clone()).collect();
+        assert_eq!(
+            expected_state_in(&all[1], &all, &members),
+            ExpectedState::Free
+        );
+    }
+
+    #[test]
+    fn a_gpu_without_a_group_lacks_an_iommu_and_one_on_vfio_pci_is_in_use() {
+        let alone = f("0000:00:02.0", 0x030000, 0x1234, Some("bochs-drm"), None);
+        assert_eq!(
+            expected_state_in(&alone, std::slice::from_ref(&alone), &[]),
+            ExpectedState::NoIommu
+        );
+        let bound = f("0000:02:00.0", 0x038000, 0x1234, Some("vfio-pci"), Some(6));
+        let members = vec![bound.address.clone()];
+        assert_eq!(
+            expected_state_in(&bound, std::slice::from_ref(&bound), &members),
+            ExpectedState::InUse
+        );
+    }
+
+    #[test]
+    fn slots_and_classes_read_from_the_address_and_class_code() {
+        let (all, _) = shared_group();
+        assert_eq!(all[1].slot(), "0000:01:01");
+        assert!(all[0].is_bridge() && !all[0].is_display());
+        assert!(all[1].is_display() && !all[2].is_display());
+    }
 }
