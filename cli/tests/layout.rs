@@ -411,3 +411,111 @@ fn nvidias_environment_variables_name_the_file_and_config() {
         text(&out.stdout)
     );
 }
+
+/// The real A2 capture (harvester/pcidevices recording in gpu-sysfs's test data) materialized, with
+/// the separately captured VF type directories laid over every VF (the recorder did not descend
+/// into them); VFs holding an mdev report 0, as an A2 VF holds one vGPU.
+fn real_a2_capture() -> tempfile::TempDir {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gpu-sysfs/tests/data");
+    let text = std::fs::read_to_string(data.join("a2-sriov-mdev-host.umockdev")).unwrap();
+    let mut rec = gpu_sysfs::umockdev::parse(&text, "a2").unwrap();
+    let types_dir = data.join("a2-vf-0000-08-01.7/mdev_supported_types");
+    let mut types: Vec<String> = std::fs::read_dir(&types_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    types.sort();
+    let busy = ["0000:08:00.4", "0000:08:00.6", "0000:08:02.0"];
+    for dev in &mut rec.devices {
+        if dev.property("PCI_ID") != Some("10DE:25B6")
+            || !dev.links.iter().any(|(n, _)| n == "physfn")
+        {
+            continue;
+        }
+        let held = busy.contains(&dev.name());
+        for t in &types {
+            for f in ["name", "description", "device_api", "available_instances"] {
+                let mut v = std::fs::read(types_dir.join(t).join(f)).unwrap();
+                if held && f == "available_instances" {
+                    v = b"0\n".to_vec();
+                }
+                dev.attributes
+                    .push((format!("mdev_supported_types/{t}/{f}"), v));
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    rec.write_tree(dir.path(), "recording").unwrap();
+    dir
+}
+
+/// Compares `actual` with `tests/golden/layout/<name>` (`GPUSLICE_UPDATE_GOLDEN=1` rewrites it).
+fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/layout")
+        .join(name);
+    if std::env::var_os("GPUSLICE_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (GPUSLICE_UPDATE_GOLDEN=1 writes it)",
+            path.display()
+        )
+    });
+    assert_eq!(actual, want, "{} differs", path.display());
+}
+
+#[test]
+fn plans_and_diffs_on_the_real_a2_capture_match_the_golden_files() {
+    let dir = real_a2_capture();
+    let f = example();
+    let f = f.to_str().unwrap();
+    for (args, file, code) in [
+        (
+            vec!["vgpu", "apply", "-f", f, "-c", "A2-4Q", "--dry-run"],
+            "a2-4q-dry-run.txt",
+            0,
+        ),
+        (
+            vec![
+                "-o",
+                "json",
+                "vgpu",
+                "apply",
+                "-f",
+                f,
+                "-c",
+                "A2-4Q",
+                "--dry-run",
+            ],
+            "a2-4q-dry-run.json",
+            0,
+        ),
+        (
+            vec!["vgpu", "assert", "-f", f, "-c", "A2-4Q"],
+            "a2-4q-assert.txt",
+            1,
+        ),
+        (
+            vec!["vgpu", "apply", "-f", f, "-c", "default", "--dry-run"],
+            "default-dry-run.txt",
+            0,
+        ),
+        (
+            vec!["vgpu", "clear", "-f", f, "-c", "A2-4Q", "--dry-run"],
+            "clear-dry-run.txt",
+            0,
+        ),
+    ] {
+        let out = gpuslice(dir.path(), &args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{file}: {}",
+            text(&out.stderr)
+        );
+        golden(file, &text(&out.stdout));
+    }
+}
