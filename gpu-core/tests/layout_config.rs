@@ -206,10 +206,9 @@ fn malformed_values_are_rejected_naming_the_place() {
         assert_eq!(at, want_at, "{text}");
         assert!(why.contains(want_why), "{text}: {why}");
     }
-    assert!(matches!(
-        LayoutFile::parse("version: v1\nvgpu-configs: [unclosed\n"),
-        Err(LayoutError::Decode { .. })
-    ));
+    let e = LayoutFile::parse("version: v1\nvgpu-configs: [unclosed\n").unwrap_err();
+    assert!(matches!(e, LayoutError::Decode { .. }));
+    assert_eq!(e.code(), "decode");
 }
 
 #[test]

@@ -137,6 +137,25 @@ pub enum LayoutError {
     },
 }
 
+impl LayoutError {
+    /// A stable kebab-case code per variant, for bindings and JSON errors (`does-not-fit`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            LayoutError::Decode { .. } => "decode",
+            LayoutError::Invalid { .. } => "invalid",
+            LayoutError::DuplicateType { .. } => "duplicate-type",
+            LayoutError::UnknownConfig { .. } => "unknown-config",
+            LayoutError::ConfigNotChosen { .. } => "config-not-chosen",
+            LayoutError::UnknownType { .. } => "unknown-type",
+            LayoutError::AmbiguousEntries { .. } => "ambiguous-entries",
+            LayoutError::NotVgpuCapable { .. } => "not-vgpu-capable",
+            LayoutError::UnknownDevice { .. } => "unknown-device",
+            LayoutError::Conflict { .. } => "conflict",
+            LayoutError::DoesNotFit { .. } => "does-not-fit",
+        }
+    }
+}
+
 /// Plans config `config_name` of the layout file `config_text` against `topology`: the one pure
 /// entry point the CLI and the bindings share. An empty `config_name` picks the file's only config.
 ///
