@@ -129,3 +129,50 @@ proptest! {
         prop_assert_eq!(kernel.snapshot().unwrap(), before);
     }
 }
+
+const SAMPLE_TYPES: &[(&str, &str, u32)] = &[
+    ("mbochs", "mbochs-small", 4),
+    ("mbochs", "mbochs-medium", 16),
+    ("mbochs", "mbochs-large", 64),
+    ("mtty", "mtty-1", 1),
+    ("mtty", "mtty-2", 2),
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// A batch that runs out of room part-way (a natural ENOSPC, not an injected one) is undone
+    /// too: either every instance exists afterwards, or none of them.
+    #[test]
+    fn a_batch_of_creates_is_all_or_nothing(picks in proptest::collection::vec(0..SAMPLE_TYPES.len(), 1..10)) {
+        let kernel = FakeKernel::sample_mdev_drivers().unwrap();
+        let before = kernel.snapshot().unwrap();
+        let reqs: Vec<MdevCreate> = picks
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| MdevCreate {
+                parent: SAMPLE_TYPES[p].0.parse().unwrap(),
+                type_id: SAMPLE_TYPES[p].1.parse().unwrap(),
+                uuid: MdevUuid::for_machine("vm-b", "x", i as u32),
+            })
+            .collect();
+        // The oracle: each parent's pool (mbochs 256 MB, mtty 24 ports) must hold the batch.
+        let need = |parent: &str| -> u32 {
+            picks.iter().map(|&p| SAMPLE_TYPES[p]).filter(|t| t.0 == parent).map(|t| t.2).sum()
+        };
+        let fits = need("mbochs") <= 256 && need("mtty") <= 24;
+        match actuate::create_mdevs(&kernel, &reqs) {
+            Ok(made) => {
+                prop_assert!(fits);
+                prop_assert_eq!(made.len(), reqs.len());
+                let listed = actuate::list_instances(&kernel).unwrap();
+                prop_assert_eq!(listed.len(), reqs.len());
+            }
+            Err(e) => {
+                prop_assert!(!fits, "refused a batch that fits: {}", e);
+                prop_assert_eq!(e.errno(), Some(errno::ENOSPC));
+                prop_assert_eq!(kernel.snapshot().unwrap(), before);
+            }
+        }
+    }
+}
