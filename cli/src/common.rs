@@ -70,3 +70,90 @@ pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result
     }
     Ok(())
 }
+
+/// The host `--root` names, kept open for as long as a command needs it: a directory used as is,
+/// or a `*.umockdev` recording replayed into a private temporary tree (removed on drop).
+#[derive(Debug)]
+pub struct OpenedHost {
+    host: gpu_sysfs::RealHost,
+    /// Keeps a replayed recording's temporary tree alive.
+    _replay: Option<gpu_sysfs::umockdev::Replay>,
+}
+
+impl OpenedHost {
+    /// The host.
+    pub fn host(&self) -> &gpu_sysfs::RealHost {
+        &self.host
+    }
+}
+
+impl std::ops::Deref for OpenedHost {
+    type Target = gpu_sysfs::RealHost;
+    fn deref(&self) -> &Self::Target {
+        &self.host
+    }
+}
+
+/// Opens the host at `--root`: a directory, or a `*.umockdev` recording.
+///
+/// # Errors
+/// A root that does not exist or is not a directory, or a recording that cannot be read or is
+/// malformed (the message names the file and line).
+pub fn open_host(g: &Global) -> anyhow::Result<OpenedHost> {
+    use anyhow::Context;
+    let root = &g.root;
+    let ctx = || format!("--root {}", root.display());
+    if root.is_file() && root.extension().is_some_and(|e| e == "umockdev") {
+        let replay = gpu_sysfs::umockdev::materialize(root).with_context(ctx)?;
+        let host = gpu_sysfs::RealHost::new(replay.root()).with_context(ctx)?;
+        return Ok(OpenedHost {
+            host,
+            _replay: Some(replay),
+        });
+    }
+    if root.is_file() {
+        anyhow::bail!(
+            "--root {}: a file, but not a `*.umockdev` recording; give a directory standing for `/`",
+            root.display()
+        );
+    }
+    let host = gpu_sysfs::RealHost::new(root).with_context(ctx)?;
+    Ok(OpenedHost {
+        host,
+        _replay: None,
+    })
+}
+
+/// Renders rows as a left-aligned table with two spaces between columns; trailing spaces are
+/// trimmed.
+pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i > 0 {
+                s.push_str("  ");
+            }
+            s.push_str(c);
+            let pad = widths
+                .get(i)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(c.chars().count());
+            s.extend(std::iter::repeat_n(' ', pad));
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(headers.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}

@@ -307,6 +307,9 @@ fn up_to_root(from_dir: &str) -> String {
 struct Writer<'a> {
     root: &'a Path,
     file: &'a str,
+    /// Directories known to exist: a recording has ~10 files per directory, so remembering them
+    /// saves most `mkdir` calls.
+    made: std::cell::RefCell<std::collections::HashSet<String>>,
 }
 
 impl Writer<'_> {
@@ -319,7 +322,12 @@ impl Writer<'_> {
     }
 
     fn mkdir(&self, rel: &str) -> Result<(), SysfsError> {
-        std::fs::create_dir_all(self.at(rel)).map_err(|e| self.io(rel, e))
+        if self.made.borrow().contains(rel) {
+            return Ok(());
+        }
+        std::fs::create_dir_all(self.at(rel)).map_err(|e| self.io(rel, e))?;
+        self.made.borrow_mut().insert(rel.to_owned());
+        Ok(())
     }
 
     fn parent_of(rel: &str) -> &str {
@@ -329,19 +337,54 @@ impl Writer<'_> {
     fn write(&self, rel: &str, data: &[u8], line: usize) -> Result<(), SysfsError> {
         self.mkdir(Self::parent_of(rel))?;
         let p = self.at(rel);
-        if std::fs::symlink_metadata(&p).is_ok_and(|m| !m.is_file()) {
-            return Err(SysfsError::malformed(
-                self.file,
-                line,
-                format!("{rel} is both a directory or link and an attribute"),
-            ));
-        }
-        std::fs::write(&p, data).map_err(|e| self.io(rel, e))
+        std::fs::write(&p, data).map_err(|e| {
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| !m.is_file()) {
+                SysfsError::malformed(
+                    self.file,
+                    line,
+                    format!("{rel} is both a directory or link and an attribute"),
+                )
+            } else {
+                self.io(rel, e)
+            }
+        })
     }
 
     /// Creates `rel` → `target`; an existing identical link is fine.
+    /// Creates a directory whose every component must be a real directory, never a link: a
+    /// recorded link must not redirect where the derived views are written.
+    fn mkdir_checked(&self, rel: &str, line: usize) -> Result<(), SysfsError> {
+        if self.made.borrow().contains(rel) {
+            return Ok(());
+        }
+        let mut prefix = String::new();
+        for part in rel.split('/') {
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(part);
+            if self.made.borrow().contains(&prefix) {
+                continue;
+            }
+            let p = self.at(&prefix);
+            match std::fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(SysfsError::malformed(
+                        self.file,
+                        line,
+                        format!("{rel} passes through {prefix}, which is not a directory"),
+                    ));
+                }
+                Err(_) => std::fs::create_dir(&p).map_err(|e| self.io(&prefix, e))?,
+            }
+            self.made.borrow_mut().insert(prefix.clone());
+        }
+        Ok(())
+    }
+
     fn link(&self, rel: &str, target: &str, line: usize) -> Result<(), SysfsError> {
-        self.mkdir(Self::parent_of(rel))?;
+        self.mkdir_checked(Self::parent_of(rel), line)?;
         let p = self.at(rel);
         if let Ok(existing) = std::fs::read_link(&p) {
             if existing == Path::new(target) {
@@ -367,7 +410,11 @@ impl Recording {
     /// [`SysfsError::Malformed`] with the line of a link whose target leaves `sys/` or of a name
     /// that is both a file and a directory; [`SysfsError::Io`] for write failures.
     pub fn write_tree(&self, root: &Path, file: &str) -> Result<(), SysfsError> {
-        let w = Writer { root, file };
+        let w = Writer {
+            root,
+            file,
+            made: Default::default(),
+        };
         for d in [
             "sys/devices",
             "sys/bus/pci/devices",
@@ -381,6 +428,8 @@ impl Recording {
         for dev in &self.devices {
             w.mkdir(&dev.path)?;
         }
+        // Files first, while no recorded link exists that a path could pass through; links and
+        // the derived views after, each checked not to pass through a link.
         let mut mdev_parents: BTreeSet<(String, usize)> = BTreeSet::new();
         for dev in &self.devices {
             for (name, value) in &dev.attributes {
@@ -389,6 +438,8 @@ impl Recording {
                     mdev_parents.insert((dev.path.clone(), dev.line));
                 }
             }
+        }
+        for dev in &self.devices {
             for (name, target) in &dev.links {
                 let at = format!("{}/{name}", dev.path);
                 let link_dir = Writer::parent_of(&at);
@@ -404,11 +455,11 @@ impl Recording {
                 w.link(&at, target, dev.line)?;
                 let leaf = name.rsplit('/').next().unwrap_or(name);
                 if leaf == "driver" {
-                    w.mkdir(&resolved)?;
+                    w.mkdir_checked(&resolved, dev.line)?;
                 }
                 if leaf == "iommu_group" {
                     let members = format!("{resolved}/devices");
-                    w.mkdir(&members)?;
+                    w.mkdir_checked(&members, dev.line)?;
                     w.link(
                         &format!("{members}/{}", dev.name()),
                         &format!("{}{}", up_to_root(&members), dev.path),
@@ -434,7 +485,7 @@ impl Recording {
                     .filter(|d| check_relative(d).is_ok() && !d.contains('/'))
                 {
                     let ddir = format!("{bus}/drivers/{drv}");
-                    w.mkdir(&ddir)?;
+                    w.mkdir_checked(&ddir, dev.line)?;
                     w.link(
                         &format!("{ddir}/{}", dev.name()),
                         &format!("{}{}", up_to_root(&ddir), dev.path),
@@ -582,6 +633,18 @@ N: ttyS1
         let dir = tempfile::tempdir().unwrap();
         let e = escaping.write_tree(dir.path(), "bad").unwrap_err();
         assert!(e.to_string().contains("leaves sys/"), "{e}");
+    }
+
+    #[test]
+    fn links_cannot_redirect_where_later_paths_are_written() {
+        // `l1` points back to `sys`; a device recorded "under" it would really sit at
+        // sys/devices/z, three levels higher than its path says, so its own lexically harmless
+        // link would point outside the tree.
+        let text = "P: /devices/a\nL: l1=../..\n\nP: /devices/a/l1/devices/z\nL: evil=../../../../../../tmp\n";
+        let rec = parse(text, "evil").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let e = rec.write_tree(dir.path(), "evil").unwrap_err();
+        assert!(e.to_string().starts_with("evil:"), "{e}");
     }
 
     #[test]

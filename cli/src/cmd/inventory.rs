@@ -1,21 +1,394 @@
-//! TopologyArgs:topology commands (being built).
-use crate::common::Global;
+//! Inventory commands: `gpuslice gpu list` and `gpuslice topology`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// TopologyArgs.
-#[derive(clap::Args, Debug)]
-pub struct TopologyArgs {}
+use anyhow::Context;
+use gpu_core::{Fleet, Gpu, GpuState, NodeTopology, ParentId, PciAddress, Pool};
+use gpu_sysfs::discover::DiscoverOptions;
 
-/// Runs `topology`.
-pub fn topology(_g: &Global, _a: TopologyArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not built yet")
+use crate::common::{Global, Output, open_host, print_data, render_table};
+
+/// Arguments of `gpuslice topology`.
+#[derive(clap::Args, Debug)]
+pub struct TopologyArgs {
+    /// Publish only these vGPU parents (comma-separated parent IDs such as `0000:08:00.4` or
+    /// `mbochs`; a GPU's address selects all its parents), keeping the others for other uses.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub mdev_parents: Option<Vec<String>>,
 }
 
-/// GpuListArgs.
+/// Arguments of `gpuslice gpu list`.
 #[derive(clap::Args, Debug)]
-pub struct GpuListArgs {}
+pub struct GpuListArgs {
+    /// List the GPUs of every node in a fleet file (JSON or YAML) instead of this host; with
+    /// `--node`, only that node's.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: Option<PathBuf>,
+    /// List this host's GPUs (the default).
+    #[arg(long, conflicts_with = "inventory")]
+    pub local: bool,
+}
 
-/// Runs `gpu_list`.
-pub fn gpu_list(_g: &Global, _a: GpuListArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not built yet")
+fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<ParentId>>> {
+    let Some(list) = list else { return Ok(None) };
+    list.iter()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            s.parse::<ParentId>()
+                .with_context(|| "--mdev-parents".to_owned())
+        })
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// Discovers this host (the one composition point of the inventory commands).
+fn local_topology(g: &Global, mdev_parents: Option<Vec<ParentId>>) -> anyhow::Result<NodeTopology> {
+    let node = g.node_name();
+    gpu_core::validate_name(&node).context("--node")?;
+    let host = open_host(g)?;
+    let mut opts = DiscoverOptions::new(node);
+    opts.mdev_parents = mdev_parents;
+    Ok(gpu_sysfs::discover::discover(host.host(), &opts)?)
+}
+
+fn dash(s: Option<&str>) -> String {
+    s.filter(|s| !s.is_empty()).unwrap_or("-").to_owned()
+}
+
+/// The vendor as the JSON spells it.
+fn vendor_name(v: gpu_core::Vendor) -> &'static str {
+    use gpu_core::Vendor;
+    match v {
+        Vendor::Nvidia => "nvidia",
+        Vendor::Amd => "amd",
+        Vendor::Intel => "intel",
+        Vendor::Matrox => "matrox",
+        Vendor::Aspeed => "aspeed",
+        Vendor::Other => "other",
+    }
+}
+
+fn gpu_row(g: &Gpu) -> Vec<String> {
+    vec![
+        g.name.clone(),
+        g.address.to_string(),
+        vendor_name(g.vendor).to_owned(),
+        dash(Some(&g.model)),
+        dash(g.driver.as_deref()),
+        g.state.as_str().to_owned(),
+        g.health.state.as_str().to_owned(),
+    ]
+}
+
+const GPU_HEADERS: [&str; 7] = [
+    "NAME", "ADDRESS", "VENDOR", "MODEL", "DRIVER", "STATE", "HEALTH",
+];
+
+/// The warnings of a topology, one line each, prefixed with the device they concern.
+fn warning_lines(t: &NodeTopology) -> Vec<String> {
+    let mut out: Vec<String> = t
+        .warnings
+        .iter()
+        .map(|w| format!("{}: {w}", t.node))
+        .collect();
+    for g in &t.gpus {
+        out.extend(g.warnings.iter().map(|w| format!("{}: {w}", g.name)));
+    }
+    for p in &t.mediated_devices.parents {
+        out.extend(p.warnings.iter().map(|w| format!("{}: {w}", p.id)));
+    }
+    out
+}
+
+fn print_warnings(t: &NodeTopology) {
+    for w in warning_lines(t) {
+        eprintln!("warning: {w}");
+    }
+}
+
+/// Runs `gpuslice gpu list`.
+///
+/// # Errors
+/// An invalid `--root`, a fleet file that cannot be read or decoded, or a `--node` the fleet
+/// does not have.
+pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
+    let Some(path) = &a.inventory else {
+        let t = local_topology(g, None)?;
+        match g.output {
+            Output::Table => {
+                let rows: Vec<Vec<String>> = t.gpus.iter().map(gpu_row).collect();
+                print!("{}", render_table(&GPU_HEADERS, &rows));
+                print_warnings(&t);
+            }
+            other => print_data(other, &t.gpus)?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("--inventory {}", path.display()))?;
+    let fleet =
+        Fleet::from_text(&text).with_context(|| format!("--inventory {}", path.display()))?;
+    let nodes: Vec<&NodeTopology> = match &g.node {
+        Some(n) => {
+            let found: Vec<&NodeTopology> = fleet.nodes.iter().filter(|t| t.node == *n).collect();
+            if found.is_empty() {
+                let known: Vec<&str> = fleet.nodes.iter().map(|t| t.node.as_str()).collect();
+                anyhow::bail!(
+                    "--node {n}: not in {} (nodes: {})",
+                    path.display(),
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                );
+            }
+            found
+        }
+        None => fleet.nodes.iter().collect(),
+    };
+    match g.output {
+        Output::Table => {
+            let mut headers = vec!["NODE"];
+            headers.extend(GPU_HEADERS);
+            let rows: Vec<Vec<String>> = nodes
+                .iter()
+                .flat_map(|t| {
+                    t.gpus.iter().map(|gpu| {
+                        let mut r = vec![t.node.clone()];
+                        r.extend(gpu_row(gpu));
+                        r
+                    })
+                })
+                .collect();
+            print!("{}", render_table(&headers, &rows));
+        }
+        other => {
+            let mut list = Vec::new();
+            for t in &nodes {
+                for gpu in &t.gpus {
+                    let mut v = serde_json::to_value(gpu)?;
+                    if let Some(obj) = v.as_object_mut() {
+                        obj.insert("node".to_owned(), serde_json::Value::String(t.node.clone()));
+                    }
+                    list.push(v);
+                }
+            }
+            print_data(other, &list)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `gpuslice topology`.
+///
+/// # Errors
+/// An invalid `--root`, `--node` or `--mdev-parents`.
+pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
+    let t = local_topology(g, parse_parents(&a.mdev_parents)?)?;
+    match g.output {
+        Output::Table => {
+            print!("{}", render_topology(&t));
+            print_warnings(&t);
+        }
+        other => print_data(other, &t)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mib(v: u64) -> String {
+    format!("{v} MiB")
+}
+
+/// What one profile offers across the parents of a GPU (or one virtual parent).
+struct ProfileLine {
+    name: String,
+    id: String,
+    size: Option<u64>,
+    /// Parents that can take one now.
+    parents_free: u32,
+    /// How many more can be created in total: the pool's count, capped by the free parents.
+    free: u32,
+}
+
+fn profile_lines(parents: &[&gpu_core::Parent], pool: Option<&Pool>) -> Vec<ProfileLine> {
+    let mut by_id: BTreeMap<String, ProfileLine> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for p in parents {
+        for prof in &p.profiles {
+            let key = prof.id.to_string();
+            let line = by_id.entry(key.clone()).or_insert_with(|| {
+                order.push(key.clone());
+                ProfileLine {
+                    name: prof.name.clone(),
+                    id: key,
+                    size: prof.framebuffer_mib,
+                    parents_free: 0,
+                    free: 0,
+                }
+            });
+            line.parents_free += u32::from(prof.available_instances > 0);
+            line.free = line.free.saturating_add(prof.available_instances);
+            if let Some(pool) = pool {
+                line.free = line.free.min(pool.creatable(prof));
+            }
+        }
+    }
+    order.into_iter().filter_map(|k| by_id.remove(&k)).collect()
+}
+
+/// The topology as people read it: GPUs, then vGPU parents grouped per GPU with each profile's
+/// free count and the instances with their holders, then the GPU memory line.
+fn render_topology(t: &NodeTopology) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Node {}", t.node);
+    let _ = writeln!(out);
+    let _ = writeln!(out, "GPUs");
+    if t.gpus.is_empty() {
+        let _ = writeln!(out, "  (none)");
+    } else {
+        let rows: Vec<Vec<String>> = t
+            .gpus
+            .iter()
+            .map(|g| {
+                let mut r = gpu_row(g);
+                r.push(g.memory_mib.map_or_else(|| "-".to_owned(), mib));
+                r.push(dash(g.state_reason.as_deref()));
+                r
+            })
+            .collect();
+        let mut headers = GPU_HEADERS.to_vec();
+        headers.extend(["MEMORY", "WHY"]);
+        out.push_str(&indent(&render_table(&headers, &rows)));
+    }
+
+    let _ = writeln!(out);
+    let _ = writeln!(out, "vGPU parents");
+    let parents = &t.mediated_devices.parents;
+    if parents.is_empty() {
+        let _ = writeln!(out, "  (none)");
+    }
+    // One block per pool key (physical GPU or virtual parent), in order of first appearance.
+    let mut keys: Vec<ParentId> = Vec::new();
+    for p in parents {
+        let k = p.pool_key();
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for key in &keys {
+        let members: Vec<&gpu_core::Parent> =
+            parents.iter().filter(|p| p.pool_key() == *key).collect();
+        let pool = t.pool(key);
+        let gpu_name = key
+            .pci()
+            .and_then(|a: PciAddress| t.gpu_by_address(&a))
+            .map(|g| g.name.clone());
+        let framework = members.first().map(|p| p.framework.as_str()).unwrap_or("-");
+        let free_parents = members
+            .iter()
+            .filter(|p| p.profiles.iter().any(|x| x.available_instances > 0))
+            .count();
+        let title = match &gpu_name {
+            Some(n) => format!("{n} ({key})"),
+            None => key.to_string(),
+        };
+        let mut head = format!(
+            "{title}: {framework}, {} parent{}, {free_parents} with room",
+            members.len(),
+            if members.len() == 1 { "" } else { "s" }
+        );
+        if let Some(pool) = pool {
+            let _ = write!(
+                head,
+                "; pool {} of {} used",
+                mib(pool.used_mib),
+                mib(pool.total_mib)
+            );
+            if let Some(l) = pool.size_locked_mib.filter(|_| !pool.mixed_size) {
+                let _ = write!(head, ", locked to {} vGPUs", mib(l));
+            }
+            if let (Some(total), Some(used)) = (pool.mig_slices_total, pool.mig_slices_used) {
+                let _ = write!(head, ", MIG slices {used} of {total} used");
+            }
+        }
+        let _ = writeln!(out, "  {head}");
+        let lines = profile_lines(&members, pool);
+        if !lines.is_empty() {
+            let rows: Vec<Vec<String>> = lines
+                .iter()
+                .map(|l| {
+                    vec![
+                        l.name.clone(),
+                        l.id.clone(),
+                        l.size.map_or_else(|| "-".to_owned(), mib),
+                        l.free.to_string(),
+                        l.parents_free.to_string(),
+                    ]
+                })
+                .collect();
+            out.push_str(&indent(&indent(&render_table(
+                &["PROFILE", "ID", "SIZE", "FREE", "ON PARENTS"],
+                &rows,
+            ))));
+        }
+        let instances: Vec<Vec<String>> = members
+            .iter()
+            .flat_map(|p| {
+                p.instances.iter().map(|i| {
+                    vec![
+                        i.uuid
+                            .map(|u| u.to_string())
+                            .or_else(|| i.address.map(|a| a.to_string()))
+                            .unwrap_or_else(|| "-".to_owned()),
+                        i.profile_name
+                            .clone()
+                            .unwrap_or_else(|| i.profile.to_string()),
+                        i.framebuffer_mib.map_or_else(|| "-".to_owned(), mib),
+                        p.id.to_string(),
+                    ]
+                })
+            })
+            .collect();
+        if !instances.is_empty() {
+            out.push_str(&indent(&indent(&render_table(
+                &["INSTANCE", "PROFILE", "SIZE", "HOLDER"],
+                &instances,
+            ))));
+        }
+    }
+
+    // Memory handed out: vGPU framebuffer in use, plus whole GPUs bound to vfio-pci.
+    let total: u64 = t.gpus.iter().filter_map(|g| g.memory_mib).sum();
+    let vgpu: u64 = t.mediated_devices.pools.iter().map(|p| p.used_mib).sum();
+    let whole: u64 = t
+        .gpus
+        .iter()
+        .filter(|g| g.state == GpuState::InUse && g.driver.as_deref() == Some("vfio-pci"))
+        .filter_map(|g| g.memory_mib)
+        .sum();
+    let unknown = t.gpus.iter().filter(|g| g.memory_mib.is_none()).count();
+    let _ = writeln!(out);
+    let _ = write!(
+        out,
+        "GPU memory: {} allocated of {} total",
+        mib(vgpu + whole),
+        mib(total)
+    );
+    if unknown > 0 {
+        let _ = write!(
+            out,
+            " ({unknown} GPU{} of unknown size)",
+            if unknown == 1 { "" } else { "s" }
+        );
+    }
+    let _ = writeln!(out);
+    out
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("  {l}\n")).collect()
 }
