@@ -129,6 +129,7 @@ impl PrepareInput {
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum PrepareAction {
     /// Bind a whole GPU (and its companion functions) to vfio-pci.
+    #[serde(rename_all = "camelCase")]
     BindGpu {
         /// The request.
         request: String,
@@ -138,6 +139,7 @@ pub enum PrepareAction {
         address: PciAddress,
     },
     /// Create an mdev.
+    #[serde(rename_all = "camelCase")]
     CreateMdev {
         /// The request.
         request: String,
@@ -153,6 +155,7 @@ pub enum PrepareAction {
         uuid: MdevUuid,
     },
     /// Set a vGPU type on a vendor-VFIO VF.
+    #[serde(rename_all = "camelCase")]
     SetVfType {
         /// The request.
         request: String,
