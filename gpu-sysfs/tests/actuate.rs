@@ -575,3 +575,60 @@ fn a_typed_vf_resolves_profile_names_through_its_siblings() {
         "{e}"
     );
 }
+
+#[test]
+fn a_gpu_shared_as_vgpus_is_not_taken_from_under_them() {
+    let k = FakeKernel::a2_mdev_host().unwrap();
+    let e = bind_gpu(&k, &pci("0000:08:00.0")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "0000:08:00.0: has 16 SR-IOV VFs enabled (vGPU host); clear their vGPUs and disable SR-IOV before binding the GPU to vfio-pci"
+    );
+    // A pre-Ampere card is an mdev parent itself.
+    let mut b = gpu_sysfs::testing::TreeBuilder::new();
+    b.pci(
+        "0000:3b:00.0",
+        gpu_sysfs::testing::PciSpec::new(0x10de, 0x1eb8, 0x030200)
+            .driver("nvidia")
+            .group(3),
+    )
+    .mdev_parent(
+        "0000:3b:00.0",
+        &[gpu_sysfs::testing::MdevTypeSpec::new(
+            "nvidia-222",
+            "GRID T4-4Q",
+            3,
+            Some("framebuffer=4096M, max_instance=4"),
+        )],
+    )
+    .mdev_instance(
+        "de306c9f-a714-4373-a290-dc15d4e49b71",
+        "0000:3b:00.0",
+        "nvidia-222",
+    );
+    let k = FakeKernel::new(b.finish().unwrap()).unwrap();
+    let e = bind_gpu(&k, &pci("0000:3b:00.0")).unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "is shared as vGPUs (1 mdev instance(s): de306c9f-a714-4373-a290-dc15d4e49b71)"
+        ),
+        "{e}"
+    );
+    assert!(k.writes().is_empty());
+}
+
+#[test]
+fn binding_the_boot_gpu_warns_that_the_console_goes_away() {
+    let mut b = gpu_sysfs::testing::TreeBuilder::new();
+    let mut spec = gpu_sysfs::testing::PciSpec::new(0x1002, 0x73bf, 0x030000)
+        .driver("amdgpu")
+        .group(4);
+    spec.boot_vga = Some(true);
+    b.pci("0000:0a:00.0", spec);
+    let k = FakeKernel::new(b.finish().unwrap()).unwrap();
+    let r = bind_gpu(&k, &pci("0000:0a:00.0")).unwrap();
+    assert_eq!(
+        r.warnings,
+        ["0000:0a:00.0 is the boot VGA device: the host console on it goes away"]
+    );
+}

@@ -81,6 +81,9 @@ fn print_binding(verb: &str, b: &GpuBinding) {
             print_handoff(&f.handoff);
         }
     }
+    for w in &b.warnings {
+        println!("warning: {w}");
+    }
 }
 
 /// `gpu bind` arguments.

@@ -52,6 +52,9 @@ pub struct GpuBinding {
     pub iommu_groups: Vec<u32>,
     /// Every function of the card, in address order.
     pub functions: Vec<FunctionChange>,
+    /// Things an operator should know (the host console ran on this GPU).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl GpuBinding {
@@ -174,6 +177,47 @@ fn check_groups(host: &dyn Host, gpu: &PciAddress, fns: &[PciAddress]) -> Result
     Ok(groups)
 }
 
+/// Refuses a function that is shared as vGPUs: mdev instances on it or its VFs, or SR-IOV VFs
+/// enabled. Unbinding its driver would destroy them under the VMs using them.
+fn refuse_if_sharing(host: &dyn Host, a: &PciAddress) -> Result<()> {
+    let dir = pci_dir(a);
+    let mut parents = vec![*a];
+    parents.extend(super::vendor::vfs_of(host, a));
+    let mut instances: Vec<String> = Vec::new();
+    for p in &parents {
+        let pdir = pci_dir(p);
+        for e in host.list(&pdir).unwrap_or_default() {
+            if e.parse::<gpu_core::MdevUuid>().is_ok()
+                && host.exists(&format!("{pdir}/{e}/mdev_type"))
+            {
+                instances.push(e);
+            }
+        }
+    }
+    if !instances.is_empty() {
+        return Err(ActuateError::Unsupported {
+            device: a.to_string(),
+            why: format!(
+                "is shared as vGPUs ({} mdev instance(s): {}); remove them before binding the GPU to vfio-pci",
+                instances.len(),
+                instances.join(", ")
+            ),
+        });
+    }
+    let numvfs: u32 = read_opt(host, &format!("{dir}/sriov_numvfs"))?
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if numvfs > 0 {
+        return Err(ActuateError::Unsupported {
+            device: a.to_string(),
+            why: format!(
+                "has {numvfs} SR-IOV VFs enabled (vGPU host); clear their vGPUs and disable SR-IOV before binding the GPU to vfio-pci"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Puts a function back to `want` (driver and override), as far as the kernel lets it.
 fn restore(host: &dyn Host, a: &PciAddress, want: &FnState) -> Result<()> {
     let addr = a.to_string();
@@ -275,6 +319,18 @@ fn bind_one(host: &dyn Host, a: &PciAddress, before: &FnState) -> Result<()> {
 pub fn bind_gpu(host: &dyn Host, gpu: &PciAddress) -> Result<GpuBinding> {
     let fns = card_functions(host, gpu)?;
     let groups = check_groups(host, gpu, &fns)?;
+    for a in &fns {
+        refuse_if_sharing(host, a)?;
+    }
+    let warnings: Vec<String> = fns
+        .iter()
+        .filter(|a| {
+            host.read_string(&format!("{}/boot_vga", pci_dir(a)))
+                .is_ok_and(|v| v == "1")
+                && pci_driver(host, a).as_deref() != Some(VFIO_PCI)
+        })
+        .map(|a| format!("{a} is the boot VGA device: the host console on it goes away"))
+        .collect();
     let mut touched: Vec<(PciAddress, FnState)> = Vec::new();
     let mut out = Vec::new();
     for a in &fns {
@@ -299,6 +355,7 @@ pub fn bind_gpu(host: &dyn Host, gpu: &PciAddress) -> Result<GpuBinding> {
         gpu: *gpu,
         iommu_groups: groups,
         functions: out,
+        warnings,
     })
 }
 
@@ -375,5 +432,6 @@ pub fn release_gpu(host: &dyn Host, gpu: &PciAddress, force: bool) -> Result<Gpu
         gpu: *gpu,
         iommu_groups: groups,
         functions: out,
+        warnings: Vec::new(),
     })
 }
