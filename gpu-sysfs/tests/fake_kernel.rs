@@ -440,3 +440,27 @@ fn an_open_device_shows_up_as_a_process_fd() {
         .collect();
     assert!(targets.contains(&"/dev/vfio/1".to_owned()), "{targets:?}");
 }
+
+#[test]
+fn concurrent_creates_never_overdraw_the_pool() {
+    let k = std::sync::Arc::new(FakeKernel::sample_mdev_drivers().unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let k = k.clone();
+            std::thread::spawn(move || {
+                (0..3)
+                    .filter(|i| {
+                        k.write(
+                            &format!("{MBOCHS}/mbochs-large/create"),
+                            uuid(t * 10 + i).as_bytes(),
+                        )
+                        .is_ok()
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let made: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(made, 4, "256 MB hold four 64 MB instances");
+    assert_eq!(mbochs(&k), [0, 0, 0]);
+}

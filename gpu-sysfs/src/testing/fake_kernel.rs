@@ -164,6 +164,8 @@ pub struct FakeKernel {
     fs: RealHost,
     pools: Vec<FakePool>,
     state: Mutex<State>,
+    /// Held while a write reacts, so concurrent writers see the kernel's one-at-a-time order.
+    serial: Mutex<()>,
 }
 
 fn err(code: i32) -> io::Error {
@@ -214,6 +216,7 @@ impl FakeKernel {
             fs,
             pools: Vec::new(),
             state: Mutex::new(state),
+            serial: Mutex::new(()),
         })
     }
 
@@ -1196,7 +1199,13 @@ impl Host for FakeKernel {
         }
         let result = match fail {
             Some(e) => Err(err(e)),
-            None => self.react(path, data),
+            None => {
+                let _serial = match self.serial.lock() {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+                self.react(path, data)
+            }
         };
         if let Err(e) = &result {
             let mut st = self.lock();
