@@ -3,8 +3,9 @@
 //! Every operation is plain logic over a [`Host`], so it runs the same against the real `/sys`,
 //! a fake tree, or the fake kernel of the `testing` feature:
 //!
-//! - [`mdev`]: create an mdev instance of a type on a parent under a given (stable) UUID, and
-//!   remove it, refusing to remove one a VM holds open;
+//! - [`mdev`]: create an mdev instance of a type on a parent under a given (stable) UUID (or on
+//!   whichever VF of an SR-IOV card has room), and remove it, refusing to remove one a VM holds
+//!   open;
 //! - [`vendor`]: NVIDIA vendor-specific VFIO, where a VF takes one vGPU type through
 //!   `nvidia/current_vgpu_type`;
 //! - [`sriov`]: enable SR-IOV with NVIDIA's `sriov-manage`, bounded by a timeout and checked
@@ -15,7 +16,10 @@
 //! - [`inuse`]: whether a device's VFIO node is open by a process;
 //! - [`handoff`]: the QEMU and libvirt snippets that hand a device to a VM.
 //!
-//! Errors are [`ActuateError`]s naming the path and the meaning of the kernel's errno.
+//! Errors are [`ActuateError`]s naming the path and the meaning of the kernel's errno; they
+//! convert into the crate's [`crate::SysfsError`]. Operations that change the host are idempotent
+//! (asking again for what exists reports `changed: false` and writes nothing), and multi-step ones
+//! undo their earlier steps when a later one fails.
 
 pub mod bind;
 pub mod error;
