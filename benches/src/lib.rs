@@ -1,1 +1,3 @@
 //! Shared helpers for the benches.
+
+pub mod fleetgen;

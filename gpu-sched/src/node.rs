@@ -50,6 +50,8 @@ pub(crate) struct GpuSlot {
     pub group: Option<usize>,
     /// The snapshot shows vGPUs or used framebuffer on it.
     pub hosts_base: bool,
+    /// The model name in lower case, for the `model` filter.
+    pub model_lc: String,
 }
 
 impl GpuSlot {
@@ -283,6 +285,7 @@ impl NodeState {
                 vgpus: 0,
                 group: None,
                 hosts_base: false,
+                model_lc: g.model.to_ascii_lowercase(),
             })
             .collect();
         let mut groups: Vec<Group> = Vec::new();
@@ -699,7 +702,15 @@ impl NodeState {
         out
     }
 
-    /// The health of the GPU a pick uses.
+    /// The worst health state of what a pick uses (cheap; no strings).
+    pub(crate) fn pick_state(&self, p: &Pick) -> HealthState {
+        match *p {
+            Pick::Whole { gpu, .. } => self.gpus[gpu].health,
+            Pick::Vgpu { group, .. } => self.groups[group].health,
+        }
+    }
+
+    /// The health of the GPU a pick uses, with reasons and a display name.
     pub(crate) fn pick_health(&self, p: &Pick) -> (HealthState, Vec<String>, String) {
         match *p {
             Pick::Whole { gpu, .. } => {
@@ -895,7 +906,7 @@ impl NodeState {
             return Some(Filter::WrongClass);
         }
         if let Some(m) = &r.model {
-            if !g.is_some_and(|g| g.model.to_ascii_lowercase().contains(m.as_str())) {
+            if !gpu.is_some_and(|i| self.gpus[i].model_lc.contains(m.as_str())) {
                 return Some(Filter::WrongModel);
             }
         }

@@ -158,6 +158,9 @@ pub(crate) fn resolve(
     templates: &BTreeMap<String, DeviceRequest>,
     catalog: &Catalog,
 ) -> Result<Resolved, SchedError> {
+    if m.devices.iter().all(|d| d.template.is_none()) {
+        return resolve_merged(m, catalog);
+    }
     let mut merged = m.clone();
     for d in &mut merged.devices {
         if let Some(t) = d.template.clone() {
@@ -185,15 +188,17 @@ pub(crate) fn resolve(
             *d = d.merged_with(tpl);
         }
     }
-    merged
-        .validate()
-        .map_err(|e| invalid(&m.name, e.to_string()))?;
-    let mut reqs = Vec::with_capacity(merged.devices.len());
-    for d in &merged.devices {
+    resolve_merged(&merged, catalog)
+}
+
+fn resolve_merged(m: &Machine, catalog: &Catalog) -> Result<Resolved, SchedError> {
+    m.validate().map_err(|e| invalid(&m.name, e.to_string()))?;
+    let mut reqs = Vec::with_capacity(m.devices.len());
+    for d in &m.devices {
         reqs.push(resolve_request(&m.name, d, catalog)?);
     }
     Ok(Resolved {
-        name: merged.name,
+        name: m.name.clone(),
         reqs,
     })
 }

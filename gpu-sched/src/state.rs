@@ -314,10 +314,15 @@ impl FleetState {
         };
         self.charge(slot, &charges, 1);
         let a = placement.allocation.clone();
-        self.on_node
-            .entry(a.node.clone())
-            .or_default()
-            .insert(a.machine.clone());
+        match self.on_node.get_mut(&a.node) {
+            Some(set) => {
+                set.insert(a.machine.clone());
+            }
+            None => {
+                self.on_node
+                    .insert(a.node.clone(), BTreeSet::from([a.machine.clone()]));
+            }
+        }
         self.records.insert(
             a.machine.clone(),
             Record {
@@ -388,6 +393,9 @@ impl FleetState {
         let devices = n.devices_of(&m.name, m, picks);
         let mut degraded = Vec::new();
         for p in picks {
+            if n.pick_state(p) != HealthState::Degraded {
+                continue;
+            }
             let (state, reasons, device) = n.pick_health(p);
             if state == HealthState::Degraded {
                 let req = match *p {

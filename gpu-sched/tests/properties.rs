@@ -718,7 +718,7 @@ fn oracle_fits(n: &NodeTopology, f: &Fleet, r: &DeviceRequest) -> bool {
             start: usize,
             left: usize,
             cur: &mut Vec<(usize, usize)>,
-            valid: &dyn Fn(&[(usize, usize)]) -> bool,
+            valid: &Validity<'_>,
         ) -> bool {
             if left == 0 {
                 return valid(cur);
@@ -772,6 +772,9 @@ fn oracle_fits(n: &NodeTopology, f: &Fleet, r: &DeviceRequest) -> bool {
             && (r.alignment.is_none() || chosen.iter().all(|g| g.numa_node == chosen[0].numa_node))
     })
 }
+
+/// Checks a combination of (parent, profile) slots.
+type Validity<'a> = dyn Fn(&[(usize, usize)]) -> bool + 'a;
 
 fn place_all(s: &mut FleetState, ms: &[Machine], policy: Policy) -> Vec<bool> {
     ms.iter().map(|m| s.place(m, policy).is_ok()).collect()

@@ -1,0 +1,144 @@
+//! Placement benchmarks: `cargo bench --bench place`.
+//!
+//! - `place/10k_nodes/single`: one placement, state update included, on 10,000 mixed 8-GPU
+//!   nodes (the workload of `fleetgen::workload_machine` in turn).
+//! - `place/10k_nodes/sequence_100k`: 100,000 Machines placed one after the other.
+//! - `place/8gpu_whole`: an 8-whole-GPU Machine on a fleet of 1,000 8-GPU passthrough nodes.
+//! - `place/scaling/<nodes>`: as `single`, from 100 to 100,000 nodes.
+//!
+//! Placed Machines are released outside the timed sections, so every sample sees a fleet with
+//! room; the memory of the 10k fleet is printed before the runs.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use gpu_core::Machine;
+use gpu_sched::{FleetState, Policy};
+use gpuslice_benches::fleetgen::{eight_gpu_machine, mixed_fleet, whole_fleet, workload_machine};
+
+/// Resident memory of this process in KiB (Linux), 0 elsewhere.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn build(fleet: gpu_core::Fleet) -> FleetState {
+    match FleetState::new(fleet) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bench fleet is invalid: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Times `iters` placements of `machine(k)`, releasing everything (untimed) whenever `batch`
+/// Machines are placed, so the fleet never fills up.
+fn time_placements(
+    state: &mut FleetState,
+    iters: u64,
+    batch: usize,
+    machine: impl Fn(usize) -> Machine,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut placed: Vec<String> = Vec::with_capacity(batch);
+    let machines: Vec<Machine> = (0..batch).map(&machine).collect();
+    let mut k = 0usize;
+    for _ in 0..iters {
+        let m = &machines[k];
+        let t = Instant::now();
+        let r = state.place(m, Policy::Binpack);
+        total += t.elapsed();
+        if let Ok(a) = black_box(r) {
+            placed.push(a.machine);
+        }
+        k += 1;
+        if k == batch {
+            for name in placed.drain(..) {
+                let _ = state.release(&name);
+            }
+            k = 0;
+        }
+    }
+    for name in placed.drain(..) {
+        let _ = state.release(&name);
+    }
+    total
+}
+
+fn bench_place(c: &mut Criterion) {
+    let before = rss_kib();
+    let t = Instant::now();
+    let fleet = mixed_fleet(10_000);
+    let fleet_kib = rss_kib().saturating_sub(before);
+    let mut state = build(fleet);
+    let state_kib = rss_kib().saturating_sub(before);
+    println!(
+        "memory: 10k-node fleet as data {} MiB; FleetState (data + index) {} MiB; built in {:.2} s",
+        fleet_kib / 1024,
+        state_kib / 1024,
+        t.elapsed().as_secs_f64()
+    );
+
+    let mut g = c.benchmark_group("place");
+    g.sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    g.bench_function("10k_nodes/single", |b| {
+        b.iter_custom(|iters| time_placements(&mut state, iters, 10_000, workload_machine));
+    });
+
+    g.sample_size(10).measurement_time(Duration::from_secs(20));
+    g.bench_function("10k_nodes/sequence_100k", |b| {
+        b.iter_custom(|iters| {
+            let machines: Vec<Machine> = (0..100_000).map(workload_machine).collect();
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                let mut refused = 0usize;
+                for m in &machines {
+                    if state.place(m, Policy::Binpack).is_err() {
+                        refused += 1;
+                    }
+                }
+                total += t.elapsed();
+                if refused > 0 {
+                    eprintln!("sequence_100k: {refused} Machines refused");
+                }
+                for m in &machines {
+                    let _ = state.release(&m.name);
+                }
+            }
+            total
+        });
+    });
+    drop(state);
+
+    let mut whole = build(whole_fleet(1_000));
+    g.sample_size(20).measurement_time(Duration::from_secs(3));
+    g.bench_function("8gpu_whole", |b| {
+        b.iter_custom(|iters| time_placements(&mut whole, iters, 500, eight_gpu_machine));
+    });
+    drop(whole);
+
+    for nodes in [100usize, 1_000, 10_000, 100_000] {
+        let mut s = build(mixed_fleet(nodes));
+        // Keep batches within what the smallest fleet holds (10 Machines per node).
+        let batch = (nodes * 5).min(10_000);
+        g.bench_with_input(BenchmarkId::new("scaling", nodes), &nodes, |b, _| {
+            b.iter_custom(|iters| time_placements(&mut s, iters, batch, workload_machine));
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_place);
+criterion_main!(benches);
