@@ -464,3 +464,41 @@ fn concurrent_creates_never_overdraw_the_pool() {
     assert_eq!(made, 4, "256 MB hold four 64 MB instances");
     assert_eq!(mbochs(&k), [0, 0, 0]);
 }
+
+/// The real A2 capture (`tests/data/a2-vf-0000-08-01.7`): with an A2-4C, an A2-4A and an A2-4Q on
+/// the card, a free VF reports 1 for the three 4 GB types and 0 for all others. The fake kernel,
+/// given the same three instances, reports exactly what the real driver did.
+#[test]
+fn nvidia_counts_match_the_real_a2_capture() {
+    let k = FakeKernel::a2_mdev_host().unwrap();
+    for (vf, ty, u) in [
+        ("0000:08:00.4", "nvidia-754", uuid(1)),
+        ("0000:08:00.6", "nvidia-751", uuid(2)),
+        ("0000:08:02.0", "nvidia-746", uuid(3)),
+    ] {
+        k.write(
+            &format!("sys/class/mdev_bus/{vf}/mdev_supported_types/{ty}/create"),
+            u.as_bytes(),
+        )
+        .unwrap();
+    }
+    let real = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/a2-vf-0000-08-01.7/mdev_supported_types");
+    let mut compared = 0;
+    for e in std::fs::read_dir(&real).unwrap() {
+        let e = e.unwrap();
+        let ty = e.file_name().to_string_lossy().into_owned();
+        let want = std::fs::read_to_string(e.path().join("available_instances")).unwrap();
+        let name = std::fs::read_to_string(e.path().join("name")).unwrap();
+        let base = format!("sys/class/mdev_bus/0000:08:01.7/mdev_supported_types/{ty}");
+        assert_eq!(
+            k.read_string(&format!("{base}/available_instances"))
+                .unwrap(),
+            want.trim(),
+            "{ty}"
+        );
+        assert_eq!(k.read_string(&format!("{base}/name")).unwrap(), name.trim());
+        compared += 1;
+    }
+    assert_eq!(compared, 15);
+}

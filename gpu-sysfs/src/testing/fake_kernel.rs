@@ -401,8 +401,8 @@ impl FakeKernel {
     }
 
     /// An NVIDIA A2 (16 GB) at `0000:08:00.0` in the mdev framework: 16 VFs `0000:08:00.4` …
-    /// `0000:08:02.3`, each an mdev parent of types `nvidia-742` (A2-1Q), `nvidia-744` (A2-2Q),
-    /// `nvidia-746` (A2-4Q), `nvidia-754` (A2-4C), `nvidia-748` (A2-8Q), `nvidia-750` (A2-16Q).
+    /// `0000:08:02.3`, each an mdev parent of the driver's 15 types ([`A2_TYPES`]: `nvidia-742`
+    /// A2-1B … `nvidia-746` A2-4Q … `nvidia-756` A2-16C).
     ///
     /// # Errors
     /// The I/O error of building the tree.
@@ -1343,14 +1343,84 @@ pub fn add_sample_mdev_drivers(b: &mut TreeBuilder) {
     );
 }
 
-/// A2 mdev types: `(directory, name, framebuffer MiB, max_instance)`.
-pub const A2_TYPES: &[(&str, &str, u64, u32)] = &[
-    ("nvidia-742", "NVIDIA A2-1Q", 1024, 16),
-    ("nvidia-744", "NVIDIA A2-2Q", 2048, 8),
-    ("nvidia-746", "NVIDIA A2-4Q", 4096, 4),
-    ("nvidia-748", "NVIDIA A2-8Q", 8192, 2),
-    ("nvidia-750", "NVIDIA A2-16Q", 16384, 1),
-    ("nvidia-754", "NVIDIA A2-4C", 4096, 4),
+/// The A2's mdev types as its driver lists them: `(directory, name, description)` (facts
+/// recorded on a real host by harvester/pcidevices, Apache-2.0).
+pub const A2_TYPES: &[(&str, &str, &str)] = &[
+    (
+        "nvidia-742",
+        "NVIDIA A2-1B",
+        "num_heads=4, frl_config=45, framebuffer=1024M, max_resolution=5120x2880, max_instance=16",
+    ),
+    (
+        "nvidia-743",
+        "NVIDIA A2-2B",
+        "num_heads=4, frl_config=45, framebuffer=2048M, max_resolution=5120x2880, max_instance=8",
+    ),
+    (
+        "nvidia-744",
+        "NVIDIA A2-1Q",
+        "num_heads=4, frl_config=60, framebuffer=1024M, max_resolution=5120x2880, max_instance=16",
+    ),
+    (
+        "nvidia-745",
+        "NVIDIA A2-2Q",
+        "num_heads=4, frl_config=60, framebuffer=2048M, max_resolution=7680x4320, max_instance=8",
+    ),
+    (
+        "nvidia-746",
+        "NVIDIA A2-4Q",
+        "num_heads=4, frl_config=60, framebuffer=4096M, max_resolution=7680x4320, max_instance=4",
+    ),
+    (
+        "nvidia-747",
+        "NVIDIA A2-8Q",
+        "num_heads=4, frl_config=60, framebuffer=8192M, max_resolution=7680x4320, max_instance=2",
+    ),
+    (
+        "nvidia-748",
+        "NVIDIA A2-16Q",
+        "num_heads=4, frl_config=60, framebuffer=16384M, max_resolution=7680x4320, max_instance=1",
+    ),
+    (
+        "nvidia-749",
+        "NVIDIA A2-1A",
+        "num_heads=1, frl_config=60, framebuffer=1024M, max_resolution=1280x1024, max_instance=16",
+    ),
+    (
+        "nvidia-750",
+        "NVIDIA A2-2A",
+        "num_heads=1, frl_config=60, framebuffer=2048M, max_resolution=1280x1024, max_instance=8",
+    ),
+    (
+        "nvidia-751",
+        "NVIDIA A2-4A",
+        "num_heads=1, frl_config=60, framebuffer=4096M, max_resolution=1280x1024, max_instance=4",
+    ),
+    (
+        "nvidia-752",
+        "NVIDIA A2-8A",
+        "num_heads=1, frl_config=60, framebuffer=8192M, max_resolution=1280x1024, max_instance=2",
+    ),
+    (
+        "nvidia-753",
+        "NVIDIA A2-16A",
+        "num_heads=1, frl_config=60, framebuffer=16384M, max_resolution=1280x1024, max_instance=1",
+    ),
+    (
+        "nvidia-754",
+        "NVIDIA A2-4C",
+        "num_heads=1, frl_config=60, framebuffer=4096M, max_resolution=4096x2400, max_instance=4",
+    ),
+    (
+        "nvidia-755",
+        "NVIDIA A2-8C",
+        "num_heads=1, frl_config=60, framebuffer=8192M, max_resolution=4096x2400, max_instance=2",
+    ),
+    (
+        "nvidia-756",
+        "NVIDIA A2-16C",
+        "num_heads=1, frl_config=60, framebuffer=16384M, max_resolution=4096x2400, max_instance=1",
+    ),
 ];
 
 /// Adds an NVIDIA A2 at `0000:08:00.0` with 16 VFs, each an mdev parent of [`A2_TYPES`];
@@ -1362,12 +1432,7 @@ pub fn add_a2_mdev_gpu(b: &mut TreeBuilder) -> Vec<String> {
         .sriov(pf, 16, 16, 4, 1, spec, Some(21));
     let types: Vec<MdevTypeSpec> = A2_TYPES
         .iter()
-        .map(|(id, name, fb, max)| {
-            let d = format!(
-                "num_heads=4, frl_config=60, framebuffer={fb}M, max_resolution=7680x4320, max_instance={max}"
-            );
-            MdevTypeSpec::new(id, name, 1, Some(&d))
-        })
+        .map(|(id, name, description)| MdevTypeSpec::new(id, name, 1, Some(description)))
         .collect();
     let mut parents = Vec::new();
     for i in 0..16u32 {
