@@ -49,19 +49,10 @@ pub fn load_nodes(
 /// # Errors
 /// When the root cannot be opened or discovered.
 pub fn local_topology(g: &Global) -> anyhow::Result<NodeTopology> {
+    let host = crate::common::open_host(g)?;
     let opts = gpu_sysfs::discover::DiscoverOptions::new(g.node_name());
     let health = gpu_health::HealthOptions::default();
-    let discover = |root: &Path| -> anyhow::Result<NodeTopology> {
-        let host = gpu_sysfs::RealHost::new(root)?;
-        Ok(gpu_health::node_topology(&host, &opts, &health)?)
-    };
-    if g.root.is_file() {
-        let replay = gpu_sysfs::umockdev::materialize(&g.root)
-            .with_context(|| format!("cannot replay {}", g.root.display()))?;
-        discover(replay.root())
-    } else {
-        discover(&g.root)
-    }
+    Ok(gpu_health::node_topology(host.host(), &opts, &health)?)
 }
 
 /// Runs `gpuslice metrics`.
