@@ -87,6 +87,36 @@ impl OpenedHost {
     }
 }
 
+/// An opened host is a host: every primitive goes to the tree it opened.
+impl gpu_sysfs::Host for OpenedHost {
+    fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        self.host.read(path)
+    }
+    fn write(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
+        self.host.write(path, data)
+    }
+    fn list(&self, dir: &str) -> std::io::Result<Vec<String>> {
+        self.host.list(dir)
+    }
+    fn read_link(&self, path: &str) -> std::io::Result<PathBuf> {
+        self.host.read_link(path)
+    }
+    fn exists(&self, path: &str) -> bool {
+        self.host.exists(path)
+    }
+    fn run(
+        &self,
+        program: &str,
+        args: &[String],
+        timeout: std::time::Duration,
+    ) -> std::io::Result<gpu_sysfs::CommandOutput> {
+        self.host.run(program, args, timeout)
+    }
+    fn root_dir(&self) -> Option<&std::path::Path> {
+        self.host.root_dir()
+    }
+}
+
 impl std::ops::Deref for OpenedHost {
     type Target = gpu_sysfs::RealHost;
     fn deref(&self) -> &Self::Target {
