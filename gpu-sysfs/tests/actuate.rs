@@ -235,7 +235,7 @@ fn a_type_that_no_longer_fits_is_refused_before_writing() {
     let e = set_vf_type(&k, &pci("0000:26:00.5"), 1152, false).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "0000:26:00.5: vGPU type 1152 cannot be created now (GPU full, or other vGPUs on it have another size); creatable: 1155 (NVIDIA L40S-24Q)"
+        "0000:26:00.5: vGPU type 1152 cannot be created now (GPU full, or other vGPUs on it have another size); creatable: 1155 (NVIDIA L40S-24Q), 1165 (NVIDIA L40S-24A)"
     );
     assert_eq!(k.writes().len(), writes);
 }

@@ -237,7 +237,10 @@ fn vendor_vfio_types_shrink_every_sibling_list() {
     let sibling = k
         .read_string(&format!("{}/creatable_vgpu_types", vf("5")))
         .unwrap();
-    assert_eq!(sibling, "ID    : vGPU Name\n1155  : NVIDIA L40S-24Q");
+    assert_eq!(
+        sibling, "ID    : vGPU Name\n1155  : NVIDIA L40S-24Q\n1165  : NVIDIA L40S-24A",
+        "only 24 GB types fit next to a 24 GB vGPU"
+    );
     assert_eq!(
         os_err(k.write(&format!("{}/current_vgpu_type", vf("4")), b"1155")),
         errno::EPERM,
@@ -501,4 +504,27 @@ fn nvidia_counts_match_the_real_a2_capture() {
         compared += 1;
     }
     assert_eq!(compared, 15);
+}
+
+/// A free VF of an idle L40S lists exactly what the real one did (`tests/data/l40s-vf-0000-26-00.4`).
+#[test]
+fn an_idle_l40s_vf_lists_what_the_real_one_did() {
+    let k = FakeKernel::l40s_vendor_vfio_host(2).unwrap();
+    let real = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/l40s-vf-0000-26-00.4/nvidia/creatable_vgpu_types"),
+    )
+    .unwrap();
+    let fake = k
+        .read("sys/bus/pci/devices/0000:26:00.5/nvidia/creatable_vgpu_types")
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(fake).unwrap(),
+        String::from_utf8(real).unwrap()
+    );
+    assert_eq!(
+        k.read_string("sys/bus/pci/devices/0000:26:00.5/nvidia/current_vgpu_type")
+            .unwrap(),
+        "0"
+    );
 }

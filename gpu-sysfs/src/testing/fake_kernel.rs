@@ -1274,16 +1274,32 @@ impl Host for FakeKernel {
     }
 }
 
-/// NVIDIA L40S vendor-VFIO types (IDs as listed by the real driver; sizes from the names).
+/// The L40S's vendor-VFIO types as a free VF of an idle card lists them (recorded on a real
+/// host by harvester/pcidevices, Apache-2.0); sizes come from the names.
 pub const L40S_TYPES: &[(u32, &str)] = &[
+    (1145, "NVIDIA L40S-1B"),
+    (1146, "NVIDIA L40S-2B"),
     (1147, "NVIDIA L40S-1Q"),
     (1148, "NVIDIA L40S-2Q"),
+    (1149, "NVIDIA L40S-3Q"),
     (1150, "NVIDIA L40S-4Q"),
+    (1151, "NVIDIA L40S-6Q"),
     (1152, "NVIDIA L40S-8Q"),
     (1153, "NVIDIA L40S-12Q"),
     (1154, "NVIDIA L40S-16Q"),
     (1155, "NVIDIA L40S-24Q"),
     (1156, "NVIDIA L40S-48Q"),
+    (1157, "NVIDIA L40S-1A"),
+    (1158, "NVIDIA L40S-2A"),
+    (1159, "NVIDIA L40S-3A"),
+    (1160, "NVIDIA L40S-4A"),
+    (1161, "NVIDIA L40S-6A"),
+    (1162, "NVIDIA L40S-8A"),
+    (1163, "NVIDIA L40S-12A"),
+    (1164, "NVIDIA L40S-16A"),
+    (1165, "NVIDIA L40S-24A"),
+    (1166, "NVIDIA L40S-48A"),
+    (2164, "NVIDIA L40S-3B"),
 ];
 
 /// Adds the `mbochs`, `mtty` and `mdpy` parents with their types and initial counts.
