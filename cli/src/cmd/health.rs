@@ -10,11 +10,10 @@ use gpu_core::{Health, HealthState, ParentId, PciAddress};
 use gpu_health::{
     BaselineSource, GpuHealthReport, HealthOptions, NvmlTelemetry, Policy, updated_baseline,
 };
-use gpu_sysfs::RealHost;
 use gpu_sysfs::discover::DiscoverOptions;
 use serde::Serialize;
 
-use crate::common::{Global, Output, print_data};
+use crate::common::{Global, Output, open_host, print_data, render_table};
 
 /// The state at which `--fail-on` makes the command exit 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -71,20 +70,6 @@ struct HealthOutput {
     parents: Vec<ParentHealth>,
 }
 
-/// The host at `--root`: a directory, or a `*.umockdev` recording replayed into a temporary tree
-/// (kept alive by the returned guard).
-fn open_host(root: &Path) -> anyhow::Result<(RealHost, Option<gpu_sysfs::umockdev::Replay>)> {
-    if root.is_file() && root.extension().is_some_and(|e| e == "umockdev") {
-        let replay = gpu_sysfs::umockdev::materialize(root)
-            .with_context(|| format!("--root {}", root.display()))?;
-        let host =
-            RealHost::new(replay.root()).with_context(|| format!("--root {}", root.display()))?;
-        return Ok((host, Some(replay)));
-    }
-    let host = RealHost::new(root).with_context(|| format!("--root {}", root.display()))?;
-    Ok((host, None))
-}
-
 fn options(a: &HealthArgs, root: &Path, policy: Policy) -> anyhow::Result<HealthOptions> {
     // The local NVML describes this machine's GPUs, not those of another root or a recording.
     let local = root.canonicalize().is_ok_and(|r| r == Path::new("/"));
@@ -121,16 +106,18 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let (host, replay) = open_host(&g.root)?;
+    let opened = open_host(g)?;
+    let host = opened.host();
     let opts = options(&a, &g.root, policy)?;
-    let mut topology = gpu_sysfs::discover::discover(&host, &DiscoverOptions::new(g.node_name()))?;
-    let reports = gpu_health::grade_topology(&host, &mut topology, &opts);
+    let mut topology = gpu_sysfs::discover::discover(host, &DiscoverOptions::new(g.node_name()))?;
+    let reports = gpu_health::grade_topology(host, &mut topology, &opts);
 
     if a.record_baseline {
-        if replay.is_some() {
+        // A recording replays into a throwaway tree: a baseline written there would be lost.
+        if g.root.is_file() {
             anyhow::bail!("--record-baseline needs a directory root, not a recording");
         }
-        let previous = gpu_health::Baseline::load(&host).map_err(anyhow::Error::msg)?;
+        let previous = gpu_health::Baseline::load(host).map_err(anyhow::Error::msg)?;
         updated_baseline(previous.as_ref(), &topology.gpus, &reports).save(&g.root)?;
     }
 
@@ -174,14 +161,15 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn print_table(reports: &[GpuHealthReport]) {
-    let rows: Vec<[String; 4]> = reports
+    let rows: Vec<Vec<String>> = reports
         .iter()
         .map(|r| {
-            let mut reasons = r.health.reasons.join("; ");
-            if reasons.is_empty() {
-                reasons = "-".to_owned();
-            }
-            [
+            let reasons = if r.health.reasons.is_empty() {
+                "-".to_owned()
+            } else {
+                r.health.reasons.join("; ")
+            };
+            vec![
                 r.name.clone(),
                 r.address.to_string(),
                 r.health.state.to_string(),
@@ -189,29 +177,10 @@ fn print_table(reports: &[GpuHealthReport]) {
             ]
         })
         .collect();
-    let header = ["NAME", "ADDRESS", "STATE", "REASONS"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: [&str; 4]| {
-        format!(
-            "{:<w0$}  {:<w1$}  {:<w2$}  {}",
-            cells[0],
-            cells[1],
-            cells[2],
-            cells[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-        )
-    };
-    println!("{}", line(header).trim_end());
-    for row in &rows {
-        println!("{}", line([&row[0], &row[1], &row[2], &row[3]]).trim_end());
-    }
+    print!(
+        "{}",
+        render_table(&["NAME", "ADDRESS", "STATE", "REASONS"], &rows)
+    );
     if rows.is_empty() {
         println!("(no GPUs)");
     }
