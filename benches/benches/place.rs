@@ -122,18 +122,23 @@ fn bench_place(c: &mut Criterion) {
     });
     drop(state);
 
-    let mut whole = build(whole_fleet(1_000));
     g.sample_size(20).measurement_time(Duration::from_secs(3));
     g.bench_function("8gpu_whole", |b| {
+        let mut whole = build(whole_fleet(1_000));
         b.iter_custom(|iters| time_placements(&mut whole, iters, 500, eight_gpu_machine));
     });
-    drop(whole);
 
     for nodes in [100usize, 1_000, 10_000, 100_000] {
-        let mut s = build(mixed_fleet(nodes));
-        // Keep batches within what the smallest fleet holds (10 Machines per node).
-        let batch = (nodes * 5).min(10_000);
-        g.bench_with_input(BenchmarkId::new("scaling", nodes), &nodes, |b, _| {
+        // Fleets are built only for the benches selected, one at a time.
+        g.bench_with_input(BenchmarkId::new("scaling", nodes), &nodes, |b, &nodes| {
+            let before = rss_kib();
+            let mut s = build(mixed_fleet(nodes));
+            eprintln!(
+                "memory: {nodes}-node fleet (data + index) {} MiB",
+                rss_kib().saturating_sub(before) / 1024
+            );
+            // Keep batches within what the smallest fleet holds (10 Machines per node).
+            let batch = (nodes * 5).min(10_000);
             b.iter_custom(|iters| time_placements(&mut s, iters, batch, workload_machine));
         });
     }
