@@ -5,7 +5,7 @@ use gpu_core::NodeTopology;
 use gpu_sysfs::Host;
 use gpu_sysfs::discover::{DiscoverOptions, discover};
 
-use crate::assess::{HealthOptions, grade_topology};
+use crate::assess::{GpuHealthReport, HealthOptions, grade_topology};
 use crate::error::HealthError;
 
 /// Discovers the node (GPUs, vGPU parents, profiles, instances, pools), grades every GPU's
@@ -20,7 +20,20 @@ pub fn node_topology(
     opts: &DiscoverOptions,
     health: &HealthOptions,
 ) -> Result<NodeTopology, HealthError> {
+    node_topology_with_reports(host, opts, health).map(|(topology, _)| topology)
+}
+
+/// [`node_topology`], also returning each GPU's full health report (the signals read, the
+/// expected link width and the warnings), in the topology's GPU order.
+///
+/// # Errors
+/// [`HealthError::Discovery`] when discovery fails.
+pub fn node_topology_with_reports(
+    host: &dyn Host,
+    opts: &DiscoverOptions,
+    health: &HealthOptions,
+) -> Result<(NodeTopology, Vec<GpuHealthReport>), HealthError> {
     let mut topology = discover(host, opts)?;
-    grade_topology(host, &mut topology, health);
-    Ok(topology)
+    let reports = grade_topology(host, &mut topology, health);
+    Ok((topology, reports))
 }

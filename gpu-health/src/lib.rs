@@ -41,7 +41,7 @@ pub use assess::{
 };
 pub use baseline::{BASELINE_PATH, Baseline, DeviceBaseline};
 
-pub use compose::node_topology;
+pub use compose::{node_topology, node_topology_with_reports};
 pub use error::HealthError;
 pub use grade::{ExpectedWidth, Signals, WidthBasis, grade};
 pub use nvml::{NvmlTelemetry, NvmlUnavailable};

@@ -109,8 +109,8 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g)?;
     let host = opened.host();
     let opts = options(&a, &g.root, policy)?;
-    let mut topology = gpu_sysfs::discover::discover(host, &DiscoverOptions::new(g.node_name()))?;
-    let reports = gpu_health::grade_topology(host, &mut topology, &opts);
+    let (topology, reports) =
+        gpu_health::node_topology_with_reports(host, &DiscoverOptions::new(g.node_name()), &opts)?;
 
     if a.record_baseline {
         // A recording replays into a throwaway tree: a baseline written there would be lost.
