@@ -519,3 +519,20 @@ fn plans_and_diffs_on_the_real_a2_capture_match_the_golden_files() {
         golden(file, &text(&out.stdout));
     }
 }
+
+#[test]
+fn a_recording_cannot_be_changed() {
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../gpu-sysfs/tests/data/a2-sriov-mdev-host.umockdev");
+    let f = example();
+    let out = gpuslice(
+        &rec,
+        &["vgpu", "apply", "-f", f.to_str().unwrap(), "-c", "A2-4Q"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("is a recording"),
+        "{}",
+        text(&out.stderr)
+    );
+}

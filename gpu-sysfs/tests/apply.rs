@@ -167,7 +167,7 @@ fn a_full_reshape_removes_everything_and_creates_smaller_vgpus() {
     );
     let now = instances(&state(&k));
     assert_eq!(now.len(), 8);
-    assert!(now.iter().all(|(_, _, t)| t == "nvidia-744"), "{now:?}");
+    assert!(now.iter().all(|(_, _, t)| t == "nvidia-745"), "A2-2Q: {now:?}");
 }
 
 #[test]

@@ -18,14 +18,13 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gpu_core::layout::{Assertion, LayoutFile, Mode, Plan, Step};
 use gpu_core::nvidia::strip_prefix;
-use gpu_sysfs::RealHost;
 use gpu_sysfs::actuate::SriovOptions;
 use gpu_sysfs::apply::{
     ApplyError, ApplyEvent, ApplyOptions, ApplyReport, ApplyStatus, apply_layout, assert_config,
     describe,
 };
 
-use crate::common::{Global, Output, print_data};
+use crate::common::{Global, Output, open_host, print_data};
 
 /// Where the layout comes from.
 #[derive(Args, Debug, Clone)]
@@ -117,9 +116,9 @@ pub fn clear(g: &Global, a: ClearArgs) -> anyhow::Result<ExitCode> {
 pub fn assert(g: &Global, a: AssertArgs) -> anyhow::Result<ExitCode> {
     let file = read_layout(&a.source.file)?;
     let config = file.select(a.source.config.as_deref())?;
-    let (host, _replay) = open_host(&g.root)?;
+    let opened = open_host(g)?;
     let opts = gpu_sysfs::discover::DiscoverOptions::new(g.node_name());
-    let result = assert_config(&host, config, &opts)?;
+    let result = assert_config(opened.host(), config, &opts)?;
     match g.output {
         Output::Table => print_assertion(&result),
         out => print_data(out, &result)?,
@@ -130,8 +129,8 @@ pub fn assert(g: &Global, a: AssertArgs) -> anyhow::Result<ExitCode> {
 fn run(g: &Global, src: &LayoutSource, w: &WriteOptions, mode: Mode) -> anyhow::Result<ExitCode> {
     let file = read_layout(&src.file)?;
     let config = file.select(src.config.as_deref())?;
-    let (host, replay) = open_host(&g.root)?;
-    if replay.is_some() && !w.dry_run {
+    let opened = open_host(g)?;
+    if g.root.is_file() && !w.dry_run {
         bail!(
             "--root {} is a recording: it can be planned against (--dry-run) or asserted, not changed",
             g.root.display()
@@ -148,7 +147,7 @@ fn run(g: &Global, src: &LayoutSource, w: &WriteOptions, mode: Mode) -> anyhow::
         ..SriovOptions::default()
     };
     let mut progress = Progress::new(g.output == Output::Table);
-    let result = apply_layout(&host, config, &opts, &mut |e| progress.event(&e));
+    let result = apply_layout(opened.host(), config, &opts, &mut |e| progress.event(&e));
     progress.finish();
     match result {
         Ok(report) => {
@@ -200,19 +199,6 @@ fn read_layout(path: &Path) -> anyhow::Result<LayoutFile> {
         path.display().to_string()
     };
     LayoutFile::parse(&text).with_context(|| format!("layout file {shown}"))
-}
-
-/// The host at `--root`: a directory, or a `*.umockdev` recording replayed into a temporary tree.
-fn open_host(root: &Path) -> anyhow::Result<(RealHost, Option<gpu_sysfs::umockdev::Replay>)> {
-    if root.is_file() && root.extension().is_some_and(|e| e == "umockdev") {
-        let replay = gpu_sysfs::umockdev::materialize(root)
-            .with_context(|| format!("--root {}", root.display()))?;
-        let host =
-            RealHost::new(replay.root()).with_context(|| format!("--root {}", root.display()))?;
-        return Ok((host, Some(replay)));
-    }
-    let host = RealHost::new(root).with_context(|| format!("--root {}", root.display()))?;
-    Ok((host, None))
 }
 
 /// Progress on standard error: a bar redrawn in place on a terminal, plain lines otherwise
