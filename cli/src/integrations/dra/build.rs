@@ -353,6 +353,7 @@ impl Ctx<'_> {
         let mut foreign_sizes = BTreeSet::new();
         let mut foreign_mig = 0u32;
         let mut foreign_count = 0u32;
+        let mut foreign_unknown = false;
         let mut prepared_here = false;
         let mut free_parents = 0u32;
         for parent in &parents {
@@ -369,18 +370,30 @@ impl Ctx<'_> {
                 }
                 parent_foreign = true;
                 foreign_count += 1;
+                // A vendor-VFIO VF lists only what is still creatable, so the instance's own type
+                // may be missing from the profiles: fall back to its name.
                 let r = size_of_type(&inst.profile);
-                if let Some(s) = r.as_ref().and_then(|r| r.mig_slices) {
+                let named = inst
+                    .profile_name
+                    .as_deref()
+                    .and_then(|n| nvidia::VgpuTypeName::parse(n).ok());
+                let mig = r
+                    .as_ref()
+                    .and_then(|r| r.mig_slices)
+                    .or_else(|| named.as_ref().and_then(|n| n.mig_slices));
+                if let Some(s) = mig {
                     foreign_mig += u32::from(s);
                 }
                 let fb = inst
                     .framebuffer_mib
                     .or_else(|| r.as_ref().and_then(|r| r.framebuffer_mib))
+                    .or_else(|| named.as_ref().map(|n| n.framebuffer_mib()))
                     .unwrap_or(0);
                 foreign_mib = foreign_mib.saturating_add(fb);
-                if r.as_ref().is_some_and(|r| r.mig_slices.is_none()) && fb > 0 {
+                if mig.is_none() && fb > 0 {
                     foreign_sizes.insert(fb);
                 }
+                foreign_unknown |= mig.is_none() && fb == 0;
             }
             if !parent_foreign {
                 free_parents += 1;
@@ -545,6 +558,11 @@ impl Ctx<'_> {
                     taints: taints.clone(),
                 });
             }
+        } else if foreign_unknown && !by_size.is_empty() {
+            self.warnings.push(format!(
+                "{} ({addr}): time-sliced vGPUs not published, a vGPU of unknown size holds the card",
+                gpu.name
+            ));
         } else {
             let locked = if mixed {
                 None

@@ -396,3 +396,229 @@ fn check_exclusivity(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use gpu_core::{
+        Gpu, GpuState, Health, HealthState, Instance, NodeTopology, Parent, ParentId, PciAddress,
+        Pool, Profile, VgpuFramework, VgpuTypeId,
+    };
+    use proptest::prelude::*;
+
+    use super::super::build::{DraOptions, K8sVersion, Prepared, node_slices};
+    use super::check;
+
+    const SIZES: [u64; 5] = [1024, 2048, 4096, 8192, 24576];
+
+    fn profile(id: u32, size: u64, mig: Option<u8>) -> Profile {
+        let name = match mig {
+            Some(s) => format!("NVIDIA X-{s}-{}C", size / 1024),
+            None => format!("NVIDIA X-{}Q", size / 1024),
+        };
+        Profile {
+            id: VgpuTypeId::from_str_unchecked(&id.to_string()),
+            name,
+            framebuffer_mib: Some(size),
+            max_instances: None,
+            available_instances: 1,
+            reported_instances: None,
+            device_api: "vfio-pci".into(),
+            mig_slices: mig,
+            mig_memory_gib: None,
+            description: None,
+        }
+    }
+
+    /// One GPU: (health, state, mixed, MIG, sizes offered, VFs, foreign instances of size index).
+    type GpuSpec = (u8, u8, bool, bool, Vec<usize>, u8, Vec<usize>);
+
+    fn gpu_spec() -> impl Strategy<Value = GpuSpec> {
+        (
+            0u8..4,
+            0u8..3,
+            any::<bool>(),
+            any::<bool>(),
+            proptest::collection::vec(0usize..SIZES.len(), 0..4),
+            0u8..6,
+            proptest::collection::vec(0usize..SIZES.len(), 0..3),
+        )
+    }
+
+    /// A node of GPUs with unique addresses, each with VFs offering time-sliced (and maybe
+    /// MIG-backed) profiles and perhaps vGPUs made outside Kubernetes.
+    fn node(specs: &[GpuSpec]) -> NodeTopology {
+        let mut t = NodeTopology::new("node-a");
+        for (i, (health, state, mixed, mig, sizes, vfs, foreign)) in specs.iter().enumerate() {
+            let bus = u8::try_from(0x10 + i).unwrap_or(0xff);
+            let addr = PciAddress::new(0, bus, 0, 0).unwrap_or_else(|_| unreachable!());
+            let mut g = Gpu::new(format!("nvidia{i}"), addr, 0x10de, 0x2335, 0x030200);
+            g.memory_mib = Some(49152);
+            g.numa_node = Some(u32::from(bus % 2));
+            g.health = Health {
+                state: [
+                    HealthState::Healthy,
+                    HealthState::Degraded,
+                    HealthState::Unhealthy,
+                    HealthState::Unknown,
+                ][usize::from(*health)],
+                reasons: vec![],
+            };
+            g.state = [GpuState::Free, GpuState::InUse, GpuState::Blocked][usize::from(*state)];
+            let mut profiles: Vec<Profile> = sizes
+                .iter()
+                .map(|s| profile(1000 + *s as u32, SIZES[*s], None))
+                .collect();
+            if *mig {
+                profiles.push(profile(2001, 6144, Some(1)));
+                profiles.push(profile(2002, 12288, Some(2)));
+                profiles.push(profile(2007, 49152, Some(7)));
+            }
+            if !profiles.is_empty() || *vfs > 0 {
+                g.vgpu_framework = Some(VgpuFramework::VendorVfio);
+            }
+            let foreign: Vec<usize> = if *mixed {
+                foreign.clone()
+            } else {
+                foreign
+                    .first()
+                    .map(|f| vec![*f; foreign.len()])
+                    .unwrap_or_default()
+            };
+            let mut used = 0;
+            for n in 0..*vfs {
+                let vf = PciAddress::new(0, bus, 0, 1 + n).unwrap_or_else(|_| unreachable!());
+                let instances = match foreign.get(usize::from(n)) {
+                    Some(s) if used + SIZES[*s] <= 49152 => {
+                        used += SIZES[*s];
+                        vec![Instance {
+                            uuid: None,
+                            address: Some(vf),
+                            profile: VgpuTypeId::from_str_unchecked(
+                                &(1000 + *s as u32).to_string(),
+                            ),
+                            profile_name: None,
+                            framebuffer_mib: Some(SIZES[*s]),
+                            in_use: None,
+                        }]
+                    }
+                    _ => vec![],
+                };
+                t.mediated_devices.parents.push(Parent {
+                    id: ParentId::Pci(vf),
+                    gpu: Some(addr),
+                    framework: VgpuFramework::VendorVfio,
+                    health: g.health.clone(),
+                    profiles: profiles.clone(),
+                    instances,
+                    warnings: vec![],
+                });
+            }
+            t.mediated_devices.pools.push(Pool {
+                gpu: ParentId::Pci(addr),
+                parents: vec![],
+                total_mib: 49152,
+                used_mib: used,
+                size_locked_mib: (used > 0 && !*mixed)
+                    .then(|| foreign.first().map_or(0, |f| SIZES[*f])),
+                mixed_size: *mixed,
+                mig_slices_total: mig.then_some(7),
+                mig_slices_used: mig.then_some(0),
+            });
+            t.gpus.push(g);
+        }
+        t
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn every_export_holds_the_rules_of_its_version(
+            specs in proptest::collection::vec(gpu_spec(), 0..12)
+        ) {
+            let t = node(&specs);
+            for version in [K8sVersion::V1_34, K8sVersion::V1_35, K8sVersion::V1_37] {
+                let opts = DraOptions { version, ..DraOptions::default() };
+                match node_slices(&t, &opts) {
+                    Ok(s) => {
+                        let v = check(&s.slices, version);
+                        prop_assert!(v.is_empty(), "{version}: {v:?}");
+                        // Never more vGPUs of a size than gpu-core's pool accounting allows.
+                        for d in s.slices.iter().flat_map(|x| &x.spec.devices) {
+                            let Some(rest) = d.name.strip_prefix("vgpu-") else { continue };
+                            let Some(size) = rest
+                                .rsplit('-')
+                                .next()
+                                .and_then(|x| x.strip_suffix("mi"))
+                                .and_then(|x| x.parse::<u64>().ok())
+                            else {
+                                continue;
+                            };
+                            let label = &rest[..rest.len() - size.to_string().len() - 3];
+                            let pool = t
+                                .mediated_devices
+                                .pools
+                                .iter()
+                                .find(|p| p.gpu.to_string().replace([':', '.'], "-") == label)
+                                .unwrap_or_else(|| unreachable!());
+                            let n = d.capacity["instances"].value.parse::<u32>().unwrap_or(0);
+                            let allowed = pool.creatable(&profile(0, size, None));
+                            prop_assert!(n <= allowed, "{}: {n} > {allowed}", d.name);
+                        }
+                    }
+                    Err(e) => prop_assert!(
+                        version == K8sVersion::V1_34 && e.to_string().contains("more than one ResourceSlice"),
+                        "{version}: {e}"
+                    ),
+                }
+            }
+        }
+
+        #[test]
+        fn export_ignores_gpu_order_and_prepared_instances_only_add_capacity(
+            specs in proptest::collection::vec(gpu_spec(), 1..6)
+        ) {
+            let t = node(&specs);
+            let mut reversed = t.clone();
+            reversed.gpus.reverse();
+            let opts = DraOptions::default();
+            let a = node_slices(&t, &opts).map(|s| s.slices).map_err(|e| e.to_string());
+            let b = node_slices(&reversed, &opts).map(|s| s.slices).map_err(|e| e.to_string());
+            prop_assert_eq!(&a, &b);
+
+            // Declaring every existing vGPU as the scheduler's own never shrinks a counter.
+            let mut prepared = Prepared::default();
+            for p in &t.mediated_devices.parents {
+                for i in &p.instances {
+                    if let Some(addr) = i.address {
+                        prepared.instances.insert(addr.to_string());
+                    }
+                }
+            }
+            let owned = DraOptions {
+                prepared: BTreeMap::from([("node-a".to_owned(), prepared)]),
+                ..DraOptions::default()
+            };
+            let counters = |slices: &[super::ResourceSlice]| -> BTreeMap<String, u128> {
+                slices
+                    .iter()
+                    .flat_map(|s| &s.spec.shared_counters)
+                    .map(|c| {
+                        let fb = c.counters.get("framebuffer")
+                            .and_then(|q| super::parse_quantity(&q.value))
+                            .unwrap_or(0);
+                        (c.name.clone(), fb)
+                    })
+                    .collect()
+            };
+            if let (Ok(base), Ok(mine)) = (a, node_slices(&t, &owned)) {
+                let (base, mine) = (counters(&base), counters(&mine.slices));
+                for (set, fb) in &base {
+                    prop_assert!(mine.get(set).is_some_and(|m| m >= fb), "{set}");
+                }
+            }
+        }
+    }
+}
