@@ -42,7 +42,12 @@ if [ $# -ge 1 ]; then
 else
     out=$(mktemp -d)
     trap 'rm -rf "$out"' EXIT
-    GPUSLICE_K8S_OUT="$out" cargo test --quiet -p gpuslice-cli --test dra_k8s_files >/dev/null
+    if ! GPUSLICE_K8S_OUT="$out" cargo test --quiet -p gpuslice-cli --test dra_k8s_files \
+        >"$out/generate.log" 2>&1; then
+        echo "FAILED: generating the objects (cargo test -p gpuslice-cli --test dra_k8s_files)"
+        tail -n 40 "$out/generate.log"
+        exit 1
+    fi
 fi
 
 failed=0
