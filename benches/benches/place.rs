@@ -123,24 +123,24 @@ fn bench_place(c: &mut Criterion) {
     drop(state);
 
     g.sample_size(20).measurement_time(Duration::from_secs(3));
+    // Criterion calls a bench's closure once per sample: fleets are built on the first call.
+    let mut whole: Option<FleetState> = None;
     g.bench_function("8gpu_whole", |b| {
-        let mut whole = build(whole_fleet(1_000));
-        b.iter_custom(|iters| time_placements(&mut whole, iters, 500, eight_gpu_machine));
+        let whole = whole.get_or_insert_with(|| build(whole_fleet(1_000)));
+        b.iter_custom(|iters| time_placements(whole, iters, 500, eight_gpu_machine));
     });
+    drop(whole);
 
     for nodes in [100usize, 1_000, 10_000, 100_000] {
         // Fleets are built only for the benches selected, one at a time.
+        let mut fleet: Option<FleetState> = None;
         g.bench_with_input(BenchmarkId::new("scaling", nodes), &nodes, |b, &nodes| {
-            let before = rss_kib();
-            let mut s = build(mixed_fleet(nodes));
-            eprintln!(
-                "memory: {nodes}-node fleet (data + index) {} MiB",
-                rss_kib().saturating_sub(before) / 1024
-            );
+            let s = fleet.get_or_insert_with(|| build(mixed_fleet(nodes)));
             // Keep batches within what the smallest fleet holds (10 Machines per node).
             let batch = (nodes * 5).min(10_000);
-            b.iter_custom(|iters| time_placements(&mut s, iters, batch, workload_machine));
+            b.iter_custom(|iters| time_placements(s, iters, batch, workload_machine));
         });
+        drop(fleet);
     }
     g.finish();
 }

@@ -692,3 +692,89 @@ fn duplicate_nodes_make_an_invalid_fleet() {
     .unwrap_err();
     assert!(matches!(e, SchedError::InvalidFleet { .. }), "{e}");
 }
+
+#[test]
+fn mig_backed_vgpus_are_refused_on_a_gpu_holding_time_sliced_ones() {
+    let mut n = h200_node("h", 1, 7);
+    n.mediated_devices.pools[0].used_mib = 4096;
+    let s = fleet(vec![n]);
+    let e = s
+        .try_place(&vgpu("m", "H200X-1-18C", 1), Policy::Binpack)
+        .unwrap_err();
+    assert_eq!(
+        refusal_text(e),
+        "0/1 nodes available: 1 node(s): TopologyUnsatisfiable: needs 1 gpu profile H200X-1-18C, 0 free (excluded: 1 mode conflict)"
+    );
+}
+
+#[test]
+fn vgpu_requests_filter_by_the_parent_gpu_vendor_model_class_and_memory() {
+    let s = fleet(vec![a2_node("a", 1, 4), mbochs_node("b")]);
+    let e = s
+        .try_place(
+            &machine("name: m\ndevices: [{name: gpu, profile: A2-4Q, vendor: amd}]"),
+            Policy::Binpack,
+        )
+        .unwrap_err();
+    assert!(
+        refusal_text(e).contains("needs 1 gpu profile A2-4Q, 0 free (excluded: 1 wrong vendor)")
+    );
+    let e = s
+        .try_place(
+            &machine("name: m\ndevices: [{name: gpu, profile: A2-4Q, model: L40S}]"),
+            Policy::Binpack,
+        )
+        .unwrap_err();
+    assert!(refusal_text(e).contains("(excluded: 1 wrong model)"));
+    let e = s
+        .try_place(
+            &machine("name: m\ndevices: [{name: gpu, profile: A2-4Q, minMemory: 8Gi}]"),
+            Policy::Binpack,
+        )
+        .unwrap_err();
+    assert!(refusal_text(e).contains("(excluded: 1 too small)"));
+    // A virtual parent has no GPU: an accelerator class cannot be proven.
+    let e = s
+        .try_place(
+            &machine("name: m\ndevices: [{name: gpu, profile: mbochs-small, class: accelerator}]"),
+            Policy::Binpack,
+        )
+        .unwrap_err();
+    assert!(refusal_text(e).contains("(excluded: 1 wrong class)"));
+}
+
+#[test]
+fn a_gpu_held_whole_offers_no_vgpus() {
+    let mut n = a2_node("a", 1, 4);
+    n.gpus[0].state = GpuState::Free;
+    let mut s = fleet(vec![n]);
+    s.place(&whole("w", ""), Policy::Binpack).unwrap();
+    let e = s
+        .try_place(&vgpu("m", "A2-4Q", 1), Policy::Binpack)
+        .unwrap_err();
+    assert!(refusal_text(e).ends_with("0 free (excluded: 1 in use)"));
+}
+
+#[test]
+fn a_template_that_uses_a_template_is_rejected() {
+    let mut f = Fleet {
+        nodes: vec![a2_node("a", 1, 4)],
+        ..Fleet::default()
+    };
+    f.templates.insert(
+        "outer".into(),
+        gpu_core::DeviceRequest {
+            name: "t".into(),
+            template: Some("inner".into()),
+            ..Default::default()
+        },
+    );
+    let s = FleetState::new(f).unwrap();
+    let e = s
+        .try_place(
+            &machine("name: m\ndevices: [{name: gpu, use: outer}]"),
+            Policy::Binpack,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("itself uses a template"), "{e}");
+}
