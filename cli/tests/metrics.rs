@@ -303,7 +303,7 @@ fn listen_serves_the_same_exposition_at_metrics_and_nothing_else() {
             "--listen",
             "127.0.0.1:0",
             "--max-requests",
-            "3",
+            "4",
         ])
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
@@ -336,7 +336,13 @@ fn listen_serves_the_same_exposition_at_metrics_and_nothing_else() {
     );
     assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
 
-    // Three requests answered: the server exits on its own.
+    // The fleet file is read on every scrape: a broken inventory is a 500 naming it.
+    std::fs::remove_file(&f).unwrap();
+    let answer = http(&addr, "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 500"), "{answer}");
+    assert!(answer.contains("cannot read fleet file"), "{answer}");
+
+    // Four requests answered: the server exits on its own.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
