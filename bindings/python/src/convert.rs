@@ -74,7 +74,7 @@ pub fn document<T: Document>(obj: &Bound<'_, PyAny>) -> Result<T, Failure> {
             .map_err(|e| Failure::core(&decode_error::<T>(e.to_string()), T::INPUT))?;
         return T::from_text(&text).map_err(|e| Failure::core(&e, T::INPUT));
     }
-    let value: T = pythonize::depythonize(obj)
+    let value: T = crate::pyde::from_py(obj)
         .map_err(|e| Failure::core(&decode_error::<T>(e.to_string()), T::INPUT))?;
     value.validate().map_err(|e| Failure::core(&e, T::INPUT))?;
     Ok(value)
@@ -93,6 +93,6 @@ fn decode_error<T: Document>(message: String) -> CoreError {
 /// # Errors
 /// The base `Error` if serialization fails, which the model's types never do.
 pub fn to_py<'py, T: Serialize>(py: Python<'py>, value: &T) -> PyResult<Bound<'py, PyAny>> {
-    pythonize::pythonize(py, value)
+    crate::pyserde::to_py(py, value)
         .map_err(|e| Failure::Other(format!("cannot convert result: {e}")).into_pyerr(py))
 }

@@ -155,7 +155,7 @@ impl From<Failure> for PyErr {
 /// Sets an attribute on the exception value; a failure here leaves the attribute at the class
 /// default rather than replacing the error being raised.
 fn set_attr<T: serde::Serialize>(py: Python<'_>, err: &PyErr, name: &str, value: &T) {
-    if let Ok(v) = pythonize::pythonize(py, value) {
+    if let Ok(v) = crate::pyserde::to_py(py, value) {
         let _ = err.value(py).setattr(name, v);
     }
 }

@@ -78,7 +78,7 @@ impl PolicySource {
         if let Ok(path) = p.extract::<PathBuf>() {
             return Ok(PolicySource::File(path));
         }
-        let value: serde_json::Value = pythonize::depythonize(p).map_err(|e| bad_policy(&e))?;
+        let value: serde_json::Value = crate::pyde::from_py(p).map_err(|e| bad_policy(&e))?;
         Ok(PolicySource::Text(value.to_string()))
     }
 

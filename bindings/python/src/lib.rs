@@ -11,8 +11,17 @@ mod errors;
 mod fleet;
 mod host;
 mod layout;
+mod pyde;
+mod pyserde;
 
 use pyo3::prelude::*;
+
+// The scheduler allocates and frees many small objects per placement. Inside a Python process
+// glibc's allocator interleaves them with the interpreter's and spends much of a `place` call
+// consolidating free lists; mimalloc keeps the extension's allocations apart and fast (as
+// pydantic-core and polars do).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The native part of the `gpuslice` package; import `gpuslice` instead.
 #[pymodule]

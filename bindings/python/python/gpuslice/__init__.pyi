@@ -175,6 +175,17 @@ class Allocation(TypedDict):
     status: Literal["pending", "created"]
     devices: List[AllocatedDevice]
 
+class DegradedDevice(TypedDict):
+    request: str
+    device: str
+    """``nvidia2``, or ``nvidia0 via 0000:08:00.4``."""
+    reasons: List[str]
+
+class Placement(Allocation):
+    """What ``place`` returns: the allocation, and the devices on Degraded GPUs when any."""
+
+    degraded: NotRequired[List[DegradedDevice]]
+
 class FleetDocument(TypedDict):
     nodes: List[NodeTopology]
     allocations: List[Allocation]
@@ -219,6 +230,89 @@ class Refusal(TypedDict):
     machine: str
     nodesTotal: int
     nodes: List[NodeRefusal]
+
+# ----------------------------------------------------------------------------------------------
+# Plans (dry runs)
+
+DeviceMove = TypedDict("DeviceMove", {"request": str, "from": AllocatedDevice, "to": AllocatedDevice})
+
+MigrationPlan = TypedDict(
+    "MigrationPlan",
+    {
+        "machine": str,
+        "from": str,
+        "to": str,
+        "moves": List[DeviceMove],
+        "allocation": Allocation,
+    },
+)
+
+class Stay(TypedDict):
+    machine: str
+    reason: str
+    refusal: NotRequired[Refusal]
+
+class DrainPlan(TypedDict):
+    node: str
+    moves: List[MigrationPlan]
+    stay: List[Stay]
+
+class AffectedDevice(TypedDict):
+    request: str
+    device: str
+    health: HealthState
+    reasons: NotRequired[List[str]]
+
+class Evacuation(TypedDict):
+    machine: str
+    node: str
+    affected: List[AffectedDevice]
+    plan: NotRequired[MigrationPlan]
+    refusal: NotRequired[Refusal]
+
+class EvacuationPlan(TypedDict):
+    machines: List[Evacuation]
+
+class PlannedInstance(TypedDict, total=False):
+    framework: VgpuFramework
+    parent: str
+    uuid: str
+    typeId: str
+    typeName: str
+    framebufferMiB: int
+    inUse: bool
+
+class TypeDiff(TypedDict):
+    name: str
+    typeId: NotRequired[str]
+    have: int
+    want: int
+
+class GpuPlan(TypedDict):
+    gpu: str
+    name: str
+    index: NotRequired[int]
+    entry: str
+    framework: NotRequired[VgpuFramework]
+    types: List[TypeDiff]
+    keep: List[PlannedInstance]
+    remove: List[PlannedInstance]
+    create: List[PlannedInstance]
+    enableSriov: NotRequired[bool]
+    refused: NotRequired[str]
+
+class Step(TypedDict):
+    op: Literal["remove", "enable-sriov", "create"]
+    gpu: str
+    instance: NotRequired[PlannedInstance]
+
+class VgpuPlan(TypedDict):
+    node: str
+    config: str
+    mode: Literal["apply", "clear"]
+    gpus: List[GpuPlan]
+    steps: List[Step]
+    warnings: NotRequired[List[str]]
 
 # ----------------------------------------------------------------------------------------------
 # Exceptions
@@ -288,7 +382,7 @@ def health(root: str = "/", policy: Optional[PolicyInput] = None) -> List[GpuHea
     Raises :class:`HostError` or :class:`ConfigError`.
     """
 
-def plan_vgpu_config(config_text: str, name: str, topology: TopologyInput) -> Dict[str, Any]:
+def plan_vgpu_config(config_text: str, name: str, topology: TopologyInput) -> VgpuPlan:
     """Plans config ``name`` of an NVIDIA vgpu-device-manager file against a topology (dry run).
 
     Returns ``{node, config, mode, gpus: [...], steps: [...]}``. Raises :class:`ConfigError`.
@@ -298,16 +392,17 @@ class Fleet:
     """A fleet of nodes and the Machines placed on it, held in Rust; thread-safe."""
 
     def __init__(self) -> None: ...
+    def __repr__(self) -> str: ...
     @classmethod
     def from_dict(cls, data: FleetInput) -> "Fleet":
         """A fleet from its document (dict or JSON/YAML text). Raises :class:`ConfigError`."""
     def add_node(self, topology: TopologyInput) -> None:
         """Adds (or replaces) a node's topology. Raises :class:`ConfigError`."""
-    def remove_node(self, name: str) -> None:
-        """Removes a node and its allocations. Raises :class:`NotFound`."""
+    def remove_node(self, name: str) -> NodeTopology:
+        """Removes a node and returns its topology. Raises :class:`NotFound`."""
     def place(
         self, machine: MachineInput, policy: Literal["binpack", "spread"] = "binpack"
-    ) -> Allocation:
+    ) -> Placement:
         """Places a Machine; raises :class:`Unsatisfiable` or :class:`InvalidRequest`."""
     def release(self, machine_name: str) -> Allocation:
         """Releases a Machine's allocation and returns it. Raises :class:`NotFound`."""
@@ -315,11 +410,11 @@ class Fleet:
         """Marks a Machine's devices as created. Raises :class:`NotFound`."""
     def plan_migration(
         self, machine_name: str, to: str, gpus: Optional[Sequence[str]] = None
-    ) -> Dict[str, Any]:
+    ) -> MigrationPlan:
         """Plans moving a Machine to node ``to`` (dry run)."""
-    def plan_drain(self, node: str) -> Dict[str, Any]:
+    def plan_drain(self, node: str) -> DrainPlan:
         """Plans moving every Machine off ``node`` (dry run)."""
-    def plan_evacuation(self) -> Dict[str, Any]:
+    def plan_evacuation(self) -> EvacuationPlan:
         """Plans moving Machines off unhealthy GPUs (dry run)."""
     def allocations(self) -> List[Allocation]:
         """The allocations, in Machine-name order."""
