@@ -273,24 +273,20 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn attr_key(&self, name: &str) -> String {
-        // Attributes in the driver's own domain are written unqualified.
-        name.to_owned()
-    }
-
+    /// Attributes every device of `gpu` carries. Names without a domain are in the driver's.
     fn common_attributes(&self, gpu: &Gpu, kind: &str) -> BTreeMap<String, DeviceAttribute> {
         let mut a = BTreeMap::new();
-        a.insert(self.attr_key("type"), str_attr(kind));
-        a.insert(self.attr_key("vendor"), str_attr(gpu.vendor.family()));
+        a.insert("type".into(), str_attr(kind));
+        a.insert("vendor".into(), str_attr(gpu.vendor.family()));
         if !gpu.model.trim().is_empty() {
-            a.insert(self.attr_key("model"), str_attr(&gpu.model));
+            a.insert("model".into(), str_attr(&gpu.model));
         }
         a.insert(
-            self.attr_key("pciDeviceID"),
+            "pciDeviceID".into(),
             str_attr(&format!("{}:{}", gpu.vendor_id, gpu.device_id)),
         );
-        a.insert(self.attr_key("gpuName"), str_attr(&gpu.name));
-        a.insert(self.attr_key("health"), str_attr(gpu.health.state.as_str()));
+        a.insert("gpuName".into(), str_attr(&gpu.name));
+        a.insert("health".into(), str_attr(gpu.health.state.as_str()));
         if let Some(n) = gpu.numa_node {
             a.insert(NUMA_NODE.to_owned(), int_attr(u64::from(n)));
         }
