@@ -167,7 +167,10 @@ fn a_full_reshape_removes_everything_and_creates_smaller_vgpus() {
     );
     let now = instances(&state(&k));
     assert_eq!(now.len(), 8);
-    assert!(now.iter().all(|(_, _, t)| t == "nvidia-745"), "A2-2Q: {now:?}");
+    assert!(
+        now.iter().all(|(_, _, t)| t == "nvidia-745"),
+        "A2-2Q: {now:?}"
+    );
 }
 
 #[test]
@@ -196,7 +199,7 @@ fn a_dry_run_plans_without_writing() {
 
 /// Runs `scenario` once to count its writes, then once per write with that write failing, and
 /// checks that each failed apply leaves the host exactly as discovery saw it before.
-fn fails_cleanly_at_every_write(setup: &dyn Fn() -> FakeKernel, text: &str, name: &str) {
+fn fails_cleanly_at_every_write(setup: &(dyn Fn() -> FakeKernel + Sync), text: &str, name: &str) {
     let clean = setup();
     let start = clean.writes().len();
     // Every setup builds the same host, so it discovers the same.
@@ -204,7 +207,7 @@ fn fails_cleanly_at_every_write(setup: &dyn Fn() -> FakeKernel, text: &str, name
     apply(&clean, text, name, &options()).unwrap();
     let n = clean.writes().len() - start;
     assert!(n >= 2, "a realistic apply makes several writes");
-    for k in 1..=n {
+    let check = |k: usize| {
         let host = setup();
         let offset = host.writes().len();
         let host = host.failing_at(offset + k, errno::EIO);
@@ -218,7 +221,21 @@ fn fails_cleanly_at_every_write(setup: &dyn Fn() -> FakeKernel, text: &str, name
         assert!(report.failure.as_deref().unwrap().contains("EIO"), "{e}");
         assert!(e.to_string().contains("rolled back"), "{e}");
         assert_eq!(state(&host), before, "write {k} of {n}: the host changed");
-    }
+    };
+    // Each failing write gets its own fake host, so the cases run side by side.
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |p| p.get())
+        .min(n);
+    std::thread::scope(|s| {
+        for w in 0..workers {
+            let check = &check;
+            s.spawn(move || {
+                for k in (1..=n).filter(|k| k % workers == w) {
+                    check(k);
+                }
+            });
+        }
+    });
 }
 
 #[test]
