@@ -3,6 +3,7 @@
 //! - `place/10k_nodes/single`: one placement, state update included, on 10,000 mixed 8-GPU
 //!   nodes (the workload of `fleetgen::workload_machine` in turn).
 //! - `place/10k_nodes/sequence_100k`: 100,000 Machines placed one after the other.
+//! - `place/10k_nodes/refusal`: a Machine no node can hold, with every node's reasons.
 //! - `place/8gpu_whole`: an 8-whole-GPU Machine on a fleet of 1,000 8-GPU passthrough nodes.
 //! - `place/scaling/<nodes>`: as `single`, from 100 to 100,000 nodes.
 //!
@@ -119,6 +120,20 @@ fn bench_place(c: &mut Criterion) {
             }
             total
         });
+    });
+    g.sample_size(10).measurement_time(Duration::from_secs(5));
+    g.bench_function("10k_nodes/refusal", |b| {
+        // More than any node holds: every node is asked why not.
+        let m = Machine {
+            name: "too-big".into(),
+            devices: vec![gpu_core::DeviceRequest {
+                name: "gpu".into(),
+                profile: Some("A2-4Q".into()),
+                count: Some(64),
+                ..gpu_core::DeviceRequest::default()
+            }],
+        };
+        b.iter(|| black_box(state.try_place(&m, Policy::Binpack).is_err()));
     });
     drop(state);
 

@@ -929,6 +929,12 @@ impl NodeState {
         overlay: &mut Overlay,
         picks: &mut Vec<Pick>,
     ) -> Result<(), Reason> {
+        // The node's own summary answers "not offered" without touching its parents.
+        if !self.offers_any(classes) {
+            let mut reason = Reason::new(ReasonKind::ProfileNotOffered, &r.name, r.wanted, 0);
+            reason.profile = Some(text.to_owned());
+            return Err(reason);
+        }
         let mut excluded = Excluded::default();
         let mut cands: Vec<GroupCand> = Vec::new();
         let mut offered = false;
