@@ -387,3 +387,30 @@ fn cloud_init_places_the_token_and_gridd_conf() {
         String::from_utf8_lossy(&out.stderr).contains("cannot read license token /nonexistent.tok")
     );
 }
+
+#[test]
+fn the_json_that_place_prints_is_an_allocation_to_hand_off() {
+    let place = golden_dir("place");
+    let json = ok(&[
+        "place",
+        "--inventory",
+        place.join("fleet.yaml").to_str().unwrap(),
+        "--machine",
+        place.join("inference-mig.yaml").to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    let placed: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("placed.json");
+    std::fs::write(&f, &json).unwrap();
+    let qemu = ok(&["export", "qemu", "--allocation", f.to_str().unwrap()]);
+    let expected: Vec<String> = placed["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| format!("-device vfio-pci,host={}", d["parent"].as_str().unwrap()))
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(qemu.lines().collect::<Vec<_>>(), expected);
+}
