@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use gpu_sysfs::Host;
 use gpu_sysfs::actuate::error::errno;
-use gpu_sysfs::testing::{FakeKernel, SriovManage};
+use gpu_sysfs::testing::{FakeKernel, SriovManage, TreeBuilder};
 
 const MBOCHS: &str = "sys/class/mdev_bus/mbochs/mdev_supported_types";
 const U1: &str = "de306c9f-a714-4373-a290-dc15d4e49b71";
@@ -103,7 +103,13 @@ fn duplicate_uuids_are_refused_on_every_parent_and_in_either_case() {
 #[test]
 fn malformed_uuids_are_invalid() {
     let k = FakeKernel::sample_mdev_drivers().unwrap();
-    for bad in ["not-a-uuid", "12345678-1234-1234-1234-12345678zzzz", ""] {
+    for bad in [
+        "not-a-uuid",
+        "12345678-1234-1234-1234-12345678zzzz",
+        "{de306c9f-a714-4373-a290-dc15d4e49b71}",
+        "de306c9fa7144373a290dc15d4e49b71",
+        " de306c9f-a714-4373-a290-dc15d4e49b7",
+    ] {
         let r = k.write(&format!("{MBOCHS}/mbochs-small/create"), bad.as_bytes());
         assert_eq!(os_err(r), errno::EINVAL, "{bad:?}");
     }
@@ -299,7 +305,8 @@ fn binding_follows_override_unbind_and_probe() {
     };
     assert_eq!(
         os_err(k.write("sys/bus/pci/drivers/vfio-pci/bind", b"0000:01:00.0")),
-        errno::EBUSY
+        errno::ENODEV,
+        "vfio-pci does not match a device without an override, bound or not"
     );
     k.write(&format!("{dev}/driver/unbind"), b"0000:01:00.0")
         .unwrap();
@@ -526,5 +533,473 @@ fn an_idle_l40s_vf_lists_what_the_real_one_did() {
         k.read_string("sys/bus/pci/devices/0000:26:00.5/nvidia/current_vgpu_type")
             .unwrap(),
         "0"
+    );
+}
+
+// ----- what the real kernel showed (lab/FINDINGS.md), one test per difference ---------------
+
+fn driver_of(k: &FakeKernel, bdf: &str) -> Option<String> {
+    k.resolve_link(&format!("sys/bus/pci/devices/{bdf}/driver"))
+        .ok()
+        .map(|d| d.rsplit('/').next().unwrap().to_owned())
+}
+
+fn group_of(k: &FakeKernel, dev: &str) -> String {
+    k.resolve_link(&format!("{dev}/iommu_group"))
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// FINDINGS row 1.
+#[test]
+fn an_empty_write_to_any_attribute_succeeds_and_changes_nothing() {
+    let k = FakeKernel::sample_mdev_drivers().unwrap();
+    k.write(&format!("{MBOCHS}/mbochs-small/create"), U1.as_bytes())
+        .unwrap();
+    let before = k.snapshot().unwrap();
+    k.write(&format!("{MBOCHS}/mbochs-small/create"), b"")
+        .unwrap();
+    k.write(&format!("sys/bus/mdev/devices/{U1}/remove"), b"")
+        .unwrap();
+    assert_eq!(k.snapshot().unwrap(), before);
+
+    let k = FakeKernel::passthrough_host().unwrap();
+    let before = k.snapshot().unwrap();
+    for f in [
+        "sys/bus/pci/drivers/nvidia/unbind",
+        "sys/bus/pci/drivers/vfio-pci/bind",
+        "sys/bus/pci/drivers_probe",
+        "sys/bus/pci/devices/0000:01:00.0/driver_override",
+    ] {
+        k.write(f, b"").unwrap();
+    }
+    assert_eq!(k.snapshot().unwrap(), before);
+    assert!(k.writes().iter().all(|w| w.errno.is_none()));
+}
+
+/// FINDINGS rows 2 and 3.
+#[test]
+fn create_takes_36_or_37_bytes_and_parses_the_first_36() {
+    let k = FakeKernel::sample_mdev_drivers().unwrap();
+    let create = format!("{MBOCHS}/mbochs-small/create");
+    for (i, tail) in ["x", "\n", " ", "\0"].iter().enumerate() {
+        let u = uuid(i as u32);
+        k.write(&create, format!("{u}{tail}").as_bytes()).unwrap();
+        assert!(k.exists(&format!("sys/bus/mdev/devices/{u}")), "{tail:?}");
+    }
+    let upper = uuid(7).to_ascii_uppercase();
+    k.write(&create, format!("{upper}x").as_bytes()).unwrap();
+    assert!(k.exists(&format!("sys/bus/mdev/devices/{}", uuid(7))));
+    for bad in [
+        format!("{}\n\n", uuid(8)),
+        format!("{}xy", uuid(8)),
+        uuid(8)[..35].to_owned(),
+        format!("{}\n", &uuid(8)[..35]),
+    ] {
+        assert_eq!(
+            os_err(k.write(&create, bad.as_bytes())),
+            errno::EINVAL,
+            "{bad:?}"
+        );
+    }
+    assert!(!k.exists(&format!("sys/bus/mdev/devices/{}", uuid(8))));
+    assert_eq!(mbochs(&k), [59, 14, 3]);
+}
+
+/// FINDINGS rows 4 to 6: `remove` is `kstrtoul(buf, 0, ..)`, not a boolean.
+#[test]
+fn remove_parses_an_unsigned_number_and_any_non_zero_value_removes() {
+    let k = FakeKernel::sample_mdev_drivers().unwrap();
+    let create = format!("{MBOCHS}/mbochs-small/create");
+    let remove = format!("sys/bus/mdev/devices/{U1}/remove");
+    k.write(&create, U1.as_bytes()).unwrap();
+    for invalid in [
+        "y",
+        "Y",
+        "n",
+        "on",
+        "off",
+        "true",
+        "-1",
+        " 1",
+        "1 ",
+        "1\n\n",
+        "0x",
+        "08",
+        "1x",
+        "18446744073709551616",
+    ] {
+        assert_eq!(
+            os_err(k.write(&remove, invalid.as_bytes())),
+            errno::EINVAL,
+            "{invalid:?}"
+        );
+    }
+    for no_op in ["0", "0\n", "00", "0x0", "+0", "0\0garbage"] {
+        k.write(&remove, no_op.as_bytes()).unwrap();
+    }
+    assert!(k.exists(&remove), "nothing above removed it");
+    for (i, removes) in [
+        "2",
+        "0x1",
+        "0X1f",
+        "010",
+        "+1",
+        "1\n",
+        "18446744073709551615",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let u = uuid(i as u32);
+        k.write(&create, u.as_bytes()).unwrap();
+        k.write(
+            &format!("sys/bus/mdev/devices/{u}/remove"),
+            removes.as_bytes(),
+        )
+        .unwrap();
+        assert!(
+            !k.exists(&format!("sys/bus/mdev/devices/{u}")),
+            "{removes:?}"
+        );
+    }
+    assert_eq!(mbochs(&k), [63, 15, 3]);
+}
+
+/// FINDINGS row 7: the driver-match test comes before the busy test.
+#[test]
+fn binding_a_device_still_bound_to_its_driver_is_enodev_unless_the_override_names_the_driver() {
+    let k = FakeKernel::passthrough_host().unwrap();
+    let bind = "sys/bus/pci/drivers/vfio-pci/bind";
+    assert_eq!(os_err(k.write(bind, b"0000:01:00.0")), errno::ENODEV);
+    k.write(
+        "sys/bus/pci/devices/0000:01:00.0/driver_override",
+        b"vfio-pci",
+    )
+    .unwrap();
+    assert_eq!(
+        os_err(k.write(bind, b"0000:01:00.0")),
+        errno::EBUSY,
+        "the override matches, so the device is busy with nvidia"
+    );
+    assert_eq!(driver_of(&k, "0000:01:00.0").as_deref(), Some("nvidia"));
+}
+
+/// FINDINGS rows 8 and 9: the probe's own error comes back through `bind`, but not through
+/// `drivers_probe`.
+#[test]
+fn an_explicit_vfio_pci_bind_without_an_iommu_group_fails_with_the_probes_einval() {
+    let k = FakeKernel::passthrough_host().unwrap();
+    let dev = "sys/bus/pci/devices/0000:04:00.0";
+    k.write(&format!("{dev}/driver_override"), b"vfio-pci")
+        .unwrap();
+    k.write(&format!("{dev}/driver/unbind"), b"0000:04:00.0")
+        .unwrap();
+    assert_eq!(
+        os_err(k.write("sys/bus/pci/drivers/vfio-pci/bind", b"0000:04:00.0")),
+        errno::EINVAL
+    );
+    assert_eq!(driver_of(&k, "0000:04:00.0"), None);
+    k.write("sys/bus/pci/drivers_probe", b"0000:04:00.0")
+        .unwrap();
+    assert_eq!(driver_of(&k, "0000:04:00.0"), None, "silently left unbound");
+
+    let k = FakeKernel::passthrough_host()
+        .unwrap()
+        .with_silent_probe_failure("0000:02:00.0");
+    let dev = "sys/bus/pci/devices/0000:02:00.0";
+    k.write(&format!("{dev}/driver_override"), b"vfio-pci")
+        .unwrap();
+    k.write(&format!("{dev}/driver/unbind"), b"0000:02:00.0")
+        .unwrap();
+    assert_eq!(
+        os_err(k.write("sys/bus/pci/drivers/vfio-pci/bind", b"0000:02:00.0")),
+        errno::EINVAL,
+        "an injected probe failure is reported by bind too"
+    );
+}
+
+/// FINDINGS row 11.
+#[test]
+fn a_new_mdev_takes_the_lowest_free_iommu_group_number() {
+    let k = {
+        let mut b = TreeBuilder::new();
+        gpu_sysfs::testing::fake_kernel::add_passthrough_devices(&mut b);
+        gpu_sysfs::testing::fake_kernel::add_sample_mdev_drivers(&mut b);
+        FakeKernel::new(b.finish().unwrap())
+            .unwrap()
+            .with_sample_pools()
+    };
+    // Hardware groups 1, 2 and 5 exist: the first mdevs get 0, 3 and 4.
+    let mut groups = Vec::new();
+    for i in 0..3 {
+        k.write(&format!("{MBOCHS}/mbochs-small/create"), uuid(i).as_bytes())
+            .unwrap();
+        groups.push(group_of(&k, &format!("sys/bus/mdev/devices/{}", uuid(i))));
+    }
+    assert_eq!(groups, ["0", "3", "4"]);
+    k.write(&format!("sys/bus/mdev/devices/{}/remove", uuid(1)), b"1")
+        .unwrap();
+    assert!(!k.exists("sys/kernel/iommu_groups/3"));
+    k.write(&format!("{MBOCHS}/mbochs-small/create"), uuid(9).as_bytes())
+        .unwrap();
+    assert_eq!(
+        group_of(&k, &format!("sys/bus/mdev/devices/{}", uuid(9))),
+        "3",
+        "a freed number is reused"
+    );
+    k.write(
+        &format!("{MBOCHS}/mbochs-small/create"),
+        uuid(10).as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(
+        group_of(&k, &format!("sys/bus/mdev/devices/{}", uuid(10))),
+        "6"
+    );
+}
+
+/// FINDINGS row 10: with or without an IOMMU, an mdev's group is VFIO's emulated one.
+#[test]
+fn an_mdev_group_is_named_vfio_noiommu_with_type_unknown_even_without_an_iommu() {
+    let k = FakeKernel::sample_mdev_drivers().unwrap();
+    assert!(
+        k.list("sys/kernel/iommu_groups").unwrap().is_empty(),
+        "no IOMMU"
+    );
+    k.write(&format!("{MBOCHS}/mbochs-small/create"), U1.as_bytes())
+        .unwrap();
+    assert_eq!(k.list("sys/kernel/iommu_groups").unwrap(), ["0"]);
+    let g = "sys/kernel/iommu_groups/0";
+    let mut entries = k.list(g).unwrap();
+    entries.sort();
+    assert_eq!(entries, ["devices", "name", "reserved_regions", "type"]);
+    assert_eq!(k.read_string(&format!("{g}/name")).unwrap(), "vfio-noiommu");
+    assert_eq!(k.read_string(&format!("{g}/type")).unwrap(), "unknown");
+    assert_eq!(
+        k.resolve_link(&format!("{g}/devices/{U1}")).unwrap(),
+        format!("sys/devices/virtual/mbochs/mbochs/{U1}")
+    );
+}
+
+/// FINDINGS row 12, for PCI devices.
+#[test]
+fn binding_to_vfio_pci_creates_the_groups_dev_vfio_node_until_the_groups_last_vfio_device_goes() {
+    let k = FakeKernel::passthrough_host().unwrap();
+    assert_eq!(k.list("dev/vfio").unwrap(), ["vfio"], "the container only");
+    for bdf in ["0000:01:00.0", "0000:01:00.1"] {
+        let dev = format!("sys/bus/pci/devices/{bdf}");
+        k.write(&format!("{dev}/driver_override"), b"vfio-pci")
+            .unwrap();
+        k.write(&format!("{dev}/driver/unbind"), bdf.as_bytes())
+            .unwrap();
+        k.write("sys/bus/pci/drivers_probe", bdf.as_bytes())
+            .unwrap();
+    }
+    let mut nodes = k.list("dev/vfio").unwrap();
+    nodes.sort();
+    assert_eq!(nodes, ["1", "vfio"]);
+    assert_eq!(
+        k.list("sys/bus/pci/devices/0000:01:00.0/vfio-dev").unwrap(),
+        ["vfio0"]
+    );
+    assert_eq!(
+        k.list("sys/bus/pci/devices/0000:01:00.1/vfio-dev").unwrap(),
+        ["vfio1"]
+    );
+    k.write("sys/bus/pci/drivers/vfio-pci/unbind", b"0000:01:00.0")
+        .unwrap();
+    assert!(k.exists("dev/vfio/1"), "01:00.1 still holds the group");
+    assert!(!k.exists("sys/bus/pci/devices/0000:01:00.0/vfio-dev"));
+    k.write("sys/bus/pci/drivers/vfio-pci/unbind", b"0000:01:00.1")
+        .unwrap();
+    assert_eq!(k.list("dev/vfio").unwrap(), ["vfio"]);
+}
+
+/// FINDINGS row 12, for mdevs.
+#[test]
+fn each_mdev_has_its_groups_dev_vfio_node_while_it_exists() {
+    let k = FakeKernel::sample_mdev_drivers().unwrap();
+    let before = k.snapshot().unwrap();
+    for i in 0..2 {
+        k.write(&format!("{MBOCHS}/mbochs-small/create"), uuid(i).as_bytes())
+            .unwrap();
+    }
+    let mut nodes = k.list("dev/vfio").unwrap();
+    nodes.sort();
+    assert_eq!(nodes, ["0", "1", "vfio"]);
+    for i in 0..2 {
+        k.write(&format!("sys/bus/mdev/devices/{}/remove", uuid(i)), b"1")
+            .unwrap();
+    }
+    assert_eq!(k.list("dev/vfio").unwrap(), ["vfio"]);
+    assert_eq!(k.snapshot().unwrap(), before);
+}
+
+/// FINDINGS row 13.
+#[test]
+fn an_mdev_directory_has_driver_subsystem_power_uevent_and_vendor_entries() {
+    let k = FakeKernel::sample_mdev_drivers().unwrap();
+    k.write(&format!("{MBOCHS}/mbochs-medium/create"), U1.as_bytes())
+        .unwrap();
+    let inst = format!("sys/bus/mdev/devices/{U1}");
+    let mut entries = k.list(&inst).unwrap();
+    entries.sort();
+    assert_eq!(
+        entries,
+        [
+            "driver",
+            "iommu_group",
+            "mdev_type",
+            "power",
+            "remove",
+            "subsystem",
+            "uevent",
+            "vendor",
+            "vfio-dev"
+        ]
+    );
+    assert_eq!(
+        k.read_link(&format!("{inst}/driver")).unwrap().to_str(),
+        Some("../../../../../bus/mdev/drivers/mbochs")
+    );
+    assert_eq!(
+        k.read_link(&format!("{inst}/subsystem")).unwrap().to_str(),
+        Some("../../../../../bus/mdev")
+    );
+    assert_eq!(
+        k.read_link(&format!("{inst}/iommu_group"))
+            .unwrap()
+            .to_str(),
+        Some("../../../../../kernel/iommu_groups/0")
+    );
+    assert!(k.exists(&format!("sys/bus/mdev/drivers/mbochs/{U1}")));
+    assert_eq!(
+        k.read_string(&format!("{inst}/vendor/memory")).unwrap(),
+        "16 MB"
+    );
+    assert_eq!(
+        k.read_string(&format!("{inst}/uevent")).unwrap(),
+        "DRIVER=mbochs"
+    );
+    assert_eq!(
+        k.read_string(&format!("{inst}/power/runtime_status"))
+            .unwrap(),
+        "unsupported"
+    );
+    assert_eq!(
+        k.read_link(&format!("{inst}/vfio-dev/vfio0/device"))
+            .unwrap()
+            .to_str(),
+        Some(format!("../../../{U1}").as_str())
+    );
+
+    let mdpy = "sys/class/mdev_bus/mdpy/mdev_supported_types";
+    k.write(&format!("{mdpy}/mdpy-xga/create"), uuid(1).as_bytes())
+        .unwrap();
+    assert_eq!(
+        k.read_string(&format!(
+            "sys/bus/mdev/devices/{}/vendor/resolution",
+            uuid(1)
+        ))
+        .unwrap(),
+        "1024x768"
+    );
+    let mtty = "sys/class/mdev_bus/mtty/mdev_supported_types";
+    k.write(&format!("{mtty}/mtty-1/create"), uuid(2).as_bytes())
+        .unwrap();
+    assert_eq!(
+        k.read_string(&format!(
+            "sys/bus/mdev/devices/{}/vendor/sample_mdev_dev",
+            uuid(2)
+        ))
+        .unwrap(),
+        format!("This is MDEV {}", uuid(2))
+    );
+}
+
+/// NVIDIA's instances, as the real A2 host shows them (its umockdev capture).
+#[test]
+fn an_nvidia_mdev_is_bound_to_nvidia_vgpu_vfio_with_its_nvidia_files() {
+    let k = FakeKernel::a2_mdev_host().unwrap();
+    k.write(
+        "sys/class/mdev_bus/0000:08:00.4/mdev_supported_types/nvidia-754/create",
+        U1.as_bytes(),
+    )
+    .unwrap();
+    let inst = format!("sys/bus/mdev/devices/{U1}");
+    assert_eq!(
+        k.read_link(&format!("{inst}/driver")).unwrap().to_str(),
+        Some("../../../../bus/mdev/drivers/nvidia-vgpu-vfio")
+    );
+    assert_eq!(
+        k.read_string(&format!("{inst}/nvidia/vm_name")).unwrap(),
+        ""
+    );
+    assert_eq!(
+        k.read_string(&format!("{inst}/uevent")).unwrap(),
+        "DRIVER=nvidia-vgpu-vfio"
+    );
+    // Hardware groups 20..=36 are taken; VFIO's emulated group takes the lowest free number.
+    assert_eq!(group_of(&k, &inst), "0");
+}
+
+// ----- what the kernel's source makes as strict (not recorded by the lab) ----------------------
+
+#[test]
+fn bus_attributes_name_a_device_exactly_as_the_kernel_names_it() {
+    let k = FakeKernel::passthrough_host().unwrap();
+    for spelling in [
+        "01:00.0",
+        "0000:01:00.0 ",
+        " 0000:01:00.0",
+        "0000:01:00.0\n\n",
+    ] {
+        assert_eq!(
+            os_err(k.write("sys/bus/pci/drivers/nvidia/unbind", spelling.as_bytes())),
+            errno::ENODEV,
+            "{spelling:?}"
+        );
+    }
+    k.write("sys/bus/pci/drivers/nvidia/unbind", b"0000:01:00.0\n")
+        .unwrap();
+    assert_eq!(
+        os_err(k.write("sys/bus/pci/drivers_probe", b"01:00.0")),
+        errno::ENODEV
+    );
+    k.write("sys/bus/pci/drivers_probe", b"0000:01:00.0\n")
+        .unwrap();
+    assert_eq!(driver_of(&k, "0000:01:00.0").as_deref(), Some("nvidia"));
+}
+
+#[test]
+fn driver_override_keeps_what_comes_before_the_first_newline() {
+    let k = FakeKernel::passthrough_host().unwrap();
+    let ov = "sys/bus/pci/devices/0000:01:00.0/driver_override";
+    k.write(ov, b"vfio-pci\nnvidia").unwrap();
+    assert_eq!(k.read_string(ov).unwrap(), "vfio-pci");
+    k.write(ov, b"\0").unwrap();
+    assert_eq!(k.read_string(ov).unwrap(), "(null)", "a NUL clears as well");
+    assert_eq!(os_err(k.write(ov, &[b'a'; 4095])), errno::EINVAL);
+}
+
+#[test]
+fn sriov_numvfs_parses_like_kstrtou16_and_new_vfs_take_the_lowest_free_groups() {
+    let k = FakeKernel::l40s_vendor_vfio_host(0).unwrap();
+    let f = "sys/bus/pci/devices/0000:26:00.0/sriov_numvfs";
+    for bad in [" 2", "2 ", "two", "65536"] {
+        assert_eq!(os_err(k.write(f, bad.as_bytes())), errno::EINVAL, "{bad:?}");
+    }
+    k.write(f, b"0x2\n").unwrap();
+    assert_eq!(k.read_string(f).unwrap(), "2");
+    // The PF holds group 30; the VFs get 0 and 1.
+    assert_eq!(group_of(&k, "sys/bus/pci/devices/0000:26:00.4"), "0");
+    assert_eq!(group_of(&k, "sys/bus/pci/devices/0000:26:00.5"), "1");
+    assert!(
+        k.read_string("sys/kernel/iommu_groups/0/name").is_err(),
+        "hardware groups have no name"
     );
 }

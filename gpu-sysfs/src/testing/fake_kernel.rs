@@ -1,19 +1,33 @@
 //! A fake kernel: a [`Host`] over a [`TreeBuilder`] tree whose special files react to writes as
-//! Linux 6.x and NVIDIA's drivers do (`../shared/lab-reference/FACTS.md` records the real runs).
+//! Linux 6.x and NVIDIA's drivers do (`lab/FINDINGS.md` records where the real kernel was checked
+//! against this fake; `../shared/lab-reference/FACTS.md` records the earlier runs).
 //!
-//! Reads go to the tree as it is. Writes to these files act:
-//! - mdev `mdev_supported_types/<type>/create`: a malformed UUID gives `EINVAL`, a UUID already
+//! Reads go to the tree as it is. A 0-byte write to any sysfs attribute succeeds and does nothing
+//! (sysfs never calls the store). Writes to these files act:
+//! - mdev `mdev_supported_types/<type>/create`: the kernel takes 36 or 37 bytes and parses the first
+//!   36 (so `<uuid>\n` and `<uuid>x` both work); a malformed UUID gives `EINVAL`, a UUID already
 //!   used on any parent (either case) `EEXIST`, an exhausted pool `ENOSPC` (`mdpy`: `EUSERS`);
-//!   success makes the instance (directory, `mdev_type`, bus and type links, its own IOMMU group and
-//!   VFIO cdev) and lowers `available_instances` of every type sharing the pool;
-//! - mdev `<uuid>/remove`: `1` removes and gives the capacity back, `0` does nothing;
+//!   success makes the instance as the kernel lays it out (`driver`, `iommu_group`, `mdev_type`,
+//!   `power/`, `remove`, `subsystem`, `uevent`, the driver's `vendor/` or `nvidia/` files,
+//!   `vfio-dev/vfioN`, bus, driver and type links), its own emulated IOMMU group (the lowest free
+//!   number, `name` = `vfio-noiommu`, `type` = `unknown`) with its `/dev/vfio/<group>` node, and
+//!   lowers `available_instances` of every type sharing the pool;
+//! - mdev `<uuid>/remove`: parsed as an unsigned number (`kstrtoul`, base 0: `0x1`, `010`, `+1`
+//!   work, `y`/`on` are `EINVAL`); any non-zero value removes and gives the capacity back, `0` does
+//!   nothing;
 //! - `nvidia/current_vgpu_type` of a vendor-VFIO VF: a type on a VF that has one gives `EPERM`, a
 //!   type that does not fit the GPU `EIO`; success shrinks `creatable_vgpu_types` of every VF of
 //!   the GPU; `0` clears;
-//! - PCI `driver_override` (an empty write does nothing, `"\n"` clears to `(null)`),
-//!   `drivers/<drv>/unbind`, `drivers/<drv>/bind` (`ENODEV` when the driver does not take the
-//!   device, `EBUSY` when it is bound), `drivers_probe` (success even when no driver took it: the
-//!   *silent probe failure*), `sriov_numvfs`;
+//! - PCI `driver_override` (cut at the first newline; `"\n"` clears to `(null)`),
+//!   `drivers/<drv>/unbind`, `drivers/<drv>/bind` (`ENODEV` when the driver does not match the
+//!   device, even while it is bound; then `EBUSY` when it is bound; then the probe's own error:
+//!   vfio-pci gives `EINVAL` for a device without an IOMMU group), `drivers_probe` (success even
+//!   when no driver took it: the *silent probe failure*), `sriov_numvfs` (`kstrtou16`, base 0).
+//!   Devices are named exactly as the kernel names them (`0000:01:00.0`, one trailing newline
+//!   allowed); any other spelling is `ENODEV`. Binding to vfio-pci creates the device's
+//!   `vfio-dev/vfioN` and its group's `/dev/vfio/<group>`, which goes when the group's last vfio
+//!   device does; `/dev/vfio/vfio` always exists. New SR-IOV VFs of a PF in an IOMMU group take
+//!   the lowest free group numbers;
 //! - and [`Host::run`] of `/usr/lib/nvidia/sriov-manage -e <bdf>` (directly or through `chroot`)
 //!   creates the VFs.
 //!
@@ -152,7 +166,8 @@ struct State {
     host_drivers: BTreeMap<PciAddress, String>,
     runs: Vec<(String, Vec<String>)>,
     next_pid: u32,
-    next_cdev: u32,
+    /// Indices of the `vfio-dev/vfioN` devices that exist (the kernel hands out the lowest free).
+    vfio_devs: BTreeSet<u32>,
     broken: Option<String>,
 }
 
@@ -187,6 +202,94 @@ fn value(data: &[u8]) -> String {
     s.strip_suffix('\n').unwrap_or(&s).to_owned()
 }
 
+/// What a store sees as a C string: the data up to its first NUL byte (sysfs terminates the
+/// buffer after the written bytes).
+fn c_str(data: &[u8]) -> &[u8] {
+    data.iter()
+        .position(|b| *b == 0)
+        .map_or(data, |i| &data[..i])
+}
+
+/// The kernel's `kstrtoull(s, 0, ..)`: an optional `+`, digits in base 16 (`0x` followed by a hex
+/// digit), 8 (a leading `0`) or 10, then at most one `\n`. `Err(EINVAL)` for anything else,
+/// `Err(ERANGE)` past `u64::MAX`.
+fn kstrtoull(data: &[u8]) -> Result<u64, i32> {
+    let mut s = c_str(data);
+    if let [b'+', rest @ ..] = s {
+        s = rest;
+    }
+    let base: u8 = match s {
+        [b'0', x, d, ..] if x.eq_ignore_ascii_case(&b'x') && d.is_ascii_hexdigit() => {
+            s = &s[2..];
+            16
+        }
+        [b'0', ..] => 8,
+        _ => 10,
+    };
+    let mut value: u64 = 0;
+    let mut digits = 0;
+    let mut overflow = false;
+    for &c in s {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => break,
+        };
+        if d >= base {
+            break;
+        }
+        match value
+            .checked_mul(u64::from(base))
+            .and_then(|v| v.checked_add(u64::from(d)))
+        {
+            Some(v) => value = v,
+            None => overflow = true,
+        }
+        digits += 1;
+    }
+    if overflow {
+        return Err(errno::ERANGE);
+    }
+    if digits == 0 {
+        return Err(errno::EINVAL);
+    }
+    match &s[digits..] {
+        [] | [b'\n'] => Ok(value),
+        _ => Err(errno::EINVAL),
+    }
+}
+
+/// The PCI device named by a write to `bind`, `unbind` or `drivers_probe`: the kernel compares
+/// the text with the device's name exactly (`sysfs_streq`: one trailing newline allowed), so
+/// `01:00.0` or `0000:01:00.0 ` name nothing.
+fn named_device(data: &[u8]) -> Option<PciAddress> {
+    let s = c_str(data);
+    let s = s.strip_suffix(b"\n").unwrap_or(s);
+    let s = std::str::from_utf8(s).ok()?;
+    let a: PciAddress = s.parse().ok()?;
+    (a.to_string() == s).then_some(a)
+}
+
+/// The `power/` attributes of a device without runtime power management, as a real host's mdev
+/// instances show them (harvester/pcidevices' A2 capture, Apache-2.0).
+const POWER_ATTRS: &[(&str, &str)] = &[
+    ("async", "disabled"),
+    ("control", "auto"),
+    ("runtime_active_kids", "0"),
+    ("runtime_active_time", "0"),
+    ("runtime_enabled", "disabled"),
+    ("runtime_status", "unsupported"),
+    ("runtime_suspended_time", "0"),
+    ("runtime_usage", "0"),
+];
+
+/// The mdev driver NVIDIA's host driver registers.
+const NVIDIA_MDEV_DRIVER: &str = "nvidia-vgpu-vfio";
+
+/// Sysfs stores see at most a page; `driver_override` refuses one that long.
+const PAGE_SIZE: usize = 4096;
+
 impl FakeKernel {
     /// A fake kernel over a finished tree. Drivers bound at this point are remembered as the
     /// devices' host drivers (what `drivers_probe` binds when no override is set).
@@ -210,14 +313,48 @@ impl FakeKernel {
                 }
             }
         }
-        Ok(FakeKernel {
+        let k = FakeKernel {
             _tree: tree,
             root,
             fs,
             pools: Vec::new(),
             state: Mutex::new(state),
             serial: Mutex::new(()),
-        })
+        };
+        k.settle()?;
+        Ok(k)
+    }
+
+    /// Adds what a booted kernel has beside the tree as built: `/dev/vfio/vfio`, the driver of
+    /// every mdev parent under `sys/bus/mdev/drivers`, and the VFIO device and group node of every
+    /// device already bound to vfio-pci.
+    fn settle(&self) -> io::Result<()> {
+        std::fs::create_dir_all(self.root.join("dev/vfio"))?;
+        let container = self.root.join("dev/vfio/vfio");
+        if !container.exists() {
+            std::fs::write(container, "")?;
+        }
+        for p in self.fs.list("sys/class/mdev_bus").unwrap_or_default() {
+            if let Some(pd) = self.class_parent_dir(&p) {
+                let drv = self.mdev_driver(&pd);
+                std::fs::create_dir_all(self.root.join(format!("sys/bus/mdev/drivers/{drv}")))?;
+            }
+        }
+        for d in self
+            .fs
+            .list("sys/bus/pci/drivers/vfio-pci")
+            .unwrap_or_default()
+        {
+            let Ok(a) = d.parse::<PciAddress>() else {
+                continue;
+            };
+            if let Some(dev) = self.dev_dir(&a) {
+                if !self.fs.exists(&format!("{dev}/vfio-dev")) {
+                    self.add_vfio_device(&dev)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -255,8 +392,8 @@ impl FakeKernel {
         self
     }
 
-    /// Makes probes that would bind `bdf` to `vfio-pci` fail silently: `drivers_probe` succeeds
-    /// and the device stays unbound.
+    /// Makes probes that would bind `bdf` to `vfio-pci` fail: `drivers_probe` succeeds and the
+    /// device stays unbound (silently); an explicit `drivers/vfio-pci/bind` gives `EINVAL`.
     pub fn with_silent_probe_failure(self, bdf: &str) -> Self {
         match bdf.parse::<PciAddress>() {
             Ok(a) => {
@@ -688,6 +825,10 @@ impl FakeKernel {
             return Err(err(errno::ENOENT));
         }
         let canon = self.fs.canonicalize(path)?;
+        if data.is_empty() && canon.starts_with("sys/") {
+            // sysfs returns 0 for an empty write without calling the attribute's store.
+            return Ok(());
+        }
         let (dir, file) = canon.rsplit_once('/').unwrap_or(("", canon.as_str()));
         let dir_name = dir.rsplit('/').next().unwrap_or("");
         let under_types = dir.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
@@ -704,26 +845,30 @@ impl FakeKernel {
                 self.set_vgpu_type(vf.parse().map_err(|_| err(errno::EINVAL))?, data)
             }
             "driver_override" if dir_name.parse::<PciAddress>().is_ok() => {
-                if data.is_empty() {
-                    return Ok(());
+                if data.len() >= PAGE_SIZE - 1 {
+                    return Err(err(errno::EINVAL));
                 }
-                let v = value(data);
-                let content = if v.is_empty() {
+                // Up to the first NUL, then cut at the first newline; nothing left clears.
+                let s = c_str(data);
+                let s = s.split(|b| *b == b'\n').next().unwrap_or(s);
+                let content = if s.is_empty() {
                     "(null)\n".to_owned()
                 } else {
-                    format!("{v}\n")
+                    format!("{}\n", String::from_utf8_lossy(s))
                 };
                 self.write_file(&canon, &content)
             }
-            "drivers_probe" if dir == "sys/bus/pci" => self.probe(&value(data)),
-            "unbind" if under_types == "sys/bus/pci/drivers" => self.unbind(dir_name, &value(data)),
-            "bind" if under_types == "sys/bus/pci/drivers" => {
-                self.bind_store(dir_name, &value(data))
-            }
+            "drivers_probe" if dir == "sys/bus/pci" => self.probe(data),
+            "unbind" if under_types == "sys/bus/pci/drivers" => self.unbind(dir_name, data),
+            "bind" if under_types == "sys/bus/pci/drivers" => self.bind_store(dir_name, data),
             "sriov_numvfs" if dir_name.parse::<PciAddress>().is_ok() => {
-                let n: u32 = value(data).trim().parse().map_err(|_| err(errno::EINVAL))?;
+                // kstrtou16(buf, 0, ..); any parse failure is EINVAL.
+                let n = kstrtoull(data)
+                    .ok()
+                    .and_then(|n| u16::try_from(n).ok())
+                    .ok_or_else(|| err(errno::EINVAL))?;
                 let a: PciAddress = dir_name.parse().map_err(|_| err(errno::EINVAL))?;
-                self.numvfs_store(&a, n)
+                self.numvfs_store(&a, u32::from(n))
             }
             _ => self.fs.write(path, data),
         }
@@ -755,14 +900,160 @@ impl FakeKernel {
         })
     }
 
-    fn next_group(&self) -> u32 {
-        self.fs
+    /// The lowest IOMMU group number not in use: the kernel allocates group IDs from an IDA, so a
+    /// freed number is reused.
+    fn free_group(&self) -> u32 {
+        let used: BTreeSet<u32> = self
+            .fs
             .list("sys/kernel/iommu_groups")
             .unwrap_or_default()
             .iter()
             .filter_map(|g| g.parse::<u32>().ok())
-            .max()
-            .map_or(0, |m| m + 1)
+            .collect();
+        (0u32..).find(|g| !used.contains(g)).unwrap_or(u32::MAX)
+    }
+
+    /// Puts the device at `dir` (root-relative) in IOMMU group `g`, creating the group.
+    fn join_group(&self, dir: &str, g: u32) -> io::Result<()> {
+        let name = dir.rsplit('/').next().unwrap_or(dir);
+        std::fs::create_dir_all(
+            self.root
+                .join(format!("sys/kernel/iommu_groups/{g}/devices")),
+        )?;
+        self.link(
+            &format!("{dir}/iommu_group"),
+            &format!("{}kernel/iommu_groups/{g}", up_to_sys(dir)),
+        )?;
+        self.link(
+            &format!("sys/kernel/iommu_groups/{g}/devices/{name}"),
+            &format!("../../../../{}", strip_sys(dir)),
+        )
+    }
+
+    /// Registers the device at `dir` with VFIO: its `vfio-dev/vfioN` (the lowest free index) and
+    /// its IOMMU group's `/dev/vfio/<group>` node.
+    fn add_vfio_device(&self, dir: &str) -> io::Result<()> {
+        let n = {
+            let mut st = self.lock();
+            let n = (0u32..)
+                .find(|i| !st.vfio_devs.contains(i))
+                .unwrap_or(u32::MAX);
+            st.vfio_devs.insert(n);
+            n
+        };
+        let name = dir.rsplit('/').next().unwrap_or(dir);
+        let vd = format!("{dir}/vfio-dev/vfio{n}");
+        self.power_dir(&vd)?;
+        self.link(&format!("{vd}/device"), &format!("../../../{name}"))?;
+        if let Some(g) = link_last(&self.fs, &format!("{dir}/iommu_group")) {
+            let node = self.root.join(format!("dev/vfio/{g}"));
+            if !node.exists() {
+                std::fs::create_dir_all(self.root.join("dev/vfio"))?;
+                std::fs::write(node, "")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Unregisters the device at `dir` from VFIO; its group's `/dev/vfio` node goes with the
+    /// group's last VFIO device.
+    fn remove_vfio_device(&self, dir: &str) -> io::Result<()> {
+        let vdir = format!("{dir}/vfio-dev");
+        for e in self.fs.list(&vdir).unwrap_or_default() {
+            if let Some(n) = e.strip_prefix("vfio").and_then(|n| n.parse::<u32>().ok()) {
+                self.lock().vfio_devs.remove(&n);
+            }
+        }
+        if self.fs.exists(&vdir) {
+            std::fs::remove_dir_all(self.root.join(&vdir))?;
+        }
+        if let Some(g) = link_last(&self.fs, &format!("{dir}/iommu_group")) {
+            let members = format!("sys/kernel/iommu_groups/{g}/devices");
+            let still_used = self
+                .fs
+                .list(&members)
+                .unwrap_or_default()
+                .iter()
+                .any(|m| self.fs.exists(&format!("{members}/{m}/vfio-dev")));
+            let node = self.root.join(format!("dev/vfio/{g}"));
+            if !still_used && node.exists() {
+                std::fs::remove_file(node)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates `dir/power` with the attributes of a device without runtime power management.
+    fn power_dir(&self, dir: &str) -> io::Result<()> {
+        let p = self.root.join(format!("{dir}/power"));
+        std::fs::create_dir_all(&p)?;
+        for (f, v) in POWER_ATTRS {
+            std::fs::write(p.join(f), format!("{v}\n"))?;
+        }
+        Ok(())
+    }
+
+    /// The mdev driver that binds instances of the parent at `parent_dir`: the sample drivers
+    /// are their own parents' names; NVIDIA's is `nvidia-vgpu-vfio`.
+    fn mdev_driver(&self, parent_dir: &str) -> String {
+        let nvidia = self.pools.iter().any(|p| match p {
+            FakePool::NvidiaMdev { parents, .. } => parents
+                .iter()
+                .any(|n| self.class_parent_dir(n).as_deref() == Some(parent_dir)),
+            _ => false,
+        });
+        let name = parent_dir.rsplit('/').next().unwrap_or(parent_dir);
+        if nvidia {
+            return NVIDIA_MDEV_DRIVER.to_owned();
+        }
+        if name.parse::<PciAddress>().is_err() {
+            return name.to_owned();
+        }
+        match link_last(&self.fs, &format!("{parent_dir}/driver")).as_deref() {
+            Some("nvidia") | None => NVIDIA_MDEV_DRIVER.to_owned(),
+            Some(d) => d.to_owned(),
+        }
+    }
+
+    /// The driver's own attributes of a new instance, by path under the instance: `vendor/`
+    /// of the sample drivers (`mbochs`: `memory`, `mdpy`: `resolution`, `mtty`:
+    /// `sample_mdev_dev`), `nvidia/` of NVIDIA's.
+    fn vendor_files(&self, driver: &str, tdir: &str, uuid: &MdevUuid) -> Vec<(String, String)> {
+        let description = self
+            .fs
+            .read_string(&format!("{tdir}/description"))
+            .unwrap_or_default();
+        let words: Vec<&str> = description
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|w| !w.is_empty())
+            .collect();
+        match driver {
+            "mbochs" => words
+                .windows(2)
+                .find(|w| w[1] == "MB")
+                .map(|w| vec![("vendor/memory".to_owned(), format!("{} MB", w[0]))])
+                .unwrap_or_default(),
+            "mdpy" => words
+                .iter()
+                .find(|w| {
+                    w.split_once('x').is_some_and(|(a, b)| {
+                        !a.is_empty()
+                            && !b.is_empty()
+                            && a.bytes().chain(b.bytes()).all(|c| c.is_ascii_digit())
+                    })
+                })
+                .map(|r| vec![("vendor/resolution".to_owned(), (*r).to_owned())])
+                .unwrap_or_default(),
+            "mtty" => vec![(
+                "vendor/sample_mdev_dev".to_owned(),
+                format!("This is MDEV {uuid}"),
+            )],
+            NVIDIA_MDEV_DRIVER => vec![
+                ("nvidia/vgpu_params".to_owned(), String::new()),
+                ("nvidia/vm_name".to_owned(), String::new()),
+            ],
+            _ => Vec::new(),
+        }
     }
 
     fn link(&self, rel: &str, target: &str) -> io::Result<()> {
@@ -774,12 +1065,24 @@ impl FakeKernel {
     }
 
     fn mdev_create(&self, parent_dir: &str, type_id: &str, data: &[u8]) -> io::Result<()> {
-        let text = String::from_utf8_lossy(data);
-        let raw = text.strip_suffix('\n').unwrap_or(&text);
-        if raw.len() != 36 {
+        // The kernel takes 36 or 37 bytes and parses the first 36: any one trailing byte is fine.
+        if data.len() != 36 && data.len() != 37 {
             return Err(err(errno::EINVAL));
         }
-        let uuid: MdevUuid = raw.parse().map_err(|_| err(errno::EINVAL))?;
+        let text = &data[..36];
+        let well_formed = text.iter().enumerate().all(|(i, b)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                *b == b'-'
+            } else {
+                b.is_ascii_hexdigit()
+            }
+        });
+        if !well_formed {
+            return Err(err(errno::EINVAL));
+        }
+        let uuid: MdevUuid = String::from_utf8_lossy(text)
+            .parse()
+            .map_err(|_| err(errno::EINVAL))?;
         if self.fs.exists(&format!("sys/bus/mdev/devices/{uuid}")) {
             return Err(err(errno::EEXIST));
         }
@@ -795,12 +1098,35 @@ impl FakeKernel {
             return Err(err(self.pool_errno(parent_dir)));
         }
         let idir = format!("{parent_dir}/{uuid}");
+        let up = up_to_sys(&idir);
+        let driver = self.mdev_driver(parent_dir);
         std::fs::create_dir_all(self.root.join(&idir))?;
         self.link(
             &format!("{idir}/mdev_type"),
             &format!("../mdev_supported_types/{type_id}"),
         )?;
         std::fs::write(self.root.join(format!("{idir}/remove")), "")?;
+        self.link(&format!("{idir}/subsystem"), &format!("{up}bus/mdev"))?;
+        self.link(
+            &format!("{idir}/driver"),
+            &format!("{up}bus/mdev/drivers/{driver}"),
+        )?;
+        self.link(
+            &format!("sys/bus/mdev/drivers/{driver}/{uuid}"),
+            &format!("../../../../{}", strip_sys(&idir)),
+        )?;
+        std::fs::write(
+            self.root.join(format!("{idir}/uevent")),
+            format!("DRIVER={driver}\n"),
+        )?;
+        self.power_dir(&idir)?;
+        for (f, v) in self.vendor_files(&driver, &tdir, &uuid) {
+            let p = self.root.join(format!("{idir}/{f}"));
+            if let Some(d) = p.parent() {
+                std::fs::create_dir_all(d)?;
+            }
+            std::fs::write(p, format!("{v}\n"))?;
+        }
         self.link(
             &format!("sys/bus/mdev/devices/{uuid}"),
             &format!("../../../{}", strip_sys(&idir)),
@@ -809,21 +1135,14 @@ impl FakeKernel {
             &format!("{tdir}/devices/{uuid}"),
             &format!("../../../{uuid}"),
         )?;
-        let g = self.next_group();
-        self.link(
-            &format!("{idir}/iommu_group"),
-            &format!("{}kernel/iommu_groups/{g}", up_to_sys(&idir)),
-        )?;
-        self.link(
-            &format!("sys/kernel/iommu_groups/{g}/devices/{uuid}"),
-            &format!("../../../../{}", strip_sys(&idir)),
-        )?;
-        let cdev = {
-            let mut st = self.lock();
-            st.next_cdev += 1;
-            st.next_cdev - 1
-        };
-        std::fs::create_dir_all(self.root.join(format!("{idir}/vfio-dev/vfio{cdev}")))?;
+        // VFIO gives every mdev its own emulated IOMMU group, with or without an IOMMU.
+        let g = self.free_group();
+        self.join_group(&idir, g)?;
+        let gdir = self.root.join(format!("sys/kernel/iommu_groups/{g}"));
+        std::fs::write(gdir.join("name"), "vfio-noiommu\n")?;
+        std::fs::write(gdir.join("type"), "unknown\n")?;
+        std::fs::write(gdir.join("reserved_regions"), "")?;
+        self.add_vfio_device(&idir)?;
         if self.in_pool(parent_dir) {
             self.recompute()
         } else {
@@ -832,15 +1151,19 @@ impl FakeKernel {
     }
 
     fn mdev_remove(&self, idir: &str, data: &[u8]) -> io::Result<()> {
-        match value(data).trim() {
-            "0" | "n" | "N" | "off" => return Ok(()),
-            "1" | "y" | "Y" | "on" => {}
-            _ => return Err(err(errno::EINVAL)),
+        // kstrtoul(buf, 0, ..): any failure is EINVAL; any non-zero number removes.
+        if kstrtoull(data).map_err(|_| err(errno::EINVAL))? == 0 {
+            return Ok(());
         }
         let (parent_dir, uuid) = idir.rsplit_once('/').ok_or_else(|| err(errno::EINVAL))?;
         let type_id = link_last(&self.fs, &format!("{idir}/mdev_type"));
+        self.remove_vfio_device(idir)?;
         if let Some(g) = link_last(&self.fs, &format!("{idir}/iommu_group")) {
             let _ = std::fs::remove_dir_all(self.root.join(format!("sys/kernel/iommu_groups/{g}")));
+        }
+        if let Some(d) = link_last(&self.fs, &format!("{idir}/driver")) {
+            let _ =
+                std::fs::remove_file(self.root.join(format!("sys/bus/mdev/drivers/{d}/{uuid}")));
         }
         if let Some(t) = &type_id {
             let _ = std::fs::remove_file(self.root.join(format!(
@@ -933,7 +1256,11 @@ impl FakeKernel {
         self.link(
             &format!("sys/bus/pci/drivers/{driver}/{addr}"),
             &format!("../../../../{}", strip_sys(dev)),
-        )
+        )?;
+        if driver == "vfio-pci" {
+            self.add_vfio_device(dev)?;
+        }
+        Ok(())
     }
 
     fn do_unbind(&self, addr: &PciAddress, dev: &str, driver: &str) -> io::Result<()> {
@@ -942,6 +1269,9 @@ impl FakeKernel {
             self.root
                 .join(format!("sys/bus/pci/drivers/{driver}/{addr}")),
         );
+        if driver == "vfio-pci" {
+            self.remove_vfio_device(dev)?;
+        }
         Ok(())
     }
 
@@ -952,21 +1282,24 @@ impl FakeKernel {
             .filter(|s| s != "(null)" && !s.is_empty())
     }
 
-    /// Whether `driver` would take `addr` now (what the probe of that driver decides).
-    fn driver_takes(&self, addr: &PciAddress, dev: &str, driver: &str) -> bool {
+    /// What the probe of `driver` on `addr` returns now: `None` when it takes the device, else
+    /// its errno (vfio-pci: `EINVAL` for a device without an IOMMU group, and for an injected
+    /// probe failure).
+    fn probe_error(&self, addr: &PciAddress, dev: &str, driver: &str) -> Option<i32> {
         if !self.fs.exists(&format!("sys/bus/pci/drivers/{driver}")) {
-            return false;
+            return Some(errno::ENODEV);
         }
-        if driver == "vfio-pci" {
-            // vfio-pci refuses devices without an IOMMU group.
-            return self.fs.read_link(&format!("{dev}/iommu_group")).is_ok()
-                && !self.lock().silent_probe.contains(addr);
+        if driver == "vfio-pci"
+            && (self.fs.read_link(&format!("{dev}/iommu_group")).is_err()
+                || self.lock().silent_probe.contains(addr))
+        {
+            return Some(errno::EINVAL);
         }
-        true
+        None
     }
 
-    fn probe(&self, bdf: &str) -> io::Result<()> {
-        let addr: PciAddress = bdf.trim().parse().map_err(|_| err(errno::ENODEV))?;
+    fn probe(&self, data: &[u8]) -> io::Result<()> {
+        let addr = named_device(data).ok_or_else(|| err(errno::ENODEV))?;
         let dev = self.dev_dir(&addr).ok_or_else(|| err(errno::ENODEV))?;
         if link_last(&self.fs, &format!("{dev}/driver")).is_some() {
             return Ok(());
@@ -976,7 +1309,7 @@ impl FakeKernel {
             None => self.lock().host_drivers.get(&addr).cloned(),
         };
         if let Some(d) = target {
-            if self.driver_takes(&addr, &dev, &d) {
+            if self.probe_error(&addr, &dev, &d).is_none() {
                 self.do_bind(&addr, &dev, &d)?;
             }
         }
@@ -984,8 +1317,8 @@ impl FakeKernel {
         Ok(())
     }
 
-    fn unbind(&self, driver: &str, bdf: &str) -> io::Result<()> {
-        let addr: PciAddress = bdf.trim().parse().map_err(|_| err(errno::ENODEV))?;
+    fn unbind(&self, driver: &str, data: &[u8]) -> io::Result<()> {
+        let addr = named_device(data).ok_or_else(|| err(errno::ENODEV))?;
         let dev = self.dev_dir(&addr).ok_or_else(|| err(errno::ENODEV))?;
         if link_last(&self.fs, &format!("{dev}/driver")).as_deref() != Some(driver) {
             return Err(err(errno::ENODEV));
@@ -993,18 +1326,24 @@ impl FakeKernel {
         self.do_unbind(&addr, &dev, driver)
     }
 
-    fn bind_store(&self, driver: &str, bdf: &str) -> io::Result<()> {
-        let addr: PciAddress = bdf.trim().parse().map_err(|_| err(errno::ENODEV))?;
+    /// `drivers/<driver>/bind`, in the kernel's order: the device must exist and match the
+    /// driver (`ENODEV`, even while it is bound elsewhere), then be unbound (`EBUSY`); then the
+    /// probe's own error comes back.
+    fn bind_store(&self, driver: &str, data: &[u8]) -> io::Result<()> {
+        let addr = named_device(data).ok_or_else(|| err(errno::ENODEV))?;
         let dev = self.dev_dir(&addr).ok_or_else(|| err(errno::ENODEV))?;
-        if link_last(&self.fs, &format!("{dev}/driver")).is_some() {
-            return Err(err(errno::EBUSY));
-        }
         let matches = match self.override_of(&dev) {
             Some(o) => o == driver,
             None => self.lock().host_drivers.get(&addr).map(String::as_str) == Some(driver),
         };
-        if !matches || !self.driver_takes(&addr, &dev, driver) {
+        if !matches {
             return Err(err(errno::ENODEV));
+        }
+        if link_last(&self.fs, &format!("{dev}/driver")).is_some() {
+            return Err(err(errno::EBUSY));
+        }
+        if let Some(e) = self.probe_error(&addr, &dev, driver) {
+            return Err(err(e));
         }
         self.do_bind(&addr, &dev, driver)
     }
@@ -1039,6 +1378,9 @@ impl FakeKernel {
     fn remove_vfs(&self, pf: &PciAddress, dev: &str) -> io::Result<()> {
         for (i, vf) in self.vfs_of(pf).into_iter().enumerate() {
             if let Some(vdir) = self.dev_dir(&vf) {
+                if self.fs.exists(&format!("{vdir}/vfio-dev")) {
+                    self.remove_vfio_device(&vdir)?;
+                }
                 if let Some(d) = link_last(&self.fs, &format!("{vdir}/driver")) {
                     let _ = std::fs::remove_file(
                         self.root.join(format!("sys/bus/pci/drivers/{d}/{vf}")),
@@ -1084,7 +1426,7 @@ impl FakeKernel {
             num("sriov_offset", 1),
             num("sriov_stride", 1),
             spec,
-            Some(self.next_group()),
+            None,
         );
         if vendor_vfio {
             for vf in self.vfs_of(pf) {
@@ -1092,6 +1434,15 @@ impl FakeKernel {
             }
         }
         b.finish()?;
+        // Behind an IOMMU each VF gets its own group, numbered as the kernel allocates them.
+        if self.fs.read_link(&format!("{dev}/iommu_group")).is_ok() {
+            for vf in self.vfs_of(pf) {
+                if let Some(vdir) = self.dev_dir(&vf) {
+                    let g = self.free_group();
+                    self.join_group(&vdir, g)?;
+                }
+            }
+        }
         self.recompute()
     }
 
