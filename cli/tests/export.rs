@@ -69,7 +69,12 @@ fn hostdevs(xml: &str) -> Vec<(String, Vec<(String, String)>)> {
         .filter(|n| n.has_tag_name("hostdev"))
         .map(|h| {
             assert_eq!(h.attribute("mode"), Some("subsystem"));
-            assert_eq!(h.attribute("managed"), Some("no"));
+            if h.attribute("type") == Some("pci") {
+                // gpuslice binds the device; libvirt must not rebind a vendor-VFIO VF.
+                assert_eq!(h.attribute("managed"), Some("no"));
+            } else {
+                assert_eq!(h.attribute("model"), Some("vfio-pci"));
+            }
             let addr = h.descendants().find(|n| n.has_tag_name("address")).unwrap();
             (
                 h.attribute("type").unwrap().to_owned(),

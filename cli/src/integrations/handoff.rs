@@ -1,16 +1,15 @@
 //! QEMU `-device` arguments and libvirt `<hostdev>` elements for the devices a VM takes.
 //!
 //! A vGPU in the mdev framework goes to the VM by its UUID; a whole GPU (with the companion
-//! functions of its slot) and an NVIDIA vendor-VFIO VF go by PCI address. gpuslice binds and
-//! creates the devices itself, so the libvirt elements say `managed='no'`: libvirt must not
-//! rebind a vendor-VFIO VF to vfio-pci, and a whole GPU is already bound by `gpuslice gpu bind`.
-
-use std::fmt::Write as _;
+//! functions of its slot) and an NVIDIA vendor-VFIO VF go by PCI address. The snippets themselves
+//! come from the actuation layer (`gpu_sysfs::actuate::handoff`), which also returns them from
+//! create and bind; this module picks the devices of an allocation or an address and joins them.
 
 use anyhow::{Context, bail};
 use gpu_core::{
     AllocatedDevice, Allocation, MdevUuid, NodeTopology, ParentId, PciAddress, VgpuFramework,
 };
+use gpu_sysfs::actuate::Handoff;
 use serde::Serialize;
 
 /// One device a VM takes.
@@ -100,88 +99,46 @@ pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> anyhow::Res
     Ok(vec![VmDevice::Pci { address: *address }])
 }
 
+/// The actuation layer's snippets for one device (one place writes them for every front-end).
+fn snippets(d: &VmDevice) -> Handoff {
+    match d {
+        VmDevice::Mdev { uuid } => Handoff::mdev(uuid),
+        VmDevice::Pci { address } => Handoff::pci(address),
+    }
+}
+
 /// The QEMU arguments (`-device`, value, ...) for `devices`.
 pub fn qemu_args(devices: &[VmDevice]) -> Vec<String> {
     let mut args = Vec::with_capacity(devices.len() * 2);
     for d in devices {
-        args.push("-device".to_owned());
-        args.push(match d {
-            VmDevice::Mdev { uuid } => {
-                format!("vfio-pci,sysfsdev=/sys/bus/mdev/devices/{uuid}")
+        let h = snippets(d);
+        match h.qemu.split_once(' ') {
+            Some((flag, value)) => {
+                args.push(flag.to_owned());
+                args.push(value.to_owned());
             }
-            VmDevice::Pci { address } => format!("vfio-pci,host={address}"),
-        });
+            None => args.push(h.qemu),
+        }
     }
     args
 }
 
 /// The QEMU arguments as shell lines, one `-device VALUE` per line.
 pub fn qemu_text(devices: &[VmDevice]) -> String {
-    let mut out = String::new();
-    for pair in qemu_args(devices).chunks(2) {
-        out.push_str(&pair.join(" "));
-        out.push('\n');
-    }
-    out
-}
-
-/// Escapes text for an XML attribute value in single quotes.
-fn xml_attr(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\'' => out.push_str("&apos;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// One libvirt `<hostdev>` element, indented by `indent` spaces.
-pub fn libvirt_hostdev(device: &VmDevice, indent: usize) -> String {
-    let pad = " ".repeat(indent);
-    let mut out = String::new();
-    // Writing into a String cannot fail.
-    let _ = match device {
-        VmDevice::Mdev { uuid } => write!(
-            out,
-            "{pad}<hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci' display='off'>\n\
-             {pad}  <source>\n\
-             {pad}    <address uuid='{}'/>\n\
-             {pad}  </source>\n\
-             {pad}</hostdev>\n",
-            xml_attr(&uuid.to_string())
-        ),
-        VmDevice::Pci { address } => write!(
-            out,
-            "{pad}<hostdev mode='subsystem' type='pci' managed='no'>\n\
-             {pad}  <driver name='vfio'/>\n\
-             {pad}  <source>\n\
-             {pad}    <address domain='0x{:04x}' bus='0x{:02x}' slot='0x{:02x}' function='0x{:x}'/>\n\
-             {pad}  </source>\n\
-             {pad}</hostdev>\n",
-            address.domain(),
-            address.bus(),
-            address.device(),
-            address.function()
-        ),
-    };
-    out
+    devices.iter().map(|d| snippets(d).qemu + "\n").collect()
 }
 
 /// The libvirt XML for `devices`: one bare `<hostdev>` (what `virsh attach-device` takes), or a
 /// `<devices>` element holding several, to paste into a domain definition.
 pub fn libvirt_xml(devices: &[VmDevice]) -> String {
     match devices {
-        [one] => libvirt_hostdev(one, 0),
+        [one] => snippets(one).libvirt + "\n",
         many => {
             let mut out = String::from("<devices>\n");
             for d in many {
-                out.push_str(&libvirt_hostdev(d, 2));
+                out.push_str("  ");
+                out.push_str(&snippets(d).libvirt);
+                out.push('\n');
             }
             out.push_str("</devices>\n");
             out
