@@ -1,7 +1,7 @@
 """Benchmark: `Fleet.place` through Python against the same call in Rust.
 
 Builds a warm fleet of 10,000 nodes (each with an NVIDIA T4 offering mdev vGPUs and a free AMD
-GPU, discovered from a fake host tree), then places 2,000 Machines (alternately a T4-4C vGPU and
+GPU, discovered from a fake host tree), then places 4,000 Machines (alternately a T4-4C vGPU and
 a whole AMD GPU) through `gpuslice.Fleet.place`, and the same Machines through
 `gpu_sched::FleetState::place_detailed` in `examples/place_baseline.rs`. Prints the mean time per
 call of each (thread CPU time, so other processes on a shared machine do not count) and their
@@ -30,7 +30,7 @@ ROUNDS = 5
 def main() -> None:
     baseline = sys.argv[1]
     nodes = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
-    count = int(sys.argv[3]) if len(sys.argv) > 3 else 2_000
+    count = int(sys.argv[3]) if len(sys.argv) > 3 else 4_000
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         topology = gpuslice.discover(str(two_gpu_host(tmp / "host").root), node="template")
@@ -71,6 +71,7 @@ def main() -> None:
     print(f"fleet: {nodes} nodes, {count} placements (mean per call, best of {ROUNDS} rounds)")
     print(f"rust   FleetState::place_detailed: {rust / 1000:8.2f} us")
     print(f"python gpuslice.Fleet.place:       {best / 1000:8.2f} us")
+    print(f"binding overhead per call:         {(best - rust) / 1000:8.2f} us")
     print(f"ratio python / rust:               {best / rust:8.2f}")
 
 

@@ -13,13 +13,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use gpu_core::{Fleet, Machine};
 use gpu_sched::{FleetState, Policy};
 
-/// CPU time this thread has run, in nanoseconds (the kernel's `sum_exec_runtime`, the clock
-/// Python's `time.thread_time_ns` reads): the machine is shared, and wall time would count the
-/// time other processes held the CPU.
+/// CPU time this thread has run, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`, the clock Python's
+/// `time.thread_time_ns` reads): the machine is shared, and wall time would count the time other
+/// processes held the CPU.
 fn thread_cpu_ns() -> Result<u64, Box<dyn std::error::Error>> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat")?;
-    let first = stat.split_whitespace().next().ok_or("empty schedstat")?;
-    Ok(first.parse()?)
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)?;
+    Ok(u64::try_from(t.tv_sec())? * 1_000_000_000 + u64::try_from(t.tv_nsec())?)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -113,7 +113,10 @@ impl Fleet {
         policy: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
         let machine: Machine = document(machine)?;
-        let policy: Policy = policy.parse().map_err(Failure::sched)?;
+        let policy = match policy {
+            "binpack" => Policy::Binpack,
+            other => other.parse().map_err(Failure::sched)?,
+        };
         let allocation = self
             .with(py, |s| s.place_detailed(&machine, policy))?
             .map_err(Failure::sched)?;

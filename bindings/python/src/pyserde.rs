@@ -215,6 +215,21 @@ impl<'py> ser::Serializer for Ser<'py> {
     fn serialize_str(self, v: &str) -> R<'py> {
         Ok(PyString::new(self.py, v).into_any())
     }
+    fn collect_str<T: fmt::Display + ?Sized>(self, value: &T) -> R<'py> {
+        // Addresses and UUIDs are written through `Display`: format into one reused buffer
+        // rather than a new `String` each time.
+        thread_local! {
+            static BUF: RefCell<String> = const { RefCell::new(String::new()) };
+        }
+        BUF.try_with(|buf| {
+            let mut buf = buf.borrow_mut();
+            buf.clear();
+            fmt::write(&mut *buf, format_args!("{value}"))
+                .map_err(|_| SerError("a value could not be formatted".into()))?;
+            Ok(PyString::new(self.py, &buf).into_any())
+        })
+        .unwrap_or_else(|_| Ok(PyString::new(self.py, &value.to_string()).into_any()))
+    }
     fn serialize_bytes(self, v: &[u8]) -> R<'py> {
         Ok(PyBytes::new(self.py, v).into_any())
     }
