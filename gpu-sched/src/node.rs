@@ -799,30 +799,28 @@ impl NodeState {
                 i,
             )
         });
-        let whole: Vec<usize> = order
-            .iter()
-            .copied()
-            .filter(|&i| !m.reqs[i].is_vgpu())
-            .collect();
-        let vgpu: Vec<usize> = order
-            .iter()
-            .copied()
-            .filter(|&i| m.reqs[i].is_vgpu())
-            .collect();
-        // Alternative orders of the whole-GPU requests when the first does not work out; their
-        // number is bounded (at most 24) so a Machine never costs more than a few tries.
-        let mut tries: Vec<Vec<usize>> = vec![whole.clone()];
-        if whole.len() > 1 && whole.len() <= 4 {
-            permutations(&whole, &mut tries);
+        // The first order almost always works. When it does not, other orders of the requests
+        // and the other way of choosing GPUs within the node are tried: at most 24 orders (up to
+        // 4 requests) times 2, and only for a node where every request fits on its own.
+        let mut tries: Vec<Vec<usize>> = vec![order.clone()];
+        if order.len() <= 4 {
+            permutations(&order, &mut tries);
         }
-        for w in tries {
+        let other = match policy {
+            Policy::Binpack => Policy::Spread,
+            Policy::Spread => Policy::Binpack,
+        };
+        for (within, w) in [policy, other]
+            .into_iter()
+            .flat_map(|p| tries.iter().map(move |w| (p, w)))
+        {
             let mut overlay = Overlay::default();
             let mut picks = Vec::new();
-            let ok = w.iter().chain(vgpu.iter()).all(|&i| {
+            let ok = w.iter().all(|&i| {
                 self.fit_req(
                     i,
                     &m.reqs[i],
-                    policy,
+                    within,
                     &mut overlay,
                     &vgpu_classes,
                     &mut picks,

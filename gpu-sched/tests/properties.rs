@@ -596,145 +596,167 @@ fn check_no_overcommit(f: &Fleet) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether a single-request Machine fits a node, by trying every combination.
-fn oracle_fits(n: &NodeTopology, f: &Fleet, r: &DeviceRequest) -> bool {
+type Slot = (usize, usize);
+
+/// What the oracle has handed out so far on one node.
+#[derive(Default, Clone)]
+struct Taken {
+    whole: Vec<gpu_core::PciAddress>,
+    vgpus: Vec<Slot>,
+}
+
+/// Whether a Machine fits a node, by trying every combination of devices for every request.
+fn oracle_fits_machine(n: &NodeTopology, f: &Fleet, reqs: &[DeviceRequest]) -> bool {
     let allocs: Vec<&Allocation> = f.allocations.iter().filter(|a| a.node == n.node).collect();
-    let held_whole = |g: &Gpu| {
-        allocs.iter().any(|a| {
-            a.devices
-                .iter()
-                .any(|d| matches!(d, AllocatedDevice::Gpu { address, .. } if *address == g.address))
+    // Instances charged by allocations (none is in the snapshot: the solver made them).
+    let existing: Vec<Slot> = allocs
+        .iter()
+        .flat_map(|a| a.devices.iter())
+        .filter_map(|d| match d {
+            AllocatedDevice::Vgpu {
+                parent, profile, ..
+            } => {
+                let pi = n
+                    .mediated_devices
+                    .parents
+                    .iter()
+                    .position(|p| p.id == *parent)
+                    .unwrap();
+                let p = &n.mediated_devices.parents[pi];
+                Some((
+                    pi,
+                    p.profiles.iter().position(|x| x.id == *profile).unwrap(),
+                ))
+            }
+            AllocatedDevice::Gpu { .. } => None,
         })
+        .collect();
+    let mut held: Vec<gpu_core::PciAddress> = allocs
+        .iter()
+        .flat_map(|a| a.devices.iter())
+        .filter_map(|d| match d {
+            AllocatedDevice::Gpu { address, .. } => Some(*address),
+            AllocatedDevice::Vgpu { .. } => None,
+        })
+        .collect();
+    held.sort();
+    let mut taken = Taken {
+        whole: held,
+        vgpus: existing,
     };
-    let hosts_vgpu = |g: &Gpu| {
+    go(n, reqs, &mut taken)
+}
+
+fn identity_ok(r: &DeviceRequest, g: Option<&Gpu>, size: Option<u64>) -> bool {
+    if let Some(v) = &r.vendor {
+        let want = gpu_core::Vendor::parse_loose(v).unwrap();
+        if g.is_none_or(|g| g.vendor != want) {
+            return false;
+        }
+    }
+    if r.class == gpu_core::DeviceClass::Accelerator && g.is_none_or(|g| !g.class.is_compute()) {
+        return false;
+    }
+    if let Some(m) = &r.model {
+        if g.is_none_or(|g| !g.model.to_lowercase().contains(&m.to_lowercase())) {
+            return false;
+        }
+    }
+    if let Some(min) = r.min_memory {
+        if size.is_none_or(|s| s < min.0) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Every vGPU handed out so far, with the new ones, within parent units and pools.
+fn vgpus_valid(n: &NodeTopology, all: &[Slot]) -> bool {
+    let mut units: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut pools: BTreeMap<String, Pool> = n
+        .mediated_devices
+        .pools
+        .iter()
+        .map(|p| (p.gpu.to_string(), p.clone()))
+        .collect();
+    for &(pi, ti) in all {
+        let p = &n.mediated_devices.parents[pi];
+        let pr = &p.profiles[ti];
+        if pr.available_instances == 0 {
+            return false;
+        }
+        let l = lcm(p.profiles.iter().map(|x| x.available_instances));
+        let u = units.entry(pi).or_default();
+        *u += l / u64::from(pr.available_instances);
+        if *u > l {
+            return false;
+        }
+        if let Some(pool) = pools.get_mut(&p.pool_key().to_string()) {
+            if pool.check(pr).is_err() {
+                return false;
+            }
+            pool.charge(pr);
+        }
+    }
+    true
+}
+
+fn go(n: &NodeTopology, reqs: &[DeviceRequest], taken: &mut Taken) -> bool {
+    let Some((r, rest)) = reqs.split_first() else {
+        return true;
+    };
+    let want = r.wanted() as usize;
+    let hosts_vgpu = |g: &Gpu, taken: &Taken| {
         n.mediated_devices
             .parents
             .iter()
             .any(|p| p.gpu == Some(g.address) && !p.instances.is_empty())
-            || allocs.iter().any(|a| {
-                a.devices.iter().any(
-                    |d| matches!(d, AllocatedDevice::Vgpu { gpu, .. } if *gpu == Some(g.address)),
-                )
-            })
+            || taken
+                .vgpus
+                .iter()
+                .any(|(pi, _)| n.mediated_devices.parents[*pi].gpu == Some(g.address))
     };
-    let identity_ok = |g: Option<&Gpu>, size: Option<u64>| {
-        if let Some(v) = &r.vendor {
-            let want = gpu_core::Vendor::parse_loose(v).unwrap();
-            if g.is_none_or(|g| g.vendor != want) {
-                return false;
-            }
-        }
-        if r.class == gpu_core::DeviceClass::Accelerator && g.is_none_or(|g| !g.class.is_compute())
-        {
-            return false;
-        }
-        if let Some(m) = &r.model {
-            if g.is_none_or(|g| !g.model.to_lowercase().contains(&m.to_lowercase())) {
-                return false;
-            }
-        }
-        if let Some(min) = r.min_memory {
-            if size.is_none_or(|s| s < min.0) {
-                return false;
-            }
-        }
-        true
-    };
-    let want = r.count.unwrap_or(1) as usize;
     if let Some(text) = &r.profile {
         let t = strip_prefix(text).to_lowercase();
-        // Every (parent, profile) that could take an instance.
-        let mut slots: Vec<(usize, usize)> = Vec::new();
+        let mut slots: Vec<Slot> = Vec::new();
         for (pi, p) in n.mediated_devices.parents.iter().enumerate() {
             let g = p.gpu.and_then(|a| n.gpu_by_address(&a));
-            if parent_health(n, p) == HealthState::Unhealthy || g.is_some_and(held_whole) {
+            if parent_health(n, p) == HealthState::Unhealthy
+                || g.is_some_and(|g| taken.whole.contains(&g.address))
+            {
                 continue;
             }
             for (ti, pr) in p.profiles.iter().enumerate() {
                 let matches = pr.id.as_str().to_lowercase() == t
                     || strip_prefix(&pr.name).to_lowercase() == t;
-                if matches && identity_ok(g, pr.framebuffer_mib) {
+                if matches && identity_ok(r, g, pr.framebuffer_mib) {
                     slots.push((pi, ti));
                 }
             }
         }
-        // Instances already charged by allocations (none are in the snapshot: they are new).
-        let existing: Vec<(usize, VgpuTypeId)> = allocs
-            .iter()
-            .flat_map(|a| a.devices.iter())
-            .filter_map(|d| match d {
-                AllocatedDevice::Vgpu {
-                    parent, profile, ..
-                } => Some((
-                    n.mediated_devices
-                        .parents
-                        .iter()
-                        .position(|p| p.id == *parent)
-                        .unwrap(),
-                    profile.clone(),
-                )),
-                AllocatedDevice::Gpu { .. } => None,
-            })
-            .collect();
-        let valid = |combo: &[(usize, usize)]| {
-            let mut units: BTreeMap<usize, u64> = BTreeMap::new();
-            let mut pools: BTreeMap<String, Pool> = n
-                .mediated_devices
-                .pools
-                .iter()
-                .map(|p| (p.gpu.to_string(), p.clone()))
-                .collect();
-            let all = existing
-                .iter()
-                .map(|(pi, id)| {
-                    let p = &n.mediated_devices.parents[*pi];
-                    (*pi, p.profiles.iter().position(|x| x.id == *id).unwrap())
-                })
-                .chain(combo.iter().copied());
-            for (pi, ti) in all {
-                let p = &n.mediated_devices.parents[pi];
-                let pr = &p.profiles[ti];
-                if pr.available_instances == 0 {
-                    return false;
-                }
-                let l = lcm(p.profiles.iter().map(|x| x.available_instances));
-                let u = units.entry(pi).or_default();
-                *u += l / u64::from(pr.available_instances);
-                if *u > l {
-                    return false;
-                }
-                if let Some(pool) = pools.get_mut(&p.pool_key().to_string()) {
-                    if pool.check(pr).is_err() {
-                        return false;
-                    }
-                    pool.charge(pr);
-                }
-            }
-            true
-        };
         // Multisets of `want` slots, by non-decreasing index.
         fn rec(
-            slots: &[(usize, usize)],
+            n: &NodeTopology,
+            slots: &[Slot],
             start: usize,
             left: usize,
-            cur: &mut Vec<(usize, usize)>,
-            valid: &Validity<'_>,
+            taken: &mut Taken,
+            rest: &[DeviceRequest],
         ) -> bool {
             if left == 0 {
-                return valid(cur);
+                return go(n, rest, taken);
             }
             for i in start..slots.len() {
-                cur.push(slots[i]);
-                if valid(cur) && rec(slots, i, left - 1, cur, valid) {
+                taken.vgpus.push(slots[i]);
+                if vgpus_valid(n, &taken.vgpus) && rec(n, slots, i, left - 1, taken, rest) {
                     return true;
                 }
-                cur.pop();
+                taken.vgpus.pop();
             }
             false
         }
-        return rec(&slots, 0, want, &mut Vec::new(), &valid);
+        return rec(n, &slots, 0, want, taken, rest);
     }
-    // Whole GPUs: every subset of the candidates.
     let exact: Vec<&String> = r
         .gpus
         .iter()
@@ -754,27 +776,34 @@ fn oracle_fits(n: &NodeTopology, f: &Fleet, r: &DeviceRequest) -> bool {
                 || families
                     .iter()
                     .any(|f| g.name.trim_end_matches(|c: char| c.is_ascii_digit()) == f.as_str()))
-                && identity_ok(Some(g), g.memory_mib)
+                && identity_ok(r, Some(g), g.memory_mib)
                 && g.state == GpuState::Free
                 && g.health.state != HealthState::Unhealthy
-                && !held_whole(g)
-                && !hosts_vgpu(g)
+                && !taken.whole.contains(&g.address)
+                && !hosts_vgpu(g, taken)
         })
         .collect();
     let k = cands.len();
-    (0u32..(1 << k)).any(|mask| {
+    for mask in 0u32..(1 << k) {
         let chosen: Vec<&Gpu> = (0..k)
             .filter(|i| mask & (1 << i) != 0)
             .map(|i| cands[i])
             .collect();
-        chosen.len() == want
+        let ok = chosen.len() == want
             && exact.iter().all(|e| chosen.iter().any(|g| g.name == **e))
-            && (r.alignment.is_none() || chosen.iter().all(|g| g.numa_node == chosen[0].numa_node))
-    })
+            && (r.alignment.is_none() || chosen.iter().all(|g| g.numa_node == chosen[0].numa_node));
+        if !ok {
+            continue;
+        }
+        let before = taken.whole.len();
+        taken.whole.extend(chosen.iter().map(|g| g.address));
+        if go(n, rest, taken) {
+            return true;
+        }
+        taken.whole.truncate(before);
+    }
+    false
 }
-
-/// Checks a combination of (parent, profile) slots.
-type Validity<'a> = dyn Fn(&[(usize, usize)]) -> bool + 'a;
 
 fn place_all(s: &mut FleetState, ms: &[Machine], policy: Policy) -> Vec<bool> {
     ms.iter().map(|m| s.place(m, policy).is_ok()).collect()
@@ -853,7 +882,23 @@ proptest! {
         place_all(&mut s, &before, policy);
         let f = s.to_fleet();
         let m = single("probe", r.clone());
-        let oracle = f.nodes.iter().any(|n| oracle_fits(n, &f, &r));
+        let oracle = f.nodes.iter().any(|n| oracle_fits_machine(n, &f, std::slice::from_ref(&r)));
+        let got = s.try_place(&m, policy);
+        prop_assert_eq!(got.is_ok(), oracle, "solver {:?}", got);
+    }
+
+    #[test]
+    fn feasibility_of_two_request_machines_agrees_with_the_oracle(
+        nodes in nodes(), before in machines(), a in request(), b in request(), policy in policy()
+    ) {
+        let mut s = state(nodes);
+        place_all(&mut s, &before, policy);
+        let f = s.to_fleet();
+        let mut b = b;
+        b.name = "second".into();
+        let reqs = vec![a, b];
+        let m = Machine { name: "probe".into(), devices: reqs.clone() };
+        let oracle = f.nodes.iter().any(|n| oracle_fits_machine(n, &f, &reqs));
         let got = s.try_place(&m, policy);
         prop_assert_eq!(got.is_ok(), oracle, "solver {:?}", got);
     }
