@@ -86,3 +86,16 @@ test('discoverAsync rejects with HOST_ERROR', async () => {
     errno: os.constants.errno.ENOENT,
   })
 })
+
+test('discover of this machine returns a topology or throws HOST_ERROR', () => {
+  let topology
+  try {
+    topology = gpuslice.discover()
+  } catch (err) {
+    assert.equal(err.code, 'HOST_ERROR')
+    assert.equal(fs.existsSync('/sys/bus/pci/devices'), false, err.message)
+    return
+  }
+  assert.ok(Array.isArray(topology.gpus))
+  assert.ok(topology.node.length > 0)
+})
