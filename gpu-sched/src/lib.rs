@@ -22,7 +22,10 @@
 //! requests never enumerate subsets: instances are taken one by one from the best GPU, which is
 //! exact for one profile because instances of one profile draw on each GPU independently.
 //! Machines with several requests fit the most constrained first (named GPUs, whole GPUs,
-//! larger vGPUs) and retry other orders of their whole-GPU requests.
+//! larger vGPUs); on a node where each request fits alone but the first order fails, other
+//! orders (up to 4 requests) and the other way of choosing GPUs are tried before the node reports
+//! [`ReasonKind::ConflictingRequests`]. Property tests check feasibility against a brute-force
+//! oracle for Machines of one and two requests.
 //!
 //! **Speed.** Per profile class and per vendor, a sorted index of `(free count, node)` gives the
 //! candidate nodes in policy order without scanning the fleet; only a refusal visits every node.

@@ -575,6 +575,31 @@ impl FleetState {
         self.records.values().map(|r| r.alloc.clone()).collect()
     }
 
+    /// The reusable device requests that `use:` refers to.
+    pub fn templates(&self) -> &BTreeMap<String, DeviceRequest> {
+        &self.templates
+    }
+
+    /// Adds or replaces a template.
+    ///
+    /// # Errors
+    /// [`SchedError::InvalidRequest`] when the name is malformed or the template itself uses a
+    /// template.
+    pub fn set_template(&mut self, name: &str, request: DeviceRequest) -> Result<(), SchedError> {
+        gpu_core::validate_name(name).map_err(|e| SchedError::InvalidRequest {
+            machine: name.to_owned(),
+            why: e.to_string(),
+        })?;
+        if request.template.is_some() {
+            return Err(SchedError::InvalidRequest {
+                machine: name.to_owned(),
+                why: "a template cannot use another template".to_owned(),
+            });
+        }
+        self.templates.insert(name.to_owned(), request);
+        Ok(())
+    }
+
     /// The fleet as data again: nodes, allocations and templates.
     pub fn to_fleet(&self) -> Fleet {
         Fleet {

@@ -778,3 +778,35 @@ fn a_template_that_uses_a_template_is_rejected() {
         .unwrap_err();
     assert!(e.to_string().contains("itself uses a template"), "{e}");
 }
+
+#[test]
+fn templates_can_be_added_after_loading() {
+    let mut s = fleet(vec![a2_node("a", 1, 4)]);
+    s.set_template(
+        "desk",
+        gpu_core::DeviceRequest {
+            name: "desk".into(),
+            profile: Some("A2-2Q".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(s.templates().contains_key("desk"));
+    let a = s
+        .try_place(
+            &machine("name: m\ndevices: [{name: gpu, use: desk}]"),
+            Policy::Binpack,
+        )
+        .unwrap();
+    assert_eq!(a.devices.len(), 1);
+    assert!(
+        s.set_template(
+            "bad name!",
+            gpu_core::DeviceRequest {
+                name: "x".into(),
+                ..Default::default()
+            }
+        )
+        .is_err()
+    );
+}
