@@ -351,3 +351,13 @@ fn used_up_l40s_names_its_instances_through_the_resolver_only() {
     let pool = t.pool(&ParentId::Pci(addr("0000:26:00.0"))).unwrap();
     assert_eq!(pool.used_mib, 49152);
 }
+
+#[test]
+fn the_bundled_example_host_discovers_exactly_like_the_test_data() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/hosts/a2-sriov-mdev.umockdev");
+    let replay = umockdev::materialize(&example).unwrap();
+    let from_example = discover_on(&RealHost::new(replay.root()).unwrap());
+    let from_data = discover_on(&a2_host().host());
+    assert_eq!(from_example, from_data);
+}

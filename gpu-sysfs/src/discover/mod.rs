@@ -95,8 +95,10 @@ pub fn discover(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology,
 
     // GPUs: display and accelerator functions that are not VFs, with their companions.
     let mut gpus: Vec<Gpu> = Vec::new();
-    for a in table.gpu_class() {
-        if table.known_vf(&a) {
+    // In address order a PF comes before its VFs, so its virtfn links mark them and VFs cost
+    // no read at all.
+    for a in table.addresses() {
+        if table.known_vf(&a) || !table.class(&a).is_some_and(|c| c.is_gpu()) {
             continue;
         }
         let Some((mut g, _entries)) = table.read_gpu(&a) else {

@@ -15,7 +15,7 @@ pub(crate) const PCI_DEVICES: &str = "sys/bus/pci/devices";
 /// One PCI function and the facts read about it so far (`None` = not read yet).
 #[derive(Debug, Default)]
 pub(crate) struct Func {
-    pub class: Option<ClassCode>,
+    class: Option<Option<ClassCode>>,
     vendor: Option<Option<u16>>,
     device: Option<Option<u16>>,
     driver: Option<Option<String>>,
@@ -36,25 +36,16 @@ pub(crate) fn dir(addr: &PciAddress) -> String {
 }
 
 impl<'h> PciTable<'h> {
-    /// Lists the bus and reads every function's class.
+    /// Takes the bus listing; attributes are read on demand.
     pub fn scan(host: &'h dyn Host, entries: &[String], node_warnings: &mut Vec<String>) -> Self {
         let mut funcs = BTreeMap::new();
         for e in entries {
-            let addr: PciAddress = match e.parse() {
-                Ok(a) => a,
-                Err(err) => {
-                    node_warnings.push(format!("{PCI_DEVICES}/{e}: {err}"));
-                    continue;
+            match e.parse::<PciAddress>() {
+                Ok(a) => {
+                    funcs.insert(a, Func::default());
                 }
-            };
-            let mut f = Func::default();
-            f.class = read::parsed(
-                host,
-                &format!("{PCI_DEVICES}/{e}/class"),
-                &mut f.warnings,
-                read::class,
-            );
-            funcs.insert(addr, f);
+                Err(err) => node_warnings.push(format!("{PCI_DEVICES}/{e}: {err}")),
+            }
         }
         PciTable { host, funcs }
     }
@@ -63,19 +54,19 @@ impl<'h> PciTable<'h> {
         self.funcs.entry(*a).or_default()
     }
 
-    /// The function's class, read on demand for functions met outside the bus listing.
+    /// The function's class, read once.
     pub fn class(&mut self, a: &PciAddress) -> Option<ClassCode> {
-        if !self.funcs.contains_key(a) {
-            let host = self.host;
-            let f = self.func(a);
-            f.class = read::parsed(
+        let host = self.host;
+        let f = self.func(a);
+        if f.class.is_none() {
+            f.class = Some(read::parsed(
                 host,
                 &format!("{}/class", dir(a)),
                 &mut f.warnings,
                 read::class,
-            );
+            ));
         }
-        self.funcs.get(a).and_then(|f| f.class)
+        f.class.flatten()
     }
 
     /// The vendor ID, read once.
@@ -154,13 +145,9 @@ impl<'h> PciTable<'h> {
             .unwrap_or_default()
     }
 
-    /// Addresses of display or accelerator functions (GPUs and their VFs), in address order.
-    pub fn gpu_class(&self) -> Vec<PciAddress> {
-        self.funcs
-            .iter()
-            .filter(|(_, f)| f.class.is_some_and(|c| c.is_gpu()))
-            .map(|(a, _)| *a)
-            .collect()
+    /// All function addresses, in numeric order.
+    pub fn addresses(&self) -> Vec<PciAddress> {
+        self.funcs.keys().copied().collect()
     }
 
     /// True when a PF's `virtfnN` link already named this function as its VF.

@@ -55,6 +55,21 @@ fn physical_gpu(pci: &mut PciTable<'_>, a: &PciAddress) -> PciAddress {
     pci.physfn(a).unwrap_or(*a)
 }
 
+/// A parent's physical GPU and the key its type directories are shared under: the driver of
+/// the physical GPU (its VFs are served by the same driver), or the virtual parent's own name.
+fn parent_identity(pci: &mut PciTable<'_>, id: &ParentId) -> (Option<PciAddress>, String) {
+    match id {
+        ParentId::Pci(a) => {
+            let gpu = physical_gpu(pci, a);
+            let driver = pci
+                .driver(&gpu)
+                .unwrap_or_else(|| format!("(no driver on {gpu})"));
+            (Some(gpu), driver)
+        }
+        ParentId::Named(n) => (None, n.clone()),
+    }
+}
+
 impl VgpuScan {
     /// Reads the mdev parents, their types and all mdev instances.
     pub fn mdev(&mut self, pci: &mut PciTable<'_>) {
@@ -70,13 +85,7 @@ impl VgpuScan {
                     continue;
                 }
             };
-            let (gpu, driver_key) = match &id {
-                ParentId::Pci(a) => (
-                    Some(physical_gpu(pci, a)),
-                    pci.driver(a).unwrap_or_else(|| "(no driver)".to_owned()),
-                ),
-                ParentId::Named(n) => (None, n.clone()),
-            };
+            let (gpu, driver_key) = parent_identity(pci, &id);
             let mut parent = gpu_core::Parent {
                 id,
                 gpu,
@@ -164,13 +173,7 @@ impl VgpuScan {
                             continue;
                         }
                     };
-                    let (gpu, driver_key) = match &id {
-                        ParentId::Pci(a) => (
-                            Some(physical_gpu(pci, a)),
-                            pci.driver(a).unwrap_or_else(|| "(no driver)".to_owned()),
-                        ),
-                        ParentId::Named(n) => (None, n.clone()),
-                    };
+                    let (gpu, driver_key) = parent_identity(pci, &id);
                     self.parents.push(gpu_core::Parent {
                         id,
                         gpu,
