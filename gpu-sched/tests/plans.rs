@@ -189,3 +189,25 @@ fn evacuation_without_room_carries_the_refusal() {
     let json = serde_json::to_value(&plan).unwrap();
     assert_eq!(json["machines"][0]["machine"], "vm1");
 }
+
+#[test]
+fn evacuation_lists_machines_whose_gpu_left_the_inventory() {
+    let mut s = fleet(vec![whole_node("a", 2)]);
+    s.place(
+        &machine("name: vm1\ndevices: [{name: gpu, gpus: [nvidia1]}]"),
+        Policy::Binpack,
+    )
+    .unwrap();
+    // A new snapshot without the GPU (it fell off the bus).
+    s.add_node(whole_node("a", 1)).unwrap();
+    let plan = s.plan_evacuation();
+    assert_eq!(plan.machines.len(), 1);
+    let ev = &plan.machines[0];
+    assert_eq!(ev.affected[0].health, HealthState::Unknown);
+    assert!(ev.affected[0].device.contains("nvidia1"));
+    assert_eq!(ev.affected[0].reasons, ["not in the node's inventory"]);
+    assert_eq!(
+        names(&ev.plan.as_ref().unwrap().allocation.devices),
+        ["nvidia0"]
+    );
+}
