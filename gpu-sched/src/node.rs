@@ -841,6 +841,8 @@ impl NodeState {
         Err(vec![reason])
     }
 
+    /// A sort key for "larger first": MIG slices outrank any framebuffer size (a 7-slice
+    /// instance takes a whole GPU), then framebuffer in MiB.
     fn class_size(&self, class: ClassId) -> Option<u64> {
         self.groups.iter().enumerate().find_map(|(gi, g)| {
             g.local(class).map(|l| {
