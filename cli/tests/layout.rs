@@ -536,3 +536,90 @@ fn a_recording_cannot_be_changed() {
         text(&out.stderr)
     );
 }
+
+/// The layout the real-kernel lab applies to the kernel's mbochs sample driver.
+const MBOCHS_LAYOUT: &str = "version: v1
+vgpu-configs:
+  lab:
+    mbochs: {mbochs-medium: 2, mbochs-small: 3}
+";
+
+/// The sample drivers' parents; `applied` adds the lab layout's five instances under their slot
+/// UUIDs (node `a2host`, as [`gpuslice`] passes it).
+fn sample_drivers(applied: bool) -> (Tree, PathBuf) {
+    let mut b = TreeBuilder::new();
+    gpu_sysfs::testing::fake_kernel::add_sample_mdev_drivers(&mut b);
+    if applied {
+        for (i, ty) in [
+            "mbochs-medium",
+            "mbochs-medium",
+            "mbochs-small",
+            "mbochs-small",
+            "mbochs-small",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let u = MdevUuid::for_named_parent_slot("a2host", "mbochs", i as u32);
+            b.mdev_instance(&u.to_string(), "mbochs", ty);
+        }
+    }
+    let tree = b.finish().unwrap();
+    let file = tree.root().join("lab-layout.yaml");
+    std::fs::write(&file, MBOCHS_LAYOUT).unwrap();
+    (tree, file)
+}
+
+#[test]
+fn an_mbochs_layout_is_planned_and_asserted_by_parent_name() {
+    let (tree, file) = sample_drivers(false);
+    let f = file.to_str().unwrap();
+    let before = snapshot(tree.root()).unwrap();
+    let out = gpuslice(
+        tree.root(),
+        &["vgpu", "apply", "-f", f, "-c", "lab", "--dry-run"],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("mbochs [vgpu-configs.lab.mbochs]"),
+        "{stdout}"
+    );
+    let first = MdevUuid::for_named_parent_slot("a2host", "mbochs", 0);
+    assert!(
+        stdout.contains(&format!("1. + create mbochs-medium {first} on mbochs")),
+        "{stdout}"
+    );
+    let out = gpuslice(tree.root(), &["vgpu", "assert", "-f", f, "-c", "lab"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("mbochs: mbochs-medium: have 0, want 2"),
+        "{stdout}"
+    );
+    assert_eq!(changed(&before, tree.root()), Vec::<String>::new());
+}
+
+#[test]
+fn an_applied_mbochs_layout_asserts_and_applies_without_writing() {
+    let (tree, file) = sample_drivers(true);
+    let f = file.to_str().unwrap();
+    let before = snapshot(tree.root()).unwrap();
+    let out = gpuslice(tree.root(), &["vgpu", "assert", "-f", f, "-c", "lab"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let out = gpuslice(
+        tree.root(),
+        &["vgpu", "apply", "-f", f, "-c", "lab", "-o", "json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["status"], "unchanged");
+    assert_eq!(report["plan"]["gpus"][0]["gpu"], "mbochs");
+    assert_eq!(changed(&before, tree.root()), Vec::<String>::new());
+}

@@ -52,6 +52,14 @@ impl MdevUuid {
         Self(uuid::Uuid::new_v5(&GPUSLICE_NAMESPACE, name.as_bytes()))
     }
 
+    /// The stable UUID of a slot in a declarative layout on a virtual mdev parent (the kernel's
+    /// sample driver `mbochs`): UUIDv5 of node, parent name and slot. Kept apart from
+    /// [`MdevUuid::for_layout_slot`], so a parent name never collides with a GPU address.
+    pub fn for_named_parent_slot(node: &str, parent: &str, slot: u32) -> Self {
+        let name = format!("layout-parent\0{node}\0{parent}\0{slot}");
+        Self(uuid::Uuid::new_v5(&GPUSLICE_NAMESPACE, name.as_bytes()))
+    }
+
     /// The underlying UUID.
     pub fn as_uuid(&self) -> &uuid::Uuid {
         &self.0
@@ -344,6 +352,16 @@ mod tests {
             MdevUuid::for_machine("a", "b/c", 0),
             MdevUuid::for_machine("a/b", "c", 0)
         );
+        assert_eq!(a.as_uuid().get_version_num(), 5);
+    }
+
+    #[test]
+    fn named_parent_slots_are_stable_and_apart_from_gpu_slots() {
+        let a = MdevUuid::for_named_parent_slot("lab", "mbochs", 0);
+        assert_eq!(a, MdevUuid::for_named_parent_slot("lab", "mbochs", 0));
+        assert_ne!(a, MdevUuid::for_named_parent_slot("lab", "mbochs", 1));
+        assert_ne!(a, MdevUuid::for_named_parent_slot("lab", "mtty", 0));
+        assert_ne!(a, MdevUuid::for_named_parent_slot("other", "mbochs", 0));
         assert_eq!(a.as_uuid().get_version_num(), 5);
     }
 

@@ -284,7 +284,7 @@ fn the_documented_example_layouts_parse() {
         (
             "per-gpu.yaml",
             include_str!("../../examples/layouts/per-gpu.yaml"),
-            1,
+            2,
         ),
         (
             "l40s-vfs.yaml",
@@ -295,4 +295,49 @@ fn the_documented_example_layouts_parse() {
         let f = LayoutFile::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(f.configs.len(), configs, "{name}");
     }
+}
+
+#[test]
+fn the_per_device_form_names_virtual_mdev_parents_with_their_drivers_type_names() {
+    let f = LayoutFile::parse(
+        "version: v1\nvgpu-configs:\n  lab:\n    mbochs: {mbochs-medium: 2, mbochs-small: 3}\n    mtty: {Single port serial: 2, mtty-2: 1}\n    mdpy:\n",
+    )
+    .unwrap();
+    let lab = f.select(Some("lab")).unwrap();
+    let selectors: Vec<String> = lab
+        .entries
+        .iter()
+        .map(|e| match &e.selector {
+            Selector::Parent { parent } => parent.to_string(),
+            other => panic!("expected a named parent, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(selectors, ["mbochs", "mtty", "mdpy"]);
+    let Want::Counts { types } = &lab.entries[1].want else {
+        panic!("counts expected");
+    };
+    let names: Vec<(&str, u32)> = types.iter().map(|t| (t.name.as_str(), t.count)).collect();
+    assert_eq!(names, [("Single port serial", 2), ("mtty-2", 1)]);
+    assert_eq!(
+        lab.entries[2].want,
+        Want::Counts { types: vec![] },
+        "an empty entry asks for no instances"
+    );
+}
+
+#[test]
+fn a_named_parent_entry_is_refused_when_malformed() {
+    let (at, why) = invalid("version: v1\nvgpu-configs:\n  lab:\n    mbochs: 3\n");
+    assert_eq!(at, "vgpu-configs.lab.mbochs");
+    assert!(why.contains("type name → count"), "{why}");
+    let (at, why) = invalid("version: v1\nvgpu-configs:\n  lab:\n    mbochs: {mbochs-small: 0}\n");
+    assert_eq!(at, "vgpu-configs.lab.mbochs.mbochs-small");
+    assert!(why.contains("positive"), "{why}");
+    let (at, why) =
+        invalid("version: v1\nvgpu-configs:\n  lab:\n    \"0000:zz:00.0\": {A2-4Q: 1}\n");
+    assert_eq!(at, "vgpu-configs.lab.0000:zz:00.0");
+    assert!(why.contains("PCI addresses or mdev parent names"), "{why}");
+    let (_, why) =
+        invalid("version: v1\nvgpu-configs:\n  lab:\n    ../mbochs: {mbochs-small: 1}\n");
+    assert!(why.contains("device name"), "{why}");
 }

@@ -1,6 +1,6 @@
 //! Declarative vGPU layouts: `vgpu apply|assert|clear -f FILE [-c NAME]`.
 //!
-//! The file is NVIDIA's vgpu-device-manager format (read unchanged) or gpuslice's per-address
+//! The file is NVIDIA's vgpu-device-manager format (read unchanged) or gpuslice's per-device
 //! forms; `docs/layouts.md` describes both. Planning is `gpu_core::layout`, execution (lock,
 //! SR-IOV, writes, rollback) is `gpu_sysfs::apply`; this module reads arguments and prints.
 //!
@@ -29,7 +29,7 @@ use crate::common::{Global, Output, open_host, print_data};
 /// Where the layout comes from.
 #[derive(Args, Debug, Clone)]
 pub struct LayoutSource {
-    /// Layout file (NVIDIA vgpu-device-manager format or gpuslice's per-address forms); `-` reads
+    /// Layout file (NVIDIA vgpu-device-manager format or gpuslice's per-device forms); `-` reads
     /// standard input.
     #[arg(
         short = 'f',

@@ -1,4 +1,5 @@
-//! The layout file: NVIDIA's `vgpu-configs` format, plus two gpuslice forms keyed by PCI address.
+//! The layout file: NVIDIA's `vgpu-configs` format, plus gpuslice forms keyed by device: a GPU's
+//! PCI address, a virtual mdev parent's name, or a VF's address.
 //!
 //! ```yaml
 //! version: v1
@@ -8,14 +9,18 @@
 //!       device-filter: "0x25B610DE"       # optional; string or list
 //!       vgpu-devices:
 //!         A2-4Q: 4
-//!   lab:                        # per-GPU form: a mapping keyed by the GPU's address
+//!   lab:                        # per-device form: a mapping keyed by the GPU's address
 //!     "0000:08:00.0": {A2-4Q: 4}
+//!     mbochs: {mbochs-medium: 2}  # ... or a virtual mdev parent's name (type name or ID → count)
 //!   pinned:                     # vendor-VFIO form: VF address = type ID (or name; 0 = none)
 //!     "0000:26:00.4": 1155
 //! ```
 //!
 //! Parsing checks everything that can be checked without a host: keys, counts, type names, the
 //! time-sliced/MIG mix, and duplicate names. What the host offers is checked by the planner.
+//! Types of a virtual parent are the driver's own (`mbochs-small`, or mtty's `Single port serial`
+//! by name and `mtty-1` by ID), so only NVIDIA GPUs' type names are checked against NVIDIA's
+//! naming scheme.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,6 +29,7 @@ use serde::Serialize;
 use serde_yaml_ng::Value;
 
 use crate::address::PciAddress;
+use crate::ids::ParentId;
 use crate::nvidia::{VgpuTypeName, names_match, strip_prefix};
 use crate::topology::{Gpu, PciId};
 
@@ -81,6 +87,12 @@ pub enum Selector {
     Vf {
         /// The VF's address.
         address: PciAddress,
+    },
+    /// One virtual mdev parent by name (`mbochs`, `mtty`: the kernel's sample drivers), which is
+    /// not a PCI device and has a capacity pool of its own.
+    Parent {
+        /// The parent, as named under `/sys/class/mdev_bus`.
+        parent: ParentId,
     },
 }
 
@@ -292,7 +304,7 @@ impl LayoutFile {
                     return Err(invalid(
                         &at,
                         format!(
-                            "expected a list of entries or a mapping keyed by PCI address, found {}",
+                            "expected a list of entries or a mapping keyed by PCI address or mdev parent name, found {}",
                             kind(other)
                         ),
                     ));
@@ -345,7 +357,13 @@ fn parse_entry(v: &Value, at: &str) -> Result<Entry, LayoutError> {
         match key_str(k, at)? {
             "devices" => devices = Some(parse_devices(val, &format!("{at}.devices"))?),
             "device-filter" => filters = parse_filters(val, &format!("{at}.device-filter"))?,
-            "vgpu-devices" => want = Some(parse_counts(val, &format!("{at}.vgpu-devices"))?),
+            "vgpu-devices" => {
+                want = Some(parse_counts(
+                    val,
+                    &format!("{at}.vgpu-devices"),
+                    TypeNames::Nvidia,
+                )?);
+            }
             other => {
                 return Err(unknown_key(
                     at,
@@ -431,7 +449,16 @@ fn parse_filters(v: &Value, at: &str) -> Result<Vec<DeviceFilter>, LayoutError> 
     }
 }
 
-fn parse_counts(v: &Value, at: &str) -> Result<Vec<TypeCount>, LayoutError> {
+/// How requested type names are checked.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TypeNames {
+    /// NVIDIA vGPU type names (`A2-4Q`, `A100-1-5CME`), with the time-sliced/MIG rule.
+    Nvidia,
+    /// Any other driver's type name or type ID (`mbochs-small`, `Single port serial`).
+    Driver,
+}
+
+fn parse_counts(v: &Value, at: &str, names: TypeNames) -> Result<Vec<TypeCount>, LayoutError> {
     let m = match v {
         // `vgpu-devices: {}` (or an empty value) asks for no vGPUs on the selected GPUs.
         Value::Null => return Ok(vec![]),
@@ -442,7 +469,6 @@ fn parse_counts(v: &Value, at: &str) -> Result<Vec<TypeCount>, LayoutError> {
     for (k, val) in m {
         let name = key_str(k, at)?.to_owned();
         let here = format!("{at}.{name}");
-        let parsed = VgpuTypeName::parse(&name).map_err(|e| invalid(&here, e.to_string()))?;
         let count = match val.as_i64() {
             Some(n) if n > 0 => {
                 u32::try_from(n).map_err(|_| invalid(&here, format!("count {n} is too large")))?
@@ -460,6 +486,22 @@ fn parse_counts(v: &Value, at: &str) -> Result<Vec<TypeCount>, LayoutError> {
                 ));
             }
         };
+        if names == TypeNames::Driver {
+            if name.trim().is_empty() {
+                return Err(invalid(&here, "empty type name"));
+            }
+            if let Some(prev) = out.iter().find(|t| t.name == name) {
+                return Err(LayoutError::DuplicateType {
+                    at: at.to_owned(),
+                    first: prev.name.clone(),
+                    second: name.clone(),
+                    resolved: name,
+                });
+            }
+            out.push(TypeCount { name, count });
+            continue;
+        }
+        let parsed = VgpuTypeName::parse(&name).map_err(|e| invalid(&here, e.to_string()))?;
         match &first_kind {
             None => first_kind = Some((name.clone(), parsed.is_mig())),
             Some((first, mig)) if *mig != parsed.is_mig() => {
@@ -499,12 +541,19 @@ fn parse_by_address(m: &serde_yaml_ng::Mapping, at: &str) -> Result<Vec<Entry>, 
     for (k, v) in m {
         let key = key_str(k, at)?;
         let here = format!("{at}.{key}");
-        let address: PciAddress = key.parse().map_err(|e: crate::CoreError| {
+        let parent: ParentId = key.parse().map_err(|e: crate::CoreError| {
             invalid(
                 &here,
-                format!("keys of the per-address form are PCI addresses: {e}"),
+                format!("keys of the per-device form are PCI addresses or mdev parent names: {e}"),
             )
         })?;
+        let address = match parent {
+            ParentId::Pci(a) => a,
+            ParentId::Named(_) => {
+                out.push(parse_named_parent(parent, v, &out, &here)?);
+                continue;
+            }
+        };
         if out
             .iter()
             .any(|e: &Entry| selector_address(&e.selector) == Some(address))
@@ -515,7 +564,7 @@ fn parse_by_address(m: &serde_yaml_ng::Mapping, at: &str) -> Result<Vec<Entry>, 
             Value::Mapping(_) | Value::Null => Entry {
                 selector: Selector::Gpu { address },
                 want: Want::Counts {
-                    types: parse_counts(v, &here)?,
+                    types: parse_counts(v, &here, TypeNames::Nvidia)?,
                 },
             },
             Value::Number(n) => {
@@ -554,6 +603,36 @@ fn parse_by_address(m: &serde_yaml_ng::Mapping, at: &str) -> Result<Vec<Entry>, 
     Ok(out)
 }
 
+/// An entry for a virtual mdev parent: type name or ID → count, like a GPU's.
+fn parse_named_parent(
+    parent: ParentId,
+    v: &Value,
+    before: &[Entry],
+    at: &str,
+) -> Result<Entry, LayoutError> {
+    if before
+        .iter()
+        .any(|e| matches!(&e.selector, Selector::Parent { parent: p } if *p == parent))
+    {
+        return Err(invalid(at, format!("{parent} is listed twice")));
+    }
+    match v {
+        Value::Mapping(_) | Value::Null => Ok(Entry {
+            selector: Selector::Parent { parent },
+            want: Want::Counts {
+                types: parse_counts(v, at, TypeNames::Driver)?,
+            },
+        }),
+        other => Err(invalid(
+            at,
+            format!(
+                "expected type name → count for the mdev parent {parent}, found {}",
+                kind(other)
+            ),
+        )),
+    }
+}
+
 /// A VF's type: all digits is a vendor-VFIO ID, an NVIDIA name is a name, and anything else that
 /// is a valid type directory with a number (`nvidia-746`) is an mdev type ID.
 fn parse_type_ref(s: &str, at: &str) -> Result<TypeRef, LayoutError> {
@@ -576,7 +655,7 @@ fn parse_type_ref(s: &str, at: &str) -> Result<TypeRef, LayoutError> {
 fn selector_address(s: &Selector) -> Option<PciAddress> {
     match s {
         Selector::Gpu { address } | Selector::Vf { address } => Some(*address),
-        Selector::Indexed { .. } => None,
+        Selector::Indexed { .. } | Selector::Parent { .. } => None,
     }
 }
 

@@ -2,7 +2,8 @@
 //! pure planner that turns one of their configs into the writes a host needs.
 //!
 //! A layout file names configs; each config says which GPUs (by NVIDIA's index, optionally
-//! narrowed by PCI IDs, or by address) should hold which vGPU types and how many. The planner
+//! narrowed by PCI IDs, or by address) or virtual mdev parents (by name, such as the kernel's
+//! sample driver `mbochs`) should hold which vGPU types and how many. The planner
 //! compares that with a [`NodeTopology`] and produces a [`Plan`]: the instances to keep, the surplus
 //! to remove, and the ones to create, largest framebuffer first, with the GPU's framebuffer pool
 //! simulated step by step so a plan that cannot fit is refused before anything is written.

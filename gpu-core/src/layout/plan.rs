@@ -79,6 +79,7 @@ impl PlannedInstance {
     /// The type as people name it.
     pub fn type_label(&self) -> String {
         match (&self.type_name, &self.type_id) {
+            (Some(n), Some(id)) if strip_prefix(n) == id.as_str() => n.clone(),
             (Some(n), Some(id)) => format!("{} ({id})", strip_prefix(n)),
             (Some(n), None) => strip_prefix(n).to_owned(),
             (None, Some(id)) => id.to_string(),
@@ -106,9 +107,9 @@ pub struct TypeDiff {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GpuPlan {
-    /// The GPU's address.
-    pub gpu: PciAddress,
-    /// Its per-node name (`nvidia0`).
+    /// The GPU's address, or a virtual mdev parent's name (`mbochs`).
+    pub gpu: ParentId,
+    /// Its per-node name (`nvidia0`; a virtual parent's own name).
     pub name: String,
     /// Its index in NVIDIA's numbering.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -135,9 +136,12 @@ pub struct GpuPlan {
 }
 
 impl GpuPlan {
-    /// `nvidia0 (0000:08:00.0)`.
+    /// `nvidia0 (0000:08:00.0)`, or a virtual parent's name (`mbochs`).
     pub fn label(&self) -> String {
-        format!("{} ({})", self.name, self.gpu)
+        match &self.gpu {
+            ParentId::Named(n) if *n == self.name => n.clone(),
+            g => format!("{} ({g})", self.name),
+        }
     }
 
     /// Whether the GPU already holds what is wanted.
@@ -152,8 +156,8 @@ impl GpuPlan {
 pub enum Step {
     /// Remove an instance (mdev) or clear a VF's type (vendor-VFIO).
     Remove {
-        /// The physical GPU.
-        gpu: PciAddress,
+        /// The physical GPU, or the virtual mdev parent.
+        gpu: ParentId,
         /// The instance.
         instance: PlannedInstance,
     },
@@ -164,8 +168,8 @@ pub enum Step {
     },
     /// Create an instance (mdev) or set a VF's type (vendor-VFIO).
     Create {
-        /// The physical GPU.
-        gpu: PciAddress,
+        /// The physical GPU, or the virtual mdev parent.
+        gpu: ParentId,
         /// The instance.
         instance: PlannedInstance,
     },
@@ -294,9 +298,14 @@ struct Resolved {
     profile: Profile,
 }
 
-/// One GPU with its parents, instances and known types.
+/// One GPU (or one virtual mdev parent) with its parents, instances and known types.
 struct View<'a> {
-    gpu: &'a Gpu,
+    /// The physical GPU; `None` for a virtual parent such as `mbochs`.
+    gpu: Option<&'a Gpu>,
+    /// The pool key: the GPU's address or the virtual parent's name.
+    key: ParentId,
+    /// The GPU's per-node name, or the virtual parent's name.
+    name: String,
     label: String,
     parents: Vec<&'a Parent>,
     known: Vec<Known>,
@@ -304,12 +313,34 @@ struct View<'a> {
 
 impl<'a> View<'a> {
     fn new(topology: &'a NodeTopology, gpu: &'a Gpu) -> Self {
-        let mut parents: Vec<&Parent> = topology
+        let parents: Vec<&Parent> = topology
             .mediated_devices
             .parents
             .iter()
             .filter(|p| p.gpu == Some(gpu.address))
             .collect();
+        Self::with_parents(
+            Some(gpu),
+            ParentId::Pci(gpu.address),
+            gpu.name.clone(),
+            format!("{} ({})", gpu.name, gpu.address),
+            parents,
+        )
+    }
+
+    /// A virtual mdev parent: its own pool, its driver's own type names.
+    fn named(parent: &'a Parent) -> Self {
+        let name = parent.id.to_string();
+        Self::with_parents(None, parent.id.clone(), name.clone(), name, vec![parent])
+    }
+
+    fn with_parents(
+        gpu: Option<&'a Gpu>,
+        key: ParentId,
+        name: String,
+        label: String,
+        mut parents: Vec<&'a Parent>,
+    ) -> Self {
         parents.sort_by(|a, b| a.id.cmp(&b.id));
         let mut known: Vec<Known> = Vec::new();
         for p in &parents {
@@ -339,7 +370,9 @@ impl<'a> View<'a> {
         }
         View {
             gpu,
-            label: format!("{} ({})", gpu.name, gpu.address),
+            key,
+            name,
+            label,
             parents,
             known,
         }
@@ -347,7 +380,7 @@ impl<'a> View<'a> {
 
     fn framework(&self) -> Option<VgpuFramework> {
         self.gpu
-            .vgpu_framework
+            .and_then(|g| g.vgpu_framework)
             .or_else(|| self.parents.first().map(|p| p.framework))
     }
 
@@ -361,14 +394,27 @@ impl<'a> View<'a> {
         self.parents.is_empty()
             && self
                 .gpu
-                .sriov
-                .as_ref()
+                .and_then(|g| g.sriov.as_ref())
                 .is_some_and(|s| s.total_vfs > 0 && s.num_vfs == 0)
     }
 
     fn offered(&self) -> String {
         if self.known.is_empty() {
             return "nothing".to_owned();
+        }
+        if self.gpu.is_none() {
+            let names: Vec<String> = self
+                .known
+                .iter()
+                .map(|k| {
+                    if k.name == k.id.as_str() {
+                        k.name.clone()
+                    } else {
+                        format!("{} ({})", k.name, k.id)
+                    }
+                })
+                .collect();
+            return names.join(", ");
         }
         let mut names: Vec<&str> = self.known.iter().map(|k| strip_prefix(&k.name)).collect();
         names.sort_unstable();
@@ -381,6 +427,9 @@ impl<'a> View<'a> {
     /// creatable types at all; a name for the same board is then accepted and resolved to an ID
     /// by the executor right before the write.
     fn resolve(&self, requested: &str, count: u32) -> Result<Resolved, LayoutError> {
+        if self.gpu.is_none() {
+            return self.resolve_driver_name(requested, count);
+        }
         let found = self
             .known
             .iter()
@@ -428,6 +477,28 @@ impl<'a> View<'a> {
             name: requested.to_owned(),
             profile,
         })
+    }
+
+    /// A virtual parent's type: its driver's `name` or its type ID, exactly as the driver spells
+    /// them (mtty's `mtty-1` is named `Single port serial`).
+    fn resolve_driver_name(&self, requested: &str, count: u32) -> Result<Resolved, LayoutError> {
+        let t = requested.trim();
+        self.known
+            .iter()
+            .find(|k| k.name == t)
+            .or_else(|| self.known.iter().find(|k| k.id.as_str() == t))
+            .map(|k| Resolved {
+                requested: requested.to_owned(),
+                count,
+                id: Some(k.id.clone()),
+                name: k.name.clone(),
+                profile: k.profile.clone(),
+            })
+            .ok_or_else(|| LayoutError::UnknownType {
+                gpu: self.label.clone(),
+                name: requested.to_owned(),
+                offered: self.offered(),
+            })
     }
 
     fn resolve_all(&self, types: &[TypeCount]) -> Result<Vec<Resolved>, LayoutError> {
@@ -558,8 +629,15 @@ enum Target {
     Pins(Vec<(PciAddress, Option<TypeRef>)>),
 }
 
+/// What an entry selected: a physical GPU, or a virtual mdev parent.
+#[derive(Clone, Copy)]
+enum Subject<'a> {
+    Gpu(&'a Gpu),
+    Named(&'a Parent),
+}
+
 struct Selected<'a> {
-    gpu: &'a Gpu,
+    subject: Subject<'a>,
     index: Option<u32>,
     entry: String,
     target: Target,
@@ -576,8 +654,39 @@ fn select<'a>(
     let mut by_gpu: BTreeMap<PciAddress, Vec<(usize, &Want)>> = BTreeMap::new();
     let mut pins: BTreeMap<PciAddress, Vec<(PciAddress, Option<TypeRef>)>> = BTreeMap::new();
     let mut direct: BTreeMap<PciAddress, Vec<TypeCount>> = BTreeMap::new();
+    let mut named: BTreeMap<ParentId, (&'a Parent, Vec<TypeCount>)> = BTreeMap::new();
     for (n, e) in config.entries.iter().enumerate() {
         match &e.selector {
+            Selector::Parent { parent } => {
+                let here = format!("vgpu-configs.{}.{parent}", config.name);
+                let Some(p) = topology.parent(parent) else {
+                    let mut there: Vec<String> = topology
+                        .mediated_devices
+                        .parents
+                        .iter()
+                        .filter(|p| p.gpu.is_none())
+                        .map(|p| p.id.to_string())
+                        .collect();
+                    there.sort();
+                    let there = if there.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        there.join(", ")
+                    };
+                    return Err(LayoutError::UnknownDevice {
+                        at: here,
+                        address: parent.to_string(),
+                        why: format!(
+                            "is not an mdev parent of this host (is its driver loaded?); \
+                             virtual parents here: {there}"
+                        ),
+                    });
+                };
+                let Want::Counts { types } = &e.want else {
+                    continue;
+                };
+                named.insert(parent.clone(), (p, types.clone()));
+            }
             Selector::Indexed { devices, filters } => {
                 for (addr, i) in &indices {
                     let Some(gpu) = topology.gpu_by_address(addr) else {
@@ -659,7 +768,7 @@ fn select<'a>(
                 });
             }
             out.push(Selected {
-                gpu,
+                subject: Subject::Gpu(gpu),
                 index,
                 entry: format!("vgpu-configs.{}.{}", config.name, gpu.address),
                 target: Target::Counts(if mode == Mode::Clear { vec![] } else { types }),
@@ -673,7 +782,7 @@ fn select<'a>(
                 .map(|(vf, ty)| (vf, if mode == Mode::Clear { None } else { ty }))
                 .collect();
             out.push(Selected {
-                gpu,
+                subject: Subject::Gpu(gpu),
                 index,
                 entry,
                 target: Target::Pins(target),
@@ -685,9 +794,17 @@ fn select<'a>(
         };
         let (n, types) = choose_entry(topology, gpu, &cands, &at)?;
         out.push(Selected {
-            gpu,
+            subject: Subject::Gpu(gpu),
             index,
             entry: at(n),
+            target: Target::Counts(if mode == Mode::Clear { vec![] } else { types }),
+        });
+    }
+    for (id, (parent, types)) in named {
+        out.push(Selected {
+            subject: Subject::Named(parent),
+            index: None,
+            entry: format!("vgpu-configs.{}.{id}", config.name),
             target: Target::Counts(if mode == Mode::Clear { vec![] } else { types }),
         });
     }
@@ -759,7 +876,10 @@ fn build(
         .collect();
     let mut gpus = Vec::with_capacity(selected.len());
     for s in selected {
-        let view = View::new(topology, s.gpu);
+        let view = match s.subject {
+            Subject::Gpu(gpu) => View::new(topology, gpu),
+            Subject::Named(parent) => View::named(parent),
+        };
         let mut gp = match &s.target {
             Target::Counts(types) => plan_counts(&view, types, options)?,
             Target::Pins(pins) => plan_pins(&view, pins, options)?,
@@ -773,7 +893,14 @@ fn build(
                 }
             }
             if check_capacity {
-                place(&view, &mut gp, topology.pool(&ParentId::Pci(s.gpu.address)))?;
+                let pool = topology.pool(&view.key);
+                if view.gpu.is_none() && pool.is_none() {
+                    if let Some(w) = place_by_driver_counts(&view, &mut gp)? {
+                        warnings.push(w);
+                    }
+                } else {
+                    place(&view, &mut gp, pool)?;
+                }
             }
             let mut slot = 0u32;
             for c in gp
@@ -782,7 +909,12 @@ fn build(
                 .filter(|c| c.framework == VgpuFramework::Mdev)
             {
                 let uuid = loop {
-                    let u = MdevUuid::for_layout_slot(&topology.node, &s.gpu.address, slot);
+                    let u = match &view.key {
+                        ParentId::Pci(a) => MdevUuid::for_layout_slot(&topology.node, a, slot),
+                        ParentId::Named(n) => {
+                            MdevUuid::for_named_parent_slot(&topology.node, n, slot)
+                        }
+                    };
                     slot += 1;
                     if !taken.contains(&u) {
                         break u;
@@ -798,18 +930,20 @@ fn build(
     for g in gpus.iter().filter(|g| g.refused.is_none()) {
         for r in &g.remove {
             steps.push(Step::Remove {
-                gpu: g.gpu,
+                gpu: g.gpu.clone(),
                 instance: r.clone(),
             });
         }
     }
     for g in gpus.iter().filter(|g| g.enable_sriov) {
-        steps.push(Step::EnableSriov { gpu: g.gpu });
+        if let Some(gpu) = g.gpu.pci() {
+            steps.push(Step::EnableSriov { gpu });
+        }
     }
     for g in gpus.iter().filter(|g| g.refused.is_none()) {
         for c in &g.create {
             steps.push(Step::Create {
-                gpu: g.gpu,
+                gpu: g.gpu.clone(),
                 instance: c.clone(),
             });
         }
@@ -831,8 +965,8 @@ fn build(
 
 fn empty_plan(view: &View<'_>) -> GpuPlan {
     GpuPlan {
-        gpu: view.gpu.address,
-        name: view.gpu.name.clone(),
+        gpu: view.key.clone(),
+        name: view.name.clone(),
         index: None,
         entry: String::new(),
         framework: view.framework(),
@@ -875,7 +1009,7 @@ fn plan_counts(
         return Ok(gp);
     }
     if view.parents.is_empty() && !types.is_empty() {
-        let why = match view.gpu.driver.as_deref() {
+        let why = match view.gpu.and_then(|g| g.driver.as_deref()) {
             Some("nvidia") | None => {
                 "it has no vGPU parents (is the NVIDIA vGPU host driver loaded?)".to_owned()
             }
@@ -912,7 +1046,7 @@ fn plan_counts(
         for _ in have..w.count {
             gp.create.push(PlannedInstance {
                 framework: view.framework().unwrap_or(VgpuFramework::Mdev),
-                parent: ParentId::Pci(view.gpu.address),
+                parent: view.key.clone(),
                 uuid: None,
                 type_id: w.id.clone(),
                 type_name: Some(w.name.clone()),
@@ -1062,7 +1196,7 @@ fn place(view: &View<'_>, gp: &mut GpuPlan, pool: Option<&Pool>) -> Result<(), L
     }
     // Pinned creations have their VF already; count it as taken before placing the others.
     for c in &gp.create {
-        if c.parent != ParentId::Pci(view.gpu.address) {
+        if c.parent != view.key {
             occupied.insert(c.parent.clone());
         }
     }
@@ -1127,7 +1261,7 @@ fn place(view: &View<'_>, gp: &mut GpuPlan, pool: Option<&Pool>) -> Result<(), L
             }
             pool.charge(&profile);
         }
-        if c.parent == ParentId::Pci(view.gpu.address) {
+        if c.parent == view.key {
             let offers = |p: &Parent| match &c.type_id {
                 Some(id) => p.profiles.iter().any(|pr| pr.id == *id),
                 None => p.framework == VgpuFramework::VendorVfio,
@@ -1189,4 +1323,157 @@ fn place(view: &View<'_>, gp: &mut GpuPlan, pool: Option<&Pool>) -> Result<(), L
     }
     gp.create = out;
     Ok(())
+}
+
+/// A common multiple of `values` (zeros skipped), or `None` past 2^64, where the sums of counts
+/// times costs could no longer be added up exactly.
+fn common_multiple(values: impl Iterator<Item = u32>) -> Option<u128> {
+    let mut l: u128 = 1;
+    for v in values.filter(|v| *v > 0) {
+        let v = u128::from(v);
+        let (mut a, mut b) = (l, v);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        l = (l / a)
+            .checked_mul(v)
+            .filter(|x| *x <= u128::from(u64::MAX))?;
+    }
+    Some(l)
+}
+
+/// Checks the creations on a virtual mdev parent whose types have no known size (the kernel's
+/// sample drivers): the driver's `availableInstances` are the only truth, and its types share
+/// one pool (mbochs: 64 small, 16 medium or 4 large; 63/15/3 after one small).
+///
+/// With the free capacity taken as `L` units (a common multiple of every count `a` and `a + 1`),
+/// one more instance of a type offered `a` times costs more than `L / (a + 1)` and at most
+/// `L / a` units, and removing one frees as much (an unknown amount when `a` is 0). On a parent
+/// with no instances the cost is read as exactly `L / a`: the types' sizes divide the empty
+/// pool, as they do for every sample driver, and the scheduler reads the counts the same way.
+///
+/// A layout that fits at the upper bounds is accepted; one that cannot fit even at the lower
+/// bounds (the exact reading on an empty parent) is refused with the driver's numbers, nothing
+/// written. In between, it is accepted with a warning: the executor re-reads the counts before
+/// each create and rolls back on a misfit.
+fn place_by_driver_counts(
+    view: &View<'_>,
+    gp: &mut GpuPlan,
+) -> Result<Option<String>, LayoutError> {
+    let Some(parent) = view.parents.first() else {
+        return Ok(None);
+    };
+    if gp.create.is_empty() {
+        return Ok(None);
+    }
+    let avail = |id: Option<&VgpuTypeId>| {
+        id.and_then(|id| parent.profiles.iter().find(|p| p.id == *id))
+            .map_or(0, |p| p.available_instances)
+    };
+    let counts = parent.profiles.iter().flat_map(|p| {
+        [
+            p.available_instances,
+            p.available_instances.saturating_add(1),
+        ]
+    });
+    let unit = common_multiple(counts);
+    let lower = |a: u32, l: u128| l / (u128::from(a) + 1);
+    let upper = |a: u32, l: u128| (a > 0).then(|| l / u128::from(a));
+    let size = |c: &PlannedInstance| unit.map_or(0, |l| lower(avail(c.type_id.as_ref()), l));
+    gp.create.sort_by_key(|c| std::cmp::Reverse(size(c)));
+
+    let mut totals: BTreeMap<String, u32> = BTreeMap::new();
+    for c in &gp.create {
+        *totals.entry(c.type_label()).or_default() += 1;
+    }
+    let offered: Vec<String> = parent
+        .profiles
+        .iter()
+        .map(|p| format!("{} {}", p.available_instances, p.name))
+        .collect();
+    let misfit = |c: &PlannedInstance, placed: &BTreeMap<String, u32>| {
+        let ty = c.type_label();
+        let freed = if gp.remove.is_empty() {
+            String::new()
+        } else {
+            format!(" before the {} removals", gp.remove.len())
+        };
+        LayoutError::DoesNotFit {
+            gpu: view.label.clone(),
+            want: totals.get(&ty).copied().unwrap_or(0),
+            fit: placed.get(&ty).copied().unwrap_or(0),
+            type_name: ty,
+            why: format!(
+                "the pool is full (the driver reports {} available{freed}; the types of {} \
+                 share one pool)",
+                offered.join(", "),
+                view.name
+            ),
+        }
+    };
+    let mut placed: BTreeMap<String, u32> = BTreeMap::new();
+    let mut uncertain = false;
+    match unit {
+        Some(l) => {
+            let mut free_lo = l;
+            let mut free_hi = Some(l);
+            for r in &gp.remove {
+                let a = avail(r.type_id.as_ref());
+                let known = parent
+                    .profiles
+                    .iter()
+                    .any(|p| Some(&p.id) == r.type_id.as_ref());
+                if known {
+                    free_lo += lower(a, l);
+                }
+                free_hi = free_hi
+                    .zip(upper(a, l).filter(|_| known))
+                    .map(|(f, u)| f + u);
+            }
+            let empty = parent.instances.is_empty();
+            let (mut used_lo, mut used_hi, mut strict) = (0u128, 0u128, false);
+            for c in &gp.create {
+                let a = avail(c.type_id.as_ref());
+                match upper(a, l) {
+                    Some(u) if empty => used_lo += u,
+                    _ => {
+                        used_lo += lower(a, l);
+                        strict = true;
+                    }
+                }
+                // The true use exceeds a strict lower bound, so reaching the free room is a misfit.
+                if free_hi.is_some_and(|f| used_lo > f || (strict && used_lo >= f)) {
+                    return Err(misfit(c, &placed));
+                }
+                used_hi = used_hi.saturating_add(upper(a, l).unwrap_or(u128::MAX));
+                uncertain |= used_hi > free_lo;
+                *placed.entry(c.type_label()).or_default() += 1;
+            }
+        }
+        None => {
+            // Counts too irregular for exact sums: each type on its own, the rest left to the
+            // executor's re-reads.
+            uncertain = true;
+            for c in &gp.create {
+                let freed = gp.remove.iter().filter(|r| r.type_id == c.type_id).count();
+                let room = avail(c.type_id.as_ref())
+                    .saturating_add(u32::try_from(freed).unwrap_or(u32::MAX));
+                let n = placed.entry(c.type_label()).or_default();
+                if *n >= room {
+                    return Err(misfit(c, &placed));
+                }
+                *n += 1;
+            }
+        }
+    }
+    if !uncertain {
+        return Ok(None);
+    }
+    let wanted: Vec<String> = totals.iter().map(|(t, n)| format!("{n} × {t}")).collect();
+    Ok(Some(format!(
+        "{}: the driver's counts cannot tell whether {} fit together (its types share one pool of \
+         unknown size); the counts are re-read before each create, and a misfit is rolled back",
+        view.label,
+        wanted.join(" and ")
+    )))
 }

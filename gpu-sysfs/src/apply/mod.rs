@@ -33,7 +33,7 @@ use gpu_core::layout::{
     assert_layout, plan_layout,
 };
 use gpu_core::nvidia::{VgpuTypeName, names_match};
-use gpu_core::{MdevUuid, NodeTopology, PciAddress, VgpuFramework, VgpuTypeId};
+use gpu_core::{MdevUuid, NodeTopology, ParentId, PciAddress, VgpuFramework, VgpuTypeId};
 
 pub use lock::{LOCK_PATH, LayoutLock};
 pub use names::{NAMES_PATH, RememberedNames};
@@ -130,8 +130,8 @@ pub enum ApplyStatus {
 pub struct Change {
     /// `remove`, `create` or `enable-sriov`.
     pub op: &'static str,
-    /// The physical GPU.
-    pub gpu: PciAddress,
+    /// The physical GPU, or the virtual mdev parent (`mbochs`).
+    pub gpu: ParentId,
     /// The mdev UUID or VF address (the GPU for `enable-sriov`).
     pub device: String,
     /// The type, when there is one.
@@ -456,14 +456,14 @@ impl Run<'_> {
                     self.journal.push(Undo::DisableSriov(*gpu));
                     self.changes.push(Change {
                         op: "enable-sriov",
-                        gpu: *gpu,
+                        gpu: ParentId::Pci(*gpu),
                         device: gpu.to_string(),
                         type_id: None,
                     });
                 }
             }
-            Step::Remove { gpu, instance } => self.remove(*gpu, instance)?,
-            Step::Create { gpu, instance } => self.create(*gpu, instance)?,
+            Step::Remove { gpu, instance } => self.remove(gpu, instance)?,
+            Step::Create { gpu, instance } => self.create(gpu, instance)?,
         }
         Ok(())
     }
@@ -478,7 +478,7 @@ impl Run<'_> {
             })
     }
 
-    fn remove(&mut self, gpu: PciAddress, instance: &PlannedInstance) -> Result<(), ActuateError> {
+    fn remove(&mut self, gpu: &ParentId, instance: &PlannedInstance) -> Result<(), ActuateError> {
         let force = self.opts.force;
         match (instance.framework, instance.uuid) {
             (VgpuFramework::Mdev, Some(uuid)) => {
@@ -494,7 +494,7 @@ impl Run<'_> {
                     }
                     self.changes.push(Change {
                         op: "remove",
-                        gpu,
+                        gpu: gpu.clone(),
                         device: uuid.to_string(),
                         type_id,
                     });
@@ -509,7 +509,7 @@ impl Run<'_> {
                     }
                     self.changes.push(Change {
                         op: "remove",
-                        gpu,
+                        gpu: gpu.clone(),
                         device: vf.to_string(),
                         type_id: r.previous,
                     });
@@ -519,7 +519,7 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn create(&mut self, gpu: PciAddress, instance: &PlannedInstance) -> Result<(), ActuateError> {
+    fn create(&mut self, gpu: &ParentId, instance: &PlannedInstance) -> Result<(), ActuateError> {
         match instance.framework {
             VgpuFramework::Mdev => {
                 let (Some(uuid), Some(type_id)) = (instance.uuid, instance.type_id.clone()) else {
@@ -533,12 +533,15 @@ impl Run<'_> {
                     type_id: type_id.clone(),
                     uuid,
                 };
+                if matches!(instance.parent, ParentId::Named(_)) {
+                    self.check_room(&req)?;
+                }
                 let made = create_mdev(self.host, &req)?;
                 if made.changed {
                     self.journal.push(Undo::RemoveCreated(uuid));
                     self.changes.push(Change {
                         op: "create",
-                        gpu,
+                        gpu: gpu.clone(),
                         device: uuid.to_string(),
                         type_id: Some(type_id),
                     });
@@ -567,7 +570,7 @@ impl Run<'_> {
                     self.journal.push(Undo::ClearSet(vf));
                     self.changes.push(Change {
                         op: "create",
-                        gpu,
+                        gpu: gpu.clone(),
                         device: vf.to_string(),
                         type_id: Some(set.type_id),
                     });
@@ -575,6 +578,37 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+
+    /// On a virtual parent the plan could only bound the pool: the driver's count of the type,
+    /// read right before the write, says whether one more fits. An instance that is already
+    /// there (a re-run) needs no room.
+    fn check_room(&self, req: &MdevCreate) -> Result<(), ActuateError> {
+        if self
+            .host
+            .exists(&format!("sys/bus/mdev/devices/{}", req.uuid))
+        {
+            return Ok(());
+        }
+        let path = format!(
+            "sys/class/mdev_bus/{}/mdev_supported_types/{}/available_instances",
+            req.parent, req.type_id
+        );
+        let text = self
+            .host
+            .read_string(&path)
+            .map_err(|e| ActuateError::read(&path, e))?;
+        match text.trim().parse::<u32>() {
+            Ok(0) => Err(ActuateError::Exhausted {
+                path: format!("/{path}"),
+                errno: "the driver reports 0 available; nothing written".to_owned(),
+            }),
+            Ok(_) => Ok(()),
+            Err(_) => Err(ActuateError::Unsupported {
+                device: req.parent.to_string(),
+                why: format!("/{path} reads {:?}, not a count", text.trim()),
+            }),
+        }
     }
 
     /// A type the driver did not list while the GPU was full: its ID by name, from what the VF
