@@ -336,7 +336,8 @@ export interface TypeDiff {
 }
 
 export interface GpuPlan {
-  gpu: PciAddress
+  /** The GPU's address, or a virtual mdev parent's name (`mbochs`). */
+  gpu: string
   name: string
   index?: number
   /** Where in the layout file: `vgpu-configs.NAME[i]`. */
@@ -350,10 +351,11 @@ export interface GpuPlan {
   refused?: string
 }
 
+/** One write, in execution order; `gpu` is a GPU's address or a virtual mdev parent's name. */
 export type Step =
-  | { op: 'remove'; gpu: PciAddress; instance: PlannedInstance }
+  | { op: 'remove'; gpu: string; instance: PlannedInstance }
   | { op: 'enable-sriov'; gpu: PciAddress }
-  | { op: 'create'; gpu: PciAddress; instance: PlannedInstance }
+  | { op: 'create'; gpu: string; instance: PlannedInstance }
 
 /** What `planVgpuConfig` returns. */
 export interface VgpuPlan {
