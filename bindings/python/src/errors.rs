@@ -241,7 +241,7 @@ impl Failure {
     }
 
     /// A root that cannot be opened.
-    pub fn root(root: &str, e: &std::io::Error) -> Self {
+    pub fn root(root: &std::path::Path, e: &std::io::Error) -> Self {
         // The host adapter rewraps the error with the root in its message, which drops the
         // errno; ask the OS again for it (only on this failure path).
         let errno = e
@@ -249,7 +249,7 @@ impl Failure {
             .or_else(|| std::fs::metadata(root).err().and_then(|m| m.raw_os_error()));
         Failure::Host {
             message: e.to_string(),
-            path: Some(root.to_owned()),
+            path: Some(root.display().to_string()),
             errno,
         }
     }

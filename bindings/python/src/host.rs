@@ -1,6 +1,6 @@
 //! `gpuslice.discover` and `gpuslice.health`: reading a host through the shared composition.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use gpu_health::{HealthOptions, Policy};
 use gpu_sysfs::RealHost;
@@ -20,15 +20,15 @@ fn default_node() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-fn open(root: &str) -> Result<RealHost, Failure> {
+fn open(root: &Path) -> Result<RealHost, Failure> {
     RealHost::new(root).map_err(|e| Failure::root(root, &e))
 }
 
 /// Health options for `root`: NVML reads the GPUs of the machine this runs on, so it is only
 /// asked when `root` is that machine's `/`; under another root (a recorded or fake tree) its
 /// answers would describe other hardware.
-fn health_options(root: &str, policy: Policy) -> HealthOptions {
-    if std::path::Path::new(root) == std::path::Path::new("/") {
+fn health_options(root: &Path, policy: Policy) -> HealthOptions {
+    if root == Path::new("/") {
         HealthOptions::with_nvml(policy)
     } else {
         HealthOptions::without_telemetry(policy)
@@ -38,21 +38,21 @@ fn health_options(root: &str, policy: Policy) -> HealthOptions {
 /// Discovers a node: its GPUs, vGPU parents, profiles, instances and framebuffer pools, with a
 /// health verdict per GPU. Returns the node topology document (camelCase keys).
 ///
-/// `root` stands for the host's `/` (a directory holding `sys/`, as on a real host or in a
-/// recorded tree); `node` names the node (default: this machine's hostname).
+/// `root` (a `str` or `os.PathLike`) stands for the host's `/` (a directory holding `sys/`, as on
+/// a real host or in a recorded tree); `node` names the node (default: this machine's hostname).
 ///
 /// Raises `HostError` (with `.path` and `.errno`) when the host cannot be read.
 #[pyfunction]
-#[pyo3(signature = (root = "/", node = None))]
+#[pyo3(signature = (root = PathBuf::from("/"), node = None), text_signature = "(root='/', node=None)")]
 pub fn discover<'py>(
     py: Python<'py>,
-    root: &str,
+    root: PathBuf,
     node: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let topology = py.detach(|| {
-        let host = open(root)?;
+        let host = open(&root)?;
         let opts = DiscoverOptions::new(node.map_or_else(default_node, str::to_owned));
-        gpu_health::node_topology(&host, &opts, &health_options(root, Policy::default()))
+        gpu_health::node_topology(&host, &opts, &health_options(&root, Policy::default()))
             .map_err(|e| Failure::health(&e))
     })?;
     to_py(py, &topology)
@@ -108,23 +108,23 @@ fn bad_policy(e: &dyn std::fmt::Display) -> Failure {
 ///
 /// Raises `HostError` when the host cannot be read, `ConfigError` when the policy is malformed.
 #[pyfunction]
-#[pyo3(signature = (root = "/", policy = None))]
+#[pyo3(signature = (root = PathBuf::from("/"), policy = None), text_signature = "(root='/', policy=None)")]
 pub fn health<'py>(
     py: Python<'py>,
-    root: &str,
+    root: PathBuf,
     policy: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let source = PolicySource::from_py(policy)?;
     let reports = py.detach(|| {
         let policy = source.load()?;
-        let host = open(root)?;
+        let host = open(&root)?;
         let mut topology =
             gpu_sysfs::discover::discover(&host, &DiscoverOptions::new(default_node()))
                 .map_err(|e| Failure::sysfs(&e))?;
         Ok::<_, Failure>(gpu_health::grade_topology(
             &host,
             &mut topology,
-            &health_options(root, policy),
+            &health_options(&root, policy),
         ))
     })?;
     to_py(py, &reports)

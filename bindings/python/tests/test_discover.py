@@ -76,3 +76,8 @@ def test_discover_of_a_root_without_sysfs_raises_host_error(tmp_path):
     assert info.value.path == str(tmp_path)
     assert "sys/bus/pci/devices" in str(info.value)
     assert isinstance(info.value, gpuslice.Error)
+
+
+def test_discover_and_health_accept_a_path_as_root(host):
+    assert gpuslice.discover(host.root, node="node-a") == gpuslice.discover(str(host.root), node="node-a")
+    assert gpuslice.health(host.root) == gpuslice.health(str(host.root))

@@ -368,14 +368,16 @@ class GpuHealthReport(TypedDict):
     """Every signal as read: ``aer``, ``link`` and, for NVIDIA GPUs with NVML, ``telemetry``."""
     warnings: NotRequired[List[str]]
 
-def discover(root: str = "/", node: Optional[str] = None) -> NodeTopology:
+def discover(root: Union[str, "os.PathLike[str]"] = "/", node: Optional[str] = None) -> NodeTopology:
     """Discovers a node's GPUs, vGPU parents, profiles, instances and pools, with health.
 
     ``root`` stands for the host's ``/``; ``node`` defaults to this machine's hostname.
     Raises :class:`HostError` when the host cannot be read.
     """
 
-def health(root: str = "/", policy: Optional[PolicyInput] = None) -> List[GpuHealthReport]:
+def health(
+    root: Union[str, "os.PathLike[str]"] = "/", policy: Optional[PolicyInput] = None
+) -> List[GpuHealthReport]:
     """Grades every GPU of the host: one report per GPU.
 
     ``policy`` is a health policy (dict, YAML/JSON text, or a path to a .toml/.yaml/.json file).
