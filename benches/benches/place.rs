@@ -5,6 +5,7 @@
 //! - `place/10k_nodes/sequence_100k`: 100,000 Machines placed one after the other.
 //! - `place/10k_nodes/refusal`: a Machine no node can hold, with every node's reasons.
 //! - `place/8gpu_whole`: an 8-whole-GPU Machine on a fleet of 1,000 8-GPU passthrough nodes.
+//! - `place/56_mig_slices`: 56 one-slice MIG vGPUs (a whole 8-GPU H200 node) on 1,000 such nodes.
 //! - `place/scaling/<nodes>`: as `single`, from 100 to 100,000 nodes.
 //!
 //! Placed Machines are released outside the timed sections, so every sample sees a fleet with
@@ -16,7 +17,9 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use gpu_core::Machine;
 use gpu_sched::{FleetState, Policy};
-use gpuslice_benches::fleetgen::{eight_gpu_machine, mixed_fleet, whole_fleet, workload_machine};
+use gpuslice_benches::fleetgen::{
+    all_slices_machine, eight_gpu_machine, h200_fleet, mixed_fleet, whole_fleet, workload_machine,
+};
 
 /// Resident memory of this process in KiB (Linux), 0 elsewhere.
 fn rss_kib() -> u64 {
@@ -145,6 +148,13 @@ fn bench_place(c: &mut Criterion) {
         b.iter_custom(|iters| time_placements(whole, iters, 500, eight_gpu_machine));
     });
     drop(whole);
+
+    let mut mig: Option<FleetState> = None;
+    g.bench_function("56_mig_slices", |b| {
+        let mig = mig.get_or_insert_with(|| build(h200_fleet(1_000)));
+        b.iter_custom(|iters| time_placements(mig, iters, 500, all_slices_machine));
+    });
+    drop(mig);
 
     for nodes in [100usize, 1_000, 10_000, 100_000] {
         // Fleets are built only for the benches selected, one at a time.

@@ -82,3 +82,26 @@ pub fn eight_gpu_machine(i: usize) -> Machine {
         },
     )
 }
+
+/// A fleet of `n` H200 nodes (8 GPUs, 7 VFs each) offering MIG-backed vGPUs.
+pub fn h200_fleet(n: usize) -> Fleet {
+    Fleet {
+        nodes: (0..n)
+            .map(|i| gpu_sched::testing::h200_node(&format!("node-{i:06}"), GPUS_PER_NODE, 7))
+            .collect(),
+        ..Fleet::default()
+    }
+}
+
+/// A Machine asking for 56 one-slice MIG-backed vGPUs: every slice of an 8-GPU H200 node.
+pub fn all_slices_machine(i: usize) -> Machine {
+    one(
+        format!("slices-{i:07}"),
+        DeviceRequest {
+            name: "mig".into(),
+            profile: Some("H200X-1-18C".into()),
+            count: Some(56),
+            ..DeviceRequest::default()
+        },
+    )
+}

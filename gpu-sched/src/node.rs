@@ -167,20 +167,25 @@ pub(crate) enum Pick {
 struct Overlay {
     taken: Vec<usize>,
     hosting: Vec<usize>,
-    units: Vec<(usize, u64)>,
+    /// Units taken per parent, indexed by parent; empty until the first vGPU is picked.
+    units: Vec<u64>,
     pools: Vec<(usize, Pool)>,
 }
 
 impl Overlay {
     fn units_of(&self, parent: usize) -> u64 {
-        self.units
-            .iter()
-            .filter(|(p, _)| *p == parent)
-            .map(|(_, u)| *u)
-            .sum()
+        self.units.get(parent).copied().unwrap_or(0)
+    }
+    fn add_units(&mut self, parent: usize, parents: usize, units: u64) {
+        if self.units.is_empty() {
+            self.units = vec![0; parents];
+        }
+        if let Some(u) = self.units.get_mut(parent) {
+            *u = u.saturating_add(units);
+        }
     }
     fn touches(&self, group: &Group) -> bool {
-        self.units.iter().any(|(p, _)| group.parents.contains(p))
+        !self.units.is_empty() && group.parents.iter().any(|&p| self.units_of(p) > 0)
     }
     fn pool<'a>(&'a self, gi: usize, g: &'a Group) -> Option<&'a Pool> {
         self.pools
@@ -1056,7 +1061,7 @@ impl NodeState {
             };
             let profile =
                 &self.topo.mediated_devices.parents[p].profiles[self.parents[p].offers[o].profile];
-            overlay.units.push((p, self.parents[p].offers[o].cost));
+            overlay.add_units(p, self.parents.len(), self.parents[p].offers[o].cost);
             overlay.charge_pool(c.group, g, profile);
             if let Some(x) = g.gpu {
                 overlay.hosting.push(x);
