@@ -1166,7 +1166,7 @@ impl NodeState {
             });
             (self.gpus[i].health.rank(), hosts, i)
         };
-        let need_more = r.wanted as usize - exact_ix.len();
+        let need_more = (r.wanted as usize).saturating_sub(exact_ix.len());
         let mut chosen: Vec<usize> = exact_ix.clone();
         if r.numa {
             // Group the candidates by NUMA node; the named GPUs fix the node when given.

@@ -810,3 +810,32 @@ fn templates_can_be_added_after_loading() {
         .is_err()
     );
 }
+
+#[test]
+fn a_profile_name_with_different_ids_per_driver_matches_on_every_node() {
+    // Type IDs are per driver version: the same name can carry another ID on another node.
+    let mut newer = a2_node("b", 1, 4);
+    for p in &mut newer.mediated_devices.parents {
+        for pr in &mut p.profiles {
+            let n = pr.id.number().unwrap();
+            pr.id = format!("nvidia-{}", n + 100).parse().unwrap();
+        }
+    }
+    let mut s = fleet(vec![a2_node("a", 1, 4), newer]);
+    for i in 0..8 {
+        s.place(&vgpu(&format!("m{i}"), "A2-4Q", 1), Policy::Binpack)
+            .unwrap();
+    }
+    let nodes: Vec<String> = s.allocations().into_iter().map(|a| a.node).collect();
+    assert_eq!(nodes.iter().filter(|n| *n == "b").count(), 4);
+    let e = s
+        .try_place(&vgpu("m9", "A2-4Q", 1), Policy::Binpack)
+        .unwrap_err();
+    assert!(refusal_text(e).starts_with("0/2 nodes available: 2 node(s): TopologyUnsatisfiable"));
+    // By ID, only the node with that ID matches.
+    s.release("m0").unwrap();
+    let a = s
+        .try_place(&vgpu("m9", "nvidia-846", 1), Policy::Binpack)
+        .unwrap_err();
+    assert!(refusal_text(a).contains("ProfileNotOffered"));
+}
