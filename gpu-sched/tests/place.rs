@@ -839,3 +839,10 @@ fn a_profile_name_with_different_ids_per_driver_matches_on_every_node() {
         .unwrap_err();
     assert!(refusal_text(a).contains("ProfileNotOffered"));
 }
+
+#[test]
+fn fleet_state_can_be_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<FleetState>();
+    assert_send_sync::<SchedError>();
+}
