@@ -484,10 +484,11 @@ impl FleetState {
         };
         match primary {
             Some((tree, wanted)) if indexed || tree.is_empty() => {
-                let range = tree.range((wanted, 0)..);
                 let found = match policy {
-                    Policy::Binpack => range.into_iter().find_map(|&(_, i)| try_node(i as usize)),
-                    Policy::Spread => range.rev().find_map(|&(_, i)| try_node(i as usize)),
+                    Policy::Binpack => tree
+                        .range((wanted, 0)..)
+                        .find_map(|&(_, i)| try_node(i as usize)),
+                    Policy::Spread => spread_order(tree, wanted, &try_node),
                 };
                 if let Some(f) = found {
                     return Ok(f);
@@ -883,6 +884,25 @@ impl FleetState {
             whole_all: self.whole_all.clone(),
             whole_vendor: self.whole_vendor.clone(),
         }
+    }
+}
+
+/// Nodes from the most free down to `wanted`; among equally free nodes, node order first.
+fn spread_order<T>(tree: &Tree, wanted: u32, try_node: &dyn Fn(usize) -> Option<T>) -> Option<T> {
+    let mut upper: Option<u32> = None;
+    loop {
+        let top = match upper {
+            None => tree.range((wanted, 0)..).next_back(),
+            Some(u) => tree.range((wanted, 0)..(u, 0)).next_back(),
+        };
+        let &(free, _) = top?;
+        let found = tree
+            .range((free, 0)..=(free, u32::MAX))
+            .find_map(|&(_, i)| try_node(i as usize));
+        if found.is_some() {
+            return found;
+        }
+        upper = Some(free);
     }
 }
 

@@ -846,3 +846,12 @@ fn fleet_state_can_be_shared_across_threads() {
     assert_send_sync::<FleetState>();
     assert_send_sync::<SchedError>();
 }
+
+#[test]
+fn ties_go_to_the_first_node_by_name_under_both_policies() {
+    let s = fleet(vec![mbochs_node("b"), mbochs_node("a"), mbochs_node("c")]);
+    for policy in [Policy::Binpack, Policy::Spread] {
+        let a = s.try_place(&vgpu("m", "mbochs-small", 1), policy).unwrap();
+        assert_eq!(a.node, "a", "{policy}");
+    }
+}
