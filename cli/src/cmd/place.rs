@@ -172,7 +172,7 @@ pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
         save_fleet(&a.inventory, &state.to_fleet(), json)?;
     }
     match g.output {
-        Output::Table => print!("{}", placement_table(&placed, a.policy)),
+        Output::Table => print!("{}", placement_table(&state, &placed, a.policy)),
         out => print_data(out, &placed)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -267,7 +267,13 @@ fn device_short(d: &AllocatedDevice) -> String {
     }
 }
 
-fn device_rows(a: &Allocation) -> Vec<Vec<String>> {
+/// Rows of an allocation; vGPUs show their GPU by per-node name when the fleet knows it.
+fn device_rows(state: &FleetState, a: &Allocation) -> Vec<Vec<String>> {
+    let node = state.nodes().find(|n| n.node == a.node);
+    let gpu_name = |addr: &gpu_core::PciAddress| {
+        node.and_then(|n| n.gpu_by_address(addr))
+            .map_or_else(|| addr.to_string(), |g| g.name.clone())
+    };
     a.devices
         .iter()
         .map(|d| match d {
@@ -305,7 +311,7 @@ fn device_rows(a: &Allocation) -> Vec<Vec<String>> {
             } => vec![
                 request.clone(),
                 format!("vgpu #{index}"),
-                gpu.map_or("-".into(), |g| g.to_string()),
+                gpu.as_ref().map_or("-".into(), gpu_name),
                 parent.to_string(),
                 format!("{profile_name} ({profile})"),
                 framebuffer_mib.map_or("-".into(), |m| m.to_string()),
@@ -325,7 +331,7 @@ const DEVICE_HEADER: [&str; 7] = [
     "UUID",
 ];
 
-fn placement_table(p: &Placement, policy: Policy) -> String {
+fn placement_table(state: &FleetState, p: &Placement, policy: Policy) -> String {
     let a = &p.allocation;
     let mut s = format!(
         "Machine {} placed on node {} ({}, {policy})\n",
@@ -333,7 +339,7 @@ fn placement_table(p: &Placement, policy: Policy) -> String {
         a.node,
         a.status_str()
     );
-    s.push_str(&table(&DEVICE_HEADER, &device_rows(a)));
+    s.push_str(&table(&DEVICE_HEADER, &device_rows(state, a)));
     for d in &p.degraded {
         s.push_str(&format!(
             "warning: request {} uses Degraded {}: {}\n",
