@@ -55,7 +55,10 @@ fn open(root: &str) -> Result<RealHost, Failure> {
 /// asked when `root` is that machine's `/`; under another root (a recorded or fake tree) its
 /// answers would describe other hardware.
 fn health_options(root: &str, policy: Policy) -> HealthOptions {
-    if Path::new(root) == Path::new("/") {
+    if Path::new(root)
+        .canonicalize()
+        .is_ok_and(|r| r == Path::new("/"))
+    {
         HealthOptions::with_nvml(policy)
     } else {
         HealthOptions::without_telemetry(policy)
@@ -142,11 +145,12 @@ pub fn health(env: Env, options: Option<JsHealthOptions>) -> napi::Result<serde_
         let policy = load_policy(&options)?;
         let root = root_of(options.root.clone());
         let host = open(&root)?;
-        let mut topology =
-            gpu_sysfs::discover::discover(&host, &DiscoverOptions::new(default_node()))
-                .map_err(|e| Failure::sysfs(&e))?;
-        let reports =
-            gpu_health::grade_topology(&host, &mut topology, &health_options(&root, policy));
+        let (_, reports) = gpu_health::node_topology_with_reports(
+            &host,
+            &DiscoverOptions::new(default_node()),
+            &health_options(&root, policy),
+        )
+        .map_err(|e| Failure::health(&e))?;
         to_json(&reports)
     };
     run().map_err(|e| e.into_js(&env))

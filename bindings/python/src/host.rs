@@ -28,7 +28,7 @@ fn open(root: &Path) -> Result<RealHost, Failure> {
 /// asked when `root` is that machine's `/`; under another root (a recorded or fake tree) its
 /// answers would describe other hardware.
 fn health_options(root: &Path, policy: Policy) -> HealthOptions {
-    if root == Path::new("/") {
+    if root.canonicalize().is_ok_and(|r| r == Path::new("/")) {
         HealthOptions::with_nvml(policy)
     } else {
         HealthOptions::without_telemetry(policy)
@@ -118,14 +118,13 @@ pub fn health<'py>(
     let reports = py.detach(|| {
         let policy = source.load()?;
         let host = open(&root)?;
-        let mut topology =
-            gpu_sysfs::discover::discover(&host, &DiscoverOptions::new(default_node()))
-                .map_err(|e| Failure::sysfs(&e))?;
-        Ok::<_, Failure>(gpu_health::grade_topology(
+        let (_, reports) = gpu_health::node_topology_with_reports(
             &host,
-            &mut topology,
+            &DiscoverOptions::new(default_node()),
             &health_options(&root, policy),
-        ))
+        )
+        .map_err(|e| Failure::health(&e))?;
+        Ok::<_, Failure>(reports)
     })?;
     to_py(py, &reports)
 }
