@@ -570,7 +570,8 @@ export declare class Fleet {
  * Discovers a node: its GPUs, vGPU parents, profiles, instances and framebuffer pools, with a
  * health verdict per GPU. Returns the node topology document (camelCase keys).
  *
- * Throws `HOST_ERROR` (with `path` and `errno`) when the host cannot be read.
+ * Throws `HOST_ERROR` (with `path` and `errno`) when the host cannot be read, `INVALID_REQUEST`
+ * when `node` is not a valid name.
  */
 export declare function discover(options?: DiscoverOptions | undefined | null): NodeTopology
 

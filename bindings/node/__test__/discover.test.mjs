@@ -72,6 +72,16 @@ test('discover of a root without sysfs throws HOST_ERROR naming what is missing'
   }
 })
 
+test('discover rejects an invalid node name with INVALID_REQUEST', async () => {
+  assert.throws(() => gpuslice.discover({ root: host.root, node: 'bad name' }), {
+    code: 'INVALID_REQUEST',
+    message: /bad name/,
+  })
+  await assert.rejects(gpuslice.discoverAsync({ root: host.root, node: 'bad name' }), {
+    code: 'INVALID_REQUEST',
+  })
+})
+
 test('discoverAsync resolves to the same topology off the JS thread', async () => {
   const pending = gpuslice.discoverAsync({ root: host.root, node: 'node-a' })
 

@@ -67,7 +67,9 @@ fn health_options(root: &str, policy: Policy) -> HealthOptions {
 
 fn discover_node(root: &str, node: Option<String>) -> Result<NodeTopology, Failure> {
     let host = open(root)?;
-    let opts = DiscoverOptions::new(node.unwrap_or_else(default_node));
+    let node = node.unwrap_or_else(default_node);
+    gpu_core::validate_name(&node).map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
+    let opts = DiscoverOptions::new(node);
     gpu_health::node_topology(&host, &opts, &health_options(root, Policy::default()))
         .map_err(|e| Failure::health(&e))
 }
@@ -79,7 +81,8 @@ fn root_of(root: Option<String>) -> String {
 /// Discovers a node: its GPUs, vGPU parents, profiles, instances and framebuffer pools, with a
 /// health verdict per GPU. Returns the node topology document (camelCase keys).
 ///
-/// Throws `HOST_ERROR` (with `path` and `errno`) when the host cannot be read.
+/// Throws `HOST_ERROR` (with `path` and `errno`) when the host cannot be read, `INVALID_REQUEST`
+/// when `node` is not a valid name.
 #[napi(ts_return_type = "NodeTopology")]
 pub fn discover(env: Env, options: Option<JsDiscoverOptions>) -> napi::Result<serde_json::Value> {
     let options = options.unwrap_or_default();

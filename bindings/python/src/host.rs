@@ -41,7 +41,8 @@ fn health_options(root: &Path, policy: Policy) -> HealthOptions {
 /// `root` (a `str` or `os.PathLike`) stands for the host's `/` (a directory holding `sys/`, as on
 /// a real host or in a recorded tree); `node` names the node (default: this machine's hostname).
 ///
-/// Raises `HostError` (with `.path` and `.errno`) when the host cannot be read.
+/// Raises `HostError` (with `.path` and `.errno`) when the host cannot be read, `InvalidRequest`
+/// when `node` is not a valid name.
 #[pyfunction]
 #[pyo3(signature = (root = PathBuf::from("/"), node = None), text_signature = "(root='/', node=None)")]
 pub fn discover<'py>(
@@ -51,7 +52,10 @@ pub fn discover<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let topology = py.detach(|| {
         let host = open(&root)?;
-        let opts = DiscoverOptions::new(node.map_or_else(default_node, str::to_owned));
+        let node = node.map_or_else(default_node, str::to_owned);
+        gpu_core::validate_name(&node)
+            .map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
+        let opts = DiscoverOptions::new(node);
         gpu_health::node_topology(&host, &opts, &health_options(&root, Policy::default()))
             .map_err(|e| Failure::health(&e))
     })?;

@@ -81,3 +81,10 @@ def test_discover_of_a_root_without_sysfs_raises_host_error(tmp_path):
 def test_discover_and_health_accept_a_path_as_root(host):
     assert gpuslice.discover(host.root, node="node-a") == gpuslice.discover(str(host.root), node="node-a")
     assert gpuslice.health(host.root) == gpuslice.health(str(host.root))
+
+
+def test_discover_rejects_an_invalid_node_name(host):
+    with pytest.raises(gpuslice.InvalidRequest) as info:
+        gpuslice.discover(str(host.root), node="bad name")
+
+    assert "bad name" in str(info.value)
