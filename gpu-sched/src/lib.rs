@@ -13,7 +13,8 @@
 //! rule (unless the GPU runs mixed-size) and MIG slice counts. An instance that the snapshot
 //! already shows (same mdev UUID, or a vendor-VFIO VF with that type) is not charged twice.
 //! Unhealthy GPUs are never handed out and their parents offer nothing; Degraded ones are used
-//! last and reported in [`Placement::degraded`]. A GPU hosting vGPUs is not free whole, and a
+//! last, fleet-wide (a node that would need one is taken only when no node can do without), and
+//! reported in [`Placement::degraded`]. A GPU hosting vGPUs is not free whole, and a
 //! GPU held whole offers no vGPUs.
 //!
 //! **Choosing.** [`Policy::Binpack`] (default) takes the node with the least room left that

@@ -475,30 +475,53 @@ impl FleetState {
                 None => indexed = false,
             }
         }
-        let try_node = |i: usize| -> Option<(usize, Vec<Pick>)> {
+        // A node whose fit would use a Degraded GPU is kept as a fallback while the search looks
+        // on for one that does not: Degraded GPUs are used last fleet-wide, not only per node.
+        let mut found: Option<(usize, Vec<Pick>)> = None;
+        let mut fallback: Option<(usize, Vec<Pick>)> = None;
+        let mut visit = |i: usize| -> bool {
             if exclude == Some(i) {
-                return None;
+                return false;
             }
-            let n = self.slots.get(i)?.as_ref()?;
-            n.fit(m, policy).ok().map(|p| (i, p))
+            let Some(n) = self.slots.get(i).and_then(|s| s.as_deref()) else {
+                return false;
+            };
+            let Ok(picks) = n.fit(m, policy) else {
+                return false;
+            };
+            if picks
+                .iter()
+                .any(|p| n.pick_state(p) == HealthState::Degraded)
+            {
+                if fallback.is_none() {
+                    fallback = Some((i, picks));
+                }
+                return false;
+            }
+            found = Some((i, picks));
+            true
         };
         match primary {
-            Some((tree, wanted)) if indexed || tree.is_empty() => {
-                let found = match policy {
-                    Policy::Binpack => tree
-                        .range((wanted, 0)..)
-                        .find_map(|&(_, i)| try_node(i as usize)),
-                    Policy::Spread => spread_order(tree, wanted, &try_node),
-                };
-                if let Some(f) = found {
-                    return Ok(f);
+            Some((tree, wanted)) if indexed || tree.is_empty() => match policy {
+                Policy::Binpack => {
+                    for &(_, i) in tree.range((wanted, 0)..) {
+                        if visit(i as usize) {
+                            break;
+                        }
+                    }
                 }
-            }
+                Policy::Spread => spread_order(tree, wanted, &mut visit),
+            },
             _ => {
-                if let Some(f) = (0..self.slots.len()).find_map(try_node) {
-                    return Ok(f);
+                for i in 0..self.slots.len() {
+                    if visit(i) {
+                        break;
+                    }
                 }
             }
+        }
+        if let Some(f) = found.or(fallback) {
+            return Ok(f);
         }
         Err(self.refuse(m, policy, exclude))
     }
@@ -887,20 +910,22 @@ impl FleetState {
     }
 }
 
-/// Nodes from the most free down to `wanted`; among equally free nodes, node order first.
-fn spread_order<T>(tree: &Tree, wanted: u32, try_node: &dyn Fn(usize) -> Option<T>) -> Option<T> {
+/// Visits nodes from the most free down to `wanted`; among equally free nodes, in node order.
+/// Stops when `visit` returns true.
+fn spread_order(tree: &Tree, wanted: u32, visit: &mut dyn FnMut(usize) -> bool) {
     let mut upper: Option<u32> = None;
     loop {
         let top = match upper {
             None => tree.range((wanted, 0)..).next_back(),
             Some(u) => tree.range((wanted, 0)..(u, 0)).next_back(),
         };
-        let &(free, _) = top?;
-        let found = tree
-            .range((free, 0)..=(free, u32::MAX))
-            .find_map(|&(_, i)| try_node(i as usize));
-        if found.is_some() {
-            return found;
+        let Some(&(free, _)) = top else {
+            return;
+        };
+        for &(_, i) in tree.range((free, 0)..=(free, u32::MAX)) {
+            if visit(i as usize) {
+                return;
+            }
         }
         upper = Some(free);
     }

@@ -855,3 +855,23 @@ fn ties_go_to_the_first_node_by_name_under_both_policies() {
         assert_eq!(a.node, "a", "{policy}");
     }
 }
+
+#[test]
+fn degraded_gpus_are_used_last_across_the_fleet() {
+    // Binpack prefers the fuller node "a", but its only free GPU is Degraded.
+    let mut a = whole_node("a", 2);
+    a.gpus[0].state = GpuState::InUse;
+    a.gpus[1].health.state = HealthState::Degraded;
+    let mut s = fleet(vec![a, whole_node("b", 2)]);
+    for policy in [Policy::Binpack, Policy::Spread] {
+        let p = s.try_place_detailed(&whole("m", ""), policy).unwrap();
+        assert_eq!(p.allocation.node, "b", "{policy}");
+        assert!(p.degraded.is_empty());
+    }
+    s.place(&whole("m1", ", count: 2"), Policy::Binpack)
+        .unwrap();
+    // Only the Degraded GPU is left: it is used, and marked.
+    let p = s.place_detailed(&whole("m2", ""), Policy::Binpack).unwrap();
+    assert_eq!(p.allocation.node, "a");
+    assert_eq!(p.degraded.len(), 1);
+}
