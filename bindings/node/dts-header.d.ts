@@ -471,6 +471,14 @@ export interface HostError extends Error {
   errno: number | null
 }
 
+/** `code: 'CONFIG_ERROR'`: a fleet, topology, layout file or health policy is malformed. */
+export interface ConfigError extends Error {
+  code: 'CONFIG_ERROR'
+  /** For vGPU layout files: `decode`, `invalid`, `unknown-config`, `unknown-type`,
+   * `does-not-fit`, ...; absent otherwise. */
+  kind?: string
+}
+
 /** `code: 'INVALID_REQUEST'`, `'CONFIG_ERROR'` or `'INTERNAL'`. */
 export interface GpusliceError extends Error {
   code: ErrorCode

@@ -57,14 +57,14 @@ test('planVgpuConfig accepts the topology as text', () => {
   )
 })
 
-for (const [what, text, name, message] of [
-  ['an unknown config', LAYOUT, 'nope', /nope/],
-  ['a type the GPU does not offer', LAYOUT, 'a100', /A100-4C/],
-  ['a layout that does not fit', LAYOUT, 't4-too-many', /T4-8Q/],
-  ['malformed YAML', 'vgpu-configs: [', 'x', /./],
+for (const [what, text, name, message, kind] of [
+  ['an unknown config', LAYOUT, 'nope', /nope/, 'unknown-config'],
+  ['a type the GPU does not offer', LAYOUT, 'a100', /A100-4C/, 'unknown-type'],
+  ['a layout that does not fit', LAYOUT, 't4-too-many', /T4-8Q/, 'does-not-fit'],
+  ['malformed YAML', 'vgpu-configs: [', 'x', /./, 'decode'],
 ]) {
   test(`planVgpuConfig refuses ${what} with CONFIG_ERROR`, () => {
-    assert.throws(() => gpuslice.planVgpuConfig(text, name, topology), { code: 'CONFIG_ERROR', message })
+    assert.throws(() => gpuslice.planVgpuConfig(text, name, topology), { code: 'CONFIG_ERROR', message, kind })
   })
 }
 

@@ -41,6 +41,14 @@ pub enum Failure {
     },
     /// `CONFIG_ERROR`.
     Config(String),
+    /// `CONFIG_ERROR` from a vGPU layout file, with the layout error's kind (`unknown-config`,
+    /// `does-not-fit`, ...) as `kind`.
+    Layout {
+        /// The rendered message.
+        message: String,
+        /// `LayoutError::code`.
+        kind: &'static str,
+    },
     /// `INTERNAL`, for failures of the binding itself.
     Other(String),
 }
@@ -73,7 +81,7 @@ impl Failure {
             Failure::InvalidRequest(_) => "INVALID_REQUEST",
             Failure::NotFound { .. } => "NOT_FOUND",
             Failure::Host { .. } => "HOST_ERROR",
-            Failure::Config(_) => "CONFIG_ERROR",
+            Failure::Config(_) | Failure::Layout { .. } => "CONFIG_ERROR",
             Failure::Other(_) => "INTERNAL",
         }
     }
@@ -84,6 +92,7 @@ impl Failure {
             | Failure::NotFound { message, .. }
             | Failure::Host { message, .. }
             | Failure::InvalidRequest(message)
+            | Failure::Layout { message, .. }
             | Failure::Config(message)
             | Failure::Other(message) => message,
         }
@@ -124,6 +133,7 @@ impl Failure {
                 obj.set("path", path.as_deref())?;
                 obj.set("errno", *errno)?;
             }
+            Failure::Layout { kind, .. } => obj.set("kind", *kind)?,
             Failure::InvalidRequest(_) | Failure::Config(_) | Failure::Other(_) => {}
         }
         Ok(napi::Error::from(obj.to_unknown()))

@@ -46,7 +46,8 @@ pyo3::create_exception!(
     ConfigError,
     Error,
     "A configuration document (fleet, topology, vGPU layout file, health policy) is malformed \
-     or cannot be applied."
+     or cannot be applied. For layout files `.kind` says how (`unknown-config`, `unknown-type`, \
+     `does-not-fit`, ...)."
 );
 
 /// A core error sorted into the exception it becomes.
@@ -81,6 +82,14 @@ pub enum Failure {
     },
     /// [`ConfigError`].
     Config(String),
+    /// [`ConfigError`] from a vGPU layout file, with the layout error's kind (`unknown-config`,
+    /// `does-not-fit`, ...) as `.kind`.
+    Layout {
+        /// The rendered message.
+        message: String,
+        /// `LayoutError::code`.
+        kind: &'static str,
+    },
     /// The base [`Error`], for failures of the binding itself.
     Other(String),
 }
@@ -141,6 +150,11 @@ impl Failure {
                 err
             }
             Failure::Config(message) => PyErr::new::<ConfigError, _>(message),
+            Failure::Layout { message, kind } => {
+                let err = PyErr::new::<ConfigError, _>(message);
+                set_attr(py, &err, "kind", &kind);
+                err
+            }
             Failure::Other(message) => PyErr::new::<Error, _>(message),
         }
     }
@@ -179,7 +193,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidRequest", py.get_type::<InvalidRequest>())?;
     m.add("NotFound", nf)?;
     m.add("HostError", host)?;
-    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    let config = py.get_type::<ConfigError>();
+    config.setattr("kind", py.None())?;
+    m.add("ConfigError", config)?;
     Ok(())
 }
 

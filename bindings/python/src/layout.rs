@@ -25,6 +25,9 @@ pub fn plan_vgpu_config<'py>(
     let topology: NodeTopology = document(topology)?;
     let plan = py
         .detach(|| gpu_core::layout::plan_vgpu_config(config_text, name, &topology))
-        .map_err(|e| Failure::Config(e.to_string()))?;
+        .map_err(|e| Failure::Layout {
+            message: e.to_string(),
+            kind: e.code(),
+        })?;
     to_py(py, &plan)
 }

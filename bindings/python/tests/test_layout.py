@@ -57,19 +57,20 @@ def test_plan_vgpu_config_accepts_the_topology_as_text(topology):
 
 
 @pytest.mark.parametrize(
-    "text, name, needle",
+    "text, name, needle, kind",
     [
-        (LAYOUT, "nope", "nope"),
-        (LAYOUT, "a100", "A100-4C"),
-        (LAYOUT, "t4-too-many", "T4-8Q"),
-        ("vgpu-configs: [", "x", ""),
+        (LAYOUT, "nope", "nope", "unknown-config"),
+        (LAYOUT, "a100", "A100-4C", "unknown-type"),
+        (LAYOUT, "t4-too-many", "T4-8Q", "does-not-fit"),
+        ("vgpu-configs: [", "x", "", "decode"),
     ],
 )
-def test_plan_vgpu_config_refuses_bad_layouts_with_config_error(topology, text, name, needle):
+def test_plan_vgpu_config_refuses_bad_layouts_with_config_error(topology, text, name, needle, kind):
     with pytest.raises(gpuslice.ConfigError) as info:
         gpuslice.plan_vgpu_config(text, name, topology)
 
     assert needle in str(info.value)
+    assert info.value.kind == kind
 
 
 def test_plan_vgpu_config_rejects_a_malformed_topology(topology):

@@ -27,6 +27,7 @@ def test_error_kinds_have_their_attributes_even_when_raised_by_python_code():
     assert gpuslice.HostError("x").errno is None
     assert tuple(gpuslice.Unsatisfiable("x").reasons) == ()
     assert gpuslice.NotFound("x").kind is None
+    assert gpuslice.ConfigError("x").kind is None
 
 
 def test_the_package_ships_type_information():

@@ -349,6 +349,10 @@ class ConfigError(Error):
     """A configuration document (fleet, topology, vGPU layout file, health policy) is malformed
     or cannot be applied."""
 
+    kind: Optional[str]
+    """For vGPU layout files: ``decode``, ``invalid``, ``unknown-config``, ``unknown-type``,
+    ``does-not-fit``, ...; ``None`` otherwise."""
+
 # ----------------------------------------------------------------------------------------------
 # API
 
