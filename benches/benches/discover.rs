@@ -6,10 +6,14 @@
 //!   type directories with `name`, `description`, `device_api`, `available_instances`, ~7,700
 //!   files), the tree `mdevctl types` is compared against.
 //! - `discover/a2_real`: the real A2 recording bundled in `examples/hosts/` (16 VFs, 3 mdevs).
+//! - `discover/h200_8gpu_16vf_one_read`: as `h200_8gpu_16vf` through a host whose file read
+//!   costs 3 syscalls instead of `std::fs::read`'s 5 (what that change to `RealHost` would give).
 //!
 //! The trees are real files in a tempdir, built before the timed sections. With
 //! `GPUSLICE_BENCH_TREES=DIR` the bench writes the three trees under `DIR` and exits, so syscall
-//! counts and peer tools can be measured on the same trees (see `benches/RESULTS-discover.md`).
+//! counts and peer tools can be measured on the same trees; with
+//! `GPUSLICE_BENCH_DISCOVER_ONCE=DIR` it discovers the tree at `DIR` once and exits (run it under
+//! `strace -c -f`; see `benches/RESULTS-discover.md`).
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -128,6 +132,68 @@ fn host(root: &Path) -> RealHost {
     }
 }
 
+/// `RealHost` with a read that costs three syscalls instead of five: a sysfs attribute arrives
+/// whole in one `read` (at most a page), so `open`, one `read` into a page-sized buffer and
+/// `close` suffice; only a full buffer reads on. Measures what that change to `RealHost::read`
+/// would give.
+#[derive(Debug)]
+struct OneReadHost(RealHost);
+
+impl gpu_sysfs::Host for OneReadHost {
+    fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        use std::io::Read;
+        gpu_sysfs::host::check_relative(path)?;
+        let root = self.0.root_dir().unwrap_or(Path::new("/"));
+        let mut f = std::fs::File::open(root.join(path))?;
+        let mut buf = vec![0u8; 4096];
+        let mut n = f.read(&mut buf)?;
+        while n == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+            let m = f.read(&mut buf[n..])?;
+            if m == 0 {
+                break;
+            }
+            n += m;
+        }
+        buf.truncate(n);
+        Ok(buf)
+    }
+    fn write(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
+        self.0.write(path, data)
+    }
+    fn list(&self, dir: &str) -> std::io::Result<Vec<String>> {
+        self.0.list(dir)
+    }
+    fn read_link(&self, path: &str) -> std::io::Result<PathBuf> {
+        self.0.read_link(path)
+    }
+    fn exists(&self, path: &str) -> bool {
+        self.0.exists(path)
+    }
+    fn run(
+        &self,
+        program: &str,
+        args: &[String],
+        timeout: std::time::Duration,
+    ) -> std::io::Result<gpu_sysfs::CommandOutput> {
+        self.0.run(program, args, timeout)
+    }
+    fn root_dir(&self) -> Option<&Path> {
+        self.0.root_dir()
+    }
+}
+
+/// User plus system CPU time of this process, in clock ticks (from `/proc/self/stat`).
+fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    get(11) + get(12)
+}
+
 fn bench_discover(c: &mut Criterion) {
     if let Some(dir) = std::env::var_os("GPUSLICE_BENCH_TREES") {
         let dir = PathBuf::from(dir);
@@ -144,6 +210,38 @@ fn bench_discover(c: &mut Criterion) {
             Err(e) => fail("materializing the A2 recording", e),
         }
         eprintln!("trees written under {}", dir.display());
+        std::process::exit(0);
+    }
+    if let Some(dir) = std::env::var_os("GPUSLICE_BENCH_DISCOVER_ONCE") {
+        // Discovery of an existing tree, for `strace -c` (an empty tree gives the baseline);
+        // with GPUSLICE_BENCH_REPEAT=N it runs N times and prints the CPU time per run, which a
+        // busy machine inflates far less than wall time.
+        let real = host(Path::new(&dir));
+        let one_read = OneReadHost(host(Path::new(&dir)));
+        let h: &dyn gpu_sysfs::Host = if std::env::var_os("GPUSLICE_BENCH_ONE_READ").is_some() {
+            &one_read
+        } else {
+            &real
+        };
+        let repeat: u32 = std::env::var("GPUSLICE_BENCH_REPEAT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let before = cpu_ticks();
+        for _ in 0..repeat {
+            match discover(h, &DiscoverOptions::new("bench")) {
+                Ok(t) => {
+                    black_box(t);
+                }
+                Err(e) => fail("discovering", e),
+            }
+        }
+        let ticks = cpu_ticks().saturating_sub(before);
+        // Linux reports CPU time in ticks of 10 ms (USER_HZ = 100).
+        eprintln!(
+            "{repeat} runs, {:.3} ms CPU (user+sys) per run",
+            ticks as f64 * 10.0 / f64::from(repeat.max(1))
+        );
         std::process::exit(0);
     }
     let opts = DiscoverOptions::new("bench");
@@ -166,6 +264,10 @@ fn bench_discover(c: &mut Criterion) {
     }
     group.bench_function("h200_8gpu_16vf", |b| {
         b.iter(|| black_box(discover(&h, &opts)))
+    });
+    let fast = OneReadHost(host(h200.root()));
+    group.bench_function("h200_8gpu_16vf_one_read", |b| {
+        b.iter(|| black_box(discover(&fast, &opts)))
     });
 
     let mdev = eight_gpu_host(None, true);
