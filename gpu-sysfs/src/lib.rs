@@ -1,4 +1,15 @@
 //! Linux sysfs discovery and actuation for gpuslice.
+//!
+//! Linux shows a host's GPUs as PCI functions under `/sys/bus/pci/devices`, their isolation as
+//! IOMMU groups under `/sys/kernel/iommu_groups`, mdev vGPU parents under `/sys/class/mdev_bus`
+//! (each with `mdev_supported_types`), and NVIDIA's vendor-specific VFIO types as per-VF
+//! `nvidia/creatable_vgpu_types` and `nvidia/current_vgpu_type` files. This crate reads all of it
+//! into a [`gpu_core::NodeTopology`] ([`discover`]) and changes it safely ([`actuate`]: create and
+//! remove vGPUs, enable SR-IOV, bind whole GPUs to vfio-pci; [`apply`]: declarative layouts).
+//!
+//! Every access goes through the small [`Host`] trait over one injected root, so the same code
+//! runs against `/`, a directory tree, a replayed umockdev recording ([`umockdev`]), or the public
+//! fake kernel (`testing::FakeKernel`, feature `testing`) that reacts to writes as a real kernel does.
 
 pub mod actuate;
 pub mod apply;
@@ -6,9 +17,9 @@ pub mod discover;
 pub mod error;
 pub mod host;
 pub mod resolver;
-pub mod umockdev;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod umockdev;
 
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
