@@ -839,7 +839,7 @@ impl NodeState {
         let mut reason = Reason::new(
             ReasonKind::ConflictingRequests,
             &m.reqs[0].name,
-            m.reqs.iter().map(|r| r.wanted).sum(),
+            m.reqs.iter().fold(0u32, |a, r| a.saturating_add(r.wanted)),
             0,
         );
         reason.with = m.reqs[1..].iter().map(|r| r.name.clone()).collect();

@@ -644,7 +644,9 @@ impl FleetState {
             .map(|n| {
                 (
                     n.topo.node.clone(),
-                    classes.iter().map(|c| n.free_of(*c)).sum(),
+                    classes
+                        .iter()
+                        .fold(0u32, |a, c| a.saturating_add(n.free_of(*c))),
                 )
             })
             .collect()
