@@ -18,6 +18,9 @@ pub struct TopologyArgs {
     /// `mbochs`; a GPU's address selects all its parents), keeping the others for other uses.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub mdev_parents: Option<Vec<String>>,
+    /// Do not load NVML, even with `--root /`: grade health from sysfs signals only.
+    #[arg(long)]
+    pub no_nvml: bool,
 }
 
 /// Arguments of `gpuslice gpu list`.
@@ -30,6 +33,9 @@ pub struct GpuListArgs {
     /// List this host's GPUs (the default).
     #[arg(long, conflicts_with = "inventory")]
     pub local: bool,
+    /// Do not load NVML, even with `--root /`: grade health from sysfs signals only.
+    #[arg(long)]
+    pub no_nvml: bool,
 }
 
 fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<ParentId>>> {
@@ -44,14 +50,29 @@ fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<Parent
         .map(Some)
 }
 
-/// Discovers this host (the one composition point of the inventory commands).
-fn local_topology(g: &Global, mdev_parents: Option<Vec<ParentId>>) -> anyhow::Result<NodeTopology> {
+/// Discovers this host and grades its health through the library's one composition call.
+/// NVML describes the GPUs of the machine it runs on, so it is loaded only for `--root /`.
+fn local_topology(
+    g: &Global,
+    mdev_parents: Option<Vec<ParentId>>,
+    no_nvml: bool,
+) -> anyhow::Result<NodeTopology> {
     let node = g.node_name();
     gpu_core::validate_name(&node).context("--node")?;
     let host = open_host(g)?;
     let mut opts = DiscoverOptions::new(node);
     opts.mdev_parents = mdev_parents;
-    Ok(gpu_sysfs::discover::discover(host.host(), &opts)?)
+    let local = g
+        .root
+        .canonicalize()
+        .is_ok_and(|r| r == std::path::Path::new("/"));
+    let policy = gpu_health::Policy::default();
+    let health = if local && !no_nvml {
+        gpu_health::HealthOptions::with_nvml(policy)
+    } else {
+        gpu_health::HealthOptions::without_telemetry(policy)
+    };
+    Ok(gpu_health::node_topology(host.host(), &opts, &health)?)
 }
 
 fn dash(s: Option<&str>) -> String {
@@ -116,7 +137,7 @@ fn print_warnings(t: &NodeTopology) {
 /// does not have.
 pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
     let Some(path) = &a.inventory else {
-        let t = local_topology(g, None)?;
+        let t = local_topology(g, None, a.no_nvml)?;
         match g.output {
             Output::Table => {
                 let rows: Vec<Vec<String>> = t.gpus.iter().map(gpu_row).collect();
@@ -188,7 +209,7 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
 /// # Errors
 /// An invalid `--root`, `--node` or `--mdev-parents`.
 pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
-    let t = local_topology(g, parse_parents(&a.mdev_parents)?)?;
+    let t = local_topology(g, parse_parents(&a.mdev_parents)?, a.no_nvml)?;
     match g.output {
         Output::Table => {
             print!("{}", render_topology(&t));
