@@ -68,6 +68,10 @@ fn local_topology(
         .is_ok_and(|r| r == std::path::Path::new("/"));
     let policy = gpu_health::Policy::default();
     let health = if local && !no_nvml {
+        // Names vendor-VFIO types no VF lists any more; without a driver it is simply absent.
+        if let Ok(r) = gpu_sysfs::resolver::NvmlResolver::open() {
+            opts.resolver = Some(std::sync::Arc::new(r));
+        }
         gpu_health::HealthOptions::with_nvml(policy)
     } else {
         gpu_health::HealthOptions::without_telemetry(policy)
