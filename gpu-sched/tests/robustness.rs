@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Any fleet that decodes, however inconsistent (allocations on unknown nodes or devices, pools
 //! that do not match their parents, counts that disagree), and any Machine: the scheduler answers
-//! with a value or an error, never a panic, and never hands out more than it was given.
+//! with a value or an error, never a panic, and the fleet it writes back loads again.
 
 use gpu_core::testing::{fleet, machine, topology};
 use gpu_sched::{FleetState, Policy};
