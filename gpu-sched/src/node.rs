@@ -305,8 +305,13 @@ impl NodeState {
                     let gpu = p
                         .gpu
                         .and_then(|a| topo.gpus.iter().position(|g| g.address == a));
+                    // The same-size rule is NVIDIA's: other vendors' and virtual parents'
+                    // types share their pool in any mix (mbochs: 63/15/3 after one small).
+                    let nvidia = gpu.is_some_and(|g| topo.gpus[g].vendor == Vendor::Nvidia);
                     let pool = topo.pool(&key).map(|pl| Pool {
                         parents: Vec::new(),
+                        mixed_size: pl.mixed_size || !nvidia,
+                        size_locked_mib: if nvidia { pl.size_locked_mib } else { None },
                         ..pl.clone()
                     });
                     let base_used = pool

@@ -875,3 +875,22 @@ fn degraded_gpus_are_used_last_across_the_fleet() {
     assert_eq!(p.allocation.node, "a");
     assert_eq!(p.degraded.len(), 1);
 }
+
+#[test]
+fn the_same_size_rule_applies_to_nvidia_gpus_only() {
+    // mbochs after one small instance, with the pool as a snapshot may lock it to 4 MiB.
+    let mut n = mbochs_node("a");
+    let p = &mut n.mediated_devices.parents[0];
+    p.profiles[0].available_instances = 63;
+    p.profiles[1].available_instances = 15;
+    p.profiles[2].available_instances = 3;
+    let pool = &mut n.mediated_devices.pools[0];
+    pool.used_mib = 4;
+    pool.size_locked_mib = Some(4);
+    pool.mixed_size = false;
+    let mut s = fleet(vec![n]);
+    s.place(&vgpu("m", "mbochs-medium", 1), Policy::Binpack)
+        .unwrap();
+    s.place(&vgpu("l", "mbochs-large", 2), Policy::Binpack)
+        .unwrap();
+}
