@@ -12,8 +12,9 @@
 //! [`Pool::charge`](gpu_core::Pool::charge) for the same instances, which enforces the same-size
 //! rule on NVIDIA GPUs (unless the GPU runs mixed-size) and MIG slice counts. The proportional
 //! share is exact when a parent's counts all come from one capacity, and errs on the safe side
-//! (fewer instances) when existing instances have already skewed the reported counts. An instance that the snapshot
-//! already shows (same mdev UUID, or a vendor-VFIO VF with that type) is not charged twice.
+//! (fewer instances) when existing instances have already skewed the reported counts. An
+//! instance that the snapshot already shows (same mdev UUID, or a vendor-VFIO VF with that type)
+//! is not charged twice.
 //! Unhealthy GPUs are never handed out and their parents offer nothing; Degraded ones are used
 //! last, fleet-wide (a node that would need one is taken only when no node can do without), and
 //! reported in [`Placement::degraded`]. A GPU hosting vGPUs is not free whole, and a
