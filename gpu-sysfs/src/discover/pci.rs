@@ -263,7 +263,8 @@ impl<'h> PciTable<'h> {
             .collect();
         let mut out = Vec::new();
         for a in same_slot {
-            if a == *gpu || self.class(&a).is_some_and(|c| c.is_gpu()) {
+            // VFs in the card's slot are its parents, not companion functions.
+            if a == *gpu || self.known_vf(&a) || self.class(&a).is_some_and(|c| c.is_gpu()) {
                 continue;
             }
             if self.vendor(&a) != Some(vendor) {
