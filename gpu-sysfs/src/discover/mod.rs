@@ -76,6 +76,23 @@ impl DiscoverOptions {
 /// The IOMMU groups view.
 const IOMMU_GROUPS: &str = "sys/kernel/iommu_groups";
 
+/// Whether the host has a hardware IOMMU. Groups alone do not tell: VFIO gives every mdev an
+/// emulated group named `vfio-noiommu` even on a host without an IOMMU (seen on a real 6.1 kernel
+/// in the lab), so such groups are not counted. `/sys/class/iommu` lists the IOMMU units when
+/// the kernel exposes them.
+fn hardware_iommu_present(host: &dyn Host, warnings: &mut Vec<String>) -> bool {
+    if host
+        .list("sys/class/iommu")
+        .is_ok_and(|units| !units.is_empty())
+    {
+        return true;
+    }
+    read::list(host, IOMMU_GROUPS, warnings).iter().any(|g| {
+        host.read_string(&format!("{IOMMU_GROUPS}/{g}/name"))
+            .map_or(true, |name| name != "vfio-noiommu")
+    })
+}
+
 /// Discovers the node's GPUs, vGPU parents, profiles, instances and pools.
 ///
 /// # Errors
@@ -126,7 +143,7 @@ pub fn discover(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology,
     let (mut pools, exactness) = pools::build_all(&mut parents);
 
     // Per-GPU framework, memory and state.
-    let iommu_present = !read::list(host, IOMMU_GROUPS, &mut topo.warnings).is_empty();
+    let iommu_present = hardware_iommu_present(host, &mut topo.warnings);
     let mdev_gpus: BTreeSet<PciAddress> = parents
         .iter()
         .filter(|p| p.framework == VgpuFramework::Mdev)
