@@ -200,7 +200,18 @@ impl RealHost {
 
 impl Host for RealHost {
     fn read(&self, path: &str) -> io::Result<Vec<u8>> {
-        std::fs::read(self.full(path)?)
+        use std::io::Read;
+        // A sysfs attribute (at most a page) arrives whole in one read: open, one read, close.
+        // `std::fs::read` would add a statx and a second read to see EOF on every file.
+        let mut f = std::fs::File::open(self.full(path)?)?;
+        let mut buf = vec![0u8; 8192];
+        let n = f.read(&mut buf)?;
+        if n == buf.len() {
+            f.read_to_end(&mut buf)?;
+        } else {
+            buf.truncate(n);
+        }
+        Ok(buf)
     }
 
     fn write(&self, path: &str, data: &[u8]) -> io::Result<()> {
@@ -363,6 +374,13 @@ mod tests {
             "write must not create files"
         );
         assert!(h.read("../etc/passwd").is_err());
+        let big = "x".repeat(20_000);
+        std::fs::write(root.join("sys/big"), &big).unwrap();
+        assert_eq!(
+            h.read("sys/big").unwrap(),
+            big.as_bytes(),
+            "files larger than one read come whole"
+        );
         assert!(RealHost::new(root.join("missing")).is_err());
     }
 
