@@ -10,8 +10,9 @@
 //! The recorder does not store the kernel's bus and class views, so [`materialize`] derives them
 //! as the kernel lays them out: `sys/bus/pci/devices/<bdf>` for records with `SUBSYSTEM=pci`,
 //! `sys/bus/mdev/devices/<uuid>` for `SUBSYSTEM=mdev`, `sys/class/mdev_bus/<parent>` for the
-//! parent of every mdev and every device with `mdev_supported_types/` attributes, and
-//! `sys/kernel/iommu_groups/<N>/devices/<dev>` from the `iommu_group` links.
+//! parent of every mdev and every device with `mdev_supported_types/` attributes,
+//! `sys/kernel/iommu_groups/<N>/devices/<dev>` from the `iommu_group` links, and
+//! `sys/class/iommu/<unit>` from the `iommu` links.
 //!
 //! A recording is untrusted input (a user sends one of a problem host): every path and link
 //! target must stay inside `sys/` of the new tree, or loading fails with the offending line.
@@ -457,6 +458,16 @@ impl Recording {
                 if leaf == "driver" {
                     w.mkdir_checked(&resolved, dev.line)?;
                 }
+                if leaf == "iommu" {
+                    // The IOMMU unit serving the device: the kernel lists units in class/iommu.
+                    w.mkdir_checked(&resolved, dev.line)?;
+                    let unit = resolved.rsplit('/').next().unwrap_or(&resolved);
+                    w.link(
+                        &format!("sys/class/iommu/{unit}"),
+                        &format!("{}{resolved}", up_to_root("sys/class/iommu")),
+                        dev.line,
+                    )?;
+                }
                 if leaf == "iommu_group" {
                     let members = format!("{resolved}/devices");
                     w.mkdir_checked(&members, dev.line)?;
@@ -554,6 +565,7 @@ A: class=0x030200\\n
 H: config=DE10B625
 L: driver=../../../../bus/pci/drivers/nvidia
 L: iommu_group=../../../../kernel/iommu_groups/90
+L: iommu=../../../virtual/iommu/dmar1
 L: physfn=../0000:08:00.0
 N: ttyS1
 ";
@@ -599,6 +611,10 @@ N: ttyS1
             "sys/devices/pci0000:00/0000:00:03.0/0000:08:00.4"
         );
         assert_eq!(h.list("sys/class/mdev_bus").unwrap(), ["0000:08:00.4"]);
+        assert_eq!(
+            h.resolve_link("sys/class/iommu/dmar1").unwrap(),
+            "sys/devices/virtual/iommu/dmar1"
+        );
         assert_eq!(
             h.list("sys/bus/mdev/devices").unwrap(),
             ["f715f63c-0d00-4007-9c5a-b07b0c6c05de"]
