@@ -12,7 +12,7 @@ use crate::topology::NodeTopology;
 /// The scheduler's input and state, as exchanged between nodes and a scheduler.
 /// JSON/YAML: `{nodes: [NodeTopology...], allocations: [...], templates: {...}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Fleet {
     /// Node topologies.
     #[serde(default)]
