@@ -187,3 +187,72 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     }
     out
 }
+
+/// The machine-readable form of an error, printed on stderr with `-o json`/`-o yaml` so programs
+/// driving the CLI can tell failures apart without parsing messages:
+/// `{"error": {"kind": "exhausted", "message": "...", "errno": 28, "errnoName": "ENOSPC"}}`.
+#[derive(serde::Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorReport {
+    /// Stable kind: an actuation kind (`exists`, `exhausted`, `in-use`, ...), a layout code,
+    /// `unsatisfiable`, `invalid-request`, `not-found`, `host-error`, `invalid-argument` or `error`.
+    pub kind: String,
+    /// The one-line message also printed for people.
+    pub message: String,
+    /// The kernel errno, when the failure came from a sysfs write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
+    /// The errno's symbolic name (`ENOSPC`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno_name: Option<String>,
+}
+
+impl ErrorReport {
+    /// Classifies an error chain.
+    pub fn from_error(e: &anyhow::Error) -> Self {
+        use gpu_sysfs::actuate::ActuateError;
+        let mut kind = "error".to_owned();
+        let mut errno = None;
+        for cause in e.chain() {
+            if let Some(a) = cause.downcast_ref::<ActuateError>() {
+                kind = a.kind().to_owned();
+                errno = a.errno();
+                break;
+            }
+            if let Some(s) = cause.downcast_ref::<gpu_sysfs::SysfsError>() {
+                if let gpu_sysfs::SysfsError::Actuate(a) = s {
+                    kind = a.kind().to_owned();
+                    errno = a.errno();
+                } else {
+                    kind = "host-error".to_owned();
+                    errno = s.errno();
+                }
+                break;
+            }
+            if let Some(s) = cause.downcast_ref::<gpu_sched::SchedError>() {
+                kind = match s {
+                    gpu_sched::SchedError::Unsatisfiable(_) => "unsatisfiable",
+                    gpu_sched::SchedError::UnknownMachine { .. }
+                    | gpu_sched::SchedError::UnknownNode { .. } => "not-found",
+                    _ => "invalid-request",
+                }
+                .to_owned();
+                break;
+            }
+            if let Some(l) = cause.downcast_ref::<gpu_core::layout::LayoutError>() {
+                kind = l.code().to_owned();
+                break;
+            }
+            if cause.downcast_ref::<gpu_core::CoreError>().is_some() {
+                kind = "invalid-argument".to_owned();
+                break;
+            }
+        }
+        ErrorReport {
+            kind,
+            message: render_error(e),
+            errno,
+            errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),
+        }
+    }
+}

@@ -102,7 +102,18 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gpuslice: {}", common::render_error(&e));
+            let report = common::ErrorReport::from_error(&e);
+            match g.output {
+                common::Output::Json => {
+                    let doc = serde_json::json!({ "error": report });
+                    eprintln!("{doc}");
+                }
+                common::Output::Yaml => {
+                    let doc = serde_json::json!({ "error": report });
+                    eprint!("{}", serde_yaml_ng::to_string(&doc).unwrap_or_default());
+                }
+                common::Output::Table => eprintln!("gpuslice: {}", report.message),
+            }
             ExitCode::from(2)
         }
     }

@@ -331,6 +331,37 @@ impl ActuateError {
         }
     }
 
+    /// A stable, machine-readable name of the failure (`exists`, `exhausted`, `in-use`, ...), for
+    /// programs that drive the CLI (`-o json` errors carry it as `kind`) and for the bindings.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ActuateError::Invalid(_) => "invalid-argument",
+            ActuateError::NotFound { .. } => "not-found",
+            ActuateError::UnknownProfile { .. } => "unknown-profile",
+            ActuateError::Read { .. } => "read-failed",
+            ActuateError::Exists { .. } => "exists",
+            ActuateError::Exhausted { .. } => "exhausted",
+            ActuateError::InvalidArgument { .. } => "invalid-argument",
+            ActuateError::Busy { .. } => "busy",
+            ActuateError::NotPermitted { .. } => "not-permitted",
+            ActuateError::NoDevice { .. } => "no-device",
+            ActuateError::DriverRefused { .. } => "driver-refused",
+            ActuateError::Unexpected { .. } => "unexpected",
+            ActuateError::ExistsOtherType { .. } => "exists-other-type",
+            ActuateError::NotCreatable { .. } => "not-creatable",
+            ActuateError::InUse { .. } => "in-use",
+            ActuateError::ProbeFailed { .. } => "probe-failed",
+            ActuateError::GroupNotViable { .. } => "group-not-viable",
+            ActuateError::NoIommu { .. } => "no-iommu",
+            ActuateError::Unsupported { .. } => "unsupported",
+            ActuateError::Timeout { .. } => "timeout",
+            ActuateError::CommandFailed { .. } => "command-failed",
+            ActuateError::SriovNotEnabled { .. } => "sriov-not-enabled",
+            ActuateError::NotApplied { .. } => "not-applied",
+            ActuateError::RollbackIncomplete { .. } => "rollback-incomplete",
+        }
+    }
+
     /// The errno this error stands for, when it came from a kernel write.
     pub fn errno(&self) -> Option<i32> {
         Some(match self {
