@@ -240,6 +240,7 @@ fn decode_errors_name_what_and_where() {
 
 #[test]
 fn a_file_that_is_not_a_fleet_is_refused_not_read_as_an_empty_fleet() {
-    let e = Fleet::from_text("name: inference\ndevices: [{name: gpu, profile: A2-4Q}]\n").unwrap_err();
+    let e =
+        Fleet::from_text("name: inference\ndevices: [{name: gpu, profile: A2-4Q}]\n").unwrap_err();
     assert!(e.to_string().contains("unknown field"), "{e}");
 }
