@@ -288,6 +288,19 @@ pub fn topology(_lab: &mut Lab) -> Outcome {
     compare_topology(&t)
 }
 
+/// The `kind` and `errnoName` of the machine-readable error `gpuslice -o json vgpu create` prints
+/// on stderr when the create fails.
+fn create_error_kind(parent: &str, profile: &str, uuid: &str) -> Result<(String, String), String> {
+    let r = cli::run(&[
+        "-o", "json", "vgpu", "create", "--parent", parent, "--profile", profile, "--uuid", uuid,
+    ])?;
+    ensure(r.code == Some(2), || format!("expected exit 2: {}", r.describe()))?;
+    let v: Value = serde_json::from_str(r.stderr.trim())
+        .map_err(|e| format!("stderr is not a JSON error ({e}): {}", r.describe()))?;
+    let field = |k: &str| v["error"][k].as_str().unwrap_or("").to_owned();
+    Ok((field("kind"), field("errnoName")))
+}
+
 fn create(parent: &str, profile: &str, uuid: &str) -> Result<cli::Run, String> {
     cli::run(&[
         "vgpu",
@@ -389,6 +402,10 @@ pub fn vgpu_create_duplicate(lab: &mut Lab) -> Outcome {
             )
         })?;
         seen.push(r.stderr.trim().lines().next().unwrap_or("").to_owned());
+        let (kind, _) = create_error_kind(parent, profile, &u)?;
+        ensure(kind == "exists-other-type", || {
+            format!("duplicate on {parent}/{profile}: error kind {kind:?}, expected \"exists-other-type\"")
+        })?;
     }
     ensure(before == sys::counts(&sys::mdev_types()?), || {
         "a refused create changed the counts".into()
@@ -511,6 +528,10 @@ pub fn vgpu_create_exhausted(lab: &mut Lab) -> Outcome {
         (err.contains("exhausted") || err.contains("no capacity left")) && err.contains("enospc"),
         || format!("not the \"exhausted\" error for ENOSPC: {}", r.describe()),
     )?;
+    let (kind, errno) = create_error_kind("mbochs", "mbochs-large", &uuid)?;
+    ensure(kind == "exhausted" && errno == "ENOSPC", || {
+        format!("typed error of a create past the pool: kind {kind:?} errno {errno:?}, expected \"exhausted\" ENOSPC")
+    })?;
     ensure(!sys::mdev_instances()?.contains_key(&uuid), || {
         format!("the failed create left {uuid} behind")
     })?;
