@@ -292,9 +292,20 @@ pub fn topology(_lab: &mut Lab) -> Outcome {
 /// on stderr when the create fails.
 fn create_error_kind(parent: &str, profile: &str, uuid: &str) -> Result<(String, String), String> {
     let r = cli::run(&[
-        "-o", "json", "vgpu", "create", "--parent", parent, "--profile", profile, "--uuid", uuid,
+        "-o",
+        "json",
+        "vgpu",
+        "create",
+        "--parent",
+        parent,
+        "--profile",
+        profile,
+        "--uuid",
+        uuid,
     ])?;
-    ensure(r.code == Some(2), || format!("expected exit 2: {}", r.describe()))?;
+    ensure(r.code == Some(2), || {
+        format!("expected exit 2: {}", r.describe())
+    })?;
     let v: Value = serde_json::from_str(r.stderr.trim())
         .map_err(|e| format!("stderr is not a JSON error ({e}): {}", r.describe()))?;
     let field = |k: &str| v["error"][k].as_str().unwrap_or("").to_owned();
@@ -404,7 +415,9 @@ pub fn vgpu_create_duplicate(lab: &mut Lab) -> Outcome {
         seen.push(r.stderr.trim().lines().next().unwrap_or("").to_owned());
         let (kind, _) = create_error_kind(parent, profile, &u)?;
         ensure(kind == "exists-other-type", || {
-            format!("duplicate on {parent}/{profile}: error kind {kind:?}, expected \"exists-other-type\"")
+            format!(
+                "duplicate on {parent}/{profile}: error kind {kind:?}, expected \"exists-other-type\""
+            )
         })?;
     }
     ensure(before == sys::counts(&sys::mdev_types()?), || {
@@ -530,7 +543,9 @@ pub fn vgpu_create_exhausted(lab: &mut Lab) -> Outcome {
     )?;
     let (kind, errno) = create_error_kind("mbochs", "mbochs-large", &uuid)?;
     ensure(kind == "exhausted" && errno == "ENOSPC", || {
-        format!("typed error of a create past the pool: kind {kind:?} errno {errno:?}, expected \"exhausted\" ENOSPC")
+        format!(
+            "typed error of a create past the pool: kind {kind:?} errno {errno:?}, expected \"exhausted\" ENOSPC"
+        )
     })?;
     ensure(!sys::mdev_instances()?.contains_key(&uuid), || {
         format!("the failed create left {uuid} behind")
