@@ -42,11 +42,7 @@ impl Global {
         if let Some(n) = &self.node {
             return n.clone();
         }
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "localhost".to_owned())
+        gpu_sysfs::default_node_name()
     }
 }
 

@@ -71,6 +71,17 @@ impl HealthOptions {
         }
     }
 
+    /// Options for discovering the host under `root`: NVML reads the GPUs of the machine this
+    /// runs on, so it is only asked when `root` is that machine's `/` ([`is_local_root`]); under
+    /// another root (a recorded or fake tree) its answers would describe other hardware.
+    pub fn for_root(root: &std::path::Path, policy: Policy) -> Self {
+        if is_local_root(root) {
+            Self::with_nvml(policy)
+        } else {
+            Self::without_telemetry(policy)
+        }
+    }
+
     /// `policy` without telemetry: sysfs signals only, NVML signals left out of the reports.
     pub fn without_telemetry(policy: Policy) -> Self {
         HealthOptions {
@@ -311,4 +322,10 @@ pub fn updated_baseline(
         out.devices.insert(gpu.address, e);
     }
     out
+}
+
+/// True when `root` is this machine's `/`, the only root whose GPUs the local NVML describes.
+pub fn is_local_root(root: &std::path::Path) -> bool {
+    root.canonicalize()
+        .is_ok_and(|r| r == std::path::Path::new("/"))
 }

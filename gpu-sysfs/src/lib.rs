@@ -23,3 +23,12 @@ pub mod umockdev;
 
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
+
+/// The node name to use when none is given: this machine's hostname, else `localhost`.
+pub fn default_node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}

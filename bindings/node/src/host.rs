@@ -38,40 +38,21 @@ pub struct JsHealthOptions {
     pub policy_file: Option<String>,
 }
 
-/// The node name when none is given: this machine's hostname, as the CLI takes it.
-fn default_node() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
-}
-
 fn open(root: &str) -> Result<RealHost, Failure> {
     RealHost::new(root).map_err(|e| Failure::root(root, &e))
 }
 
-/// Health options for `root`: NVML reads the GPUs of the machine this runs on, so it is only
-/// asked when `root` is that machine's `/`; under another root (a recorded or fake tree) its
-/// answers would describe other hardware.
-fn health_options(root: &str, policy: Policy) -> HealthOptions {
-    if Path::new(root)
-        .canonicalize()
-        .is_ok_and(|r| r == Path::new("/"))
-    {
-        HealthOptions::with_nvml(policy)
-    } else {
-        HealthOptions::without_telemetry(policy)
-    }
-}
-
 fn discover_node(root: &str, node: Option<String>) -> Result<NodeTopology, Failure> {
     let host = open(root)?;
-    let node = node.unwrap_or_else(default_node);
+    let node = node.unwrap_or_else(gpu_sysfs::default_node_name);
     gpu_core::validate_name(&node).map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
     let opts = DiscoverOptions::new(node);
-    gpu_health::node_topology(&host, &opts, &health_options(root, Policy::default()))
-        .map_err(|e| Failure::health(&e))
+    gpu_health::node_topology(
+        &host,
+        &opts,
+        &HealthOptions::for_root(Path::new(root), Policy::default()),
+    )
+    .map_err(|e| Failure::health(&e))
 }
 
 fn root_of(root: Option<String>) -> String {
@@ -150,8 +131,8 @@ pub fn health(env: Env, options: Option<JsHealthOptions>) -> napi::Result<serde_
         let host = open(&root)?;
         let (_, reports) = gpu_health::node_topology_with_reports(
             &host,
-            &DiscoverOptions::new(default_node()),
-            &health_options(&root, policy),
+            &DiscoverOptions::new(gpu_sysfs::default_node_name()),
+            &HealthOptions::for_root(Path::new(&root), policy),
         )
         .map_err(|e| Failure::health(&e))?;
         to_json(&reports)

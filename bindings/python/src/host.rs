@@ -11,28 +11,8 @@ use pyo3::types::PyString;
 use crate::convert::to_py;
 use crate::errors::Failure;
 
-/// The node name when none is given: this machine's hostname, as the CLI takes it.
-fn default_node() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
-}
-
 fn open(root: &Path) -> Result<RealHost, Failure> {
     RealHost::new(root).map_err(|e| Failure::root(root, &e))
-}
-
-/// Health options for `root`: NVML reads the GPUs of the machine this runs on, so it is only
-/// asked when `root` is that machine's `/`; under another root (a recorded or fake tree) its
-/// answers would describe other hardware.
-fn health_options(root: &Path, policy: Policy) -> HealthOptions {
-    if root.canonicalize().is_ok_and(|r| r == Path::new("/")) {
-        HealthOptions::with_nvml(policy)
-    } else {
-        HealthOptions::without_telemetry(policy)
-    }
 }
 
 /// Discovers a node: its GPUs, vGPU parents, profiles, instances and framebuffer pools, with a
@@ -52,12 +32,16 @@ pub fn discover<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let topology = py.detach(|| {
         let host = open(&root)?;
-        let node = node.map_or_else(default_node, str::to_owned);
+        let node = node.map_or_else(gpu_sysfs::default_node_name, str::to_owned);
         gpu_core::validate_name(&node)
             .map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
         let opts = DiscoverOptions::new(node);
-        gpu_health::node_topology(&host, &opts, &health_options(&root, Policy::default()))
-            .map_err(|e| Failure::health(&e))
+        gpu_health::node_topology(
+            &host,
+            &opts,
+            &HealthOptions::for_root(&root, Policy::default()),
+        )
+        .map_err(|e| Failure::health(&e))
     })?;
     to_py(py, &topology)
 }
@@ -124,8 +108,8 @@ pub fn health<'py>(
         let host = open(&root)?;
         let (_, reports) = gpu_health::node_topology_with_reports(
             &host,
-            &DiscoverOptions::new(default_node()),
-            &health_options(&root, policy),
+            &DiscoverOptions::new(gpu_sysfs::default_node_name()),
+            &HealthOptions::for_root(&root, policy),
         )
         .map_err(|e| Failure::health(&e))?;
         Ok::<_, Failure>(reports)

@@ -72,7 +72,7 @@ struct HealthOutput {
 
 fn options(a: &HealthArgs, root: &Path, policy: Policy) -> anyhow::Result<HealthOptions> {
     // The local NVML describes this machine's GPUs, not those of another root or a recording.
-    let local = root.canonicalize().is_ok_and(|r| r == Path::new("/"));
+    let local = gpu_health::is_local_root(root);
     let mut opts = if a.no_nvml || (a.nvml_lib.is_none() && !local) {
         HealthOptions::without_telemetry(policy)
     } else if let Some(lib) = &a.nvml_lib {

@@ -62,10 +62,7 @@ fn local_topology(
     let host = open_host(g)?;
     let mut opts = DiscoverOptions::new(node);
     opts.mdev_parents = mdev_parents;
-    let local = g
-        .root
-        .canonicalize()
-        .is_ok_and(|r| r == std::path::Path::new("/"));
+    let local = gpu_health::is_local_root(&g.root);
     let policy = gpu_health::Policy::default();
     let health = if local && !no_nvml {
         // Names vendor-VFIO types no VF lists any more; without a driver it is simply absent.
