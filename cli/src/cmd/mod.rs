@@ -3,6 +3,7 @@
 pub mod actuate;
 pub mod dra;
 pub mod export;
+pub mod export_vm;
 pub mod health;
 pub mod inventory;
 pub mod layout;

@@ -9,6 +9,7 @@ pub mod cloud_init;
 pub mod dra;
 pub mod handoff;
 pub mod kubevirt;
+pub mod kubevirt_vm;
 pub mod metrics;
 pub mod serve;
 pub mod yaml;
