@@ -11,7 +11,7 @@ use gpu_core::{Allocation, MdevUuid, NodeTopology, PciAddress};
 use crate::cmd::metrics::load_nodes;
 use crate::common::{Global, Output};
 use crate::integrations::dra::{self, DraOptions, K8sVersion, model::Object};
-use crate::integrations::{cloud_init, handoff, kubevirt, yaml};
+use crate::integrations::{cloud_init, device_nodes, handoff, kubevirt, yaml};
 
 /// `gpuslice export` subcommands.
 #[derive(Subcommand, Debug)]
@@ -58,6 +58,11 @@ pub struct HandoffArgs {
     /// this host.
     #[arg(long, value_name = "FLEET", requires = "address")]
     pub inventory: Option<PathBuf>,
+    /// Print the device nodes the VM's process must be allowed to open instead (`/dev/vfio/vfio`,
+    /// `/dev/vfio/<group>`, `/dev/iommu`, `/dev/vfio/devices/vfioN`), read from this host: one
+    /// per line, or `-o json` per device.
+    #[arg(long, conflicts_with = "inventory")]
+    pub device_nodes: bool,
 }
 
 /// `export kubevirt` arguments.
@@ -135,6 +140,10 @@ pub struct DraArgs {
 /// When inputs cannot be read or do not name existing devices.
 pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
     match c {
+        ExportCommand::Qemu(a) | ExportCommand::Libvirt(a) if a.device_nodes => {
+            let devices = handoff_devices(g, &a)?;
+            print_device_nodes(g, &devices)?;
+        }
         ExportCommand::Qemu(a) => {
             let devices = handoff_devices(g, &a)?;
             if g.output == Output::Json {
@@ -179,6 +188,34 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
         ExportCommand::Dra(a) => export_dra(g, &a)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The device nodes of `devices` on this host; an error naming the devices without a group.
+fn print_device_nodes(g: &Global, devices: &[handoff::VmDevice]) -> anyhow::Result<()> {
+    let opened = crate::common::open_host(g)?;
+    let per_device = device_nodes::for_devices(opened.host(), devices);
+    let missing: Vec<&str> = per_device
+        .iter()
+        .filter(|d| d.device_nodes.is_empty())
+        .map(|d| d.device.as_str())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{} {} no IOMMU group on this host, so no VM can open {}; is it on this host, and is \
+             the IOMMU on (gpuslice doctor)?",
+            missing.join(", "),
+            if missing.len() == 1 { "has" } else { "have" },
+            if missing.len() == 1 { "it" } else { "them" }
+        );
+    }
+    if g.output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&per_device)?);
+    } else {
+        for n in device_nodes::union(&per_device) {
+            println!("{n}");
+        }
+    }
+    Ok(())
 }
 
 fn handoff_devices(g: &Global, a: &HandoffArgs) -> anyhow::Result<Vec<handoff::VmDevice>> {

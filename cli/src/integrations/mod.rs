@@ -6,6 +6,7 @@
 //! The command modules only gather the inputs and print.
 
 pub mod cloud_init;
+pub mod device_nodes;
 pub mod dra;
 pub mod handoff;
 pub mod kubevirt;
