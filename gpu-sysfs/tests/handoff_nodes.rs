@@ -30,7 +30,7 @@ fn a_vf_given_a_type_hands_off_its_group_node_and_the_container() {
 }
 
 #[test]
-fn an_mdev_without_an_iommu_hands_off_the_no_iommu_node_and_its_cdev() {
+fn an_mdev_hands_off_its_emulated_groups_node_and_its_cdev() {
     let k = FakeKernel::sample_mdev_drivers().unwrap();
     let uuid = MdevUuid::for_machine("vm1", "gpu", 0);
     let made = actuate::create_mdev(
@@ -48,8 +48,8 @@ fn an_mdev_without_an_iommu_hands_off_the_no_iommu_node_and_its_cdev() {
         .read_link(&format!("sys/bus/mdev/devices/{uuid}/iommu_group"))
         .unwrap();
     let group = group.file_name().unwrap().to_string_lossy().into_owned();
-    // The sample drivers run without an IOMMU (as in the lab): VFIO's no-IOMMU group, and the
-    // cdev the 6.1 kernel makes for the instance.
+    // An mdev's group is one VFIO emulates (named vfio-noiommu, but its node is the plain
+    // number), and the 6.1 kernel also makes a cdev for the instance.
     let cdev = k
         .list(&format!("sys/bus/mdev/devices/{uuid}/vfio-dev"))
         .unwrap();
@@ -57,7 +57,7 @@ fn an_mdev_without_an_iommu_hands_off_the_no_iommu_node_and_its_cdev() {
         made.handoff.device_nodes,
         [
             "/dev/vfio/vfio".to_owned(),
-            format!("/dev/vfio/noiommu-{group}"),
+            format!("/dev/vfio/{group}"),
             "/dev/iommu".to_owned(),
             format!("/dev/vfio/devices/{}", cdev[0]),
         ]
@@ -65,7 +65,7 @@ fn an_mdev_without_an_iommu_hands_off_the_no_iommu_node_and_its_cdev() {
 }
 
 #[test]
-fn a_cdev_adds_iommufd_and_the_device_node_and_no_iommu_mode_has_its_own_node() {
+fn a_cdev_adds_iommufd_and_a_pci_device_in_no_iommu_mode_has_the_noiommu_node() {
     let mut b = TreeBuilder::new();
     b.pci(
         "0000:17:00.0",

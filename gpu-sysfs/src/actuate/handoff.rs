@@ -21,7 +21,11 @@ pub const IOMMUFD: &str = "/dev/iommu";
 /// The device nodes of the device whose sysfs directory (root-relative) is `dev_dir`: the group's
 /// node with the container, and the VFIO cdev with iommufd when the kernel made one. Empty when
 /// the device has no IOMMU group (then no VM can take it).
-pub fn vfio_device_nodes(host: &dyn Host, dev_dir: &str) -> Vec<String> {
+///
+/// VFIO names the groups it makes itself `vfio-noiommu`, both for an mdev's emulated group (node
+/// `/dev/vfio/<group>`) and for a PCI device in no-IOMMU mode (node `/dev/vfio/noiommu-<group>`);
+/// `emulated` says which (true for an mdev).
+pub fn vfio_device_nodes(host: &dyn Host, dev_dir: &str, emulated: bool) -> Vec<String> {
     let mut out = Vec::new();
     let Ok(group_link) = host.read_link(&format!("{dev_dir}/iommu_group")) else {
         return out;
@@ -33,9 +37,10 @@ pub fn vfio_device_nodes(host: &dyn Host, dev_dir: &str) -> Vec<String> {
     else {
         return out;
     };
-    let noiommu = host
-        .read_string(&format!("sys/kernel/iommu_groups/{group}/name"))
-        .is_ok_and(|n| n == "vfio-noiommu");
+    let noiommu = !emulated
+        && host
+            .read_string(&format!("sys/kernel/iommu_groups/{group}/name"))
+            .is_ok_and(|n| n == "vfio-noiommu");
     out.push(VFIO_CONTAINER.to_owned());
     out.push(if noiommu {
         format!("/dev/vfio/noiommu-{group}")
@@ -60,12 +65,12 @@ pub fn vfio_device_nodes(host: &dyn Host, dev_dir: &str) -> Vec<String> {
 
 /// The device nodes of a PCI function (a whole GPU, its audio function, a vendor-VFIO VF).
 pub fn pci_device_nodes(host: &dyn Host, addr: &PciAddress) -> Vec<String> {
-    vfio_device_nodes(host, &format!("sys/bus/pci/devices/{addr}"))
+    vfio_device_nodes(host, &format!("sys/bus/pci/devices/{addr}"), false)
 }
 
 /// The device nodes of an mdev instance.
 pub fn mdev_device_nodes(host: &dyn Host, uuid: &MdevUuid) -> Vec<String> {
-    vfio_device_nodes(host, &format!("sys/bus/mdev/devices/{uuid}"))
+    vfio_device_nodes(host, &format!("sys/bus/mdev/devices/{uuid}"), true)
 }
 
 /// The QEMU argument of an mdev: `-device vfio-pci,sysfsdev=/sys/bus/mdev/devices/<uuid>`.
