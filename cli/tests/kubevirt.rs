@@ -565,3 +565,101 @@ fn export_vm_refuses_another_nodes_allocation_another_framework_and_an_unreadabl
         "is for node l40s-1, which the fleet file has not",
     );
 }
+
+fn one_vgpu(
+    node: &str,
+    parent: &str,
+    gpu: &str,
+    framework: VgpuFramework,
+    id: &str,
+    name: &str,
+) -> Allocation {
+    Allocation {
+        machine: "vm-a".into(),
+        node: node.into(),
+        status: AllocationStatus::Created,
+        devices: vec![AllocatedDevice::Vgpu {
+            request: "gpu".into(),
+            index: 0,
+            parent: ParentId::Pci(parent.parse().unwrap()),
+            gpu: Some(gpu.parse().unwrap()),
+            framework,
+            profile: VgpuTypeId::from_str_unchecked(id),
+            profile_name: name.into(),
+            framebuffer_mib: None,
+            mig_slices: None,
+            uuid: MdevUuid::for_machine("vm-a", "gpu", 0),
+        }],
+    }
+}
+
+#[test]
+fn export_vm_on_the_a2_capture_the_h200_model_and_the_other_vf_id_host() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let a2 = a2_root();
+    let alloc = write_json(
+        dir.path(),
+        "a2.json",
+        &one_vgpu(
+            "a2",
+            "0000:08:01.7",
+            "0000:08:00.0",
+            VgpuFramework::Mdev,
+            "nvidia-746",
+            "NVIDIA A2-4Q",
+        ),
+    );
+    let yaml = ok(&[
+        "--root",
+        a2.path().to_str().unwrap(),
+        "--node",
+        "a2",
+        "export",
+        "vm",
+        "--allocation",
+        &alloc,
+    ]);
+    golden("kubevirt", "a2-capture-vm.yaml", &yaml);
+    assert!(yaml.contains("deviceName: nvidia.com/NVIDIA_A2-4Q"));
+
+    let f = write_fleet(dir.path(), "fleet.json", &fleet(vec![h200_configured()]));
+    let alloc = write_json(
+        dir.path(),
+        "h200.json",
+        &one_vgpu(
+            "h200-1",
+            "0000:18:00.4",
+            "0000:18:00.0",
+            VgpuFramework::VendorVfio,
+            "1414",
+            "NVIDIA H200X-1-18C",
+        ),
+    );
+    let yaml = ok(&[
+        "export",
+        "vm",
+        "--allocation",
+        &alloc,
+        "--inventory",
+        f.to_str().unwrap(),
+    ]);
+    golden("kubevirt", "h200-modelled-vm.yaml", &yaml);
+    assert!(yaml.contains("deviceName: nvidia.com/H200X-1-18C"));
+
+    let t = l40s_16(0x26ba, false);
+    let alloc = write_json(dir.path(), "l40s.json", &vm_allocation("l40s-1"));
+    let yaml = ok(&[
+        "--root",
+        t.root().to_str().unwrap(),
+        "--node",
+        "l40s-1",
+        "export",
+        "vm",
+        "--allocation",
+        &alloc,
+    ]);
+    golden("kubevirt", "other-vf-id-vm.yaml", &yaml);
+    let vm: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    assert_schema_fields(&vm);
+}
