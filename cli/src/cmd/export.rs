@@ -234,7 +234,7 @@ fn handoff_devices(g: &Global, a: &HandoffArgs) -> anyhow::Result<Vec<handoff::V
 }
 
 /// The node to look an address up in: this host, or the `--node` of a fleet file.
-pub(crate) fn pick_node(g: &Global, inventory: Option<&Path>) -> anyhow::Result<NodeTopology> {
+fn pick_node(g: &Global, inventory: Option<&Path>) -> anyhow::Result<NodeTopology> {
     let (nodes, _) = load_nodes(g, inventory)?;
     if inventory.is_none() {
         return nodes
