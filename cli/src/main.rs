@@ -49,6 +49,9 @@ enum Command {
     /// Node side of Kubernetes DRA: create or remove what an allocation result names.
     #[command(subcommand)]
     Dra(cmd::dra::DraCommand),
+    /// Check that the node is ready for GPU VMs: IOMMU, vfio-pci, the vGPU manager, SR-IOV, MIG,
+    /// IOMMU groups, KubeVirt (ok / warn / fail, each with a fix; exit 1 when a check fails).
+    Doctor(cmd::doctor::DoctorArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
         Command::Metrics(a) => cmd::metrics::run(g, a),
         Command::Export(c) => cmd::export::run(g, c),
         Command::Dra(c) => cmd::dra::run(g, c),
+        Command::Doctor(a) => cmd::doctor::run(g, a),
     };
     match result {
         Ok(code) => code,

@@ -1,8 +1,10 @@
 //! One module per area; each owns its arguments and handlers.
 
 pub mod actuate;
+pub mod doctor;
 pub mod dra;
 pub mod export;
+pub mod export_vm;
 pub mod health;
 pub mod inventory;
 pub mod layout;
