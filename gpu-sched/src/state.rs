@@ -500,7 +500,17 @@ impl FleetState {
             true
         };
         match primary {
-            Some((tree, wanted)) if indexed || tree.is_empty() => match policy {
+            Some((tree, _)) if tree.is_empty() => {}
+            Some(_) if policy == Policy::FirstFit => {
+                // Node order, as the DRA allocator; the free counts skip nodes cheaply.
+                for i in 0..self.slots.len() {
+                    let may = self.slots[i].as_deref().is_some_and(|n| n.may_fit(m));
+                    if may && visit(i) {
+                        break;
+                    }
+                }
+            }
+            Some((tree, wanted)) if indexed => match policy {
                 Policy::Binpack => {
                     for &(_, i) in tree.range((wanted, 0)..) {
                         if visit(i as usize) {
@@ -509,6 +519,7 @@ impl FleetState {
                     }
                 }
                 Policy::Spread => spread_order(tree, wanted, &mut visit),
+                Policy::FirstFit => {}
             },
             _ => {
                 for i in 0..self.slots.len() {

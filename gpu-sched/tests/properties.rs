@@ -179,6 +179,8 @@ fn build_node(name: &str, specs: &[GpuSpec], mbochs: Option<(u32, u32, u32)>) ->
             } => {
                 let name = gname(false, &mut nv, &mut amd);
                 let mut g = nvidia_gpu(&name, bus, 0x25b6, "A2", 16384);
+                // GPUs alternate between two NUMA nodes, for aligned vGPU requests.
+                g.numa_node = Some(u32::from(i % 2 == 1));
                 g.health.state = *health;
                 g.state = if *existing > 0 {
                     GpuState::InUse
@@ -245,6 +247,8 @@ fn build_node(name: &str, specs: &[GpuSpec], mbochs: Option<(u32, u32, u32)>) ->
             } => {
                 let name = gname(false, &mut nv, &mut amd);
                 let mut g = nvidia_gpu(&name, bus, 0x2335, "H200", 144384);
+                // GPUs alternate between two NUMA nodes, for aligned vGPU requests.
+                g.numa_node = Some(u32::from(i % 2 == 1));
                 g.health.state = *health;
                 g.state = GpuState::InUse;
                 let pf = g.address;
@@ -409,13 +413,15 @@ fn request() -> impl Strategy<Value = DeviceRequest> {
             1u32..5,
             proptest::option::weighted(0.2, Just("nvidia".to_owned())),
             proptest::option::weighted(0.2, prop_oneof![Just(2048u64), Just(20480)]),
+            proptest::bool::weighted(0.25),
         )
-            .prop_map(|(p, count, vendor, min)| DeviceRequest {
+            .prop_map(|(p, count, vendor, min, numa)| DeviceRequest {
                 name: "v".into(),
                 profile: Some(p.to_owned()),
                 count: Some(count),
                 vendor,
                 min_memory: min.map(MiB),
+                alignment: numa.then_some(gpu_core::Alignment::Numa),
                 ..DeviceRequest::default()
             }),
         (
@@ -488,7 +494,11 @@ fn machines() -> impl Strategy<Value = Vec<Machine>> {
 }
 
 fn policy() -> impl Strategy<Value = Policy> {
-    prop_oneof![Just(Policy::Binpack), Just(Policy::Spread)]
+    prop_oneof![
+        Just(Policy::Binpack),
+        Just(Policy::Spread),
+        Just(Policy::FirstFit)
+    ]
 }
 
 fn state(nodes: Vec<NodeTopology>) -> FleetState {
@@ -755,7 +765,23 @@ fn go(n: &NodeTopology, reqs: &[DeviceRequest], taken: &mut Taken) -> bool {
             }
             false
         }
-        return rec(n, &slots, 0, want, taken, rest);
+        if r.alignment.is_none() {
+            return rec(n, &slots, 0, want, taken, rest);
+        }
+        // Aligned: all instances on GPUs of one NUMA node (parents without a GPU: no node).
+        let numa_of = |s: &Slot| {
+            n.mediated_devices.parents[s.0]
+                .gpu
+                .and_then(|a| n.gpu_by_address(&a))
+                .and_then(|g| g.numa_node)
+        };
+        let mut nodes: Vec<Option<u32>> = slots.iter().map(numa_of).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        return nodes.into_iter().any(|x| {
+            let on: Vec<Slot> = slots.iter().copied().filter(|s| numa_of(s) == x).collect();
+            rec(n, &on, 0, want, taken, rest)
+        });
     }
     let exact: Vec<&String> = r
         .gpus

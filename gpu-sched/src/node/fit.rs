@@ -167,7 +167,7 @@ impl NodeState {
             permutations(&order, &mut tries);
         }
         let other = match policy {
-            Policy::Binpack => Policy::Spread,
+            Policy::Binpack | Policy::FirstFit => Policy::Spread,
             Policy::Spread => Policy::Binpack,
         };
         for (within, w) in [policy, other]
@@ -331,6 +331,17 @@ impl NodeState {
             reason.profile = Some(text.to_owned());
             return Err(reason);
         }
+        if r.numa {
+            if let Err(most) = self.keep_one_numa_node(&mut cands, r.wanted, policy, &mut excluded)
+            {
+                let mut reason =
+                    Reason::new(ReasonKind::TopologyUnsatisfiable, &r.name, r.wanted, most);
+                reason.profile = Some(text.to_owned());
+                reason.numa_aligned = true;
+                reason.excluded = excluded.into_sorted();
+                return Err(reason);
+            }
+        }
         let total: u64 = cands.iter().map(|c| u64::from(c.cap)).sum();
         if total < u64::from(r.wanted) {
             let mut reason = Reason::new(
@@ -352,6 +363,7 @@ impl NodeState {
                     let key = |c: &GroupCand| match policy {
                         Policy::Binpack => (c.health, !c.used, c.cap, c.group),
                         Policy::Spread => (c.health, c.used, u32::MAX - c.cap, c.group),
+                        Policy::FirstFit => (c.health, false, 0, c.group),
                     };
                     key(a).cmp(&key(b))
                 })
@@ -404,6 +416,61 @@ impl NodeState {
             });
         }
         Ok(())
+    }
+
+    /// Keeps the vGPU candidates of one NUMA node: among those that can take `wanted` instances,
+    /// the fullest (binpack) or emptiest (spread), ties by NUMA node. When none can, returns the
+    /// most instances one NUMA node could take, with the GPUs outside that node excluded.
+    fn keep_one_numa_node(
+        &self,
+        cands: &mut Vec<GroupCand>,
+        wanted: u32,
+        policy: Policy,
+        excluded: &mut Excluded,
+    ) -> Result<(), u32> {
+        let numa_of = |c: &GroupCand| {
+            self.groups[c.group]
+                .gpu
+                .and_then(|x| self.topo.gpus[x].numa_node)
+        };
+        let mut totals: Vec<(Option<u32>, u64)> = Vec::new();
+        for c in cands.iter() {
+            let n = numa_of(c);
+            match totals.iter_mut().find(|t| t.0 == n) {
+                Some(t) => t.1 += u64::from(c.cap),
+                None => totals.push((n, u64::from(c.cap))),
+            }
+        }
+        totals.sort_unstable();
+        let fits = totals.iter().filter(|t| t.1 >= u64::from(wanted));
+        let best = match policy {
+            Policy::Spread => fits.min_by_key(|t| std::cmp::Reverse(t.1)),
+            Policy::Binpack => fits.min_by_key(|t| t.1),
+            Policy::FirstFit => fits.min_by_key(|_| 0),
+        };
+        let keep = match best {
+            Some(t) => Ok(t.0),
+            None => {
+                let most = totals
+                    .iter()
+                    .min_by_key(|t| std::cmp::Reverse(t.1))
+                    .copied();
+                Err(most)
+            }
+        };
+        let node = match keep {
+            Ok(n) | Err(Some((n, _))) => n,
+            Err(None) => return Err(0),
+        };
+        let before = cands.len();
+        cands.retain(|c| numa_of(c) == node);
+        for _ in cands.len()..before {
+            excluded.add(Filter::WrongNuma);
+        }
+        match keep {
+            Ok(_) => Ok(()),
+            Err(most) => Err(most.map_or(0, |t| u32::try_from(t.1).unwrap_or(u32::MAX))),
+        }
     }
 
     fn fit_whole(
@@ -480,12 +547,14 @@ impl NodeState {
             return Err(fail(cands.len(), excluded, r.numa));
         }
         let rank = |i: usize| {
-            let hosts = self.gpus[i].group.is_some_and(|gi| {
-                self.groups[gi]
-                    .classes
-                    .iter()
-                    .any(|c| vgpu_classes.contains(c))
-            });
+            // Binpack and spread keep GPUs that offer the Machine's vGPU types for those.
+            let hosts = policy != Policy::FirstFit
+                && self.gpus[i].group.is_some_and(|gi| {
+                    self.groups[gi]
+                        .classes
+                        .iter()
+                        .any(|c| vgpu_classes.contains(c))
+                });
             (self.gpus[i].health.rank(), hosts, i)
         };
         let need_more = (r.wanted as usize).saturating_sub(exact_ix.len());
@@ -518,6 +587,7 @@ impl NodeState {
                     (None, _) => true,
                     (Some((_, b)), Policy::Binpack) => free < b,
                     (Some((_, b)), Policy::Spread) => free > b,
+                    (Some(_), Policy::FirstFit) => false,
                 };
                 if better {
                     best = Some((n, free));

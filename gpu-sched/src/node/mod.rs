@@ -190,6 +190,19 @@ impl NodeState {
             .map_or(0, |i| self.free[i].1)
     }
 
+    /// False when the node's free counts alone rule the Machine out (a cheap necessary test).
+    pub(crate) fn may_fit(&self, m: &crate::resolve::Resolved) -> bool {
+        m.reqs.iter().all(|r| match &r.kind {
+            crate::resolve::Kind::Vgpu { classes, .. } => {
+                classes
+                    .iter()
+                    .fold(0u32, |a, c| a.saturating_add(self.free_of(*c)))
+                    >= r.wanted
+            }
+            crate::resolve::Kind::Whole { .. } => self.whole_free >= r.wanted,
+        })
+    }
+
     /// Whether the node offers any of these classes (used up or not).
     pub(crate) fn offers_any(&self, classes: &[ClassId]) -> bool {
         classes
