@@ -44,6 +44,7 @@ fn one(name: String, request: DeviceRequest) -> Machine {
     Machine {
         name,
         devices: vec![request],
+        ..Machine::default()
     }
 }
 

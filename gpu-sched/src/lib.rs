@@ -45,6 +45,7 @@ mod policy;
 mod refusal;
 mod resolve;
 mod state;
+mod vram;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -56,3 +57,4 @@ pub use plan::{
 pub use policy::Policy;
 pub use refusal::{Exclusion, Filter, NodeRefusal, Reason, ReasonKind, Refusal};
 pub use state::{DegradedDevice, FleetState, Placement};
+pub use vram::{VramUsage, vram_usage};

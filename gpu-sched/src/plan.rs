@@ -210,6 +210,7 @@ impl FleetState {
         let machine = Machine {
             name: a.machine.clone(),
             devices,
+            ..Machine::default()
         };
         resolve(&machine, &BTreeMap::new(), &self.catalog)
     }

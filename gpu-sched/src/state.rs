@@ -285,12 +285,14 @@ impl FleetState {
         self.slots.iter().flatten().count()
     }
 
-    /// Places a Machine and records its allocation as `pending`.
+    /// Places a Machine and records its allocation as `pending`. A Machine with a `targetNode`
+    /// goes on that node or is refused with that node's reasons.
     ///
     /// # Errors
     /// [`SchedError::InvalidRequest`] for a malformed Machine, an unknown template or a Machine
     /// already placed (changing a placed Machine's devices is not supported: release it, or plan
-    /// a migration); [`SchedError::Unsatisfiable`] when no node can hold it.
+    /// a migration); [`SchedError::UnknownNode`] for a `targetNode` not in the fleet;
+    /// [`SchedError::Unsatisfiable`] when no node can hold it.
     pub fn place(&mut self, machine: &Machine, policy: Policy) -> Result<Allocation, SchedError> {
         self.place_detailed(machine, policy).map(|p| p.allocation)
     }
@@ -370,8 +372,15 @@ impl FleetState {
                 ),
             });
         }
+        let only = match &resolved.target {
+            Some(node) => Some(
+                self.slot_of(node)
+                    .ok_or_else(|| SchedError::UnknownNode { node: node.clone() })?,
+            ),
+            None => None,
+        };
         let (slot, picks) = self
-            .search(&resolved, policy, None, None)
+            .search(&resolved, policy, only, None)
             .map_err(SchedError::Unsatisfiable)?;
         Ok((slot, picks, resolved))
     }

@@ -579,6 +579,7 @@ fn invalid_requests_are_rejected_before_placement() {
             gpus: vec!["nvidia0".into()],
             ..Default::default()
         }],
+        ..Machine::default()
     };
     let e = s.place(&bad, Policy::Binpack).unwrap_err();
     assert!(matches!(e, SchedError::InvalidRequest { .. }), "{e}");
@@ -757,6 +758,36 @@ fn firstfit_takes_the_first_node_and_the_first_gpu_that_fit_without_scoring() {
         AllocatedDevice::Gpu { name, .. } => assert_eq!(name, "nvidia0"),
         d => panic!("{d:?}"),
     }
+}
+
+#[test]
+fn a_target_node_places_there_or_refuses_with_that_nodes_reasons() {
+    let s = fleet(vec![
+        a2_node("a", 1, 4),
+        a2_node("b", 1, 4),
+        mbochs_node("c"),
+    ]);
+    let m = |node: &str, count: u32| {
+        machine(&format!(
+            "name: m\ntargetNode: {node}\ndevices: [{{name: gpu, profile: A2-4Q, count: {count}}}]"
+        ))
+    };
+    assert_eq!(s.try_place(&m("b", 1), Policy::Binpack).unwrap().node, "b");
+    let e = s.try_place(&m("c", 1), Policy::Binpack).unwrap_err();
+    assert_eq!(
+        refusal_text(e),
+        "0/1 nodes available: 1 node(s): ProfileNotOffered: needs 1 gpu profile A2-4Q, not offered"
+    );
+    let e = s.try_place(&m("b", 5), Policy::Binpack).unwrap_err();
+    assert!(refusal_text(e).starts_with(
+        "0/1 nodes available: 1 node(s): TopologyUnsatisfiable: needs 5 gpu profile A2-4Q, 4 free"
+    ));
+    assert!(matches!(
+        s.try_place(&m("zz", 1), Policy::Binpack),
+        Err(SchedError::UnknownNode { node }) if node == "zz"
+    ));
+    let json = serde_json::to_value(m("b", 1)).unwrap();
+    assert_eq!(json["targetNode"], "b");
 }
 
 #[test]

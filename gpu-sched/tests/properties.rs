@@ -468,6 +468,7 @@ fn single(name: &str, r: DeviceRequest) -> Machine {
     Machine {
         name: name.into(),
         devices: vec![r],
+        ..Machine::default()
     }
 }
 
@@ -479,6 +480,7 @@ fn machine(i: usize) -> impl Strategy<Value = Machine> {
             Machine {
                 name: format!("m{i}"),
                 devices: vec![a, b],
+                ..Machine::default()
             }
         }),
     ]
