@@ -925,7 +925,7 @@ proptest! {
         let mut b = b;
         b.name = "second".into();
         let reqs = vec![a, b];
-        let m = Machine { name: "probe".into(), devices: reqs.clone() };
+        let m = Machine { name: "probe".into(), devices: reqs.clone(), ..Machine::default() };
         let oracle = f.nodes.iter().any(|n| oracle_fits_machine(n, &f, &reqs));
         let got = s.try_place(&m, policy);
         prop_assert_eq!(got.is_ok(), oracle, "solver {:?}", got);
