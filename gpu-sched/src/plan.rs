@@ -10,7 +10,7 @@ use gpu_core::{AllocatedDevice, Allocation, DeviceRequest, HealthState, Machine}
 use serde::{Deserialize, Serialize};
 
 use crate::error::SchedError;
-use crate::node::{NodeState, Pick};
+use crate::node::{NodeState, Pick, ProfileTables};
 use crate::policy::Policy;
 use crate::refusal::Refusal;
 use crate::resolve::{Resolved, resolve};
@@ -380,6 +380,7 @@ impl FleetState {
             slots: self.slots.clone(),
             by_name: HashMap::new(),
             catalog: self.catalog.clone(),
+            tables: ProfileTables::default(),
             records: BTreeMap::new(),
             on_node: HashMap::new(),
             templates: BTreeMap::new(),

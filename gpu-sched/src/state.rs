@@ -9,7 +9,7 @@ use gpu_core::{
 use serde::{Deserialize, Serialize};
 
 use crate::error::SchedError;
-use crate::node::{Charge, NodeState, Pick, vendor_ix};
+use crate::node::{Charge, NodeState, Pick, ProfileTables, vendor_ix};
 use crate::policy::Policy;
 use crate::refusal::{NodeRefusal, Refusal};
 use crate::resolve::{Catalog, Kind, Resolved, resolve};
@@ -64,6 +64,7 @@ pub struct FleetState {
     pub(crate) slots: Vec<Option<Arc<NodeState>>>,
     pub(crate) by_name: HashMap<String, usize>,
     pub(crate) catalog: Catalog,
+    pub(crate) tables: ProfileTables,
     pub(crate) records: BTreeMap<String, Record>,
     pub(crate) on_node: HashMap<String, BTreeSet<String>>,
     pub(crate) templates: BTreeMap<String, DeviceRequest>,
@@ -96,7 +97,7 @@ impl FleetState {
                 .map_err(|e| SchedError::InvalidFleet { why: e.to_string() })?;
             let i = s.slots.len();
             s.by_name.insert(topo.node.clone(), i);
-            let n = NodeState::new(topo, &mut s.catalog);
+            let n = NodeState::new(topo, &mut s.catalog, &mut s.tables);
             s.slots.push(Some(Arc::new(n)));
         }
         for a in fleet.allocations {
@@ -229,7 +230,7 @@ impl FleetState {
                 i
             }
         };
-        let mut n = NodeState::new(topo, &mut self.catalog);
+        let mut n = NodeState::new(topo, &mut self.catalog, &mut self.tables);
         let machines: Vec<String> = self
             .on_node
             .get(&name)
@@ -272,12 +273,19 @@ impl FleetState {
                 }
             }
         }
-        Ok(Arc::try_unwrap(n).map_or_else(|a| a.topo.clone(), |n| n.topo))
+        Ok(n.topology())
     }
 
-    /// The node topologies, in node order.
-    pub fn nodes(&self) -> impl Iterator<Item = &NodeTopology> {
-        self.slots.iter().flatten().map(|n| &n.topo)
+    /// The node topologies, in node order (rebuilt from the compact state on each call).
+    pub fn nodes(&self) -> impl Iterator<Item = NodeTopology> + '_ {
+        self.slots.iter().flatten().map(|n| n.topology())
+    }
+
+    /// The topology of one node.
+    pub fn node(&self, name: &str) -> Option<NodeTopology> {
+        self.slot_of(name)
+            .and_then(|i| self.slots[i].as_ref())
+            .map(|n| n.topology())
     }
 
     /// Number of nodes.
@@ -421,7 +429,7 @@ impl FleetState {
         Placement {
             allocation: Allocation {
                 machine: m.name.clone(),
-                node: n.topo.node.clone(),
+                node: n.name().to_owned(),
                 status: AllocationStatus::Pending,
                 devices,
             },
@@ -443,7 +451,7 @@ impl FleetState {
                     machine: m.name.clone(),
                     nodes_total: 1,
                     nodes: vec![NodeRefusal {
-                        node: n.topo.node.clone(),
+                        node: n.name().to_owned(),
                         reasons,
                     }],
                 });
@@ -556,7 +564,7 @@ impl FleetState {
             total += 1;
             if let Err(reasons) = n.fit(m, policy) {
                 nodes.push(NodeRefusal {
-                    node: n.topo.node.clone(),
+                    node: n.name().to_owned(),
                     reasons,
                 });
             }
@@ -645,7 +653,7 @@ impl FleetState {
     /// The fleet as data again: nodes, allocations and templates.
     pub fn to_fleet(&self) -> Fleet {
         Fleet {
-            nodes: self.nodes().cloned().collect(),
+            nodes: self.nodes().collect(),
             allocations: self.allocations(),
             templates: self.templates.clone(),
         }
@@ -661,7 +669,7 @@ impl FleetState {
             .filter(|n| n.offers_any(&classes))
             .map(|n| {
                 (
-                    n.topo.node.clone(),
+                    n.name().to_owned(),
                     classes
                         .iter()
                         .fold(0u32, |a, c| a.saturating_add(n.free_of(*c))),
@@ -675,7 +683,7 @@ impl FleetState {
         self.slots
             .iter()
             .flatten()
-            .map(|n| (n.topo.node.clone(), n.whole_free))
+            .map(|n| (n.name().to_owned(), n.whole_free))
             .collect()
     }
 }

@@ -871,6 +871,33 @@ proptest! {
     }
 
     #[test]
+    fn the_compact_state_gives_back_the_topologies_it_was_given(nodes in nodes()) {
+        let mut want = nodes.clone();
+        want.sort_by(|a, b| a.node.cmp(&b.node));
+        let s = state(nodes);
+        prop_assert_eq!(s.nodes().collect::<Vec<_>>(), want.clone());
+        for n in &want {
+            prop_assert_eq!(s.node(&n.node), Some(n.clone()));
+        }
+    }
+
+    #[test]
+    fn a_state_rebuilt_from_its_own_document_places_and_refuses_alike(
+        nodes in nodes(), ms in machines(), more in machines(), policy in policy()
+    ) {
+        let mut live = state(nodes);
+        for m in &ms {
+            let _ = live.place(m, policy);
+        }
+        let mut copy = FleetState::new(live.to_fleet()).unwrap();
+        for m in &more {
+            let a = live.place(m, policy).map_err(|e| e.to_string());
+            let b = copy.place(m, policy).map_err(|e| e.to_string());
+            prop_assert_eq!(a, b);
+        }
+    }
+
+    #[test]
     fn a_machine_gets_all_its_devices_on_one_node_or_nothing(
         nodes in nodes(), ms in machines(), policy in policy()
     ) {

@@ -42,9 +42,9 @@ fn pending_and_created_whole_gpus_and_vgpus_are_counted_once() {
     s.place(&mig, Policy::Binpack).unwrap();
     s.mark_created("m").unwrap();
     let allocations = s.allocations();
-    let w = s.nodes().find(|n| n.node == "w").unwrap();
-    assert_eq!(vram_usage(w, &allocations).allocated_mib, 2 * 81920);
-    let h = s.nodes().find(|n| n.node == "h").unwrap().clone();
+    let w = s.node("w").unwrap();
+    assert_eq!(vram_usage(&w, &allocations).allocated_mib, 2 * 81920);
+    let h = s.node("h").unwrap();
     assert_eq!(vram_usage(&h, &allocations).allocated_mib, 2 * 35840);
     // Once the snapshot shows one of the instances, it is not counted twice.
     let mut seen = h.clone();

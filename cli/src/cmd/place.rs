@@ -286,9 +286,10 @@ fn device_short(d: &AllocatedDevice) -> String {
 
 /// Rows of an allocation; vGPUs show their GPU by per-node name when the fleet knows it.
 fn device_rows(state: &FleetState, a: &Allocation) -> Vec<Vec<String>> {
-    let node = state.nodes().find(|n| n.node == a.node);
+    let node = state.node(&a.node);
     let gpu_name = |addr: &gpu_core::PciAddress| {
-        node.and_then(|n| n.gpu_by_address(addr))
+        node.as_ref()
+            .and_then(|n| n.gpu_by_address(addr))
             .map_or_else(|| addr.to_string(), |g| g.name.clone())
     };
     a.devices

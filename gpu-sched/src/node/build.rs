@@ -3,7 +3,9 @@
 
 use gpu_core::{GpuState, HealthState, NodeTopology, ParentId, Pool, Profile, Vendor};
 
-use super::{GpuSlot, Group, NodeState, Offer, ParentSlot, UNIT_CAP, creatable, vendor_ix};
+use super::{
+    GpuSlot, Group, NodeState, Offer, ParentSlot, ProfileTables, UNIT_CAP, creatable, vendor_ix,
+};
 use crate::resolve::{Catalog, ClassId};
 
 fn lcm_capped(values: impl Iterator<Item = u32>) -> u64 {
@@ -24,7 +26,13 @@ fn lcm_capped(values: impl Iterator<Item = u32>) -> u64 {
 
 impl NodeState {
     /// Indexes a topology, interning its profiles in `catalog`.
-    pub(crate) fn new(topo: NodeTopology, catalog: &mut Catalog) -> Self {
+    /// The parents' type lists move into `tables` (shared), leaving the kept topology without
+    /// them; [`NodeState::topology`] puts them back.
+    pub(crate) fn new(
+        mut topo: NodeTopology,
+        catalog: &mut Catalog,
+        tables: &mut ProfileTables,
+    ) -> Self {
         let mut gpus: Vec<GpuSlot> = topo
             .gpus
             .iter()
@@ -93,25 +101,30 @@ impl NodeState {
                 .filter(|(_, pr)| pr.device_api == "vfio-pci")
                 .collect();
             let cap = lcm_capped(p.profiles.iter().map(|pr| pr.available_instances));
-            let offers = offerable
-                .iter()
-                .map(|(i, pr)| Offer {
-                    class: catalog.intern(pr),
-                    profile: *i,
-                    avail: pr.available_instances,
-                    cost: if pr.available_instances == 0 {
-                        cap
-                    } else {
-                        cap.div_ceil(u64::from(pr.available_instances))
-                    },
-                })
-                .collect();
+            let (table, counts) = tables.intern(&p.profiles);
+            let offers = tables.offers(&table, &counts, || {
+                offerable
+                    .iter()
+                    .map(|(i, pr)| Offer {
+                        class: catalog.intern(pr),
+                        profile: *i,
+                        avail: pr.available_instances,
+                        cost: if pr.available_instances == 0 {
+                            cap
+                        } else {
+                            cap.div_ceil(u64::from(pr.available_instances))
+                        },
+                    })
+                    .collect()
+            });
             parents.push(ParentSlot {
                 group: gi,
                 cap,
                 used: 0,
                 offers,
                 usable: true,
+                table,
+                counts,
             });
         }
         for (gi, g) in groups.iter_mut().enumerate() {
@@ -161,6 +174,9 @@ impl NodeState {
                     .collect()
             })
             .collect();
+        for p in &mut topo.mediated_devices.parents {
+            p.profiles = Vec::new();
+        }
         let mut n = NodeState {
             topo,
             gpus,

@@ -30,9 +30,7 @@ impl NodeState {
                     profile,
                 } => {
                     let prof: &Profile = match profile {
-                        ProfileRef::Topo(i) => {
-                            &self.topo.mediated_devices.parents[*parent].profiles[*i]
-                        }
+                        ProfileRef::Topo(i) => &self.parents[*parent].table[*i],
                         ProfileRef::Own(p) => p,
                     };
                     let g = &mut self.groups[*group];
@@ -112,7 +110,7 @@ impl NodeState {
                         continue;
                     }
                     let ps = &self.parents[pi];
-                    let topo_ix = tp.profiles.iter().position(|p| p.id == *profile);
+                    let topo_ix = self.profiles_of(pi).iter().position(|p| p.id == *profile);
                     let cost = topo_ix
                         .and_then(|i| ps.offers.iter().find(|o| o.profile == i))
                         .map_or(ps.cap, |o| o.cost);
@@ -205,7 +203,7 @@ impl NodeState {
                     ..
                 } => {
                     let tp = &self.topo.mediated_devices.parents[parent];
-                    let pr = &tp.profiles[self.parents[parent].offers[offer].profile];
+                    let pr = &self.profiles_of(parent)[self.parents[parent].offers[offer].profile];
                     let request = &m.reqs[req].name;
                     out.push(AllocatedDevice::Vgpu {
                         request: request.clone(),

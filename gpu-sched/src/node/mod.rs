@@ -15,6 +15,10 @@ mod build;
 mod charge;
 mod fit;
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
 use gpu_core::{HealthState, NodeTopology, Pool, Profile, Vendor};
 
 use crate::resolve::ClassId;
@@ -74,8 +78,99 @@ pub(crate) struct ParentSlot {
     pub group: usize,
     pub cap: u64,
     pub used: u64,
-    pub offers: Vec<Offer>,
+    /// Shared by every parent whose types and counts are the same (every free VF of a GPU).
+    pub offers: Arc<[Offer]>,
     pub usable: bool,
+    /// The parent's types, shared by every parent listing the same ones.
+    pub table: Arc<[Profile]>,
+    /// The parent's own instance counts, where they differ from the table's.
+    pub counts: Counts,
+}
+
+/// A parent's `availableInstances` and `reportedInstances` per type.
+#[derive(Debug, Clone)]
+pub(crate) enum Counts {
+    /// As in the shared table.
+    Table,
+    /// Its own, type by type.
+    Own(Box<[(u32, Option<u32>)]>),
+}
+
+/// Profile lists and offers shared across the fleet: every VF of a GPU model and driver lists
+/// the same types, so one copy serves them all. Parents keep only their counts where they
+/// differ (a VF holding an instance reports 0).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProfileTables {
+    tables: HashMap<u64, Vec<Arc<[Profile]>>>,
+    /// Offers of a table's parents whose counts are the table's, by table address.
+    offers: HashMap<usize, Arc<[Offer]>>,
+}
+
+/// Equal apart from the instance counts.
+fn same_type(a: &Profile, b: &Profile) -> bool {
+    a.id == b.id
+        && a.name == b.name
+        && a.framebuffer_mib == b.framebuffer_mib
+        && a.max_instances == b.max_instances
+        && a.device_api == b.device_api
+        && a.mig_slices == b.mig_slices
+        && a.mig_memory_gib == b.mig_memory_gib
+        && a.description == b.description
+}
+
+impl ProfileTables {
+    /// The shared table listing these types, and the parent's counts against it.
+    pub(crate) fn intern(&mut self, profiles: &[Profile]) -> (Arc<[Profile]>, Counts) {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for p in profiles {
+            p.id.as_str().hash(&mut h);
+            p.name.hash(&mut h);
+            p.framebuffer_mib.hash(&mut h);
+        }
+        let bucket = self.tables.entry(h.finish()).or_default();
+        let table = match bucket.iter().find(|t| {
+            t.len() == profiles.len() && t.iter().zip(profiles).all(|(a, b)| same_type(a, b))
+        }) {
+            Some(t) => Arc::clone(t),
+            None => {
+                let t: Arc<[Profile]> = Arc::from(profiles);
+                bucket.push(Arc::clone(&t));
+                t
+            }
+        };
+        let same = table.iter().zip(profiles).all(|(a, b)| {
+            a.available_instances == b.available_instances
+                && a.reported_instances == b.reported_instances
+        });
+        let counts = if same {
+            Counts::Table
+        } else {
+            Counts::Own(
+                profiles
+                    .iter()
+                    .map(|p| (p.available_instances, p.reported_instances))
+                    .collect(),
+            )
+        };
+        (table, counts)
+    }
+
+    /// Offers shared by the parents of one table with the table's counts.
+    pub(crate) fn offers(
+        &mut self,
+        table: &Arc<[Profile]>,
+        counts: &Counts,
+        make: impl FnOnce() -> Vec<Offer>,
+    ) -> Arc<[Offer]> {
+        match counts {
+            Counts::Own(_) => Arc::from(make()),
+            Counts::Table => Arc::clone(
+                self.offers
+                    .entry(table.as_ptr() as usize)
+                    .or_insert_with(|| Arc::from(make())),
+            ),
+        }
+    }
 }
 
 impl ParentSlot {
@@ -177,10 +272,35 @@ fn creatable(pool: Option<&Pool>, profile: &Profile) -> u32 {
 }
 
 impl NodeState {
+    /// The types parent `p` lists (counts aside: see [`NodeState::topology`]).
+    pub(crate) fn profiles_of(&self, p: usize) -> &[Profile] {
+        &self.parents[p].table
+    }
+
+    /// The topology as it was given: the shared types with each parent's own counts.
+    pub(crate) fn topology(&self) -> NodeTopology {
+        let mut t = self.topo.clone();
+        for (tp, ps) in t.mediated_devices.parents.iter_mut().zip(&self.parents) {
+            tp.profiles = ps.table.to_vec();
+            if let Counts::Own(c) = &ps.counts {
+                for (p, (avail, reported)) in tp.profiles.iter_mut().zip(c.iter()) {
+                    p.available_instances = *avail;
+                    p.reported_instances = *reported;
+                }
+            }
+        }
+        t
+    }
+
+    /// The node's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.topo.node
+    }
+
     /// The profile a class stands for in a group.
     fn sample_profile(&self, gi: usize, local: usize) -> &Profile {
         let (p, pr) = self.groups[gi].sample[local];
-        &self.topo.mediated_devices.parents[p].profiles[pr]
+        &self.parents[p].table[pr]
     }
 
     /// Free instances of a class on this node.
