@@ -385,6 +385,7 @@ impl FleetState {
             on_node: HashMap::new(),
             templates: BTreeMap::new(),
             by_class: self.by_class.clone(),
+            by_class_used: self.by_class_used.clone(),
             whole_all: self.whole_all.clone(),
             whole_vendor: self.whole_vendor.clone(),
         }

@@ -69,6 +69,8 @@ pub struct FleetState {
     pub(crate) on_node: HashMap<String, BTreeSet<String>>,
     pub(crate) templates: BTreeMap<String, DeviceRequest>,
     pub(crate) by_class: HashMap<u32, Tree>,
+    /// Per class: `(free instances on GPUs already hosting vGPUs, node)`, for binpack.
+    pub(crate) by_class_used: HashMap<u32, Tree>,
     pub(crate) whole_all: Tree,
     pub(crate) whole_vendor: [Tree; 6],
 }
@@ -144,15 +146,17 @@ impl FleetState {
             return;
         };
         let id = slot_id(i);
-        for &(c, f) in &n.free {
-            if f == 0 {
-                continue;
-            }
-            let t = self.by_class.entry(c).or_default();
-            if insert {
-                t.insert((f, id));
-            } else {
-                t.remove(&(f, id));
+        for (&(c, f), &u) in n.free.iter().zip(&n.free_used) {
+            for (map, f) in [(&mut self.by_class, f), (&mut self.by_class_used, u)] {
+                if f == 0 {
+                    continue;
+                }
+                let t = map.entry(c).or_default();
+                if insert {
+                    t.insert((f, id));
+                } else {
+                    t.remove(&(f, id));
+                }
             }
         }
         let mut whole = vec![(&mut self.whole_all, n.whole_free)];
@@ -177,6 +181,7 @@ impl FleetState {
             return;
         };
         let old_free = n.free.clone();
+        let old_used = n.free_used.clone();
         let old_whole = n.whole_free;
         let old_vendor = n.whole_free_vendor;
         n.apply(charges, sign);
@@ -196,6 +201,12 @@ impl FleetState {
             if o.1 != nw.1 {
                 let t = self.by_class.entry(o.0).or_default();
                 update(t, o.1, nw.1);
+            }
+        }
+        for ((o, nw), (c, _)) in old_used.iter().zip(&n.free_used).zip(&n.free) {
+            if o != nw {
+                let t = self.by_class_used.entry(*c).or_default();
+                update(t, *o, *nw);
             }
         }
         update(&mut self.whole_all, old_whole, n.whole_free);
@@ -459,6 +470,9 @@ impl FleetState {
         }
         // The most selective request's index gives the candidate nodes, in policy order.
         let mut primary: Option<(&Tree, u32)> = None;
+        // Binpack looks first among nodes whose GPUs already hosting vGPUs can take the most
+        // selective vGPU request: best fit on the locked size, fresh cards kept whole.
+        let mut used_first: Option<(&Tree, u32)> = None;
         let mut indexed = true;
         static EMPTY: Tree = BTreeSet::new();
         for r in &m.reqs {
@@ -485,6 +499,12 @@ impl FleetState {
                 Some(t) => {
                     if primary.is_none_or(|(p, _)| t.len() < p.len()) {
                         primary = Some((t, r.wanted));
+                        used_first = match &r.kind {
+                            Kind::Vgpu { classes, .. } if classes.len() == 1 => {
+                                self.by_class_used.get(&classes[0]).map(|u| (u, r.wanted))
+                            }
+                            _ => None,
+                        };
                     }
                 }
                 None => indexed = false,
@@ -529,9 +549,20 @@ impl FleetState {
             }
             Some((tree, wanted)) if indexed => match policy {
                 Policy::Binpack => {
-                    for &(_, i) in tree.range((wanted, 0)..) {
-                        if visit(i as usize) {
-                            break;
+                    let mut done = false;
+                    if let Some((used, wanted)) = used_first {
+                        for &(_, i) in used.range((wanted, 0)..) {
+                            if visit(i as usize) {
+                                done = true;
+                                break;
+                            }
+                        }
+                    }
+                    if !done {
+                        for &(_, i) in tree.range((wanted, 0)..) {
+                            if visit(i as usize) {
+                                break;
+                            }
                         }
                     }
                 }

@@ -182,6 +182,7 @@ impl NodeState {
             gpus,
             groups,
             parents,
+            free_used: vec![0; all.len()],
             free: all.into_iter().map(|c| (c, 0)).collect(),
             node_ix,
             whole_free: 0,
@@ -226,10 +227,17 @@ impl NodeState {
         for f in &mut self.free {
             f.1 = 0;
         }
+        for f in &mut self.free_used {
+            *f = 0;
+        }
         for (gi, g) in self.groups.iter().enumerate() {
+            let used = g.base_used || g.charged > 0;
             for (l, c) in g.contrib.iter().enumerate() {
                 let ix = self.node_ix[gi][l];
                 self.free[ix].1 = self.free[ix].1.saturating_add(*c);
+                if used {
+                    self.free_used[ix] = self.free_used[ix].saturating_add(*c);
+                }
             }
         }
         self.whole_free = 0;

@@ -261,6 +261,9 @@ pub(crate) struct NodeState {
     pub parents: Vec<ParentSlot>,
     /// Free instances per class, sorted by class (classes offered but used up stay with 0).
     pub free: Vec<(ClassId, u32)>,
+    /// Per class (as in `free`): the free instances on GPUs already hosting vGPUs, which take
+    /// more without opening a fresh card (and, on NVIDIA, match its locked size).
+    pub free_used: Vec<u32>,
     /// Per group and local class: the index into `free`.
     node_ix: Vec<Vec<usize>>,
     pub whole_free: u32,
