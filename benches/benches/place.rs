@@ -135,6 +135,7 @@ fn bench_place(c: &mut Criterion) {
                 count: Some(64),
                 ..gpu_core::DeviceRequest::default()
             }],
+            ..Machine::default()
         };
         b.iter(|| black_box(state.try_place(&m, Policy::Binpack).is_err()));
     });

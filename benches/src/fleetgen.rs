@@ -44,6 +44,7 @@ fn one(name: String, request: DeviceRequest) -> Machine {
     Machine {
         name,
         devices: vec![request],
+        ..Machine::default()
     }
 }
 
@@ -104,4 +105,25 @@ pub fn all_slices_machine(i: usize) -> Machine {
             ..DeviceRequest::default()
         },
     )
+}
+
+/// Node `i` of the churn fleet: as [`mixed_node`], with the VFs the drivers create by default
+/// (16 per A2, 32 per L40S: one per instance of the smallest type), so that the number of VFs
+/// never caps small vGPUs below what the framebuffer holds.
+pub fn churn_node(i: usize) -> NodeTopology {
+    let name = format!("node-{i:06}");
+    match i % 4 {
+        0 => a2_node(&name, GPUS_PER_NODE, 16),
+        1 => l40s_node(&name, GPUS_PER_NODE, 32),
+        2 => h200_node(&name, GPUS_PER_NODE, 7),
+        _ => whole_node(&name, GPUS_PER_NODE),
+    }
+}
+
+/// A churn fleet of `n` nodes.
+pub fn churn_fleet(n: usize) -> Fleet {
+    Fleet {
+        nodes: (0..n).map(churn_node).collect(),
+        ..Fleet::default()
+    }
 }

@@ -1,3 +1,4 @@
 //! Shared helpers for the benches.
 
+pub mod churn;
 pub mod fleetgen;

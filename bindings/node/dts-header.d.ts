@@ -163,6 +163,8 @@ export interface DeviceRequest {
 export interface Machine {
   name: string
   devices: DeviceRequest[]
+  /** Place on this node only, or refuse with its reasons. */
+  targetNode?: string
 }
 
 export interface AllocatedGpu {

@@ -163,6 +163,8 @@ export interface DeviceRequest {
 export interface Machine {
   name: string
   devices: DeviceRequest[]
+  /** Place on this node only, or refuse with its reasons. */
+  targetNode?: string
 }
 
 export interface AllocatedGpu {
@@ -528,7 +530,8 @@ export declare class Fleet {
   removeNode(name: string): NodeTopology
   /**
    * Places a Machine and records its allocation (status `pending`); returns the allocation,
-   * with `degraded` listing the devices that landed on Degraded GPUs when any did.
+   * with `degraded` listing the devices that landed on Degraded GPUs when any did. With
+   * `dryRun: true`, returns where it would go and records nothing.
    *
    * Throws `UNSATISFIABLE` (with `reasons`) when no node can hold it, `INVALID_REQUEST` when
    * the Machine is malformed, already placed, or the policy is unknown.
@@ -624,8 +627,13 @@ export interface HealthOptions {
 
 /** Options of `place` and `placeAsync`. */
 export interface PlaceOptions {
-  /** `binpack` (fill nodes up first, the default) or `spread` (least-used node first). */
-  policy?: 'binpack' | 'spread'
+  /**
+   * `binpack` (fill nodes up first, the default), `spread` (least-used node first) or
+   * `firstfit` (first node and GPU in order that fit, as the Kubernetes DRA allocator).
+   */
+  policy?: 'binpack' | 'spread' | 'firstfit'
+  /** Say where the Machine would go and record nothing (a what-if). */
+  dryRun?: boolean
 }
 
 /**

@@ -240,3 +240,62 @@ fn place_save_records_the_allocation_in_the_fleet_file() {
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already placed"));
 }
+
+#[test]
+fn place_dry_run_says_where_and_records_nothing() {
+    check(
+        "place-dry-run",
+        &[
+            "place",
+            "--dry-run",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "desktop.yaml",
+        ],
+        0,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("fleet.yaml");
+    std::fs::copy(golden_dir().join("fleet.yaml"), &fleet).unwrap();
+    let before = std::fs::read(&fleet).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .args(["place", "--dry-run", "--save", "--inventory"])
+        .arg(&fleet)
+        .arg("--machine")
+        .arg(golden_dir().join("desktop.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "--dry-run and --save conflict");
+    assert_eq!(std::fs::read(&fleet).unwrap(), before);
+}
+
+#[test]
+fn place_target_node_refuses_with_that_nodes_reasons() {
+    check(
+        "place-target-node",
+        &[
+            "place",
+            "--target-node",
+            "gpu-mbochs",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "desktop.yaml",
+        ],
+        3,
+    );
+    check(
+        "place-target-node-unknown",
+        &[
+            "place",
+            "--target-node",
+            "nowhere",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "desktop.yaml",
+        ],
+        2,
+    );
+}

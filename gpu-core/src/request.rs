@@ -176,6 +176,9 @@ pub struct Machine {
     /// Device requests.
     #[serde(default)]
     pub devices: Vec<DeviceRequest>,
+    /// Place on this node only (`targetNode`); a refusal then gives that node's reasons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node: Option<String>,
 }
 
 impl Machine {
@@ -203,6 +206,12 @@ impl Machine {
                 request: self.name.clone(),
                 why: "no devices requested".into(),
             });
+        }
+        if let Some(node) = &self.target_node {
+            crate::validate_name(node).map_err(|e| CoreError::InvalidRequest {
+                request: self.name.clone(),
+                why: format!("targetNode: {e}"),
+            })?;
         }
         let mut names = std::collections::BTreeSet::new();
         for d in &self.devices {

@@ -243,7 +243,11 @@ pub fn machine() -> impl Strategy<Value = Machine> {
             for (i, d) in devices.iter_mut().enumerate() {
                 d.name = format!("{}{i}", d.name);
             }
-            Machine { name, devices }
+            Machine {
+                name,
+                devices,
+                ..Machine::default()
+            }
         })
 }
 

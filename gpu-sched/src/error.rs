@@ -36,8 +36,8 @@ pub enum SchedError {
         /// What is wrong.
         why: String,
     },
-    /// A policy name other than `binpack` or `spread`.
-    #[error("unknown placement policy {input:?} (use binpack or spread)")]
+    /// A policy name other than `binpack`, `spread` or `firstfit`.
+    #[error("unknown placement policy {input:?} (use binpack, spread or firstfit)")]
     InvalidPolicy {
         /// The text given.
         input: String,

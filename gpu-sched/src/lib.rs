@@ -20,9 +20,13 @@
 //! reported in [`Placement::degraded`]. A GPU hosting vGPUs is not free whole, and a
 //! GPU held whole offers no vGPUs.
 //!
-//! **Choosing.** [`Policy::Binpack`] (default) takes the node with the least room left that
-//! fits, then partly used GPUs (whose locked size then matches), keeping whole cards free;
-//! [`Policy::Spread`] takes the emptiest. Ties go by node order and PCI address. Multi-device
+//! **Choosing.** [`Policy::Binpack`] (default) looks first among nodes whose GPUs already host
+//! vGPUs and can take the request, then takes the node with the least room left that fits, and
+//! on it partly used GPUs (whose locked size then matches), keeping whole cards free;
+//! [`Policy::Spread`] takes the emptiest; [`Policy::FirstFit`] scores nothing (the first node in
+//! node order, the first GPUs in address order), as the Kubernetes DRA allocator. Ties go by
+//! node order and PCI address. `alignment: numa` keeps a request's devices, whole GPUs or vGPUs,
+//! on GPUs of one NUMA node; a Machine's `targetNode` restricts it to that node. Multi-device
 //! requests never enumerate subsets: instances are taken one by one from the best GPU, which is
 //! exact for one profile because instances of one profile draw on each GPU independently.
 //! Machines with several requests fit the most constrained first (named GPUs, whole GPUs,
@@ -31,8 +35,10 @@
 //! [`ReasonKind::ConflictingRequests`]. Property tests check feasibility against a brute-force
 //! oracle for Machines of one and two requests.
 //!
-//! **Speed.** Per profile class and per vendor, a sorted index of `(free count, node)` gives the
-//! candidate nodes in policy order without scanning the fleet; only a refusal visits every node.
+//! **Speed and size.** Per profile class and per vendor, a sorted index of `(free count, node)`
+//! gives the candidate nodes in policy order without scanning the fleet; only a refusal visits
+//! every node. Parents' profile lists and offers are shared fleet-wide (every VF of a GPU model
+//! and driver lists the same types); [`FleetState::nodes`] rebuilds the topologies on demand.
 //!
 //! **Lifecycle and plans.** [`FleetState::release`], [`FleetState::mark_created`], and plans
 //! for migration, node drain and health-driven evacuation ([`MigrationPlan`], [`DrainPlan`],
@@ -45,6 +51,7 @@ mod policy;
 mod refusal;
 mod resolve;
 mod state;
+mod vram;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -56,3 +63,4 @@ pub use plan::{
 pub use policy::Policy;
 pub use refusal::{Exclusion, Filter, NodeRefusal, Reason, ReasonKind, Refusal};
 pub use state::{DegradedDevice, FleetState, Placement};
+pub use vram::{VramUsage, vram_usage};

@@ -7,9 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::SchedError;
 
-/// How to choose among nodes and GPUs that can all hold a Machine. JSON: `binpack`, `spread`.
+/// How to choose among nodes and GPUs that can all hold a Machine. JSON: `binpack`, `spread`,
+/// `firstfit`.
 ///
-/// Both rank Degraded GPUs after all others and break remaining ties by node order and PCI
+/// All rank Degraded GPUs after all others and break remaining ties by node order and PCI
 /// address, so the same fleet and request always give the same answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -20,6 +21,10 @@ pub enum Policy {
     Binpack,
     /// Use the emptiest node and the emptiest GPUs first.
     Spread,
+    /// No scoring, as the Kubernetes DRA allocator: the first node in node order that fits, and
+    /// on it the first GPUs (in PCI address order) that fit.
+    #[serde(rename = "firstfit")]
+    FirstFit,
 }
 
 impl Policy {
@@ -28,6 +33,7 @@ impl Policy {
         match self {
             Policy::Binpack => "binpack",
             Policy::Spread => "spread",
+            Policy::FirstFit => "firstfit",
         }
     }
 }
@@ -44,6 +50,7 @@ impl FromStr for Policy {
         match s.trim().to_ascii_lowercase().as_str() {
             "binpack" => Ok(Policy::Binpack),
             "spread" => Ok(Policy::Spread),
+            "firstfit" => Ok(Policy::FirstFit),
             _ => Err(SchedError::InvalidPolicy {
                 input: s.to_owned(),
             }),

@@ -157,7 +157,12 @@ impl fmt::Display for Reason {
             }
             ReasonKind::TopologyUnsatisfiable => {
                 let p = self.profile.as_deref().unwrap_or("?");
-                write!(f, "needs {n} {req} profile {p}, {} free", self.free)?;
+                let numa = if self.numa_aligned {
+                    " on one NUMA node"
+                } else {
+                    ""
+                };
+                write!(f, "needs {n} {req} profile {p}{numa}, {} free", self.free)?;
             }
             ReasonKind::InsufficientGpus => {
                 let numa = if self.numa_aligned {

@@ -140,6 +140,8 @@ impl Req {
 pub(crate) struct Resolved {
     pub name: String,
     pub reqs: Vec<Req>,
+    /// The only node the Machine may go to (`targetNode`).
+    pub target: Option<String>,
 }
 
 fn invalid(machine: &str, why: impl Into<String>) -> SchedError {
@@ -200,6 +202,7 @@ fn resolve_merged(m: &Machine, catalog: &Catalog) -> Result<Resolved, SchedError
     Ok(Resolved {
         name: m.name.clone(),
         reqs,
+        target: m.target_node.clone(),
     })
 }
 

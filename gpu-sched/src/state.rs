@@ -4,16 +4,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use gpu_core::{
-    AllocatedDevice, Allocation, AllocationStatus, DeviceRequest, Fleet, HealthState, Machine,
-    NodeTopology,
+    Allocation, AllocationStatus, DeviceRequest, Fleet, HealthState, Machine, NodeTopology,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::error::SchedError;
-use crate::node::{Charge, NodeState, Pick, vendor_ix};
-use crate::plan::{
-    AffectedDevice, DrainPlan, Evacuation, EvacuationPlan, MigrationPlan, Stay, pair_moves,
-};
+use crate::node::{Charge, NodeState, Pick, ProfileTables, vendor_ix};
 use crate::policy::Policy;
 use crate::refusal::{NodeRefusal, Refusal};
 use crate::resolve::{Catalog, Kind, Resolved, resolve};
@@ -44,15 +40,17 @@ pub struct Placement {
     pub degraded: Vec<DegradedDevice>,
 }
 
+/// One placed Machine: its allocation, its node's slot, what it charges there, and the devices it
+/// names that its node's inventory lacks.
 #[derive(Debug, Clone)]
-struct Record {
-    alloc: Allocation,
-    slot: Option<usize>,
-    charges: Vec<Charge>,
-    missing: Vec<String>,
+pub(crate) struct Record {
+    pub alloc: Allocation,
+    pub slot: Option<usize>,
+    pub charges: Vec<Charge>,
+    pub missing: Vec<String>,
 }
 
-type Tree = BTreeSet<(u32, u32)>;
+pub(crate) type Tree = BTreeSet<(u32, u32)>;
 
 /// The fleet held in indexed form for fast placement.
 ///
@@ -63,15 +61,18 @@ type Tree = BTreeSet<(u32, u32)>;
 /// to say why each one said no.
 #[derive(Debug, Clone, Default)]
 pub struct FleetState {
-    slots: Vec<Option<Arc<NodeState>>>,
-    by_name: HashMap<String, usize>,
-    catalog: Catalog,
-    records: BTreeMap<String, Record>,
-    on_node: HashMap<String, BTreeSet<String>>,
-    templates: BTreeMap<String, DeviceRequest>,
-    by_class: HashMap<u32, Tree>,
-    whole_all: Tree,
-    whole_vendor: [Tree; 6],
+    pub(crate) slots: Vec<Option<Arc<NodeState>>>,
+    pub(crate) by_name: HashMap<String, usize>,
+    pub(crate) catalog: Catalog,
+    pub(crate) tables: ProfileTables,
+    pub(crate) records: BTreeMap<String, Record>,
+    pub(crate) on_node: HashMap<String, BTreeSet<String>>,
+    pub(crate) templates: BTreeMap<String, DeviceRequest>,
+    pub(crate) by_class: HashMap<u32, Tree>,
+    /// Per class: `(free instances on GPUs already hosting vGPUs, node)`, for binpack.
+    pub(crate) by_class_used: HashMap<u32, Tree>,
+    pub(crate) whole_all: Tree,
+    pub(crate) whole_vendor: [Tree; 6],
 }
 
 fn slot_id(i: usize) -> u32 {
@@ -98,7 +99,7 @@ impl FleetState {
                 .map_err(|e| SchedError::InvalidFleet { why: e.to_string() })?;
             let i = s.slots.len();
             s.by_name.insert(topo.node.clone(), i);
-            let n = NodeState::new(topo, &mut s.catalog);
+            let n = NodeState::new(topo, &mut s.catalog, &mut s.tables);
             s.slots.push(Some(Arc::new(n)));
         }
         for a in fleet.allocations {
@@ -132,7 +133,7 @@ impl FleetState {
         Ok(s)
     }
 
-    fn slot_of(&self, node: &str) -> Option<usize> {
+    pub(crate) fn slot_of(&self, node: &str) -> Option<usize> {
         self.by_name
             .get(node)
             .copied()
@@ -145,15 +146,17 @@ impl FleetState {
             return;
         };
         let id = slot_id(i);
-        for &(c, f) in &n.free {
-            if f == 0 {
-                continue;
-            }
-            let t = self.by_class.entry(c).or_default();
-            if insert {
-                t.insert((f, id));
-            } else {
-                t.remove(&(f, id));
+        for (&(c, f), &u) in n.free.iter().zip(&n.free_used) {
+            for (map, f) in [(&mut self.by_class, f), (&mut self.by_class_used, u)] {
+                if f == 0 {
+                    continue;
+                }
+                let t = map.entry(c).or_default();
+                if insert {
+                    t.insert((f, id));
+                } else {
+                    t.remove(&(f, id));
+                }
             }
         }
         let mut whole = vec![(&mut self.whole_all, n.whole_free)];
@@ -173,11 +176,12 @@ impl FleetState {
     }
 
     /// Applies charges on a node and moves it in the indexes where its counts changed.
-    fn charge(&mut self, i: usize, charges: &[Charge], sign: i64) {
+    pub(crate) fn charge(&mut self, i: usize, charges: &[Charge], sign: i64) {
         let Some(n) = self.slots[i].as_mut().map(Arc::make_mut) else {
             return;
         };
         let old_free = n.free.clone();
+        let old_used = n.free_used.clone();
         let old_whole = n.whole_free;
         let old_vendor = n.whole_free_vendor;
         n.apply(charges, sign);
@@ -197,6 +201,12 @@ impl FleetState {
             if o.1 != nw.1 {
                 let t = self.by_class.entry(o.0).or_default();
                 update(t, o.1, nw.1);
+            }
+        }
+        for ((o, nw), (c, _)) in old_used.iter().zip(&n.free_used).zip(&n.free) {
+            if o != nw {
+                let t = self.by_class_used.entry(*c).or_default();
+                update(t, *o, *nw);
             }
         }
         update(&mut self.whole_all, old_whole, n.whole_free);
@@ -231,7 +241,7 @@ impl FleetState {
                 i
             }
         };
-        let mut n = NodeState::new(topo, &mut self.catalog);
+        let mut n = NodeState::new(topo, &mut self.catalog, &mut self.tables);
         let machines: Vec<String> = self
             .on_node
             .get(&name)
@@ -274,12 +284,19 @@ impl FleetState {
                 }
             }
         }
-        Ok(Arc::try_unwrap(n).map_or_else(|a| a.topo.clone(), |n| n.topo))
+        Ok(n.topology())
     }
 
-    /// The node topologies, in node order.
-    pub fn nodes(&self) -> impl Iterator<Item = &NodeTopology> {
-        self.slots.iter().flatten().map(|n| &n.topo)
+    /// The node topologies, in node order (rebuilt from the compact state on each call).
+    pub fn nodes(&self) -> impl Iterator<Item = NodeTopology> + '_ {
+        self.slots.iter().flatten().map(|n| n.topology())
+    }
+
+    /// The topology of one node.
+    pub fn node(&self, name: &str) -> Option<NodeTopology> {
+        self.slot_of(name)
+            .and_then(|i| self.slots[i].as_ref())
+            .map(|n| n.topology())
     }
 
     /// Number of nodes.
@@ -287,12 +304,14 @@ impl FleetState {
         self.slots.iter().flatten().count()
     }
 
-    /// Places a Machine and records its allocation as `pending`.
+    /// Places a Machine and records its allocation as `pending`. A Machine with a `targetNode`
+    /// goes on that node or is refused with that node's reasons.
     ///
     /// # Errors
     /// [`SchedError::InvalidRequest`] for a malformed Machine, an unknown template or a Machine
     /// already placed (changing a placed Machine's devices is not supported: release it, or plan
-    /// a migration); [`SchedError::Unsatisfiable`] when no node can hold it.
+    /// a migration); [`SchedError::UnknownNode`] for a `targetNode` not in the fleet;
+    /// [`SchedError::Unsatisfiable`] when no node can hold it.
     pub fn place(&mut self, machine: &Machine, policy: Policy) -> Result<Allocation, SchedError> {
         self.place_detailed(machine, policy).map(|p| p.allocation)
     }
@@ -372,13 +391,20 @@ impl FleetState {
                 ),
             });
         }
+        let only = match &resolved.target {
+            Some(node) => Some(
+                self.slot_of(node)
+                    .ok_or_else(|| SchedError::UnknownNode { node: node.clone() })?,
+            ),
+            None => None,
+        };
         let (slot, picks) = self
-            .search(&resolved, policy, None, None)
+            .search(&resolved, policy, only, None)
             .map_err(SchedError::Unsatisfiable)?;
         Ok((slot, picks, resolved))
     }
 
-    fn build(&self, slot: usize, m: &Resolved, picks: &[Pick]) -> Placement {
+    pub(crate) fn build(&self, slot: usize, m: &Resolved, picks: &[Pick]) -> Placement {
         let Some(n) = self.slots[slot].as_ref() else {
             return Placement {
                 allocation: Allocation {
@@ -414,7 +440,7 @@ impl FleetState {
         Placement {
             allocation: Allocation {
                 machine: m.name.clone(),
-                node: n.topo.node.clone(),
+                node: n.name().to_owned(),
                 status: AllocationStatus::Pending,
                 devices,
             },
@@ -423,7 +449,7 @@ impl FleetState {
     }
 
     /// Finds a node for a resolved Machine: only `only` when given, never `exclude`.
-    fn search(
+    pub(crate) fn search(
         &self,
         m: &Resolved,
         policy: Policy,
@@ -436,7 +462,7 @@ impl FleetState {
                     machine: m.name.clone(),
                     nodes_total: 1,
                     nodes: vec![NodeRefusal {
-                        node: n.topo.node.clone(),
+                        node: n.name().to_owned(),
                         reasons,
                     }],
                 });
@@ -444,6 +470,9 @@ impl FleetState {
         }
         // The most selective request's index gives the candidate nodes, in policy order.
         let mut primary: Option<(&Tree, u32)> = None;
+        // Binpack looks first among nodes whose GPUs already hosting vGPUs can take the most
+        // selective vGPU request: best fit on the locked size, fresh cards kept whole.
+        let mut used_first: Option<(&Tree, u32)> = None;
         let mut indexed = true;
         static EMPTY: Tree = BTreeSet::new();
         for r in &m.reqs {
@@ -470,6 +499,12 @@ impl FleetState {
                 Some(t) => {
                     if primary.is_none_or(|(p, _)| t.len() < p.len()) {
                         primary = Some((t, r.wanted));
+                        used_first = match &r.kind {
+                            Kind::Vgpu { classes, .. } if classes.len() == 1 => {
+                                self.by_class_used.get(&classes[0]).map(|u| (u, r.wanted))
+                            }
+                            _ => None,
+                        };
                     }
                 }
                 None => indexed = false,
@@ -502,15 +537,37 @@ impl FleetState {
             true
         };
         match primary {
-            Some((tree, wanted)) if indexed || tree.is_empty() => match policy {
+            Some((tree, _)) if tree.is_empty() => {}
+            Some(_) if policy == Policy::FirstFit => {
+                // Node order, as the DRA allocator; the free counts skip nodes cheaply.
+                for i in 0..self.slots.len() {
+                    let may = self.slots[i].as_deref().is_some_and(|n| n.may_fit(m));
+                    if may && visit(i) {
+                        break;
+                    }
+                }
+            }
+            Some((tree, wanted)) if indexed => match policy {
                 Policy::Binpack => {
-                    for &(_, i) in tree.range((wanted, 0)..) {
-                        if visit(i as usize) {
-                            break;
+                    let mut done = false;
+                    if let Some((used, wanted)) = used_first {
+                        for &(_, i) in used.range((wanted, 0)..) {
+                            if visit(i as usize) {
+                                done = true;
+                                break;
+                            }
+                        }
+                    }
+                    if !done {
+                        for &(_, i) in tree.range((wanted, 0)..) {
+                            if visit(i as usize) {
+                                break;
+                            }
                         }
                     }
                 }
                 Policy::Spread => spread_order(tree, wanted, &mut visit),
+                Policy::FirstFit => {}
             },
             _ => {
                 for i in 0..self.slots.len() {
@@ -538,7 +595,7 @@ impl FleetState {
             total += 1;
             if let Err(reasons) = n.fit(m, policy) {
                 nodes.push(NodeRefusal {
-                    node: n.topo.node.clone(),
+                    node: n.name().to_owned(),
                     reasons,
                 });
             }
@@ -627,7 +684,7 @@ impl FleetState {
     /// The fleet as data again: nodes, allocations and templates.
     pub fn to_fleet(&self) -> Fleet {
         Fleet {
-            nodes: self.nodes().cloned().collect(),
+            nodes: self.nodes().collect(),
             allocations: self.allocations(),
             templates: self.templates.clone(),
         }
@@ -643,7 +700,7 @@ impl FleetState {
             .filter(|n| n.offers_any(&classes))
             .map(|n| {
                 (
-                    n.topo.node.clone(),
+                    n.name().to_owned(),
                     classes
                         .iter()
                         .fold(0u32, |a, c| a.saturating_add(n.free_of(*c))),
@@ -657,258 +714,8 @@ impl FleetState {
         self.slots
             .iter()
             .flatten()
-            .map(|n| (n.topo.node.clone(), n.whole_free))
+            .map(|n| (n.name().to_owned(), n.whole_free))
             .collect()
-    }
-
-    // ------------------------------------------------------------------ plans
-
-    /// The Machine a move of an allocation asks for: the same family (or the named GPU) for
-    /// each whole GPU, at least as much memory; the same profile for each vGPU.
-    fn move_request(&self, a: &Allocation, gpus: &[String]) -> Result<Resolved, SchedError> {
-        let mut names = gpus.iter();
-        let mut devices: Vec<DeviceRequest> = Vec::new();
-        for d in &a.devices {
-            let req = d.request();
-            let i = match devices.iter().position(|r| r.name == req) {
-                Some(i) => i,
-                None => {
-                    devices.push(DeviceRequest {
-                        name: req.to_owned(),
-                        count: Some(0),
-                        ..DeviceRequest::default()
-                    });
-                    devices.len() - 1
-                }
-            };
-            let r = &mut devices[i];
-            r.count = Some(r.count.unwrap_or(0) + 1);
-            match d {
-                AllocatedDevice::Gpu {
-                    name, memory_mib, ..
-                } => {
-                    let pick = names.next().cloned().unwrap_or_else(|| {
-                        name.trim_end_matches(|c: char| c.is_ascii_digit())
-                            .to_owned()
-                    });
-                    r.gpus.push(pick);
-                    if let Some(mem) = memory_mib {
-                        r.min_memory = Some(
-                            r.min_memory
-                                .map_or(gpu_core::MiB(*mem), |m| m.min(gpu_core::MiB(*mem))),
-                        );
-                    }
-                }
-                AllocatedDevice::Vgpu {
-                    profile,
-                    profile_name,
-                    ..
-                } => {
-                    r.profile = Some(if profile_name.is_empty() {
-                        profile.to_string()
-                    } else {
-                        profile_name.clone()
-                    });
-                }
-            }
-        }
-        if names.next().is_some() {
-            return Err(SchedError::InvalidRequest {
-                machine: a.machine.clone(),
-                why: format!(
-                    "{} GPU name(s) given but the Machine holds {} whole GPU(s)",
-                    gpus.len(),
-                    a.devices
-                        .iter()
-                        .filter(|d| matches!(d, AllocatedDevice::Gpu { .. }))
-                        .count()
-                ),
-            });
-        }
-        for r in &mut devices {
-            if !r.gpus.is_empty() {
-                r.count = None;
-            }
-        }
-        let machine = Machine {
-            name: a.machine.clone(),
-            devices,
-        };
-        resolve(&machine, &BTreeMap::new(), &self.catalog)
-    }
-
-    fn plan_for(&self, a: &Allocation, slot: usize, m: &Resolved, picks: &[Pick]) -> MigrationPlan {
-        let target = self.build(slot, m, picks).allocation;
-        MigrationPlan {
-            machine: a.machine.clone(),
-            from: a.node.clone(),
-            to: target.node.clone(),
-            moves: pair_moves(&a.devices, &target.devices),
-            allocation: target,
-        }
-    }
-
-    /// Plans moving a Machine to another node: for each whole GPU it holds, a free GPU of the
-    /// same family with at least as much memory (or the GPU named in `gpus`, in the order the
-    /// Machine holds its GPUs); for each vGPU, the same profile.
-    ///
-    /// # Errors
-    /// [`SchedError::UnknownMachine`], [`SchedError::UnknownNode`],
-    /// [`SchedError::InvalidRequest`] (already on that node, too many GPU names, bad names), and
-    /// [`SchedError::Unsatisfiable`] with the destination's reasons.
-    pub fn plan_migration(
-        &self,
-        machine: &str,
-        to_node: &str,
-        gpus: &[String],
-    ) -> Result<MigrationPlan, SchedError> {
-        let r = self
-            .records
-            .get(machine)
-            .ok_or_else(|| SchedError::UnknownMachine {
-                machine: machine.to_owned(),
-            })?;
-        let slot = self
-            .slot_of(to_node)
-            .ok_or_else(|| SchedError::UnknownNode {
-                node: to_node.to_owned(),
-            })?;
-        if r.alloc.node == to_node {
-            return Err(SchedError::InvalidRequest {
-                machine: machine.to_owned(),
-                why: format!("the Machine is already on node {to_node:?}"),
-            });
-        }
-        let m = self.move_request(&r.alloc, gpus)?;
-        let (slot, picks) = self
-            .search(&m, Policy::Binpack, Some(slot), None)
-            .map_err(SchedError::Unsatisfiable)?;
-        Ok(self.plan_for(&r.alloc, slot, &m, &picks))
-    }
-
-    /// Plans draining a node: every Machine on it placed elsewhere (one after the other, so no
-    /// two count on the same device), or kept with the reason.
-    ///
-    /// # Errors
-    /// [`SchedError::UnknownNode`].
-    pub fn plan_drain(&self, node: &str) -> Result<DrainPlan, SchedError> {
-        let slot = self.slot_of(node).ok_or_else(|| SchedError::UnknownNode {
-            node: node.to_owned(),
-        })?;
-        let mut scratch = self.clone_for_planning();
-        let machines: Vec<String> = self
-            .on_node
-            .get(node)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default();
-        let mut plan = DrainPlan {
-            node: node.to_owned(),
-            moves: Vec::new(),
-            stay: Vec::new(),
-        };
-        for name in machines {
-            let Some(r) = self.records.get(&name) else {
-                continue;
-            };
-            let m = match scratch.move_request(&r.alloc, &[]) {
-                Ok(m) => m,
-                Err(e) => {
-                    plan.stay.push(Stay {
-                        machine: name.clone(),
-                        reason: e.to_string(),
-                        refusal: None,
-                    });
-                    continue;
-                }
-            };
-            match scratch.search(&m, Policy::Binpack, None, Some(slot)) {
-                Ok((to, picks)) => {
-                    plan.moves.push(scratch.plan_for(&r.alloc, to, &m, &picks));
-                    let charges = scratch.slots[to]
-                        .as_ref()
-                        .map(|n| n.charges_of(&picks))
-                        .unwrap_or_default();
-                    scratch.charge(to, &charges, 1);
-                }
-                Err(refusal) => plan.stay.push(Stay {
-                    machine: name.clone(),
-                    reason: refusal.render(),
-                    refusal: Some(refusal),
-                }),
-            }
-        }
-        Ok(plan)
-    }
-
-    /// Plans evacuating every Machine that holds a device on an Unhealthy GPU (or one that is
-    /// gone from its node's inventory): a destination for each, possibly a healthy GPU of the
-    /// same node, planned one after the other.
-    pub fn plan_evacuation(&self) -> EvacuationPlan {
-        let mut scratch = self.clone_for_planning();
-        let mut plan = EvacuationPlan::default();
-        for (name, r) in &self.records {
-            let Some(slot) = r.slot else { continue };
-            let Some(n) = self.slots[slot].as_ref() else {
-                continue;
-            };
-            let affected = affected_devices(n, r);
-            if affected.is_empty() {
-                continue;
-            }
-            let mut ev = Evacuation {
-                machine: name.clone(),
-                node: r.alloc.node.clone(),
-                affected,
-                plan: None,
-                refusal: None,
-            };
-            match scratch.move_request(&r.alloc, &[]) {
-                Ok(m) => {
-                    // Its own devices are free for the plan: it leaves them.
-                    scratch.charge(slot, &r.charges, -1);
-                    match scratch.search(&m, Policy::Binpack, None, None) {
-                        Ok((to, picks)) => {
-                            ev.plan = Some(scratch.plan_for(&r.alloc, to, &m, &picks));
-                            let charges = scratch.slots[to]
-                                .as_ref()
-                                .map(|n| n.charges_of(&picks))
-                                .unwrap_or_default();
-                            scratch.charge(to, &charges, 1);
-                        }
-                        Err(refusal) => {
-                            scratch.charge(slot, &r.charges, 1);
-                            ev.refusal = Some(refusal);
-                        }
-                    }
-                }
-                Err(e) => {
-                    ev.refusal = Some(Refusal {
-                        machine: format!("{name}: {e}"),
-                        nodes_total: 0,
-                        nodes: Vec::new(),
-                    });
-                }
-            }
-            plan.machines.push(ev);
-        }
-        plan
-    }
-
-    /// A copy to plan on. Plans are rare and must not disturb the live state.
-    /// Nodes are shared and copied only when a plan charges them; allocation records are not
-    /// needed to search.
-    fn clone_for_planning(&self) -> FleetState {
-        FleetState {
-            slots: self.slots.clone(),
-            by_name: HashMap::new(),
-            catalog: self.catalog.clone(),
-            records: BTreeMap::new(),
-            on_node: HashMap::new(),
-            templates: BTreeMap::new(),
-            by_class: self.by_class.clone(),
-            whole_all: self.whole_all.clone(),
-            whole_vendor: self.whole_vendor.clone(),
-        }
     }
 }
 
@@ -931,65 +738,4 @@ fn spread_order(tree: &Tree, wanted: u32, visit: &mut dyn FnMut(usize) -> bool) 
         }
         upper = Some(free);
     }
-}
-
-fn affected_devices(n: &NodeState, r: &Record) -> Vec<AffectedDevice> {
-    let mut out = Vec::new();
-    for d in &r.alloc.devices {
-        match d {
-            AllocatedDevice::Gpu {
-                request, address, ..
-            } => {
-                if let Some(g) = n.topo.gpu_by_address(address) {
-                    if g.health.state == HealthState::Unhealthy {
-                        out.push(AffectedDevice {
-                            request: request.clone(),
-                            device: g.name.clone(),
-                            health: HealthState::Unhealthy,
-                            reasons: g.health.reasons.clone(),
-                        });
-                    }
-                }
-            }
-            AllocatedDevice::Vgpu {
-                request,
-                parent,
-                gpu,
-                ..
-            } => {
-                let p = n.topo.parent(parent);
-                let g = gpu.and_then(|a| n.topo.gpu_by_address(&a));
-                let mut state = p.map_or(HealthState::Healthy, |p| p.health.state);
-                let mut reasons = p.map(|p| p.health.reasons.clone()).unwrap_or_default();
-                if let Some(g) = g {
-                    state = state.worst(g.health.state);
-                    for x in &g.health.reasons {
-                        if !reasons.contains(x) {
-                            reasons.push(x.clone());
-                        }
-                    }
-                }
-                if p.is_some() && state == HealthState::Unhealthy {
-                    out.push(AffectedDevice {
-                        request: request.clone(),
-                        device: match g {
-                            Some(g) => format!("{} via {parent}", g.name),
-                            None => parent.to_string(),
-                        },
-                        health: HealthState::Unhealthy,
-                        reasons,
-                    });
-                }
-            }
-        }
-    }
-    for m in &r.missing {
-        out.push(AffectedDevice {
-            request: String::new(),
-            device: m.clone(),
-            health: HealthState::Unknown,
-            reasons: vec!["not in the node's inventory".to_owned()],
-        });
-    }
-    out
 }

@@ -360,6 +360,44 @@ fn numa_alignment_keeps_a_request_on_one_numa_node() {
 }
 
 #[test]
+fn numa_alignment_keeps_vgpus_on_one_numa_node_too() {
+    // 8 H200s, 4 per socket; a 4-slice MIG vGPU takes most of a GPU, so one fits per GPU.
+    let s = fleet(vec![h200_node("a", 8, 7)]);
+    let m = |count: u32| {
+        machine(&format!(
+            "name: m\ndevices: [{{name: gpu, profile: H200X-4-71C, count: {count}, alignment: numa}}]"
+        ))
+    };
+    for policy in [Policy::Binpack, Policy::Spread] {
+        let a = s.try_place(&m(4), policy).unwrap();
+        let sockets: Vec<bool> = a
+            .devices
+            .iter()
+            .map(|d| match d {
+                AllocatedDevice::Vgpu { gpu: Some(g), .. } => g.bus() < 0x80,
+                d => panic!("{d:?}"),
+            })
+            .collect();
+        assert_eq!(sockets.len(), 4);
+        assert!(
+            sockets.iter().all(|x| *x == sockets[0]),
+            "{policy}: {sockets:?}"
+        );
+        let e = s.try_place(&m(5), policy).unwrap_err();
+        assert_eq!(
+            refusal_text(e),
+            "0/1 nodes available: 1 node(s): TopologyUnsatisfiable: needs 5 gpu profile H200X-4-71C on one NUMA node, 4 free (excluded: 4 wrong NUMA)"
+        );
+    }
+    // Without alignment the same five spread over both sockets.
+    let free = machine("name: m\ndevices: [{name: gpu, profile: H200X-4-71C, count: 5}]");
+    assert_eq!(
+        s.try_place(&free, Policy::Binpack).unwrap().devices.len(),
+        5
+    );
+}
+
+#[test]
 fn named_gpus_families_and_addresses_are_honoured() {
     let s = fleet(vec![whole_node("a", 4)]);
     let name_of = |a: &Allocation| -> Vec<String> {
@@ -541,6 +579,7 @@ fn invalid_requests_are_rejected_before_placement() {
             gpus: vec!["nvidia0".into()],
             ..Default::default()
         }],
+        ..Machine::default()
     };
     let e = s.place(&bad, Policy::Binpack).unwrap_err();
     assert!(matches!(e, SchedError::InvalidRequest { .. }), "{e}");
@@ -672,10 +711,95 @@ fn try_place_changes_nothing_and_is_deterministic() {
 }
 
 #[test]
+fn firstfit_takes_the_first_node_and_the_first_gpu_that_fit_without_scoring() {
+    // Node b is partly used, so binpack goes there; firstfit takes a, the first in node order,
+    // and on it the first GPU, where binpack and spread would weigh use and room.
+    let mut s = fleet(vec![a2_node("a", 2, 4), a2_node("b", 2, 4)]);
+    let filler = vgpu("filler", "A2-4Q", 1);
+    let b_first = s.try_place(&filler, Policy::Spread).unwrap();
+    assert_eq!(b_first.node, "a");
+    let mut f = FleetState::new(Fleet {
+        nodes: vec![a2_node("a", 2, 4), a2_node("b", 2, 4)],
+        allocations: vec![Allocation {
+            node: "b".into(),
+            ..b_first.clone()
+        }],
+        ..Fleet::default()
+    })
+    .unwrap();
+    let m = vgpu("m", "A2-4Q", 1);
+    assert_eq!(f.try_place(&m, Policy::Binpack).unwrap().node, "b");
+    let a = f.place(&m, Policy::FirstFit).unwrap();
+    assert_eq!(a.node, "a");
+    match &a.devices[0] {
+        AllocatedDevice::Vgpu { gpu: Some(g), .. } => assert_eq!(g.bus(), 0x10),
+        d => panic!("{d:?}"),
+    }
+    let _ = s.place(&filler, Policy::Spread).unwrap();
+    // Whole GPUs: the first free one in node order, where binpack fills the partly used node.
+    let mut w = fleet(vec![whole_node("a", 2), whole_node("b", 2)]);
+    let mut held = w
+        .place(&whole("x", ", gpus: [nvidia0]"), Policy::Binpack)
+        .unwrap();
+    held.node = "b".into();
+    w = FleetState::new(Fleet {
+        nodes: vec![whole_node("a", 2), whole_node("b", 2)],
+        allocations: vec![held],
+        ..Fleet::default()
+    })
+    .unwrap();
+    assert_eq!(
+        w.try_place(&whole("y", ""), Policy::Binpack).unwrap().node,
+        "b"
+    );
+    let y = w.try_place(&whole("y", ""), Policy::FirstFit).unwrap();
+    assert_eq!(y.node, "a");
+    match &y.devices[0] {
+        AllocatedDevice::Gpu { name, .. } => assert_eq!(name, "nvidia0"),
+        d => panic!("{d:?}"),
+    }
+}
+
+#[test]
+fn a_target_node_places_there_or_refuses_with_that_nodes_reasons() {
+    let s = fleet(vec![
+        a2_node("a", 1, 4),
+        a2_node("b", 1, 4),
+        mbochs_node("c"),
+    ]);
+    let m = |node: &str, count: u32| {
+        machine(&format!(
+            "name: m\ntargetNode: {node}\ndevices: [{{name: gpu, profile: A2-4Q, count: {count}}}]"
+        ))
+    };
+    assert_eq!(s.try_place(&m("b", 1), Policy::Binpack).unwrap().node, "b");
+    let e = s.try_place(&m("c", 1), Policy::Binpack).unwrap_err();
+    assert_eq!(
+        refusal_text(e),
+        "0/1 nodes available: 1 node(s): ProfileNotOffered: needs 1 gpu profile A2-4Q, not offered"
+    );
+    let e = s.try_place(&m("b", 5), Policy::Binpack).unwrap_err();
+    assert!(refusal_text(e).starts_with(
+        "0/1 nodes available: 1 node(s): TopologyUnsatisfiable: needs 5 gpu profile A2-4Q, 4 free"
+    ));
+    assert!(matches!(
+        s.try_place(&m("zz", 1), Policy::Binpack),
+        Err(SchedError::UnknownNode { node }) if node == "zz"
+    ));
+    let json = serde_json::to_value(m("b", 1)).unwrap();
+    assert_eq!(json["targetNode"], "b");
+}
+
+#[test]
 fn policy_parses_and_serializes_in_lowercase() {
     assert_eq!("binpack".parse::<Policy>().unwrap(), Policy::Binpack);
     assert_eq!("Spread".parse::<Policy>().unwrap(), Policy::Spread);
-    assert!("first-fit".parse::<Policy>().is_err());
+    assert_eq!("FirstFit".parse::<Policy>().unwrap(), Policy::FirstFit);
+    assert!("best-fit".parse::<Policy>().is_err());
+    assert_eq!(
+        serde_json::to_string(&Policy::FirstFit).unwrap(),
+        "\"firstfit\""
+    );
     assert_eq!(
         serde_json::to_string(&Policy::Spread).unwrap(),
         "\"spread\""

@@ -179,6 +179,8 @@ fn build_node(name: &str, specs: &[GpuSpec], mbochs: Option<(u32, u32, u32)>) ->
             } => {
                 let name = gname(false, &mut nv, &mut amd);
                 let mut g = nvidia_gpu(&name, bus, 0x25b6, "A2", 16384);
+                // GPUs alternate between two NUMA nodes, for aligned vGPU requests.
+                g.numa_node = Some(u32::from(i % 2 == 1));
                 g.health.state = *health;
                 g.state = if *existing > 0 {
                     GpuState::InUse
@@ -245,6 +247,8 @@ fn build_node(name: &str, specs: &[GpuSpec], mbochs: Option<(u32, u32, u32)>) ->
             } => {
                 let name = gname(false, &mut nv, &mut amd);
                 let mut g = nvidia_gpu(&name, bus, 0x2335, "H200", 144384);
+                // GPUs alternate between two NUMA nodes, for aligned vGPU requests.
+                g.numa_node = Some(u32::from(i % 2 == 1));
                 g.health.state = *health;
                 g.state = GpuState::InUse;
                 let pf = g.address;
@@ -409,13 +413,15 @@ fn request() -> impl Strategy<Value = DeviceRequest> {
             1u32..5,
             proptest::option::weighted(0.2, Just("nvidia".to_owned())),
             proptest::option::weighted(0.2, prop_oneof![Just(2048u64), Just(20480)]),
+            proptest::bool::weighted(0.25),
         )
-            .prop_map(|(p, count, vendor, min)| DeviceRequest {
+            .prop_map(|(p, count, vendor, min, numa)| DeviceRequest {
                 name: "v".into(),
                 profile: Some(p.to_owned()),
                 count: Some(count),
                 vendor,
                 min_memory: min.map(MiB),
+                alignment: numa.then_some(gpu_core::Alignment::Numa),
                 ..DeviceRequest::default()
             }),
         (
@@ -462,6 +468,7 @@ fn single(name: &str, r: DeviceRequest) -> Machine {
     Machine {
         name: name.into(),
         devices: vec![r],
+        ..Machine::default()
     }
 }
 
@@ -473,6 +480,7 @@ fn machine(i: usize) -> impl Strategy<Value = Machine> {
             Machine {
                 name: format!("m{i}"),
                 devices: vec![a, b],
+                ..Machine::default()
             }
         }),
     ]
@@ -488,7 +496,11 @@ fn machines() -> impl Strategy<Value = Vec<Machine>> {
 }
 
 fn policy() -> impl Strategy<Value = Policy> {
-    prop_oneof![Just(Policy::Binpack), Just(Policy::Spread)]
+    prop_oneof![
+        Just(Policy::Binpack),
+        Just(Policy::Spread),
+        Just(Policy::FirstFit)
+    ]
 }
 
 fn state(nodes: Vec<NodeTopology>) -> FleetState {
@@ -755,7 +767,23 @@ fn go(n: &NodeTopology, reqs: &[DeviceRequest], taken: &mut Taken) -> bool {
             }
             false
         }
-        return rec(n, &slots, 0, want, taken, rest);
+        if r.alignment.is_none() {
+            return rec(n, &slots, 0, want, taken, rest);
+        }
+        // Aligned: all instances on GPUs of one NUMA node (parents without a GPU: no node).
+        let numa_of = |s: &Slot| {
+            n.mediated_devices.parents[s.0]
+                .gpu
+                .and_then(|a| n.gpu_by_address(&a))
+                .and_then(|g| g.numa_node)
+        };
+        let mut nodes: Vec<Option<u32>> = slots.iter().map(numa_of).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        return nodes.into_iter().any(|x| {
+            let on: Vec<Slot> = slots.iter().copied().filter(|s| numa_of(s) == x).collect();
+            rec(n, &on, 0, want, taken, rest)
+        });
     }
     let exact: Vec<&String> = r
         .gpus
@@ -843,6 +871,33 @@ proptest! {
     }
 
     #[test]
+    fn the_compact_state_gives_back_the_topologies_it_was_given(nodes in nodes()) {
+        let mut want = nodes.clone();
+        want.sort_by(|a, b| a.node.cmp(&b.node));
+        let s = state(nodes);
+        prop_assert_eq!(s.nodes().collect::<Vec<_>>(), want.clone());
+        for n in &want {
+            prop_assert_eq!(s.node(&n.node), Some(n.clone()));
+        }
+    }
+
+    #[test]
+    fn a_state_rebuilt_from_its_own_document_places_and_refuses_alike(
+        nodes in nodes(), ms in machines(), more in machines(), policy in policy()
+    ) {
+        let mut live = state(nodes);
+        for m in &ms {
+            let _ = live.place(m, policy);
+        }
+        let mut copy = FleetState::new(live.to_fleet()).unwrap();
+        for m in &more {
+            let a = live.place(m, policy).map_err(|e| e.to_string());
+            let b = copy.place(m, policy).map_err(|e| e.to_string());
+            prop_assert_eq!(a, b);
+        }
+    }
+
+    #[test]
     fn a_machine_gets_all_its_devices_on_one_node_or_nothing(
         nodes in nodes(), ms in machines(), policy in policy()
     ) {
@@ -897,7 +952,7 @@ proptest! {
         let mut b = b;
         b.name = "second".into();
         let reqs = vec![a, b];
-        let m = Machine { name: "probe".into(), devices: reqs.clone() };
+        let m = Machine { name: "probe".into(), devices: reqs.clone(), ..Machine::default() };
         let oracle = f.nodes.iter().any(|n| oracle_fits_machine(n, &f, &reqs));
         let got = s.try_place(&m, policy);
         prop_assert_eq!(got.is_ok(), oracle, "solver {:?}", got);

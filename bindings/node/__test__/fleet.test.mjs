@@ -54,6 +54,33 @@ test('place hands out a whole GPU with the spread policy', () => {
   ])
 })
 
+test('place with dryRun says where the Machine would go and records nothing', () => {
+  const fleet = fleetOf('node-a', 'node-b')
+
+  const whatIf = fleet.place(vgpuMachine(), { dryRun: true, policy: 'firstfit' })
+
+  assert.equal(whatIf.node, 'node-a')
+  assert.equal(whatIf.status, 'pending')
+  assert.deepEqual(fleet.allocations(), [])
+  const placed = fleet.place(vgpuMachine())
+  assert.deepEqual(placed, whatIf)
+})
+
+test('place with targetNode goes there or throws UNSATISFIABLE with that node\'s reasons', () => {
+  const fleet = fleetOf('node-a', 'node-b')
+
+  assert.equal(fleet.place({ ...vgpuMachine(), targetNode: 'node-b' }).node, 'node-b')
+  assert.throws(
+    () =>
+      fleet.place({
+        name: 'vm-2',
+        devices: [{ name: 'gpu', profile: 'T4-16Q', count: 2 }],
+        targetNode: 'node-a',
+      }),
+    (e) => e.code === 'UNSATISFIABLE' && e.message.includes('0/1 nodes available'),
+  )
+})
+
 test('place accepts Machines as YAML or JSON text', () => {
   const fleet = fleetOf('node-a')
 

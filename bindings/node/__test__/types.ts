@@ -51,8 +51,10 @@ function explain(err: unknown): string {
   return `${e.path ?? ''} errno ${e.errno ?? '-'}`
 }
 
-// @ts-expect-error: a policy is binpack or spread
+// @ts-expect-error: a policy is binpack, spread or firstfit
 fleet.place(machine, { policy: 'random' })
+const whatIf: Placement = fleet.place({ ...machine, targetNode: 'node-a' }, { policy: 'firstfit', dryRun: true })
+void whatIf
 // @ts-expect-error: device requests need a name
 const unnamed: Machine = { name: 'vm', devices: [{ profile: 'A2-4Q' }] }
 // @ts-expect-error: GPU states are free, in-use or blocked

@@ -15,9 +15,27 @@ use crate::errors::Failure;
 #[napi(object)]
 #[derive(Debug, Clone, Default)]
 pub struct PlaceOptions {
-    /// `binpack` (fill nodes up first, the default) or `spread` (least-used node first).
-    #[napi(ts_type = "'binpack' | 'spread'")]
+    /// `binpack` (fill nodes up first, the default), `spread` (least-used node first) or
+    /// `firstfit` (first node and GPU in order that fit, as the Kubernetes DRA allocator).
+    #[napi(ts_type = "'binpack' | 'spread' | 'firstfit'")]
     pub policy: Option<String>,
+    /// Say where the Machine would go and record nothing (a what-if).
+    pub dry_run: Option<bool>,
+}
+
+/// A decoded `place` call: the Machine, the policy, and whether it is a dry run.
+type PlaceInput = (Machine, Policy, bool);
+
+fn place_on(
+    s: &mut FleetState,
+    (machine, policy, dry_run): &PlaceInput,
+) -> Result<Placement, Failure> {
+    if *dry_run {
+        s.try_place_detailed(machine, *policy)
+    } else {
+        s.place_detailed(machine, *policy)
+    }
+    .map_err(Failure::sched)
 }
 
 type Shared = Arc<Mutex<FleetState>>;
@@ -35,13 +53,14 @@ fn lock(state: &Shared) -> Result<MutexGuard<'_, FleetState>, Failure> {
 fn place_input(
     machine: serde_json::Value,
     options: Option<PlaceOptions>,
-) -> Result<(Machine, Policy), Failure> {
+) -> Result<PlaceInput, Failure> {
     let machine: Machine = document(machine)?;
-    let policy = match options.and_then(|o| o.policy) {
+    let options = options.unwrap_or_default();
+    let policy = match options.policy {
         Some(p) => p.parse().map_err(Failure::sched)?,
         None => Policy::default(),
     };
-    Ok((machine, policy))
+    Ok((machine, policy, options.dry_run.unwrap_or(false)))
 }
 
 /// A fleet of nodes and the Machines placed on it, held in Rust.
@@ -123,7 +142,8 @@ impl Fleet {
     }
 
     /// Places a Machine and records its allocation (status `pending`); returns the allocation,
-    /// with `degraded` listing the devices that landed on Degraded GPUs when any did.
+    /// with `degraded` listing the devices that landed on Degraded GPUs when any did. With
+    /// `dryRun: true`, returns where it would go and records nothing.
     ///
     /// Throws `UNSATISFIABLE` (with `reasons`) when no node can hold it, `INVALID_REQUEST` when
     /// the Machine is malformed, already placed, or the policy is unknown.
@@ -138,9 +158,8 @@ impl Fleet {
         options: Option<PlaceOptions>,
     ) -> napi::Result<serde_json::Value> {
         self.with(&env, |s| {
-            let (machine, policy) = place_input(machine, options)?;
-            let allocation = s.place_detailed(&machine, policy).map_err(Failure::sched)?;
-            to_json(&allocation)
+            let input = place_input(machine, options)?;
+            to_json(&place_on(s, &input)?)
         })
     }
 
@@ -239,7 +258,7 @@ impl Fleet {
 /// The work of `placeAsync`: the Machine was decoded on the JS thread; placing runs on a worker.
 pub struct PlaceTask {
     state: Shared,
-    input: Option<Result<(Machine, Policy), Failure>>,
+    input: Option<Result<PlaceInput, Failure>>,
 }
 
 impl Task for PlaceTask {
@@ -251,11 +270,7 @@ impl Task for PlaceTask {
             .input
             .take()
             .unwrap_or_else(|| Err(Failure::Other("placeAsync task ran twice".into())));
-        Ok(input.and_then(|(machine, policy)| {
-            lock(&self.state)?
-                .place_detailed(&machine, policy)
-                .map_err(Failure::sched)
-        }))
+        Ok(input.and_then(|input| place_on(&mut *lock(&self.state)?, &input)))
     }
 
     fn resolve(&mut self, env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {

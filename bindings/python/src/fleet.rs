@@ -102,15 +102,18 @@ impl Fleet {
     /// Places a Machine and records its allocation (status `pending`); returns the allocation,
     /// with `degraded` listing the devices that landed on Degraded GPUs when any did.
     ///
-    /// `policy` is `"binpack"` (fill nodes up first) or `"spread"` (least-used node first).
+    /// `policy` is `"binpack"` (fill nodes up first), `"spread"` (least-used node first) or
+    /// `"firstfit"` (first node and GPU in order that fit, as the Kubernetes DRA allocator).
+    /// With `dry_run=True`, returns where the Machine would go and records nothing.
     /// Raises `Unsatisfiable` (with `.reasons`) when no node can hold it, `InvalidRequest` when
     /// the Machine is malformed, already placed, or the policy is unknown.
-    #[pyo3(signature = (machine, policy = "binpack"))]
+    #[pyo3(signature = (machine, policy = "binpack", dry_run = false))]
     fn place<'py>(
         &self,
         py: Python<'py>,
         machine: &Bound<'py, PyAny>,
         policy: &str,
+        dry_run: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let machine: Machine = document(machine)?;
         let policy = match policy {
@@ -118,7 +121,13 @@ impl Fleet {
             other => other.parse().map_err(Failure::sched)?,
         };
         let allocation = self
-            .with(py, |s| s.place_detailed(&machine, policy))?
+            .with(py, |s| {
+                if dry_run {
+                    s.try_place_detailed(&machine, policy)
+                } else {
+                    s.place_detailed(&machine, policy)
+                }
+            })?
             .map_err(Failure::sched)?;
         to_py(py, &allocation)
     }

@@ -55,6 +55,27 @@ def test_place_hands_out_a_whole_gpu(fleet):
     }
 
 
+def test_place_dry_run_says_where_and_records_nothing(fleet):
+    what_if = fleet.place(VGPU_MACHINE, policy="firstfit", dry_run=True)
+
+    assert what_if["node"] == "node-a"
+    assert fleet.allocations() == []
+    assert fleet.place(VGPU_MACHINE) == what_if
+
+
+def test_place_on_a_target_node_refuses_with_that_nodes_reasons(fleet):
+    machine = {
+        "name": "vm-2",
+        "targetNode": "node-a",
+        "devices": [{"name": "gpu", "profile": "T4-16Q", "count": 2}],
+    }
+
+    with pytest.raises(gpuslice.Unsatisfiable) as e:
+        fleet.place(machine)
+
+    assert "0/1 nodes available" in str(e.value)
+
+
 def test_place_accepts_machines_as_yaml_or_json_text(fleet):
     from_yaml = fleet.place("name: vm-y\ndevices: [{name: gpu, profile: T4-8Q}]")
     from_json = fleet.place(json.dumps({"name": "vm-j", "devices": [{"name": "gpu", "profile": "T4-8Q"}]}))

@@ -29,8 +29,14 @@ pub struct PlaceArgs {
     #[arg(long, default_value = "binpack", value_parser = parse_policy, value_name = "POLICY")]
     pub policy: Policy,
     /// Write the fleet back to FLEET with the new allocation recorded as pending.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dry_run")]
     pub save: bool,
+    /// Say where the Machine would go and record nothing (a what-if; the fleet is unchanged).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Place on this node only, or refuse with its reasons (overrides the Machine's `targetNode`).
+    #[arg(long, value_name = "NODE")]
+    pub target_node: Option<String>,
 }
 
 fn parse_policy(s: &str) -> Result<Policy, String> {
@@ -161,9 +167,20 @@ fn out_of(refusal: &Refusal) -> RefusalOut<'_> {
 pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
     let (mut state, json) = load_fleet(&a.inventory)?;
     let text = read_text(&a.machine, "machine")?;
-    let machine = Machine::from_text(&text)
+    let mut machine = Machine::from_text(&text)
         .with_context(|| format!("machine file {}", a.machine.display()))?;
-    let placed = match state.place_detailed(&machine, a.policy) {
+    if let Some(node) = a.target_node {
+        machine.target_node = Some(node);
+        machine
+            .validate()
+            .with_context(|| format!("machine file {}", a.machine.display()))?;
+    }
+    let result = if a.dry_run {
+        state.try_place_detailed(&machine, a.policy)
+    } else {
+        state.place_detailed(&machine, a.policy)
+    };
+    let placed = match result {
         Ok(p) => p,
         Err(SchedError::Unsatisfiable(r)) => return refused(g.output, &r),
         Err(e) => return Err(e.into()),
@@ -172,7 +189,7 @@ pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
         save_fleet(&a.inventory, &state.to_fleet(), json)?;
     }
     match g.output {
-        Output::Table => print!("{}", placement_table(&state, &placed, a.policy)),
+        Output::Table => print!("{}", placement_table(&state, &placed, a.policy, a.dry_run)),
         out => print_data(out, &placed)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -269,9 +286,10 @@ fn device_short(d: &AllocatedDevice) -> String {
 
 /// Rows of an allocation; vGPUs show their GPU by per-node name when the fleet knows it.
 fn device_rows(state: &FleetState, a: &Allocation) -> Vec<Vec<String>> {
-    let node = state.nodes().find(|n| n.node == a.node);
+    let node = state.node(&a.node);
     let gpu_name = |addr: &gpu_core::PciAddress| {
-        node.and_then(|n| n.gpu_by_address(addr))
+        node.as_ref()
+            .and_then(|n| n.gpu_by_address(addr))
             .map_or_else(|| addr.to_string(), |g| g.name.clone())
     };
     a.devices
@@ -331,14 +349,21 @@ const DEVICE_HEADER: [&str; 7] = [
     "UUID",
 ];
 
-fn placement_table(state: &FleetState, p: &Placement, policy: Policy) -> String {
+fn placement_table(state: &FleetState, p: &Placement, policy: Policy, dry_run: bool) -> String {
     let a = &p.allocation;
-    let mut s = format!(
-        "Machine {} placed on node {} ({}, {policy})\n",
-        a.machine,
-        a.node,
-        a.status_str()
-    );
+    let mut s = if dry_run {
+        format!(
+            "Machine {} would be placed on node {} (dry run, nothing recorded, {policy})\n",
+            a.machine, a.node
+        )
+    } else {
+        format!(
+            "Machine {} placed on node {} ({}, {policy})\n",
+            a.machine,
+            a.node,
+            a.status_str()
+        )
+    };
     s.push_str(&table(&DEVICE_HEADER, &device_rows(state, a)));
     for d in &p.degraded {
         s.push_str(&format!(

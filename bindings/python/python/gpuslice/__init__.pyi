@@ -143,10 +143,11 @@ DeviceRequest = TypedDict(
 """One named device request of a Machine: whole GPUs (``gpus``/``count``) or vGPUs (``profile``)."""
 
 class Machine(TypedDict):
-    """A VM with named device requests."""
+    """A VM with named device requests; ``targetNode`` places it on that node only."""
 
     name: str
     devices: List[DeviceRequest]
+    targetNode: NotRequired[str]
 
 class AllocatedGpu(TypedDict):
     kind: Literal["gpu"]
@@ -409,9 +410,13 @@ class Fleet:
     def remove_node(self, name: str) -> NodeTopology:
         """Removes a node and returns its topology. Raises :class:`NotFound`."""
     def place(
-        self, machine: MachineInput, policy: Literal["binpack", "spread"] = "binpack"
+        self,
+        machine: MachineInput,
+        policy: Literal["binpack", "spread", "firstfit"] = "binpack",
+        dry_run: bool = False,
     ) -> Placement:
-        """Places a Machine; raises :class:`Unsatisfiable` or :class:`InvalidRequest`."""
+        """Places a Machine (with ``dry_run=True``: says where, records nothing); raises
+        :class:`Unsatisfiable` or :class:`InvalidRequest`."""
     def release(self, machine_name: str) -> Allocation:
         """Releases a Machine's allocation and returns it. Raises :class:`NotFound`."""
     def mark_created(self, machine_name: str) -> None:

@@ -24,6 +24,9 @@ creates: int = sum(len(g["create"]) for g in layout["gpus"])
 
 try:
     fleet.place("name: vm2\ndevices: [{name: g}]", policy="spread")
+    fleet.place(
+        {"name": "vm3", "targetNode": "n", "devices": [{"name": "g"}]}, policy="firstfit", dry_run=True
+    )
 except gpuslice.Unsatisfiable as e:
     kinds: List[str] = [r["kind"] for n in e.reasons for r in n["reasons"]]
 except gpuslice.HostError as e:

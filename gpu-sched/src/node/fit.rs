@@ -1,0 +1,644 @@
+//! Fitting a Machine's requests on one node: candidates, filters, policy order, and the reasons
+//! a node gives when it says no.
+
+// Reasons are built only when a node says no; boxing them would not speed anything up.
+#![allow(clippy::result_large_err)]
+
+use gpu_core::{GpuState, HealthState, Pool, Profile, pool::Misfit};
+
+use super::{Group, NodeState, Pick, creatable};
+use crate::policy::Policy;
+use crate::refusal::{Exclusion, Filter, Reason, ReasonKind};
+use crate::resolve::{ClassId, GpuRef, Kind, Req, Resolved};
+
+/// Tentative state while fitting the requests of one Machine.
+#[derive(Debug, Default)]
+struct Overlay {
+    taken: Vec<usize>,
+    hosting: Vec<usize>,
+    /// Units taken per parent, indexed by parent; empty until the first vGPU is picked.
+    units: Vec<u64>,
+    pools: Vec<(usize, Pool)>,
+}
+
+impl Overlay {
+    fn units_of(&self, parent: usize) -> u64 {
+        self.units.get(parent).copied().unwrap_or(0)
+    }
+    fn add_units(&mut self, parent: usize, parents: usize, units: u64) {
+        if self.units.is_empty() {
+            self.units = vec![0; parents];
+        }
+        if let Some(u) = self.units.get_mut(parent) {
+            *u = u.saturating_add(units);
+        }
+    }
+    fn touches(&self, group: &Group) -> bool {
+        !self.units.is_empty() && group.parents.iter().any(|&p| self.units_of(p) > 0)
+    }
+    fn pool<'a>(&'a self, gi: usize, g: &'a Group) -> Option<&'a Pool> {
+        self.pools
+            .iter()
+            .find(|(i, _)| *i == gi)
+            .map(|(_, p)| p)
+            .or(g.pool.as_ref())
+    }
+    fn charge_pool(&mut self, gi: usize, g: &Group, profile: &Profile) {
+        if let Some((_, p)) = self.pools.iter_mut().find(|(i, _)| *i == gi) {
+            p.charge(profile);
+            return;
+        }
+        if let Some(base) = &g.pool {
+            let mut p = base.clone();
+            p.charge(profile);
+            self.pools.push((gi, p));
+        }
+    }
+}
+
+/// One attempt at fitting a Machine on a node: how to choose, what the Machine's vGPU requests
+/// ask for (whole-GPU picks avoid GPUs offering those), and what has been taken so far.
+pub(crate) struct FitCtx<'a> {
+    policy: Policy,
+    vgpu_classes: &'a [ClassId],
+    overlay: Overlay,
+    picks: Vec<Pick>,
+}
+
+impl<'a> FitCtx<'a> {
+    fn new(policy: Policy, vgpu_classes: &'a [ClassId]) -> Self {
+        FitCtx {
+            policy,
+            vgpu_classes,
+            overlay: Overlay::default(),
+            picks: Vec::new(),
+        }
+    }
+}
+
+fn misfit_filter(m: &Misfit) -> Filter {
+    match m {
+        Misfit::SizeLocked { .. } => Filter::SizeLocked,
+        Misfit::ModeConflict => Filter::ModeConflict,
+        Misfit::Framebuffer { .. } | Misfit::MigSlices { .. } => Filter::PoolFull,
+    }
+}
+
+#[derive(Default)]
+struct Excluded(Vec<Exclusion>);
+
+impl Excluded {
+    fn add(&mut self, filter: Filter) {
+        match self.0.iter_mut().find(|e| e.filter == filter) {
+            Some(e) => e.count += 1,
+            None => self.0.push(Exclusion { filter, count: 1 }),
+        }
+    }
+    fn into_sorted(mut self) -> Vec<Exclusion> {
+        self.0.sort_by_key(|e| e.filter);
+        self.0
+    }
+}
+
+/// A group candidate for one vGPU request.
+struct GroupCand {
+    group: usize,
+    local: usize,
+    parent_sum: u32,
+    cap: u32,
+    used: bool,
+    health: u8,
+    cursor: usize,
+}
+
+impl NodeState {
+    // ------------------------------------------------------------------ fitting
+
+    /// Fits all requests of a Machine on this node, or says why not.
+    pub(crate) fn fit(&self, m: &Resolved, policy: Policy) -> Result<Vec<Pick>, Vec<Reason>> {
+        let vgpu_classes: Vec<ClassId> = m
+            .reqs
+            .iter()
+            .filter_map(|r| match &r.kind {
+                Kind::Vgpu { classes, .. } => Some(classes.iter().copied()),
+                Kind::Whole { .. } => None,
+            })
+            .flatten()
+            .collect();
+        if m.reqs.len() == 1 {
+            let mut cx = FitCtx::new(policy, &vgpu_classes);
+            return self
+                .fit_req(0, &m.reqs[0], &mut cx)
+                .map(|()| cx.picks)
+                .map_err(|r| vec![r]);
+        }
+        let mut reasons = Vec::new();
+        for (i, r) in m.reqs.iter().enumerate() {
+            if let Err(reason) = self.fit_req(i, r, &mut FitCtx::new(policy, &vgpu_classes)) {
+                reasons.push(reason);
+            }
+        }
+        if !reasons.is_empty() {
+            return Err(reasons);
+        }
+        // Most constrained first: named GPUs, other whole GPUs, then vGPUs largest first.
+        let mut order: Vec<usize> = (0..m.reqs.len()).collect();
+        order.sort_by_key(|&i| {
+            let r = &m.reqs[i];
+            let size = match &r.kind {
+                Kind::Vgpu { classes, .. } => classes
+                    .first()
+                    .and_then(|c| self.class_size(*c))
+                    .unwrap_or(0),
+                Kind::Whole { .. } => 0,
+            };
+            (
+                r.is_vgpu(),
+                std::cmp::Reverse(r.exact_count()),
+                std::cmp::Reverse(size),
+                i,
+            )
+        });
+        // The first order almost always works. When it does not, other orders of the requests
+        // and the other way of choosing GPUs within the node are tried: at most 24 orders (up to
+        // 4 requests) times 2, and only for a node where every request fits on its own.
+        let mut tries: Vec<Vec<usize>> = vec![order.clone()];
+        if order.len() <= 4 {
+            permutations(&order, &mut tries);
+        }
+        let other = match policy {
+            Policy::Binpack | Policy::FirstFit => Policy::Spread,
+            Policy::Spread => Policy::Binpack,
+        };
+        for (within, w) in [policy, other]
+            .into_iter()
+            .flat_map(|p| tries.iter().map(move |w| (p, w)))
+        {
+            let mut cx = FitCtx::new(within, &vgpu_classes);
+            let ok = w
+                .iter()
+                .all(|&i| self.fit_req(i, &m.reqs[i], &mut cx).is_ok());
+            if ok {
+                return Ok(cx.picks);
+            }
+        }
+        let mut reason = Reason::new(
+            ReasonKind::ConflictingRequests,
+            &m.reqs[0].name,
+            m.reqs.iter().fold(0u32, |a, r| a.saturating_add(r.wanted)),
+            0,
+        );
+        reason.with = m.reqs[1..].iter().map(|r| r.name.clone()).collect();
+        Err(vec![reason])
+    }
+
+    /// A sort key for "larger first": MIG slices outrank any framebuffer size (a 7-slice
+    /// instance takes a whole GPU), then framebuffer in MiB.
+    fn class_size(&self, class: ClassId) -> Option<u64> {
+        self.groups.iter().enumerate().find_map(|(gi, g)| {
+            g.local(class).map(|l| {
+                let p = self.sample_profile(gi, l);
+                p.framebuffer_mib
+                    .unwrap_or(0)
+                    .max(u64::from(p.mig_slices.unwrap_or(0)) << 40)
+            })
+        })
+    }
+
+    fn fit_req(&self, ri: usize, r: &Req, cx: &mut FitCtx<'_>) -> Result<(), Reason> {
+        match &r.kind {
+            Kind::Vgpu { text, classes } => self.fit_vgpu(ri, r, text, classes, cx),
+            Kind::Whole {
+                exact,
+                families,
+                listed,
+            } => self.fit_whole(ri, r, exact, families, *listed, cx),
+        }
+    }
+
+    /// The first filter a GPU fails for a request, among vendor, class, model and memory.
+    fn identity_filter(
+        &self,
+        r: &Req,
+        gpu: Option<usize>,
+        size_mib: Option<u64>,
+    ) -> Option<Filter> {
+        let g = gpu.map(|i| &self.topo.gpus[i]);
+        if let Some((v, raw)) = r.vendor {
+            let ok = g.is_some_and(|g| match raw {
+                Some(id) => g.vendor_id.0 == id,
+                None => g.vendor == v,
+            });
+            if !ok {
+                return Some(Filter::WrongVendor);
+            }
+        }
+        if r.accelerator && !g.is_some_and(|g| g.class.is_compute()) {
+            return Some(Filter::WrongClass);
+        }
+        if let Some(m) = &r.model {
+            if !gpu.is_some_and(|i| self.gpus[i].model_lc.contains(m.as_str())) {
+                return Some(Filter::WrongModel);
+            }
+        }
+        if let Some(min) = r.min_mib {
+            if size_mib.is_none_or(|s| s < min) {
+                return Some(Filter::TooSmall);
+            }
+        }
+        None
+    }
+
+    fn fit_vgpu(
+        &self,
+        ri: usize,
+        r: &Req,
+        text: &str,
+        classes: &[ClassId],
+        cx: &mut FitCtx<'_>,
+    ) -> Result<(), Reason> {
+        let (policy, overlay, picks) = (cx.policy, &mut cx.overlay, &mut cx.picks);
+        // The node's own summary answers "not offered" without touching its parents.
+        if !self.offers_any(classes) {
+            let mut reason = Reason::new(ReasonKind::ProfileNotOffered, &r.name, r.wanted, 0);
+            reason.profile = Some(text.to_owned());
+            return Err(reason);
+        }
+        let mut excluded = Excluded::default();
+        let mut cands: Vec<GroupCand> = Vec::new();
+        let mut offered = false;
+        for (gi, g) in self.groups.iter().enumerate() {
+            let Some(local) = classes.iter().find_map(|c| g.local(*c)) else {
+                continue;
+            };
+            offered = true;
+            let profile = self.sample_profile(gi, local);
+            if let Some(f) = self.identity_filter(r, g.gpu, profile.framebuffer_mib) {
+                excluded.add(f);
+                continue;
+            }
+            if g.health == HealthState::Unhealthy {
+                excluded.add(Filter::Unhealthy);
+                continue;
+            }
+            if g.gpu
+                .is_some_and(|x| self.gpus[x].held > 0 || overlay.taken.contains(&x))
+            {
+                excluded.add(Filter::InUse);
+                continue;
+            }
+            let parent_sum = if overlay.touches(g) {
+                g.entries[local]
+                    .iter()
+                    .map(|&(p, o)| {
+                        let ps = &self.parents[p];
+                        ps.free_for(&ps.offers[o], overlay.units_of(p))
+                    })
+                    .fold(0u32, u32::saturating_add)
+            } else {
+                g.parent_sum[local]
+            };
+            if parent_sum == 0 {
+                excluded.add(Filter::NoFreeParent);
+                continue;
+            }
+            let pool = overlay.pool(gi, g);
+            if let Some(Err(m)) = pool.map(|p| p.check(profile)) {
+                excluded.add(misfit_filter(&m));
+                continue;
+            }
+            let cap = parent_sum.min(creatable(pool, profile));
+            if cap == 0 {
+                excluded.add(Filter::PoolFull);
+                continue;
+            }
+            let used = g.base_used
+                || g.charged > 0
+                || overlay.pools.iter().any(|(i, _)| *i == gi)
+                || overlay.touches(g);
+            cands.push(GroupCand {
+                group: gi,
+                local,
+                parent_sum,
+                cap,
+                used,
+                health: g.health.rank(),
+                cursor: 0,
+            });
+        }
+        if !offered {
+            let mut reason = Reason::new(ReasonKind::ProfileNotOffered, &r.name, r.wanted, 0);
+            reason.profile = Some(text.to_owned());
+            return Err(reason);
+        }
+        if r.numa {
+            if let Err(most) = self.keep_one_numa_node(&mut cands, r.wanted, policy, &mut excluded)
+            {
+                let mut reason =
+                    Reason::new(ReasonKind::TopologyUnsatisfiable, &r.name, r.wanted, most);
+                reason.profile = Some(text.to_owned());
+                reason.numa_aligned = true;
+                reason.excluded = excluded.into_sorted();
+                return Err(reason);
+            }
+        }
+        let total: u64 = cands.iter().map(|c| u64::from(c.cap)).sum();
+        if total < u64::from(r.wanted) {
+            let mut reason = Reason::new(
+                ReasonKind::TopologyUnsatisfiable,
+                &r.name,
+                r.wanted,
+                u32::try_from(total).unwrap_or(u32::MAX),
+            );
+            reason.profile = Some(text.to_owned());
+            reason.excluded = excluded.into_sorted();
+            return Err(reason);
+        }
+        for index in 0..r.wanted {
+            let best = cands
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.cap > 0)
+                .min_by(|(_, a), (_, b)| {
+                    let key = |c: &GroupCand| match policy {
+                        Policy::Binpack => (c.health, !c.used, c.cap, c.group),
+                        Policy::Spread => (c.health, c.used, u32::MAX - c.cap, c.group),
+                        Policy::FirstFit => (c.health, false, 0, c.group),
+                    };
+                    key(a).cmp(&key(b))
+                })
+                .map(|(i, _)| i);
+            let Some(ci) = best else {
+                // Unreachable in practice: the total said enough fit.
+                let mut reason =
+                    Reason::new(ReasonKind::TopologyUnsatisfiable, &r.name, r.wanted, index);
+                reason.profile = Some(text.to_owned());
+                return Err(reason);
+            };
+            let c = &mut cands[ci];
+            let g = &self.groups[c.group];
+            let entries = &g.entries[c.local];
+            let mut chosen = None;
+            while c.cursor < entries.len() {
+                let (p, o) = entries[c.cursor];
+                let ps = &self.parents[p];
+                if ps.free_for(&ps.offers[o], overlay.units_of(p)) > 0 {
+                    chosen = Some((p, o));
+                    break;
+                }
+                c.cursor += 1;
+            }
+            let Some((p, o)) = chosen else {
+                c.cap = 0;
+                let mut reason =
+                    Reason::new(ReasonKind::TopologyUnsatisfiable, &r.name, r.wanted, index);
+                reason.profile = Some(text.to_owned());
+                return Err(reason);
+            };
+            let profile = &self.parents[p].table[self.parents[p].offers[o].profile];
+            overlay.add_units(p, self.parents.len(), self.parents[p].offers[o].cost);
+            overlay.charge_pool(c.group, g, profile);
+            if let Some(x) = g.gpu {
+                overlay.hosting.push(x);
+            }
+            c.parent_sum -= 1;
+            c.used = true;
+            c.cap = c
+                .parent_sum
+                .min(creatable(overlay.pool(c.group, g), profile));
+            picks.push(Pick::Vgpu {
+                req: ri,
+                index,
+                parent: p,
+                offer: o,
+                group: c.group,
+            });
+        }
+        Ok(())
+    }
+
+    /// Keeps the vGPU candidates of one NUMA node: among those that can take `wanted` instances,
+    /// the fullest (binpack) or emptiest (spread), ties by NUMA node. When none can, returns the
+    /// most instances one NUMA node could take, with the GPUs outside that node excluded.
+    fn keep_one_numa_node(
+        &self,
+        cands: &mut Vec<GroupCand>,
+        wanted: u32,
+        policy: Policy,
+        excluded: &mut Excluded,
+    ) -> Result<(), u32> {
+        let numa_of = |c: &GroupCand| {
+            self.groups[c.group]
+                .gpu
+                .and_then(|x| self.topo.gpus[x].numa_node)
+        };
+        let mut totals: Vec<(Option<u32>, u64)> = Vec::new();
+        for c in cands.iter() {
+            let n = numa_of(c);
+            match totals.iter_mut().find(|t| t.0 == n) {
+                Some(t) => t.1 += u64::from(c.cap),
+                None => totals.push((n, u64::from(c.cap))),
+            }
+        }
+        totals.sort_unstable();
+        let fits = totals.iter().filter(|t| t.1 >= u64::from(wanted));
+        let best = match policy {
+            Policy::Spread => fits.min_by_key(|t| std::cmp::Reverse(t.1)),
+            Policy::Binpack => fits.min_by_key(|t| t.1),
+            Policy::FirstFit => fits.min_by_key(|_| 0),
+        };
+        let keep = match best {
+            Some(t) => Ok(t.0),
+            None => {
+                let most = totals
+                    .iter()
+                    .min_by_key(|t| std::cmp::Reverse(t.1))
+                    .copied();
+                Err(most)
+            }
+        };
+        let node = match keep {
+            Ok(n) | Err(Some((n, _))) => n,
+            Err(None) => return Err(0),
+        };
+        let before = cands.len();
+        cands.retain(|c| numa_of(c) == node);
+        for _ in cands.len()..before {
+            excluded.add(Filter::WrongNuma);
+        }
+        match keep {
+            Ok(_) => Ok(()),
+            Err(most) => Err(most.map_or(0, |t| u32::try_from(t.1).unwrap_or(u32::MAX))),
+        }
+    }
+
+    fn fit_whole(
+        &self,
+        ri: usize,
+        r: &Req,
+        exact: &[GpuRef],
+        families: &[String],
+        listed: bool,
+        cx: &mut FitCtx<'_>,
+    ) -> Result<(), Reason> {
+        let (policy, vgpu_classes) = (cx.policy, cx.vgpu_classes);
+        let (overlay, picks) = (&mut cx.overlay, &mut cx.picks);
+        let find = |e: &GpuRef| {
+            self.topo.gpus.iter().position(|g| match e {
+                GpuRef::Name(n) => g.name == *n,
+                GpuRef::Address(a) => g.address == *a,
+            })
+        };
+        let mut exact_ix = Vec::with_capacity(exact.len());
+        for e in exact {
+            match find(e) {
+                Some(i) => exact_ix.push(i),
+                None => {
+                    let mut reason = Reason::new(ReasonKind::GpuNotFound, &r.name, r.wanted, 0);
+                    reason.gpu = Some(e.to_string());
+                    return Err(reason);
+                }
+            }
+        }
+        let mut excluded = Excluded::default();
+        // (gpu, exact?) of the GPUs passing every filter, in address order.
+        let mut cands: Vec<(usize, bool)> = Vec::new();
+        for (i, g) in self.topo.gpus.iter().enumerate() {
+            let is_exact = exact_ix.contains(&i);
+            if listed && !is_exact {
+                let fam = g.name.trim_end_matches(|c: char| c.is_ascii_digit());
+                if !families.iter().any(|f| f == fam) {
+                    continue;
+                }
+            }
+            if let Some(f) = self.identity_filter(r, Some(i), g.memory_mib) {
+                excluded.add(f);
+                continue;
+            }
+            let s = &self.gpus[i];
+            if g.state == GpuState::Blocked {
+                excluded.add(Filter::Blocked);
+                continue;
+            }
+            if s.health == HealthState::Unhealthy {
+                excluded.add(Filter::Unhealthy);
+                continue;
+            }
+            if !s.free_whole() || overlay.taken.contains(&i) || overlay.hosting.contains(&i) {
+                excluded.add(Filter::InUse);
+                continue;
+            }
+            cands.push((i, is_exact));
+        }
+        let fail = |free: usize, excluded: Excluded, numa: bool| {
+            let mut reason = Reason::new(
+                ReasonKind::InsufficientGpus,
+                &r.name,
+                r.wanted,
+                u32::try_from(free).unwrap_or(u32::MAX),
+            );
+            reason.numa_aligned = numa;
+            reason.excluded = excluded.into_sorted();
+            reason
+        };
+        let exact_ok = exact_ix.iter().all(|e| cands.iter().any(|c| c.0 == *e));
+        if !exact_ok {
+            return Err(fail(cands.len(), excluded, r.numa));
+        }
+        let rank = |i: usize| {
+            // Binpack and spread keep GPUs that offer the Machine's vGPU types for those.
+            let hosts = policy != Policy::FirstFit
+                && self.gpus[i].group.is_some_and(|gi| {
+                    self.groups[gi]
+                        .classes
+                        .iter()
+                        .any(|c| vgpu_classes.contains(c))
+                });
+            (self.gpus[i].health.rank(), hosts, i)
+        };
+        let need_more = (r.wanted as usize).saturating_sub(exact_ix.len());
+        let mut chosen: Vec<usize> = exact_ix.clone();
+        if r.numa {
+            // Group the candidates by NUMA node; the named GPUs fix the node when given.
+            let numa_of = |i: usize| self.topo.gpus[i].numa_node;
+            let fixed = exact_ix.first().map(|&e| numa_of(e));
+            if let Some(f) = fixed {
+                if exact_ix.iter().any(|&e| numa_of(e) != f) {
+                    excluded.add(Filter::WrongNuma);
+                    return Err(fail(0, excluded, true));
+                }
+            }
+            let mut nodes: Vec<Option<u32>> = cands.iter().map(|c| numa_of(c.0)).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            let mut best: Option<(Option<u32>, usize)> = None;
+            let mut most = 0usize;
+            for n in nodes {
+                if fixed.is_some_and(|f| f != n) {
+                    continue;
+                }
+                let free = cands.iter().filter(|c| !c.1 && numa_of(c.0) == n).count();
+                most = most.max(free + exact_ix.len());
+                if free < need_more {
+                    continue;
+                }
+                let better = match (best, policy) {
+                    (None, _) => true,
+                    (Some((_, b)), Policy::Binpack) => free < b,
+                    (Some((_, b)), Policy::Spread) => free > b,
+                    (Some(_), Policy::FirstFit) => false,
+                };
+                if better {
+                    best = Some((n, free));
+                }
+            }
+            let Some((n, _)) = best else {
+                let outside = cands.len().saturating_sub(most);
+                for _ in 0..outside {
+                    excluded.add(Filter::WrongNuma);
+                }
+                return Err(fail(most, excluded, true));
+            };
+            let mut pool: Vec<usize> = cands
+                .iter()
+                .filter(|c| !c.1 && numa_of(c.0) == n)
+                .map(|c| c.0)
+                .collect();
+            pool.sort_by_key(|&i| rank(i));
+            chosen.extend(pool.into_iter().take(need_more));
+        } else {
+            if cands.len() < r.wanted as usize {
+                return Err(fail(cands.len(), excluded, false));
+            }
+            let mut pool: Vec<usize> = cands.iter().filter(|c| !c.1).map(|c| c.0).collect();
+            pool.sort_by_key(|&i| rank(i));
+            chosen.extend(pool.into_iter().take(need_more));
+        }
+        for gpu in chosen {
+            overlay.taken.push(gpu);
+            picks.push(Pick::Whole { req: ri, gpu });
+        }
+        Ok(())
+    }
+}
+
+fn permutations(items: &[usize], out: &mut Vec<Vec<usize>>) {
+    fn rec(prefix: &mut Vec<usize>, rest: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        if rest.is_empty() {
+            out.push(prefix.clone());
+            return;
+        }
+        for i in 0..rest.len() {
+            let x = rest.remove(i);
+            prefix.push(x);
+            rec(prefix, rest, out);
+            prefix.pop();
+            rest.insert(i, x);
+        }
+    }
+    let mut rest = items.to_vec();
+    let mut all = Vec::new();
+    rec(&mut Vec::new(), &mut rest, &mut all);
+    // The given order was tried first already.
+    out.extend(all.into_iter().skip(1));
+}
