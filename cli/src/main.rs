@@ -49,6 +49,9 @@ enum Command {
     /// Node side of Kubernetes DRA: create or remove what an allocation result names.
     #[command(subcommand)]
     Dra(cmd::dra::DraCommand),
+    /// The node agent: serve this host's GPUs over a versioned HTTP API (unix socket or TCP) and
+    /// keep the vGPUs it creates across restarts.
+    Agent(cmd::agent::AgentArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
         Command::Metrics(a) => cmd::metrics::run(g, a),
         Command::Export(c) => cmd::export::run(g, c),
         Command::Dra(c) => cmd::dra::run(g, c),
+        Command::Agent(a) => cmd::agent::run(g, a),
     };
     match result {
         Ok(code) => code,
