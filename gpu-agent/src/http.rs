@@ -346,32 +346,30 @@ async fn events(
             sse,
         },
         |mut s| async move {
-            loop {
-                if *s.shutdown.borrow() {
-                    return None;
-                }
-                let keepalive = tokio::time::sleep(SSE_KEEPALIVE);
-                tokio::select! {
-                    r = s.rx.recv() => match r {
-                        Ok(e) => {
-                            let f = frame(&e, s.sse);
-                            return Some((Ok(f), s));
-                        }
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                            let e = Event {
-                                revision: s.agent.events().revision(),
-                                kind: EventKind::Resync,
-                                data: serde_json::json!({ "reason": "the client fell behind" }),
-                            };
-                            let f = frame(&e, s.sse);
-                            return Some((Ok(f), s));
-                        }
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                    },
-                    _ = s.shutdown.changed() => return None,
-                    _ = keepalive, if s.sse => {
-                        return Some((Ok(axum::body::Bytes::from_static(b": keep-alive\n\n")), s));
+            if *s.shutdown.borrow() {
+                return None;
+            }
+            let keepalive = tokio::time::sleep(SSE_KEEPALIVE);
+            tokio::select! {
+                r = s.rx.recv() => match r {
+                    Ok(e) => {
+                        let f = frame(&e, s.sse);
+                        Some((Ok(f), s))
                     }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let e = Event {
+                            revision: s.agent.events().revision(),
+                            kind: EventKind::Resync,
+                            data: serde_json::json!({ "reason": "the client fell behind" }),
+                        };
+                        let f = frame(&e, s.sse);
+                        Some((Ok(f), s))
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+                },
+                _ = s.shutdown.changed() => None,
+                _ = keepalive, if s.sse => {
+                    Some((Ok(axum::body::Bytes::from_static(b": keep-alive\n\n")), s))
                 }
             }
         },

@@ -52,18 +52,19 @@ fn hooks() -> Hooks {
             metrics::render(std::slice::from_ref(t), &[]).map_err(|e| e.to_string())
         })),
         metrics_content_type: Some(metrics::CONTENT_TYPE.to_owned()),
-        handoff: Some(Arc::new(|t: &gpu_core::NodeTopology, target: &HandoffTarget| {
-            let devices = match target {
-                HandoffTarget::Mdev(uuid) => vec![handoff::VmDevice::Mdev { uuid: *uuid }],
-                HandoffTarget::Pci(a) => {
-                    handoff::address_devices(t, a).map_err(|e| crate::common::render_error(&e))?
-                }
-            };
-            Ok(serde_json::json!({
-                "qemu": handoff::qemu_args(&devices),
-                "libvirt": handoff::libvirt_xml(&devices),
-            }))
-        })),
+        handoff: Some(Arc::new(
+            |t: &gpu_core::NodeTopology, target: &HandoffTarget| {
+                let devices = match target {
+                    HandoffTarget::Mdev(uuid) => vec![handoff::VmDevice::Mdev { uuid: *uuid }],
+                    HandoffTarget::Pci(a) => handoff::address_devices(t, a)
+                        .map_err(|e| crate::common::render_error(&e))?,
+                };
+                Ok(serde_json::json!({
+                    "qemu": handoff::qemu_args(&devices),
+                    "libvirt": handoff::libvirt_xml(&devices),
+                }))
+            },
+        )),
     }
 }
 
