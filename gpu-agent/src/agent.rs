@@ -370,7 +370,7 @@ impl Agent {
             };
             let out = f(&me);
             if let Err(e) = me.refresh() {
-                eprintln!("gpuslice agent: cannot read the host after a write: {e}");
+                crate::log!("gpuslice agent: cannot read the host after a write: {e}");
             }
             out
         })
@@ -384,7 +384,7 @@ impl Agent {
             .root_dir()
             .ok_or_else(|| ApiError::new("host-error", "the host has no root directory"))?;
         LayoutLock::acquire(root, Some(self.config.lock_timeout), &mut |p| {
-            eprintln!(
+            crate::log!(
                 "gpuslice agent: waiting for {} (another gpuslice vgpu apply)",
                 p.display()
             );
@@ -923,7 +923,7 @@ impl Agent {
                 keep.push(p.clone());
             }
             if let Some(m) = &message {
-                eprintln!(
+                crate::log!(
                     "gpuslice agent: reconcile {}: {:?}: {m}",
                     p.device.id(),
                     outcome

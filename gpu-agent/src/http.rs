@@ -63,6 +63,38 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .with_state(agent)
 }
 
+/// Renders metrics text on each scrape: the body, or a message served as a 500.
+pub type Render = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+
+/// A router serving only `GET /metrics` (and HEAD) from `render`, with the API's JSON errors for
+/// other routes and methods: what `gpuslice metrics --listen` serves.
+pub fn metrics_router(render: Render, content_type: String) -> Router {
+    let handler = move || {
+        let render = Arc::clone(&render);
+        let content_type = content_type.clone();
+        async move {
+            // Rendering a fleet file reads it: off the async threads.
+            let out = tokio::task::spawn_blocking(move || render())
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            match out {
+                Ok(text) => {
+                    let mut r = Response::new(Body::from(text));
+                    if let Ok(v) = HeaderValue::from_str(&content_type) {
+                        r.headers_mut().insert(header::CONTENT_TYPE, v);
+                    }
+                    r
+                }
+                Err(e) => ApiError::new("error", e).into_response(),
+            }
+        }
+    };
+    Router::new()
+        .route("/metrics", get(handler))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
+}
+
 async fn unknown_route(req: Request) -> ApiError {
     ApiError::new(
         "unknown-route",

@@ -7,6 +7,17 @@
 //! tests). Writes are serialized and share the layout lock of `gpuslice vgpu apply`; reads are
 //! served from a cached snapshot and never wait for a write.
 
+/// Writes one line to standard error, ignoring failures: a closed stderr (a supervisor that went
+/// away) must not take an answer down with it, as `eprintln!` would by panicking.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! log {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod agent;
 pub mod error;
 pub mod events;
@@ -20,5 +31,5 @@ pub use agent::{
 };
 pub use error::ApiError;
 pub use events::{Event, EventBus, EventKind};
-pub use serve::{Access, Listen, Listener, serve};
+pub use serve::{Access, Listen, Listener, ServeOptions, serve, serve_router};
 pub use state::{Device, Owner, Phase, Promise, StateFile, StateStore};

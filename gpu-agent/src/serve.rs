@@ -220,6 +220,22 @@ impl Listener {
         })
     }
 
+    /// Binds a TCP address for a router without write routes (`GET /metrics` only): no token,
+    /// every method reaches the router (which answers 405 for anything but GET). Needs a Tokio
+    /// runtime.
+    ///
+    /// # Errors
+    /// A failing bind.
+    pub fn bind_tcp_read_routes(addr: &str) -> std::io::Result<Self> {
+        let std_l = std::net::TcpListener::bind(addr)
+            .map_err(io_err(format!("cannot listen on {addr}")))?;
+        std_l.set_nonblocking(true)?;
+        Ok(Listener {
+            bound: Bound::Tcp(tokio::net::TcpListener::from_std(std_l)?),
+            access: Access::default(),
+        })
+    }
+
     /// Where it listens, as `--listen` spells it (`unix:/path`, `tcp:127.0.0.1:9836`).
     pub fn address(&self) -> String {
         match &self.bound {
@@ -285,6 +301,60 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let router = crate::http::router(Arc::clone(&agent));
+    serve_with(
+        router,
+        listeners,
+        shutdown,
+        Some(agent),
+        ServeOptions::default(),
+    )
+    .await
+}
+
+/// How [`serve_router`] serves.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// Keep connections open between requests (off: every answer closes its connection).
+    pub keep_alive: bool,
+    /// Shut down after answering this many requests.
+    pub max_requests: Option<u64>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            keep_alive: true,
+            max_requests: None,
+        }
+    }
+}
+
+/// Serves any router (`gpuslice metrics --listen` serves [`crate::http::metrics_router`]) with
+/// the agent's connection handling: per-connection tasks, head deadlines, graceful shutdown.
+///
+/// # Errors
+/// None after binding.
+pub async fn serve_router(
+    router: axum::Router,
+    listeners: Vec<Listener>,
+    shutdown: impl Future<Output = ()>,
+    opts: ServeOptions,
+) -> std::io::Result<()> {
+    serve_with(router, listeners, shutdown, None, opts).await
+}
+
+async fn serve_with(
+    router: axum::Router,
+    listeners: Vec<Listener>,
+    shutdown: impl Future<Output = ()>,
+    agent: Option<Arc<Agent>>,
+    opts: ServeOptions,
+) -> std::io::Result<()> {
+    let answered = Arc::new(Answered {
+        count: std::sync::atomic::AtomicU64::new(0),
+        limit: opts.max_requests,
+        done: tokio::sync::Notify::new(),
+    });
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Conn, Peer, Access)>(64);
     let mut sockets = Vec::new();
     let mut accepting = Vec::new();
@@ -302,7 +372,7 @@ pub async fn serve(
                         }
                     }
                     Err(e) => {
-                        eprintln!("gpuslice agent: accept on {}: {e}", l.address());
+                        crate::log!("gpuslice agent: accept on {}: {e}", l.address());
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
@@ -312,15 +382,22 @@ pub async fn serve(
     drop(tx);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
+    if opts.max_requests == Some(0) {
+        answered.done.notify_one();
+    }
     loop {
         tokio::select! {
             () = &mut shutdown => break,
+            () = answered.done.notified() => break,
             c = rx.recv() => {
                 let Some((conn, peer, access)) = c else { break };
-                let svc = service(router.clone(), peer, access);
+                let svc = service(router.clone(), peer, access, Arc::clone(&answered));
                 let builder = {
                     let mut b = hyper::server::conn::http1::Builder::new();
-                    b.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+                    b.timer(TokioTimer::new())
+                        .header_read_timeout(HEADER_TIMEOUT)
+                        .keep_alive(opts.keep_alive)
+                        .title_case_headers(true);
                     b
                 };
                 match conn {
@@ -339,14 +416,19 @@ pub async fn serve(
     for a in &accepting {
         a.abort();
     }
-    agent.begin_shutdown();
+    if let Some(a) = &agent {
+        a.begin_shutdown();
+    }
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
         .await
         .is_err()
     {
-        eprintln!("gpuslice agent: connections still open after {DRAIN_TIMEOUT:?}; closing");
+        crate::log!("gpuslice agent: connections still open after {DRAIN_TIMEOUT:?}; closing");
     }
-    let _quiet = agent.quiesce().await;
+    let _quiet = match &agent {
+        Some(a) => Some(a.quiesce().await),
+        None => None,
+    };
     for s in sockets {
         let _ = std::fs::remove_file(&s);
     }
@@ -357,12 +439,21 @@ type Svc = hyper_util::service::TowerToHyperService<
     tower::util::BoxCloneSyncService<Request<Incoming>, axum::response::Response, Infallible>,
 >;
 
-fn service(router: axum::Router, peer: Peer, access: Access) -> Svc {
+/// Counts answers for [`ServeOptions::max_requests`].
+#[derive(Debug)]
+struct Answered {
+    count: std::sync::atomic::AtomicU64,
+    limit: Option<u64>,
+    done: tokio::sync::Notify,
+}
+
+fn service(router: axum::Router, peer: Peer, access: Access, answered: Arc<Answered>) -> Svc {
     let peer = Arc::new(peer);
     let svc = tower::service_fn(move |req: Request<Incoming>| {
         let router = router.clone();
         let peer = Arc::clone(&peer);
         let access = access.clone();
+        let answered = Arc::clone(&answered);
         async move {
             let method = req.method().clone();
             let path = req.uri().path().to_owned();
@@ -374,10 +465,19 @@ fn service(router: axum::Router, peer: Peer, access: Access) -> Svc {
                 },
             };
             if !matches!(method, Method::GET | Method::HEAD) {
-                eprintln!(
+                crate::log!(
                     "gpuslice agent: {method} {path} from {peer}: {}",
                     resp.status().as_u16()
                 );
+            }
+            if let Some(limit) = answered.limit {
+                let n = answered
+                    .count
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                    + 1;
+                if n == limit {
+                    answered.done.notify_one();
+                }
             }
             Ok::<_, Infallible>(resp)
         }
@@ -396,8 +496,8 @@ pub async fn resync_every(agent: Arc<Agent>, period: Duration) {
         }
         let a = Arc::clone(&agent);
         match tokio::task::spawn_blocking(move || a.refresh()).await {
-            Ok(Err(e)) => eprintln!("gpuslice agent: resync: {e}"),
-            Err(e) => eprintln!("gpuslice agent: resync: {e}"),
+            Ok(Err(e)) => crate::log!("gpuslice agent: resync: {e}"),
+            Err(e) => crate::log!("gpuslice agent: resync: {e}"),
             Ok(Ok(_)) => {}
         }
     }
