@@ -33,6 +33,8 @@ export interface Sriov {
   totalVfs: number
   numVfs: number
   vfs: PciAddress[]
+  /** The PCI device ID the VFs report (may differ from the PF's), `26b9`. */
+  vfDeviceId?: string
 }
 
 export interface Link {

@@ -289,7 +289,7 @@ fn a_fleet_gpu_address_brings_its_companion_functions() {
 }
 
 #[test]
-fn kubevirt_permits_mdev_types_by_name_and_vendor_vfio_profiles_per_resource() {
+fn kubevirt_permits_mdev_types_by_name_and_every_vendor_vfio_profile_on_request() {
     let a2 = a2_root();
     let yaml = ok(&["--root", a2.path().to_str().unwrap(), "export", "kubevirt"]);
     golden("export", "a2-capture-kubevirt.yaml", &yaml);
@@ -310,6 +310,7 @@ fn kubevirt_permits_mdev_types_by_name_and_vendor_vfio_profiles_per_resource() {
         "json",
         "export",
         "kubevirt",
+        "--configured-only=false",
     ]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let pci = v["spec"]["configuration"]["permittedHostDevices"]["pciHostDevices"]
@@ -318,10 +319,10 @@ fn kubevirt_permits_mdev_types_by_name_and_vendor_vfio_profiles_per_resource() {
     assert_eq!(pci.len(), 23, "one resource per L40S profile");
     let q24 = pci
         .iter()
-        .find(|p| p["resourceName"] == "nvidia.com/NVIDIA_L40S-24Q")
+        .find(|p| p["resourceName"] == "nvidia.com/L40S-24Q")
         .unwrap();
     assert_eq!(q24["pciVendorSelector"], "10DE:26B9");
-    assert_eq!(q24["externalResourceProvider"], true);
+    assert!(q24.get("externalResourceProvider").is_none());
 
     let dir = tempfile::tempdir().unwrap();
     let f = write_fleet(dir.path(), "fleet.json", &fleet(vec![mixed_node("ws-1")]));

@@ -95,6 +95,7 @@ pub fn gpu() -> impl Strategy<Value = Gpu> {
                 total_vfs: 16,
                 num_vfs: vfs.len() as u32,
                 vfs,
+                vf_device_id: None,
             });
             g.functions = vec![Function {
                 address: a,

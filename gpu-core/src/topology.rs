@@ -198,6 +198,10 @@ pub struct Sriov {
     /// VF addresses in `virtfnN` order.
     #[serde(default)]
     pub vfs: Vec<PciAddress>,
+    /// The PCI device ID the VFs report (`sriov_vf_device`), which may differ from the PF's;
+    /// `None` when not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vf_device_id: Option<PciId>,
 }
 
 /// PCIe link state.

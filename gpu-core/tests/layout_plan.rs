@@ -111,6 +111,7 @@ fn a2_with(live: &[(usize, String, u32)]) -> NodeTopology {
         total_vfs: 16,
         num_vfs: 16,
         vfs: vfs.clone(),
+        vf_device_id: None,
     });
     gpu.vgpu_framework = Some(VgpuFramework::Mdev);
     gpu.memory_mib = Some(16384);
@@ -799,6 +800,7 @@ fn a_gpu_without_vfs_gets_sriov_enabled_first() {
         total_vfs: 32,
         num_vfs: 0,
         vfs: vec![],
+        vf_device_id: None,
     });
     let plan = plan_vgpu_config(EXAMPLE, "L40S-24Q", &host).unwrap();
     assert!(plan.needs_sriov());

@@ -120,6 +120,7 @@ fn topology_json_uses_the_documented_keys() {
         total_vfs: 16,
         num_vfs: 16,
         vfs: vec![],
+        vf_device_id: None,
     });
     t.gpus.push(g);
     t.mediated_devices.parents.push(Parent {

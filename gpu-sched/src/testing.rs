@@ -126,6 +126,7 @@ fn sriov_node(
             total_vfs: vfs,
             num_vfs: vfs,
             vfs: vf_addrs.clone(),
+            vf_device_id: None,
         });
         g.vgpu_framework = Some(framework);
         // With VFs enabled for vGPUs the card cannot be passed through whole.

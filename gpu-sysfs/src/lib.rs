@@ -10,10 +10,12 @@
 //! Every access goes through the small [`Host`] trait over one injected root, so the same code
 //! runs against `/`, a directory tree, a replayed umockdev recording ([`umockdev`]), or the public
 //! fake kernel (`testing::FakeKernel`, feature `testing`) that reacts to writes as a real kernel does.
+//! [`doctor`] checks whether the node is ready at all (IOMMU, vfio-pci, the vGPU manager, ...).
 
 pub mod actuate;
 pub mod apply;
 pub mod discover;
+pub mod doctor;
 pub mod error;
 pub mod host;
 pub mod resolver;

@@ -59,6 +59,9 @@ fn resolve_gpu(g: &Global, host: &dyn Host, gpu: &str) -> anyhow::Result<PciAddr
 fn print_handoff(h: &Handoff) {
     println!("  qemu:    {}", h.qemu);
     println!("  libvirt: {}", h.libvirt);
+    if !h.device_nodes.is_empty() {
+        println!("  devices: {}", h.device_nodes.join(" "));
+    }
 }
 
 fn print_binding(verb: &str, b: &GpuBinding) {

@@ -11,7 +11,7 @@ use gpu_core::{Allocation, MdevUuid, NodeTopology, PciAddress};
 use crate::cmd::metrics::load_nodes;
 use crate::common::{Global, Output};
 use crate::integrations::dra::{self, DraOptions, K8sVersion, model::Object};
-use crate::integrations::{cloud_init, handoff, kubevirt, yaml};
+use crate::integrations::{cloud_init, device_nodes, handoff, kubevirt, yaml};
 
 /// `gpuslice export` subcommands.
 #[derive(Subcommand, Debug)]
@@ -20,8 +20,17 @@ pub enum ExportCommand {
     Qemu(HandoffArgs),
     /// A libvirt `<hostdev>` element (a `<devices>` element for several).
     Libvirt(HandoffArgs),
-    /// KubeVirt `permittedHostDevices` for this host's (or a fleet's) GPUs and profiles.
-    Kubevirt(InventoryArgs),
+    /// KubeVirt `permittedHostDevices` for this host's (or a fleet's) GPUs and vGPU types.
+    ///
+    /// Vendor-VFIO (L4, L40S, H100, H200, B200): one `pciHostDevices` entry per vGPU type set on
+    /// at least one VF (`nvidia.com/L40S-24Q`), selected by the VFs' own vendor:device ID. mdev:
+    /// one `mediatedDevices` entry per offered type. Warnings (stderr, and comments in the YAML)
+    /// name selectors virt-handler cannot tell apart. On nodes gpuslice manages, enable KubeVirt's
+    /// `DisableMDEVConfiguration` feature gate (see docs/kubevirt.md).
+    Kubevirt(KubevirtArgs),
+    /// A KubeVirt VirtualMachine fragment for an allocation: `gpus`/`hostDevices` with the resource
+    /// names `export kubevirt` permits, and the guest licensing files with --license-token.
+    Vm(VmArgs),
     /// cloud-init `write_files` licensing an NVIDIA vGPU guest.
     CloudInit(CloudInitArgs),
     /// Kubernetes DRA ResourceSlices and DeviceClasses (YAML; `-o json` for a List).
@@ -49,14 +58,49 @@ pub struct HandoffArgs {
     /// this host.
     #[arg(long, value_name = "FLEET", requires = "address")]
     pub inventory: Option<PathBuf>,
+    /// Print the device nodes the VM's process must be allowed to open instead (`/dev/vfio/vfio`,
+    /// `/dev/vfio/<group>`, `/dev/iommu`, `/dev/vfio/devices/vfioN`), read from this host: one
+    /// per line, or `-o json` per device.
+    #[arg(long, conflicts_with = "inventory")]
+    pub device_nodes: bool,
 }
 
-/// A host or a fleet.
+/// `export kubevirt` arguments.
 #[derive(Args, Debug)]
-pub struct InventoryArgs {
+pub struct KubevirtArgs {
     /// A fleet file (JSON or YAML) instead of this host.
     #[arg(long, value_name = "FLEET")]
     pub inventory: Option<PathBuf>,
+    /// Only vGPU types with at least one instance (`--configured-only=false` for every offered
+    /// type). Default: on for vendor-VFIO VFs, off for mdev types.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub configured_only: Option<bool>,
+    /// The resource-name prefix of NVIDIA devices.
+    #[arg(long, value_name = "PREFIX", default_value = kubevirt::DEFAULT_PREFIX)]
+    pub resource_prefix: String,
+}
+
+/// `export vm` arguments.
+#[derive(Args, Debug)]
+pub struct VmArgs {
+    /// The allocation (the JSON/YAML `place` prints, one allocation or several).
+    #[arg(long, value_name = "FILE")]
+    pub allocation: PathBuf,
+    /// With an allocation file holding several: the Machine to describe.
+    #[arg(long, value_name = "NAME")]
+    pub machine: Option<String>,
+    /// The VirtualMachine's name (default: the Machine's).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Add the guest licensing files (cloud-init) for this NVIDIA client configuration token.
+    #[arg(long, value_name = "FILE")]
+    pub license_token: Option<PathBuf>,
+    /// Look the allocation's node up in this fleet file instead of this host.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: Option<PathBuf>,
+    /// The resource-name prefix of NVIDIA devices (as given to `export kubevirt`).
+    #[arg(long, value_name = "PREFIX", default_value = kubevirt::DEFAULT_PREFIX)]
+    pub resource_prefix: String,
 }
 
 /// `export cloud-init` arguments.
@@ -96,6 +140,10 @@ pub struct DraArgs {
 /// When inputs cannot be read or do not name existing devices.
 pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
     match c {
+        ExportCommand::Qemu(a) | ExportCommand::Libvirt(a) if a.device_nodes => {
+            let devices = handoff_devices(g, &a)?;
+            print_device_nodes(g, &devices)?;
+        }
         ExportCommand::Qemu(a) => {
             let devices = handoff_devices(g, &a)?;
             if g.output == Output::Json {
@@ -113,8 +161,21 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
         }
         ExportCommand::Kubevirt(a) => {
             let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
-            print_yaml_or_json(g.output, &kubevirt::permitted_host_devices(&nodes))?;
+            let opts = kubevirt::KubevirtOptions {
+                resource_prefix: a.resource_prefix.clone(),
+                configured_only: a.configured_only,
+            };
+            let export = kubevirt::export(&nodes, &opts);
+            for w in &export.warnings {
+                eprintln!("gpuslice: warning: {w}");
+            }
+            if g.output == Output::Json {
+                println!("{}", serde_json::to_string_pretty(&export.patch)?);
+            } else {
+                print!("{}", export.to_yaml()?);
+            }
         }
+        ExportCommand::Vm(a) => crate::cmd::export_vm::run(g, &a)?,
         ExportCommand::CloudInit(a) => {
             let token = std::fs::read(&a.license_token).with_context(|| {
                 format!("cannot read license token {}", a.license_token.display())
@@ -129,11 +190,30 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_yaml_or_json<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result<()> {
-    if out == Output::Json {
-        println!("{}", serde_json::to_string_pretty(value)?);
+/// The device nodes of `devices` on this host; an error naming the devices without a group.
+fn print_device_nodes(g: &Global, devices: &[handoff::VmDevice]) -> anyhow::Result<()> {
+    let opened = crate::common::open_host(g)?;
+    let per_device = device_nodes::for_devices(opened.host(), devices);
+    let missing: Vec<&str> = per_device
+        .iter()
+        .filter(|d| d.device_nodes.is_empty())
+        .map(|d| d.device.as_str())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{} {} no IOMMU group on this host, so no VM can open {}; is it on this host, and is \
+             the IOMMU on (gpuslice doctor)?",
+            missing.join(", "),
+            if missing.len() == 1 { "has" } else { "have" },
+            if missing.len() == 1 { "it" } else { "them" }
+        );
+    }
+    if g.output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&per_device)?);
     } else {
-        print!("{}", yaml::to_string(value)?);
+        for n in device_nodes::union(&per_device) {
+            println!("{n}");
+        }
     }
     Ok(())
 }
@@ -174,7 +254,7 @@ fn pick_node(g: &Global, inventory: Option<&Path>) -> anyhow::Result<NodeTopolog
 
 /// Reads an allocation: one `Allocation`, a list of them, or an object with `allocations` (a
 /// fleet or `place` output) or `allocation`.
-fn read_allocation(path: &Path, machine: Option<&str>) -> anyhow::Result<Allocation> {
+pub(crate) fn read_allocation(path: &Path, machine: Option<&str>) -> anyhow::Result<Allocation> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read allocation file {}", path.display()))?;
     let value: serde_json::Value = gpu_core::decode_text("allocation", &text)

@@ -2,8 +2,10 @@
 
 pub mod actuate;
 pub mod agent;
+pub mod doctor;
 pub mod dra;
 pub mod export;
+pub mod export_vm;
 pub mod health;
 pub mod inventory;
 pub mod layout;

@@ -6,8 +6,10 @@
 //! The command modules only gather the inputs and print.
 
 pub mod cloud_init;
+pub mod device_nodes;
 pub mod dra;
 pub mod handoff;
 pub mod kubevirt;
+pub mod kubevirt_vm;
 pub mod metrics;
 pub mod yaml;

@@ -348,7 +348,7 @@ pub fn bind_gpu(host: &dyn Host, gpu: &PciAddress) -> Result<GpuBinding> {
             driver_before: before.driver,
             driver_after: pci_driver(host, a),
             changed,
-            handoff: Handoff::pci(a),
+            handoff: Handoff::pci_on(host, a),
         });
     }
     Ok(GpuBinding {
@@ -425,7 +425,7 @@ pub fn release_gpu(host: &dyn Host, gpu: &PciAddress, force: bool) -> Result<Gpu
             driver_before: before.driver,
             driver_after: pci_driver(host, a),
             changed,
-            handoff: Handoff::pci(a),
+            handoff: Handoff::pci_on(host, a),
         });
     }
     Ok(GpuBinding {

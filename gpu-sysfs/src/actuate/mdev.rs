@@ -187,7 +187,7 @@ fn instance(
         .ok();
     MdevInstance {
         sysfs_path: format!("/{}", instance_link(&uuid)),
-        handoff: Handoff::mdev(&uuid),
+        handoff: Handoff::mdev_on(host, &uuid),
         uuid,
         parent,
         type_id,

@@ -188,7 +188,7 @@ pub fn set_vf_type(
             type_name: name_of_current(host, vf),
             previous,
             changed: false,
-            handoff: Handoff::pci(vf),
+            handoff: Handoff::pci_on(host, vf),
         });
     }
     if current != 0 {
@@ -237,7 +237,7 @@ pub fn set_vf_type(
         type_name: Some(name),
         previous,
         changed: true,
-        handoff: Handoff::pci(vf),
+        handoff: Handoff::pci_on(host, vf),
     })
 }
 
@@ -376,7 +376,7 @@ pub fn list_vf_instances(host: &dyn Host) -> Result<Vec<VfInstance>> {
         });
         out.push(VfInstance {
             held_by: super::holder_of(host, &pci_dir(&vf)),
-            handoff: Handoff::pci(&vf),
+            handoff: Handoff::pci_on(host, &vf),
             vf,
             pf,
             type_id: type_id(t),

@@ -240,10 +240,23 @@ impl<'h> PciTable<'h> {
                 self.set_physfn(vf, *a);
             }
             let vfs: Vec<PciAddress> = vfs.into_iter().map(|(_, v)| v).collect();
+            // What the VFs themselves report wins; the capability's field covers no VFs yet.
+            let vf_device_id = vfs
+                .first()
+                .and_then(|vf| self.device(vf))
+                .or_else(|| {
+                    has("sriov_vf_device")
+                        .then(|| {
+                            read::parsed(host, &format!("{d}/sriov_vf_device"), &mut w, read::hex16)
+                        })
+                        .flatten()
+                })
+                .map(gpu_core::PciId);
             g.sriov = Some(Sriov {
                 total_vfs: total.unwrap_or(0),
                 num_vfs: num.unwrap_or(vfs.len() as u32),
                 vfs,
+                vf_device_id,
             });
         }
         g.vendor = Vendor::from_pci_id(vendor);

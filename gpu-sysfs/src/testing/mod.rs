@@ -2,6 +2,7 @@
 //! symlinks, laid out as the kernel lays out `/sys`.
 
 pub mod builder;
+pub mod doctor_hosts;
 pub mod fake_kernel;
 
 pub use builder::{MdevTypeSpec, PciSpec, TreeBuilder};

@@ -784,3 +784,88 @@ pub fn reset(lab: &mut Lab) -> Vec<String> {
     }
     undone
 }
+
+/// The `doctor -o json` answer: its checks and exit code (1 when a check fails).
+fn doctor() -> Result<(Vec<Value>, Option<i32>), String> {
+    let r = cli::run(&["doctor", "-o", "json"])?;
+    let v = r.json()?;
+    let checks = array_field(&v, "checks", "doctor")?.to_vec();
+    let failed = checks
+        .iter()
+        .any(|c| c.get("verdict").and_then(Value::as_str) == Some("fail"));
+    let expected = if failed { 1 } else { 0 };
+    ensure(r.code == Some(expected), || {
+        format!("{} (expected exit {expected})", r.describe())
+    })?;
+    Ok((checks, r.code))
+}
+
+/// The first check named `name` (a node-wide one).
+fn doctor_check<'a>(checks: &'a [Value], name: &str) -> Result<&'a Value, String> {
+    checks
+        .iter()
+        .find(|c| c.get("check").and_then(Value::as_str) == Some(name))
+        .ok_or_else(|| format!("doctor has no {name} check"))
+}
+
+fn verdict_of(c: &Value) -> &str {
+    c.get("verdict").and_then(Value::as_str).unwrap_or("?")
+}
+
+fn message_of(c: &Value) -> &str {
+    c.get("message").and_then(Value::as_str).unwrap_or("")
+}
+
+/// `doctor` on the real kernel: its IOMMU verdict matches `/proc/cmdline` and `/sys/class/iommu`,
+/// vfio-pci (loaded by the lab) is found, and the exit code is 1 exactly when a check fails.
+pub fn doctor_kernel(lab: &mut Lab) -> Outcome {
+    let cmdline = sys::read("/proc/cmdline")?;
+    let units = sys::list(format!("{}/class/iommu", sys::SYS));
+    let (checks, code) = doctor()?;
+    let iommu = doctor_check(&checks, "iommu")?;
+    if lab.iommu {
+        ensure(!units.is_empty(), || {
+            "booted with intel-iommu but /sys/class/iommu is empty".into()
+        })?;
+        ensure(verdict_of(iommu) == "ok", || {
+            format!("iommu: {iommu}, expected ok")
+        })?;
+        for u in &units {
+            ensure(message_of(iommu).contains(u.as_str()), || {
+                format!("iommu: {iommu} does not name the kernel's unit {u}")
+            })?;
+        }
+        let mode = doctor_check(&checks, "iommu-mode")?;
+        let pt = cmdline.split_whitespace().any(|w| w == "iommu=pt");
+        let want = if pt { "passthrough" } else { "translated" };
+        ensure(message_of(mode).contains(want), || {
+            format!("iommu-mode: {mode}; /proc/cmdline is {cmdline:?}, expected {want}")
+        })?;
+    } else {
+        ensure(units.is_empty(), || {
+            format!("booted without an IOMMU but /sys/class/iommu has {units:?}")
+        })?;
+        ensure(
+            verdict_of(iommu) == "fail" && message_of(iommu).starts_with("IOMMU off"),
+            || format!("iommu: {iommu}, expected fail (IOMMU off)"),
+        )?;
+        ensure(code == Some(1), || "a failed check must exit 1".into())?;
+    }
+    let vfio = doctor_check(&checks, "vfio-pci")?;
+    ensure(verdict_of(vfio) == "ok", || {
+        format!("vfio-pci: {vfio}, but the lab loaded vfio_pci")
+    })?;
+    for c in &checks {
+        let fix = c.get("fix").and_then(Value::as_str);
+        ensure(
+            verdict_of(c) == "ok" || fix.is_some_and(|f| !f.is_empty()),
+            || format!("{c} has no fix"),
+        )?;
+    }
+    Ok(format!(
+        "{}: {}; {} checks, exit {code:?}",
+        verdict_of(iommu),
+        message_of(iommu),
+        checks.len()
+    ))
+}

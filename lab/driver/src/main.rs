@@ -28,6 +28,7 @@ type Check = (&'static str, fn(&mut Lab) -> Outcome);
 const WITH_IOMMU: &[Check] = &[
     ("lab-setup", checks::lab_setup),
     ("gpu-list", checks::gpu_list),
+    ("doctor", checks::doctor_kernel),
     ("topology", checks::topology),
     ("vgpu-create-counts", checks::vgpu_create),
     ("vgpu-create-again-is-idempotent", checks::vgpu_create_again),
@@ -44,6 +45,7 @@ const WITH_IOMMU: &[Check] = &[
 const WITHOUT_IOMMU: &[Check] = &[
     ("lab-setup", checks::lab_setup),
     ("gpu-list", checks::gpu_list),
+    ("doctor", checks::doctor_kernel),
     ("gpu-bind-refused", checks::gpu_bind_refused),
     ("topology", checks::topology),
     ("vgpu-create-counts", checks::vgpu_create),

@@ -29,6 +29,8 @@ class Sriov(TypedDict):
     totalVfs: int
     numVfs: int
     vfs: List[str]
+    vfDeviceId: NotRequired[str]
+    """The PCI device ID the VFs report (may differ from the PF's), `26b9`."""
 
 class Link(TypedDict, total=False):
     currentWidth: Optional[int]

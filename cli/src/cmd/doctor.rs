@@ -1,0 +1,73 @@
+//! `gpuslice doctor`: is this node ready to give GPUs to VMs?
+
+use std::process::ExitCode;
+
+use clap::Args;
+use gpu_sysfs::doctor::{self, Verdict};
+
+use crate::common::{Global, Output, render_table};
+
+/// `gpuslice doctor` arguments.
+#[derive(Args, Debug)]
+pub struct DoctorArgs {}
+
+/// Runs `gpuslice doctor`: exit 0 when no check fails (warnings included), 1 when one fails.
+///
+/// # Errors
+/// When the root cannot be opened or discovered.
+pub fn run(g: &Global, _a: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let opened = crate::common::open_host(g)?;
+    let d = doctor::diagnose(opened.host(), &g.node_name())?;
+    match g.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&d)?),
+        Output::Yaml => print!("{}", crate::integrations::yaml::to_string(&d)?),
+        Output::Table => {
+            let rows: Vec<Vec<String>> = d
+                .checks
+                .iter()
+                .map(|c| {
+                    vec![
+                        c.verdict.as_str().to_uppercase(),
+                        c.check.clone(),
+                        c.subject.clone().unwrap_or_else(|| "-".to_owned()),
+                        c.message.clone(),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                render_table(&["VERDICT", "CHECK", "SUBJECT", "FOUND"], &rows)
+            );
+            let fixes: Vec<String> = d
+                .checks
+                .iter()
+                .filter(|c| c.verdict != Verdict::Ok)
+                .filter_map(|c| {
+                    c.fix.as_ref().map(|f| {
+                        let about = c
+                            .subject
+                            .as_ref()
+                            .map_or_else(|| c.check.clone(), |s| format!("{} {s}", c.check));
+                        format!("  {about}: {f}\n")
+                    })
+                })
+                .collect();
+            if !fixes.is_empty() {
+                print!("\nFixes\n{}", fixes.concat());
+            }
+            let count = |v: Verdict| d.checks.iter().filter(|c| c.verdict == v).count();
+            println!(
+                "\nNode {}: {} ok, {} warn, {} fail",
+                d.node,
+                count(Verdict::Ok),
+                count(Verdict::Warn),
+                count(Verdict::Fail)
+            );
+        }
+    }
+    Ok(if d.failed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
