@@ -622,7 +622,7 @@ impl Agent {
         let existing = state.promises.iter().position(|p| p.device.id() == id);
         if let Some(i) = existing {
             let p = &state.promises[i];
-            if !same_target(&p.device, &device) {
+            if !same_target(&p.device, &device) && !self.picked_on_gpu(&p.device, &device) {
                 return Err(ApiError::new(
                     "exists-other-type",
                     format!(
@@ -938,6 +938,28 @@ impl Agent {
         state.promises = keep;
         self.store.save(&state)?;
         Ok(report)
+    }
+}
+
+impl Agent {
+    /// A create on a GPU whose VFs are mdev parents records the VF it picked: a retry naming the
+    /// GPU is the same promise when the recorded VF is one of that GPU's.
+    fn picked_on_gpu(&self, recorded: &Device, requested: &Device) -> bool {
+        match (recorded, requested) {
+            (
+                Device::Mdev {
+                    parent: ParentId::Pci(vf),
+                    type_id: t1,
+                    ..
+                },
+                Device::Mdev {
+                    parent: ParentId::Pci(gpu),
+                    type_id: t2,
+                    ..
+                },
+            ) => t1 == t2 && actuate::vfs_of(self.host.as_ref(), gpu).contains(vf),
+            _ => false,
+        }
     }
 }
 

@@ -374,3 +374,21 @@ fn a_slow_client_does_not_hold_up_others() {
     assert_eq!(r.status, 200);
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
 }
+
+#[test]
+fn a_create_on_a_gpu_picks_a_vf_and_a_retry_is_the_same_instance() {
+    let k = Arc::new(FakeKernel::a2_mdev_host().unwrap());
+    let a = start(Arc::clone(&k));
+    let body = r#"{"parent":"0000:08:00.0","profile":"A2-4Q","machine":"vm1"}"#;
+    let c = request(&a.socket, "POST", "/v1/vgpus", Some(body));
+    assert_eq!(c.status, 201, "{}", c.body);
+    assert_ne!(
+        c.json()["parent"],
+        "0000:08:00.0",
+        "a VF was picked: {}",
+        c.body
+    );
+    let again = request(&a.socket, "POST", "/v1/vgpus", Some(body));
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.json()["uuid"], c.json()["uuid"]);
+}
