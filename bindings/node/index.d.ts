@@ -489,6 +489,78 @@ export interface GpusliceError extends Error {
 }
 
 
+// ---------------------------------------------------------------------------------------------
+// The node agent client (agent.js, plain JavaScript over node:http): `gpuslice agent`'s API.
+
+/** An error document of the agent: `{"error": {"kind", "message", "errno"?}}`. */
+export declare class AgentError extends Error {
+  /** The HTTP status. */
+  readonly status: number
+  /** The same kind strings as `gpuslice -o json` (`exhausted`, `in-use`, `invalid-request`, ...). */
+  readonly kind: string
+  /** The kernel errno, when a sysfs write failed. */
+  readonly errno?: number
+}
+
+export interface AgentClientOptions {
+  /** The agent's unix socket (default `/run/gpuslice/agent.sock`). */
+  socket?: string
+  /** How long to wait for an answer (default 60000). */
+  timeoutMs?: number
+}
+
+/** `POST /v1/vgpus`: `machine` (with `request`, `index`) or `uuid` names the instance. */
+export interface AgentCreateRequest {
+  parent: string
+  profile: string
+  machine?: string
+  uuid?: string
+  request?: string
+  index?: number
+  force?: boolean
+}
+
+/** A change on `GET /v1/events`. */
+export interface AgentEvent {
+  revision: number
+  kind:
+    | 'topology-changed'
+    | 'health-changed'
+    | 'vgpu-created'
+    | 'vgpu-removed'
+    | 'gpu-bound'
+    | 'gpu-released'
+    | 'layout-applied'
+    | 'reconciled'
+    | 'resync'
+  data: Record<string, unknown>
+}
+
+/** The node topology with the revision it reflects. */
+export type AgentTopology = NodeTopology & { revision: number }
+
+/** A client of the node agent over its unix socket. */
+export declare class AgentClient {
+  constructor(options?: AgentClientOptions)
+  readonly socket: string
+  topology(): Promise<AgentTopology>
+  health(): Promise<Record<string, unknown>>
+  vgpus(): Promise<Record<string, unknown>>
+  promises(): Promise<Record<string, unknown>>
+  /** Prometheus text. */
+  metrics(): Promise<string>
+  create(request: AgentCreateRequest): Promise<Record<string, unknown>>
+  remove(target: string, options?: { force?: boolean }): Promise<Record<string, unknown>>
+  bind(gpu: string): Promise<Record<string, unknown>>
+  release(gpu: string, options?: { force?: boolean }): Promise<Record<string, unknown>>
+  applyLayout(
+    layout: string,
+    options?: { config?: string; dryRun?: boolean; force?: boolean },
+  ): Promise<Record<string, unknown>>
+  /** Calls `onEvent` for each change after `since`; returns a function that stops the stream. */
+  events(since: number, onEvent: (e: AgentEvent) => void, onError?: (e: Error) => void): () => void
+}
+
 /**
  * Which binding artifact the generated loader actually loaded: `'native'` for
  * a native addon, otherwise the `platformArchABI` of the WASI flavor. Every

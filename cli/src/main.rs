@@ -49,6 +49,9 @@ enum Command {
     /// Node side of Kubernetes DRA: create or remove what an allocation result names.
     #[command(subcommand)]
     Dra(cmd::dra::DraCommand),
+    /// The node agent: serve this host's GPUs over a versioned HTTP API (unix socket or TCP) and
+    /// keep the vGPUs it creates across restarts.
+    Agent(cmd::agent::AgentArgs),
     /// Check that the node is ready for GPU VMs: IOMMU, vfio-pci, the vGPU manager, SR-IOV, MIG,
     /// IOMMU groups, KubeVirt (ok / warn / fail, each with a fix; exit 1 when a check fails).
     Doctor(cmd::doctor::DoctorArgs),
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Command::Metrics(a) => cmd::metrics::run(g, a),
         Command::Export(c) => cmd::export::run(g, c),
         Command::Dra(c) => cmd::dra::run(g, c),
+        Command::Agent(a) => cmd::agent::run(g, a),
         Command::Doctor(a) => cmd::doctor::run(g, a),
     };
     match result {

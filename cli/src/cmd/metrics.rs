@@ -1,6 +1,5 @@
 //! `gpuslice metrics`: Prometheus metrics of this host or a fleet, printed or served at /metrics.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -8,7 +7,7 @@ use anyhow::Context;
 use gpu_core::{Allocation, Fleet, NodeTopology};
 
 use crate::common::Global;
-use crate::integrations::{metrics, serve};
+use crate::integrations::metrics;
 
 /// Arguments of `gpuslice metrics`.
 #[derive(clap::Args, Debug)]
@@ -60,9 +59,10 @@ pub fn local_topology(g: &Global) -> anyhow::Result<NodeTopology> {
 /// # Errors
 /// When the inventory cannot be read or the address cannot be bound.
 pub fn run(g: &Global, a: MetricsArgs) -> anyhow::Result<ExitCode> {
-    let mut render = || -> Result<String, String> {
+    let (g2, inventory) = (g.clone(), a.inventory.clone());
+    let render = move || -> Result<String, String> {
         let (nodes, allocations) =
-            load_nodes(g, a.inventory.as_deref()).map_err(|e| crate::common::render_error(&e))?;
+            load_nodes(&g2, inventory.as_deref()).map_err(|e| crate::common::render_error(&e))?;
         metrics::render(&nodes, &allocations).map_err(|e| e.to_string())
     };
     let Some(addr) = &a.listen else {
@@ -70,14 +70,43 @@ pub fn run(g: &Global, a: MetricsArgs) -> anyhow::Result<ExitCode> {
         print!("{text}");
         return Ok(ExitCode::SUCCESS);
     };
-    let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
-    let bound = listener.local_addr()?;
-    eprintln!("gpuslice: serving metrics at http://{bound}/metrics");
-    serve::serve(
-        &listener,
-        metrics::CONTENT_TYPE,
-        &mut render,
-        a.max_requests,
-    )?;
+    // The agent's server: one task per connection, deadlines for slow clients (a stalled client
+    // no longer holds the scrape of others).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the server's runtime")?;
+    let max_requests = a.max_requests;
+    rt.block_on(async move {
+        let listener = gpu_agent::Listener::bind_tcp_read_routes(addr)
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let bound = listener.address();
+        eprintln!(
+            "gpuslice: serving metrics at http://{}/metrics",
+            bound.trim_start_matches("tcp:")
+        );
+        let router = gpu_agent::http::metrics_router(
+            std::sync::Arc::new(render),
+            metrics::CONTENT_TYPE.to_owned(),
+        );
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        gpu_agent::serve_router(
+            router,
+            vec![listener],
+            async move {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            },
+            gpu_agent::ServeOptions {
+                keep_alive: false,
+                max_requests,
+            },
+        )
+        .await?;
+        anyhow::Ok(())
+    })?;
     Ok(ExitCode::SUCCESS)
 }

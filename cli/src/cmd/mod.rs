@@ -1,6 +1,7 @@
 //! One module per area; each owns its arguments and handlers.
 
 pub mod actuate;
+pub mod agent;
 pub mod doctor;
 pub mod dra;
 pub mod export;

@@ -12,5 +12,4 @@ pub mod handoff;
 pub mod kubevirt;
 pub mod kubevirt_vm;
 pub mod metrics;
-pub mod serve;
 pub mod yaml;

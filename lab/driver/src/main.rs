@@ -11,6 +11,7 @@
 //! line: `lab.mode=iommu` (an emulated Intel IOMMU) or `lab.mode=noiommu`; `facts` and
 //! `facts-noiommu` print raw kernel behaviour instead (see `facts.rs`).
 
+mod agent;
 mod checks;
 mod cli;
 mod facts;
@@ -38,6 +39,7 @@ const WITH_IOMMU: &[Check] = &[
     ("gpu-bind-release", checks::gpu_bind_release),
     ("gpu-bind-blocked-refused", checks::gpu_bind_refused),
     ("vgpu-apply-assert-clear", checks::vgpu_apply_assert_clear),
+    ("agent-socket-restart-in-use", agent::agent_socket),
 ];
 
 const WITHOUT_IOMMU: &[Check] = &[
@@ -56,6 +58,7 @@ const RESET_AFTER: &[&str] = &[
     "vgpu-remove-restores",
     "gpu-bind-release",
     "gpu-bind-blocked-refused",
+    "agent-socket-restart-in-use",
 ];
 
 /// One line, bounded, for the console protocol.

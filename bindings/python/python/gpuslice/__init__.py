@@ -6,6 +6,7 @@ The same Rust core as the ``gpuslice`` command line tool, from Python:
   into a node topology document; :func:`health` grades each GPU's health.
 * :class:`Fleet` holds node topologies and allocations in Rust and places Machines (VMs with GPU
   and vGPU requests) on them, explaining every refusal.
+* :class:`AgentClient` talks to a node agent (``gpuslice agent``) over its unix socket.
 * :func:`plan_vgpu_config` plans an NVIDIA vgpu-device-manager layout against a topology.
 
 Documents are plain dicts and lists with the JSON/YAML keys (camelCase); every document argument
@@ -25,8 +26,11 @@ from ._native import (
     health,
     plan_vgpu_config,
 )
+from .agent import AgentClient, AgentError
 
 __all__ = [
+    "AgentClient",
+    "AgentError",
     "ConfigError",
     "Error",
     "Fleet",

@@ -433,3 +433,5 @@ class Fleet:
         """The allocations, in Machine-name order."""
     def to_dict(self) -> FleetDocument:
         """The whole fleet document, which :meth:`from_dict` reads back."""
+
+from .agent import AgentClient as AgentClient, AgentError as AgentError

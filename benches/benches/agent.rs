@@ -1,0 +1,318 @@
+//! Node agent benchmarks: `cargo bench --bench agent`.
+//!
+//! - `agent/get_topology_8gpu_h200`: one `GET /v1/topology` on a kept-alive loopback TCP
+//!   connection, served from the agent's cached topology of the 8-GPU H200 host (vendor-VFIO,
+//!   16 VFs per GPU, the tree of the discover bench).
+//! - `agent/create_remove_mdev`: a `POST /v1/vgpus` and its `DELETE` over the unix socket on the
+//!   public fake kernel (the sample mbochs driver), promises written to disk each time.
+//!
+//! With `GPUSLICE_BENCH_AGENT_LOAD=1` the bench instead starts the agent on the H200 tree in a
+//! child process, sends 10,000 `GET /v1/topology` from 32 concurrent loopback clients, prints
+//! p50/p99/max and the child's resident memory (VmRSS, VmHWM), and exits.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group};
+use gpu_agent::{Access, Agent, AgentConfig, Listener};
+use gpu_sysfs::testing::{FakeKernel, PciSpec, TreeBuilder};
+
+const H200_TYPES: [(u32, &str); 15] = [
+    (1414, "NVIDIA H200X-1-18C"),
+    (1415, "NVIDIA H200X-1-18CME"),
+    (1416, "NVIDIA H200X-1-35C"),
+    (1417, "NVIDIA H200X-2-35C"),
+    (1418, "NVIDIA H200X-3-71C"),
+    (1419, "NVIDIA H200X-4-71C"),
+    (1420, "NVIDIA H200X-7-141C"),
+    (1421, "NVIDIA H200X-4C"),
+    (1422, "NVIDIA H200X-8C"),
+    (1423, "NVIDIA H200X-16C"),
+    (1424, "NVIDIA H200X-18C"),
+    (1425, "NVIDIA H200X-35C"),
+    (1426, "NVIDIA H200X-48C"),
+    (1427, "NVIDIA H200X-71C"),
+    (1428, "NVIDIA H200X-141C"),
+];
+const BUSES: [u8; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
+
+fn fail(what: &str, e: impl std::fmt::Display) -> ! {
+    eprintln!("agent bench: {what}: {e}");
+    std::process::exit(1)
+}
+
+fn vf_address(bus: u8, n: u32) -> String {
+    let rid = (u32::from(bus) << 8) + 4 + n;
+    format!(
+        "0000:{:02x}:{:02x}.{}",
+        rid >> 8,
+        (rid >> 3) & 0x1f,
+        rid & 7
+    )
+}
+
+/// The discover bench's 8-GPU H200 host (vendor-specific VFIO, 16 VFs per GPU) under `at`.
+fn h200_host(at: &Path) {
+    let mut b = TreeBuilder::at(at);
+    for (i, bus) in BUSES.iter().enumerate() {
+        let pf = format!("0000:{bus:02x}:00.0");
+        b.pci(
+            &pf,
+            PciSpec::new(0x10de, 0x2335, 0x030200)
+                .driver("nvidia")
+                .subsystem(0x10de, 0x18be)
+                .group(20 + i as u32 * 20)
+                .numa(i32::from(i >= 4))
+                .link(16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe"),
+        );
+        b.sriov(
+            &pf,
+            16,
+            16,
+            4,
+            1,
+            PciSpec::new(0x10de, 0x2335, 0x030200).driver("nvidia"),
+            Some(21 + i as u32 * 20),
+        );
+        for n in 0..16 {
+            b.vendor_vfio_vf(&vf_address(*bus, n), &H200_TYPES, 0);
+        }
+    }
+    if let Err(e) = b.finish().map(|t| t.keep()) {
+        fail("building the tree", e);
+    }
+}
+
+/// Serves `host` on loopback TCP (GET-only) and a unix socket in `dir`, on a background runtime.
+fn serve(host: Arc<dyn gpu_sysfs::Host>, dir: &Path) -> (String, PathBuf) {
+    let mut config = AgentConfig::new("bench");
+    config.state_dir = Some(dir.join("state"));
+    let agent = Agent::open(host, config).unwrap_or_else(|e| fail("opening the agent", e));
+    let sock = dir.join("agent.sock");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s = sock.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| fail("runtime", e));
+        rt.block_on(async move {
+            let tcp = Listener::bind_tcp(
+                "127.0.0.1:0",
+                Access {
+                    token: None,
+                    read_only: true,
+                },
+            )
+            .unwrap_or_else(|e| fail("tcp", e));
+            let unix = Listener::bind_unix(&s, None).unwrap_or_else(|e| fail("unix", e));
+            let _ = tx.send(tcp.address());
+            let _ = gpu_agent::serve(agent, vec![tcp, unix], std::future::pending()).await;
+        });
+    });
+    let addr = rx.recv().unwrap_or_else(|e| fail("starting", e));
+    (addr.trim_start_matches("tcp:").to_owned(), sock)
+}
+
+/// A kept-alive HTTP/1.1 connection that reads answers by Content-Length.
+struct Client<S: std::io::Read + std::io::Write> {
+    r: BufReader<S>,
+}
+
+impl<S: std::io::Read + std::io::Write> Client<S> {
+    fn call(&mut self, method: &str, path: &str, body: &str) -> (u16, usize) {
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if let Err(e) = self.r.get_mut().write_all(req.as_bytes()) {
+            fail("sending", e);
+        }
+        let mut status = 0;
+        let mut len = 0;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match self.r.read_line(&mut line) {
+                Ok(0) => fail("reading", "connection closed"),
+                Ok(_) => {}
+                Err(e) => fail("reading", e),
+            }
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if status == 0 {
+                status = l
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+            } else if let Some(v) = l.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut buf = vec![0; len];
+        if let Err(e) = self.r.read_exact(&mut buf) {
+            fail("reading the body", e);
+        }
+        (status, len)
+    }
+}
+
+fn tcp_client(addr: &str) -> Client<TcpStream> {
+    let s = TcpStream::connect(addr).unwrap_or_else(|e| fail("connecting", e));
+    let _ = s.set_nodelay(true);
+    Client {
+        r: BufReader::new(s),
+    }
+}
+
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// The load run: the agent in a child process (this binary with GPUSLICE_BENCH_AGENT_SERVE).
+fn load() {
+    let dir = tempfile_dir();
+    let root = dir.join("root");
+    h200_host(&root);
+    let exe = std::env::current_exe().unwrap_or_else(|e| fail("current_exe", e));
+    let mut child = std::process::Command::new(exe)
+        .env("GPUSLICE_BENCH_AGENT_SERVE", &dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| fail("spawning the agent", e));
+    let mut out = BufReader::new(
+        child
+            .stdout
+            .take()
+            .unwrap_or_else(|| fail("stdout", "none")),
+    );
+    let mut addr = String::new();
+    if let Err(e) = out.read_line(&mut addr) {
+        fail("reading the address", e);
+    }
+    let addr = addr.trim().to_owned();
+    let mut threads = Vec::new();
+    let t0 = Instant::now();
+    for i in 0..32 {
+        // 10,000 requests in all: 16 clients send 313, 16 send 312.
+        let per = 312 + usize::from(i < 16);
+        let addr = addr.clone();
+        threads.push(std::thread::spawn(move || {
+            let mut c = tcp_client(&addr);
+            let mut lat = Vec::with_capacity(per + 1);
+            for _ in 0..per {
+                let t = Instant::now();
+                let (status, _) = c.call("GET", "/v1/topology", "");
+                lat.push(t.elapsed());
+                if status != 200 {
+                    fail("GET /v1/topology", status);
+                }
+            }
+            lat
+        }));
+    }
+    let mut all: Vec<Duration> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap_or_default())
+        .collect();
+    let wall = t0.elapsed();
+    all.sort_unstable();
+    let pct = |p: f64| all[((all.len() as f64 - 1.0) * p) as usize];
+    let (rss, hwm) = rss_kib(child.id());
+    let size = tcp_client(&addr).call("GET", "/v1/topology", "").1;
+    println!(
+        "GET /v1/topology (8-GPU H200, {} bytes): {} requests from 32 clients in {:.2?}: p50 {:.3?} p99 {:.3?} max {:.3?}; agent RSS {} KiB (peak {} KiB)",
+        size,
+        all.len(),
+        wall,
+        pct(0.5),
+        pct(0.99),
+        all.last().copied().unwrap_or_default(),
+        rss,
+        hwm
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempfile_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gpuslice-agent-bench-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&d) {
+        fail("tempdir", e);
+    }
+    d
+}
+
+fn bench(c: &mut Criterion) {
+    if std::env::var_os("GPUSLICE_BENCH_AGENT_SERVE").is_some()
+        || std::env::var_os("GPUSLICE_BENCH_AGENT_LOAD").is_some()
+    {
+        return;
+    }
+    let dir = tempfile_dir();
+    let root = dir.join("h200");
+    h200_host(&root);
+    let host = gpu_sysfs::RealHost::new(&root).unwrap_or_else(|e| fail("host", e));
+    let (addr, _) = serve(Arc::new(host), &dir.join("h200-agent"));
+    let mut client = tcp_client(&addr);
+    c.bench_function("agent/get_topology_8gpu_h200", |b| {
+        b.iter(|| client.call("GET", "/v1/topology", ""))
+    });
+
+    let kernel = FakeKernel::sample_mdev_drivers().unwrap_or_else(|e| fail("fake kernel", e));
+    let (_, sock) = serve(Arc::new(kernel), &dir.join("fake-agent"));
+    let mut unix = Client {
+        r: BufReader::new(
+            std::os::unix::net::UnixStream::connect(&sock).unwrap_or_else(|e| fail("unix", e)),
+        ),
+    };
+    let uuid = "6f1a2b3c-0000-4000-8000-00000000b001";
+    let body = format!(r#"{{"parent":"mbochs","profile":"mbochs-small","uuid":"{uuid}"}}"#);
+    c.bench_function("agent/create_remove_mdev", |b| {
+        b.iter(|| {
+            let (s1, _) = unix.call("POST", "/v1/vgpus", &body);
+            let (s2, _) = unix.call("DELETE", &format!("/v1/vgpus/{uuid}"), "");
+            if s1 != 201 || s2 != 200 {
+                fail("create/remove", format!("{s1} {s2}"));
+            }
+        })
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    if let Some(dir) = std::env::var_os("GPUSLICE_BENCH_AGENT_SERVE") {
+        let dir = PathBuf::from(dir);
+        let host = gpu_sysfs::RealHost::new(dir.join("root")).unwrap_or_else(|e| fail("host", e));
+        let (addr, _) = serve(Arc::new(host), &dir.join("agent"));
+        println!("{addr}");
+        let _ = std::io::stdout().flush();
+        loop {
+            std::thread::park();
+        }
+    }
+    if std::env::var_os("GPUSLICE_BENCH_AGENT_LOAD").is_some() {
+        load();
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

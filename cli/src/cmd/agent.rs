@@ -1,0 +1,172 @@
+//! `gpuslice agent`: the node agent, serving this host's GPUs over a versioned HTTP API (the
+//! `gpu-agent` crate) until SIGTERM. This module parses the options, fills the agent's hooks from
+//! the CLI's integrations (metrics renderer, QEMU/libvirt hand-off) and runs the server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use gpu_agent::{Access, Agent, AgentConfig, HandoffTarget, Hooks, Listen, Listener};
+
+use crate::common::{Global, open_host};
+use crate::integrations::{handoff, metrics};
+
+/// The socket a default agent listens on.
+pub const DEFAULT_SOCKET: &str = "/run/gpuslice/agent.sock";
+
+/// Arguments of `gpuslice agent`.
+#[derive(clap::Args, Debug)]
+pub struct AgentArgs {
+    /// Where to listen: `unix:PATH` or `tcp:ADDR:PORT` (repeatable; default
+    /// `unix:/run/gpuslice/agent.sock`). TCP needs --token-file or --insecure-read-only.
+    #[arg(long, value_name = "unix:PATH|tcp:ADDR:PORT")]
+    pub listen: Vec<String>,
+    /// A file holding the bearer token TCP clients must send (`Authorization: Bearer ...`).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Serve TCP without a token, GETs only (every write is refused with 403).
+    #[arg(long)]
+    pub insecure_read_only: bool,
+    /// Give the unix socket to this group (name or number); it is created mode 0660.
+    #[arg(long, value_name = "GROUP")]
+    pub socket_group: Option<String>,
+    /// Where the agent keeps its promises (default `<root>/var/lib/gpuslice/agent`).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Read the whole host again every this many seconds (0: never).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    pub resync: u64,
+    /// How long a write waits for another `gpuslice vgpu apply` before answering `busy`.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub lock_timeout: u64,
+    /// Do not load NVML, even with `--root /`: grade health from sysfs signals only.
+    #[arg(long)]
+    pub no_nvml: bool,
+}
+
+fn hooks() -> Hooks {
+    Hooks {
+        metrics: Some(Arc::new(|t: &gpu_core::NodeTopology| {
+            metrics::render(std::slice::from_ref(t), &[]).map_err(|e| e.to_string())
+        })),
+        metrics_content_type: Some(metrics::CONTENT_TYPE.to_owned()),
+        handoff: Some(Arc::new(
+            |t: &gpu_core::NodeTopology, target: &HandoffTarget| {
+                let devices = match target {
+                    HandoffTarget::Mdev(uuid) => vec![handoff::VmDevice::Mdev { uuid: *uuid }],
+                    HandoffTarget::Pci(a) => handoff::address_devices(t, a)
+                        .map_err(|e| crate::common::render_error(&e))?,
+                };
+                Ok(serde_json::json!({
+                    "qemu": handoff::qemu_args(&devices),
+                    "libvirt": handoff::libvirt_xml(&devices),
+                }))
+            },
+        )),
+    }
+}
+
+fn read_token(path: &std::path::Path) -> anyhow::Result<Arc<[u8]>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --token-file {}", path.display()))?;
+    let token = text.trim();
+    if token.len() < 16 {
+        bail!(
+            "--token-file {}: the token is shorter than 16 characters",
+            path.display()
+        );
+    }
+    Ok(Arc::from(token.as_bytes()))
+}
+
+/// Runs the agent until SIGTERM or Ctrl-C.
+///
+/// # Errors
+/// Invalid options, a host that cannot be opened, a malformed state file, a listener that cannot
+/// be bound (or a TCP listener without a token).
+pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
+    let node = g.node_name();
+    gpu_core::validate_name(&node).context("--node")?;
+    let listens: Vec<Listen> = if a.listen.is_empty() {
+        vec![Listen::Unix(PathBuf::from(DEFAULT_SOCKET))]
+    } else {
+        a.listen
+            .iter()
+            .map(|s| s.parse::<Listen>().map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()
+            .context("--listen")?
+    };
+    let token = a.token_file.as_deref().map(read_token).transpose()?;
+    if g.root.is_file() {
+        bail!(
+            "--root {}: the agent needs a directory tree it can change, not a recording",
+            g.root.display()
+        );
+    }
+    let host = open_host(g)?;
+    let mut config = AgentConfig::new(node);
+    let policy = gpu_health::Policy::default();
+    if gpu_health::is_local_root(&g.root) && !a.no_nvml {
+        if let Ok(r) = gpu_sysfs::resolver::NvmlResolver::open() {
+            config.discover.resolver = Some(Arc::new(r));
+        }
+        config.health = gpu_health::HealthOptions::with_nvml(policy);
+    }
+    config.state_dir = a.state_dir.clone();
+    config.lock_timeout = Duration::from_secs(a.lock_timeout);
+    config.hooks = hooks();
+    let host: Arc<dyn gpu_sysfs::Host> = Arc::new(host);
+    let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    for r in agent.reconciled() {
+        eprintln!(
+            "gpuslice agent: promise {}: {}{}",
+            r.promise.device.id(),
+            serde_json::to_value(&r.outcome)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            r.message.map(|m| format!(" ({m})")).unwrap_or_default()
+        );
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the agent's runtime")?;
+    rt.block_on(async move {
+        let mut listeners = Vec::new();
+        for l in &listens {
+            let bound = match l {
+                Listen::Unix(p) => Listener::bind_unix(p, a.socket_group.as_deref())?,
+                Listen::Tcp(addr) => Listener::bind_tcp(
+                    addr,
+                    Access {
+                        token: token.clone(),
+                        read_only: token.is_none() && a.insecure_read_only,
+                    },
+                )?,
+            };
+            eprintln!("gpuslice agent: serving on {}", bound.address());
+            listeners.push(bound);
+        }
+        if a.resync > 0 {
+            tokio::spawn(gpu_agent::serve::resync_every(
+                Arc::clone(&agent),
+                Duration::from_secs(a.resync),
+            ));
+        }
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        gpu_agent::serve(agent, listeners, async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            eprintln!("gpuslice agent: shutting down");
+        })
+        .await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

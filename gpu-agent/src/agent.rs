@@ -1,0 +1,1004 @@
+//! The agent's core, independent of HTTP: the cached topology, the event bus, the promises and
+//! the serialized writes. Every write runs on a blocking thread holding the agent's writer lock
+//! and the host's layout lock (`run/gpuslice/vgpu.lock`, the one `gpuslice vgpu apply` takes);
+//! reads are answered from the cached snapshot and never wait for a write.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use gpu_core::{MdevUuid, NodeTopology, ParentId, PciAddress};
+use gpu_health::{GpuHealthReport, HealthOptions};
+use gpu_sysfs::Host;
+use gpu_sysfs::actuate::{self, MdevCreate};
+use gpu_sysfs::apply::{ApplyOptions, LayoutLock};
+use gpu_sysfs::discover::DiscoverOptions;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ApiError, chain};
+use crate::events::{EventBus, EventKind};
+use crate::state::{Device, Owner, Phase, Promise, StateFile, StateStore};
+
+/// Renders Prometheus text for a topology (the CLI's metrics renderer): the body or a message.
+pub type MetricsHook = Arc<dyn Fn(&NodeTopology) -> Result<String, String> + Send + Sync>;
+
+/// Builds the VM hand-off (QEMU arguments, libvirt XML) of a device on a topology.
+pub type HandoffHook =
+    Arc<dyn Fn(&NodeTopology, &HandoffTarget) -> Result<serde_json::Value, String> + Send + Sync>;
+
+/// A device to hand to a VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandoffTarget {
+    /// An mdev instance.
+    Mdev(MdevUuid),
+    /// A PCI function (a whole GPU, a vendor-VFIO VF).
+    Pci(PciAddress),
+}
+
+/// What the front-end plugs in: pieces that live outside the agent's crate.
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// `GET /metrics`; without it the route answers `not-found`.
+    pub metrics: Option<MetricsHook>,
+    /// The content type of the metrics text.
+    pub metrics_content_type: Option<String>,
+    /// The `vmHandoff` of created instances and bound GPUs; without it only the per-device
+    /// `handoff` of the actuation layer is returned.
+    pub handoff: Option<HandoffHook>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("metrics", &self.metrics.is_some())
+            .field("handoff", &self.handoff.is_some())
+            .finish()
+    }
+}
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Discovery options (node name, resolver, parent filter).
+    pub discover: DiscoverOptions,
+    /// Health options (policy, telemetry).
+    pub health: HealthOptions,
+    /// Where promises are kept; `None`: `<root>/var/lib/gpuslice/agent`.
+    pub state_dir: Option<PathBuf>,
+    /// How long a write waits for the layout lock before answering `busy`.
+    pub lock_timeout: Duration,
+    /// Injected pieces.
+    pub hooks: Hooks,
+}
+
+impl AgentConfig {
+    /// Node `node`, no telemetry, default state directory, 30 s lock timeout, no hooks.
+    pub fn new(node: impl Into<String>) -> Self {
+        AgentConfig {
+            discover: DiscoverOptions::new(node),
+            health: HealthOptions::without_telemetry(gpu_health::Policy::default()),
+            state_dir: None,
+            lock_timeout: Duration::from_secs(30),
+            hooks: Hooks::default(),
+        }
+    }
+}
+
+/// The host as the agent last read it, with the revision it reflects.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The revision of the last change this snapshot includes.
+    pub revision: u64,
+    /// The topology.
+    pub topology: NodeTopology,
+    /// Each GPU's health report.
+    pub health: Vec<GpuHealthReport>,
+    /// `GET /v1/topology`'s body, rendered once.
+    pub topology_json: String,
+    /// `GET /v1/health`'s body, rendered once.
+    pub health_json: String,
+}
+
+/// The one composition of a node's topology the agent serves: discovery with every GPU's health
+/// graded (the same call as `gpuslice topology`).
+///
+/// # Errors
+/// Discovery failing (a root without `sys/bus/pci/devices`).
+pub fn compose_topology(
+    host: &dyn Host,
+    config: &AgentConfig,
+) -> Result<(NodeTopology, Vec<GpuHealthReport>), ApiError> {
+    gpu_health::node_topology_with_reports(host, &config.discover, &config.health)
+        .map_err(|e| ApiError::from_health(&e))
+}
+
+fn with_revision<T: Serialize>(value: &T, revision: u64) -> String {
+    let mut v = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.insert("revision".to_owned(), revision.into());
+    }
+    v.to_string()
+}
+
+fn snapshot(revision: u64, topology: NodeTopology, health: Vec<GpuHealthReport>) -> Arc<Snapshot> {
+    let topology_json = with_revision(&topology, revision);
+    let health_json = with_revision(
+        &serde_json::json!({ "node": topology.node, "gpus": health }),
+        revision,
+    );
+    Arc::new(Snapshot {
+        revision,
+        topology,
+        health,
+        topology_json,
+        health_json,
+    })
+}
+
+/// What reconcile found for one promise.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The device was there as recorded.
+    Present,
+    /// It was missing and was created again with the same identity.
+    Recreated,
+    /// It was missing and cannot be created again (the message says why); the promise is kept.
+    Failed,
+    /// The identity is used by another device; the promise is kept, nothing was changed.
+    Conflict,
+    /// An interrupted create that could not be finished; the promise was dropped.
+    Dropped,
+}
+
+/// One promise and what reconcile did about it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reconciled {
+    /// The promise.
+    pub promise: Promise,
+    /// What was found or done.
+    pub outcome: Outcome,
+    /// Why, for `failed`, `conflict` and `dropped`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `POST /v1/vgpus`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateRequest {
+    /// An mdev parent, an NVIDIA vendor-VFIO VF, or a physical GPU (address or name).
+    pub parent: String,
+    /// The vGPU type: ID or name.
+    pub profile: String,
+    /// The Machine it is for (the UUID is derived from machine, request and index).
+    #[serde(default)]
+    pub machine: Option<String>,
+    /// An explicit mdev UUID (instead of `machine`).
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// With `machine`: the device request's name (default `gpu`).
+    #[serde(default)]
+    pub request: Option<String>,
+    /// With `machine`: the device's index within the request (default 0).
+    #[serde(default)]
+    pub index: Option<u32>,
+    /// Re-type a vendor-VFIO VF even when a process holds it open.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// Refuses a field that could name a path outside the device it should name.
+fn no_path(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.contains('/') || value.contains('\\') || value.contains('\0') || value == ".." {
+        return Err(ApiError::invalid(format!(
+            "{field} {value:?} contains a path separator; give a device name, address or UUID"
+        )));
+    }
+    Ok(())
+}
+
+/// The node agent: one per host.
+#[derive(Debug)]
+pub struct Agent {
+    host: Arc<dyn Host>,
+    config: AgentConfig,
+    store: StateStore,
+    bus: EventBus,
+    cache: RwLock<Arc<Snapshot>>,
+    writer: tokio::sync::Mutex<()>,
+    reconciled: RwLock<Vec<Reconciled>>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+impl Agent {
+    /// Opens the agent on `host`: reads the promises, reconciles them (re-creating what is
+    /// missing) and reads the topology. Blocking; call it before serving.
+    ///
+    /// # Errors
+    /// A host without a root directory, a malformed state file, a host that cannot be discovered.
+    pub fn open(host: Arc<dyn Host>, config: AgentConfig) -> Result<Arc<Self>, ApiError> {
+        let root = host
+            .root_dir()
+            .ok_or_else(|| ApiError::new("host-error", "the host has no root directory"))?
+            .to_path_buf();
+        let dir = config
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| root.join(crate::state::DEFAULT_STATE_DIR));
+        let store = StateStore::new(dir);
+        store.load()?;
+        let (topology, health) = compose_topology(host.as_ref(), &config)?;
+        let (shutdown, _) = tokio::sync::watch::channel(false);
+        let agent = Arc::new(Agent {
+            host,
+            config,
+            store,
+            bus: EventBus::new(),
+            cache: RwLock::new(snapshot(0, topology, health)),
+            writer: tokio::sync::Mutex::new(()),
+            reconciled: RwLock::new(vec![]),
+            shutdown,
+        });
+        let report = agent.reconcile_blocking()?;
+        if !report.is_empty() {
+            let rev = agent.bus.publish(
+                EventKind::Reconciled,
+                serde_json::to_value(&report).unwrap_or_default(),
+            );
+            agent.store_snapshot(rev)?;
+        }
+        *agent
+            .reconciled
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = report;
+        Ok(agent)
+    }
+
+    /// The host.
+    pub fn host(&self) -> &dyn Host {
+        self.host.as_ref()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// The event bus: sources of changes publish here.
+    pub fn events(&self) -> &EventBus {
+        &self.bus
+    }
+
+    /// The promise store.
+    pub fn store(&self) -> &StateStore {
+        &self.store
+    }
+
+    /// What the last reconcile found.
+    pub fn reconciled(&self) -> Vec<Reconciled> {
+        self.reconciled
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The cached snapshot: never waits for a write.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.cache
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A receiver that turns true when the agent shuts down.
+    pub fn shutdown_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Tells long-lived answers (event streams) to end.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Waits for the write in flight, if any, and keeps further writes out while the guard lives.
+    pub async fn quiesce(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.writer.lock().await
+    }
+
+    fn store_snapshot(&self, revision: u64) -> Result<(), ApiError> {
+        let (topology, health) = compose_topology(self.host.as_ref(), &self.config)?;
+        *self
+            .cache
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            snapshot(revision, topology, health);
+        Ok(())
+    }
+
+    /// Reads the host again; when the topology or a GPU's health differs from the cached one,
+    /// publishes `health-changed` per GPU and `topology-changed`, and serves the new snapshot
+    /// with that revision. Blocking. Returns the revision served.
+    ///
+    /// # Errors
+    /// Discovery failing; the cached snapshot is kept.
+    pub fn refresh(&self) -> Result<u64, ApiError> {
+        let (topology, health) = compose_topology(self.host.as_ref(), &self.config)?;
+        let mut cache = self
+            .cache
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.topology == topology && cache.health == health {
+            return Ok(cache.revision);
+        }
+        for g in &topology.gpus {
+            let before = cache.topology.gpus.iter().find(|o| o.address == g.address);
+            if before.is_none_or(|b| b.health != g.health) {
+                self.bus.publish(
+                    EventKind::HealthChanged,
+                    serde_json::json!({
+                        "gpu": g.name,
+                        "address": g.address,
+                        "health": g.health,
+                    }),
+                );
+            }
+        }
+        let rev = self.bus.publish(
+            EventKind::TopologyChanged,
+            serde_json::json!({ "node": topology.node }),
+        );
+        *cache = snapshot(rev, topology, health);
+        Ok(rev)
+    }
+
+    /// Runs `f` as the one writer: after the agent's writer lock (async) and, when `host_lock`,
+    /// the host's layout lock (on the blocking thread), then refreshes the snapshot.
+    async fn write<T, F>(self: &Arc<Self>, host_lock: bool, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Agent) -> Result<T, ApiError> + Send + 'static,
+    {
+        let _w = self.writer.lock().await;
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let _lock = if host_lock {
+                Some(me.layout_lock()?)
+            } else {
+                None
+            };
+            let out = f(&me);
+            if let Err(e) = me.refresh() {
+                crate::log!("gpuslice agent: cannot read the host after a write: {e}");
+            }
+            out
+        })
+        .await
+        .map_err(|e| ApiError::new("error", format!("the write did not finish: {e}")))?
+    }
+
+    fn layout_lock(&self) -> Result<LayoutLock, ApiError> {
+        let root = self
+            .host
+            .root_dir()
+            .ok_or_else(|| ApiError::new("host-error", "the host has no root directory"))?;
+        LayoutLock::acquire(root, Some(self.config.lock_timeout), &mut |p| {
+            crate::log!(
+                "gpuslice agent: waiting for {} (another gpuslice vgpu apply)",
+                p.display()
+            );
+        })
+        .map_err(|e| ApiError::from_apply(&e))
+    }
+
+    fn load(&self) -> Result<StateFile, ApiError> {
+        self.store.load()
+    }
+
+    fn handoff(&self, target: &HandoffTarget) -> Option<serde_json::Value> {
+        let hook = self.config.hooks.handoff.as_ref()?;
+        let snap = self.snapshot();
+        Some(match hook(&snap.topology, target) {
+            Ok(v) => v,
+            Err(e) => serde_json::json!({ "error": e }),
+        })
+    }
+
+    /// `POST /v1/vgpus`.
+    ///
+    /// # Errors
+    /// Invalid requests (nothing written), conflicts, exhausted pools, host errors.
+    pub async fn create(
+        self: &Arc<Self>,
+        req: CreateRequest,
+    ) -> Result<serde_json::Value, ApiError> {
+        no_path("parent", &req.parent)?;
+        no_path("profile", &req.profile)?;
+        let parent: ParentId = req
+            .parent
+            .parse()
+            .map_err(|e| ApiError::from_core("parent", &e))?;
+        let owner = Owner {
+            machine: req.machine.clone(),
+            request: req
+                .machine
+                .as_ref()
+                .map(|_| req.request.clone().unwrap_or_else(|| "gpu".to_owned())),
+            index: req.machine.as_ref().map(|_| req.index.unwrap_or(0)),
+        };
+        let uuid = match (&req.uuid, &req.machine) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid("give either uuid or machine, not both"));
+            }
+            (Some(u), None) => {
+                no_path("uuid", u)?;
+                if req.request.is_some() || req.index.is_some() {
+                    return Err(ApiError::invalid("request and index go with machine"));
+                }
+                Some(
+                    u.parse::<MdevUuid>()
+                        .map_err(|e| ApiError::from_core("uuid", &e))?,
+                )
+            }
+            (None, Some(m)) => {
+                gpu_core::validate_name(m).map_err(|e| ApiError::from_core("machine", &e))?;
+                let r = owner.request.as_deref().unwrap_or("gpu");
+                gpu_core::validate_name(r).map_err(|e| ApiError::from_core("request", &e))?;
+                Some(MdevUuid::for_machine(m, r, owner.index.unwrap_or(0)))
+            }
+            (None, None) => None,
+        };
+        let me = Arc::clone(self);
+        let out = self
+            .write(true, move |a| a.create_locked(&req, parent, uuid, owner))
+            .await?;
+        let (kind, id, body) = out;
+        let rev = me
+            .bus
+            .publish(kind_created(), serde_json::json!({ "id": id }));
+        let mut body = body;
+        if let Some(o) = body.as_object_mut() {
+            o.insert("revision".to_owned(), rev.into());
+        }
+        let _ = kind;
+        Ok(body)
+    }
+
+    fn create_locked(
+        &self,
+        req: &CreateRequest,
+        parent: ParentId,
+        uuid: Option<MdevUuid>,
+        owner: Owner,
+    ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
+        let host = self.host.as_ref();
+        let is_mdev_parent = host.exists(&format!("sys/class/mdev_bus/{parent}"));
+        let gpu_addr = match &parent {
+            ParentId::Pci(p) => Some(*p),
+            ParentId::Named(n) if !is_mdev_parent => {
+                let snap = self.snapshot();
+                match snap.topology.gpu_by_name(n) {
+                    Some(g) => Some(g.address),
+                    None => {
+                        return Err(ApiError::not_found(format!(
+                            "{n:?} is neither an mdev parent nor a GPU of this host"
+                        )));
+                    }
+                }
+            }
+            ParentId::Named(_) => None,
+        };
+        let mdev_on_gpu = !is_mdev_parent
+            && gpu_addr.is_some_and(|a| {
+                actuate::vfs_of(host, &a)
+                    .iter()
+                    .any(|v| host.exists(&format!("sys/class/mdev_bus/{v}")))
+            });
+        if is_mdev_parent || mdev_on_gpu {
+            let uuid = uuid.ok_or_else(|| {
+                ApiError::invalid("an mdev instance needs a name: give uuid or machine")
+            })?;
+            let (rec_parent, type_id) = if is_mdev_parent {
+                let t = actuate::resolve_mdev_profile(host, &parent, &req.profile)
+                    .map_err(|e| ApiError::from_actuate(&e))?;
+                (parent.clone(), t)
+            } else {
+                let gpu = gpu_addr.ok_or_else(|| ApiError::invalid("no GPU"))?;
+                let first = actuate::vfs_of(host, &gpu)
+                    .into_iter()
+                    .map(ParentId::Pci)
+                    .find(|v| host.exists(&format!("sys/class/mdev_bus/{v}")))
+                    .ok_or_else(|| ApiError::not_found(format!("no mdev parent on {gpu}")))?;
+                let t = actuate::resolve_mdev_profile(host, &first, &req.profile)
+                    .map_err(|e| ApiError::from_actuate(&e))?;
+                (parent.clone(), t)
+            };
+            let device = Device::Mdev {
+                uuid,
+                parent: rec_parent,
+                type_id: type_id.clone(),
+            };
+            let made = self.with_promise(device, owner, &req.profile, || {
+                let made = if is_mdev_parent {
+                    actuate::create_mdev(
+                        host,
+                        &MdevCreate {
+                            parent: parent.clone(),
+                            type_id: type_id.clone(),
+                            uuid,
+                        },
+                    )
+                } else {
+                    let gpu = gpu_addr.ok_or_else(|| ApiError::invalid("no GPU"))?;
+                    actuate::create_mdev_on_gpu(host, &gpu, &req.profile, uuid)
+                }
+                .map_err(|e| {
+                    ApiError::from_actuate(&e).context(format!("cannot create mdev {uuid}"))
+                })?;
+                let actual = Device::Mdev {
+                    uuid,
+                    parent: made.parent.clone(),
+                    type_id: made.type_id.clone(),
+                };
+                Ok((made, actual))
+            })?;
+            let mut body = serde_json::to_value(&made).unwrap_or_default();
+            if let Some(o) = body.as_object_mut() {
+                o.insert("kind".to_owned(), "mdev".into());
+                if let Some(h) = self.handoff(&HandoffTarget::Mdev(uuid)) {
+                    o.insert("vmHandoff".to_owned(), h);
+                }
+            }
+            return Ok(("mdev", uuid.to_string(), body));
+        }
+        let Some(addr) = gpu_addr else {
+            return Err(ApiError::not_found(format!(
+                "{parent} is neither an mdev parent nor a GPU of this host"
+            )));
+        };
+        if uuid.is_some() && req.machine.is_none() {
+            return Err(ApiError::invalid(
+                "uuid names mdev instances; a vendor-VFIO vGPU is named by its VF",
+            ));
+        }
+        let vf = if actuate::is_vendor_vfio_vf(host, &addr) {
+            addr
+        } else {
+            let has_vfs = actuate::vfs_of(host, &addr)
+                .iter()
+                .any(|v| actuate::is_vendor_vfio_vf(host, v));
+            if !has_vfs {
+                return Err(ApiError::new(
+                    "unsupported",
+                    format!(
+                        "{parent} is neither an mdev parent nor an NVIDIA vendor-VFIO VF or GPU with VFs"
+                    ),
+                ));
+            }
+            let id = actuate::resolve_gpu_profile(host, &addr, &req.profile)
+                .map_err(|e| ApiError::from_actuate(&e))?;
+            actuate::free_vf_for(host, &addr, id).ok_or_else(|| {
+                ApiError::new(
+                    "exhausted",
+                    format!(
+                        "no free VF of {addr} can take vGPU type {} now",
+                        req.profile
+                    ),
+                )
+            })?
+        };
+        let type_num = actuate::resolve_vf_profile(host, &vf, &req.profile)
+            .map_err(|e| ApiError::from_actuate(&e))?;
+        let device = Device::VendorVfio { vf, type_num };
+        let made = self.with_promise(device.clone(), owner, &req.profile, || {
+            let set = actuate::set_vf_type(host, &vf, type_num, req.force).map_err(|e| {
+                ApiError::from_actuate(&e).context(format!("cannot give VF {vf} type {type_num}"))
+            })?;
+            Ok((set, device.clone()))
+        })?;
+        let mut body = serde_json::to_value(&made).unwrap_or_default();
+        if let Some(o) = body.as_object_mut() {
+            o.insert("kind".to_owned(), "vendorVfio".into());
+            if let Some(h) = self.handoff(&HandoffTarget::Pci(vf)) {
+                o.insert("vmHandoff".to_owned(), h);
+            }
+        }
+        Ok(("vendorVfio", vf.to_string(), body))
+    }
+
+    /// Records `device` as pending, runs `create`, then records what was made as created; a
+    /// failed create takes its pending record back out. A recorded device of the same identity
+    /// but another parent or type is refused before anything is written.
+    fn with_promise<T>(
+        &self,
+        device: Device,
+        owner: Owner,
+        profile: &str,
+        create: impl FnOnce() -> Result<(T, Device), ApiError>,
+    ) -> Result<T, ApiError> {
+        let mut state = self.load()?;
+        let id = device.id();
+        let existing = state.promises.iter().position(|p| p.device.id() == id);
+        if let Some(i) = existing {
+            let p = &state.promises[i];
+            if !same_target(&p.device, &device) && !self.picked_on_gpu(&p.device, &device) {
+                return Err(ApiError::new(
+                    "exists-other-type",
+                    format!(
+                        "{id} is already promised as {} (profile {}); remove it first",
+                        describe(&p.device),
+                        p.profile
+                    ),
+                ));
+            }
+        } else {
+            state.promises.push(Promise {
+                device,
+                owner,
+                profile: profile.to_owned(),
+                phase: Phase::Pending,
+            });
+            self.store.save(&state)?;
+        }
+        match create() {
+            Ok((made, actual)) => {
+                if let Some(p) = state.promises.iter_mut().find(|p| p.device.id() == id) {
+                    p.device = actual;
+                    p.phase = Phase::Created;
+                }
+                self.store.save(&state)?;
+                Ok(made)
+            }
+            Err(e) => {
+                if existing.is_none() {
+                    state.promises.retain(|p| p.device.id() != id);
+                    self.store.save(&state)?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// `DELETE /v1/vgpus/{uuid|vf}`: removes the instance (refused while a VM holds it, unless
+    /// `force`) and forgets its promise.
+    ///
+    /// # Errors
+    /// A target that is neither a UUID nor an address, `in-use`, host errors.
+    pub async fn remove(
+        self: &Arc<Self>,
+        target: String,
+        force: bool,
+    ) -> Result<serde_json::Value, ApiError> {
+        no_path("target", &target)?;
+        let me = Arc::clone(self);
+        let body = self
+            .write(true, move |a| {
+                let host = a.host.as_ref();
+                let (id, value) = if let Ok(u) = target.parse::<MdevUuid>() {
+                    let r = actuate::remove_mdev(host, &u, force).map_err(|e| {
+                        ApiError::from_actuate(&e).context(format!("cannot remove mdev {u}"))
+                    })?;
+                    (u.to_string(), serde_json::to_value(&r).unwrap_or_default())
+                } else if let Ok(vf) = target.parse::<PciAddress>() {
+                    let r = actuate::clear_vf(host, &vf, force).map_err(|e| {
+                        ApiError::from_actuate(&e).context(format!("cannot clear VF {vf}"))
+                    })?;
+                    (vf.to_string(), serde_json::to_value(&r).unwrap_or_default())
+                } else {
+                    return Err(ApiError::invalid(format!(
+                        "{target:?} is neither an mdev UUID nor a PCI address"
+                    )));
+                };
+                let mut state = a.load()?;
+                let before = state.promises.len();
+                state.promises.retain(|p| p.device.id() != id);
+                if state.promises.len() != before {
+                    a.store.save(&state)?;
+                }
+                Ok((id, value))
+            })
+            .await?;
+        let (id, mut value) = body;
+        let rev = me
+            .bus
+            .publish(EventKind::VgpuRemoved, serde_json::json!({ "id": id }));
+        if let Some(o) = value.as_object_mut() {
+            o.insert("revision".to_owned(), rev.into());
+        }
+        Ok(value)
+    }
+
+    fn resolve_gpu(&self, gpu: &str) -> Result<PciAddress, ApiError> {
+        no_path("gpu", gpu)?;
+        if let Ok(a) = gpu.parse::<PciAddress>() {
+            return Ok(a);
+        }
+        gpu_core::validate_name(gpu).map_err(|e| ApiError::from_core("gpu", &e))?;
+        let snap = self.snapshot();
+        snap.topology
+            .gpu_by_name(gpu)
+            .map(|g| g.address)
+            .ok_or_else(|| ApiError::not_found(format!("no GPU named {gpu:?} on this host")))
+    }
+
+    /// `POST /v1/gpus/{name|bdf}/bind` and `/release`.
+    ///
+    /// # Errors
+    /// Unknown GPUs, refusals of the actuation layer.
+    pub async fn bind(
+        self: &Arc<Self>,
+        gpu: String,
+        bind: bool,
+        force: bool,
+    ) -> Result<serde_json::Value, ApiError> {
+        let addr = self.resolve_gpu(&gpu)?;
+        let me = Arc::clone(self);
+        let mut value = self
+            .write(true, move |a| {
+                let r = if bind {
+                    actuate::bind_gpu(a.host.as_ref(), &addr)
+                } else {
+                    actuate::release_gpu(a.host.as_ref(), &addr, force)
+                }
+                .map_err(|e| ApiError::from_actuate(&e).context(addr))?;
+                Ok(serde_json::to_value(&r).unwrap_or_default())
+            })
+            .await?;
+        let kind = if bind {
+            EventKind::GpuBound
+        } else {
+            EventKind::GpuReleased
+        };
+        let rev = me
+            .bus
+            .publish(kind, serde_json::json!({ "gpu": addr.to_string() }));
+        if let Some(o) = value.as_object_mut() {
+            o.insert("revision".to_owned(), rev.into());
+            if bind {
+                if let Some(h) = me.handoff(&HandoffTarget::Pci(addr)) {
+                    o.insert("vmHandoff".to_owned(), h);
+                }
+            }
+        }
+        Ok(value)
+    }
+
+    /// `PUT /v1/layout`: applies a layout document (`gpuslice vgpu apply`'s file).
+    ///
+    /// # Errors
+    /// A malformed layout or unknown config (nothing written), a failed apply (rolled back).
+    pub async fn apply_layout(
+        self: &Arc<Self>,
+        text: String,
+        config: Option<String>,
+        dry_run: bool,
+        force: bool,
+    ) -> Result<serde_json::Value, ApiError> {
+        if let Some(c) = &config {
+            no_path("config", c)?;
+        }
+        let file = gpu_core::layout::LayoutFile::parse(&text)
+            .map_err(|e| ApiError::new(e.code(), chain(&e)).with_status(400))?;
+        file.select(config.as_deref())
+            .map_err(|e| ApiError::new(e.code(), chain(&e)).with_status(400))?;
+        let me = Arc::clone(self);
+        // apply_layout takes the host's layout lock itself.
+        let report = self
+            .write(false, move |a| {
+                let cfg = file
+                    .select(config.as_deref())
+                    .map_err(|e| ApiError::new(e.code(), chain(&e)).with_status(400))?;
+                let mut opts = ApplyOptions::new(a.config.discover.node.clone());
+                opts.discover = a.config.discover.clone();
+                opts.dry_run = dry_run;
+                opts.force = force;
+                opts.lock_timeout = Some(a.config.lock_timeout);
+                gpu_sysfs::apply::apply_layout(a.host.as_ref(), cfg, &opts, &mut |_| {})
+                    .map_err(|e| ApiError::from_apply(&e))
+            })
+            .await?;
+        let mut value = serde_json::to_value(&report).unwrap_or_default();
+        if !dry_run {
+            let rev = me.bus.publish(
+                EventKind::LayoutApplied,
+                serde_json::json!({ "status": report.status }),
+            );
+            if let Some(o) = value.as_object_mut() {
+                o.insert("revision".to_owned(), rev.into());
+            }
+        }
+        Ok(value)
+    }
+
+    /// `GET /v1/vgpus`: the instances on the host now, and the agent's promises.
+    ///
+    /// # Errors
+    /// An unreadable host.
+    pub fn list_blocking(&self) -> Result<serde_json::Value, ApiError> {
+        let host = self.host.as_ref();
+        let mdevs = actuate::list_instances(host).map_err(|e| ApiError::from_actuate(&e))?;
+        let vfs = actuate::list_vf_instances(host).map_err(|e| ApiError::from_actuate(&e))?;
+        let state = self.load()?;
+        Ok(serde_json::json!({
+            "revision": self.bus.revision(),
+            "mdevs": mdevs,
+            "vendorVfio": vfs,
+            "promises": state.promises,
+        }))
+    }
+
+    /// Re-creates the recorded devices that are missing, under the layout lock. Blocking.
+    ///
+    /// # Errors
+    /// The lock or the state file failing; each promise's own failure is in the report.
+    pub fn reconcile_blocking(&self) -> Result<Vec<Reconciled>, ApiError> {
+        let _lock = self.layout_lock()?;
+        let mut state = self.load()?;
+        let host = self.host.as_ref();
+        let mut report = Vec::new();
+        let mut keep = Vec::new();
+        for mut p in std::mem::take(&mut state.promises) {
+            let (outcome, message) = match &p.device {
+                Device::Mdev {
+                    uuid,
+                    parent,
+                    type_id,
+                } => {
+                    let existing = actuate::list_instances(host)
+                        .ok()
+                        .and_then(|l| l.into_iter().find(|i| i.uuid == *uuid));
+                    match existing {
+                        Some(i) if i.parent == *parent && i.type_id == *type_id => {
+                            (Outcome::Present, None)
+                        }
+                        Some(i) if p.phase == Phase::Pending && i.type_id == *type_id => {
+                            // An interrupted create on a GPU picked this VF.
+                            p.device = Device::Mdev {
+                                uuid: *uuid,
+                                parent: i.parent,
+                                type_id: i.type_id,
+                            };
+                            (Outcome::Present, None)
+                        }
+                        Some(i) => (
+                            Outcome::Conflict,
+                            Some(format!(
+                                "mdev {uuid} exists as {} on {}, not {type_id} on {parent}",
+                                i.type_id, i.parent
+                            )),
+                        ),
+                        None => {
+                            let r = if host.exists(&format!("sys/class/mdev_bus/{parent}")) {
+                                actuate::create_mdev(
+                                    host,
+                                    &MdevCreate {
+                                        parent: parent.clone(),
+                                        type_id: type_id.clone(),
+                                        uuid: *uuid,
+                                    },
+                                )
+                            } else if let ParentId::Pci(gpu) = parent {
+                                actuate::create_mdev_on_gpu(host, gpu, type_id.as_str(), *uuid)
+                            } else {
+                                actuate::create_mdev(
+                                    host,
+                                    &MdevCreate {
+                                        parent: parent.clone(),
+                                        type_id: type_id.clone(),
+                                        uuid: *uuid,
+                                    },
+                                )
+                            };
+                            match r {
+                                Ok(_) => (Outcome::Recreated, None),
+                                Err(e) => (Outcome::Failed, Some(chain(&e))),
+                            }
+                        }
+                    }
+                }
+                Device::VendorVfio { vf, type_num } => match actuate::current_type(host, vf) {
+                    Ok(t) if t == *type_num => (Outcome::Present, None),
+                    Ok(0) => match actuate::set_vf_type(host, vf, *type_num, false) {
+                        Ok(_) => (Outcome::Recreated, None),
+                        Err(e) => (Outcome::Failed, Some(chain(&e))),
+                    },
+                    Ok(t) => (
+                        Outcome::Conflict,
+                        Some(format!("VF {vf} has type {t}, not {type_num}")),
+                    ),
+                    Err(e) => (Outcome::Failed, Some(chain(&e))),
+                },
+            };
+            let outcome = match outcome {
+                Outcome::Failed | Outcome::Conflict if p.phase == Phase::Pending => {
+                    Outcome::Dropped
+                }
+                o => o,
+            };
+            if outcome != Outcome::Dropped {
+                if matches!(outcome, Outcome::Present | Outcome::Recreated) {
+                    p.phase = Phase::Created;
+                }
+                keep.push(p.clone());
+            }
+            if let Some(m) = &message {
+                crate::log!(
+                    "gpuslice agent: reconcile {}: {:?}: {m}",
+                    p.device.id(),
+                    outcome
+                );
+            }
+            report.push(Reconciled {
+                promise: p,
+                outcome,
+                message,
+            });
+        }
+        state.promises = keep;
+        self.store.save(&state)?;
+        Ok(report)
+    }
+}
+
+impl Agent {
+    /// A create on a GPU whose VFs are mdev parents records the VF it picked: a retry naming the
+    /// GPU is the same promise when the recorded VF is one of that GPU's.
+    fn picked_on_gpu(&self, recorded: &Device, requested: &Device) -> bool {
+        match (recorded, requested) {
+            (
+                Device::Mdev {
+                    parent: ParentId::Pci(vf),
+                    type_id: t1,
+                    ..
+                },
+                Device::Mdev {
+                    parent: ParentId::Pci(gpu),
+                    type_id: t2,
+                    ..
+                },
+            ) => t1 == t2 && actuate::vfs_of(self.host.as_ref(), gpu).contains(vf),
+            _ => false,
+        }
+    }
+}
+
+fn kind_created() -> EventKind {
+    EventKind::VgpuCreated
+}
+
+fn same_target(a: &Device, b: &Device) -> bool {
+    match (a, b) {
+        (
+            Device::Mdev {
+                type_id: t1,
+                parent: p1,
+                ..
+            },
+            Device::Mdev {
+                type_id: t2,
+                parent: p2,
+                ..
+            },
+        ) => t1 == t2 && p1 == p2,
+        (Device::VendorVfio { type_num: a, .. }, Device::VendorVfio { type_num: b, .. }) => a == b,
+        _ => false,
+    }
+}
+
+fn describe(d: &Device) -> String {
+    match d {
+        Device::Mdev {
+            parent, type_id, ..
+        } => format!("{type_id} on {parent}"),
+        Device::VendorVfio { vf, type_num } => format!("type {type_num} on VF {vf}"),
+    }
+}
+
+impl ApiError {
+    /// The same error with another HTTP status.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = status;
+        self
+    }
+}

@@ -1,0 +1,200 @@
+//! The agent's error documents: `{"error": {"kind", "message", "errno"?, "errnoName"?}}`, with the
+//! same `kind` strings as the CLI's `-o json` errors and the HTTP status that fits the kind.
+
+use gpu_sysfs::SysfsError;
+use gpu_sysfs::actuate::ActuateError;
+use gpu_sysfs::apply::ApplyError;
+use serde::Serialize;
+
+/// An API failure: what went wrong, in a form a program can branch on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiError {
+    /// The HTTP status the kind maps to.
+    #[serde(skip)]
+    pub status: u16,
+    /// Stable kind: the actuation kinds of `gpuslice -o json` (`exists`, `exhausted`, `in-use`,
+    /// `exists-other-type`, ...), a layout code, `invalid-request`, `not-found`, `host-error`,
+    /// and the agent's own `unknown-route`, `method-not-allowed`, `too-large`, `unauthorized`,
+    /// `read-only`, `shutting-down`, `error`.
+    pub kind: String,
+    /// One line for people.
+    pub message: String,
+    /// The kernel errno, when the failure came from a sysfs write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
+    /// The errno's symbolic name (`ENOSPC`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno_name: Option<String>,
+}
+
+/// The document an error is sent as.
+#[derive(Debug, Serialize)]
+struct ErrorDocument<'a> {
+    error: &'a ApiError,
+}
+
+impl ApiError {
+    /// An error of `kind` with its usual status.
+    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status: status_of(kind),
+            kind: kind.to_owned(),
+            message: message.into(),
+            errno: None,
+            errno_name: None,
+        }
+    }
+
+    /// A malformed or unacceptable request (400).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new("invalid-request", message)
+    }
+
+    /// Something the request names does not exist (404).
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new("not-found", message)
+    }
+
+    /// The error document as JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&ErrorDocument { error: self }).unwrap_or_else(|_| {
+            r#"{"error":{"kind":"error","message":"cannot render the error"}}"#.to_owned()
+        })
+    }
+
+    /// Prefixes the message with context (`cannot create mdev ...: `).
+    pub fn context(mut self, what: impl std::fmt::Display) -> Self {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+
+    /// An actuation failure, classified as the CLI classifies it.
+    pub fn from_actuate(e: &ActuateError) -> Self {
+        let errno = e.errno();
+        ApiError {
+            status: status_of(e.kind()),
+            kind: e.kind().to_owned(),
+            message: chain(e),
+            errno,
+            errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),
+        }
+    }
+
+    /// A host read failure, or an actuation failure wrapped in one.
+    pub fn from_sysfs(e: &SysfsError) -> Self {
+        if let SysfsError::Actuate(a) = e {
+            return Self::from_actuate(a);
+        }
+        let errno = e.errno();
+        ApiError {
+            status: 503,
+            kind: "host-error".to_owned(),
+            message: chain(e),
+            errno,
+            errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),
+        }
+    }
+
+    /// A layout apply that did not happen or did not finish.
+    pub fn from_apply(e: &ApplyError) -> Self {
+        match e {
+            ApplyError::Discover(s) => Self::from_sysfs(s),
+            ApplyError::Layout(l) => {
+                let mut a = Self::new(l.code(), chain(l));
+                a.status = 400;
+                a
+            }
+            ApplyError::LockTimeout { .. } => Self::new("busy", chain(e)),
+            ApplyError::Failed { .. } => Self::new("apply-failed", chain(e)),
+            _ => Self::new("host-error", chain(e)),
+        }
+    }
+
+    /// A discovery or health failure.
+    pub fn from_health(e: &gpu_health::HealthError) -> Self {
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(c) = cur {
+            if let Some(s) = c.downcast_ref::<SysfsError>() {
+                return Self::from_sysfs(s).context("cannot discover the host");
+            }
+            cur = c.source();
+        }
+        Self::new("host-error", chain(e))
+    }
+
+    /// An invalid identity (UUID, address, name): `invalid-argument`, 400.
+    pub fn from_core(field: &str, e: &gpu_core::CoreError) -> Self {
+        Self::new("invalid-argument", format!("{field}: {}", chain(e)))
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.kind)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// Renders an error and its sources on one line, skipping sources already in the text.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = c.source();
+    }
+    parts.join(": ")
+}
+
+/// The HTTP status of an error kind: 400 for requests that can never succeed as written, 404 for
+/// things that are not there, 409 for conflicts with what is on the host, 503 for a host that
+/// cannot do it now.
+pub fn status_of(kind: &str) -> u16 {
+    match kind {
+        "invalid-request" | "invalid-argument" | "unknown-profile" | "unsupported"
+        | "unsatisfiable" => 400,
+        "unauthorized" => 401,
+        "read-only" => 403,
+        "not-found" | "unknown-route" | "no-device" => 404,
+        "method-not-allowed" => 405,
+        "in-use" | "exists" | "exists-other-type" | "busy" | "not-permitted"
+        | "group-not-viable" => 409,
+        "too-large" => 413,
+        "error" => 500,
+        // exhausted, not-creatable, host-error, read-failed, driver-refused, timeout, ...
+        _ => 503,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_map_to_the_statuses_the_api_promises() {
+        assert_eq!(status_of("invalid-request"), 400);
+        assert_eq!(status_of("not-found"), 404);
+        assert_eq!(status_of("in-use"), 409);
+        assert_eq!(status_of("exists-other-type"), 409);
+        assert_eq!(status_of("exhausted"), 503);
+        assert_eq!(status_of("host-error"), 503);
+    }
+
+    #[test]
+    fn an_error_document_has_kind_message_and_errno() {
+        let e = ApiError::from_actuate(&ActuateError::Exhausted {
+            path: "/sys/x/create".to_owned(),
+            errno: "ENOSPC".to_owned(),
+        });
+        let v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap_or_default();
+        assert_eq!(v["error"]["kind"], "exhausted");
+        assert_eq!(v["error"]["errno"], 28);
+        assert_eq!(v["error"]["errnoName"], "ENOSPC");
+        assert_eq!(e.status, 503);
+    }
+}

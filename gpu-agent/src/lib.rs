@@ -1,0 +1,35 @@
+//! The gpuslice node agent: the host's GPUs and vGPUs served to an orchestrator over a versioned
+//! HTTP API on a unix socket (or TCP with a bearer token), with promises kept across restarts.
+//!
+//! [`Agent::open`] reads the promises in the state directory, re-creates the recorded devices
+//! that are missing and reads the topology; [`serve::serve`] answers the API on its listeners
+//! until shutdown. The agent can run in-process on any [`gpu_sysfs::Host`] (a fake kernel in
+//! tests). Writes are serialized and share the layout lock of `gpuslice vgpu apply`; reads are
+//! served from a cached snapshot and never wait for a write.
+
+/// Writes one line to standard error, ignoring failures: a closed stderr (a supervisor that went
+/// away) must not take an answer down with it, as `eprintln!` would by panicking.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! log {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+pub mod agent;
+pub mod error;
+pub mod events;
+pub mod http;
+pub mod serve;
+pub mod state;
+
+pub use agent::{
+    Agent, AgentConfig, CreateRequest, HandoffHook, HandoffTarget, Hooks, MetricsHook, Outcome,
+    Reconciled, Snapshot, compose_topology,
+};
+pub use error::ApiError;
+pub use events::{Event, EventBus, EventKind};
+pub use serve::{Access, Listen, Listener, ServeOptions, serve, serve_router};
+pub use state::{Device, Owner, Phase, Promise, StateFile, StateStore};
