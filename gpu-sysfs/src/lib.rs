@@ -13,6 +13,7 @@
 
 pub mod actuate;
 pub mod apply;
+pub mod confine;
 pub mod discover;
 pub mod error;
 pub mod host;
@@ -21,6 +22,7 @@ pub mod resolver;
 pub mod testing;
 pub mod umockdev;
 
+pub use confine::{OutsideRoot, is_outside_root};
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
 
