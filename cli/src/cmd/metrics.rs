@@ -60,9 +60,16 @@ pub fn local_topology(g: &Global) -> anyhow::Result<NodeTopology> {
 /// # Errors
 /// When the inventory cannot be read or the address cannot be bound.
 pub fn run(g: &Global, a: MetricsArgs) -> anyhow::Result<ExitCode> {
+    if a.inventory.is_none() {
+        // As `topology` does: a node name that cannot be valid is refused before any output.
+        gpu_core::validate_name(&g.node_name()).context("--node")?;
+    }
     let mut render = || -> Result<String, String> {
         let (nodes, allocations) =
             load_nodes(g, a.inventory.as_deref()).map_err(|e| crate::common::render_error(&e))?;
+        for n in &nodes {
+            gpu_core::validate_name(&n.node).map_err(|e| format!("node: {e}"))?;
+        }
         metrics::render(&nodes, &allocations).map_err(|e| e.to_string())
     };
     let Some(addr) = &a.listen else {
