@@ -318,3 +318,40 @@ proptest! {
         untouched(&s.outside);
     }
 }
+
+#[test]
+fn state_files_are_never_written_through_a_planted_link() {
+    use gpu_sysfs::apply::{LOCK_PATH, LayoutLock, NAMES_PATH, RememberedNames};
+    let s = setup();
+    // The temporary name is a link to an outside file; the lock file is one too.
+    let mut b = TreeBuilder::at(&s.root);
+    let tmp = format!("{NAMES_PATH}.tmp");
+    b.link(&tmp, &out_of(&tmp, "secret"));
+    b.link(LOCK_PATH, &out_of(LOCK_PATH, "remove"));
+    b.finish().unwrap();
+    let mut names = RememberedNames::load(&s.root, None);
+    names.remember(1155, "NVIDIA L40S-48Q");
+    names.save(&s.root).unwrap();
+    assert!(
+        std::fs::read_to_string(s.root.join(NAMES_PATH))
+            .unwrap()
+            .contains("L40S-48Q")
+    );
+    assert!(LayoutLock::acquire(&s.root, Some(Duration::from_millis(50)), &mut |_| {}).is_err());
+    untouched(&s.outside);
+}
+
+#[test]
+fn a_state_directory_that_is_a_link_is_refused() {
+    use gpu_sysfs::apply::{NAMES_PATH, RememberedNames};
+    let s = setup();
+    let mut b = TreeBuilder::at(&s.root);
+    b.link("run/gpuslice", &out_of("run/gpuslice", ""));
+    b.finish().unwrap();
+    let mut names = RememberedNames::load(&s.root, None);
+    names.remember(1155, "NVIDIA L40S-48Q");
+    let e = names.save(&s.root).unwrap_err();
+    assert!(e.to_string().contains("run/gpuslice is a link"), "{e}");
+    assert!(!s.outside.join("vgpu-type-names.json").exists());
+    assert!(!s.root.join(NAMES_PATH).exists());
+}
