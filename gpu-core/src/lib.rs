@@ -59,10 +59,12 @@ pub fn decode_text<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Re
     limits::check_document(text).map_err(fail)?;
     fn located<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
         let path = e.path().to_string();
-        if path == "." {
-            e.inner().to_string()
+        let inner = e.inner().to_string();
+        // The YAML decoder names the path itself; JSON's does not.
+        if path == "." || inner.starts_with(&format!("{path}: ")) {
+            inner
         } else {
-            format!("{path}: {}", e.inner())
+            format!("{path}: {inner}")
         }
     }
     let trimmed = text.trim_start();
