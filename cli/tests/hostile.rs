@@ -167,3 +167,46 @@ fn record_baseline_does_not_overwrite_a_file_a_planted_temporary_links_to() {
     );
     assert!(root.join("var/lib/gpuslice/health-baseline.json").exists());
 }
+
+#[test]
+fn vgpu_apply_against_a_fifo_does_not_hold_the_lock_hanging() {
+    let (base, root) = tree("GRID T4-1B");
+    let avail = type_file(&root, "available_instances");
+    std::fs::remove_file(&avail).unwrap();
+    assert!(
+        Command::new("mkfifo")
+            .arg(&avail)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let layout = base.path().join("layout.yaml");
+    std::fs::write(
+        &layout,
+        format!("version: v1\nvgpu-configs:\n  one:\n    \"{GPU}\": {{GRID T4-1B: 1}}\n"),
+    )
+    .unwrap();
+    let f = layout.to_str().unwrap();
+    for _ in 0..2 {
+        // Whatever the verdict, it comes at once and the lock is free for the next run.
+        let o = run_within(
+            &root,
+            &[
+                "--node",
+                "n1",
+                "vgpu",
+                "apply",
+                "-f",
+                f,
+                "--lock-timeout",
+                "2",
+            ],
+            Duration::from_secs(20),
+        );
+        assert!(
+            !text(&o.stderr).contains("another gpuslice apply holds"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+}
