@@ -68,3 +68,13 @@ fn names_that_could_be_paths_or_inject_output_are_refused() {
     let e = Machine::from_text("name: \"vm\\nevil\"\ndevices: []\n").unwrap_err();
     assert!(e.to_string().contains("vm\\nevil"), "{e}");
 }
+
+#[test]
+fn a_fleet_with_a_node_name_that_could_be_a_path_is_refused() {
+    for bad in ["../etc", "a/b", "n\\nevil"] {
+        let text = format!("nodes:\n  - node: \"{bad}\"\n");
+        let e = Fleet::from_text(&text).unwrap_err().to_string();
+        assert!(e.contains("invalid"), "{bad}: {e}");
+    }
+    Fleet::from_text("nodes:\n  - node: n1\n").unwrap();
+}

@@ -36,11 +36,15 @@ pub struct OutsideRoot {
 
 impl std::fmt::Display for OutsideRoot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: the link {} -> {} leads outside the root; not followed",
-            self.path, self.link, self.target
-        )
+        if self.link.is_empty() {
+            write!(f, "{} leads outside the root; not followed", self.path)
+        } else {
+            write!(
+                f,
+                "{}: the link {} -> {} leads outside the root; not followed",
+                self.path, self.link, self.target
+            )
+        }
     }
 }
 
