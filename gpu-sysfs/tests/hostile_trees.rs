@@ -355,3 +355,27 @@ fn a_state_directory_that_is_a_link_is_refused() {
     assert!(!s.outside.join("vgpu-type-names.json").exists());
     assert!(!s.root.join(NAMES_PATH).exists());
 }
+
+#[test]
+fn the_fake_kernel_over_an_outside_link_tree_writes_nothing_outside() {
+    let s = setup();
+    let mut b = a_gpu_with_a_type(&s.root);
+    let mdev = format!("sys/bus/mdev/devices/{UUID}");
+    b.link(&mdev, &format!("{}outside", "../".repeat(5)));
+    let rel = format!("sys/devices/pci0000:00/{GPU}/driver_override");
+    b.link(&rel, &out_of(&rel, "driver_override"));
+    let kernel = gpu_sysfs::testing::FakeKernel::new(b.finish().unwrap()).unwrap();
+    let uuid: MdevUuid = UUID.parse().unwrap();
+    let _ = gpu_sysfs::actuate::mdev::remove_mdev(&kernel, &uuid, true);
+    // The fake kernel refuses it (its model has no such attribute; the tree's link is not
+    // followed); either way nothing outside changes.
+    assert!(
+        kernel
+            .write(
+                &format!("sys/bus/pci/devices/{GPU}/driver_override"),
+                b"vfio-pci"
+            )
+            .is_err()
+    );
+    untouched(&s.outside);
+}
