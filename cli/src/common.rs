@@ -88,6 +88,9 @@ impl gpu_sysfs::Host for OpenedHost {
     fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
         self.host.read(path)
     }
+    fn read_bounded(&self, path: &str, max: usize) -> std::io::Result<Vec<u8>> {
+        self.host.read_bounded(path, max)
+    }
     fn write(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
         self.host.write(path, data)
     }

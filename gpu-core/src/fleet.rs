@@ -36,13 +36,14 @@ impl Fleet {
         Ok(f)
     }
 
-    /// Checks that node names and machine names are unique.
+    /// Checks that node and machine names are valid names ([`crate::validate_name`]) and unique.
     ///
     /// # Errors
     /// [`CoreError::InvalidName`] naming the duplicate.
     pub fn validate(&self) -> Result<(), CoreError> {
         let mut nodes = std::collections::BTreeSet::new();
         for n in &self.nodes {
+            crate::validate_name(&n.node)?;
             if !nodes.insert(n.node.as_str()) {
                 return Err(CoreError::InvalidName {
                     input: n.node.clone(),
@@ -52,6 +53,8 @@ impl Fleet {
         }
         let mut machines = std::collections::BTreeSet::new();
         for a in &self.allocations {
+            crate::validate_name(&a.machine)?;
+            crate::validate_name(&a.node)?;
             if !machines.insert(a.machine.as_str()) {
                 return Err(CoreError::InvalidName {
                     input: a.machine.clone(),

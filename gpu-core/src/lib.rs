@@ -20,6 +20,7 @@ pub mod fleet;
 pub mod health;
 pub mod ids;
 pub mod layout;
+pub mod limits;
 pub mod nvidia;
 pub mod pool;
 pub mod request;
@@ -44,23 +45,42 @@ pub use vendor::Vendor;
 
 /// Decodes JSON or YAML text into `T`, naming `what` in the error.
 ///
+/// The text's size and nesting are checked first ([`limits::check_document`]); a decode error
+/// names the field path and what was wrong with its value (`devices[0].count: invalid value:
+/// integer `-1`, expected u32 at line 2 column 24`).
+///
 /// # Errors
-/// [`CoreError::Decode`] with the decoder's message (line and column included).
+/// [`CoreError::Decode`] with the field path and the decoder's message (line and column included).
 pub fn decode_text<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, CoreError> {
-    let trimmed = text.trim_start();
-    let res = if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        serde_json::from_str(text).map_err(|e| e.to_string())
-    } else {
-        serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
-    };
-    res.map_err(|message| CoreError::Decode {
+    let fail = |message| CoreError::Decode {
         what: what.to_owned(),
         message,
-    })
+    };
+    limits::check_document(text).map_err(fail)?;
+    fn located<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
+        let path = e.path().to_string();
+        let inner = e.inner().to_string();
+        // The YAML decoder names the path itself; JSON's does not.
+        if path == "." || inner.starts_with(&format!("{path}: ")) {
+            inner
+        } else {
+            format!("{path}: {inner}")
+        }
+    }
+    let trimmed = text.trim_start();
+    let res = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        let mut de = serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(&mut de).map_err(located)
+    } else {
+        serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(text))
+            .map_err(located)
+    };
+    res.map_err(fail)
 }
 
 /// Checks a node, machine or request name: 1–253 characters of `[A-Za-z0-9._-]`, not starting
-/// with `.` or `-`.
+/// with `.` or `-`, without `..` (so never a path, a control character or a quote). Every command
+/// and binding checks names with this one function.
 ///
 /// # Errors
 /// [`CoreError::InvalidName`] naming the input.
@@ -77,6 +97,9 @@ pub fn validate_name(name: &str) -> Result<(), CoreError> {
     }
     if name.starts_with('.') || name.starts_with('-') {
         return Err(bad("must not start with '.' or '-'"));
+    }
+    if name.contains("..") {
+        return Err(bad("must not contain '..'"));
     }
     if !name
         .bytes()

@@ -17,6 +17,9 @@ use crate::error::HealthError;
 /// The baseline file, relative to the host root.
 pub const BASELINE_PATH: &str = "var/lib/gpuslice/health-baseline.json";
 
+/// The largest baseline file read (a few hundred bytes per device).
+pub const BASELINE_MAX: usize = 16 << 20;
+
 /// One device's remembered state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -76,7 +79,7 @@ impl Baseline {
     /// # Errors
     /// A message naming the file when it cannot be read or parsed.
     pub fn load(host: &dyn Host) -> Result<Option<Self>, String> {
-        match host.read(BASELINE_PATH) {
+        match host.read_bounded(BASELINE_PATH, BASELINE_MAX) {
             Ok(bytes) => Self::from_json(&String::from_utf8_lossy(&bytes))
                 .map(Some)
                 .map_err(|e| format!("{BASELINE_PATH}: {e}")),
@@ -110,10 +113,13 @@ impl Baseline {
         };
         let text =
             serde_json::to_string_pretty(self).map_err(|e| io_err(std::io::Error::other(e)))?;
-        let dir = path.parent().unwrap_or(root);
-        std::fs::create_dir_all(dir).map_err(io_err)?;
+        if let Some((dir, _)) = BASELINE_PATH.rsplit_once('/') {
+            gpu_sysfs::host::make_state_dir(root, dir).map_err(io_err)?;
+        }
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, format!("{text}\n")).map_err(io_err)?;
+        let mut f = gpu_sysfs::host::create_temporary(&tmp).map_err(io_err)?;
+        std::io::Write::write_all(&mut f, format!("{text}\n").as_bytes()).map_err(io_err)?;
+        f.sync_all().map_err(io_err)?;
         std::fs::rename(&tmp, &path).map_err(io_err)
     }
 }

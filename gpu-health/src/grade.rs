@@ -195,6 +195,13 @@ pub fn grade(
 
 fn grade_aer(policy: &Policy, aer: &AerReadings, history: &History, f: &mut Findings) {
     let p = &policy.aer;
+    // A counter file that exists but holds garbage (`-5`, 2^64) says nothing about the errors
+    // seen: never Healthy on its word.
+    for r in [&aer.fatal, &aer.nonfatal, &aer.correctable] {
+        if let Reading::Unknown(why) = r {
+            f.degraded(format!("AER counters unreadable: {why}"));
+        }
+    }
     if let Reading::Value(c) = &aer.fatal {
         if p.fatal_max.exceeded_by(c.total) {
             f.unhealthy(format!("AER fatal {}{}", c.total, detail(c)));

@@ -384,6 +384,8 @@ impl Policy {
             source_name: source_name.to_owned(),
             message,
         };
+        // Size and nesting first: a hostile file is refused before any decoder sees it.
+        gpu_core::limits::check_document(text).map_err(err)?;
         let mut policy: Policy = if text.trim().is_empty() {
             Policy::default()
         } else {

@@ -110,7 +110,13 @@ fn garbage_in_a_file_makes_that_signal_unknown_with_a_warning_naming_it() {
     let r = &assess(&host, &[gpu("nvidia0", "0000:3b:00.0", 0x1eb8)], &offline())[0];
     // The fatal file still reads: garbage elsewhere does not hide it.
     assert_eq!(r.health.state, HealthState::Unhealthy);
-    assert_eq!(r.health.reasons, ["AER fatal 1 (DLP 1)"]);
+    assert_eq!(r.health.reasons[0], "AER fatal 1 (DLP 1)");
+    // ... and the garbled one is a reason too, never silently fine.
+    assert!(
+        r.health.reasons[1].starts_with("AER counters unreadable: aer_dev_nonfatal: "),
+        "{:?}",
+        r.health.reasons
+    );
     assert!(matches!(r.signals.aer.nonfatal, Reading::Unknown(_)));
     assert!(
         r.warnings.contains(
@@ -151,7 +157,37 @@ fn an_unreadable_file_makes_that_signal_unknown() {
     assert!(
         matches!(&r.signals.aer.fatal, Reading::Unknown(w) if w.starts_with("aer_dev_fatal: "))
     );
-    assert_eq!(r.health.state, HealthState::Healthy);
+    // The fatal counters cannot be told: not Healthy on the word of the other files.
+    assert_eq!(r.health.state, HealthState::Degraded);
+}
+
+#[test]
+fn aer_counters_of_minus_five_or_two_to_the_64_are_not_graded_healthy() {
+    for bad in [
+        "RxErr -5\nTOTAL_ERR_COR -5\n",
+        "RxErr 18446744073709551616\n",
+    ] {
+        let mut b = TreeBuilder::new();
+        add_gpu(
+            &mut b,
+            "0000:3b:00.0",
+            0x1eb8,
+            (16, 16),
+            [bad, CLEAN_NONFATAL, CLEAN_FATAL],
+        );
+        let t = b.finish().unwrap();
+        let host = RealHost::new(t.root()).unwrap();
+        let r = &assess(&host, &[gpu("nvidia0", "0000:3b:00.0", 0x1eb8)], &offline())[0];
+        assert_ne!(r.health.state, HealthState::Healthy, "{bad:?}");
+        assert!(
+            r.health
+                .reasons
+                .iter()
+                .any(|w| w.contains("aer_dev_correctable")),
+            "{:?}",
+            r.health.reasons
+        );
+    }
 }
 
 #[test]

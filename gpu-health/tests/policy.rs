@@ -156,3 +156,12 @@ fn a_policy_round_trips_through_its_own_serialization() {
     let y = serde_yaml_ng::to_string(&p).unwrap();
     assert_eq!(yaml(&y).unwrap(), p);
 }
+
+#[test]
+fn a_policy_of_nested_brackets_is_refused_fast() {
+    let text = format!("aer: {}", "[".repeat(200_000));
+    let start = std::time::Instant::now();
+    let e = Policy::from_str_as(&text, PolicyFormat::Yaml, "deep.yaml").unwrap_err();
+    assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    assert!(e.to_string().contains("nested more than 64"), "{e}");
+}

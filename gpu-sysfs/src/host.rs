@@ -60,6 +60,22 @@ pub trait Host: Send + Sync + std::fmt::Debug {
     /// The root directory on this machine, when the host is a real directory tree.
     fn root_dir(&self) -> Option<&Path>;
 
+    /// Reads a whole file of at most `max` bytes (state files gpuslice keeps, larger than an
+    /// attribute); a larger file is an `InvalidData` error.
+    ///
+    /// # Errors
+    /// The I/O error.
+    fn read_bounded(&self, path: &str, max: usize) -> io::Result<Vec<u8>> {
+        let bytes = self.read(path)?;
+        if bytes.len() > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{path} is larger than {max} bytes; not read"),
+            ));
+        }
+        Ok(bytes)
+    }
+
     /// Reads a file as trimmed UTF-8 text (lossy).
     ///
     /// # Errors
@@ -74,7 +90,8 @@ pub trait Host: Send + Sync + std::fmt::Debug {
     /// path walk does.
     ///
     /// # Errors
-    /// The I/O error, or `InvalidData` when a target leaves the root or links loop.
+    /// The I/O error, an [`crate::OutsideRoot`] error when a target leaves the root, or
+    /// `InvalidData` when links loop.
     fn resolve_link(&self, path: &str) -> io::Result<String> {
         self.read_link(path)?;
         self.canonicalize(path)
@@ -83,14 +100,9 @@ pub trait Host: Send + Sync + std::fmt::Debug {
     /// The canonical root-relative form of `path`: every symlink in it followed, `..` folded.
     ///
     /// # Errors
-    /// `InvalidData` when a link leaves the root or more than 40 links are followed.
+    /// An [`crate::OutsideRoot`] error when a link leaves the root; `InvalidData` when more
+    /// than 40 links are followed.
     fn canonicalize(&self, path: &str) -> io::Result<String> {
-        let outside = || {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{path} resolves outside the root"),
-            )
-        };
         let mut pending: Vec<String> = path
             .split('/')
             .filter(|p| !p.is_empty())
@@ -98,12 +110,22 @@ pub trait Host: Send + Sync + std::fmt::Debug {
             .map(str::to_owned)
             .collect();
         let mut done: Vec<String> = Vec::new();
+        let mut via = (String::new(), String::new());
         let mut hops = 0;
         while let Some(part) = pending.pop() {
             match part.as_str() {
                 "." => continue,
                 ".." => {
-                    done.pop().ok_or_else(outside)?;
+                    if done.pop().is_none() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::PermissionDenied,
+                            crate::confine::OutsideRoot {
+                                path: path.to_owned(),
+                                link: via.0,
+                                target: via.1,
+                            },
+                        ));
+                    }
                     continue;
                 }
                 _ => {}
@@ -126,6 +148,7 @@ pub trait Host: Send + Sync + std::fmt::Debug {
                 for p in t.split('/').filter(|p| !p.is_empty()).rev() {
                     pending.push(p.to_owned());
                 }
+                via = (here, t);
             }
         }
         Ok(done.join("/"))
@@ -169,9 +192,18 @@ pub fn check_relative(path: &str) -> io::Result<()> {
 }
 
 /// The real host: files under a root directory (`/` in production).
+///
+/// Under any root but `/`, every open, `readlink`, listing and write resolves inside the root
+/// (see [`crate::confine`]): a link that leads outside is an error naming the path
+/// ([`crate::is_outside_root`]), never followed. Every read is bounded: at most
+/// [`crate::confine::ATTRIBUTE_MAX`] bytes (or what [`Host::read_bounded`] allows), answered
+/// within [`crate::confine::READ_DEADLINE`], and only from a regular file (a FIFO, socket or
+/// device node is refused).
 #[derive(Debug, Clone)]
 pub struct RealHost {
     root: PathBuf,
+    /// The open root when it is not `/`; `None` for the machine itself.
+    confined: Option<std::sync::Arc<crate::confine::Root>>,
 }
 
 impl RealHost {
@@ -189,37 +221,69 @@ impl RealHost {
                 format!("root {} is not a directory", root.display()),
             ));
         }
-        Ok(Self { root })
+        let is_machine = std::fs::canonicalize(&root).is_ok_and(|c| c == Path::new("/"));
+        let confined = if is_machine {
+            None
+        } else {
+            Some(std::sync::Arc::new(
+                crate::confine::Root::open_dir(&root).map_err(|e| {
+                    io::Error::new(e.kind(), format!("root {}: {e}", root.display()))
+                })?,
+            ))
+        };
+        Ok(Self { root, confined })
     }
 
     fn full(&self, path: &str) -> io::Result<PathBuf> {
         check_relative(path)?;
         Ok(self.root.join(path))
     }
+
+    /// Opens the root-relative `path` with `flags`, resolving inside the root (links that stay
+    /// inside are followed, one that leaves is an [`crate::confine::OutsideRoot`] error). Under
+    /// `/` a plain open. Every file access of this host goes through here.
+    fn open_in_root(&self, path: &str, flags: nix::fcntl::OFlag) -> io::Result<std::fs::File> {
+        use nix::fcntl::OFlag;
+        check_relative(path)?;
+        match &self.confined {
+            Some(root) => Ok(std::fs::File::from(root.open(
+                path,
+                flags,
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+            )?)),
+            None => {
+                use std::os::unix::fs::OpenOptionsExt;
+                let access = flags & OFlag::O_ACCMODE;
+                let rest = flags & !OFlag::O_ACCMODE;
+                std::fs::OpenOptions::new()
+                    .read(access == OFlag::O_RDONLY || access == OFlag::O_RDWR)
+                    .write(access == OFlag::O_WRONLY || access == OFlag::O_RDWR)
+                    .custom_flags(rest.bits())
+                    .open(self.root.join(path))
+            }
+        }
+    }
 }
 
 impl Host for RealHost {
     fn read(&self, path: &str) -> io::Result<Vec<u8>> {
-        use std::io::Read;
-        // A sysfs attribute (at most a page) arrives whole in one read: open, one read, close.
-        // `std::fs::read` would add a statx and a second read to see EOF on every file.
-        let mut f = std::fs::File::open(self.full(path)?)?;
-        let mut buf = vec![0u8; 8192];
-        let n = f.read(&mut buf)?;
-        if n == buf.len() {
-            f.read_to_end(&mut buf)?;
-        } else {
-            buf.truncate(n);
-        }
-        Ok(buf)
+        self.read_bounded(path, crate::confine::ATTRIBUTE_MAX)
+    }
+
+    fn read_bounded(&self, path: &str, max: usize) -> io::Result<Vec<u8>> {
+        use nix::fcntl::OFlag;
+        // Non-blocking: opening a FIFO must not wait for a writer (it is refused just after).
+        let f = self.open_in_root(path, OFlag::O_RDONLY | OFlag::O_NONBLOCK)?;
+        crate::confine::check_regular(&f, path)?;
+        crate::confine::read_bounded(f, max, path)
     }
 
     fn write(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        use nix::fcntl::OFlag;
         use std::io::Write;
         // No O_CREAT, no truncation games: a sysfs attribute takes one write on an existing file.
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(self.full(path)?)?;
+        let mut f = self.open_in_root(path, OFlag::O_WRONLY | OFlag::O_NONBLOCK)?;
+        crate::confine::check_regular(&f, path)?;
         let n = f.write(data)?;
         if n != data.len() {
             return Err(io::Error::new(
@@ -231,19 +295,41 @@ impl Host for RealHost {
     }
 
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
-        let mut names: Vec<String> = std::fs::read_dir(self.full(dir)?)?
-            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect();
+        let mut names: Vec<String> = match &self.confined {
+            None => std::fs::read_dir(self.full(dir)?)?
+                .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect(),
+            Some(_) => {
+                use nix::fcntl::OFlag;
+                let f = self.open_in_root(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
+                let mut d = nix::dir::Dir::from_fd(std::os::fd::OwnedFd::from(f))?;
+                d.iter()
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n != "." && n != "..")
+                    .collect()
+            }
+        };
         names.sort();
         Ok(names)
     }
 
     fn read_link(&self, path: &str) -> io::Result<PathBuf> {
-        std::fs::read_link(self.full(path)?)
+        match &self.confined {
+            None => std::fs::read_link(self.full(path)?),
+            Some(root) => {
+                check_relative(path)?;
+                let (dir, last) = root.open_parent(path)?;
+                Ok(PathBuf::from(nix::fcntl::readlinkat(&dir, last)?))
+            }
+        }
     }
 
     fn exists(&self, path: &str) -> bool {
-        self.full(path).map(|p| p.exists()).unwrap_or(false)
+        match &self.confined {
+            None => self.full(path).map(|p| p.exists()).unwrap_or(false),
+            Some(_) => self.open_in_root(path, nix::fcntl::OFlag::O_PATH).is_ok(),
+        }
     }
 
     fn run(&self, program: &str, args: &[String], timeout: Duration) -> io::Result<CommandOutput> {
@@ -253,6 +339,61 @@ impl Host for RealHost {
     fn root_dir(&self) -> Option<&Path> {
         Some(&self.root)
     }
+}
+
+/// Opens a fresh temporary file `tmp`, to be renamed over a state file. A stale one left by a
+/// crash, or a link planted in its place, is removed first (a link itself, never its target);
+/// the new one is created with `O_CREAT | O_EXCL | O_NOFOLLOW` (mode 0644), so nothing is ever
+/// written through a link.
+///
+/// # Errors
+/// The I/O error (`EEXIST` when another writer created it in between).
+pub fn create_temporary(tmp: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(tmp)
+}
+
+/// Creates the directory `rel` under `root` (`run/gpuslice`) component by component and returns
+/// its path; a component that is a link or not a directory is an error naming it, so a state
+/// file is never written through a link that leaves the root.
+///
+/// # Errors
+/// `InvalidInput` for a component that is a link or a file; the I/O error of `mkdir`.
+pub fn make_state_dir(root: &Path, rel: &str) -> io::Result<PathBuf> {
+    check_relative(rel)?;
+    let mut at = root.to_path_buf();
+    for part in rel.split('/') {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} is a link or a file, not a directory; no state is written through it",
+                        at.display()
+                    ),
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match std::fs::create_dir(&at) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            },
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(at)
 }
 
 /// Runs a command, killing it after `timeout`; stdout and stderr are captured.
@@ -374,12 +515,21 @@ mod tests {
             "write must not create files"
         );
         assert!(h.read("../etc/passwd").is_err());
-        let big = "x".repeat(20_000);
+        let big = "x".repeat(12_000);
         std::fs::write(root.join("sys/big"), &big).unwrap();
         assert_eq!(
             h.read("sys/big").unwrap(),
             big.as_bytes(),
             "files larger than one read come whole"
+        );
+        let huge = "x".repeat(crate::confine::ATTRIBUTE_MAX + 1);
+        std::fs::write(root.join("sys/huge"), &huge).unwrap();
+        let e = h.read("sys/huge").unwrap_err();
+        assert!(e.to_string().contains("sys/huge is larger than"), "{e}");
+        assert_eq!(
+            h.read_bounded("sys/huge", 1 << 20).unwrap().len(),
+            huge.len(),
+            "a state file may be larger than an attribute"
         );
         assert!(RealHost::new(root.join("missing")).is_err());
     }

@@ -14,6 +14,7 @@
 
 pub mod actuate;
 pub mod apply;
+pub mod confine;
 pub mod discover;
 pub mod doctor;
 pub mod error;
@@ -23,6 +24,7 @@ pub mod resolver;
 pub mod testing;
 pub mod umockdev;
 
+pub use confine::{OutsideRoot, is_outside_root};
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
 

@@ -519,6 +519,34 @@ impl Recording {
                 line,
             )?;
         }
+        self.check_links_resolve_inside(root, file)
+    }
+
+    /// Every recorded link, resolved as the kernel would through the links of the finished tree
+    /// (`up/../../..` where `up` is itself a link), must stay inside `sys/`: the text check on
+    /// each link alone cannot see a climb through another link.
+    fn check_links_resolve_inside(&self, root: &Path, file: &str) -> Result<(), SysfsError> {
+        use crate::host::Host;
+        let host = crate::host::RealHost::new(root)
+            .map_err(|e| SysfsError::io(root.display().to_string(), e))?;
+        for dev in &self.devices {
+            for (name, target) in &dev.links {
+                let at = format!("{}/{name}", dev.path);
+                let why = match host.canonicalize(&at) {
+                    Ok(r) if r.starts_with("sys/") => continue,
+                    Ok(r) => format!("resolves to {r:?}, outside sys/"),
+                    Err(e) if crate::confine::is_outside_root(&e) => {
+                        "climbs out of the tree through another link".to_owned()
+                    }
+                    Err(e) => format!("does not resolve: {e}"),
+                };
+                return Err(SysfsError::malformed(
+                    file,
+                    dev.line,
+                    format!("link {name} of {} ({target:?}) {why}", dev.path),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -661,6 +689,22 @@ N: ttyS1
         let dir = tempfile::tempdir().unwrap();
         let e = rec.write_tree(dir.path(), "evil").unwrap_err();
         assert!(e.to_string().starts_with("evil:"), "{e}");
+    }
+
+    #[test]
+    fn a_link_climbing_out_through_an_intermediate_link_is_refused_with_its_line() {
+        // Each link alone stays inside sys/ as text; `esc` climbs out through `up`, which is
+        // itself a link two levels up.
+        let text = "P: /devices/a/b\nL: up=../..\nL: esc=up/../../../outside\n";
+        let rec = parse(text, "climb.umockdev").unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let root = base.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let e = rec.write_tree(&root, "climb.umockdev").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("climb.umockdev:1: "), "{msg}");
+        assert!(msg.contains("link esc of sys/devices/a/b"), "{msg}");
+        assert!(msg.contains("climbs out of the tree"), "{msg}");
     }
 
     #[test]

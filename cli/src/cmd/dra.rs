@@ -146,7 +146,11 @@ fn write_claim(path: &Path, claim: &PreparedClaim) -> anyhow::Result<()> {
     let dir = path.parent().context("claim file has no directory")?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(claim)?)
+    gpu_sysfs::host::create_temporary(&tmp)
+        .and_then(|mut f| {
+            std::io::Write::write_all(&mut f, serde_json::to_string_pretty(claim)?.as_bytes())?;
+            f.sync_all()
+        })
         .with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -184,4 +184,10 @@ fn print_table(reports: &[GpuHealthReport]) {
     if rows.is_empty() {
         println!("(no GPUs)");
     }
+    // Warnings reach the table view too, not only `-o json`.
+    for r in reports {
+        for w in &r.warnings {
+            eprintln!("warning: {}: {w}", r.name);
+        }
+    }
 }

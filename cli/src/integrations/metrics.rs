@@ -1,8 +1,9 @@
 //! Prometheus metrics of one host or a whole fleet.
 //!
 //! The exposition is rendered by `prometheus-client` (OpenMetrics text, which Prometheus scrapes
-//! natively), so every family carries its `# HELP` and `# TYPE` lines and label values are escaped
-//! by the library. Every metric is a gauge: the values are a snapshot of the inventory, taken again
+//! natively), so every family carries its `# HELP` and `# TYPE` lines. The library writes label
+//! values as given, so every value taken from input (node, GPU, parent and type names) is escaped
+//! here ([`gpu_core::limits::escape_label_value`]): a name cannot inject a line. Every metric is a gauge: the values are a snapshot of the inventory, taken again
 //! on every scrape.
 //!
 //! "Allocated" memory is what is taken on a node now or reserved for it: whole GPUs in use (bound
@@ -12,6 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gpu_core::limits::escape_label_value as esc;
 use gpu_core::{
     AllocatedDevice, Allocation, AllocationStatus, GpuState, HealthState, NodeTopology, ParentId,
     nvidia,
@@ -177,7 +179,7 @@ pub fn render(
     let pending_vram = Gauges::<NodeState>::default();
 
     for node in nodes {
-        let n = || node.node.clone();
+        let n = || esc(&node.node);
         let usage = vram_usage(node, allocations);
         vram.get_or_create(&NodeState {
             node: n(),
@@ -198,7 +200,7 @@ pub fn render(
                 gpu_state
                     .get_or_create(&GpuLabels {
                         node: n(),
-                        gpu: gpu.name.clone(),
+                        gpu: esc(&gpu.name),
                         address: gpu.address.to_string(),
                         state: s.as_str().into(),
                     })
@@ -208,7 +210,7 @@ pub fn render(
                 gpu_health
                     .get_or_create(&GpuHealthLabels {
                         node: n(),
-                        gpu: gpu.name.clone(),
+                        gpu: esc(&gpu.name),
                         address: gpu.address.to_string(),
                         health: h.as_str().into(),
                     })
@@ -243,8 +245,8 @@ pub fn render(
                 available
                     .get_or_create(&ParentProfile {
                         node: n(),
-                        parent: parent.id.to_string(),
-                        profile: label,
+                        parent: esc(&parent.id.to_string()),
+                        profile: esc(&label),
                     })
                     .set(i64::from(p.available_instances));
             }

@@ -256,6 +256,7 @@ impl LayoutFile {
     /// place (`vgpu-configs.NAME[i].vgpu-devices`) and what is wrong, and
     /// [`LayoutError::DuplicateType`] naming both entries that denote one type.
     pub fn parse(text: &str) -> Result<Self, LayoutError> {
+        crate::limits::check_document(text).map_err(|message| LayoutError::Decode { message })?;
         let root: Value = serde_yaml_ng::from_str(text).map_err(|e| LayoutError::Decode {
             message: e.to_string(),
         })?;
@@ -469,10 +470,17 @@ fn parse_counts(v: &Value, at: &str, names: TypeNames) -> Result<Vec<TypeCount>,
     for (k, val) in m {
         let name = key_str(k, at)?.to_owned();
         let here = format!("{at}.{name}");
+        let max = crate::limits::MAX_INSTANCES;
         let count = match val.as_i64() {
-            Some(n) if n > 0 => {
-                u32::try_from(n).map_err(|_| invalid(&here, format!("count {n} is too large")))?
-            }
+            Some(n) if n > 0 => match u32::try_from(n) {
+                Ok(c) if c <= max => c,
+                _ => {
+                    return Err(invalid(
+                        &here,
+                        format!("count {n} is more than any GPU holds (at most {max})"),
+                    ));
+                }
+            },
             Some(n) => {
                 return Err(invalid(
                     &here,

@@ -2,6 +2,7 @@
 //! `<root>/run/gpuslice/vgpu.lock`, held until the [`LayoutLock`] is dropped.
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -46,16 +47,18 @@ impl LayoutLock {
             path: path.display().to_string(),
             source,
         };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(lock_err)?;
+        if let Some((dir, _)) = LOCK_PATH.rsplit_once('/') {
+            crate::host::make_state_dir(root, dir).map_err(lock_err)?;
         }
         let start = Instant::now();
         let mut told = false;
         loop {
+            // Never through a link: a planted one would have the lock created outside the root.
             let file = OpenOptions::new()
                 .create(true)
                 .truncate(false)
                 .write(true)
+                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
                 .open(&path)
                 .map_err(lock_err)?;
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {

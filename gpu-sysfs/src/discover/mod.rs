@@ -115,8 +115,20 @@ pub fn discover(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology,
     // In address order a PF comes before its VFs, so its virtfn links mark them and VFs cost
     // no read at all.
     for a in table.addresses() {
-        if table.known_vf(&a) || !table.class(&a).is_some_and(|c| c.is_gpu()) {
+        if table.known_vf(&a) {
             continue;
+        }
+        match table.class(&a) {
+            Some(c) if c.is_gpu() => {}
+            Some(_) => continue,
+            None => {
+                // Whatever it is cannot be told: say so rather than let a GPU vanish.
+                for w in table.take_warnings(&a) {
+                    topo.warnings
+                        .push(format!("{a}: not examined, its class cannot be read: {w}"));
+                }
+                continue;
+            }
         }
         let Some((mut g, _entries)) = table.read_gpu(&a) else {
             continue;

@@ -282,6 +282,98 @@ fn compare_topology(topology: &Value) -> Result<String, String> {
     Ok(summary.join("; "))
 }
 
+/// Runs `gpuslice --root ROOT ARGS...`, killed after `limit` seconds: a hang is a failure, not
+/// a stalled lab.
+fn run_rooted(root: &Path, args: &[&str], limit: u64) -> Result<cli::Run, String> {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(cli::GPUSLICE)
+        .arg("--root")
+        .arg(root)
+        .args(["--node", cli::NODE])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", cli::GPUSLICE))?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if start.elapsed() > Duration::from_secs(limit) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "`gpuslice --root {} {}` still running after {limit} s",
+                    root.display(),
+                    args.join(" ")
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(format!("waiting for gpuslice: {e}")),
+        }
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("reading gpuslice's output: {e}"))?;
+    Ok(cli::Run {
+        args: args.join(" "),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// A tree on the guest's tmpfs whose mdev entry links outside it, and whose GPU `class` is a
+/// FIFO: `vgpu remove` writes nothing outside, `topology` finishes and names the FIFO.
+pub fn hostile_root(_lab: &mut Lab) -> Outcome {
+    const UUID: &str = "5e2b0c1a-0000-4000-8000-000000000001";
+    let base = if Path::new("/dev/shm").is_dir() {
+        Path::new("/dev/shm/gpuslice-hostile")
+    } else {
+        Path::new("/tmp/gpuslice-hostile")
+    };
+    let _ = fs::remove_dir_all(base);
+    let root = base.join("root");
+    let dev = root.join("sys/devices/pci0000:00/0000:41:00.0");
+    let io = |e: std::io::Error| format!("building {}: {e}", base.display());
+    fs::create_dir_all(base.join("outside")).map_err(io)?;
+    fs::write(base.join("outside/remove"), "victim\n").map_err(io)?;
+    fs::create_dir_all(&dev).map_err(io)?;
+    fs::create_dir_all(root.join("sys/bus/pci/devices")).map_err(io)?;
+    fs::create_dir_all(root.join("sys/bus/mdev/devices")).map_err(io)?;
+    fs::write(dev.join("vendor"), "0x10de\n").map_err(io)?;
+    fs::write(dev.join("device"), "0x1eb8\n").map_err(io)?;
+    std::os::unix::fs::symlink(
+        "../../../devices/pci0000:00/0000:41:00.0",
+        root.join("sys/bus/pci/devices/0000:41:00.0"),
+    )
+    .map_err(io)?;
+    std::os::unix::fs::symlink(
+        "../../../../../outside",
+        root.join(format!("sys/bus/mdev/devices/{UUID}")),
+    )
+    .map_err(io)?;
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(dev.join("class"))
+        .status()
+        .map_err(|e| format!("cannot run mkfifo: {e}"))?;
+    ensure(fifo.success(), || "mkfifo failed".to_owned())?;
+
+    let _ = run_rooted(&root, &["vgpu", "remove", "--force", UUID], 30)?;
+    let outside = fs::read_to_string(base.join("outside/remove")).map_err(io)?;
+    ensure(outside == "victim\n", || {
+        format!("vgpu remove wrote {outside:?} outside the root")
+    })?;
+    let t = run_rooted(&root, &["topology"], 30)?;
+    ensure(t.code == Some(0), || format!("topology: {}", t.describe()))?;
+    ensure(t.stderr.contains("is a FIFO"), || {
+        format!("topology did not warn about the FIFO: {:?}", t.stderr)
+    })?;
+    let _ = fs::remove_dir_all(base);
+    Ok("outside file untouched by vgpu remove; topology finished and named the FIFO".to_owned())
+}
+
 /// `topology` lists mbochs, mdpy and mtty with the kernel's types, names and counts.
 pub fn topology(_lab: &mut Lab) -> Outcome {
     let t = cli::json(&["topology"])?;

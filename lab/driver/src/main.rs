@@ -40,6 +40,7 @@ const WITH_IOMMU: &[Check] = &[
     ("gpu-bind-blocked-refused", checks::gpu_bind_refused),
     ("vgpu-apply-assert-clear", checks::vgpu_apply_assert_clear),
     ("agent-socket-restart-in-use", agent::agent_socket),
+    ("hostile-root", checks::hostile_root),
 ];
 
 const WITHOUT_IOMMU: &[Check] = &[
@@ -51,6 +52,7 @@ const WITHOUT_IOMMU: &[Check] = &[
     ("vgpu-create-counts", checks::vgpu_create),
     ("gpu-list-with-mdevs", checks::gpu_list_with_mdevs),
     ("vgpu-remove-restores", checks::vgpu_remove),
+    ("hostile-root", checks::hostile_root),
 ];
 
 /// Checks after which the guest is put back to a clean state, whatever they left.

@@ -1,0 +1,171 @@
+//! Bounds on input: what any host or GPU can hold, how large and how deeply nested a document
+//! may be, and escaping for output formats that would otherwise let a name inject lines.
+//!
+//! Every bound is checked before anything is allocated or decoded by the value it bounds: a
+//! layout asking for 4294967295 vGPUs is refused at the count, a 200 KB document of nested `[`
+//! at the nesting scan, long before a decoder or planner would grow memory for them.
+
+/// The most instances of one vGPU type on one GPU or parent. No GPU holds more than a few dozen
+/// (NVIDIA's smallest profiles give 32–48 per board); the sample drivers' limits are smaller.
+pub const MAX_INSTANCES: u32 = 1024;
+
+/// The largest document (layout, fleet, Machine, topology) read as text: a 10 000-node fleet
+/// is a few MB.
+pub const MAX_DOCUMENT_BYTES: usize = 64 << 20;
+
+/// The deepest nesting of sequences and mappings in a document. Real documents nest fewer than
+/// ten levels.
+pub const MAX_NESTING: usize = 64;
+
+/// Checks a document's size and nesting depth before it is decoded.
+///
+/// The depth is measured on the text (flow brackets outside quoted scalars, plus block
+/// indentation levels and `- ` markers), in one pass, so a hostile document is refused in
+/// linear time whatever the decoder would do with it.
+///
+/// # Errors
+/// A message naming the bound that was exceeded (and the line, for nesting).
+pub fn check_document(text: &str) -> Result<(), String> {
+    if text.len() > MAX_DOCUMENT_BYTES {
+        return Err(format!(
+            "document is {} bytes; at most {MAX_DOCUMENT_BYTES} are read",
+            text.len()
+        ));
+    }
+    let mut flow: usize = 0;
+    let mut quote: Option<u8> = None;
+    let mut indents: Vec<usize> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let bytes = line.as_bytes();
+        let mut i = 0;
+        let mut block = 0;
+        if flow == 0 && quote.is_none() {
+            let indent = bytes.iter().take_while(|b| **b == b' ').count();
+            let rest = &bytes[indent..];
+            if rest.is_empty() || rest[0] == b'#' {
+                continue;
+            }
+            while indents.last().is_some_and(|top| *top >= indent) {
+                indents.pop();
+            }
+            indents.push(indent);
+            // The top level itself is no nesting.
+            block = indents.len() - 1;
+            i = indent;
+            // `- - - x`: each marker opens a sequence on the same line.
+            while i + 1 < bytes.len() && bytes[i] == b'-' && bytes[i + 1] == b' ' {
+                block += 1;
+                i += 2;
+                while i < bytes.len() && bytes[i] == b' ' {
+                    i += 1;
+                }
+            }
+        }
+        let too_deep = || {
+            Err(format!(
+                "line {}: nested more than {MAX_NESTING} levels deep",
+                n + 1
+            ))
+        };
+        if block + flow > MAX_NESTING {
+            return too_deep();
+        }
+        let mut prev: u8 = b' ';
+        while i < bytes.len() {
+            let b = bytes[i];
+            match quote {
+                Some(b'"') if b == b'\\' => {
+                    i += 2;
+                    continue;
+                }
+                Some(q) if b == q => quote = None,
+                Some(_) => {}
+                None => match b {
+                    b'"' | b'\'' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => {
+                        quote = Some(b)
+                    }
+                    b'#' if matches!(prev, b' ' | b'\t') => break,
+                    // In block context a bracket opens a flow collection only where a value
+                    // starts (`a: [`, `- {`); inside a plain scalar (`x: don't [`) it is text.
+                    b'[' | b'{'
+                        if flow > 0
+                            || matches!(prev, b' ' | b'\t' | b':' | b'-' | b',' | b'[' | b'{') =>
+                    {
+                        flow += 1;
+                        if block + flow > MAX_NESTING {
+                            return too_deep();
+                        }
+                    }
+                    b']' | b'}' => flow = flow.saturating_sub(1),
+                    _ => {}
+                },
+            }
+            prev = b;
+            i += 1;
+        }
+        // A quote in block context ends with its line (a plain scalar's apostrophe).
+        if flow == 0 && quote == Some(b'\'') {
+            quote = None;
+        }
+    }
+    Ok(())
+}
+
+/// Escapes a Prometheus label value per the text exposition format: backslash, double quote and
+/// line feed become `\\`, `\"` and `\n`; everything else is kept.
+pub fn escape_label_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deeply_nested_document_is_refused_fast_with_the_line() {
+        let doc = "[".repeat(200_000);
+        let start = std::time::Instant::now();
+        let e = check_document(&doc).unwrap_err();
+        assert!(e.contains("line 1: nested more than 64"), "{e}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        let blocks: String = (0..100)
+            .map(|i| format!("{}a{i}:\n", " ".repeat(i)))
+            .collect();
+        assert!(check_document(&blocks).is_err());
+        assert!(check_document(&"- ".repeat(100)).is_err());
+    }
+
+    #[test]
+    fn ordinary_documents_pass_whatever_their_quotes_and_comments() {
+        let doc = "version: v1\nvgpu-configs:\n  a:\n    - devices: [0, 1]  # [[[[\n      \
+                   vgpu-devices: {\"A2-4Q\": 4}\n    - name: \"[[[[[\"\n      x: don't [\n";
+        check_document(doc).unwrap();
+        check_document("{\"a\": [[1], [2, {\"b\": \"]]]]\"}]]}").unwrap();
+        check_document(&format!("{}{}", "[".repeat(64), "]".repeat(64))).unwrap();
+        assert!(check_document(&"[".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn a_huge_document_is_refused_by_size() {
+        let doc = " ".repeat(MAX_DOCUMENT_BYTES + 1);
+        assert!(check_document(&doc).unwrap_err().contains("bytes"));
+    }
+
+    #[test]
+    fn label_values_cannot_inject_lines() {
+        assert_eq!(
+            escape_label_value("a\"b\\c\nevil 1"),
+            "a\\\"b\\\\c\\nevil 1"
+        );
+        assert_eq!(escape_label_value("GRID A2-4Q"), "GRID A2-4Q");
+    }
+}

@@ -1,0 +1,353 @@
+//! Resolving root-relative paths without ever leaving the root, and reading attribute files with
+//! a size cap and a deadline.
+//!
+//! A tree under `--root` (a replayed recording, a copy of a problem host) is untrusted: any of its
+//! components may be a symlink, and the OS would follow one that points outside. [`Root::open`]
+//! resolves inside the root only: `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` where the
+//! kernel has it, and a component-wise walk (`openat(O_NOFOLLOW)` per component, links read with
+//! `readlinkat` and resolved here) where it has not or where the kernel refused (an absolute link,
+//! which the walk resolves against the root, or a `..` that climbs out, which the walk names).
+
+use std::ffi::OsStr;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat, openat2, readlinkat};
+use nix::sys::stat::Mode;
+
+/// A link in the tree leads outside the root. Carried inside an [`io::Error`] of kind
+/// `PermissionDenied`; see [`is_outside_root`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutsideRoot {
+    /// The root-relative path that was asked for.
+    pub path: String,
+    /// The link (root-relative, as resolved so far) whose target leaves the root.
+    pub link: String,
+    /// The link's target as written.
+    pub target: String,
+}
+
+impl std::fmt::Display for OutsideRoot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.link.is_empty() {
+            write!(f, "{} leads outside the root; not followed", self.path)
+        } else {
+            write!(
+                f,
+                "{}: the link {} -> {} leads outside the root; not followed",
+                self.path, self.link, self.target
+            )
+        }
+    }
+}
+
+impl std::error::Error for OutsideRoot {}
+
+/// True when `e` is the error of a link that leads outside the root.
+pub fn is_outside_root(e: &io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<OutsideRoot>().is_some())
+}
+
+fn outside(path: &str, link: &str, target: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        OutsideRoot {
+            path: path.to_owned(),
+            link: link.to_owned(),
+            target: target.to_owned(),
+        },
+    )
+}
+
+/// Links followed in one resolution before giving up, as the kernel does.
+const MAX_LINKS: usize = 40;
+
+/// Whether `openat2` works here: 0 not tried yet, 1 yes, 2 no (old kernel, seccomp filter).
+static OPENAT2: AtomicU8 = AtomicU8::new(0);
+
+/// An open root directory; every path is resolved beneath it.
+#[derive(Debug)]
+pub(crate) struct Root {
+    fd: OwnedFd,
+}
+
+impl Root {
+    /// Opens the directory `dir` as a root.
+    pub fn open_dir(dir: &Path) -> io::Result<Self> {
+        let fd = nix::fcntl::open(
+            dir,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Self { fd })
+    }
+
+    /// Opens the root-relative `path` with `flags` (`O_CLOEXEC`, and `O_NOCTTY` but with `O_PATH`, are added), following
+    /// links only where they stay inside the root. With `O_CREAT` the last component is never
+    /// followed (an existing link there is an error, as `O_EXCL` wants).
+    ///
+    /// # Errors
+    /// The OS error; an [`OutsideRoot`] error when a link leads out; `ELOOP` after
+    /// [`MAX_LINKS`] links.
+    pub fn open(&self, path: &str, flags: OFlag, mode: Mode) -> io::Result<OwnedFd> {
+        // openat2 refuses any flag but these with O_PATH.
+        let flags = if flags.contains(OFlag::O_PATH) {
+            flags | OFlag::O_CLOEXEC
+        } else {
+            flags | OFlag::O_CLOEXEC | OFlag::O_NOCTTY
+        };
+        let mode = if flags.contains(OFlag::O_CREAT) {
+            mode
+        } else {
+            Mode::empty()
+        };
+        if OPENAT2.load(Ordering::Relaxed) != 2 {
+            let how = OpenHow::new()
+                .flags(flags)
+                .mode(mode)
+                .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+            match openat2(self.fd.as_fd(), path, how) {
+                Ok(fd) => {
+                    OPENAT2.store(1, Ordering::Relaxed);
+                    return Ok(fd);
+                }
+                // Not available: remember, walk from now on.
+                Err(Errno::ENOSYS | Errno::E2BIG) => OPENAT2.store(2, Ordering::Relaxed),
+                // EXDEV: an absolute link or a `..` that leaves (the walk tells which); EAGAIN:
+                // a concurrent rename; EPERM: perhaps a seccomp filter. The walk decides.
+                Err(Errno::EXDEV | Errno::EAGAIN | Errno::EPERM) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.walk(path, flags, mode)
+    }
+
+    /// Opens the directory holding `path`'s last component; returns it and that component.
+    pub fn open_parent<'p>(&self, path: &'p str) -> io::Result<(OwnedFd, &'p str)> {
+        match path.rsplit_once('/') {
+            Some((dir, last)) => Ok((
+                self.open(dir, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?,
+                last,
+            )),
+            None => Ok((self.fd.try_clone()?, path)),
+        }
+    }
+
+    /// The component-wise walk: each component opened with `O_NOFOLLOW` relative to the one
+    /// before; a link's target is read and resolved here, `..` steps back to the directory
+    /// opened before (never above the root), an absolute target starts again at the root.
+    fn walk(&self, path: &str, flags: OFlag, mode: Mode) -> io::Result<OwnedFd> {
+        let mut stack: Vec<OwnedFd> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        let mut pending: Vec<String> = path
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .rev()
+            .map(str::to_owned)
+            .collect();
+        let mut via: Option<(String, String)> = None;
+        let mut links = 0usize;
+        while let Some(part) = pending.pop() {
+            match part.as_str() {
+                "." => continue,
+                ".." => {
+                    if stack.pop().is_none() {
+                        let (link, target) = via.clone().unwrap_or_default();
+                        return Err(outside(path, &link, &target));
+                    }
+                    names.pop();
+                    continue;
+                }
+                _ => {}
+            }
+            let last = pending.is_empty();
+            let dir: BorrowedFd<'_> = stack.last().map_or(self.fd.as_fd(), |f| f.as_fd());
+            let name = OsStr::from_bytes(part.as_bytes());
+            // The last component: a link is followed unless creating; checked before opening
+            // since `O_PATH | O_NOFOLLOW` would open the link itself.
+            let link = if last && flags.contains(OFlag::O_CREAT) {
+                None
+            } else if last {
+                readlinkat(dir, name).ok()
+            } else {
+                None
+            };
+            let link = match link {
+                Some(l) => Some(l),
+                None => {
+                    let how = if last {
+                        flags | OFlag::O_NOFOLLOW
+                    } else {
+                        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+                    };
+                    match openat(dir, name, how, mode) {
+                        Ok(fd) if last => return Ok(fd),
+                        Ok(fd) => {
+                            stack.push(fd);
+                            names.push(part);
+                            continue;
+                        }
+                        Err(e) => match (last, readlinkat(dir, name)) {
+                            (false, Ok(l)) => Some(l),
+                            _ => return Err(e.into()),
+                        },
+                    }
+                }
+            };
+            if let Some(target) = link {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{path}: more than {MAX_LINKS} links (a loop?)"),
+                    ));
+                }
+                let t = target.to_string_lossy().into_owned();
+                let mut at = names.clone();
+                at.push(part);
+                via = Some((at.join("/"), t.clone()));
+                if t.starts_with('/') {
+                    stack.clear();
+                    names.clear();
+                }
+                pending.extend(
+                    t.split('/')
+                        .filter(|p| !p.is_empty())
+                        .rev()
+                        .map(str::to_owned),
+                );
+            }
+        }
+        // Everything folded away: the path names the directory reached.
+        let dir: BorrowedFd<'_> = stack.last().map_or(self.fd.as_fd(), |f| f.as_fd());
+        Ok(openat(dir, ".", flags, mode)?)
+    }
+}
+
+/// The most an attribute read returns: sysfs attributes are at most a page, four are allowed.
+pub const ATTRIBUTE_MAX: usize = 16 * 1024;
+
+/// How long one read may take before it is given up (a hung driver, a stuck network file).
+pub const READ_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Refuses what is not a regular file: a FIFO would block, a device or socket is no attribute.
+pub(crate) fn check_regular(file: &std::fs::File, path: &str) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = file.metadata()?.file_type();
+    let what = if t.is_file() {
+        return Ok(());
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device node"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{path} is {what}, not an attribute file; not read"),
+    ))
+}
+
+/// Reads at most `max` bytes; more is an error naming the file.
+fn read_capped(mut file: std::fs::File, max: usize, path: &str) -> io::Result<Vec<u8>> {
+    // A sysfs attribute arrives whole in one read: a short first read is the end of the file.
+    let first = max.min(8192) + 1;
+    let mut buf = vec![0u8; first];
+    let n = file.read(&mut buf)?;
+    if n < first {
+        buf.truncate(n);
+        return Ok(buf);
+    }
+    buf.truncate(n);
+    let limit = u64::try_from(max).unwrap_or(u64::MAX) + 1 - u64::try_from(n).unwrap_or(0);
+    file.take(limit).read_to_end(&mut buf)?;
+    if buf.len() > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{path} is larger than {max} bytes; not an attribute file, not read"),
+        ));
+    }
+    Ok(buf)
+}
+
+struct Job {
+    file: std::fs::File,
+    max: usize,
+    path: String,
+    reply: mpsc::SyncSender<io::Result<Vec<u8>>>,
+}
+
+/// The reading thread: reads run there so that a read the kernel never answers is given up at
+/// its deadline; a stuck thread is abandoned and the next read starts a new one.
+static READER: Mutex<Option<mpsc::Sender<Job>>> = Mutex::new(None);
+
+fn reader() -> Option<mpsc::Sender<Job>> {
+    let mut slot = READER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(s) = slot.as_ref() {
+        return Some(s.clone());
+    }
+    let (tx, rx) = mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("gpuslice-reader".into())
+        .spawn(move || {
+            while let Ok(job) = rx.recv() {
+                let _ = job.reply.send(read_capped(job.file, job.max, &job.path));
+            }
+        })
+        .ok()?;
+    *slot = Some(tx.clone());
+    Some(tx)
+}
+
+/// Reads `file` (already checked to be regular) with the size cap and [`READ_DEADLINE`].
+pub(crate) fn read_bounded(file: std::fs::File, max: usize, path: &str) -> io::Result<Vec<u8>> {
+    let Some(worker) = reader() else {
+        // No thread could be started: read here, still capped.
+        return read_capped(file, max, path);
+    };
+    let (reply, answer) = mpsc::sync_channel(1);
+    let job = Job {
+        file,
+        max,
+        path: path.to_owned(),
+        reply,
+    };
+    if let Err(mpsc::SendError(job)) = worker.send(job) {
+        // The thread is gone (it cannot be, short of a panic): read here.
+        *READER
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        return read_capped(job.file, job.max, path);
+    }
+    match answer.recv_timeout(READ_DEADLINE) {
+        Ok(r) => r,
+        Err(_) => {
+            // Abandon the stuck thread; the next read starts a fresh one.
+            *READER
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "{path}: no answer within {} s; not read",
+                    READ_DEADLINE.as_secs()
+                ),
+            ))
+        }
+    }
+}
