@@ -767,7 +767,12 @@ fn a_full_vendor_vfio_gpu_resolves_new_types_by_name_at_write_time() {
     assert_eq!(c.len(), 4);
     assert!(c.iter().all(|(_, id, _)| id.is_empty()), "{c:?}");
     let e = plan_vgpu_config(EXAMPLE, "A2-4Q", &l40s_host(&[1155, 1155])).unwrap_err();
-    assert!(matches!(e, LayoutError::UnknownType { .. }), "{e:?}");
+    assert!(matches!(e, LayoutError::WrongBoard { .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "nvidia0 (0000:26:00.0): vGPU type \"A2-4Q\" is for the A2 board, not this GPU's (L40S); \
+         nothing was written"
+    );
 }
 
 #[test]
@@ -814,13 +819,45 @@ fn a_gpu_without_vfs_gets_sriov_enabled_first() {
 }
 
 #[test]
-fn a_gpu_that_cannot_hold_vgpus_is_named() {
+fn a_gpu_on_another_driver_is_reported_and_skipped() {
     let mut host = a2_host();
     host.mediated_devices.parents.clear();
     host.gpus[0].sriov = None;
     host.gpus[0].driver = Some("vfio-pci".into());
+    let plan = plan_vgpu_config(EXAMPLE, "A2-4Q", &host).unwrap();
+    assert!(plan.steps.is_empty(), "{:?}", plan.steps);
+    let why = plan.gpus[0].refused.clone().unwrap_or_default();
+    assert!(
+        why.contains("0000:08:00.0 is bound to vfio-pci, not to nvidia"),
+        "{why}"
+    );
+}
+
+#[test]
+fn sriov_is_never_enabled_on_a_gpu_passed_through_to_a_vm() {
+    let mut host = l40s_host(&[]);
+    host.mediated_devices.parents.clear();
+    host.mediated_devices.pools.clear();
+    host.gpus[0].vgpu_framework = None;
+    host.gpus[0].driver = Some("vfio-pci".into());
+    host.gpus[0].sriov = Some(Sriov {
+        total_vfs: 32,
+        num_vfs: 0,
+        vfs: vec![],
+    });
+    let plan = plan_vgpu_config(EXAMPLE, "L40S-24Q", &host).unwrap();
+    assert!(!plan.needs_sriov());
+    assert!(plan.steps.is_empty(), "{:?}", plan.steps);
+    assert!(plan.refused().count() == 1);
+}
+
+#[test]
+fn a_gpu_that_cannot_hold_vgpus_is_named() {
+    let mut host = a2_host();
+    host.mediated_devices.parents.clear();
+    host.gpus[0].sriov = None;
     let e = plan_vgpu_config(EXAMPLE, "A2-4Q", &host).unwrap_err();
-    assert!(e.to_string().contains("bound to vfio-pci"), "{e}");
+    assert!(e.to_string().contains("has no vGPU parents"), "{e}");
 }
 
 #[test]

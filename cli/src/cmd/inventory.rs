@@ -52,7 +52,7 @@ fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<Parent
 
 /// Discovers this host and grades its health through the library's one composition call.
 /// NVML describes the GPUs of the machine it runs on, so it is loaded only for `--root /`.
-fn local_topology(
+pub(crate) fn local_topology(
     g: &Global,
     mdev_parents: Option<Vec<ParentId>>,
     no_nvml: bool,

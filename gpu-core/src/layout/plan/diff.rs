@@ -24,9 +24,29 @@ pub(super) fn build(
             Subject::Gpu(gpu) => View::new(topology, gpu),
             Subject::Named(parent) => View::named(parent),
         };
-        let mut gp = match &s.target {
-            Target::Counts(types) => plan_counts(&view, types, options)?,
-            Target::Pins(pins) => plan_pins(&view, pins, options)?,
+        let wants_something = match &s.target {
+            Target::Counts(types) => !types.is_empty(),
+            Target::Pins(pins) => !pins.is_empty(),
+        } || view.instances().next().is_some();
+        let mut gp = match (view.ineligible(), &s.target) {
+            (Some(why), target) if wants_something => {
+                let mut gp = empty_plan(&view);
+                if let Target::Counts(types) = target {
+                    gp.types = types
+                        .iter()
+                        .map(|t| TypeDiff {
+                            name: t.name.clone(),
+                            type_id: None,
+                            have: 0,
+                            want: t.count,
+                        })
+                        .collect();
+                }
+                gp.refused = Some(why);
+                gp
+            }
+            (_, Target::Counts(types)) => plan_counts(&view, types, options)?,
+            (_, Target::Pins(pins)) => plan_pins(&view, pins, options)?,
         };
         gp.index = s.index;
         gp.entry = s.entry;

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::address::PciAddress;
 use crate::ids::{MdevUuid, ParentId, VgpuTypeId};
-use crate::nvidia::{VgpuTypeName, names_match, strip_prefix};
+use crate::nvidia::{VgpuTypeName, names_match, strip_prefix, vgpu_board};
 use crate::topology::{Gpu, Instance, NodeTopology, Parent, Pool, Profile, VgpuFramework};
+use crate::vendor::Vendor;
 
 use super::LayoutError;
 use super::config::{LayoutConfig, Selector, TypeCount, TypeRef, Want, nvidia_indices};

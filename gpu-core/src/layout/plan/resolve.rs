@@ -112,6 +112,28 @@ impl<'a> View<'a> {
             .flat_map(|p| p.instances.iter().map(move |i| (*p, i)))
     }
 
+    /// Why no layout may touch this GPU, if so: NVIDIA's vGPU manager lives in the PF's
+    /// `nvidia` driver, so an NVIDIA GPU on `vfio-pci` (passed through to a VM), another driver
+    /// or none gets no `sriov-manage` and no vGPU write.
+    pub(super) fn ineligible(&self) -> Option<String> {
+        let g = self.gpu?;
+        if g.vendor != Vendor::Nvidia || g.driver.as_deref() == Some("nvidia") {
+            return None;
+        }
+        Some(match g.driver.as_deref() {
+            Some(d) => format!(
+                "{} is bound to {d}, not to nvidia (passed through to a VM?); vGPUs are set up \
+                 only on GPUs the nvidia host driver holds",
+                g.address
+            ),
+            None => format!(
+                "{} is bound to no driver, not to nvidia; vGPUs are set up only on GPUs the \
+                 nvidia host driver holds",
+                g.address
+            ),
+        })
+    }
+
     pub(super) fn needs_sriov(&self) -> bool {
         self.parents.is_empty()
             && self
@@ -180,11 +202,31 @@ impl<'a> View<'a> {
             return Err(unknown());
         }
         let parsed = VgpuTypeName::parse(requested).map_err(|_| unknown())?;
-        let same_board = self.known.iter().all(|k| {
-            VgpuTypeName::parse(&k.name).is_ok_and(|n| n.board.eq_ignore_ascii_case(&parsed.board))
-        });
+        let boards: Vec<String> = if self.known.is_empty() {
+            // A full GPU lists nothing and nothing names its types: its board comes from its
+            // PCI device ID, or it cannot be established and the name is refused.
+            self.gpu
+                .and_then(|g| vgpu_board(g.device_id.0))
+                .map(|b| vec![b.to_owned()])
+                .unwrap_or_default()
+        } else {
+            self.known
+                .iter()
+                .filter_map(|k| VgpuTypeName::parse(&k.name).ok().map(|n| n.board))
+                .collect()
+        };
+        let same_board =
+            !boards.is_empty() && boards.iter().all(|b| b.eq_ignore_ascii_case(&parsed.board));
         if !same_board {
-            return Err(unknown());
+            return Err(LayoutError::WrongBoard {
+                gpu: self.label.clone(),
+                name: requested.to_owned(),
+                board: parsed.board,
+                gpu_board: match boards.first() {
+                    Some(b) => b.clone(),
+                    None => "unknown: no source names its types; pin the type by ID".to_owned(),
+                },
+            });
         }
         let mut profile = synth_profile(
             &VgpuTypeId::from_str_unchecked("0"),

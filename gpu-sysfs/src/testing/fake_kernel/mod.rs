@@ -16,7 +16,8 @@
 //!   work, `y`/`on` are `EINVAL`); any non-zero value removes and gives the capacity back, `0` does
 //!   nothing;
 //! - `nvidia/current_vgpu_type` of a vendor-VFIO VF: a type on a VF that has one gives `EPERM`, a
-//!   type that does not fit the GPU `EIO`; success shrinks `creatable_vgpu_types` of every VF of
+//!   type that does not fit the GPU `EIO`, any type while the PF is not bound to `nvidia`
+//!   `ENODEV`; success shrinks `creatable_vgpu_types` of every VF of
 //!   the GPU; `0` clears;
 //! - PCI `driver_override` (cut at the first newline; `"\n"` clears to `(null)`),
 //!   `drivers/<drv>/unbind`, `drivers/<drv>/bind` (`ENODEV` when the driver does not match the

@@ -71,12 +71,21 @@ impl FakeKernel {
     /// # Errors
     /// The I/O error of building the tree.
     pub fn l40s_vendor_vfio_host(numvfs: u32) -> io::Result<Self> {
+        Self::l40s_vendor_vfio_host_on(numvfs, "nvidia")
+    }
+
+    /// [`FakeKernel::l40s_vendor_vfio_host`] with the PF bound to `driver` (`vfio-pci`: the card
+    /// is passed through to a VM; its VFs then take no vGPU type).
+    ///
+    /// # Errors
+    /// The I/O error of building the tree.
+    pub fn l40s_vendor_vfio_host_on(numvfs: u32, driver: &str) -> io::Result<Self> {
         let mut b = TreeBuilder::new();
         let pf = "0000:26:00.0";
         b.pci(
             pf,
             PciSpec::new(0x10de, 0x26b9, 0x030200)
-                .driver("nvidia")
+                .driver(driver)
                 .group(30)
                 .numa(0),
         );

@@ -92,6 +92,13 @@ impl FakeKernel {
         let pf: Option<PciAddress> =
             link_last(&self.fs, &format!("sys/bus/pci/devices/{vf}/physfn"))
                 .and_then(|p| p.parse().ok());
+        // The vGPU manager lives in the PF's `nvidia` driver: with the PF on another driver
+        // (vfio-pci: passed through to a VM) no type can be set.
+        let pf_driver =
+            pf.and_then(|a| link_last(&self.fs, &format!("sys/bus/pci/devices/{a}/driver")));
+        if n != 0 && pf_driver.as_deref() != Some("nvidia") {
+            return Err(err(errno::ENODEV));
+        }
         let pool = self.pools.iter().find_map(|p| match p {
             FakePool::VendorVfio {
                 pf: ppf,
