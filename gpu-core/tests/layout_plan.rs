@@ -760,6 +760,25 @@ fn vendor_vfio_layouts_set_types_on_free_vfs() {
 }
 
 #[test]
+fn a_type_goes_to_a_vf_whose_own_list_offers_it_and_a_vf_listing_nothing_is_skipped() {
+    let mut host = l40s_host(&[]);
+    let silent = addr("0000:26:00.4");
+    for p in &mut host.mediated_devices.parents {
+        if p.id == ParentId::Pci(silent) {
+            p.profiles.clear();
+        }
+    }
+    let plan = plan_vgpu_config(EXAMPLE, "L40S-24Q", &host).unwrap();
+    assert_eq!(
+        creates(&plan),
+        [
+            ("0000:26:00.5".into(), "1155".into(), None),
+            ("0000:26:00.6".into(), "1155".into(), None)
+        ]
+    );
+}
+
+#[test]
 fn a_full_vendor_vfio_gpu_resolves_new_types_by_name_at_write_time() {
     let plan = plan_vgpu_config(EXAMPLE, "L40S-12Q", &l40s_host(&[1155, 1155])).unwrap();
     assert_eq!(removes(&plan), ["0000:26:00.4", "0000:26:00.5"]);

@@ -106,17 +106,36 @@ pub(super) fn place(
                 Some(id) => p.profiles.iter().any(|pr| pr.id == *id),
                 None => p.framework == VgpuFramework::VendorVfio,
             };
+            // A VF takes the type only when its own list offers it; a VF listing nothing is
+            // skipped. Only where the lists cannot say yet (the type is named for write time, or
+            // this plan frees capacity first) is any free vendor-VFIO VF taken: the executor
+            // re-reads the VF's list right before the write.
+            let free_vf = |p: &&&Parent| single_instance(p) && !occupied.contains(&p.id);
+            let listed = view.parents.iter().find(|p| {
+                free_vf(p)
+                    && c
+                        .type_id
+                        .as_ref()
+                        .is_some_and(|id| p.profiles.iter().any(|pr| pr.id == *id))
+            });
+            let stale = c.type_id.is_none() || !gp.remove.is_empty();
+            let vf = listed.or_else(|| {
+                stale
+                    .then(|| {
+                        view.parents.iter().find(|p| {
+                            free_vf(p) && p.framework == VgpuFramework::VendorVfio
+                        })
+                    })
+                    .flatten()
+            });
             let mut chosen = None;
-            for p in &view.parents {
+            if let Some(p) = vf {
+                occupied.insert(p.id.clone());
+                chosen = Some(*p);
+            }
+            for p in view.parents.iter().filter(|_| chosen.is_none()) {
                 if single_instance(p) {
-                    if occupied.contains(&p.id)
-                        || !(offers(p) || p.framework == VgpuFramework::VendorVfio)
-                    {
-                        continue;
-                    }
-                    occupied.insert(p.id.clone());
-                    chosen = Some(*p);
-                    break;
+                    continue;
                 }
                 if !offers(p) {
                     continue;
