@@ -20,6 +20,7 @@ pub mod fleet;
 pub mod health;
 pub mod ids;
 pub mod layout;
+pub mod mig;
 pub mod nvidia;
 pub mod pool;
 pub mod request;
@@ -35,6 +36,7 @@ pub use error::CoreError;
 pub use fleet::Fleet;
 pub use health::{Health, HealthState};
 pub use ids::{MdevUuid, MiB, ParentId, VgpuTypeId};
+pub use mig::{MigGeometry, MigOccupancy, MigProfile};
 pub use request::{Alignment, DeviceClass, DeviceRequest, Machine};
 pub use topology::{
     ClassCode, Function, Gpu, GpuState, Instance, Link, MediatedDevices, NodeTopology, Parent,

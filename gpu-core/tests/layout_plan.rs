@@ -1131,3 +1131,99 @@ vgpu-configs:
         "{e}"
     );
 }
+
+/// An H200 SXM (vendor VFIO, 141 GB, 7 MIG slices) with 8 free VFs listing its MIG-backed types,
+/// and `live` MIG-backed vGPUs `(type number, name, MiB, slices)` on its first VFs.
+fn h200_host(live: &[(u32, &str, u64, u8)]) -> NodeTopology {
+    let pf = addr("0000:1a:00.0");
+    let mut t = NodeTopology::new("h200");
+    let mut g = Gpu::new("nvidia0", pf, 0x10de, 0x2335, 0x030200);
+    g.driver = Some("nvidia".into());
+    g.vgpu_framework = Some(VgpuFramework::VendorVfio);
+    t.gpus.push(g);
+    let types = [
+        (1414u32, "NVIDIA H200X-1-18C", 18 * 1024u64, 1u8),
+        (1417, "NVIDIA H200X-3-71C", 71 * 1024, 3),
+        (1428, "NVIDIA H200X-141C", 141 * 1024, 0),
+    ];
+    for i in 0..8u8 {
+        let vf = PciAddress::new(0, 0x1a, 0, i).unwrap();
+        let vf = PciAddress::new(0, 0x1a, 1 + i / 8, i % 8).unwrap_or(vf);
+        let current = live.get(i as usize);
+        let profiles = if current.is_some() {
+            vec![]
+        } else {
+            types
+                .iter()
+                .filter(|x| x.3 > 0)
+                .map(|(id, n, fb, s)| {
+                    let mut p = profile(&id.to_string(), n, *fb, 1);
+                    p.mig_slices = Some(*s);
+                    p
+                })
+                .collect()
+        };
+        let instances = current
+            .map(|(id, n, fb, _)| {
+                vec![Instance {
+                    uuid: None,
+                    address: Some(vf),
+                    profile: VgpuTypeId::from_str_unchecked(&id.to_string()),
+                    profile_name: Some((*n).to_owned()),
+                    framebuffer_mib: Some(*fb),
+                    in_use: Some(false),
+                }]
+            })
+            .unwrap_or_default();
+        t.mediated_devices.parents.push(Parent {
+            id: ParentId::Pci(vf),
+            gpu: Some(pf),
+            framework: VgpuFramework::VendorVfio,
+            health: Default::default(),
+            profiles,
+            instances,
+            warnings: vec![],
+        });
+    }
+    let used_mib: u64 = live.iter().map(|l| l.2).sum();
+    let mut p = pool(pf, vec![], 141 * 1024, used_mib);
+    p.mig_slices_total = Some(7);
+    p.mig_slices_used = Some(live.iter().map(|l| l.3).sum());
+    t.mediated_devices.pools.push(p);
+    t
+}
+
+const H200_LAYOUTS: &str = "version: v1
+vgpu-configs:
+  two-3g-one-1g:
+    - devices: all
+      vgpu-devices:
+        H200X-3-71C: 2
+        H200X-1-18C: 1
+  one-3g:
+    - devices: all
+      vgpu-devices:
+        H200X-1-18C: 2
+        H200X-3-71C: 1
+  seven-1g:
+    - devices: all
+      vgpu-devices:
+        H200X-1-18C: 7
+";
+
+#[test]
+fn two_3g_and_a_1g_need_nine_of_eight_memory_slices_and_are_refused() {
+    let e = plan_vgpu_config(H200_LAYOUTS, "two-3g-one-1g", &h200_host(&[])).unwrap_err();
+    assert!(matches!(e, LayoutError::DoesNotFit { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("H200X-1-18C") && msg.contains("8 of 8 memory slices are held"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn mig_slots_decide_what_fits_not_slice_counts() {
+    assert!(plan_vgpu_config(H200_LAYOUTS, "seven-1g", &h200_host(&[])).is_ok());
+    assert!(plan_vgpu_config(H200_LAYOUTS, "one-3g", &h200_host(&[])).is_ok());
+}

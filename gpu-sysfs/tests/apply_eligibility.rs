@@ -8,7 +8,9 @@ use gpu_core::layout::LayoutFile;
 use gpu_sysfs::Host;
 use gpu_sysfs::actuate::error::errno;
 use gpu_sysfs::actuate::set_vf_type;
-use gpu_sysfs::apply::{ApplyError, ApplyOptions, ApplyReport, ApplyStatus, apply_layout};
+use gpu_sysfs::apply::{
+    ApplyError, ApplyOptions, ApplyReport, ApplyStatus, apply_layout, assert_config,
+};
 use gpu_sysfs::testing::{Entry, FakeKernel};
 
 const LAYOUTS: &str = "version: v1
@@ -112,4 +114,62 @@ fn a_type_for_another_board_is_refused_before_any_write_on_a_full_gpu() {
     );
     assert_eq!(k.writes().len(), writes, "nothing written");
     assert!(kernel_state(&k) == before, "the host changed");
+}
+
+/// An L40S filled by another tool: two VFs hold type 1155 and nothing names it (no NVML, no
+/// remembered names, and a full GPU's creatable lists are empty).
+fn l40s_full_without_names() -> FakeKernel {
+    let k = FakeKernel::l40s_vendor_vfio_host(2).unwrap();
+    for vf in ["0000:26:00.4", "0000:26:00.5"] {
+        set_vf_type(&k, &addr(vf), 1155, false).unwrap();
+    }
+    k
+}
+
+#[test]
+fn apply_leaves_a_gpu_whose_live_type_has_no_known_name_unchanged_and_says_why() {
+    let k = l40s_full_without_names();
+    let before = kernel_state(&k);
+    let writes = k.writes().len();
+    let report = apply(&k, "L40S-24Q").unwrap();
+    assert_eq!(report.status, ApplyStatus::Incomplete);
+    assert_eq!(k.writes().len(), writes, "nothing written");
+    assert!(kernel_state(&k) == before, "the host changed");
+    let why = report.plan.warnings.join("\n");
+    assert!(
+        why.contains("VF 0000:26:00.4 holds type 1155") && why.contains("name is unknown"),
+        "{why}"
+    );
+}
+
+#[test]
+fn assert_reports_a_live_type_with_no_known_name() {
+    let k = l40s_full_without_names();
+    let file = LayoutFile::parse(LAYOUTS).unwrap();
+    let a = assert_config(
+        &k,
+        file.select(Some("L40S-24Q")).unwrap(),
+        &ApplyOptions::new("l40s").discover,
+    )
+    .unwrap();
+    assert!(!a.applied);
+    let diff = a.diff.join("\n");
+    assert!(diff.contains("VF 0000:26:00.4 holds type 1155"), "{diff}");
+}
+
+#[test]
+fn id_pins_work_without_any_names() {
+    let k = l40s_full_without_names();
+    let text = "version: v1\nvgpu-configs:\n  pins:\n    \"0000:26:00.4\": 1155\n    \"0000:26:00.5\": 1155\n";
+    let file = LayoutFile::parse(text).unwrap();
+    let writes = k.writes().len();
+    let report = apply_layout(
+        &k,
+        file.select(Some("pins")).unwrap(),
+        &ApplyOptions::new("l40s"),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(report.status, ApplyStatus::Unchanged);
+    assert_eq!(k.writes().len(), writes);
 }

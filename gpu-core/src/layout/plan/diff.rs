@@ -241,8 +241,34 @@ pub(super) fn plan_counts(
             want: 0,
         });
     }
+    refuse_unknown(&mut gp, options);
     refuse_in_use(&mut gp, options);
     Ok(gp)
+}
+
+/// A live vendor-VFIO type whose name no source knows (not NVML, not the remembered names, not
+/// the creatable lists) cannot be compared with names: the GPU is left as it is, naming the VF
+/// and the type ID. Clearing, and layouts that pin types by ID, need no names.
+pub(super) fn refuse_unknown(gp: &mut GpuPlan, options: PlanOptions) {
+    if options.mode == Mode::Clear {
+        return;
+    }
+    let unknown: Vec<String> = gp
+        .remove
+        .iter()
+        .filter(|r| r.framework == VgpuFramework::VendorVfio && r.type_name.is_none())
+        .map(|r| {
+            let id = r.type_id.as_ref().map_or("?", VgpuTypeId::as_str);
+            format!("VF {} holds type {id}", r.parent)
+        })
+        .collect();
+    if !unknown.is_empty() && gp.refused.is_none() {
+        gp.refused = Some(format!(
+            "{}, whose name is unknown (no NVML, no remembered name, not listed by the driver); \
+             left unchanged (pin the VF by type ID to change it)",
+            unknown.join(", ")
+        ));
+    }
 }
 
 pub(super) fn plan_pins(

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::address::PciAddress;
 use crate::ids::{MdevUuid, ParentId, VgpuTypeId};
+use crate::mig::{MigGeometry, MigOccupancy, MigProfile};
 use crate::nvidia::{VgpuTypeName, names_match, strip_prefix, vgpu_board};
 use crate::topology::{Gpu, Instance, NodeTopology, Parent, Pool, Profile, VgpuFramework};
 use crate::vendor::Vendor;
@@ -37,6 +38,9 @@ pub fn assert_layout(
     let plan = build(config, topology, PlanOptions::default(), false)?;
     let mut diff = Vec::new();
     for g in &plan.gpus {
+        if let Some(why) = &g.refused {
+            diff.push(format!("{}: {why}", g.label()));
+        }
         if g.enable_sriov {
             diff.push(format!("{}: SR-IOV is not enabled", g.label()));
         }

@@ -70,6 +70,38 @@ pub(super) fn place(
         (p.mig_slices.unwrap_or(0), p.framebuffer_mib.unwrap_or(0))
     };
     gp.create.sort_by_key(|c| std::cmp::Reverse(size(c)));
+    // MIG-backed vGPUs hold GPU-instance slots at allowed starts, not just a slice count: the
+    // kept ones are placed first (largest first, lowest start: where the driver puts them when
+    // NVML does not say), then each new one needs a free start.
+    let mig_of = |pr: &Profile| -> Option<(&'static MigGeometry, &'static MigProfile)> {
+        let slices = pr.mig_slices?;
+        let geometry = view
+            .gpu
+            .and_then(|g| MigGeometry::for_device(g.device_id.0))
+            .or_else(|| {
+                let board = VgpuTypeName::parse(&pr.name).ok()?.board;
+                MigGeometry::for_vgpu_board(&board)
+            })?;
+        Some((
+            geometry,
+            geometry.profile_for(slices, pr.framebuffer_mib.unwrap_or(0))?,
+        ))
+    };
+    let mut mig: Option<(&'static MigGeometry, MigOccupancy)> = None;
+    let mut kept: Vec<(&'static MigGeometry, &'static MigProfile)> = view
+        .instances()
+        .filter(|(p, i)| !removed.contains(&(p.id.clone(), i.uuid)))
+        .filter_map(|(_, i)| mig_of(&view.profile_of(i)))
+        .collect();
+    kept.sort_by_key(|(_, m)| std::cmp::Reverse((m.memory_slices, m.compute_slices)));
+    for (g, m) in kept {
+        let occ = mig.map_or(MigOccupancy::empty(), |(_, o)| o);
+        let mut occ = occ;
+        if let Some(s) = g.fits(occ, m) {
+            occ.hold(s, m);
+        }
+        mig = Some((g, occ));
+    }
     // Per (parent, type): what a multi-instance parent may still take when no pool is known.
     let mut spare: BTreeMap<(ParentId, VgpuTypeId), u32> = BTreeMap::new();
     let mut placed_of: BTreeMap<String, u32> = BTreeMap::new();
@@ -101,6 +133,28 @@ pub(super) fn place(
             }
             pool.charge(&profile);
         }
+        if let Some((g, m)) = mig_of(&profile) {
+            let mut occ = mig.map_or(MigOccupancy::empty(), |(_, o)| o);
+            match g.fits(occ, m) {
+                Some(start) => occ.hold(start, m),
+                None => {
+                    return Err(misfit(
+                        format!(
+                            "no free start slot for a {} GPU instance ({} memory slices from \
+                             slot {:?}) on the {}: {} of {} memory slices are held",
+                            m.name,
+                            m.memory_slices,
+                            m.starts,
+                            g.product,
+                            occ.held(),
+                            g.memory_slices
+                        ),
+                        &placed_of,
+                    ));
+                }
+            }
+            mig = Some((g, occ));
+        }
         if c.parent == view.key {
             let offers = |p: &Parent| match &c.type_id {
                 Some(id) => p.profiles.iter().any(|pr| pr.id == *id),
@@ -113,8 +167,7 @@ pub(super) fn place(
             let free_vf = |p: &&&Parent| single_instance(p) && !occupied.contains(&p.id);
             let listed = view.parents.iter().find(|p| {
                 free_vf(p)
-                    && c
-                        .type_id
+                    && c.type_id
                         .as_ref()
                         .is_some_and(|id| p.profiles.iter().any(|pr| pr.id == *id))
             });
@@ -122,9 +175,9 @@ pub(super) fn place(
             let vf = listed.or_else(|| {
                 stale
                     .then(|| {
-                        view.parents.iter().find(|p| {
-                            free_vf(p) && p.framework == VgpuFramework::VendorVfio
-                        })
+                        view.parents
+                            .iter()
+                            .find(|p| free_vf(p) && p.framework == VgpuFramework::VendorVfio)
                     })
                     .flatten()
             });

@@ -303,6 +303,18 @@ impl<'a> View<'a> {
                     name: k.name.clone(),
                     profile: k.profile.clone(),
                 })
+                .or_else(|| {
+                    // Comparing IDs needs no names: an ID a live vGPU of this GPU holds is
+                    // known to exist even when nothing names it.
+                    let (_, i) = self.instances().find(|(_, i)| i.profile.as_str() == id)?;
+                    Some(Resolved {
+                        requested: id.clone(),
+                        count: 1,
+                        id: Some(i.profile.clone()),
+                        name: id.clone(),
+                        profile: self.profile_of(i),
+                    })
+                })
                 .ok_or_else(|| LayoutError::UnknownType {
                     gpu: self.label.clone(),
                     name: id.clone(),
