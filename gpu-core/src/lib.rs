@@ -25,6 +25,7 @@ pub mod nvidia;
 pub mod pool;
 pub mod request;
 pub mod topology;
+pub mod usage;
 pub mod vendor;
 
 #[cfg(any(test, feature = "testing"))]
