@@ -1227,3 +1227,13 @@ fn mig_slots_decide_what_fits_not_slice_counts() {
     assert!(plan_vgpu_config(H200_LAYOUTS, "seven-1g", &h200_host(&[])).is_ok());
     assert!(plan_vgpu_config(H200_LAYOUTS, "one-3g", &h200_host(&[])).is_ok());
 }
+
+#[test]
+fn an_inferred_mig_total_is_a_lower_bound_where_the_geometry_is_known() {
+    let mut host = h200_host(&[]);
+    // The VFs list only a 1g type, so discovery without NVML inferred one free slice.
+    host.mediated_devices.pools[0].mig_slices_total = Some(1);
+    let text = "version: v1\nvgpu-configs:\n  c:\n    - devices: all\n      vgpu-devices:\n        H200X-1-18C: 2\n";
+    let plan = plan_vgpu_config(text, "c", &host).unwrap();
+    assert_eq!(creates(&plan).len(), 2);
+}

@@ -10,6 +10,18 @@ pub(super) fn place(
     pool: Option<&Pool>,
 ) -> Result<(), LayoutError> {
     let mut pool = pool.cloned();
+    // Without NVML the MIG slice total is inferred from what the VFs still list: a lower bound.
+    // Where the product's geometry is known, the card's own count holds, and the slot check
+    // below is the real limit.
+    if let (Some(p), Some(g)) = (
+        pool.as_mut(),
+        view.gpu
+            .and_then(|g| MigGeometry::for_device(g.device_id.0)),
+    ) {
+        if p.mig_slices_total.is_some() {
+            p.mig_slices_total = Some(g.compute_slices);
+        }
+    }
     let mut occupied: BTreeSet<ParentId> = BTreeSet::new();
     let removed: BTreeSet<(ParentId, Option<MdevUuid>)> = gp
         .remove
