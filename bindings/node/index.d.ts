@@ -478,7 +478,7 @@ export interface HostError extends Error {
 /** `code: 'CONFIG_ERROR'`: a fleet, topology, layout file or health policy is malformed. */
 export interface ConfigError extends Error {
   code: 'CONFIG_ERROR'
-  /** For vGPU layout files: `decode`, `invalid`, `unknown-config`, `unknown-type`,
+  /** For vGPU layout files: `decode`, `invalid`, `unknown-config`, `unknown-type`, `wrong-board`,
    * `does-not-fit`, ...; absent otherwise. */
   kind?: string
 }

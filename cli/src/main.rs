@@ -83,7 +83,21 @@ enum VgpuCommand {
     Clear(cmd::layout::ClearArgs),
 }
 
+/// Ends the command quietly when stdout is closed under it (`gpuslice topology | head -1`): the
+/// standard library's `print!` panics on `EPIPE`, which would print a panic and a backtrace.
+fn exit_quietly_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info.to_string();
+        if text.contains("failed printing to stdout") && text.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_closed_stdout();
     let cli = Cli::parse();
     let g = &cli.global;
     let result = match cli.command {

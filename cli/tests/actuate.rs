@@ -356,6 +356,40 @@ fn gpu_bind_writes_the_kernels_sequence_and_reports_a_probe_that_did_not_bind() 
 }
 
 #[test]
+fn gpu_bind_refuses_an_unhealthy_gpu_unless_forced() {
+    let mut b = TreeBuilder::new();
+    b.pci(
+        "0000:01:00.0",
+        PciSpec::new(0x10de, 0x2204, 0x030000)
+            .driver("nvidia")
+            .group(1),
+    )
+    .attr(
+        "0000:01:00.0",
+        "aer_dev_fatal",
+        "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO 0\nCmpltAbrt 0\nUnxCmplt 0\nRxOF 0\nMalfTLP 3\nECRC 0\nUnsupReq 0\nACSViol 0\nTOTAL_ERR_FATAL 3\n",
+    );
+    let t = b.finish().unwrap();
+    let before = snapshot(t.root()).unwrap();
+    let o = gpuslice(t.root(), &["gpu", "bind", "0000:01:00.0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim(),
+        "gpuslice: 0000:01:00.0 is Unhealthy (AER fatal 3 (MalfTLP 3)); a VM would get a failing \
+         GPU; nothing was changed (--force binds it anyway)"
+    );
+    assert_eq!(snapshot(t.root()).unwrap(), before, "nothing written");
+    let o = gpuslice(t.root(), &["gpu", "bind", "--force", "0000:01:00.0"]);
+    assert!(
+        stderr(&o).contains("gpuslice: warning: 0000:01:00.0 is Unhealthy"),
+        "{}",
+        stderr(&o)
+    );
+    let probe = std::fs::read_to_string(t.root().join("sys/bus/pci/drivers_probe")).unwrap();
+    assert_eq!(probe, "0000:01:00.0", "--force binds it");
+}
+
+#[test]
 fn vgpu_remove_of_an_instance_a_vm_holds_is_refused() {
     let mut b = TreeBuilder::new();
     b.mdev_parent(

@@ -268,3 +268,27 @@ fn bad_input_is_a_clear_error() {
         2,
     );
 }
+
+#[test]
+fn a_closed_stdout_ends_every_listing_quietly() {
+    for args in [
+        vec!["--root", A2, "topology"],
+        vec!["--root", A2, "gpu", "list"],
+        vec!["--root", A2, "topology", "-o", "json"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+            .args(&args)
+            .current_dir(golden_dir())
+            .env_remove("GPUSLICE_ROOT")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before the command writes (`| head -0`).
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    }
+}

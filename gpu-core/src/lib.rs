@@ -21,10 +21,12 @@ pub mod health;
 pub mod ids;
 pub mod layout;
 pub mod limits;
+pub mod mig;
 pub mod nvidia;
 pub mod pool;
 pub mod request;
 pub mod topology;
+pub mod usage;
 pub mod vendor;
 
 #[cfg(any(test, feature = "testing"))]
@@ -36,6 +38,7 @@ pub use error::CoreError;
 pub use fleet::Fleet;
 pub use health::{Health, HealthState};
 pub use ids::{MdevUuid, MiB, ParentId, VgpuTypeId};
+pub use mig::{MigGeometry, MigOccupancy, MigProfile};
 pub use request::{Alignment, DeviceClass, DeviceRequest, Machine};
 pub use topology::{
     ClassCode, Function, Gpu, GpuState, Instance, Link, MediatedDevices, NodeTopology, Parent,

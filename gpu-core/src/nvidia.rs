@@ -93,8 +93,8 @@ impl VgpuTypeName {
         let rest = &last[digits_end..];
         let mut chars = rest.chars();
         let series = chars.next().ok_or(bad("missing series letter"))?;
-        if !series.is_ascii_uppercase() {
-            return Err(bad("series must be an upper-case letter (A, B, C, Q)"));
+        if !matches!(series, 'A' | 'B' | 'C' | 'Q') {
+            return Err(bad("series must be A, B, C or Q"));
         }
         let suffix = match chars.as_str() {
             "" => None,
@@ -181,6 +181,21 @@ impl fmt::Display for VgpuTypeName {
         }
         Ok(())
     }
+}
+
+/// The board part of the vGPU type names NVIDIA's driver gives an NVIDIA GPU with PCI device ID
+/// `device_id` (`0x26b9` -> `L40S`, as in `L40S-24Q`), for the boards whose names are
+/// established; `None` for any other. It is used only to refuse a name for another board when no
+/// source names the GPU's own types; resolving names to IDs always goes through the driver.
+pub fn vgpu_board(device_id: u16) -> Option<&'static str> {
+    Some(match device_id {
+        0x1eb8 => "T4",
+        0x20f1 => "A100",
+        0x25b6 => "A2",
+        0x26b9 => "L40S",
+        0x2335 => "H200X",
+        _ => return None,
+    })
 }
 
 /// Compares two profile names the way users mean them: case-insensitive, ignoring the
@@ -295,6 +310,17 @@ mod tests {
                 .mig_slices
                 .is_none()
         );
+    }
+
+    #[test]
+    fn only_the_series_a_b_c_and_q_exist() {
+        for bad in ["A16-8E", "A2-4X", "L40S-24G"] {
+            let e = VgpuTypeName::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(bad) && e.contains("A, B, C or Q"), "{e}");
+        }
+        for good in ["A16-8A", "A2-4B", "A100-40C", "L40S-24Q"] {
+            assert!(VgpuTypeName::parse(good).is_ok(), "{good}");
+        }
     }
 
     #[test]

@@ -761,6 +761,25 @@ fn vendor_vfio_layouts_set_types_on_free_vfs() {
 }
 
 #[test]
+fn a_type_goes_to_a_vf_whose_own_list_offers_it_and_a_vf_listing_nothing_is_skipped() {
+    let mut host = l40s_host(&[]);
+    let silent = addr("0000:26:00.4");
+    for p in &mut host.mediated_devices.parents {
+        if p.id == ParentId::Pci(silent) {
+            p.profiles.clear();
+        }
+    }
+    let plan = plan_vgpu_config(EXAMPLE, "L40S-24Q", &host).unwrap();
+    assert_eq!(
+        creates(&plan),
+        [
+            ("0000:26:00.5".into(), "1155".into(), None),
+            ("0000:26:00.6".into(), "1155".into(), None)
+        ]
+    );
+}
+
+#[test]
 fn a_full_vendor_vfio_gpu_resolves_new_types_by_name_at_write_time() {
     let plan = plan_vgpu_config(EXAMPLE, "L40S-12Q", &l40s_host(&[1155, 1155])).unwrap();
     assert_eq!(removes(&plan), ["0000:26:00.4", "0000:26:00.5"]);
@@ -768,7 +787,12 @@ fn a_full_vendor_vfio_gpu_resolves_new_types_by_name_at_write_time() {
     assert_eq!(c.len(), 4);
     assert!(c.iter().all(|(_, id, _)| id.is_empty()), "{c:?}");
     let e = plan_vgpu_config(EXAMPLE, "A2-4Q", &l40s_host(&[1155, 1155])).unwrap_err();
-    assert!(matches!(e, LayoutError::UnknownType { .. }), "{e:?}");
+    assert!(matches!(e, LayoutError::WrongBoard { .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "nvidia0 (0000:26:00.0): vGPU type \"A2-4Q\" is for the A2 board, not this GPU's (L40S); \
+         nothing was written"
+    );
 }
 
 #[test]
@@ -816,13 +840,46 @@ fn a_gpu_without_vfs_gets_sriov_enabled_first() {
 }
 
 #[test]
-fn a_gpu_that_cannot_hold_vgpus_is_named() {
+fn a_gpu_on_another_driver_is_reported_and_skipped() {
     let mut host = a2_host();
     host.mediated_devices.parents.clear();
     host.gpus[0].sriov = None;
     host.gpus[0].driver = Some("vfio-pci".into());
+    let plan = plan_vgpu_config(EXAMPLE, "A2-4Q", &host).unwrap();
+    assert!(plan.steps.is_empty(), "{:?}", plan.steps);
+    let why = plan.gpus[0].refused.clone().unwrap_or_default();
+    assert!(
+        why.contains("0000:08:00.0 is bound to vfio-pci, not to nvidia"),
+        "{why}"
+    );
+}
+
+#[test]
+fn sriov_is_never_enabled_on_a_gpu_passed_through_to_a_vm() {
+    let mut host = l40s_host(&[]);
+    host.mediated_devices.parents.clear();
+    host.mediated_devices.pools.clear();
+    host.gpus[0].vgpu_framework = None;
+    host.gpus[0].driver = Some("vfio-pci".into());
+    host.gpus[0].sriov = Some(Sriov {
+        total_vfs: 32,
+        num_vfs: 0,
+        vfs: vec![],
+        vf_device_id: None,
+    });
+    let plan = plan_vgpu_config(EXAMPLE, "L40S-24Q", &host).unwrap();
+    assert!(!plan.needs_sriov());
+    assert!(plan.steps.is_empty(), "{:?}", plan.steps);
+    assert!(plan.refused().count() == 1);
+}
+
+#[test]
+fn a_gpu_that_cannot_hold_vgpus_is_named() {
+    let mut host = a2_host();
+    host.mediated_devices.parents.clear();
+    host.gpus[0].sriov = None;
     let e = plan_vgpu_config(EXAMPLE, "A2-4Q", &host).unwrap_err();
-    assert!(e.to_string().contains("bound to vfio-pci"), "{e}");
+    assert!(e.to_string().contains("has no vGPU parents"), "{e}");
 }
 
 #[test]
@@ -1076,4 +1133,110 @@ vgpu-configs:
         e.to_string().contains("1 × mbochs-small do not fit: 0 fit"),
         "{e}"
     );
+}
+
+/// An H200 SXM (vendor VFIO, 141 GB, 7 MIG slices) with 8 free VFs listing its MIG-backed types,
+/// and `live` MIG-backed vGPUs `(type number, name, MiB, slices)` on its first VFs.
+fn h200_host(live: &[(u32, &str, u64, u8)]) -> NodeTopology {
+    let pf = addr("0000:1a:00.0");
+    let mut t = NodeTopology::new("h200");
+    let mut g = Gpu::new("nvidia0", pf, 0x10de, 0x2335, 0x030200);
+    g.driver = Some("nvidia".into());
+    g.vgpu_framework = Some(VgpuFramework::VendorVfio);
+    t.gpus.push(g);
+    let types = [
+        (1414u32, "NVIDIA H200X-1-18C", 18 * 1024u64, 1u8),
+        (1417, "NVIDIA H200X-3-71C", 71 * 1024, 3),
+        (1428, "NVIDIA H200X-141C", 141 * 1024, 0),
+    ];
+    for i in 0..8u8 {
+        let vf = PciAddress::new(0, 0x1a, 0, i).unwrap();
+        let vf = PciAddress::new(0, 0x1a, 1 + i / 8, i % 8).unwrap_or(vf);
+        let current = live.get(i as usize);
+        let profiles = if current.is_some() {
+            vec![]
+        } else {
+            types
+                .iter()
+                .filter(|x| x.3 > 0)
+                .map(|(id, n, fb, s)| {
+                    let mut p = profile(&id.to_string(), n, *fb, 1);
+                    p.mig_slices = Some(*s);
+                    p
+                })
+                .collect()
+        };
+        let instances = current
+            .map(|(id, n, fb, _)| {
+                vec![Instance {
+                    uuid: None,
+                    address: Some(vf),
+                    profile: VgpuTypeId::from_str_unchecked(&id.to_string()),
+                    profile_name: Some((*n).to_owned()),
+                    framebuffer_mib: Some(*fb),
+                    in_use: Some(false),
+                }]
+            })
+            .unwrap_or_default();
+        t.mediated_devices.parents.push(Parent {
+            id: ParentId::Pci(vf),
+            gpu: Some(pf),
+            framework: VgpuFramework::VendorVfio,
+            health: Default::default(),
+            profiles,
+            instances,
+            warnings: vec![],
+        });
+    }
+    let used_mib: u64 = live.iter().map(|l| l.2).sum();
+    let mut p = pool(pf, vec![], 141 * 1024, used_mib);
+    p.mig_slices_total = Some(7);
+    p.mig_slices_used = Some(live.iter().map(|l| l.3).sum());
+    t.mediated_devices.pools.push(p);
+    t
+}
+
+const H200_LAYOUTS: &str = "version: v1
+vgpu-configs:
+  two-3g-one-1g:
+    - devices: all
+      vgpu-devices:
+        H200X-3-71C: 2
+        H200X-1-18C: 1
+  one-3g:
+    - devices: all
+      vgpu-devices:
+        H200X-1-18C: 2
+        H200X-3-71C: 1
+  seven-1g:
+    - devices: all
+      vgpu-devices:
+        H200X-1-18C: 7
+";
+
+#[test]
+fn two_3g_and_a_1g_need_nine_of_eight_memory_slices_and_are_refused() {
+    let e = plan_vgpu_config(H200_LAYOUTS, "two-3g-one-1g", &h200_host(&[])).unwrap_err();
+    assert!(matches!(e, LayoutError::DoesNotFit { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("H200X-1-18C") && msg.contains("8 of 8 memory slices are held"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn mig_slots_decide_what_fits_not_slice_counts() {
+    assert!(plan_vgpu_config(H200_LAYOUTS, "seven-1g", &h200_host(&[])).is_ok());
+    assert!(plan_vgpu_config(H200_LAYOUTS, "one-3g", &h200_host(&[])).is_ok());
+}
+
+#[test]
+fn an_inferred_mig_total_is_a_lower_bound_where_the_geometry_is_known() {
+    let mut host = h200_host(&[]);
+    // The VFs list only a 1g type, so discovery without NVML inferred one free slice.
+    host.mediated_devices.pools[0].mig_slices_total = Some(1);
+    let text = "version: v1\nvgpu-configs:\n  c:\n    - devices: all\n      vgpu-devices:\n        H200X-1-18C: 2\n";
+    let plan = plan_vgpu_config(text, "c", &host).unwrap();
+    assert_eq!(creates(&plan).len(), 2);
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use gpu_core::{MdevUuid, ParentId, PciAddress};
+use gpu_core::{HealthState, MdevUuid, ParentId, PciAddress};
 use gpu_sysfs::actuate::{
     self, GpuBinding, MdevCreate, MdevInstance, SriovOptions, VfInstance, handoff::Handoff,
 };
@@ -96,6 +96,9 @@ pub struct BindArgs {
     /// (same slot, same vendor: HD audio, USB-C) move with it.
     #[arg(value_name = "BDF|NAME")]
     pub gpu: String,
+    /// Bind even a GPU graded Unhealthy (a VM would get a failing device).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Binds a whole GPU and its companion functions to vfio-pci.
@@ -106,6 +109,24 @@ pub struct BindArgs {
 pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
     let host = open_host(g)?;
     let gpu = resolve_gpu(g, &host, &a.gpu)?;
+    let topo = crate::cmd::inventory::local_topology(g, None, false)
+        .with_context(|| format!("cannot grade the health of {gpu} before binding it"))?;
+    if let Some(found) = topo.gpus.iter().find(|x| x.address == gpu) {
+        let why = found.health.reasons.join(", ");
+        match found.health.state {
+            HealthState::Unhealthy if !a.force => bail!(
+                "{gpu} is Unhealthy ({why}); a VM would get a failing GPU; nothing was changed \
+                 (--force binds it anyway)"
+            ),
+            HealthState::Unhealthy | HealthState::Degraded => {
+                eprintln!(
+                    "gpuslice: warning: {gpu} is {} ({why})",
+                    found.health.state.as_str()
+                );
+            }
+            _ => {}
+        }
+    }
     let b =
         actuate::bind_gpu(&host, &gpu).with_context(|| format!("cannot bind {gpu} to vfio-pci"))?;
     match g.output {

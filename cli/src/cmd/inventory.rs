@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpu_core::{Fleet, Gpu, GpuState, NodeTopology, ParentId, PciAddress, Pool};
+use gpu_core::{Fleet, Gpu, NodeTopology, ParentId, PciAddress, Pool};
 use gpu_sysfs::discover::DiscoverOptions;
 
 use crate::common::{Global, Output, open_host, print_data, render_table};
@@ -52,7 +52,7 @@ fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<Parent
 
 /// Discovers this host and grades its health through the library's one composition call.
 /// NVML describes the GPUs of the machine it runs on, so it is loaded only for `--root /`.
-fn local_topology(
+pub(crate) fn local_topology(
     g: &Global,
     mdev_parents: Option<Vec<ParentId>>,
     no_nvml: bool,
@@ -385,19 +385,13 @@ fn render_topology(t: &NodeTopology) -> String {
 
     // Memory handed out: vGPU framebuffer in use, plus whole GPUs bound to vfio-pci.
     let total: u64 = t.gpus.iter().filter_map(|g| g.memory_mib).sum();
-    let vgpu: u64 = t.mediated_devices.pools.iter().map(|p| p.used_mib).sum();
-    let whole: u64 = t
-        .gpus
-        .iter()
-        .filter(|g| g.state == GpuState::InUse && g.driver.as_deref() == Some("vfio-pci"))
-        .filter_map(|g| g.memory_mib)
-        .sum();
+    let allocated = gpu_core::usage::vram_usage(t, &[]).allocated_mib;
     let unknown = t.gpus.iter().filter(|g| g.memory_mib.is_none()).count();
     let _ = writeln!(out);
     let _ = write!(
         out,
         "GPU memory: {} allocated of {} total",
-        mib(vgpu + whole),
+        mib(allocated),
         mib(total)
     );
     if unknown > 0 {

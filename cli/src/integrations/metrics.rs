@@ -14,10 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_core::limits::escape_label_value as esc;
-use gpu_core::{
-    AllocatedDevice, Allocation, AllocationStatus, GpuState, HealthState, NodeTopology, ParentId,
-    nvidia,
-};
+use gpu_core::{Allocation, AllocationStatus, GpuState, HealthState, NodeTopology, nvidia};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
@@ -100,60 +97,7 @@ fn profile_label(name: &str) -> String {
     nvidia::strip_prefix(name).to_owned()
 }
 
-/// Memory of one node's GPUs and what of it is allocated, in MiB.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct VramUsage {
-    /// Memory of every GPU whose size is known (the vGPU pool size when the GPU does not say).
-    pub total_mib: u64,
-    /// In-use whole GPUs, existing vGPU framebuffers and pending allocations.
-    pub allocated_mib: u64,
-}
-
-/// Computes [`VramUsage`] of `node`, counting the pending allocations among `allocations`.
-pub fn vram_usage(node: &NodeTopology, allocations: &[Allocation]) -> VramUsage {
-    let mut usage = VramUsage::default();
-    for gpu in &node.gpus {
-        let pool = node.pool(&ParentId::Pci(gpu.address));
-        let memory = gpu.memory_mib.or(pool.map(|p| p.total_mib)).unwrap_or(0);
-        usage.total_mib = usage.total_mib.saturating_add(memory);
-        let vgpu_used = pool.map_or(0, |p| p.used_mib);
-        if vgpu_used > 0 {
-            usage.allocated_mib = usage.allocated_mib.saturating_add(vgpu_used);
-        } else if gpu.state == GpuState::InUse && gpu.vgpu_framework.is_none() {
-            usage.allocated_mib = usage.allocated_mib.saturating_add(memory);
-        }
-    }
-    usage.allocated_mib = usage
-        .allocated_mib
-        .saturating_add(pending_mib(node, allocations));
-    usage
-}
-
-/// GPU memory in MiB that the pending allocations among `allocations` reserve on `node`.
-pub fn pending_mib(node: &NodeTopology, allocations: &[Allocation]) -> u64 {
-    let mut total = 0u64;
-    for a in allocations
-        .iter()
-        .filter(|a| a.node == node.node && a.status == AllocationStatus::Pending)
-    {
-        for d in &a.devices {
-            let mib = match d {
-                AllocatedDevice::Gpu {
-                    address,
-                    memory_mib,
-                    ..
-                } => memory_mib
-                    .or_else(|| node.gpu_by_address(address).and_then(|g| g.memory_mib))
-                    .unwrap_or(0),
-                AllocatedDevice::Vgpu {
-                    framebuffer_mib, ..
-                } => framebuffer_mib.unwrap_or(0),
-            };
-            total = total.saturating_add(mib);
-        }
-    }
-    total
-}
+pub use gpu_core::usage::{pending_mib, vram_usage};
 
 /// Renders the metrics of `nodes`, with `allocations` (a fleet's; empty for one host) counted as
 /// described in the module documentation.

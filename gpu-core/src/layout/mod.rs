@@ -84,6 +84,21 @@ pub enum LayoutError {
         /// What it offers.
         offered: String,
     },
+    /// A type name for another board than the GPU's; nothing was written.
+    #[error(
+        "{gpu}: vGPU type {name:?} is for the {board} board, not this GPU's ({gpu_board}); \
+         nothing was written"
+    )]
+    WrongBoard {
+        /// The GPU (`nvidia0 (0000:26:00.0)`).
+        gpu: String,
+        /// The requested name.
+        name: String,
+        /// The requested name's board part.
+        board: String,
+        /// The GPU's board (`L40S`), or why it is not known.
+        gpu_board: String,
+    },
     /// Two entries select one GPU with different layouts that both fit it.
     #[error(
         "{gpu} is selected by both {first} and {second}; narrow them with device-filter or indices"
@@ -148,6 +163,7 @@ impl LayoutError {
             LayoutError::UnknownConfig { .. } => "unknown-config",
             LayoutError::ConfigNotChosen { .. } => "config-not-chosen",
             LayoutError::UnknownType { .. } => "unknown-type",
+            LayoutError::WrongBoard { .. } => "wrong-board",
             LayoutError::AmbiguousEntries { .. } => "ambiguous-entries",
             LayoutError::NotVgpuCapable { .. } => "not-vgpu-capable",
             LayoutError::UnknownDevice { .. } => "unknown-device",

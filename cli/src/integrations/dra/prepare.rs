@@ -340,6 +340,20 @@ pub fn plan_prepare(
                 if g.state == GpuState::Blocked {
                     bail!("request {}: GPU {address} is blocked", r.request);
                 }
+                // Only a free GPU is published whole. One already on vfio-pci may be another
+                // VM's: binding it would be a no-op that unprepare then undoes by releasing it.
+                if g.state != GpuState::Free {
+                    bail!(
+                        "request {}: device {} (GPU {address}) is not published: it is {} ({}); \
+                         nothing was changed",
+                        r.request,
+                        r.device,
+                        g.state.as_str(),
+                        g.state_reason
+                            .as_deref()
+                            .unwrap_or("bound to vfio-pci or held by a VM")
+                    );
+                }
                 actions.push(PrepareAction::BindGpu {
                     request: r.request.clone(),
                     device: r.device.clone(),
@@ -573,6 +587,21 @@ mod tests {
         assert_eq!(plan.len(), 1);
         assert!(
             matches!(&plan[0], PrepareAction::BindGpu { address, .. } if address.to_string() == "0000:17:00.0")
+        );
+    }
+
+    #[test]
+    fn a_gpu_that_was_never_published_is_refused_and_nothing_is_bound() {
+        let mut t = ada_node();
+        t.gpus[0].state = GpuState::InUse;
+        t.gpus[0].state_reason = Some("bound to vfio-pci".into());
+        t.gpus[0].driver = Some("vfio-pci".into());
+        let a = allocation("gpu-0000-17-00-0", None, "unused");
+        let e = plan_prepare(&a, "uid", "gpu.gpuslice.dev", &t).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "request vgpu: device gpu-0000-17-00-0 (GPU 0000:17:00.0) is not published: it is \
+             in-use (bound to vfio-pci); nothing was changed"
         );
     }
 

@@ -1,0 +1,81 @@
+//! The planner: a pure diff from a [`NodeTopology`] to what a layout config wants.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::address::PciAddress;
+use crate::ids::{MdevUuid, ParentId, VgpuTypeId};
+use crate::mig::{MigGeometry, MigOccupancy, MigProfile};
+use crate::nvidia::{VgpuTypeName, names_match, strip_prefix, vgpu_board};
+use crate::topology::{Gpu, Instance, NodeTopology, Parent, Pool, Profile, VgpuFramework};
+use crate::vendor::Vendor;
+
+use super::LayoutError;
+use super::config::{LayoutConfig, Selector, TypeCount, TypeRef, Want, nvidia_indices};
+
+mod diff;
+mod place;
+mod resolve;
+mod select;
+mod types;
+
+use diff::*;
+use place::*;
+use resolve::*;
+use select::*;
+pub use types::{Assertion, GpuPlan, Mode, Plan, PlanOptions, PlannedInstance, Step, TypeDiff};
+
+/// Checks whether the host holds what `config` wants, comparing normalized type names, on the
+/// selected GPUs only. Capacity and in-use state are not considered.
+///
+/// # Errors
+/// The same resolution errors as [`plan_layout`] (unknown types, ambiguous entries, ...).
+pub fn assert_layout(
+    config: &LayoutConfig,
+    topology: &NodeTopology,
+) -> Result<Assertion, LayoutError> {
+    let plan = build(config, topology, PlanOptions::default(), false)?;
+    let mut diff = Vec::new();
+    for g in &plan.gpus {
+        if let Some(why) = &g.refused {
+            diff.push(format!("{}: {why}", g.label()));
+        }
+        if g.enable_sriov {
+            diff.push(format!("{}: SR-IOV is not enabled", g.label()));
+        }
+        for t in g.types.iter().filter(|t| t.have != t.want) {
+            diff.push(format!(
+                "{}: {}: have {}, want {}",
+                g.label(),
+                strip_prefix(&t.name),
+                t.have,
+                t.want
+            ));
+        }
+    }
+    Ok(Assertion {
+        node: plan.node,
+        config: plan.config,
+        applied: diff.is_empty(),
+        gpus: plan.gpus,
+        diff,
+    })
+}
+
+/// Plans `config` against `topology`: keeps instances that already match, removes the surplus,
+/// creates the rest largest framebuffer first while simulating each GPU's pool, and refuses (with
+/// the pool's numbers) a layout that cannot fit. GPUs where a wanted removal hits an instance in
+/// use are left unchanged and reported (`refused`) unless `force`.
+///
+/// # Errors
+/// [`LayoutError::UnknownType`], [`LayoutError::DuplicateType`], [`LayoutError::AmbiguousEntries`],
+/// [`LayoutError::NotVgpuCapable`], [`LayoutError::UnknownDevice`], [`LayoutError::Conflict`],
+/// [`LayoutError::DoesNotFit`].
+pub fn plan_layout(
+    config: &LayoutConfig,
+    topology: &NodeTopology,
+    options: &PlanOptions,
+) -> Result<Plan, LayoutError> {
+    build(config, topology, *options, true)
+}
