@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod common;
-mod integrations;
+mod serve;
 
 use common::Global;
 

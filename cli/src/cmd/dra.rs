@@ -16,10 +16,10 @@ use serde::Serialize;
 
 use crate::cmd::metrics::local_topology;
 use crate::common::Global;
-use crate::integrations::dra::model::ResourceSlice;
-use crate::integrations::dra::prepare::{PrepareAction, PrepareInput, PreparedClaim, plan_prepare};
-use crate::integrations::dra::{DEFAULT_DRIVER, Prepared, rules};
-use crate::integrations::handoff::{self, VmDevice};
+use gpu_integrations::dra::model::ResourceSlice;
+use gpu_integrations::dra::prepare::{PrepareAction, PrepareInput, PreparedClaim, plan_prepare};
+use gpu_integrations::dra::{DEFAULT_DRIVER, Prepared, rules};
+use gpu_integrations::handoff::{self, VmDevice};
 
 /// Where prepared claims are recorded by default.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/gpuslice/dra";
@@ -44,7 +44,7 @@ pub struct CheckArgs {
     pub file: PathBuf,
     /// The Kubernetes version whose rules apply.
     #[arg(long, default_value = "1.37", value_name = "VERSION")]
-    pub k8s_version: crate::integrations::dra::K8sVersion,
+    pub k8s_version: gpu_integrations::dra::K8sVersion,
 }
 
 /// `dra prepare` arguments.

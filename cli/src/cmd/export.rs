@@ -10,8 +10,8 @@ use gpu_core::{Allocation, MdevUuid, NodeTopology, PciAddress};
 
 use crate::cmd::metrics::load_nodes;
 use crate::common::{Global, Output};
-use crate::integrations::dra::{self, DraOptions, K8sVersion, model::Object};
-use crate::integrations::{cloud_init, handoff, kubevirt, yaml};
+use gpu_integrations::dra::{self, DraOptions, K8sVersion, model::Object};
+use gpu_integrations::{cloud_init, handoff, kubevirt, yaml};
 
 /// `gpuslice export` subcommands.
 #[derive(Subcommand, Debug)]

@@ -8,7 +8,8 @@ use anyhow::Context;
 use gpu_core::{Allocation, Fleet, NodeTopology};
 
 use crate::common::Global;
-use crate::integrations::{metrics, serve};
+use crate::serve;
+use gpu_integrations::metrics;
 
 /// Arguments of `gpuslice metrics`.
 #[derive(clap::Args, Debug)]

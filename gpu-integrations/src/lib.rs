@@ -10,5 +10,4 @@ pub mod dra;
 pub mod handoff;
 pub mod kubevirt;
 pub mod metrics;
-pub mod serve;
 pub mod yaml;
