@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use gpu_core::ErrorKind;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -190,8 +191,9 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
 #[derive(serde::Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorReport {
-    /// Stable kind: an actuation kind (`exists`, `exhausted`, `in-use`, ...), a layout code,
-    /// `unsatisfiable`, `invalid-request`, `not-found`, `host-error`, `invalid-argument` or `error`.
+    /// Stable kind from [`ErrorKind::as_str`]: an actuation kind (`exists`, `exhausted`,
+    /// `in-use`, ...), a layout kind (`does-not-fit`, ...), `unsatisfiable`, `invalid-request`,
+    /// `invalid-config`, `not-found`, `host-error`, `invalid-argument` or `error`.
     pub kind: String,
     /// The one-line message also printed for people.
     pub message: String,
@@ -203,49 +205,48 @@ pub struct ErrorReport {
     pub errno_name: Option<String>,
 }
 
+/// The one table of the CLI's error kinds: the first error in the chain that gpuslice's libraries
+/// typed answers with its `kind()` (and errno, when the kernel gave one).
+fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<(ErrorKind, Option<i32>)> {
+    if let Some(e) = cause.downcast_ref::<gpu_sysfs::actuate::ActuateError>() {
+        return Some((e.kind(), e.errno()));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_sysfs::SysfsError>() {
+        return Some((e.kind(), e.errno()));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_sysfs::apply::ApplyError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_sched::SchedError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_core::layout::LayoutError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_core::ConfigDocError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_core::CoreError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_health::HealthError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_integrations::IntegrationError>() {
+        return Some((e.kind(), None));
+    }
+    None
+}
+
 impl ErrorReport {
     /// Classifies an error chain.
     pub fn from_error(e: &anyhow::Error) -> Self {
-        use gpu_sysfs::actuate::ActuateError;
-        let mut kind = "error".to_owned();
-        let mut errno = None;
-        for cause in e.chain() {
-            if let Some(a) = cause.downcast_ref::<ActuateError>() {
-                kind = a.kind().to_owned();
-                errno = a.errno();
-                break;
-            }
-            if let Some(s) = cause.downcast_ref::<gpu_sysfs::SysfsError>() {
-                if let gpu_sysfs::SysfsError::Actuate(a) = s {
-                    kind = a.kind().to_owned();
-                    errno = a.errno();
-                } else {
-                    kind = "host-error".to_owned();
-                    errno = s.errno();
-                }
-                break;
-            }
-            if let Some(s) = cause.downcast_ref::<gpu_sched::SchedError>() {
-                kind = match s {
-                    gpu_sched::SchedError::Unsatisfiable(_) => "unsatisfiable",
-                    gpu_sched::SchedError::UnknownMachine { .. }
-                    | gpu_sched::SchedError::UnknownNode { .. } => "not-found",
-                    _ => "invalid-request",
-                }
-                .to_owned();
-                break;
-            }
-            if let Some(l) = cause.downcast_ref::<gpu_core::layout::LayoutError>() {
-                kind = l.code().to_owned();
-                break;
-            }
-            if cause.downcast_ref::<gpu_core::CoreError>().is_some() {
-                kind = "invalid-argument".to_owned();
-                break;
-            }
-        }
+        let (kind, errno) = e
+            .chain()
+            .find_map(classify)
+            .unwrap_or((ErrorKind::Other, None));
         ErrorReport {
-            kind,
+            kind: kind.as_str().to_owned(),
             message: render_error(e),
             errno,
             errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),

@@ -36,3 +36,17 @@ pub enum HealthError {
     #[error("discovery")]
     Discovery(#[from] gpu_sysfs::SysfsError),
 }
+
+impl HealthError {
+    /// The kind of this error: `invalid-config` for a malformed policy, `host-error` for a policy
+    /// or baseline file that cannot be read or written, discovery's kind otherwise.
+    pub fn kind(&self) -> gpu_core::ErrorKind {
+        match self {
+            HealthError::Policy { .. } => gpu_core::ErrorKind::InvalidConfig,
+            HealthError::PolicyRead { .. } | HealthError::BaselineWrite { .. } => {
+                gpu_core::ErrorKind::HostError
+            }
+            HealthError::Discovery(d) => d.kind(),
+        }
+    }
+}

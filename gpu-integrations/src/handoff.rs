@@ -5,7 +5,7 @@
 //! come from the actuation layer (`gpu_sysfs::actuate::handoff`), which also returns them from
 //! create and bind; this module picks the devices of an allocation or an address and joins them.
 
-use anyhow::{Context, bail};
+use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{
     AllocatedDevice, Allocation, MdevUuid, NodeTopology, ParentId, PciAddress, VgpuFramework,
 };
@@ -64,10 +64,11 @@ pub fn allocation_devices(allocation: &Allocation) -> Vec<VmDevice> {
 ///
 /// # Errors
 /// When the address is neither a GPU nor a vendor-VFIO VF of `node`, or the GPU is blocked.
-pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> anyhow::Result<Vec<VmDevice>> {
+pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> Result<Vec<VmDevice>> {
     if let Some(gpu) = node.gpu_by_address(address) {
         if gpu.state == gpu_core::GpuState::Blocked {
-            bail!(
+            fail!(
+                Refused,
                 "GPU {} ({address}) cannot go to a VM: {}",
                 gpu.name,
                 gpu.state_reason.as_deref().unwrap_or("it is blocked")
@@ -87,14 +88,17 @@ pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> anyhow::Res
         .parents
         .iter()
         .find(|p| p.id == ParentId::Pci(*address) && p.framework == VgpuFramework::VendorVfio)
-        .with_context(|| {
-            format!(
+        .ok_or_else(|| {
+            IntegrationError::NotFound(format!(
                 "{address} is neither a GPU nor a vendor-VFIO VF on node {}",
                 node.node
-            )
+            ))
         })?;
     if vf.instances.is_empty() {
-        bail!("VF {address} has no vGPU type set; create one first (gpuslice vgpu create)");
+        fail!(
+            Refused,
+            "VF {address} has no vGPU type set; create one first (gpuslice vgpu create)"
+        );
     }
     Ok(vec![VmDevice::Pci { address: *address }])
 }

@@ -84,7 +84,10 @@ impl PolicySource {
 }
 
 fn bad_policy(e: &dyn std::fmt::Display) -> Failure {
-    Failure::Config(format!("policy <policy>: {e}"))
+    Failure::new(
+        gpu_core::ErrorKind::InvalidConfig,
+        format!("policy <policy>: {e}"),
+    )
 }
 
 /// Assesses the health of every GPU of the host under `root`: one report per GPU with its

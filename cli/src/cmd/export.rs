@@ -150,7 +150,7 @@ fn handoff_devices(g: &Global, a: &HandoffArgs) -> anyhow::Result<Vec<handoff::V
         bail!("name the device with --uuid, --address or --allocation");
     };
     let node = pick_node(g, a.inventory.as_deref())?;
-    handoff::address_devices(&node, &address)
+    Ok(handoff::address_devices(&node, &address)?)
 }
 
 /// The node to look an address up in: this host, or the `--node` of a fleet file.

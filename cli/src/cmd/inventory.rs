@@ -151,8 +151,9 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
     };
     let text =
         std::fs::read_to_string(path).with_context(|| format!("--inventory {}", path.display()))?;
-    let fleet =
-        Fleet::from_text(&text).with_context(|| format!("--inventory {}", path.display()))?;
+    let fleet = Fleet::from_text(&text)
+        .map_err(gpu_core::ConfigDocError)
+        .with_context(|| format!("--inventory {}", path.display()))?;
     let nodes: Vec<&NodeTopology> = match &g.node {
         Some(n) => {
             let found: Vec<&NodeTopology> = fleet.nodes.iter().filter(|t| t.node == *n).collect();

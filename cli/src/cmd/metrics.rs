@@ -37,8 +37,9 @@ pub fn load_nodes(
     if let Some(path) = inventory {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read fleet file {}", path.display()))?;
-        let fleet =
-            Fleet::from_text(&text).with_context(|| format!("fleet file {}", path.display()))?;
+        let fleet = Fleet::from_text(&text)
+            .map_err(gpu_core::ConfigDocError)
+            .with_context(|| format!("fleet file {}", path.display()))?;
         return Ok((fleet.nodes, fleet.allocations));
     }
     Ok((vec![local_topology(g)?], vec![]))

@@ -96,8 +96,9 @@ fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
 fn load_fleet(path: &Path) -> anyhow::Result<(FleetState, bool)> {
     let text = read_text(path, "fleet")?;
     let json = text.trim_start().starts_with('{');
-    let fleet =
-        Fleet::from_text(&text).with_context(|| format!("fleet file {}", path.display()))?;
+    let fleet = Fleet::from_text(&text)
+        .map_err(gpu_core::ConfigDocError)
+        .with_context(|| format!("fleet file {}", path.display()))?;
     let state = FleetState::new(fleet).with_context(|| format!("fleet file {}", path.display()))?;
     Ok((state, json))
 }
