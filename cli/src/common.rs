@@ -68,58 +68,8 @@ pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result
     Ok(())
 }
 
-/// The host `--root` names, kept open for as long as a command needs it: a directory used as is,
-/// or a `*.umockdev` recording replayed into a private temporary tree (removed on drop).
-#[derive(Debug)]
-pub struct OpenedHost {
-    host: gpu_sysfs::RealHost,
-    /// Keeps a replayed recording's temporary tree alive.
-    _replay: Option<gpu_sysfs::umockdev::Replay>,
-}
-
-impl OpenedHost {
-    /// The host.
-    pub fn host(&self) -> &gpu_sysfs::RealHost {
-        &self.host
-    }
-}
-
-/// An opened host is a host: every primitive goes to the tree it opened.
-impl gpu_sysfs::Host for OpenedHost {
-    fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
-        self.host.read(path)
-    }
-    fn write(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
-        self.host.write(path, data)
-    }
-    fn list(&self, dir: &str) -> std::io::Result<Vec<String>> {
-        self.host.list(dir)
-    }
-    fn read_link(&self, path: &str) -> std::io::Result<PathBuf> {
-        self.host.read_link(path)
-    }
-    fn exists(&self, path: &str) -> bool {
-        self.host.exists(path)
-    }
-    fn run(
-        &self,
-        program: &str,
-        args: &[String],
-        timeout: std::time::Duration,
-    ) -> std::io::Result<gpu_sysfs::CommandOutput> {
-        self.host.run(program, args, timeout)
-    }
-    fn root_dir(&self) -> Option<&std::path::Path> {
-        self.host.root_dir()
-    }
-}
-
-impl std::ops::Deref for OpenedHost {
-    type Target = gpu_sysfs::RealHost;
-    fn deref(&self) -> &Self::Target {
-        &self.host
-    }
-}
+/// The host `--root` names (see [`gpu_sysfs::open_root`]).
+pub type OpenedHost = gpu_sysfs::OpenedRoot;
 
 /// Opens the host at `--root`: a directory, or a `*.umockdev` recording.
 ///
@@ -128,27 +78,20 @@ impl std::ops::Deref for OpenedHost {
 /// malformed (the message names the file and line).
 pub fn open_host(g: &Global) -> anyhow::Result<OpenedHost> {
     use anyhow::Context;
-    let root = &g.root;
-    let ctx = || format!("--root {}", root.display());
-    if root.is_file() && root.extension().is_some_and(|e| e == "umockdev") {
-        let replay = gpu_sysfs::umockdev::materialize(root).with_context(ctx)?;
-        let host = gpu_sysfs::RealHost::new(replay.root()).with_context(ctx)?;
-        return Ok(OpenedHost {
-            host,
-            _replay: Some(replay),
-        });
-    }
-    if root.is_file() {
-        anyhow::bail!(
-            "--root {}: a file, but not a `*.umockdev` recording; give a directory standing for `/`",
-            root.display()
-        );
-    }
-    let host = gpu_sysfs::RealHost::new(root).with_context(ctx)?;
-    Ok(OpenedHost {
-        host,
-        _replay: None,
-    })
+    gpu_sysfs::open_root(&g.root).with_context(|| format!("--root {}", g.root.display()))
+}
+
+/// Opens `--root` and composes it into a node with [`gpu_health::open_node`], the one
+/// composition every command uses.
+///
+/// # Errors
+/// As [`open_host`], plus discovery and a named NVML library that does not open.
+pub fn open_node(
+    g: &Global,
+    req: &gpu_health::NodeRequest,
+) -> anyhow::Result<gpu_health::ComposedNode> {
+    use anyhow::Context;
+    gpu_health::open_node(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
 }
 
 /// Renders rows as a left-aligned table with two spaces between columns; trailing spaces are

@@ -112,8 +112,6 @@ impl Baseline {
             serde_json::to_string_pretty(self).map_err(|e| io_err(std::io::Error::other(e)))?;
         let dir = path.parent().unwrap_or(root);
         std::fs::create_dir_all(dir).map_err(io_err)?;
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, format!("{text}\n")).map_err(io_err)?;
-        std::fs::rename(&tmp, &path).map_err(io_err)
+        gpu_sysfs::atomic::write_file_atomic(&path, format!("{text}\n").as_bytes()).map_err(io_err)
     }
 }

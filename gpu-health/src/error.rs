@@ -32,6 +32,14 @@ pub enum HealthError {
         #[source]
         source: std::io::Error,
     },
+    /// An NVML library named by the caller does not open.
+    #[error("NVML library {}: {message}", path.display())]
+    NvmlLibrary {
+        /// The library.
+        path: PathBuf,
+        /// NVML's error.
+        message: String,
+    },
     /// Discovery failed.
     #[error("discovery")]
     Discovery(#[from] gpu_sysfs::SysfsError),
@@ -43,9 +51,9 @@ impl HealthError {
     pub fn kind(&self) -> gpu_core::ErrorKind {
         match self {
             HealthError::Policy { .. } => gpu_core::ErrorKind::InvalidConfig,
-            HealthError::PolicyRead { .. } | HealthError::BaselineWrite { .. } => {
-                gpu_core::ErrorKind::HostError
-            }
+            HealthError::PolicyRead { .. }
+            | HealthError::BaselineWrite { .. }
+            | HealthError::NvmlLibrary { .. } => gpu_core::ErrorKind::HostError,
             HealthError::Discovery(d) => d.kind(),
         }
     }

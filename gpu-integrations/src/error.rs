@@ -17,6 +17,9 @@ pub enum IntegrationError {
     /// (`invalid-request`).
     #[error("{0}")]
     Refused(String),
+    /// The node's DRA claim store cannot be read or written (`host-error`).
+    #[error("{0}")]
+    State(String),
     /// Rendering the output failed, or gpuslice produced objects that break the API's rules
     /// (a gpuslice bug) (`error`).
     #[error("{0}")]
@@ -30,6 +33,7 @@ impl IntegrationError {
             IntegrationError::Invalid(_) => ErrorKind::InvalidArgument,
             IntegrationError::NotFound(_) => ErrorKind::NotFound,
             IntegrationError::Refused(_) => ErrorKind::InvalidRequest,
+            IntegrationError::State(_) => ErrorKind::HostError,
             IntegrationError::Internal(_) => ErrorKind::Other,
         }
     }
@@ -42,6 +46,7 @@ impl IntegrationError {
             IntegrationError::Invalid(m) => IntegrationError::Invalid(wrap(m)),
             IntegrationError::NotFound(m) => IntegrationError::NotFound(wrap(m)),
             IntegrationError::Refused(m) => IntegrationError::Refused(wrap(m)),
+            IntegrationError::State(m) => IntegrationError::State(wrap(m)),
             IntegrationError::Internal(m) => IntegrationError::Internal(wrap(m)),
         }
     }

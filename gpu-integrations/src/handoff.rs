@@ -60,6 +60,36 @@ pub fn allocation_devices(allocation: &Allocation) -> Vec<VmDevice> {
     out
 }
 
+/// The QEMU arguments (`-device vfio-pci,...`) that hand an allocation's devices to a VM on
+/// `node`, the call the CLI's `export qemu --allocation` and the bindings' `qemu_args` share.
+///
+/// # Errors
+/// When the allocation belongs to another node, or names a GPU `node` does not have.
+pub fn allocation_qemu_args(allocation: &Allocation, node: &NodeTopology) -> Result<Vec<String>> {
+    if allocation.node != node.node {
+        fail!(
+            Invalid,
+            "the allocation of {} is on node {}, not {}",
+            allocation.machine,
+            allocation.node,
+            node.node
+        );
+    }
+    for d in &allocation.devices {
+        if let AllocatedDevice::Gpu { address, .. } = d {
+            if node.gpu_by_address(address).is_none() {
+                fail!(
+                    NotFound,
+                    "the allocation of {} names GPU {address}, which node {} does not have",
+                    allocation.machine,
+                    node.node
+                );
+            }
+        }
+    }
+    Ok(qemu_args(&allocation_devices(allocation)))
+}
+
 /// The devices for an address on `node`: a GPU with its companion functions, or a vendor-VFIO VF.
 ///
 /// # Errors

@@ -60,6 +60,26 @@ pub trait Host: Send + Sync + std::fmt::Debug {
     /// The root directory on this machine, when the host is a real directory tree.
     fn root_dir(&self) -> Option<&Path>;
 
+    /// Replaces a state file (not a sysfs attribute) with `data` atomically: write a temporary
+    /// file, fsync, rename, fsync the directory. Hosts without a directory tree keep the data
+    /// as a plain write.
+    ///
+    /// # Errors
+    /// The I/O error; the file is then as it was.
+    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        self.write(path, data)
+    }
+
+    /// Creates a directory and its parents under the root (for state directories). Hosts
+    /// without a directory tree have nothing to create.
+    ///
+    /// # Errors
+    /// The I/O error.
+    fn create_dir_all(&self, path: &str) -> io::Result<()> {
+        let _ = path;
+        Ok(())
+    }
+
     /// Reads a file as trimmed UTF-8 text (lossy).
     ///
     /// # Errors
@@ -252,6 +272,14 @@ impl Host for RealHost {
 
     fn root_dir(&self) -> Option<&Path> {
         Some(&self.root)
+    }
+
+    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        crate::atomic::write_file_atomic(&self.full(path)?, data)
+    }
+
+    fn create_dir_all(&self, path: &str) -> io::Result<()> {
+        std::fs::create_dir_all(self.full(path)?)
     }
 }
 

@@ -13,9 +13,11 @@
 
 pub mod actuate;
 pub mod apply;
+pub mod atomic;
 pub mod discover;
 pub mod error;
 pub mod host;
+pub mod open;
 pub mod resolver;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -23,6 +25,7 @@ pub mod umockdev;
 
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
+pub use open::{OpenedRoot, open_root};
 
 /// The node name to use when none is given: this machine's hostname, else `localhost`.
 pub fn default_node_name() -> String {

@@ -275,24 +275,15 @@ impl Failure {
                     errno: source.raw_os_error(),
                 },
             },
-            H::Policy { .. } => Failure::new(e.kind(), e.to_string()),
-        }
-    }
-
-    /// A root that cannot be opened.
-    pub fn root(root: &std::path::Path, e: &std::io::Error) -> Self {
-        // The host adapter rewraps the error with the root in its message, which drops the
-        // errno; ask the OS again for it (only on this failure path).
-        let errno = e
-            .raw_os_error()
-            .or_else(|| std::fs::metadata(root).err().and_then(|m| m.raw_os_error()));
-        Failure::Typed {
-            kind: ErrorKind::HostError,
-            message: e.to_string(),
-            detail: Detail::Host {
-                path: Some(root.display().to_string()),
-                errno,
+            H::NvmlLibrary { path, .. } => Failure::Typed {
+                kind: e.kind(),
+                message: e.to_string(),
+                detail: Detail::Host {
+                    path: Some(path.display().to_string()),
+                    errno: None,
+                },
             },
+            H::Policy { .. } => Failure::new(e.kind(), e.to_string()),
         }
     }
 }

@@ -83,8 +83,8 @@ pub struct DraArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub generation: i64,
     /// Where `gpuslice dra prepare` records what it created (so it is not subtracted twice).
-    #[arg(long, default_value = crate::cmd::dra::DEFAULT_STATE_DIR, value_name = "DIR")]
-    pub state_dir: PathBuf,
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Print the example ResourceClaims instead of the slices.
     #[arg(long)]
     pub examples: bool,
@@ -224,7 +224,8 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
             .collect()
     } else {
         let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
-        let prepared = crate::cmd::dra::read_prepared(&a.state_dir)?;
+        let prepared =
+            dra::store::read_prepared(&crate::cmd::dra::state_dir(g, a.state_dir.as_deref()))?;
         let opts = DraOptions {
             driver: a.driver.clone(),
             version: a.k8s_version,

@@ -51,10 +51,8 @@ pub fn load_nodes(
 /// # Errors
 /// When the root cannot be opened or discovered.
 pub fn local_topology(g: &Global) -> anyhow::Result<NodeTopology> {
-    let host = crate::common::open_host(g)?;
-    let opts = gpu_sysfs::discover::DiscoverOptions::new(g.node_name());
-    let health = gpu_health::HealthOptions::default();
-    Ok(gpu_health::node_topology(host.host(), &opts, &health)?)
+    let req = gpu_health::NodeRequest::new(g.node_name());
+    Ok(crate::common::open_node(g, &req)?.topology)
 }
 
 /// Runs `gpuslice metrics`.

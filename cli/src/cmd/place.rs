@@ -109,19 +109,8 @@ fn save_fleet(path: &Path, fleet: &Fleet, json: bool) -> anyhow::Result<()> {
     } else {
         serde_yaml_ng::to_string(fleet)?
     };
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    let tmp = match dir {
-        Some(d) => d.join(format!(
-            ".{}.tmp",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("fleet")
-        )),
-        None => PathBuf::from(format!(
-            ".{}.tmp",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("fleet")
-        )),
-    };
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
+    gpu_sysfs::atomic::write_file_atomic(path, text.as_bytes())
+        .with_context(|| format!("cannot replace {}", path.display()))?;
     Ok(())
 }
 
@@ -129,6 +118,8 @@ fn save_fleet(path: &Path, fleet: &Fleet, json: bool) -> anyhow::Result<()> {
 #[derive(serde::Serialize)]
 struct RefusalOut<'a> {
     error: &'static str,
+    /// The kind, from the one vocabulary (`unsatisfiable`).
+    kind: &'static str,
     message: String,
     refusal: &'a Refusal,
 }
@@ -150,6 +141,7 @@ fn refused(out: Output, refusal: &Refusal) -> anyhow::Result<ExitCode> {
 fn out_of(refusal: &Refusal) -> RefusalOut<'_> {
     RefusalOut {
         error: "Unsatisfiable",
+        kind: gpu_core::ErrorKind::Unsatisfiable.as_str(),
         message: refusal.render(),
         refusal,
     }

@@ -12,6 +12,7 @@ pub mod model;
 pub mod names;
 pub mod prepare;
 pub mod rules;
+pub mod store;
 pub mod version;
 
 pub use build::{DraOptions, Prepared, export};

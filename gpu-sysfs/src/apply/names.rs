@@ -78,10 +78,8 @@ impl RememberedNames {
         if let Some(d) = p.parent() {
             std::fs::create_dir_all(d)?;
         }
-        let tmp = p.with_extension("json.tmp");
         let text = serde_json::to_vec_pretty(&self.names).map_err(std::io::Error::other)?;
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, &p)
+        crate::atomic::write_file_atomic(&p, &text)
     }
 }
 
