@@ -20,6 +20,7 @@ fn documents<T: Document>(items: Vec<serde_json::Value>) -> Result<Vec<T>, Failu
 #[derive(Debug, Clone, Default)]
 pub struct JsDraExportOptions {
     /// The Kubernetes version the objects are for: `1.34`, `1.35`, `1.36` or `1.37` (default).
+    #[napi(js_name = "k8sVersion")]
     pub k8s_version: Option<String>,
     /// The DRA driver name (default `gpu.gpuslice.dev`).
     pub driver: Option<String>,
