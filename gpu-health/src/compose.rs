@@ -100,10 +100,11 @@ pub struct ComposedNode {
 /// vGPU type-name resolver there, discovers the node and grades its health.
 ///
 /// # Errors
-/// [`HealthError::Discovery`] for a root that cannot be opened or discovered,
+/// [`HealthError::Root`] for a root that cannot be opened, [`HealthError::Discovery`] when
+/// discovery fails,
 /// [`HealthError::NvmlLibrary`] for a named NVML library that does not open.
 pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNode, HealthError> {
-    let host = gpu_sysfs::open_root(root)?;
+    let host = gpu_sysfs::open_root(root).map_err(|e| HealthError::Root(Box::new(e)))?;
     let mut opts = DiscoverOptions::new(req.node.clone());
     opts.mdev_parents = req.mdev_parents.clone();
     let local = !host.is_recording() && crate::assess::is_local_root(root);

@@ -40,6 +40,9 @@ pub enum HealthError {
         /// NVML's error.
         message: String,
     },
+    /// The root cannot be opened (missing, not a directory, a malformed recording).
+    #[error(transparent)]
+    Root(Box<gpu_sysfs::SysfsError>),
     /// Discovery failed.
     #[error("discovery")]
     Discovery(#[from] gpu_sysfs::SysfsError),
@@ -54,6 +57,7 @@ impl HealthError {
             HealthError::PolicyRead { .. }
             | HealthError::BaselineWrite { .. }
             | HealthError::NvmlLibrary { .. } => gpu_core::ErrorKind::HostError,
+            HealthError::Root(d) => d.kind(),
             HealthError::Discovery(d) => d.kind(),
         }
     }

@@ -210,6 +210,7 @@ impl Failure {
     pub fn health(e: &gpu_health::HealthError) -> Self {
         use gpu_health::HealthError as H;
         match e {
+            H::Root(d) => Failure::sysfs(d),
             H::Discovery(d) => Failure::sysfs(d),
             H::PolicyRead { path, source } | H::BaselineWrite { path, source } => Failure::Typed {
                 kind: e.kind(),
