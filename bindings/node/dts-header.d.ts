@@ -439,6 +439,14 @@ export interface HealthPolicy {
   pcie?: { replayGrowthMax?: Limit }
 }
 
+/** What `exportDra` returns. */
+export interface DraExport {
+  /** DeviceClasses then ResourceSlices (`resource.k8s.io/v1`). */
+  objects: Array<Record<string, unknown>>
+  /** What was left out, `node: reason`. */
+  warnings: string[]
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors: every error thrown (or rejected) is an `Error` with one of these codes.
 
@@ -453,6 +461,8 @@ export type ErrorCode =
 /** `code: 'UNSATISFIABLE'`: no node can hold the Machine. */
 export interface UnsatisfiableError extends Error {
   code: 'UNSATISFIABLE'
+  /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
+  errorKind: string
   /** Each refused node with its structured reasons. */
   reasons: NodeRefusal[]
   refusal: Refusal
@@ -461,6 +471,8 @@ export interface UnsatisfiableError extends Error {
 /** `code: 'NOT_FOUND'`: no Machine or node of that name is in the fleet. */
 export interface NotFoundError extends Error {
   code: 'NOT_FOUND'
+  /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
+  errorKind: string
   kind: 'machine' | 'node'
   machine?: string
   node?: string
@@ -469,6 +481,8 @@ export interface NotFoundError extends Error {
 /** `code: 'HOST_ERROR'`: reading the host failed. */
 export interface HostError extends Error {
   code: 'HOST_ERROR'
+  /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
+  errorKind: string
   /** The path concerned (relative to the root, or the root itself). */
   path: string | null
   /** The kernel's error number, when the failure was an I/O error. */
@@ -478,6 +492,8 @@ export interface HostError extends Error {
 /** `code: 'CONFIG_ERROR'`: a fleet, topology, layout file or health policy is malformed. */
 export interface ConfigError extends Error {
   code: 'CONFIG_ERROR'
+  /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
+  errorKind: string
   /** For vGPU layout files: `decode`, `invalid`, `unknown-config`, `unknown-type`, `wrong-board`,
    * `does-not-fit`, ...; absent otherwise. */
   kind?: string
@@ -486,6 +502,8 @@ export interface ConfigError extends Error {
 /** `code: 'INVALID_REQUEST'`, `'CONFIG_ERROR'` or `'INTERNAL'`. */
 export interface GpusliceError extends Error {
   code: ErrorCode
+  /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
+  errorKind: string
 }
 
 

@@ -439,6 +439,14 @@ export interface HealthPolicy {
   pcie?: { replayGrowthMax?: Limit }
 }
 
+/** What `exportDra` returns. */
+export interface DraExport {
+  /** DeviceClasses then ResourceSlices (`resource.k8s.io/v1`). */
+  objects: Array<Record<string, unknown>>
+  /** What was left out, `node: reason`. */
+  warnings: string[]
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors: every error thrown (or rejected) is an `Error` with one of these codes.
 
@@ -453,6 +461,8 @@ export type ErrorCode =
 /** `code: 'UNSATISFIABLE'`: no node can hold the Machine. */
 export interface UnsatisfiableError extends Error {
   code: 'UNSATISFIABLE'
+  /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
+  errorKind: string
   /** Each refused node with its structured reasons. */
   reasons: NodeRefusal[]
   refusal: Refusal
@@ -461,6 +471,8 @@ export interface UnsatisfiableError extends Error {
 /** `code: 'NOT_FOUND'`: no Machine or node of that name is in the fleet. */
 export interface NotFoundError extends Error {
   code: 'NOT_FOUND'
+  /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
+  errorKind: string
   kind: 'machine' | 'node'
   machine?: string
   node?: string
@@ -469,6 +481,8 @@ export interface NotFoundError extends Error {
 /** `code: 'HOST_ERROR'`: reading the host failed. */
 export interface HostError extends Error {
   code: 'HOST_ERROR'
+  /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
+  errorKind: string
   /** The path concerned (relative to the root, or the root itself). */
   path: string | null
   /** The kernel's error number, when the failure was an I/O error. */
@@ -478,6 +492,8 @@ export interface HostError extends Error {
 /** `code: 'CONFIG_ERROR'`: a fleet, topology, layout file or health policy is malformed. */
 export interface ConfigError extends Error {
   code: 'CONFIG_ERROR'
+  /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
+  errorKind: string
   /** For vGPU layout files: `decode`, `invalid`, `unknown-config`, `unknown-type`, `wrong-board`,
    * `does-not-fit`, ...; absent otherwise. */
   kind?: string
@@ -486,6 +502,8 @@ export interface ConfigError extends Error {
 /** `code: 'INVALID_REQUEST'`, `'CONFIG_ERROR'` or `'INTERNAL'`. */
 export interface GpusliceError extends Error {
   code: ErrorCode
+  /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
+  errorKind: string
 }
 
 
@@ -674,6 +692,25 @@ export interface DiscoverOptions {
   node?: string
 }
 
+/** Options of `exportDra`. */
+export interface DraExportOptions {
+  /** The Kubernetes version the objects are for: `1.34`, `1.35`, `1.36` or `1.37` (default). */
+  k8sVersion?: string
+  /** The DRA driver name (default `gpu.gpuslice.dev`). */
+  driver?: string
+  /** `pool.generation` (default 1). */
+  generation?: number
+}
+
+/**
+ * The Kubernetes DRA objects (`resource.k8s.io/v1`) publishing the GPUs and vGPU profiles of
+ * `nodes`: DeviceClasses then ResourceSlices, with what was left out as `warnings`.
+ */
+export declare function exportDra(nodes: Array<NodeTopology | string>, options?: DraExportOptions): DraExport
+
+/** The KubeVirt `permittedHostDevices` patch for the GPUs and vGPU types of `nodes`. */
+export declare function exportKubevirt(nodes: Array<NodeTopology | string>): Record<string, unknown>
+
 /**
  * Assesses the health of every GPU of the host: one report per GPU with its verdict and the
  * signals read (PCIe AER counters, link state, and NVML telemetry when `root` is `/` and the
@@ -697,6 +734,12 @@ export interface HealthOptions {
   policyFile?: string
 }
 
+/**
+ * The Prometheus text exposition of `nodes` with the fleet's `allocations` counted, as
+ * `gpuslice metrics` serves it.
+ */
+export declare function metricsText(nodes: Array<NodeTopology | string>, allocations?: Array<Allocation | string>): string
+
 /** Options of `place` and `placeAsync`. */
 export interface PlaceOptions {
   /**
@@ -719,6 +762,13 @@ export interface PlaceOptions {
  * layout does not fit the GPUs.
  */
 export declare function planVgpuConfig(configText: string, name: string, topology: NodeTopology | string): VgpuPlan
+
+/**
+ * The QEMU arguments (`-device vfio-pci,...`) handing `allocation`'s devices to a VM on `node`.
+ * Throws `INVALID_REQUEST` when the allocation is on another node, `NOT_FOUND` when it names a
+ * GPU the node does not have.
+ */
+export declare function qemuArgs(allocation: Allocation | string, node: NodeTopology | string): Array<string>
 
 /** The version of the gpuslice core this addon was built from. */
 export declare function version(): string

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use gpu_core::ErrorKind;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -67,61 +68,8 @@ pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result
     Ok(())
 }
 
-/// The host `--root` names, kept open for as long as a command needs it: a directory used as is,
-/// or a `*.umockdev` recording replayed into a private temporary tree (removed on drop).
-#[derive(Debug)]
-pub struct OpenedHost {
-    host: gpu_sysfs::RealHost,
-    /// Keeps a replayed recording's temporary tree alive.
-    _replay: Option<gpu_sysfs::umockdev::Replay>,
-}
-
-impl OpenedHost {
-    /// The host.
-    pub fn host(&self) -> &gpu_sysfs::RealHost {
-        &self.host
-    }
-}
-
-/// An opened host is a host: every primitive goes to the tree it opened.
-impl gpu_sysfs::Host for OpenedHost {
-    fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
-        self.host.read(path)
-    }
-    fn read_bounded(&self, path: &str, max: usize) -> std::io::Result<Vec<u8>> {
-        self.host.read_bounded(path, max)
-    }
-    fn write(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
-        self.host.write(path, data)
-    }
-    fn list(&self, dir: &str) -> std::io::Result<Vec<String>> {
-        self.host.list(dir)
-    }
-    fn read_link(&self, path: &str) -> std::io::Result<PathBuf> {
-        self.host.read_link(path)
-    }
-    fn exists(&self, path: &str) -> bool {
-        self.host.exists(path)
-    }
-    fn run(
-        &self,
-        program: &str,
-        args: &[String],
-        timeout: std::time::Duration,
-    ) -> std::io::Result<gpu_sysfs::CommandOutput> {
-        self.host.run(program, args, timeout)
-    }
-    fn root_dir(&self) -> Option<&std::path::Path> {
-        self.host.root_dir()
-    }
-}
-
-impl std::ops::Deref for OpenedHost {
-    type Target = gpu_sysfs::RealHost;
-    fn deref(&self) -> &Self::Target {
-        &self.host
-    }
-}
+/// The host `--root` names (see [`gpu_sysfs::open_root`]).
+pub type OpenedHost = gpu_sysfs::OpenedRoot;
 
 /// Opens the host at `--root`: a directory, or a `*.umockdev` recording.
 ///
@@ -130,27 +78,20 @@ impl std::ops::Deref for OpenedHost {
 /// malformed (the message names the file and line).
 pub fn open_host(g: &Global) -> anyhow::Result<OpenedHost> {
     use anyhow::Context;
-    let root = &g.root;
-    let ctx = || format!("--root {}", root.display());
-    if root.is_file() && root.extension().is_some_and(|e| e == "umockdev") {
-        let replay = gpu_sysfs::umockdev::materialize(root).with_context(ctx)?;
-        let host = gpu_sysfs::RealHost::new(replay.root()).with_context(ctx)?;
-        return Ok(OpenedHost {
-            host,
-            _replay: Some(replay),
-        });
-    }
-    if root.is_file() {
-        anyhow::bail!(
-            "--root {}: a file, but not a `*.umockdev` recording; give a directory standing for `/`",
-            root.display()
-        );
-    }
-    let host = gpu_sysfs::RealHost::new(root).with_context(ctx)?;
-    Ok(OpenedHost {
-        host,
-        _replay: None,
-    })
+    gpu_sysfs::open_root(&g.root).with_context(|| format!("--root {}", g.root.display()))
+}
+
+/// Opens `--root` and composes it into a node with [`gpu_health::open_node`], the one
+/// composition every command uses.
+///
+/// # Errors
+/// As [`open_host`], plus discovery and a named NVML library that does not open.
+pub fn open_node(
+    g: &Global,
+    req: &gpu_health::NodeRequest,
+) -> anyhow::Result<gpu_health::ComposedNode> {
+    use anyhow::Context;
+    gpu_health::open_node(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
 }
 
 /// Renders rows as a left-aligned table with two spaces between columns; trailing spaces are
@@ -193,8 +134,9 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
 #[derive(serde::Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorReport {
-    /// Stable kind: an actuation kind (`exists`, `exhausted`, `in-use`, ...), a layout code,
-    /// `unsatisfiable`, `invalid-request`, `not-found`, `host-error`, `invalid-argument` or `error`.
+    /// Stable kind from [`ErrorKind::as_str`]: an actuation kind (`exists`, `exhausted`,
+    /// `in-use`, ...), a layout kind (`does-not-fit`, ...), `unsatisfiable`, `invalid-request`,
+    /// `invalid-config`, `not-found`, `host-error`, `invalid-argument` or `error`.
     pub kind: String,
     /// The one-line message also printed for people.
     pub message: String,
@@ -206,49 +148,48 @@ pub struct ErrorReport {
     pub errno_name: Option<String>,
 }
 
+/// The one table of the CLI's error kinds: the first error in the chain that gpuslice's libraries
+/// typed answers with its `kind()` (and errno, when the kernel gave one).
+fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<(ErrorKind, Option<i32>)> {
+    if let Some(e) = cause.downcast_ref::<gpu_sysfs::actuate::ActuateError>() {
+        return Some((e.kind(), e.errno()));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_sysfs::SysfsError>() {
+        return Some((e.kind(), e.errno()));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_sysfs::apply::ApplyError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_sched::SchedError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_core::layout::LayoutError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_core::ConfigDocError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_core::CoreError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_health::HealthError>() {
+        return Some((e.kind(), None));
+    }
+    if let Some(e) = cause.downcast_ref::<gpu_integrations::IntegrationError>() {
+        return Some((e.kind(), None));
+    }
+    None
+}
+
 impl ErrorReport {
     /// Classifies an error chain.
     pub fn from_error(e: &anyhow::Error) -> Self {
-        use gpu_sysfs::actuate::ActuateError;
-        let mut kind = "error".to_owned();
-        let mut errno = None;
-        for cause in e.chain() {
-            if let Some(a) = cause.downcast_ref::<ActuateError>() {
-                kind = a.kind().to_owned();
-                errno = a.errno();
-                break;
-            }
-            if let Some(s) = cause.downcast_ref::<gpu_sysfs::SysfsError>() {
-                if let gpu_sysfs::SysfsError::Actuate(a) = s {
-                    kind = a.kind().to_owned();
-                    errno = a.errno();
-                } else {
-                    kind = "host-error".to_owned();
-                    errno = s.errno();
-                }
-                break;
-            }
-            if let Some(s) = cause.downcast_ref::<gpu_sched::SchedError>() {
-                kind = match s {
-                    gpu_sched::SchedError::Unsatisfiable(_) => "unsatisfiable",
-                    gpu_sched::SchedError::UnknownMachine { .. }
-                    | gpu_sched::SchedError::UnknownNode { .. } => "not-found",
-                    _ => "invalid-request",
-                }
-                .to_owned();
-                break;
-            }
-            if let Some(l) = cause.downcast_ref::<gpu_core::layout::LayoutError>() {
-                kind = l.code().to_owned();
-                break;
-            }
-            if cause.downcast_ref::<gpu_core::CoreError>().is_some() {
-                kind = "invalid-argument".to_owned();
-                break;
-            }
-        }
+        let (kind, errno) = e
+            .chain()
+            .find_map(classify)
+            .unwrap_or((ErrorKind::Other, None));
         ErrorReport {
-            kind,
+            kind: kind.as_str().to_owned(),
             message: render_error(e),
             errno,
             errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),

@@ -6,7 +6,6 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod common;
-mod integrations;
 
 use common::Global;
 

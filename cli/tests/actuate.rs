@@ -539,22 +539,12 @@ fn sriov_enable_reports_the_vfs_a_working_script_made() {
     assert_eq!(v["changed"], true);
 }
 
-/// Compares `actual` with `tests/golden/actuate/<name>` (`GPUSLICE_UPDATE_GOLDEN=1` rewrites it).
+/// Compares `actual` with `tests/golden/actuate/<name>` (`GOLDEN_UPDATE=1` rewrites it).
 fn golden(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden/actuate")
         .join(name);
-    if std::env::var_os("GPUSLICE_UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-    }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (GPUSLICE_UPDATE_GOLDEN=1 writes it)",
-            path.display()
-        )
-    });
-    assert_eq!(actual, want, "{} differs", path.display());
+    gpu_sysfs::testing::assert_golden(&path, actual);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! `gpuslice health` end to end: the binary on fake trees and the real A2 capture, output checked
-//! against golden files in `tests/golden/health/` (regenerate with `GPUSLICE_UPDATE_GOLDEN=1`).
+//! against golden files in `tests/golden/health/` (regenerate with `GOLDEN_UPDATE=1`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -35,17 +35,7 @@ fn golden(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden/health")
         .join(name);
-    if std::env::var_os("GPUSLICE_UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (GPUSLICE_UPDATE_GOLDEN=1 writes it)",
-            path.display()
-        )
-    });
-    assert_eq!(actual, want, "output differs from {}", path.display());
+    gpu_sysfs::testing::assert_golden(&path, actual);
 }
 
 fn a2_recording() -> PathBuf {

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 //! `gpuslice gpu list` and `gpuslice topology` against golden files in `tests/golden/inventory/`.
-//! `GOLDEN_UPDATE=1 cargo test -p gpuslice-cli --test inventory` (or `UPDATE_GOLDEN=1`) rewrites
+//! `GOLDEN_UPDATE=1 cargo test -p gpuslice-cli --test inventory` rewrites
 //! the `.out` files.
 
 use std::path::{Path, PathBuf};
@@ -47,12 +47,7 @@ fn run(args: &[&str], root: Option<&Path>) -> (i32, String) {
 fn check_with(name: &str, args: &[&str], root: Option<&Path>, want_code: i32) -> String {
     let (code, text) = run(args, root);
     let path = golden_dir().join(format!("{name}.out"));
-    if std::env::var_os("GOLDEN_UPDATE").is_some() || std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, &text).unwrap();
-    }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (GOLDEN_UPDATE=1 creates it)", path.display()));
-    assert_eq!(text, want, "{name}: output differs from {}", path.display());
+    gpu_sysfs::testing::assert_golden(&path, &text);
     assert_eq!(code, want_code, "{name}: exit status");
     text
 }

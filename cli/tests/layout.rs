@@ -449,22 +449,12 @@ fn real_a2_capture() -> tempfile::TempDir {
     dir
 }
 
-/// Compares `actual` with `tests/golden/layout/<name>` (`GPUSLICE_UPDATE_GOLDEN=1` rewrites it).
+/// Compares `actual` with `tests/golden/layout/<name>` (`GOLDEN_UPDATE=1` rewrites it).
 fn golden(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden/layout")
         .join(name);
-    if std::env::var_os("GPUSLICE_UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-    }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (GPUSLICE_UPDATE_GOLDEN=1 writes it)",
-            path.display()
-        )
-    });
-    assert_eq!(actual, want, "{} differs", path.display());
+    gpu_sysfs::testing::assert_golden(&path, actual);
 }
 
 #[test]

@@ -30,12 +30,7 @@ fn run(args: &[&str]) -> (i32, String) {
 fn check(name: &str, args: &[&str], want_code: i32) {
     let (code, text) = run(args);
     let path = golden_dir().join(format!("{name}.out"));
-    if std::env::var_os("GOLDEN_UPDATE").is_some() {
-        std::fs::write(&path, &text).unwrap();
-    }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (GOLDEN_UPDATE=1 creates it)", path.display()));
-    assert_eq!(text, want, "{name}: output differs from {}", path.display());
+    gpu_sysfs::testing::assert_golden(&path, &text);
     assert_eq!(code, want_code, "{name}: exit status");
 }
 

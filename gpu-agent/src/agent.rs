@@ -779,16 +779,16 @@ impl Agent {
             no_path("config", c)?;
         }
         let file = gpu_core::layout::LayoutFile::parse(&text)
-            .map_err(|e| ApiError::new(e.code(), chain(&e)).with_status(400))?;
+            .map_err(|e| ApiError::new(e.kind().as_str(), chain(&e)).with_status(400))?;
         file.select(config.as_deref())
-            .map_err(|e| ApiError::new(e.code(), chain(&e)).with_status(400))?;
+            .map_err(|e| ApiError::new(e.kind().as_str(), chain(&e)).with_status(400))?;
         let me = Arc::clone(self);
         // apply_layout takes the host's layout lock itself.
         let report = self
             .write(false, move |a| {
                 let cfg = file
                     .select(config.as_deref())
-                    .map_err(|e| ApiError::new(e.code(), chain(&e)).with_status(400))?;
+                    .map_err(|e| ApiError::new(e.kind().as_str(), chain(&e)).with_status(400))?;
                 let mut opts = ApplyOptions::new(a.config.discover.node.clone());
                 opts.discover = a.config.discover.clone();
                 opts.dry_run = dry_run;

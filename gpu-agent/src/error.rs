@@ -73,8 +73,8 @@ impl ApiError {
     pub fn from_actuate(e: &ActuateError) -> Self {
         let errno = e.errno();
         ApiError {
-            status: status_of(e.kind()),
-            kind: e.kind().to_owned(),
+            status: status_of(e.kind().as_str()),
+            kind: e.kind().as_str().to_owned(),
             message: chain(e),
             errno,
             errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),
@@ -87,9 +87,10 @@ impl ApiError {
             return Self::from_actuate(a);
         }
         let errno = e.errno();
+        let kind = e.kind().as_str();
         ApiError {
-            status: 503,
-            kind: "host-error".to_owned(),
+            status: status_of(kind),
+            kind: kind.to_owned(),
             message: chain(e),
             errno,
             errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),
@@ -101,13 +102,11 @@ impl ApiError {
         match e {
             ApplyError::Discover(s) => Self::from_sysfs(s),
             ApplyError::Layout(l) => {
-                let mut a = Self::new(l.code(), chain(l));
+                let mut a = Self::new(l.kind().as_str(), chain(l));
                 a.status = 400;
                 a
             }
-            ApplyError::LockTimeout { .. } => Self::new("busy", chain(e)),
-            ApplyError::Failed { .. } => Self::new("apply-failed", chain(e)),
-            _ => Self::new("host-error", chain(e)),
+            _ => Self::new(e.kind().as_str(), chain(e)),
         }
     }
 
@@ -120,7 +119,7 @@ impl ApiError {
             }
             cur = c.source();
         }
-        Self::new("host-error", chain(e))
+        Self::new(e.kind().as_str(), chain(e))
     }
 
     /// An invalid identity (UUID, address, name): `invalid-argument`, 400.

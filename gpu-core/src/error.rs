@@ -77,5 +77,39 @@ pub enum CoreError {
     },
 }
 
+impl CoreError {
+    /// The kind of this error: `invalid-request` for an inconsistent request, `invalid-argument`
+    /// for any other malformed value. A front-end decoding a configuration document (a fleet, a
+    /// topology) reports [`CoreError::kind_in_config`] instead.
+    pub fn kind(&self) -> crate::ErrorKind {
+        match self {
+            CoreError::InvalidRequest { .. } => crate::ErrorKind::InvalidRequest,
+            _ => crate::ErrorKind::InvalidArgument,
+        }
+    }
+
+    /// The kind of this error when it came from a configuration document rather than a request:
+    /// `invalid-config`, except for an inconsistent request, which stays `invalid-request`.
+    pub fn kind_in_config(&self) -> crate::ErrorKind {
+        match self {
+            CoreError::InvalidRequest { .. } => crate::ErrorKind::InvalidRequest,
+            _ => crate::ErrorKind::InvalidConfig,
+        }
+    }
+}
+
+/// A [`CoreError`] met while decoding a configuration document (a fleet, a topology) rather than
+/// a request: its kind is [`CoreError::kind_in_config`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(transparent)]
+pub struct ConfigDocError(pub CoreError);
+
+impl ConfigDocError {
+    /// The kind: `invalid-config` (or `invalid-request` for an inconsistent request).
+    pub fn kind(&self) -> crate::ErrorKind {
+        self.0.kind_in_config()
+    }
+}
+
 /// Result type of this crate.
 pub type Result<T, E = CoreError> = std::result::Result<T, E>;

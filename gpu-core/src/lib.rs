@@ -19,6 +19,7 @@ pub mod error;
 pub mod fleet;
 pub mod health;
 pub mod ids;
+pub mod kind;
 pub mod layout;
 pub mod limits;
 pub mod mig;
@@ -34,10 +35,11 @@ pub mod testing;
 
 pub use address::PciAddress;
 pub use allocation::{AllocatedDevice, Allocation, AllocationStatus};
-pub use error::CoreError;
+pub use error::{ConfigDocError, CoreError};
 pub use fleet::Fleet;
 pub use health::{Health, HealthState};
 pub use ids::{MdevUuid, MiB, ParentId, VgpuTypeId};
+pub use kind::{ErrorFamily, ErrorKind};
 pub use mig::{MigGeometry, MigOccupancy, MigProfile};
 pub use request::{Alignment, DeviceClass, DeviceRequest, Machine};
 pub use topology::{

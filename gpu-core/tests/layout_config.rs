@@ -208,7 +208,7 @@ fn malformed_values_are_rejected_naming_the_place() {
     }
     let e = LayoutFile::parse("version: v1\nvgpu-configs: [unclosed\n").unwrap_err();
     assert!(matches!(e, LayoutError::Decode { .. }));
-    assert_eq!(e.code(), "decode");
+    assert_eq!(e.kind().as_str(), "decode");
 }
 
 #[test]

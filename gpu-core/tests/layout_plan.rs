@@ -329,7 +329,7 @@ fn a_layout_that_does_not_fit_is_refused_with_the_numbers() {
         panic!("{e:?}")
     };
     assert_eq!((*want, *fit), (3, 2));
-    assert_eq!(e.code(), "does-not-fit");
+    assert_eq!(e.kind().as_str(), "does-not-fit");
     let msg = e.to_string();
     assert!(
         msg.contains("8192 MiB") && msg.contains("0 MiB free") && msg.contains("16384 MiB total"),

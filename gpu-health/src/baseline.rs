@@ -116,10 +116,6 @@ impl Baseline {
         if let Some((dir, _)) = BASELINE_PATH.rsplit_once('/') {
             gpu_sysfs::host::make_state_dir(root, dir).map_err(io_err)?;
         }
-        let tmp = path.with_extension("json.tmp");
-        let mut f = gpu_sysfs::host::create_temporary(&tmp).map_err(io_err)?;
-        std::io::Write::write_all(&mut f, format!("{text}\n").as_bytes()).map_err(io_err)?;
-        f.sync_all().map_err(io_err)?;
-        std::fs::rename(&tmp, &path).map_err(io_err)
+        gpu_sysfs::atomic::write_file_atomic(&path, format!("{text}\n").as_bytes()).map_err(io_err)
     }
 }

@@ -37,3 +37,102 @@ pub fn node_topology_with_reports(
     let reports = grade_topology(host, &mut topology, health);
     Ok((topology, reports))
 }
+
+/// Where a composed node's NVML comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum NvmlSource {
+    /// The driver's NVML, only when the root is this machine's `/` (the local NVML describes
+    /// this machine's GPUs, not those of another tree or a recording); then also the vGPU
+    /// type-name resolver.
+    #[default]
+    LocalOnly,
+    /// No NVML at all.
+    Off,
+    /// This NVML library, whatever the root (for tests and unusual installs); a library that
+    /// does not open is an error.
+    Library(std::path::PathBuf),
+}
+
+/// What [`open_node`] composes: the node's name and the health options besides NVML.
+#[derive(Debug, Clone)]
+pub struct NodeRequest {
+    /// The node name written into the topology.
+    pub node: String,
+    /// Only these vGPU parents (all when `None`).
+    pub mdev_parents: Option<Vec<gpu_core::ParentId>>,
+    /// The grading policy.
+    pub policy: crate::Policy,
+    /// Where NVML comes from.
+    pub nvml: NvmlSource,
+    /// Where the health baseline comes from.
+    pub baseline: crate::assess::BaselineSource,
+}
+
+impl NodeRequest {
+    /// A request for node `node` with the default policy, NVML on the local `/` only, and the
+    /// baseline read from the root.
+    pub fn new(node: impl Into<String>) -> Self {
+        NodeRequest {
+            node: node.into(),
+            mdev_parents: None,
+            policy: crate::Policy::default(),
+            nvml: NvmlSource::LocalOnly,
+            baseline: crate::assess::BaselineSource::FromHost,
+        }
+    }
+}
+
+/// A root opened and composed into a node: the opened host (kept for commands that go on to
+/// change it), the topology and each GPU's health report.
+#[derive(Debug)]
+pub struct ComposedNode {
+    /// The host the root names.
+    pub host: gpu_sysfs::OpenedRoot,
+    /// The node's topology, health graded.
+    pub topology: NodeTopology,
+    /// Each GPU's full health report, in the topology's GPU order.
+    pub reports: Vec<GpuHealthReport>,
+}
+
+/// The one composition from a root to a node, used by every CLI command and both bindings:
+/// opens `root` (a directory or a `*.umockdev` recording), decides NVML from the canonical root
+/// (only the local `/` uses the driver's NVML unless a library is named), attaches the NVML
+/// vGPU type-name resolver there, discovers the node and grades its health.
+///
+/// # Errors
+/// [`HealthError::Root`] for a root that cannot be opened, [`HealthError::Discovery`] when
+/// discovery fails,
+/// [`HealthError::NvmlLibrary`] for a named NVML library that does not open.
+pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNode, HealthError> {
+    let host = gpu_sysfs::open_root(root).map_err(|e| HealthError::Root(Box::new(e)))?;
+    let mut opts = DiscoverOptions::new(req.node.clone());
+    opts.mdev_parents = req.mdev_parents.clone();
+    let local = !host.is_recording() && crate::assess::is_local_root(root);
+    let policy = req.policy.clone();
+    let mut health = match &req.nvml {
+        NvmlSource::Off => HealthOptions::without_telemetry(policy),
+        NvmlSource::LocalOnly if !local => HealthOptions::without_telemetry(policy),
+        NvmlSource::LocalOnly => {
+            // Names vendor-VFIO types no VF lists any more; without a driver it is absent.
+            if let Ok(r) = crate::NvmlResolver::open() {
+                opts.resolver = Some(std::sync::Arc::new(r));
+            }
+            HealthOptions::with_nvml(policy)
+        }
+        NvmlSource::Library(lib) => {
+            let t =
+                crate::NvmlTelemetry::open(Some(lib)).map_err(|e| HealthError::NvmlLibrary {
+                    path: lib.clone(),
+                    message: e.to_string(),
+                })?;
+            HealthOptions::with_telemetry(policy, std::sync::Arc::new(t))
+        }
+    };
+    health.baseline = req.baseline.clone();
+    let (topology, reports) = node_topology_with_reports(&host, &opts, &health)?;
+    Ok(ComposedNode {
+        host,
+        topology,
+        reports,
+    })
+}

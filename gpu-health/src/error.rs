@@ -32,7 +32,33 @@ pub enum HealthError {
         #[source]
         source: std::io::Error,
     },
+    /// An NVML library named by the caller does not open.
+    #[error("NVML library {}: {message}", path.display())]
+    NvmlLibrary {
+        /// The library.
+        path: PathBuf,
+        /// NVML's error.
+        message: String,
+    },
+    /// The root cannot be opened (missing, not a directory, a malformed recording).
+    #[error(transparent)]
+    Root(Box<gpu_sysfs::SysfsError>),
     /// Discovery failed.
     #[error("discovery")]
     Discovery(#[from] gpu_sysfs::SysfsError),
+}
+
+impl HealthError {
+    /// The kind of this error: `invalid-config` for a malformed policy, `host-error` for a policy
+    /// or baseline file that cannot be read or written, discovery's kind otherwise.
+    pub fn kind(&self) -> gpu_core::ErrorKind {
+        match self {
+            HealthError::Policy { .. } => gpu_core::ErrorKind::InvalidConfig,
+            HealthError::PolicyRead { .. }
+            | HealthError::BaselineWrite { .. }
+            | HealthError::NvmlLibrary { .. } => gpu_core::ErrorKind::HostError,
+            HealthError::Root(d) => d.kind(),
+            HealthError::Discovery(d) => d.kind(),
+        }
+    }
 }

@@ -32,6 +32,7 @@ pub mod error;
 pub mod grade;
 pub mod link;
 pub mod nvml;
+pub mod nvml_resolver;
 pub mod policy;
 pub mod reading;
 pub mod telemetry;
@@ -42,10 +43,13 @@ pub use assess::{
 };
 pub use baseline::{BASELINE_PATH, Baseline, DeviceBaseline};
 
-pub use compose::{node_topology, node_topology_with_reports};
+pub use compose::{
+    ComposedNode, NodeRequest, NvmlSource, node_topology, node_topology_with_reports, open_node,
+};
 pub use error::HealthError;
 pub use grade::{ExpectedWidth, Signals, WidthBasis, grade};
 pub use nvml::{NvmlTelemetry, NvmlUnavailable};
+pub use nvml_resolver::NvmlResolver;
 pub use policy::{Limit, Policy};
 pub use reading::Reading;
 #[cfg(any(test, feature = "testing"))]

@@ -45,6 +45,20 @@ pub enum SchedError {
 }
 
 impl SchedError {
+    /// The kind of this error: `unsatisfiable`, `not-found` for an unknown Machine or node,
+    /// `invalid-config` for an inconsistent fleet, `invalid-request` otherwise.
+    pub fn kind(&self) -> gpu_core::ErrorKind {
+        use gpu_core::ErrorKind as K;
+        match self {
+            SchedError::Unsatisfiable(_) => K::Unsatisfiable,
+            SchedError::UnknownMachine { .. } | SchedError::UnknownNode { .. } => K::NotFound,
+            SchedError::InvalidFleet { .. } => K::InvalidConfig,
+            SchedError::InvalidRequest { .. } | SchedError::InvalidPolicy { .. } => {
+                K::InvalidRequest
+            }
+        }
+    }
+
     /// The refusal, when the error is [`SchedError::Unsatisfiable`].
     pub fn refusal(&self) -> Option<&Refusal> {
         match self {

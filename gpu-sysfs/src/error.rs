@@ -71,6 +71,15 @@ impl SysfsError {
         }
     }
 
+    /// The kind of this error: the actuation kind for a failed actuation step, `host-error` for
+    /// everything else that went wrong reading the host.
+    pub fn kind(&self) -> gpu_core::ErrorKind {
+        match self {
+            SysfsError::Actuate(a) => a.kind(),
+            _ => gpu_core::ErrorKind::HostError,
+        }
+    }
+
     /// The errno of an I/O failure, when there is one.
     pub fn errno(&self) -> Option<i32> {
         match self {

@@ -76,6 +76,26 @@ pub trait Host: Send + Sync + std::fmt::Debug {
         Ok(bytes)
     }
 
+    /// Replaces a state file (not a sysfs attribute) with `data` atomically: write a temporary
+    /// file, fsync, rename, fsync the directory. Hosts without a directory tree keep the data
+    /// as a plain write.
+    ///
+    /// # Errors
+    /// The I/O error; the file is then as it was.
+    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        self.write(path, data)
+    }
+
+    /// Creates a directory and its parents under the root (for state directories). Hosts
+    /// without a directory tree have nothing to create.
+    ///
+    /// # Errors
+    /// The I/O error.
+    fn create_dir_all(&self, path: &str) -> io::Result<()> {
+        let _ = path;
+        Ok(())
+    }
+
     /// Reads a file as trimmed UTF-8 text (lossy).
     ///
     /// # Errors
@@ -339,28 +359,17 @@ impl Host for RealHost {
     fn root_dir(&self) -> Option<&Path> {
         Some(&self.root)
     }
-}
 
-/// Opens a fresh temporary file `tmp`, to be renamed over a state file. A stale one left by a
-/// crash, or a link planted in its place, is removed first (a link itself, never its target);
-/// the new one is created with `O_CREAT | O_EXCL | O_NOFOLLOW` (mode 0644), so nothing is ever
-/// written through a link.
-///
-/// # Errors
-/// The I/O error (`EEXIST` when another writer created it in between).
-pub fn create_temporary(tmp: &Path) -> io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::remove_file(tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        if let Some((dir, _)) = path.rsplit_once('/') {
+            make_state_dir(&self.root, dir)?;
+        }
+        crate::atomic::write_file_atomic(&self.full(path)?, data)
     }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(tmp)
+
+    fn create_dir_all(&self, path: &str) -> io::Result<()> {
+        make_state_dir(&self.root, path).map(|_| ())
+    }
 }
 
 /// Creates the directory `rel` under `root` (`run/gpuslice`) component by component and returns

@@ -14,11 +14,13 @@
 
 pub mod actuate;
 pub mod apply;
+pub mod atomic;
 pub mod confine;
 pub mod discover;
 pub mod doctor;
 pub mod error;
 pub mod host;
+pub mod open;
 pub mod resolver;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -27,6 +29,7 @@ pub mod umockdev;
 pub use confine::{OutsideRoot, is_outside_root};
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
+pub use open::{OpenedRoot, open_root};
 
 /// The node name to use when none is given: this machine's hostname, else `localhost`.
 pub fn default_node_name() -> String {

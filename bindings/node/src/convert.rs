@@ -49,6 +49,17 @@ impl Document for gpu_core::Fleet {
     }
 }
 
+impl Document for gpu_core::Allocation {
+    const WHAT: &'static str = "allocation";
+    const INPUT: Input = Input::Config;
+    fn from_text(text: &str) -> Result<Self, CoreError> {
+        gpu_core::decode_text("allocation", text)
+    }
+    fn validate(&self) -> Result<(), CoreError> {
+        Ok(())
+    }
+}
+
 impl Document for gpu_core::NodeTopology {
     const WHAT: &'static str = "node topology";
     const INPUT: Input = Input::Config;

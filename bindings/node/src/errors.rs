@@ -5,56 +5,52 @@
 //! has its own `code`; structured data travels as properties: `reasons` and `refusal` on
 //! `UNSATISFIABLE`, `path` and `errno` on `HOST_ERROR`, `kind` and `machine` or `node` on `NOT_FOUND`.
 
-use gpu_core::CoreError;
+use gpu_core::{CoreError, ErrorFamily, ErrorKind};
 use napi::bindgen_prelude::{JsValue, Object};
 use napi::{Env, Status};
 
-/// A core error sorted into the JS error it becomes.
+/// A library error on its way to JavaScript: its kind (from gpuslice's one vocabulary) decides
+/// the `code`; the structured data it carries becomes properties.
 #[derive(Debug, Clone)]
 pub enum Failure {
-    /// `UNSATISFIABLE`, with the refusal document.
-    Unsatisfiable {
+    /// An error of gpuslice's libraries.
+    Typed {
+        /// The kind (`unsatisfiable`, `invalid-config`, `does-not-fit`, ...).
+        kind: ErrorKind,
         /// The rendered message.
         message: String,
-        /// The refusal as JSON (`{machine, nodesTotal, nodes: [{node, reasons}]}`).
-        refusal: serde_json::Value,
-    },
-    /// `INVALID_REQUEST`.
-    InvalidRequest(String),
-    /// `NOT_FOUND`.
-    NotFound {
-        /// The rendered message.
-        message: String,
-        /// `machine` or `node`.
-        kind: &'static str,
-        /// The name asked for.
-        name: String,
-    },
-    /// `HOST_ERROR`.
-    Host {
-        /// The rendered message.
-        message: String,
-        /// The path concerned, when known.
-        path: Option<String>,
-        /// The errno, when the failure was an I/O error.
-        errno: Option<i32>,
-    },
-    /// `CONFIG_ERROR`.
-    Config(String),
-    /// `CONFIG_ERROR` from a vGPU layout file, with the layout error's kind (`unknown-config`,
-    /// `does-not-fit`, ...) as `kind`.
-    Layout {
-        /// The rendered message.
-        message: String,
-        /// `LayoutError::code`.
-        kind: &'static str,
+        /// Structured data for attributes.
+        detail: Detail,
     },
     /// `INTERNAL`, for failures of the binding itself.
     Other(String),
 }
 
-/// Which kind of document a model error concerns: it decides between `INVALID_REQUEST` (what the
-/// caller asks for) and `CONFIG_ERROR` (documents describing the fleet).
+/// Structured data an exception carries besides its message.
+#[derive(Debug, Clone)]
+pub enum Detail {
+    /// Nothing more.
+    None,
+    /// `refusal` / `reasons` of `UNSATISFIABLE`: the refusal as JSON.
+    Refusal(serde_json::Value),
+    /// `kind` (`machine` or `node`) of `NOT_FOUND`, and the name under that key.
+    Missing {
+        /// `machine` or `node`.
+        what: &'static str,
+        /// The name asked for.
+        name: String,
+    },
+    /// `path` and `errno` of `HOST_ERROR`.
+    Host {
+        /// The path concerned, when known.
+        path: Option<String>,
+        /// The errno, when the failure was an I/O error.
+        errno: Option<i32>,
+    },
+}
+
+/// Which kind of document a model error concerns: it decides between `INVALID_REQUEST` (what
+/// the caller asks for) and `CONFIG_ERROR` (documents describing the fleet).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Input {
     /// A Machine, a name, or another argument of a call.
@@ -64,38 +60,59 @@ pub enum Input {
 }
 
 impl Failure {
-    /// Sorts a model error: requests are the caller's input, documents are configuration.
-    pub fn core(e: &CoreError, input: Input) -> Self {
-        match (e, input) {
-            (CoreError::InvalidRequest { .. }, _) | (_, Input::Request) => {
-                Failure::InvalidRequest(e.to_string())
-            }
-            (_, Input::Config) => Failure::Config(e.to_string()),
+    /// An error of `kind` with nothing but its message.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Failure::Typed {
+            kind,
+            message: message.into(),
+            detail: Detail::None,
         }
     }
 
-    /// The stable `code` of the JS error.
-    pub fn code(&self) -> &'static str {
+    /// Sorts a model error: requests are the caller's input, documents are configuration.
+    pub fn core(e: &CoreError, input: Input) -> Self {
+        let kind = match input {
+            Input::Request => e.kind(),
+            Input::Config => e.kind_in_config(),
+        };
+        Failure::new(kind, e.to_string())
+    }
+
+    /// A vGPU layout error (`CONFIG_ERROR` with `kind`).
+    pub fn layout(e: &gpu_core::layout::LayoutError) -> Self {
+        Failure::new(e.kind(), e.to_string())
+    }
+
+    /// An integrations error (DRA, metrics, KubeVirt, QEMU hand-off).
+    pub fn integration(e: &gpu_integrations::IntegrationError) -> Self {
+        Failure::new(e.kind(), e.to_string())
+    }
+
+    fn parts(&self) -> (ErrorKind, &str, Option<&Detail>) {
         match self {
-            Failure::Unsatisfiable { .. } => "UNSATISFIABLE",
-            Failure::InvalidRequest(_) => "INVALID_REQUEST",
-            Failure::NotFound { .. } => "NOT_FOUND",
-            Failure::Host { .. } => "HOST_ERROR",
-            Failure::Config(_) | Failure::Layout { .. } => "CONFIG_ERROR",
-            Failure::Other(_) => "INTERNAL",
+            Failure::Typed {
+                kind,
+                message,
+                detail,
+            } => (*kind, message, Some(detail)),
+            Failure::Other(message) => (ErrorKind::Other, message, None),
+        }
+    }
+
+    /// The stable `code` of the JS error: the one table from the kind's family.
+    pub fn code(&self) -> &'static str {
+        match self.parts().0.family() {
+            ErrorFamily::Unsatisfiable => "UNSATISFIABLE",
+            ErrorFamily::InvalidRequest => "INVALID_REQUEST",
+            ErrorFamily::NotFound => "NOT_FOUND",
+            ErrorFamily::Host => "HOST_ERROR",
+            ErrorFamily::Config => "CONFIG_ERROR",
+            ErrorFamily::Other => "INTERNAL",
         }
     }
 
     fn message(&self) -> &str {
-        match self {
-            Failure::Unsatisfiable { message, .. }
-            | Failure::NotFound { message, .. }
-            | Failure::Host { message, .. }
-            | Failure::InvalidRequest(message)
-            | Failure::Layout { message, .. }
-            | Failure::Config(message)
-            | Failure::Other(message) => message,
-        }
+        self.parts().1
     }
 
     /// Builds the JS `Error` (with `code` and the structured properties) as a `napi::Error` that
@@ -110,13 +127,16 @@ impl Failure {
     }
 
     fn build(&self, env: &Env) -> napi::Result<napi::Error> {
-        let mut obj: Object<'_> = env.create_error(napi::Error::new(
-            Status::GenericFailure,
-            self.message().to_owned(),
-        ))?;
+        let (kind, message, detail) = self.parts();
+        let mut obj: Object<'_> =
+            env.create_error(napi::Error::new(Status::GenericFailure, message.to_owned()))?;
         obj.set("code", self.code())?;
-        match self {
-            Failure::Unsatisfiable { refusal, .. } => {
+        obj.set("errorKind", kind.as_str())?;
+        if kind.is_layout() {
+            obj.set("kind", kind.as_str())?;
+        }
+        match detail {
+            Some(Detail::Refusal(refusal)) => {
                 let reasons = refusal
                     .get("nodes")
                     .cloned()
@@ -124,17 +144,16 @@ impl Failure {
                 obj.set("reasons", env.to_js_value(&reasons)?)?;
                 obj.set("refusal", env.to_js_value(refusal)?)?;
             }
-            Failure::NotFound { kind, name, .. } => {
+            Some(Detail::Missing { what, name }) => {
                 // `name` is taken by `Error.prototype.name`: the name goes under the kind.
-                obj.set("kind", *kind)?;
-                obj.set(*kind, name.as_str())?;
+                obj.set("kind", *what)?;
+                obj.set(*what, name.as_str())?;
             }
-            Failure::Host { path, errno, .. } => {
+            Some(Detail::Host { path, errno }) => {
                 obj.set("path", path.as_deref())?;
                 obj.set("errno", *errno)?;
             }
-            Failure::Layout { kind, .. } => obj.set("kind", *kind)?,
-            Failure::InvalidRequest(_) | Failure::Config(_) | Failure::Other(_) => {}
+            Some(Detail::None) | None => {}
         }
         Ok(napi::Error::from(obj.to_unknown()))
     }
@@ -144,25 +163,26 @@ impl Failure {
     /// Sorts a scheduler error.
     pub fn sched(e: gpu_sched::SchedError) -> Self {
         use gpu_sched::SchedError as S;
+        let kind = e.kind();
         let message = e.to_string();
-        match e {
-            S::Unsatisfiable(refusal) => Failure::Unsatisfiable {
-                message,
-                refusal: serde_json::to_value(&refusal).unwrap_or_default(),
-            },
-            S::InvalidRequest { .. } | S::InvalidPolicy { .. } => Failure::InvalidRequest(message),
-            S::UnknownMachine { machine } => Failure::NotFound {
-                message,
-                kind: "machine",
+        let detail = match e {
+            S::Unsatisfiable(refusal) => {
+                Detail::Refusal(serde_json::to_value(&refusal).unwrap_or_default())
+            }
+            S::UnknownMachine { machine } => Detail::Missing {
+                what: "machine",
                 name: machine,
             },
-            S::UnknownNode { node } => Failure::NotFound {
-                message,
-                kind: "node",
+            S::UnknownNode { node } => Detail::Missing {
+                what: "node",
                 name: node,
             },
-            S::InvalidFleet { .. } => Failure::Config(message),
-            _ => Failure::Other(message),
+            _ => Detail::None,
+        };
+        Failure::Typed {
+            kind,
+            message,
+            detail,
         }
     }
 
@@ -176,10 +196,13 @@ impl Failure {
             S::Malformed { file, .. } => Some(file.clone()),
             _ => None,
         };
-        Failure::Host {
+        Failure::Typed {
+            kind: e.kind(),
             message: error_chain(e),
-            path,
-            errno: e.errno(),
+            detail: Detail::Host {
+                path,
+                errno: e.errno(),
+            },
         }
     }
 
@@ -187,27 +210,25 @@ impl Failure {
     pub fn health(e: &gpu_health::HealthError) -> Self {
         use gpu_health::HealthError as H;
         match e {
+            H::Root(d) => Failure::sysfs(d),
             H::Discovery(d) => Failure::sysfs(d),
-            H::PolicyRead { path, source } | H::BaselineWrite { path, source } => Failure::Host {
+            H::PolicyRead { path, source } | H::BaselineWrite { path, source } => Failure::Typed {
+                kind: e.kind(),
                 message: error_chain(e),
-                path: Some(path.display().to_string()),
-                errno: source.raw_os_error(),
+                detail: Detail::Host {
+                    path: Some(path.display().to_string()),
+                    errno: source.raw_os_error(),
+                },
             },
-            H::Policy { .. } => Failure::Config(e.to_string()),
-        }
-    }
-
-    /// A root that cannot be opened.
-    pub fn root(root: &str, e: &std::io::Error) -> Self {
-        // The host adapter rewraps the error with the root in its message, which drops the
-        // errno; ask the OS again for it (only on this failure path).
-        let errno = e
-            .raw_os_error()
-            .or_else(|| std::fs::metadata(root).err().and_then(|m| m.raw_os_error()));
-        Failure::Host {
-            message: e.to_string(),
-            path: Some(root.to_owned()),
-            errno,
+            H::NvmlLibrary { path, .. } => Failure::Typed {
+                kind: e.kind(),
+                message: e.to_string(),
+                detail: Detail::Host {
+                    path: Some(path.display().to_string()),
+                    errno: None,
+                },
+            },
+            H::Policy { .. } => Failure::new(e.kind(), e.to_string()),
         }
     }
 }

@@ -4,9 +4,7 @@ use std::path::{Path, PathBuf};
 
 use gpu_core::NodeTopology;
 use gpu_health::policy::PolicyFormat;
-use gpu_health::{HealthOptions, Policy};
-use gpu_sysfs::RealHost;
-use gpu_sysfs::discover::DiscoverOptions;
+use gpu_health::{NodeRequest, Policy};
 use napi::bindgen_prelude::{AsyncTask, Unknown};
 use napi::{Env, Task};
 use napi_derive::napi;
@@ -38,21 +36,12 @@ pub struct JsHealthOptions {
     pub policy_file: Option<String>,
 }
 
-fn open(root: &str) -> Result<RealHost, Failure> {
-    RealHost::new(root).map_err(|e| Failure::root(root, &e))
-}
-
 fn discover_node(root: &str, node: Option<String>) -> Result<NodeTopology, Failure> {
-    let host = open(root)?;
     let node = node.unwrap_or_else(gpu_sysfs::default_node_name);
     gpu_core::validate_name(&node).map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
-    let opts = DiscoverOptions::new(node);
-    gpu_health::node_topology(
-        &host,
-        &opts,
-        &HealthOptions::for_root(Path::new(root), Policy::default()),
-    )
-    .map_err(|e| Failure::health(&e))
+    gpu_health::open_node(Path::new(root), &NodeRequest::new(node))
+        .map(|c| c.topology)
+        .map_err(|e| Failure::health(&e))
 }
 
 fn root_of(root: Option<String>) -> String {
@@ -128,14 +117,11 @@ pub fn health(env: Env, options: Option<JsHealthOptions>) -> napi::Result<serde_
     let run = || -> Result<serde_json::Value, Failure> {
         let policy = load_policy(&options)?;
         let root = root_of(options.root.clone());
-        let host = open(&root)?;
-        let (_, reports) = gpu_health::node_topology_with_reports(
-            &host,
-            &DiscoverOptions::new(gpu_sysfs::default_node_name()),
-            &HealthOptions::for_root(Path::new(&root), policy),
-        )
-        .map_err(|e| Failure::health(&e))?;
-        to_json(&reports)
+        let mut req = NodeRequest::new(gpu_sysfs::default_node_name());
+        req.policy = policy;
+        let composed =
+            gpu_health::open_node(Path::new(&root), &req).map_err(|e| Failure::health(&e))?;
+        to_json(&composed.reports)
     };
     run().map_err(|e| e.into_js(&env))
 }

@@ -28,13 +28,8 @@ pub fn plan_vgpu_config(
 ) -> napi::Result<serde_json::Value> {
     let run = || -> Result<serde_json::Value, Failure> {
         let topology: NodeTopology = document(topology)?;
-        let plan =
-            gpu_core::layout::plan_vgpu_config(&config_text, &name, &topology).map_err(|e| {
-                Failure::Layout {
-                    message: e.to_string(),
-                    kind: e.code(),
-                }
-            })?;
+        let plan = gpu_core::layout::plan_vgpu_config(&config_text, &name, &topology)
+            .map_err(|e| Failure::layout(&e))?;
         to_json(&plan)
     };
     run().map_err(|f| f.into_js(&env))

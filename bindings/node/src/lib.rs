@@ -4,7 +4,7 @@
 //! scheduler's state behind a lock, maps each core error kind to a JS `Error` with its own
 //! `code`, and runs discovery and placement on the libuv thread pool for the `...Async`
 //! variants. Every decision is made by the Rust crates (`gpu-core`, `gpu-sched`, `gpu-sysfs`,
-//! `gpu-health`), shared with the CLI and the Python package.
+//! `gpu-health`, `gpu-integrations`), shared with the CLI and the Python package.
 
 // napi registers the exported items only outside Rust test builds.
 #![cfg_attr(test, allow(dead_code))]
@@ -13,6 +13,7 @@ mod convert;
 mod errors;
 mod fleet;
 mod host;
+mod integrations;
 mod layout;
 
 use napi_derive::napi;

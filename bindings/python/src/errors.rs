@@ -4,7 +4,7 @@
 //! `Python::detach`), which becomes a Python exception only once the GIL is held again. Structured
 //! data travels as attributes: `Unsatisfiable.reasons`, `HostError.path` / `.errno`.
 
-use gpu_core::CoreError;
+use gpu_core::{CoreError, ErrorFamily, ErrorKind};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
@@ -50,48 +50,44 @@ pyo3::create_exception!(
      `does-not-fit`, ...)."
 );
 
-/// A core error sorted into the exception it becomes.
+/// A library error on its way to Python: its kind (from gpuslice's one vocabulary) decides the
+/// exception class; the structured data it carries becomes attributes.
 #[derive(Debug, Clone)]
 pub enum Failure {
-    /// [`Unsatisfiable`], with the refusal document.
-    Unsatisfiable {
+    /// An error of gpuslice's libraries.
+    Typed {
+        /// The kind (`unsatisfiable`, `invalid-config`, `does-not-fit`, ...).
+        kind: ErrorKind,
         /// The rendered message.
         message: String,
-        /// The refusal as JSON (`{machine, nodesTotal, nodes: [{node, reasons}]}`).
-        refusal: serde_json::Value,
+        /// Structured data for attributes.
+        detail: Detail,
     },
-    /// [`InvalidRequest`].
-    InvalidRequest(String),
-    /// [`NotFound`].
-    NotFound {
-        /// The rendered message.
-        message: String,
+    /// The base [`Error`], for failures of the binding itself.
+    Other(String),
+}
+
+/// Structured data an exception carries besides its message.
+#[derive(Debug, Clone)]
+pub enum Detail {
+    /// Nothing more.
+    None,
+    /// `Unsatisfiable.refusal` / `.reasons`: the refusal as JSON.
+    Refusal(serde_json::Value),
+    /// `NotFound.kind` (`machine` or `node`) and `.name`.
+    Missing {
         /// `machine` or `node`.
-        kind: &'static str,
+        what: &'static str,
         /// The name asked for.
         name: String,
     },
-    /// [`HostError`].
+    /// `HostError.path` and `.errno`.
     Host {
-        /// The rendered message.
-        message: String,
         /// The path concerned, when known.
         path: Option<String>,
         /// The errno, when the failure was an I/O error.
         errno: Option<i32>,
     },
-    /// [`ConfigError`].
-    Config(String),
-    /// [`ConfigError`] from a vGPU layout file, with the layout error's kind (`unknown-config`,
-    /// `does-not-fit`, ...) as `.kind`.
-    Layout {
-        /// The rendered message.
-        message: String,
-        /// `LayoutError::code`.
-        kind: &'static str,
-    },
-    /// The base [`Error`], for failures of the binding itself.
-    Other(String),
 }
 
 /// Which kind of document a model error concerns: it decides between `InvalidRequest` (what the
@@ -105,58 +101,77 @@ pub enum Input {
 }
 
 impl Failure {
+    /// An error of `kind` with nothing but its message.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Failure::Typed {
+            kind,
+            message: message.into(),
+            detail: Detail::None,
+        }
+    }
+
     /// Sorts a model error: requests are the caller's input, documents are configuration.
     pub fn core(e: &CoreError, input: Input) -> Self {
-        match (e, input) {
-            (CoreError::InvalidRequest { .. }, _) | (_, Input::Request) => {
-                Failure::InvalidRequest(e.to_string())
-            }
-            (_, Input::Config) => Failure::Config(e.to_string()),
-        }
+        let kind = match input {
+            Input::Request => e.kind(),
+            Input::Config => e.kind_in_config(),
+        };
+        Failure::new(kind, e.to_string())
+    }
+
+    /// A vGPU layout error (`ConfigError` with `.kind`).
+    pub fn layout(e: &gpu_core::layout::LayoutError) -> Self {
+        Failure::new(e.kind(), e.to_string())
+    }
+
+    /// An integrations error (DRA, metrics, KubeVirt, QEMU hand-off).
+    pub fn integration(e: &gpu_integrations::IntegrationError) -> Self {
+        Failure::new(e.kind(), e.to_string())
     }
 
     /// Converts to the Python exception, attaching the structured attributes.
     pub fn into_pyerr(self, py: Python<'_>) -> PyErr {
-        match self {
-            Failure::Unsatisfiable { message, refusal } => {
-                let err = PyErr::new::<Unsatisfiable, _>(message);
+        let (kind, message, detail) = match self {
+            Failure::Typed {
+                kind,
+                message,
+                detail,
+            } => (kind, message, detail),
+            Failure::Other(message) => (ErrorKind::Other, message, Detail::None),
+        };
+        // The one table: the kind's family decides the class.
+        let err = match kind.family() {
+            ErrorFamily::Unsatisfiable => PyErr::new::<Unsatisfiable, _>(message),
+            ErrorFamily::InvalidRequest => PyErr::new::<InvalidRequest, _>(message),
+            ErrorFamily::NotFound => PyErr::new::<NotFound, _>(message),
+            ErrorFamily::Host => PyErr::new::<HostError, _>(message),
+            ErrorFamily::Config => PyErr::new::<ConfigError, _>(message),
+            ErrorFamily::Other => PyErr::new::<Error, _>(message),
+        };
+        set_attr(py, &err, "error_kind", &kind.as_str());
+        if kind.is_layout() {
+            set_attr(py, &err, "kind", &kind.as_str());
+        }
+        match detail {
+            Detail::None => {}
+            Detail::Refusal(refusal) => {
                 let reasons = refusal
                     .get("nodes")
                     .cloned()
                     .unwrap_or(serde_json::Value::Array(vec![]));
                 set_attr(py, &err, "reasons", &reasons);
                 set_attr(py, &err, "refusal", &refusal);
-                err
             }
-            Failure::InvalidRequest(message) => PyErr::new::<InvalidRequest, _>(message),
-            Failure::NotFound {
-                message,
-                kind,
-                name,
-            } => {
-                let err = PyErr::new::<NotFound, _>(message);
-                set_attr(py, &err, "kind", &kind);
+            Detail::Missing { what, name } => {
+                set_attr(py, &err, "kind", &what);
                 set_attr(py, &err, "name", &name);
-                err
             }
-            Failure::Host {
-                message,
-                path,
-                errno,
-            } => {
-                let err = PyErr::new::<HostError, _>(message);
+            Detail::Host { path, errno } => {
                 set_attr(py, &err, "path", &path);
                 set_attr(py, &err, "errno", &errno);
-                err
             }
-            Failure::Config(message) => PyErr::new::<ConfigError, _>(message),
-            Failure::Layout { message, kind } => {
-                let err = PyErr::new::<ConfigError, _>(message);
-                set_attr(py, &err, "kind", &kind);
-                err
-            }
-            Failure::Other(message) => PyErr::new::<Error, _>(message),
         }
+        err
     }
 }
 
@@ -179,6 +194,7 @@ fn set_attr<T: serde::Serialize>(py: Python<'_>, err: &PyErr, name: &str, value:
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let none = py.None();
+    py.get_type::<Error>().setattr("error_kind", "error")?;
     let unsat = py.get_type::<Unsatisfiable>();
     unsat.setattr("reasons", ())?;
     unsat.setattr("refusal", none.clone_ref(py))?;
@@ -203,25 +219,26 @@ impl Failure {
     /// Sorts a scheduler error.
     pub fn sched(e: gpu_sched::SchedError) -> Self {
         use gpu_sched::SchedError as S;
+        let kind = e.kind();
         let message = e.to_string();
-        match e {
-            S::Unsatisfiable(refusal) => Failure::Unsatisfiable {
-                message,
-                refusal: serde_json::to_value(&refusal).unwrap_or_default(),
-            },
-            S::InvalidRequest { .. } | S::InvalidPolicy { .. } => Failure::InvalidRequest(message),
-            S::UnknownMachine { machine } => Failure::NotFound {
-                message,
-                kind: "machine",
+        let detail = match e {
+            S::Unsatisfiable(refusal) => {
+                Detail::Refusal(serde_json::to_value(&refusal).unwrap_or_default())
+            }
+            S::UnknownMachine { machine } => Detail::Missing {
+                what: "machine",
                 name: machine,
             },
-            S::UnknownNode { node } => Failure::NotFound {
-                message,
-                kind: "node",
+            S::UnknownNode { node } => Detail::Missing {
+                what: "node",
                 name: node,
             },
-            S::InvalidFleet { .. } => Failure::Config(message),
-            _ => Failure::Other(message),
+            _ => Detail::None,
+        };
+        Failure::Typed {
+            kind,
+            message,
+            detail,
         }
     }
 
@@ -235,10 +252,13 @@ impl Failure {
             S::Malformed { file, .. } => Some(file.clone()),
             _ => None,
         };
-        Failure::Host {
+        Failure::Typed {
+            kind: e.kind(),
             message: error_chain(e),
-            path,
-            errno: e.errno(),
+            detail: Detail::Host {
+                path,
+                errno: e.errno(),
+            },
         }
     }
 
@@ -246,27 +266,25 @@ impl Failure {
     pub fn health(e: &gpu_health::HealthError) -> Self {
         use gpu_health::HealthError as H;
         match e {
+            H::Root(d) => Failure::sysfs(d),
             H::Discovery(d) => Failure::sysfs(d),
-            H::PolicyRead { path, source } | H::BaselineWrite { path, source } => Failure::Host {
+            H::PolicyRead { path, source } | H::BaselineWrite { path, source } => Failure::Typed {
+                kind: e.kind(),
                 message: error_chain(e),
-                path: Some(path.display().to_string()),
-                errno: source.raw_os_error(),
+                detail: Detail::Host {
+                    path: Some(path.display().to_string()),
+                    errno: source.raw_os_error(),
+                },
             },
-            H::Policy { .. } => Failure::Config(e.to_string()),
-        }
-    }
-
-    /// A root that cannot be opened.
-    pub fn root(root: &std::path::Path, e: &std::io::Error) -> Self {
-        // The host adapter rewraps the error with the root in its message, which drops the
-        // errno; ask the OS again for it (only on this failure path).
-        let errno = e
-            .raw_os_error()
-            .or_else(|| std::fs::metadata(root).err().and_then(|m| m.raw_os_error()));
-        Failure::Host {
-            message: e.to_string(),
-            path: Some(root.display().to_string()),
-            errno,
+            H::NvmlLibrary { path, .. } => Failure::Typed {
+                kind: e.kind(),
+                message: e.to_string(),
+                detail: Detail::Host {
+                    path: Some(path.display().to_string()),
+                    errno: None,
+                },
+            },
+            H::Policy { .. } => Failure::new(e.kind(), e.to_string()),
         }
     }
 }

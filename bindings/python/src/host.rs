@@ -1,19 +1,13 @@
 //! `gpuslice.discover` and `gpuslice.health`: reading a host through the shared composition.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use gpu_health::{HealthOptions, Policy};
-use gpu_sysfs::RealHost;
-use gpu_sysfs::discover::DiscoverOptions;
+use gpu_health::{NodeRequest, Policy};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::convert::to_py;
 use crate::errors::Failure;
-
-fn open(root: &Path) -> Result<RealHost, Failure> {
-    RealHost::new(root).map_err(|e| Failure::root(root, &e))
-}
 
 /// Discovers a node: its GPUs, vGPU parents, profiles, instances and framebuffer pools, with a
 /// health verdict per GPU. Returns the node topology document (camelCase keys).
@@ -31,17 +25,12 @@ pub fn discover<'py>(
     node: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let topology = py.detach(|| {
-        let host = open(&root)?;
         let node = node.map_or_else(gpu_sysfs::default_node_name, str::to_owned);
         gpu_core::validate_name(&node)
             .map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
-        let opts = DiscoverOptions::new(node);
-        gpu_health::node_topology(
-            &host,
-            &opts,
-            &HealthOptions::for_root(&root, Policy::default()),
-        )
-        .map_err(|e| Failure::health(&e))
+        gpu_health::open_node(&root, &NodeRequest::new(node))
+            .map(|c| c.topology)
+            .map_err(|e| Failure::health(&e))
     })?;
     to_py(py, &topology)
 }
@@ -84,7 +73,10 @@ impl PolicySource {
 }
 
 fn bad_policy(e: &dyn std::fmt::Display) -> Failure {
-    Failure::Config(format!("policy <policy>: {e}"))
+    Failure::new(
+        gpu_core::ErrorKind::InvalidConfig,
+        format!("policy <policy>: {e}"),
+    )
 }
 
 /// Assesses the health of every GPU of the host under `root`: one report per GPU with its
@@ -105,14 +97,10 @@ pub fn health<'py>(
     let source = PolicySource::from_py(policy)?;
     let reports = py.detach(|| {
         let policy = source.load()?;
-        let host = open(&root)?;
-        let (_, reports) = gpu_health::node_topology_with_reports(
-            &host,
-            &DiscoverOptions::new(gpu_sysfs::default_node_name()),
-            &HealthOptions::for_root(&root, policy),
-        )
-        .map_err(|e| Failure::health(&e))?;
-        Ok::<_, Failure>(reports)
+        let mut req = NodeRequest::new(gpu_sysfs::default_node_name());
+        req.policy = policy;
+        let composed = gpu_health::open_node(&root, &req).map_err(|e| Failure::health(&e))?;
+        Ok::<_, Failure>(composed.reports)
     })?;
     to_py(py, &reports)
 }

@@ -25,9 +25,6 @@ pub fn plan_vgpu_config<'py>(
     let topology: NodeTopology = document(topology)?;
     let plan = py
         .detach(|| gpu_core::layout::plan_vgpu_config(config_text, name, &topology))
-        .map_err(|e| Failure::Layout {
-            message: e.to_string(),
-            kind: e.code(),
-        })?;
+        .map_err(|e| Failure::layout(&e))?;
     to_py(py, &plan)
 }

@@ -3,13 +3,14 @@
 //! An adapter only: it converts Python values to the model's types and back, holds the
 //! scheduler's state behind a lock, maps each core error kind to its own exception class, and
 //! releases the GIL around work that reads the host or searches the fleet. Every decision is made
-//! by the Rust crates (`gpu-core`, `gpu-sched`, `gpu-sysfs`, `gpu-health`), shared with the CLI
+//! by the Rust crates (`gpu-core`, `gpu-sched`, `gpu-sysfs`, `gpu-health`, `gpu-integrations`), shared with the CLI
 //! and the Node package.
 
 mod convert;
 mod errors;
 mod fleet;
 mod host;
+mod integrations;
 mod layout;
 mod pyde;
 mod pyserde;
@@ -33,5 +34,9 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host::discover, m)?)?;
     m.add_function(wrap_pyfunction!(host::health, m)?)?;
     m.add_function(wrap_pyfunction!(layout::plan_vgpu_config, m)?)?;
+    m.add_function(wrap_pyfunction!(integrations::export_dra, m)?)?;
+    m.add_function(wrap_pyfunction!(integrations::metrics_text, m)?)?;
+    m.add_function(wrap_pyfunction!(integrations::export_kubevirt, m)?)?;
+    m.add_function(wrap_pyfunction!(integrations::qemu_args, m)?)?;
     Ok(())
 }

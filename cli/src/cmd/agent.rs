@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use gpu_agent::{Access, Agent, AgentConfig, HandoffTarget, Hooks, Listen, Listener};
 
 use crate::common::{Global, open_host};
-use crate::integrations::{handoff, metrics};
+use gpu_integrations::{handoff, metrics};
 
 /// The socket a default agent listens on.
 pub const DEFAULT_SOCKET: &str = "/run/gpuslice/agent.sock";
@@ -56,8 +56,9 @@ fn hooks() -> Hooks {
             |t: &gpu_core::NodeTopology, target: &HandoffTarget| {
                 let devices = match target {
                     HandoffTarget::Mdev(uuid) => vec![handoff::VmDevice::Mdev { uuid: *uuid }],
-                    HandoffTarget::Pci(a) => handoff::address_devices(t, a)
-                        .map_err(|e| crate::common::render_error(&e))?,
+                    HandoffTarget::Pci(a) => {
+                        handoff::address_devices(t, a).map_err(|e| e.to_string())?
+                    }
                 };
                 Ok(serde_json::json!({
                     "qemu": handoff::qemu_args(&devices),
@@ -109,7 +110,7 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let mut config = AgentConfig::new(node);
     let policy = gpu_health::Policy::default();
     if gpu_health::is_local_root(&g.root) && !a.no_nvml {
-        if let Ok(r) = gpu_sysfs::resolver::NvmlResolver::open() {
+        if let Ok(r) = gpu_health::NvmlResolver::open() {
             config.discover.resolver = Some(Arc::new(r));
         }
         config.health = gpu_health::HealthOptions::with_nvml(policy);

@@ -20,7 +20,7 @@ pub fn run(g: &Global, _a: DoctorArgs) -> anyhow::Result<ExitCode> {
     let d = doctor::diagnose(opened.host(), &g.node_name())?;
     match g.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&d)?),
-        Output::Yaml => print!("{}", crate::integrations::yaml::to_string(&d)?),
+        Output::Yaml => print!("{}", gpu_integrations::yaml::to_string(&d)?),
         Output::Table => {
             let rows: Vec<Vec<String>> = d
                 .checks

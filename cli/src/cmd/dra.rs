@@ -5,7 +5,6 @@
 //! claim, so that `unprepare` removes exactly that, a repeated `prepare` answers the same, and
 //! `gpuslice export dra` does not subtract the scheduler's own vGPUs from what it publishes.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -16,13 +15,14 @@ use serde::Serialize;
 
 use crate::cmd::metrics::local_topology;
 use crate::common::Global;
-use crate::integrations::dra::model::ResourceSlice;
-use crate::integrations::dra::prepare::{PrepareAction, PrepareInput, PreparedClaim, plan_prepare};
-use crate::integrations::dra::{DEFAULT_DRIVER, Prepared, rules};
-use crate::integrations::handoff::{self, VmDevice};
+use gpu_integrations::dra::model::ResourceSlice;
+use gpu_integrations::dra::prepare::{PrepareAction, PrepareInput, PreparedClaim, plan_prepare};
+use gpu_integrations::dra::{DEFAULT_DRIVER, rules, store};
+use gpu_integrations::handoff::{self, VmDevice};
 
 /// Where prepared claims are recorded by default.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/gpuslice/dra";
+/// Where prepared claims are recorded, inside `--root` unless `--state-dir` says otherwise.
+pub const DEFAULT_STATE_DIR: &str = "var/lib/gpuslice/dra";
 
 /// `gpuslice dra` subcommands.
 #[derive(Subcommand, Debug)]
@@ -44,7 +44,7 @@ pub struct CheckArgs {
     pub file: PathBuf,
     /// The Kubernetes version whose rules apply.
     #[arg(long, default_value = "1.37", value_name = "VERSION")]
-    pub k8s_version: crate::integrations::dra::K8sVersion,
+    pub k8s_version: gpu_integrations::dra::K8sVersion,
 }
 
 /// `dra prepare` arguments.
@@ -60,9 +60,9 @@ pub struct PrepareArgs {
     /// The DRA driver name the devices were published under.
     #[arg(long, default_value = DEFAULT_DRIVER, value_name = "NAME")]
     pub driver: String,
-    /// Where prepared claims are recorded.
-    #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR")]
-    pub state_dir: PathBuf,
+    /// Where prepared claims are recorded (default: var/lib/gpuslice/dra inside --root).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Print the plan without changing the host.
     #[arg(long)]
     pub dry_run: bool,
@@ -74,9 +74,9 @@ pub struct UnprepareArgs {
     /// The claim's UID.
     #[arg(long, value_name = "UID")]
     pub claim_uid: String,
-    /// Where prepared claims are recorded.
-    #[arg(long, default_value = DEFAULT_STATE_DIR, value_name = "DIR")]
-    pub state_dir: PathBuf,
+    /// Where prepared claims are recorded (default: var/lib/gpuslice/dra inside --root).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Remove instances even while a VM holds them open.
     #[arg(long)]
     pub force: bool,
@@ -97,62 +97,9 @@ struct PrepareOutput {
     unchanged: bool,
 }
 
-fn claim_file(state: &Path, uid: &str) -> anyhow::Result<PathBuf> {
-    if uid.is_empty()
-        || uid.len() > 128
-        || !uid
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        || uid.starts_with('.')
-    {
-        bail!("claim UID {uid:?} is not a Kubernetes UID");
-    }
-    Ok(state.join("claims").join(format!("{uid}.json")))
-}
-
-/// Reads every prepared claim under `state`, by node. A missing directory is no claims.
-///
-/// # Errors
-/// When a claim file cannot be read or parsed.
-pub fn read_prepared(state: &Path) -> anyhow::Result<BTreeMap<String, Prepared>> {
-    let dir = state.join("claims");
-    let mut out: BTreeMap<String, Prepared> = BTreeMap::new();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
-    };
-    for entry in entries {
-        let path = entry?.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
-        }
-        let claim = read_claim(&path)?;
-        let p = out.entry(claim.node.clone()).or_default();
-        for a in &claim.actions {
-            a.record(p);
-        }
-    }
-    Ok(out)
-}
-
-fn read_claim(path: &Path) -> anyhow::Result<PreparedClaim> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read prepared claim {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("prepared claim {}", path.display()))
-}
-
-fn write_claim(path: &Path, claim: &PreparedClaim) -> anyhow::Result<()> {
-    let dir = path.parent().context("claim file has no directory")?;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let tmp = path.with_extension("json.tmp");
-    gpu_sysfs::host::create_temporary(&tmp)
-        .and_then(|mut f| {
-            std::io::Write::write_all(&mut f, serde_json::to_string_pretty(claim)?.as_bytes())?;
-            f.sync_all()
-        })
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+/// The claim store: `--state-dir` as given, else [`DEFAULT_STATE_DIR`] inside `--root`.
+pub fn state_dir(g: &Global, given: Option<&Path>) -> PathBuf {
+    given.map_or_else(|| g.root.join(DEFAULT_STATE_DIR), Path::to_path_buf)
 }
 
 fn vm_devices(g: &Global, actions: &[PrepareAction]) -> Vec<VmDevice> {
@@ -315,9 +262,9 @@ fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .or_else(|| input.claim_uid().map(str::to_owned))
         .context("the claim has no metadata.uid; pass --claim-uid")?;
-    let path = claim_file(&a.state_dir, &uid)?;
+    let path = store::claim_path(&state_dir(g, a.state_dir.as_deref()), &uid)?;
     if path.exists() {
-        let claim = read_claim(&path)?;
+        let claim = store::read_claim(&path)?;
         return output(g, &claim, true);
     }
     let node = local_topology(g)?;
@@ -347,12 +294,12 @@ fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
         }
         done.push(action.clone());
     }
-    write_claim(&path, &claim)?;
+    store::write_claim(&path, &claim)?;
     output(g, &claim, false)
 }
 
 fn unprepare(g: &Global, a: &UnprepareArgs) -> anyhow::Result<ExitCode> {
-    let path = claim_file(&a.state_dir, &a.claim_uid)?;
+    let path = store::claim_path(&state_dir(g, a.state_dir.as_deref()), &a.claim_uid)?;
     if !path.exists() {
         // Unprepare must be idempotent: kubelet retries it.
         println!(
@@ -361,7 +308,7 @@ fn unprepare(g: &Global, a: &UnprepareArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let claim = read_claim(&path)?;
+    let claim = store::read_claim(&path)?;
     let host = host(g)?;
     let errors = undo(&host, &claim.actions, a.force);
     if !errors.is_empty() {

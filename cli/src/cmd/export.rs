@@ -10,8 +10,8 @@ use gpu_core::{Allocation, MdevUuid, NodeTopology, PciAddress};
 
 use crate::cmd::metrics::load_nodes;
 use crate::common::{Global, Output};
-use crate::integrations::dra::{self, DraOptions, K8sVersion, model::Object};
-use crate::integrations::{cloud_init, device_nodes, handoff, kubevirt, yaml};
+use gpu_integrations::dra::{self, DraOptions, K8sVersion, model::Object};
+use gpu_integrations::{cloud_init, device_nodes, handoff, kubevirt, yaml};
 
 /// `gpuslice export` subcommands.
 #[derive(Subcommand, Debug)]
@@ -127,8 +127,8 @@ pub struct DraArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub generation: i64,
     /// Where `gpuslice dra prepare` records what it created (so it is not subtracted twice).
-    #[arg(long, default_value = crate::cmd::dra::DEFAULT_STATE_DIR, value_name = "DIR")]
-    pub state_dir: PathBuf,
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Print the example ResourceClaims instead of the slices.
     #[arg(long)]
     pub examples: bool,
@@ -230,7 +230,7 @@ fn handoff_devices(g: &Global, a: &HandoffArgs) -> anyhow::Result<Vec<handoff::V
         bail!("name the device with --uuid, --address or --allocation");
     };
     let node = pick_node(g, a.inventory.as_deref())?;
-    handoff::address_devices(&node, &address)
+    Ok(handoff::address_devices(&node, &address)?)
 }
 
 /// The node to look an address up in: this host, or the `--node` of a fleet file.
@@ -304,7 +304,8 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
             .collect()
     } else {
         let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
-        let prepared = crate::cmd::dra::read_prepared(&a.state_dir)?;
+        let prepared =
+            dra::store::read_prepared(&crate::cmd::dra::state_dir(g, a.state_dir.as_deref()))?;
         let opts = DraOptions {
             driver: a.driver.clone(),
             version: a.k8s_version,

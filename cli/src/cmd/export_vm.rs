@@ -5,7 +5,7 @@ use anyhow::{Context, bail};
 use crate::cmd::export::{VmArgs, read_allocation};
 use crate::cmd::metrics::load_nodes;
 use crate::common::{Global, Output};
-use crate::integrations::{cloud_init, kubevirt_vm, yaml};
+use gpu_integrations::{cloud_init, kubevirt_vm, yaml};
 
 /// Runs `gpuslice export vm`. Everything is read and checked before anything is printed.
 ///

@@ -1,19 +1,14 @@
 //! `gpuslice health`: every GPU's health graded from PCIe AER, link state and NVML, with reasons.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use anyhow::Context;
 use clap::ValueEnum;
 use gpu_core::{Health, HealthState, ParentId, PciAddress};
-use gpu_health::{
-    BaselineSource, GpuHealthReport, HealthOptions, NvmlTelemetry, Policy, updated_baseline,
-};
-use gpu_sysfs::discover::DiscoverOptions;
+use gpu_health::{BaselineSource, GpuHealthReport, Policy, updated_baseline};
 use serde::Serialize;
 
-use crate::common::{Global, Output, open_host, print_data, render_table};
+use crate::common::{Global, Output, open_node, print_data, render_table};
 
 /// The state at which `--fail-on` makes the command exit 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -70,23 +65,18 @@ struct HealthOutput {
     parents: Vec<ParentHealth>,
 }
 
-fn options(a: &HealthArgs, root: &Path, policy: Policy) -> anyhow::Result<HealthOptions> {
-    // The local NVML describes this machine's GPUs, not those of another root or a recording.
-    let local = gpu_health::is_local_root(root);
-    let mut opts = if a.no_nvml || (a.nvml_lib.is_none() && !local) {
-        HealthOptions::without_telemetry(policy)
-    } else if let Some(lib) = &a.nvml_lib {
-        // An explicit library that does not open is the operator's mistake: say so.
-        let t = NvmlTelemetry::open(Some(lib))
-            .with_context(|| format!("--nvml-lib {}", lib.display()))?;
-        HealthOptions::with_telemetry(policy, Arc::new(t))
-    } else {
-        HealthOptions::with_nvml(policy)
+fn request(g: &Global, a: &HealthArgs, policy: Policy) -> gpu_health::NodeRequest {
+    let mut req = gpu_health::NodeRequest::new(g.node_name());
+    req.policy = policy;
+    req.nvml = match (&a.nvml_lib, a.no_nvml) {
+        (_, true) => gpu_health::NvmlSource::Off,
+        (Some(lib), false) => gpu_health::NvmlSource::Library(lib.clone()),
+        (None, false) => gpu_health::NvmlSource::LocalOnly,
     };
     if a.no_baseline {
-        opts.baseline = BaselineSource::None;
+        req.baseline = BaselineSource::None;
     }
-    Ok(opts)
+    req
 }
 
 /// Runs `gpuslice health`.
@@ -106,11 +96,19 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let opened = open_host(g)?;
-    let host = opened.host();
-    let opts = options(&a, &g.root, policy)?;
-    let (topology, reports) =
-        gpu_health::node_topology_with_reports(host, &DiscoverOptions::new(g.node_name()), &opts)?;
+    let composed = open_node(g, &request(g, &a, policy)).map_err(|e| {
+        // An explicit library that does not open is the operator's mistake: name the flag.
+        let nvml = matches!(
+            e.downcast_ref::<gpu_health::HealthError>(),
+            Some(gpu_health::HealthError::NvmlLibrary { .. })
+        );
+        match &a.nvml_lib {
+            Some(lib) if nvml => e.context(format!("--nvml-lib {}", lib.display())),
+            _ => e,
+        }
+    })?;
+    let host = composed.host.host();
+    let (topology, reports) = (composed.topology, composed.reports);
 
     if a.record_baseline {
         // A recording replays into a throwaway tree: a baseline written there would be lost.

@@ -7,9 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use gpu_core::{Fleet, Gpu, NodeTopology, ParentId, PciAddress, Pool};
-use gpu_sysfs::discover::DiscoverOptions;
 
-use crate::common::{Global, Output, open_host, print_data, render_table};
+use crate::common::{Global, Output, print_data, render_table};
 
 /// Arguments of `gpuslice topology`.
 #[derive(clap::Args, Debug)]
@@ -59,21 +58,12 @@ pub(crate) fn local_topology(
 ) -> anyhow::Result<NodeTopology> {
     let node = g.node_name();
     gpu_core::validate_name(&node).context("--node")?;
-    let host = open_host(g)?;
-    let mut opts = DiscoverOptions::new(node);
-    opts.mdev_parents = mdev_parents;
-    let local = gpu_health::is_local_root(&g.root);
-    let policy = gpu_health::Policy::default();
-    let health = if local && !no_nvml {
-        // Names vendor-VFIO types no VF lists any more; without a driver it is simply absent.
-        if let Ok(r) = gpu_sysfs::resolver::NvmlResolver::open() {
-            opts.resolver = Some(std::sync::Arc::new(r));
-        }
-        gpu_health::HealthOptions::with_nvml(policy)
-    } else {
-        gpu_health::HealthOptions::without_telemetry(policy)
-    };
-    Ok(gpu_health::node_topology(host.host(), &opts, &health)?)
+    let mut req = gpu_health::NodeRequest::new(node);
+    req.mdev_parents = mdev_parents;
+    if no_nvml {
+        req.nvml = gpu_health::NvmlSource::Off;
+    }
+    Ok(crate::common::open_node(g, &req)?.topology)
 }
 
 fn dash(s: Option<&str>) -> String {
@@ -151,8 +141,9 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
     };
     let text =
         std::fs::read_to_string(path).with_context(|| format!("--inventory {}", path.display()))?;
-    let fleet =
-        Fleet::from_text(&text).with_context(|| format!("--inventory {}", path.display()))?;
+    let fleet = Fleet::from_text(&text)
+        .map_err(gpu_core::ConfigDocError)
+        .with_context(|| format!("--inventory {}", path.display()))?;
     let nodes: Vec<&NodeTopology> = match &g.node {
         Some(n) => {
             let found: Vec<&NodeTopology> = fleet.nodes.iter().filter(|t| t.node == *n).collect();

@@ -7,7 +7,8 @@ use anyhow::Context;
 use gpu_core::{Allocation, Fleet, NodeTopology};
 
 use crate::common::Global;
-use crate::integrations::metrics;
+
+use gpu_integrations::metrics;
 
 /// Arguments of `gpuslice metrics`.
 #[derive(clap::Args, Debug)]
@@ -35,8 +36,9 @@ pub fn load_nodes(
     if let Some(path) = inventory {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read fleet file {}", path.display()))?;
-        let fleet =
-            Fleet::from_text(&text).with_context(|| format!("fleet file {}", path.display()))?;
+        let fleet = Fleet::from_text(&text)
+            .map_err(gpu_core::ConfigDocError)
+            .with_context(|| format!("fleet file {}", path.display()))?;
         return Ok((fleet.nodes, fleet.allocations));
     }
     Ok((vec![local_topology(g)?], vec![]))
@@ -48,10 +50,8 @@ pub fn load_nodes(
 /// # Errors
 /// When the root cannot be opened or discovered.
 pub fn local_topology(g: &Global) -> anyhow::Result<NodeTopology> {
-    let host = crate::common::open_host(g)?;
-    let opts = gpu_sysfs::discover::DiscoverOptions::new(g.node_name());
-    let health = gpu_health::HealthOptions::default();
-    Ok(gpu_health::node_topology(host.host(), &opts, &health)?)
+    let req = gpu_health::NodeRequest::new(g.node_name());
+    Ok(crate::common::open_node(g, &req)?.topology)
 }
 
 /// Runs `gpuslice metrics`.
@@ -128,7 +128,7 @@ mod tests {
     use gpu_sysfs::testing::{MdevTypeSpec, PciSpec, TreeBuilder};
     use proptest::prelude::*;
 
-    use crate::integrations::metrics;
+    use gpu_integrations::metrics;
 
     /// One discovered GPU with one mdev type; each case renames node, GPU and type.
     fn base() -> &'static NodeTopology {

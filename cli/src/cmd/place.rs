@@ -102,8 +102,9 @@ fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
 fn load_fleet(path: &Path) -> anyhow::Result<(FleetState, bool)> {
     let text = read_text(path, "fleet")?;
     let json = text.trim_start().starts_with('{');
-    let fleet =
-        Fleet::from_text(&text).with_context(|| format!("fleet file {}", path.display()))?;
+    let fleet = Fleet::from_text(&text)
+        .map_err(gpu_core::ConfigDocError)
+        .with_context(|| format!("fleet file {}", path.display()))?;
     let state = FleetState::new(fleet).with_context(|| format!("fleet file {}", path.display()))?;
     Ok((state, json))
 }
@@ -114,24 +115,8 @@ fn save_fleet(path: &Path, fleet: &Fleet, json: bool) -> anyhow::Result<()> {
     } else {
         serde_yaml_ng::to_string(fleet)?
     };
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    let tmp = match dir {
-        Some(d) => d.join(format!(
-            ".{}.tmp",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("fleet")
-        )),
-        None => PathBuf::from(format!(
-            ".{}.tmp",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("fleet")
-        )),
-    };
-    gpu_sysfs::host::create_temporary(&tmp)
-        .and_then(|mut f| {
-            std::io::Write::write_all(&mut f, text.as_bytes())?;
-            f.sync_all()
-        })
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
+    gpu_sysfs::atomic::write_file_atomic(path, text.as_bytes())
+        .with_context(|| format!("cannot replace {}", path.display()))?;
     Ok(())
 }
 
@@ -139,6 +124,8 @@ fn save_fleet(path: &Path, fleet: &Fleet, json: bool) -> anyhow::Result<()> {
 #[derive(serde::Serialize)]
 struct RefusalOut<'a> {
     error: &'static str,
+    /// The kind, from the one vocabulary (`unsatisfiable`).
+    kind: &'static str,
     message: String,
     refusal: &'a Refusal,
 }
@@ -160,6 +147,7 @@ fn refused(out: Output, refusal: &Refusal) -> anyhow::Result<ExitCode> {
 fn out_of(refusal: &Refusal) -> RefusalOut<'_> {
     RefusalOut {
         error: "Unsatisfiable",
+        kind: gpu_core::ErrorKind::Unsatisfiable.as_str(),
         message: refusal.render(),
         refusal,
     }

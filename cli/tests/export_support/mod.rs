@@ -55,26 +55,9 @@ pub fn golden_dir(area: &str) -> PathBuf {
         .join(area)
 }
 
-/// Compares `actual` with the golden file `area/name`; `GPUSLICE_BLESS=1` rewrites it.
+/// Compares `actual` with the golden file `area/name`; `GOLDEN_UPDATE=1` rewrites it.
 pub fn golden(area: &str, name: &str, actual: &str) {
-    let path = golden_dir(area).join(name);
-    if std::env::var_os("GPUSLICE_BLESS").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "golden file {} missing ({e}); run with GPUSLICE_BLESS=1 to create it",
-            path.display()
-        )
-    });
-    if expected != actual {
-        panic!(
-            "output differs from golden file {} (GPUSLICE_BLESS=1 rewrites it)\n--- expected\n{expected}\n--- actual\n{actual}",
-            path.display()
-        );
-    }
+    gpu_sysfs::testing::assert_golden(&golden_dir(area).join(name), actual);
 }
 
 /// The VFs of the A2 capture that hold an mdev, with their types.

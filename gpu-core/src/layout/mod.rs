@@ -154,21 +154,23 @@ pub enum LayoutError {
 }
 
 impl LayoutError {
-    /// A stable kebab-case code per variant, for bindings and JSON errors (`does-not-fit`).
-    pub fn code(&self) -> &'static str {
+    /// The kind of this error (`does-not-fit`, `unknown-config`, ...), from gpuslice's one
+    /// vocabulary of error kinds.
+    pub fn kind(&self) -> crate::ErrorKind {
+        use crate::ErrorKind as K;
         match self {
-            LayoutError::Decode { .. } => "decode",
-            LayoutError::Invalid { .. } => "invalid",
-            LayoutError::DuplicateType { .. } => "duplicate-type",
-            LayoutError::UnknownConfig { .. } => "unknown-config",
-            LayoutError::ConfigNotChosen { .. } => "config-not-chosen",
-            LayoutError::UnknownType { .. } => "unknown-type",
-            LayoutError::WrongBoard { .. } => "wrong-board",
-            LayoutError::AmbiguousEntries { .. } => "ambiguous-entries",
-            LayoutError::NotVgpuCapable { .. } => "not-vgpu-capable",
-            LayoutError::UnknownDevice { .. } => "unknown-device",
-            LayoutError::Conflict { .. } => "conflict",
-            LayoutError::DoesNotFit { .. } => "does-not-fit",
+            LayoutError::Decode { .. } => K::LayoutDecode,
+            LayoutError::Invalid { .. } => K::LayoutInvalid,
+            LayoutError::DuplicateType { .. } => K::DuplicateType,
+            LayoutError::UnknownConfig { .. } => K::UnknownConfig,
+            LayoutError::ConfigNotChosen { .. } => K::ConfigNotChosen,
+            LayoutError::UnknownType { .. } => K::UnknownType,
+            LayoutError::WrongBoard { .. } => K::WrongBoard,
+            LayoutError::AmbiguousEntries { .. } => K::AmbiguousEntries,
+            LayoutError::NotVgpuCapable { .. } => K::NotVgpuCapable,
+            LayoutError::UnknownDevice { .. } => K::UnknownDevice,
+            LayoutError::Conflict { .. } => K::Conflict,
+            LayoutError::DoesNotFit { .. } => K::DoesNotFit,
         }
     }
 }

@@ -333,32 +333,33 @@ impl ActuateError {
 
     /// A stable, machine-readable name of the failure (`exists`, `exhausted`, `in-use`, ...), for
     /// programs that drive the CLI (`-o json` errors carry it as `kind`) and for the bindings.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> gpu_core::ErrorKind {
+        use gpu_core::ErrorKind as K;
         match self {
-            ActuateError::Invalid(_) => "invalid-argument",
-            ActuateError::NotFound { .. } => "not-found",
-            ActuateError::UnknownProfile { .. } => "unknown-profile",
-            ActuateError::Read { .. } => "read-failed",
-            ActuateError::Exists { .. } => "exists",
-            ActuateError::Exhausted { .. } => "exhausted",
-            ActuateError::InvalidArgument { .. } => "invalid-argument",
-            ActuateError::Busy { .. } => "busy",
-            ActuateError::NotPermitted { .. } => "not-permitted",
-            ActuateError::NoDevice { .. } => "no-device",
-            ActuateError::DriverRefused { .. } => "driver-refused",
-            ActuateError::Unexpected { .. } => "unexpected",
-            ActuateError::ExistsOtherType { .. } => "exists-other-type",
-            ActuateError::NotCreatable { .. } => "not-creatable",
-            ActuateError::InUse { .. } => "in-use",
-            ActuateError::ProbeFailed { .. } => "probe-failed",
-            ActuateError::GroupNotViable { .. } => "group-not-viable",
-            ActuateError::NoIommu { .. } => "no-iommu",
-            ActuateError::Unsupported { .. } => "unsupported",
-            ActuateError::Timeout { .. } => "timeout",
-            ActuateError::CommandFailed { .. } => "command-failed",
-            ActuateError::SriovNotEnabled { .. } => "sriov-not-enabled",
-            ActuateError::NotApplied { .. } => "not-applied",
-            ActuateError::RollbackIncomplete { .. } => "rollback-incomplete",
+            ActuateError::Invalid(_) => K::InvalidArgument,
+            ActuateError::NotFound { .. } => K::NotFound,
+            ActuateError::UnknownProfile { .. } => K::UnknownProfile,
+            ActuateError::Read { .. } => K::ReadFailed,
+            ActuateError::Exists { .. } => K::Exists,
+            ActuateError::Exhausted { .. } => K::Exhausted,
+            ActuateError::InvalidArgument { .. } => K::InvalidArgument,
+            ActuateError::Busy { .. } => K::Busy,
+            ActuateError::NotPermitted { .. } => K::NotPermitted,
+            ActuateError::NoDevice { .. } => K::NoDevice,
+            ActuateError::DriverRefused { .. } => K::DriverRefused,
+            ActuateError::Unexpected { .. } => K::Unexpected,
+            ActuateError::ExistsOtherType { .. } => K::ExistsOtherType,
+            ActuateError::NotCreatable { .. } => K::NotCreatable,
+            ActuateError::InUse { .. } => K::InUse,
+            ActuateError::ProbeFailed { .. } => K::ProbeFailed,
+            ActuateError::GroupNotViable { .. } => K::GroupNotViable,
+            ActuateError::NoIommu { .. } => K::NoIommu,
+            ActuateError::Unsupported { .. } => K::Unsupported,
+            ActuateError::Timeout { .. } => K::Timeout,
+            ActuateError::CommandFailed { .. } => K::CommandFailed,
+            ActuateError::SriovNotEnabled { .. } => K::SriovNotEnabled,
+            ActuateError::NotApplied { .. } => K::NotApplied,
+            ActuateError::RollbackIncomplete { .. } => K::RollbackIncomplete,
         }
     }
 

@@ -206,6 +206,25 @@ pub enum ApplyError {
     },
 }
 
+impl ApplyError {
+    /// The kind of this error: the layout's or discovery's kind, `busy` when another apply holds
+    /// the lock, `host-error` when the lock cannot be taken, `rollback-incomplete` or
+    /// `not-applied` when a step failed after writes began.
+    pub fn kind(&self) -> gpu_core::ErrorKind {
+        use gpu_core::ErrorKind as K;
+        match self {
+            ApplyError::NoRoot | ApplyError::Lock { .. } => K::HostError,
+            ApplyError::LockTimeout { .. } => K::Busy,
+            ApplyError::Discover(e) => e.kind(),
+            ApplyError::Layout(e) => e.kind(),
+            ApplyError::Failed { report } => match &report.rollback {
+                Some(rb) if !rb.complete => K::RollbackIncomplete,
+                _ => K::NotApplied,
+            },
+        }
+    }
+}
+
 fn failed_message(r: &ApplyReport) -> String {
     let failure = r.failure.as_deref().unwrap_or("a step failed");
     match &r.rollback {

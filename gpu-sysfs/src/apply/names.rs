@@ -74,17 +74,12 @@ impl RememberedNames {
     /// # Errors
     /// The I/O error.
     pub fn save(&self, root: &Path) -> std::io::Result<()> {
-        use std::io::Write;
         let p = path(root);
         if let Some((d, _)) = NAMES_PATH.rsplit_once('/') {
             crate::host::make_state_dir(root, d)?;
         }
-        let tmp = p.with_extension("json.tmp");
         let text = serde_json::to_vec_pretty(&self.names).map_err(std::io::Error::other)?;
-        let mut f = crate::host::create_temporary(&tmp)?;
-        f.write_all(&text)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &p)
+        crate::atomic::write_file_atomic(&p, &text)
     }
 }
 

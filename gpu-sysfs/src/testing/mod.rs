@@ -4,6 +4,8 @@
 pub mod builder;
 pub mod doctor_hosts;
 pub mod fake_kernel;
+pub mod golden;
 
 pub use builder::{MdevTypeSpec, PciSpec, TreeBuilder};
 pub use fake_kernel::{Entry, FakeKernel, FakePool, SriovManage, WriteRecord, snapshot};
+pub use golden::assert_golden;

@@ -8,6 +8,8 @@ The same Rust core as the ``gpuslice`` command line tool, from Python:
   and vGPU requests) on them, explaining every refusal.
 * :class:`AgentClient` talks to a node agent (``gpuslice agent``) over its unix socket.
 * :func:`plan_vgpu_config` plans an NVIDIA vgpu-device-manager layout against a topology.
+* :func:`export_dra`, :func:`metrics_text`, :func:`export_kubevirt` and :func:`qemu_args` hand
+  the devices to Kubernetes DRA, Prometheus, KubeVirt and QEMU.
 
 Documents are plain dicts and lists with the JSON/YAML keys (camelCase); every document argument
 also accepts JSON or YAML text. Every error is a :class:`gpuslice.Error`, one subclass per kind.
@@ -23,8 +25,12 @@ from ._native import (
     Unsatisfiable,
     __version__,
     discover,
+    export_dra,
+    export_kubevirt,
     health,
+    metrics_text,
     plan_vgpu_config,
+    qemu_args,
 )
 from .agent import AgentClient, AgentError
 
@@ -40,6 +46,10 @@ __all__ = [
     "Unsatisfiable",
     "__version__",
     "discover",
+    "export_dra",
+    "export_kubevirt",
     "health",
+    "metrics_text",
     "plan_vgpu_config",
+    "qemu_args",
 ]

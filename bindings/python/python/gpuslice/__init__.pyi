@@ -323,6 +323,12 @@ class VgpuPlan(TypedDict):
 class Error(Exception):
     """Base class of every error gpuslice raises."""
 
+    error_kind: str
+    """The kind from gpuslice's one vocabulary, the same string the CLI prints as ``kind`` in
+    ``-o json`` errors: ``unsatisfiable``, ``invalid-request``, ``invalid-config``,
+    ``invalid-argument``, ``not-found``, ``host-error``, an actuation kind (``exhausted``, ...), a
+    layout kind (``does-not-fit``, ...) or ``error``."""
+
 class Unsatisfiable(Error):
     """No node can hold the Machine."""
 
@@ -396,6 +402,40 @@ def plan_vgpu_config(config_text: str, name: str, topology: TopologyInput) -> Vg
 
     Returns ``{node, config, mode, gpus: [...], steps: [...]}``. Raises :class:`ConfigError`.
     """
+
+AllocationInput = Union[Allocation, Mapping[str, Any], str]
+
+class DraExport(TypedDict):
+    objects: List[Dict[str, Any]]
+    """DeviceClasses then ResourceSlices (``resource.k8s.io/v1``)."""
+    warnings: List[str]
+    """What was left out, ``node: reason``."""
+
+def export_dra(
+    nodes: Sequence[TopologyInput],
+    k8s_version: str = "1.37",
+    driver: Optional[str] = None,
+    generation: int = 1,
+) -> DraExport:
+    """The Kubernetes DRA objects publishing the GPUs and vGPU profiles of ``nodes``, as
+    ``gpuslice export dra`` prints them. ``k8s_version`` is 1.34, 1.35, 1.36 or 1.37; ``driver``
+    defaults to ``gpu.gpuslice.dev``. Raises :class:`InvalidRequest` or :class:`ConfigError`.
+    """
+
+def metrics_text(
+    nodes: Sequence[TopologyInput], allocations: Sequence[AllocationInput] = ()
+) -> str:
+    """The Prometheus text exposition of ``nodes`` with ``allocations`` counted, as
+    ``gpuslice metrics`` serves it."""
+
+def export_kubevirt(nodes: Sequence[TopologyInput]) -> Dict[str, Any]:
+    """The KubeVirt ``permittedHostDevices`` patch for ``nodes``, as ``gpuslice export kubevirt``
+    prints it."""
+
+def qemu_args(allocation: AllocationInput, node: TopologyInput) -> List[str]:
+    """The QEMU arguments (``-device vfio-pci,...``) handing ``allocation``'s devices to a VM on
+    ``node``. Raises :class:`InvalidRequest` when the allocation is on another node,
+    :class:`NotFound` when it names a GPU the node does not have."""
 
 class Fleet:
     """A fleet of nodes and the Machines placed on it, held in Rust; thread-safe."""

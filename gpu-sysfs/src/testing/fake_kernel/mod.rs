@@ -470,6 +470,18 @@ impl Host for FakeKernel {
         self.fs.read(path)
     }
 
+    fn read_bounded(&self, path: &str, max: usize) -> io::Result<Vec<u8>> {
+        self.fs.read_bounded(path, max)
+    }
+
+    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        self.fs.write_atomic(path, data)
+    }
+
+    fn create_dir_all(&self, path: &str) -> io::Result<()> {
+        self.fs.create_dir_all(path)
+    }
+
     fn write(&self, path: &str, data: &[u8]) -> io::Result<()> {
         crate::host::check_relative(path)?;
         let (n, fail, broken) = {

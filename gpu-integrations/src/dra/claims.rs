@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::build::NUMA_NODE;
 use super::model::*;
+use super::version::NUMA_NODE;
 
 fn claim(name: &str, devices: DeviceClaim) -> ResourceClaim {
     ResourceClaim {

@@ -9,14 +9,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Context, bail};
+use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{
     GpuState, MdevUuid, NodeTopology, Parent, ParentId, PciAddress, VgpuFramework, VgpuTypeId,
     nvidia,
 };
 use serde::{Deserialize, Serialize};
 
-use super::build::{Prepared, counter_set_name};
+use super::build::Prepared;
+use super::device_name::DeviceName;
 
 /// A ResourceClaim (with `status.allocation`) or a bare AllocationResult, as JSON.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -112,13 +113,13 @@ impl PrepareInput {
     ///
     /// # Errors
     /// When the document holds no allocation.
-    pub fn allocation(&self) -> anyhow::Result<&DeviceAllocationResult> {
+    pub fn allocation(&self) -> Result<&DeviceAllocationResult> {
         self.status
             .as_ref()
             .and_then(|s| s.allocation.as_ref())
             .map(|a| &a.devices)
             .or(self.devices.as_ref())
-            .context("the input holds no allocation: expected a ResourceClaim with status.allocation, or an AllocationResult with devices.results")
+            .ok_or_else(|| IntegrationError::Invalid("the input holds no allocation: expected a ResourceClaim with status.allocation, or an AllocationResult with devices.results".into()))
     }
 
     /// The claim UID from the metadata.
@@ -190,74 +191,25 @@ impl PrepareAction {
     }
 }
 
-/// Which published device a name stands for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PublishedDevice {
-    /// A whole GPU.
-    Gpu(PciAddress),
-    /// Time-sliced vGPUs of one size on a GPU.
-    Vgpu(PciAddress, u64),
-    /// vGPUs of a mixed-size GPU.
-    Mixed(PciAddress),
-    /// One MIG placement.
-    Mig {
-        /// The GPU.
-        gpu: PciAddress,
-        /// Slices.
-        slices: u8,
-        /// Framebuffer.
-        size_mib: u64,
-        /// Start slot.
-        start: u8,
-    },
-}
+/// A device of the node named in an allocation result.
+pub type PublishedDevice = DeviceName;
 
 /// Resolves a published device name against the GPUs of `node`.
 ///
 /// # Errors
 /// When no GPU of `node` publishes a device of that name.
-pub fn parse_device_name(node: &NodeTopology, name: &str) -> anyhow::Result<PublishedDevice> {
-    for gpu in &node.gpus {
-        let a = gpu.address;
-        let label = a.dns_label();
-        if name == counter_set_name(&a) {
-            return Ok(PublishedDevice::Gpu(a));
-        }
-        if let Some(rest) = name.strip_prefix(&format!("vgpu-{label}-")) {
-            if rest == "mixed" {
-                return Ok(PublishedDevice::Mixed(a));
-            }
-            if let Some(size) = rest.strip_suffix("mi").and_then(|s| s.parse().ok()) {
-                return Ok(PublishedDevice::Vgpu(a, size));
-            }
-        }
-        if let Some(rest) = name.strip_prefix(&format!("mig-{label}-")) {
-            let parsed = (|| {
-                let (slices, rest) = rest.split_once("g-")?;
-                let (size, start) = rest.split_once("mi-s")?;
-                Some(PublishedDevice::Mig {
-                    gpu: a,
-                    slices: slices.parse().ok()?,
-                    size_mib: size.parse().ok()?,
-                    start: start.parse().ok()?,
-                })
-            })();
-            if let Some(p) = parsed {
-                return Ok(p);
-            }
-        }
+pub fn parse_device_name(node: &NodeTopology, name: &str) -> Result<PublishedDevice> {
+    match name.parse::<DeviceName>() {
+        Ok(d) if node.gpu_by_address(&d.gpu()).is_some() => Ok(d),
+        _ => fail!(
+            NotFound,
+            "device {name:?} is not published by any GPU of node {}",
+            node.node
+        ),
     }
-    bail!(
-        "device {name:?} is not published by any GPU of node {}",
-        node.node
-    )
 }
 
-fn profile_for(
-    config: &[AllocationConfig],
-    driver: &str,
-    request: &str,
-) -> anyhow::Result<Option<String>> {
+fn profile_for(config: &[AllocationConfig], driver: &str, request: &str) -> Result<Option<String>> {
     let mut found = None;
     for c in config {
         let applies = c.requests.is_empty()
@@ -275,7 +227,10 @@ fn profile_for(
         }
         match o.parameters.get("profile") {
             Some(serde_json::Value::String(p)) => found = Some(p.clone()),
-            Some(other) => bail!("request {request}: profile must be a string, got {other}"),
+            Some(other) => fail!(
+                Invalid,
+                "request {request}: profile must be a string, got {other}"
+            ),
             None => {}
         }
     }
@@ -316,13 +271,14 @@ pub fn plan_prepare(
     claim_uid: &str,
     driver: &str,
     node: &NodeTopology,
-) -> anyhow::Result<Vec<PrepareAction>> {
+) -> Result<Vec<PrepareAction>> {
     let mut actions = Vec::new();
     let mut taken: BTreeSet<ParentId> = BTreeSet::new();
     let mut per_device: BTreeMap<String, u32> = BTreeMap::new();
     for r in input.results.iter().filter(|r| r.driver == driver) {
         if r.pool != node.node {
-            bail!(
+            fail!(
+                Invalid,
                 "request {}: device {} is in pool {}, this node is {}",
                 r.request,
                 r.device,
@@ -334,16 +290,22 @@ pub fn plan_prepare(
         let this_index = *index;
         *index += 1;
         let published = parse_device_name(node, &r.device)?;
-        let (gpu, size, mig) = match published.clone() {
+        let (gpu, size, mig) = match published {
             PublishedDevice::Gpu(address) => {
-                let g = node.gpu_by_address(&address).context("GPU vanished")?;
+                let g = node.gpu_by_address(&address).ok_or_else(|| {
+                    IntegrationError::NotFound(format!(
+                        "GPU {address} is not on node {}",
+                        node.node
+                    ))
+                })?;
                 if g.state == GpuState::Blocked {
-                    bail!("request {}: GPU {address} is blocked", r.request);
+                    fail!(Refused, "request {}: GPU {address} is blocked", r.request);
                 }
                 // Only a free GPU is published whole. One already on vfio-pci may be another
                 // VM's: binding it would be a no-op that unprepare then undoes by releasing it.
                 if g.state != GpuState::Free {
-                    bail!(
+                    fail!(
+                        Refused,
                         "request {}: device {} (GPU {address}) is not published: it is {} ({}); \
                          nothing was changed",
                         r.request,
@@ -390,16 +352,17 @@ pub fn plan_prepare(
                 .iter()
                 .find(|n| nvidia::names_match(n, &w))
                 .cloned()
-                .with_context(|| {
-                    format!(
+                .ok_or_else(|| {
+                    IntegrationError::NotFound(format!(
                         "request {}: device {} does not offer profile {w} (it offers {})",
                         r.request,
                         r.device,
                         names.iter().cloned().collect::<Vec<_>>().join(", ")
-                    )
+                    ))
                 })?,
             None if names.len() == 1 => names.iter().next().cloned().unwrap_or_default(),
-            None => bail!(
+            None => fail!(
+                Invalid,
                 "request {}: device {} offers {}; name one in the claim's opaque config (parameters.profile)",
                 r.request,
                 r.device,
@@ -415,7 +378,8 @@ pub fn plan_prepare(
                 .map(|n| u128::from(n.framebuffer_mib()) << 20);
             let have = super::names::parse_quantity(reserved);
             if need.is_none() || have.is_none() || need > have {
-                bail!(
+                fail!(
+                    Refused,
                     "request {}: profile {profile} does not fit the {reserved} of framebuffer the allocation reserved",
                     r.request
                 );
@@ -440,7 +404,8 @@ pub fn plan_prepare(
             Some((*p, t))
         });
         let Some((parent, t)) = choice else {
-            bail!(
+            fail!(
+                Refused,
                 "request {}: no free parent on GPU {gpu} offers {profile}",
                 r.request
             );
@@ -467,7 +432,7 @@ pub fn plan_prepare(
                 })
             }
             (VgpuFramework::VendorVfio, ParentId::Named(n)) => {
-                bail!("vendor-VFIO parent {n} is not a PCI function")
+                fail!(Invalid, "vendor-VFIO parent {n} is not a PCI function")
             }
         }
     }

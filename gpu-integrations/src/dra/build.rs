@@ -21,98 +21,17 @@
 //! already counts it through its claims.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::str::FromStr;
 
-use anyhow::{Context, bail};
+use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{Gpu, GpuState, HealthState, NodeTopology, ParentId, PciAddress, Profile, nvidia};
 use serde::{Deserialize, Serialize};
 
+use super::device_name::{
+    counter_set_name, gpu_device_name, mig_device_name, mixed_device_name, vgpu_device_name,
+};
 use super::model::*;
 use super::names::{is_dns_subdomain, mib_quantity, profile_attribute};
-
-/// The default driver name.
-pub const DEFAULT_DRIVER: &str = "gpu.gpuslice.dev";
-/// The standard attribute of a device's PCI address.
-pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
-/// The attribute of a device's NUMA node.
-pub const NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
-/// Most devices in a slice.
-pub const MAX_DEVICES: usize = 128;
-/// Most devices in a slice when any of them consumes counters or has taints.
-pub const MAX_DEVICES_WITH_COUNTERS: usize = 64;
-/// Most counter sets in a slice.
-pub const MAX_COUNTER_SETS: usize = 8;
-/// Most counters in one set (1.35+), and in all sets of a slice together (1.34).
-pub const MAX_COUNTERS: usize = 32;
-/// Most `consumesCounters` entries of one device.
-pub const MAX_CONSUMPTIONS_PER_DEVICE: usize = 2;
-/// Most counters consumed by all devices of a slice together (1.34).
-pub const MAX_CONSUMED_COUNTERS_PER_SLICE: usize = 1024;
-/// Most attributes and capacities of one device together.
-pub const MAX_ATTRIBUTES: usize = 32;
-/// Longest string attribute value.
-pub const MAX_STRING_ATTRIBUTE: usize = 64;
-
-/// A supported Kubernetes minor version of the v1 DRA API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub enum K8sVersion {
-    /// 1.34: DRA GA; a slice may hold counter sets and the devices that use them.
-    V1_34,
-    /// 1.35: counter sets and devices in separate slices; taint effect `None`.
-    V1_35,
-    /// 1.36.
-    V1_36,
-    /// 1.37.
-    #[default]
-    V1_37,
-}
-
-impl K8sVersion {
-    /// From 1.35 a slice holds either `sharedCounters` or `devices`, and counter sets are
-    /// referenced across the pool.
-    pub fn splits_counters(self) -> bool {
-        self >= Self::V1_35
-    }
-
-    /// From 1.35 a taint may have effect `None`.
-    pub fn has_none_effect(self) -> bool {
-        self >= Self::V1_35
-    }
-
-    /// `1.34`, ...
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::V1_34 => "1.34",
-            Self::V1_35 => "1.35",
-            Self::V1_36 => "1.36",
-            Self::V1_37 => "1.37",
-        }
-    }
-}
-
-impl fmt::Display for K8sVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for K8sVersion {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let t = s.trim().trim_start_matches('v');
-        let minor = t
-            .strip_prefix("1.")
-            .map(|m| m.split('.').next().unwrap_or(""));
-        match minor {
-            Some("34") => Ok(Self::V1_34),
-            Some("35") => Ok(Self::V1_35),
-            Some("36") => Ok(Self::V1_36),
-            Some("37") => Ok(Self::V1_37),
-            _ => bail!("unsupported Kubernetes version {s:?}: use 1.34, 1.35, 1.36 or 1.37"),
-        }
-    }
-}
+use super::version::*;
 
 /// What `gpuslice dra prepare` created on a node, which the export must not subtract.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -157,31 +76,6 @@ pub struct NodeSlices {
     pub slices: Vec<ResourceSlice>,
     /// Devices or profiles not published, with the reason.
     pub warnings: Vec<String>,
-}
-
-/// The counter set name of a GPU.
-pub fn counter_set_name(gpu: &PciAddress) -> String {
-    format!("gpu-{}", gpu.dns_label())
-}
-
-/// The device name of a whole GPU.
-pub fn gpu_device_name(gpu: &PciAddress) -> String {
-    format!("gpu-{}", gpu.dns_label())
-}
-
-/// The device name of a GPU's time-sliced vGPUs of one framebuffer size.
-pub fn vgpu_device_name(gpu: &PciAddress, size_mib: u64) -> String {
-    format!("vgpu-{}-{size_mib}mi", gpu.dns_label())
-}
-
-/// The device name of a mixed-size GPU's vGPUs.
-pub fn mixed_device_name(gpu: &PciAddress) -> String {
-    format!("vgpu-{}-mixed", gpu.dns_label())
-}
-
-/// The device name of one MIG placement.
-pub fn mig_device_name(gpu: &PciAddress, slices: u8, size_mib: u64, start: u8) -> String {
-    format!("mig-{}-{slices}g-{size_mib}mi-s{start}", gpu.dns_label())
 }
 
 /// Start slots of a MIG profile of `slices` on a GPU of `total` slices: aligned to the next
@@ -727,15 +621,17 @@ impl Draft {
 /// # Errors
 /// When the node name is not a DNS subdomain, or one GPU's devices cannot fit one slice under
 /// Kubernetes 1.34's rules (its devices must sit with its counter set).
-pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> anyhow::Result<NodeSlices> {
+pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices> {
     if !is_dns_subdomain(&node.node) {
-        bail!(
+        fail!(
+            Invalid,
             "node name {:?} is not a Kubernetes node name (a lowercase DNS subdomain)",
             node.node
         );
     }
     if !is_dns_subdomain(&opts.driver) {
-        bail!(
+        fail!(
+            Invalid,
             "driver name {:?} is not a lowercase DNS subdomain such as gpu.example.com",
             opts.driver
         );
@@ -780,7 +676,8 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> anyhow::Result<Nod
             };
             if !fits(&current) {
                 if !fits(&Draft::default()) {
-                    bail!(
+                    fail!(
+                        Refused,
                         "{} ({}) has {} devices and {} counters, more than one ResourceSlice holds under Kubernetes 1.34; use --k8s-version 1.35 or later",
                         gpu.name,
                         gpu.address,
@@ -801,7 +698,8 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> anyhow::Result<Nod
         // An empty pool still tells the scheduler the node has been seen by the driver.
         drafts.push(Draft::default());
     }
-    let count = i64::try_from(drafts.len()).context("too many slices")?;
+    let count = i64::try_from(drafts.len())
+        .map_err(|_| IntegrationError::Refused("too many slices".into()))?;
     let slices = drafts
         .into_iter()
         .enumerate()
@@ -827,7 +725,8 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> anyhow::Result<Nod
         .collect::<Vec<_>>();
     for s in &slices {
         if !is_dns_subdomain(&s.metadata.name) {
-            bail!(
+            fail!(
+                Invalid,
                 "slice name {:?} is longer than 253 characters; use a shorter driver name",
                 s.metadata.name
             );
@@ -872,14 +771,14 @@ pub struct Export {
 ///
 /// # Errors
 /// As [`node_slices`].
-pub fn export(nodes: &[NodeTopology], opts: &DraOptions) -> anyhow::Result<Export> {
+pub fn export(nodes: &[NodeTopology], opts: &DraOptions) -> Result<Export> {
     let mut objects: Vec<Object> = device_classes(&opts.driver)
         .into_iter()
         .map(Object::Class)
         .collect();
     let mut warnings = vec![];
     for n in nodes {
-        let s = node_slices(n, opts).with_context(|| format!("node {}", n.node))?;
+        let s = node_slices(n, opts).map_err(|e| e.context(format!("node {}", n.node)))?;
         objects.extend(s.slices.into_iter().map(Object::Slice));
         warnings.extend(s.warnings.into_iter().map(|w| format!("{}: {w}", n.node)));
     }
@@ -892,7 +791,8 @@ pub fn export(nodes: &[NodeTopology], opts: &DraOptions) -> anyhow::Result<Expor
         .collect();
     let violations = super::rules::check(&slices, opts.version);
     if !violations.is_empty() {
-        bail!(
+        fail!(
+            Internal,
             "the generated slices break Kubernetes {} rules (a gpuslice bug): {}",
             opts.version,
             violations.join("; ")

@@ -7,9 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::build::*;
 use super::model::*;
 use super::names::*;
+use super::version::*;
 
 fn attr<'a>(d: &'a Device, name: &str) -> Option<&'a DeviceAttribute> {
     d.attributes.get(name)
@@ -407,7 +407,8 @@ mod tests {
     };
     use proptest::prelude::*;
 
-    use super::super::build::{DraOptions, K8sVersion, Prepared, node_slices};
+    use super::super::build::{DraOptions, Prepared, node_slices};
+    use super::super::version::K8sVersion;
     use super::check;
 
     const SIZES: [u64; 5] = [1024, 2048, 4096, 8192, 24576];

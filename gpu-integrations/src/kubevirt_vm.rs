@@ -11,7 +11,7 @@
 //! the allocation says (same GPU, same parent in the same framework): an allocation made for
 //! another node or read against the wrong inventory is an error, never a guess.
 
-use anyhow::{Context, bail};
+use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{AllocatedDevice, Allocation, NodeTopology, Vendor};
 use serde::Serialize;
 
@@ -158,7 +158,7 @@ fn device_label(request: &str, index: u32) -> String {
 }
 
 /// A Kubernetes object name (RFC 1123 subdomain) for the VM.
-fn object_name(name: &str) -> anyhow::Result<String> {
+fn object_name(name: &str) -> Result<String> {
     let ok = !name.is_empty()
         && name.len() <= 253
         && name
@@ -173,7 +173,8 @@ fn object_name(name: &str) -> anyhow::Result<String> {
             .last()
             .is_some_and(|b| b.is_ascii_alphanumeric());
     if !ok {
-        bail!(
+        fail!(
+            Invalid,
             "{name:?} is not a Kubernetes object name (lower-case letters, digits, '-' and '.'; \
              pass --name)"
         );
@@ -192,9 +193,10 @@ pub fn virtual_machine(
     name: Option<&str>,
     prefix: &str,
     licensing: Option<&CloudConfig>,
-) -> anyhow::Result<VirtualMachine> {
+) -> Result<VirtualMachine> {
     if allocation.node != node.node {
-        bail!(
+        fail!(
+            Invalid,
             "the allocation of Machine {} is for node {}, not {}",
             allocation.machine,
             allocation.node,
@@ -210,11 +212,11 @@ pub fn virtual_machine(
             AllocatedDevice::Gpu {
                 request, address, ..
             } => {
-                let gpu = node.gpu_by_address(address).with_context(|| {
-                    format!(
+                let gpu = node.gpu_by_address(address).ok_or_else(|| {
+                    IntegrationError::NotFound(format!(
                         "request {request}: GPU {address} is not on node {}",
                         node.node
-                    )
+                    ))
                 })?;
                 let i = whole_index.entry(request.as_str()).or_insert(0);
                 host_devices.push(DeviceRef {
@@ -236,14 +238,15 @@ pub fn virtual_machine(
                     .parents
                     .iter()
                     .find(|p| &p.id == parent)
-                    .with_context(|| {
-                        format!(
+                    .ok_or_else(|| {
+                        IntegrationError::NotFound(format!(
                             "request {request}: vGPU parent {parent} is not on node {}",
                             node.node
-                        )
+                        ))
                     })?;
                 if p.framework != *framework {
-                    bail!(
+                    fail!(
+                        Invalid,
                         "request {request}: the allocation puts a {} vGPU on {parent}, but that \
                          parent is {} on node {}",
                         framework.as_str(),

@@ -196,7 +196,7 @@ impl KubevirtExport {
     ///
     /// # Errors
     /// A serialization error.
-    pub fn to_yaml(&self) -> anyhow::Result<String> {
+    pub fn to_yaml(&self) -> crate::error::Result<String> {
         let mut out = String::from(
             "# KubeVirt CR patch (gpuslice export kubevirt): spec.configuration.permittedHostDevices\n",
         );

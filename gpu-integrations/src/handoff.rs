@@ -5,7 +5,7 @@
 //! come from the actuation layer (`gpu_sysfs::actuate::handoff`), which also returns them from
 //! create and bind; this module picks the devices of an allocation or an address and joins them.
 
-use anyhow::{Context, bail};
+use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{
     AllocatedDevice, Allocation, MdevUuid, NodeTopology, ParentId, PciAddress, VgpuFramework,
 };
@@ -60,14 +60,45 @@ pub fn allocation_devices(allocation: &Allocation) -> Vec<VmDevice> {
     out
 }
 
+/// The QEMU arguments (`-device vfio-pci,...`) that hand an allocation's devices to a VM on
+/// `node`, the call the CLI's `export qemu --allocation` and the bindings' `qemu_args` share.
+///
+/// # Errors
+/// When the allocation belongs to another node, or names a GPU `node` does not have.
+pub fn allocation_qemu_args(allocation: &Allocation, node: &NodeTopology) -> Result<Vec<String>> {
+    if allocation.node != node.node {
+        fail!(
+            Invalid,
+            "the allocation of {} is on node {}, not {}",
+            allocation.machine,
+            allocation.node,
+            node.node
+        );
+    }
+    for d in &allocation.devices {
+        if let AllocatedDevice::Gpu { address, .. } = d {
+            if node.gpu_by_address(address).is_none() {
+                fail!(
+                    NotFound,
+                    "the allocation of {} names GPU {address}, which node {} does not have",
+                    allocation.machine,
+                    node.node
+                );
+            }
+        }
+    }
+    Ok(qemu_args(&allocation_devices(allocation)))
+}
+
 /// The devices for an address on `node`: a GPU with its companion functions, or a vendor-VFIO VF.
 ///
 /// # Errors
 /// When the address is neither a GPU nor a vendor-VFIO VF of `node`, or the GPU is blocked.
-pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> anyhow::Result<Vec<VmDevice>> {
+pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> Result<Vec<VmDevice>> {
     if let Some(gpu) = node.gpu_by_address(address) {
         if gpu.state == gpu_core::GpuState::Blocked {
-            bail!(
+            fail!(
+                Refused,
                 "GPU {} ({address}) cannot go to a VM: {}",
                 gpu.name,
                 gpu.state_reason.as_deref().unwrap_or("it is blocked")
@@ -87,14 +118,17 @@ pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> anyhow::Res
         .parents
         .iter()
         .find(|p| p.id == ParentId::Pci(*address) && p.framework == VgpuFramework::VendorVfio)
-        .with_context(|| {
-            format!(
+        .ok_or_else(|| {
+            IntegrationError::NotFound(format!(
                 "{address} is neither a GPU nor a vendor-VFIO VF on node {}",
                 node.node
-            )
+            ))
         })?;
     if vf.instances.is_empty() {
-        bail!("VF {address} has no vGPU type set; create one first (gpuslice vgpu create)");
+        fail!(
+            Refused,
+            "VF {address} has no vGPU type set; create one first (gpuslice vgpu create)"
+        );
     }
     Ok(vec![VmDevice::Pci { address: *address }])
 }

@@ -335,3 +335,13 @@ fn sort_series(text: &str) -> String {
     flush(&mut samples, &mut out);
     out
 }
+
+/// [`render`] with its (never expected) formatting error as an [`crate::IntegrationError`]: the
+/// call the CLI and the bindings share.
+///
+/// # Errors
+/// Only an encoder formatting error.
+pub fn text(nodes: &[NodeTopology], allocations: &[Allocation]) -> crate::Result<String> {
+    render(nodes, allocations)
+        .map_err(|e| crate::IntegrationError::Internal(format!("cannot render metrics: {e}")))
+}

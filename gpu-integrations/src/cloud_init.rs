@@ -4,7 +4,7 @@
 //! token in `/etc/nvidia/ClientConfigToken/` and `FeatureType=1` (NVIDIA vGPU) in
 //! `/etc/nvidia/gridd.conf`. NVIDIA's licensing guide asks for mode 0744 on the token.
 
-use anyhow::{Context, bail};
+use crate::error::{IntegrationError, Result, fail};
 use serde::Serialize;
 
 /// Where the guest driver looks for client configuration tokens.
@@ -81,12 +81,13 @@ pub fn token_file_name(source_name: Option<&str>) -> String {
 ///
 /// # Errors
 /// When the token is empty, larger than [`MAX_TOKEN_BYTES`], or not text.
-pub fn license_files(token: &[u8], source_name: Option<&str>) -> anyhow::Result<CloudConfig> {
+pub fn license_files(token: &[u8], source_name: Option<&str>) -> Result<CloudConfig> {
     if token.iter().all(u8::is_ascii_whitespace) {
-        bail!("the license token is empty");
+        fail!(Invalid, "the license token is empty");
     }
     if token.len() > MAX_TOKEN_BYTES {
-        bail!(
+        fail!(
+            Invalid,
             "the license token is {} bytes, more than the {MAX_TOKEN_BYTES} a client configuration token can be",
             token.len()
         );
@@ -94,7 +95,7 @@ pub fn license_files(token: &[u8], source_name: Option<&str>) -> anyhow::Result<
     std::str::from_utf8(token)
         .ok()
         .filter(|t| t.chars().all(|c| !c.is_control() || c.is_ascii_whitespace()))
-        .context("the license token is not text; expected the .tok file downloaded from the NVIDIA License System")?;
+        .ok_or_else(|| IntegrationError::Invalid("the license token is not text; expected the .tok file downloaded from the NVIDIA License System".into()))?;
     Ok(CloudConfig {
         write_files: vec![
             WriteFile {
@@ -121,7 +122,7 @@ pub fn license_files(token: &[u8], source_name: Option<&str>) -> anyhow::Result<
 ///
 /// # Errors
 /// A YAML serialization error.
-pub fn to_yaml(config: &CloudConfig) -> anyhow::Result<String> {
+pub fn to_yaml(config: &CloudConfig) -> Result<String> {
     Ok(format!(
         "#cloud-config\n{}",
         super::yaml::to_string(config)?

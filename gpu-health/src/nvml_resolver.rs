@@ -1,0 +1,86 @@
+//! The NVML vGPU type-name resolver: names vendor-VFIO type numbers that no VF lists any more.
+//! It lives with the other NVML code so that gpu-sysfs does not depend on NVML.
+
+use std::collections::BTreeMap;
+
+use gpu_core::PciAddress;
+use gpu_sysfs::resolver::{TypeInfo, TypeNameResolver};
+
+/// A resolver over NVML (`libnvidia-ml.so.1`, loaded at run time): the GPU's supported vGPU
+/// types (`nvmlDeviceGetSupportedVgpus`) with their names, framebuffer sizes and per-GPU maxima.
+/// Answers are cached per GPU; a GPU NVML does not know, or a driver without vGPU support, gives
+/// `None`, never an error.
+pub struct NvmlResolver {
+    nvml: nvml_wrapper::Nvml,
+    cache: std::sync::Mutex<BTreeMap<PciAddress, BTreeMap<u32, TypeInfo>>>,
+}
+
+impl std::fmt::Debug for NvmlResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlResolver").finish_non_exhaustive()
+    }
+}
+
+impl NvmlResolver {
+    /// Loads NVML.
+    ///
+    /// # Errors
+    /// NVML's error when the library is absent or does not initialise (no NVIDIA driver): a
+    /// value for the caller to report, not a reason to fail discovery.
+    pub fn open() -> Result<Self, nvml_wrapper::error::NvmlError> {
+        Ok(NvmlResolver {
+            nvml: nvml_wrapper::Nvml::init()?,
+            cache: std::sync::Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn supported(&self, gpu: &PciAddress) -> BTreeMap<u32, TypeInfo> {
+        let mut out = BTreeMap::new();
+        let Ok(dev) = self.nvml.device_by_pci_bus_id(gpu.to_string()) else {
+            return out;
+        };
+        let Ok(types) = dev.vgpu_supported_types() else {
+            return out;
+        };
+        for t in types {
+            let Ok(name) = t.name() else { continue };
+            out.insert(
+                t.id(),
+                TypeInfo {
+                    name,
+                    framebuffer_mib: t.framebuffer_size().ok().map(|b| b / (1024 * 1024)),
+                    max_instances: t.max_instances().ok(),
+                },
+            );
+        }
+        out
+    }
+}
+
+impl TypeNameResolver for NvmlResolver {
+    fn resolve(&self, gpu: &PciAddress, id: u32) -> Option<TypeInfo> {
+        let mut cache = self.cache.lock().ok()?;
+        if !cache.contains_key(gpu) {
+            let types = self.supported(gpu);
+            cache.insert(*gpu, types);
+        }
+        cache.get(gpu).and_then(|m| m.get(&id)).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvml_resolver_is_an_error_value_without_a_driver() {
+        // On a machine with an NVIDIA driver this opens; elsewhere it must fail cleanly.
+        match NvmlResolver::open() {
+            Ok(r) => {
+                let nowhere: PciAddress = "ffff:ff:1f.7".parse().unwrap();
+                assert_eq!(r.resolve(&nowhere, 1), None);
+            }
+            Err(e) => assert!(!e.to_string().is_empty()),
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The grammar of the device names gpuslice publishes in ResourceSlices, in one place: the
+//! exporter writes them with [`Display`](std::fmt::Display) and the node side of DRA reads them
+//! back with [`FromStr`](std::str::FromStr).
+//!
+//! - `gpu-0000-41-00-0`: a whole GPU (also the name of the GPU's counter set);
+//! - `vgpu-0000-41-00-0-4096mi`: the time-sliced vGPUs of one framebuffer size on a GPU;
+//! - `vgpu-0000-41-00-0-mixed`: the vGPUs of a mixed-size GPU;
+//! - `mig-0000-41-00-0-1g-16384mi-s3`: one MIG placement (slices, framebuffer, start slot).
+
+use std::fmt;
+use std::str::FromStr;
+
+use gpu_core::PciAddress;
+
+use crate::error::IntegrationError;
+
+/// A device gpuslice publishes, named by the GPU that backs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceName {
+    /// A whole GPU.
+    Gpu(PciAddress),
+    /// Time-sliced vGPUs of one size (MiB) on a GPU.
+    Vgpu(PciAddress, u64),
+    /// vGPUs of a mixed-size GPU.
+    Mixed(PciAddress),
+    /// One MIG placement.
+    Mig {
+        /// The GPU.
+        gpu: PciAddress,
+        /// Slices.
+        slices: u8,
+        /// Framebuffer.
+        size_mib: u64,
+        /// Start slot.
+        start: u8,
+    },
+}
+
+impl DeviceName {
+    /// The GPU backing the device.
+    pub fn gpu(&self) -> PciAddress {
+        match self {
+            DeviceName::Gpu(a) | DeviceName::Vgpu(a, _) | DeviceName::Mixed(a) => *a,
+            DeviceName::Mig { gpu, .. } => *gpu,
+        }
+    }
+}
+
+impl fmt::Display for DeviceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceName::Gpu(a) => write!(f, "gpu-{}", a.dns_label()),
+            DeviceName::Vgpu(a, size) => write!(f, "vgpu-{}-{size}mi", a.dns_label()),
+            DeviceName::Mixed(a) => write!(f, "vgpu-{}-mixed", a.dns_label()),
+            DeviceName::Mig {
+                gpu,
+                slices,
+                size_mib,
+                start,
+            } => write!(f, "mig-{}-{slices}g-{size_mib}mi-s{start}", gpu.dns_label()),
+        }
+    }
+}
+
+/// Reads the DNS-label form of a PCI address (`0000-41-00-0`) at the start of `s`; returns the
+/// address and what follows it.
+fn split_label(s: &str) -> Option<(PciAddress, &str)> {
+    let mut fields = s.splitn(5, '-');
+    let domain = fields.next()?;
+    let bus = fields.next()?;
+    let device = fields.next()?;
+    let function = fields.next()?;
+    let rest = fields.next().unwrap_or("");
+    let all_hex = |f: &str, n: usize| f.len() == n && f.bytes().all(|b| b.is_ascii_hexdigit());
+    if !(all_hex(domain, 4) && all_hex(bus, 2) && all_hex(device, 2) && all_hex(function, 1)) {
+        return None;
+    }
+    let address = format!("{domain}:{bus}:{device}.{function}").parse().ok()?;
+    Some((address, rest))
+}
+
+fn parse(s: &str) -> Option<DeviceName> {
+    if let Some(label) = s.strip_prefix("gpu-") {
+        let (a, rest) = split_label(label)?;
+        return rest.is_empty().then_some(DeviceName::Gpu(a));
+    }
+    if let Some(label) = s.strip_prefix("vgpu-") {
+        let (a, rest) = split_label(label)?;
+        if rest == "mixed" {
+            return Some(DeviceName::Mixed(a));
+        }
+        let size = rest.strip_suffix("mi")?;
+        if size.is_empty() || !size.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        return Some(DeviceName::Vgpu(a, size.parse().ok()?));
+    }
+    let (gpu, rest) = split_label(s.strip_prefix("mig-")?)?;
+    let (slices, rest) = rest.split_once("g-")?;
+    let (size, start) = rest.split_once("mi-s")?;
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(slices) && digits(size) && digits(start)) {
+        return None;
+    }
+    Some(DeviceName::Mig {
+        gpu,
+        slices: slices.parse().ok()?,
+        size_mib: size.parse().ok()?,
+        start: start.parse().ok()?,
+    })
+}
+
+impl FromStr for DeviceName {
+    type Err = IntegrationError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse(s).ok_or_else(|| {
+            IntegrationError::Invalid(format!(
+                "{s:?} is not a gpuslice device name (gpu-DDDD-BB-DD-F, vgpu-DDDD-BB-DD-F-<MiB>mi, vgpu-DDDD-BB-DD-F-mixed or mig-DDDD-BB-DD-F-<n>g-<MiB>mi-s<start>)"
+            ))
+        })
+    }
+}
+
+/// The counter set name of a GPU (the same text as its whole-GPU device name).
+pub fn counter_set_name(gpu: &PciAddress) -> String {
+    DeviceName::Gpu(*gpu).to_string()
+}
+
+/// The device name of a whole GPU.
+pub fn gpu_device_name(gpu: &PciAddress) -> String {
+    DeviceName::Gpu(*gpu).to_string()
+}
+
+/// The device name of a GPU's time-sliced vGPUs of one framebuffer size.
+pub fn vgpu_device_name(gpu: &PciAddress, size_mib: u64) -> String {
+    DeviceName::Vgpu(*gpu, size_mib).to_string()
+}
+
+/// The device name of a mixed-size GPU's vGPUs.
+pub fn mixed_device_name(gpu: &PciAddress) -> String {
+    DeviceName::Mixed(*gpu).to_string()
+}
+
+/// The device name of one MIG placement.
+pub fn mig_device_name(gpu: &PciAddress, slices: u8, size_mib: u64, start: u8) -> String {
+    DeviceName::Mig {
+        gpu: *gpu,
+        slices,
+        size_mib,
+        start,
+    }
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu() -> PciAddress {
+        "0000:41:00.0".parse().unwrap()
+    }
+
+    #[test]
+    fn every_form_reads_back_as_written() {
+        let a = gpu();
+        for d in [
+            DeviceName::Gpu(a),
+            DeviceName::Vgpu(a, 4096),
+            DeviceName::Mixed(a),
+            DeviceName::Mig {
+                gpu: a,
+                slices: 1,
+                size_mib: 16384,
+                start: 3,
+            },
+        ] {
+            let text = d.to_string();
+            assert_eq!(text.parse::<DeviceName>().ok(), Some(d), "{text}");
+        }
+        assert_eq!(
+            DeviceName::Vgpu(a, 4096).to_string(),
+            "vgpu-0000-41-00-0-4096mi"
+        );
+    }
+
+    #[test]
+    fn malformed_names_are_refused_with_the_grammar() {
+        for bad in [
+            "",
+            "gpu-0000-41-00",
+            "gpu-0000-41-00-0-x",
+            "vgpu-0000-41-00-0-mi",
+            "vgpu-0000-41-00-0-+4mi",
+            "mig-0000-41-00-0-1g-16384mi",
+            "tpu-0000-41-00-0",
+        ] {
+            let e = bad.parse::<DeviceName>().err().map(|e| e.to_string());
+            assert!(
+                e.is_some_and(|m| m.contains("not a gpuslice device name")),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Kubernetes Dynamic Resource Allocation (`resource.k8s.io/v1`, Kubernetes 1.34–1.37).
+//!
+//! [`build`] publishes a node's GPUs and vGPU profiles as ResourceSlices and DeviceClasses,
+//! [`version`] holds the API's limits per Kubernetes version, [`device_name`] the grammar of the
+//! device names, [`rules`] checks the slices against the API's limits and gpuslice's exclusivity promise,
+//! [`claims`] holds example ResourceClaims, and [`prepare`] maps an allocation back to the host.
+
+pub mod build;
+pub mod claims;
+pub mod device_name;
+pub mod model;
+pub mod names;
+pub mod prepare;
+pub mod rules;
+pub mod store;
+pub mod version;
+
+pub use build::{DraOptions, Prepared, export};
+pub use device_name::DeviceName;
+pub use version::{DEFAULT_DRIVER, K8sVersion};
