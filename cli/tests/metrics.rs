@@ -125,10 +125,11 @@ fn fleet_metrics_count_memory_health_profiles_and_pending_allocations() {
         value(&s, vram, &[("node", "h200-a"), ("state", "total")]),
         3.0 * 144_384.0
     );
-    // The created allocation is already on the host; only the pending one adds.
+    // Neither vGPU is in the node's snapshot yet: the pending and the created one both count
+    // (once the snapshot shows an instance, by UUID or by the VF's type, it is not counted twice).
     assert_eq!(
         value(&s, vram, &[("node", "h200-a"), ("state", "allocated")]),
-        18432.0
+        2.0 * 18432.0
     );
     // Ada 48 GB + blocked T4 15 GB + T4 15 GB (the AMD GPU's memory is unknown).
     assert_eq!(

@@ -1,14 +1,13 @@
 //! GPU memory of a node and what of it is allocated: the one computation behind `topology`'s
 //! "GPU memory" line, the `gpuslice_gpu_vram_mib` metric and the bindings.
 //!
-//! Allocated is, per GPU: the framebuffer of every existing vGPU (time-sliced and MIG-backed
-//! alike; the pool's own count when it is larger), or the whole GPU when it is in use outside
-//! vGPUs or a created allocation holds it whole; plus what pending allocations reserve.
+//! The solver (`gpu_sched::vram_usage` re-exports this) and every renderer count with the same
+//! rules, so the figures a user sees are the ones placement works with.
 
 use crate::allocation::{AllocatedDevice, Allocation, AllocationStatus};
-use crate::ids::ParentId;
+use crate::ids::{ParentId, VgpuTypeId};
 use crate::nvidia::VgpuTypeName;
-use crate::topology::{GpuState, NodeTopology};
+use crate::topology::{GpuState, NodeTopology, Parent, VgpuFramework};
 
 /// Memory of one node's GPUs and what of it is allocated, in MiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -19,45 +18,97 @@ pub struct VramUsage {
     pub allocated_mib: u64,
 }
 
-/// Computes [`VramUsage`] of `node`, counting the allocations among `allocations` that are on it.
+/// The framebuffer of one instance of `profile` on `p`: its own size, else the profile's, else
+/// what an NVIDIA type name says (MIG-backed instances often carry only their name).
+fn instance_mib(p: &Parent, profile: &VgpuTypeId, own: Option<u64>, name: Option<&str>) -> u64 {
+    own.or_else(|| {
+        p.profiles
+            .iter()
+            .find(|t| t.id == *profile)
+            .and_then(|t| t.framebuffer_mib)
+    })
+    .or_else(|| VgpuTypeName::parse(name?).ok().map(|n| n.framebuffer_mib()))
+    .unwrap_or(0)
+}
+
+/// Computes [`VramUsage`] of `node`, counting the allocations among `allocations` that are on it
+/// (any status).
+///
+/// A GPU held whole counts its whole memory: in use on the host (passed through, bound to
+/// vfio-pci) or allocated whole to a Machine, pending or created. A GPU sharing its memory as
+/// vGPUs counts every instance the snapshot shows (time-sliced and MIG-backed alike: MIG-backed
+/// instances leave the pool's `usedMiB` at 0, so their framebuffers are added up), plus every
+/// allocated vGPU, pending or created, that the snapshot does not show yet (same mdev UUID, or a
+/// vendor-VFIO VF holding that type, is the same instance). No GPU counts more than its memory.
 pub fn vram_usage(node: &NodeTopology, allocations: &[Allocation]) -> VramUsage {
+    let on_node: Vec<&Allocation> = allocations.iter().filter(|a| a.node == node.node).collect();
     let mut usage = VramUsage::default();
     for gpu in &node.gpus {
         let pool = node.pool(&ParentId::Pci(gpu.address));
         let memory = gpu.memory_mib.or(pool.map(|p| p.total_mib)).unwrap_or(0);
         usage.total_mib = usage.total_mib.saturating_add(memory);
-        let instances: u64 = node
+        let held = on_node.iter().any(|a| {
+            a.devices.iter().any(
+                |d| matches!(d, AllocatedDevice::Gpu { address, .. } if *address == gpu.address),
+            )
+        });
+        let parents: Vec<&Parent> = node
             .mediated_devices
             .parents
             .iter()
             .filter(|p| p.gpu == Some(gpu.address))
-            .flat_map(|p| p.instances.iter())
-            .map(|i| {
-                i.framebuffer_mib
-                    .or_else(|| {
-                        let name = i.profile_name.as_deref()?;
-                        VgpuTypeName::parse(name).ok().map(|n| n.framebuffer_mib())
-                    })
-                    .unwrap_or(0)
-            })
-            .sum();
-        let vgpu_used = pool.map_or(0, |p| p.used_mib).max(instances);
-        let held_whole = allocations.iter().any(|a| {
-            a.node == node.node
-                && a.status == AllocationStatus::Created
-                && a.devices.iter().any(
-                    |d| matches!(d, AllocatedDevice::Gpu { address, .. } if *address == gpu.address),
-                )
-        });
-        if vgpu_used > 0 {
-            usage.allocated_mib = usage.allocated_mib.saturating_add(vgpu_used);
-        } else if held_whole || (gpu.state == GpuState::InUse && gpu.vgpu_framework.is_none()) {
+            .collect();
+        let passed_through = gpu.state == GpuState::InUse && gpu.vgpu_framework.is_none();
+        if held || (passed_through && parents.is_empty()) {
             usage.allocated_mib = usage.allocated_mib.saturating_add(memory);
+            continue;
         }
+        let mut shown: u64 = 0;
+        for p in &parents {
+            for i in &p.instances {
+                shown = shown.saturating_add(instance_mib(
+                    p,
+                    &i.profile,
+                    i.framebuffer_mib,
+                    i.profile_name.as_deref(),
+                ));
+            }
+        }
+        let mut used = shown.max(pool.map_or(0, |p| p.used_mib));
+        for a in &on_node {
+            for d in &a.devices {
+                let AllocatedDevice::Vgpu {
+                    parent,
+                    profile,
+                    profile_name,
+                    framebuffer_mib,
+                    uuid,
+                    framework,
+                    ..
+                } = d
+                else {
+                    continue;
+                };
+                let Some(p) = parents.iter().find(|p| p.id == *parent) else {
+                    continue;
+                };
+                let reflected = p.instances.iter().any(|i| {
+                    i.uuid == Some(*uuid)
+                        || (*framework == VgpuFramework::VendorVfio && i.profile == *profile)
+                });
+                if !reflected {
+                    used = used.saturating_add(instance_mib(
+                        p,
+                        profile,
+                        *framebuffer_mib,
+                        Some(profile_name.as_str()),
+                    ));
+                }
+            }
+        }
+        let used = if memory > 0 { used.min(memory) } else { used };
+        usage.allocated_mib = usage.allocated_mib.saturating_add(used);
     }
-    usage.allocated_mib = usage
-        .allocated_mib
-        .saturating_add(pending_mib(node, allocations));
     usage
 }
 

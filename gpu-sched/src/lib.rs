@@ -51,16 +51,15 @@ mod policy;
 mod refusal;
 mod resolve;
 mod state;
-mod vram;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use error::SchedError;
+pub use gpu_core::usage::{VramUsage, vram_usage};
 pub use plan::{
     AffectedDevice, DeviceMove, DrainPlan, Evacuation, EvacuationPlan, MigrationPlan, Stay,
 };
 pub use policy::Policy;
 pub use refusal::{Exclusion, Filter, NodeRefusal, Reason, ReasonKind, Refusal};
 pub use state::{DegradedDevice, FleetState, Placement};
-pub use vram::{VramUsage, vram_usage};
