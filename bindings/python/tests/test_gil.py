@@ -1,7 +1,8 @@
-"""Calls that read the host release the GIL: a discovery blocked on a file lets other Python
-threads run. The file is a FIFO that the main thread feeds, which it can only do while the
-discovery (in another thread) does not hold the GIL; a binding that held it would deadlock, which
-the subprocess timeout turns into a failure."""
+"""Calls that read the host run without the GIL and cannot be hung by the tree: a FIFO in place of
+a sysfs file is refused (gpuslice opens attributes non-blocking and reads only regular files), the
+call returns with the rest of the host, and the main thread keeps running Python meanwhile (it
+tries to feed the FIFO in a loop until the worker is done). A binding that held the GIL, or a read
+that blocked on the FIFO, would hang, which the subprocess timeout turns into a failure."""
 
 import subprocess
 import sys
@@ -26,9 +27,21 @@ SCRIPT = textwrap.dedent(
     result = {{}}
     worker = threading.Thread(target=lambda: result.update(out={call}))
     worker.start()
-    with open(fifo, "w") as f:  # returns once the worker's Rust code opens the file
-        f.write({content!r})
+    spins = 0
+    while worker.is_alive():
+        spins += 1
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: no reader has it open
+            continue
+        try:
+            os.write(fd, {content!r}.encode())
+        except OSError:  # the reader refused it and closed
+            pass
+        finally:
+            os.close(fd)
     worker.join()
+    assert spins > 0
     print(len(result["out"]{items}))
     """
 )
