@@ -35,6 +35,12 @@ pub enum EventKind {
     LayoutApplied,
     /// The agent reconciled its recorded promises on start.
     Reconciled,
+    /// The kernel announced a device change (a uevent: add, remove, bind, unbind, change).
+    Uevent,
+    /// A sysfs file did not answer within the read deadline; its GPU is served as Unknown.
+    ReadTimedOut,
+    /// A watched layout file could not be read or parsed; nothing was changed.
+    LayoutRefused,
     /// The client missed events that are no longer kept: read the topology again.
     Resync,
 }
@@ -61,6 +67,7 @@ struct Ring {
 #[derive(Debug)]
 pub struct EventBus {
     ring: Mutex<Ring>,
+    sent: std::sync::atomic::AtomicU64,
     live: broadcast::Sender<Event>,
 }
 
@@ -80,7 +87,13 @@ impl EventBus {
                 events: VecDeque::with_capacity(RING),
             }),
             live,
+            sent: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// How many events were delivered to live subscribers, counted once per subscriber.
+    pub fn sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
@@ -109,7 +122,12 @@ impl EventBus {
         }
         ring.events.push_back(event.clone());
         // Sent under the ring's lock, so subscribers see revisions in order.
-        let _ = self.live.send(event);
+        if let Ok(n) = self.live.send(event) {
+            self.sent.fetch_add(
+                u64::try_from(n).unwrap_or(0),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
         ring.last
     }
 
