@@ -46,7 +46,11 @@ fn a_uevent_for_an_mdev_made_by_hand_publishes_it_and_a_new_topology() {
         uevents: Some(Box::new(source)),
         ..quiet()
     };
-    let a = start_watched(Arc::clone(&k), |_| {}, Some(opts));
+    let a = start_watched(
+        Arc::clone(&k),
+        |c| c.hooks.metrics = Some(Arc::new(|_| Ok("# the host's metrics\n".to_owned()))),
+        Some(opts),
+    );
     assert_eq!(served_instances(&a.socket), 0);
     let before = a.agent.snapshot().revision;
     // Behind the agent's back, as `echo UUID > create` would.
@@ -70,6 +74,20 @@ fn a_uevent_for_an_mdev_made_by_hand_publishes_it_and_a_new_topology() {
     assert_eq!(served_instances(&a.socket), 1);
     assert!(a.agent.snapshot().revision >= changed.revision);
     assert_eq!(a.agent.stats().uevents_seen(), 1);
+    let m = get(&a.socket, "/metrics").body;
+    assert!(m.starts_with("# the host's metrics\n"), "{m}");
+    for line in [
+        "gpuslice_agent_uevents_seen_total 1\n",
+        "gpuslice_agent_uevents_relevant_total 1\n",
+        "gpuslice_agent_reads_timed_out_total 0\n",
+    ] {
+        assert!(m.contains(line), "{line:?} in {m}");
+    }
+    assert!(
+        m.contains("gpuslice_agent_resync_last_duration_seconds "),
+        "{m}"
+    );
+    assert!(m.contains("gpuslice_agent_events_sent_total "), "{m}");
 }
 
 #[test]
@@ -274,4 +292,43 @@ fn a_sysfs_file_that_never_answers_does_not_stall_the_other_answers() {
         back.is_some(),
         "the GPU is graded again once its file answers"
     );
+}
+
+/// The layout document of the example DaemonSet's ConfigMap.
+fn example_configmap_layout() -> String {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/agent/daemonset.yaml"
+    ))
+    .unwrap();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc).unwrap();
+        if v["kind"].as_str() == Some("ConfigMap") {
+            return v["data"]["layout.yaml"].as_str().unwrap().to_owned();
+        }
+    }
+    panic!("no ConfigMap in examples/agent/daemonset.yaml");
+}
+
+#[test]
+fn the_example_configmap_plans_its_counts_and_its_bus_id_pins() {
+    let text = example_configmap_layout();
+    let l40s = support::start(Arc::new(FakeKernel::l40s_vendor_vfio_host(4).unwrap()));
+    let r = request(
+        &l40s.socket,
+        "PUT",
+        "/v1/layout?dryRun=true&config=l40s-pins",
+        Some(&text),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["status"], "dry-run");
+    let a2 = support::start(Arc::new(FakeKernel::a2_mdev_host().unwrap()));
+    let r = request(
+        &a2.socket,
+        "PUT",
+        "/v1/layout?dryRun=true&config=a2-4q",
+        Some(&text),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["status"], "dry-run");
 }
