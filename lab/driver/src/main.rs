@@ -40,6 +40,7 @@ const WITH_IOMMU: &[Check] = &[
     ("gpu-bind-blocked-refused", checks::gpu_bind_refused),
     ("vgpu-apply-assert-clear", checks::vgpu_apply_assert_clear),
     ("agent-socket-restart-in-use", agent::agent_socket),
+    ("agent-sees-hand-changes", agent::agent_sees_hand_changes),
 ];
 
 const WITHOUT_IOMMU: &[Check] = &[
@@ -59,6 +60,7 @@ const RESET_AFTER: &[&str] = &[
     "gpu-bind-release",
     "gpu-bind-blocked-refused",
     "agent-socket-restart-in-use",
+    "agent-sees-hand-changes",
 ];
 
 /// One line, bounded, for the console protocol.
