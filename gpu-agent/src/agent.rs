@@ -348,7 +348,8 @@ impl Agent {
         if before.topology == topology && before.health == health {
             return Ok(before.revision);
         }
-        let evacuation = self.evacuation_for(&topology);
+        let mut evacuation: Option<gpu_sched::EvacuationPlan> = None;
+        let mut events = Vec::new();
         for g in &topology.gpus {
             let old = before.topology.gpus.iter().find(|o| o.address == g.address);
             if old.is_none_or(|b| b.health != g.health) {
@@ -366,21 +367,27 @@ impl Agent {
                 let turned_unhealthy = g.health.state == gpu_core::HealthState::Unhealthy
                     && old.is_none_or(|b| b.health.state != gpu_core::HealthState::Unhealthy);
                 if turned_unhealthy {
+                    let plan = evacuation.get_or_insert_with(|| self.evacuation_for(&topology));
+                    let machines = evacuation_of(plan, &g.name);
                     if let Some(o) = data.as_object_mut() {
-                        o.insert("evacuation".to_owned(), evacuation_of(&evacuation, &g.name));
+                        o.insert("evacuation".to_owned(), machines);
                     }
                 }
-                self.bus.publish(EventKind::HealthChanged, data);
+                events.push((EventKind::HealthChanged, data));
             }
         }
-        let rev = self.bus.publish(
+        events.push((
             EventKind::TopologyChanged,
             serde_json::json!({ "node": topology.node }),
-        );
-        *self
-            .cache
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = snapshot(rev, topology, health);
+        ));
+        // The snapshot is served before any subscriber hears of its revision.
+        let rev = self.bus.publish_all(events, |rev| {
+            let next = snapshot(rev, topology, health);
+            *self
+                .cache
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        });
         Ok(rev)
     }
 
@@ -422,11 +429,8 @@ impl Agent {
             waited.as_millis()
         );
         self.stats.read_timed_out();
-        let mut cache = self
-            .cache
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut topology = cache.topology.clone();
+        let served = self.snapshot();
+        let mut topology = served.topology.clone();
         let gpu = addr.and_then(|a| {
             topology.gpus.iter_mut().find(|g| {
                 g.address == a
@@ -440,7 +444,6 @@ impl Agent {
             "waitedMs": u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
         });
         let Some(g) = gpu else {
-            drop(cache);
             self.bus.publish(EventKind::ReadTimedOut, data);
             return;
         };
@@ -453,19 +456,27 @@ impl Agent {
         if let Some(o) = data.as_object_mut() {
             o.insert("gpu".to_owned(), name.clone().into());
         }
-        self.bus.publish(EventKind::ReadTimedOut, data);
-        let rev = self.bus.publish(
-            EventKind::HealthChanged,
-            serde_json::json!({
-                "gpu": name,
-                "address": address,
-                "health": health,
-                "previous": previous,
-                "reason": reason,
-            }),
+        let changed = serde_json::json!({
+            "gpu": name,
+            "address": address,
+            "health": health,
+            "previous": previous,
+            "reason": reason,
+        });
+        let reports = served.health.clone();
+        self.bus.publish_all(
+            vec![
+                (EventKind::ReadTimedOut, data),
+                (EventKind::HealthChanged, changed),
+            ],
+            |rev| {
+                let next = snapshot(rev, topology, reports);
+                *self
+                    .cache
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+            },
         );
-        let reports = cache.health.clone();
-        *cache = snapshot(rev, topology, reports);
     }
 
     /// Runs `f` as the one writer: after the agent's writer lock (async) and, when `host_lock`,

@@ -131,6 +131,42 @@ impl EventBus {
         ring.last
     }
 
+    /// Publishes `events` with consecutive revisions and, before any subscriber is sent one,
+    /// runs `commit` with the last revision (the agent serves the snapshot of that revision
+    /// there), so a client that reads the topology on an event never gets an older one.
+    /// Returns the last revision (the current one when `events` is empty).
+    pub fn publish_all(
+        &self,
+        events: Vec<(EventKind, serde_json::Value)>,
+        commit: impl FnOnce(u64),
+    ) -> u64 {
+        let mut ring = self.ring();
+        let mut out = Vec::with_capacity(events.len());
+        for (kind, data) in events {
+            ring.last += 1;
+            let event = Event {
+                revision: ring.last,
+                kind,
+                data,
+            };
+            if ring.events.len() == RING {
+                ring.events.pop_front();
+            }
+            ring.events.push_back(event.clone());
+            out.push(event);
+        }
+        commit(ring.last);
+        for event in out {
+            if let Ok(n) = self.live.send(event) {
+                self.sent.fetch_add(
+                    u64::try_from(n).unwrap_or(0),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+        }
+        ring.last
+    }
+
     /// The events after `since` still kept, and a receiver for the ones that follow: taken
     /// together under the lock, so nothing is missed or sent twice. When events after `since`
     /// were already dropped, the backlog starts with a `resync` event.
@@ -166,6 +202,29 @@ mod tests {
         let (backlog, _) = bus.subscribe(a);
         let revs: Vec<u64> = backlog.iter().map(|e| e.revision).collect();
         assert_eq!(revs, vec![b]);
+    }
+
+    #[test]
+    fn a_batch_is_committed_before_any_subscriber_hears_of_it() {
+        let bus = EventBus::new();
+        let (_, mut rx) = bus.subscribe(0);
+        let committed = std::sync::atomic::AtomicU64::new(0);
+        let last = bus.publish_all(
+            vec![
+                (EventKind::HealthChanged, serde_json::json!({})),
+                (EventKind::TopologyChanged, serde_json::json!({})),
+            ],
+            |rev| {
+                assert!(rx.try_recv().is_err(), "nothing sent before the commit");
+                committed.store(rev, std::sync::atomic::Ordering::SeqCst);
+            },
+        );
+        assert_eq!(last, 2);
+        assert_eq!(committed.load(std::sync::atomic::Ordering::SeqCst), 2);
+        let revs: Vec<u64> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| e.revision)
+            .collect();
+        assert_eq!(revs, vec![1, 2]);
     }
 
     #[test]

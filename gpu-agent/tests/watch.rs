@@ -155,7 +155,11 @@ fn a_climbing_fatal_aer_counter_turns_the_gpu_unhealthy_with_an_evacuation_plan(
     assert_eq!(machines[0]["machine"], "vm-a");
     assert!(!machines[0]["affected"].as_array().unwrap().is_empty());
     let t = get(&a.socket, "/v1/topology").json();
-    assert_eq!(t["gpus"][0]["health"]["state"], "Unhealthy");
+    assert_eq!(
+        t["gpus"][0]["health"]["state"], "Unhealthy",
+        "{}",
+        t["gpus"][0]["health"]
+    );
 }
 
 fn layout(n: u32) -> String {
