@@ -211,12 +211,13 @@ impl UeventSource for NetlinkSource {
             Ok(_) => {}
             Err(e) => return Err(e.into()),
         }
-        match nix::sys::socket::recv(
+        match nix::sys::socket::recvfrom::<nix::sys::socket::NetlinkAddr>(
             self.fd.as_raw_fd(),
             &mut self.buf,
-            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
         ) {
-            Ok(n) => Ok(Some(self.buf[..n].to_vec())),
+            // Only the kernel (port 0) speaks for the kernel; anything else is dropped.
+            Ok((n, Some(from))) if from.pid() == 0 => Ok(Some(self.buf[..n].to_vec())),
+            Ok(_) => Ok(None),
             Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => Ok(None),
             // The kernel dropped messages for us: the next resync catches up; go on.
             Err(nix::errno::Errno::ENOBUFS) => Ok(None),

@@ -633,36 +633,45 @@ impl LayoutWatch {
             }
             if due.is_some_and(|d| Instant::now() >= d) {
                 due = None;
-                apply_file(agent, layout, runtime, &mut last);
+                if !apply_file(agent, layout, runtime, &mut last) {
+                    // The host refused for now (the lock is busy, a write failed and was rolled
+                    // back): the same version is tried again later.
+                    due = Some(Instant::now() + RETRY);
+                }
             }
         }
     }
 }
 
-/// Applies the layout file when its content differs from the last one seen.
+/// How long a watched layout the host refused waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(10);
+
+/// Applies the layout file when its content differs from the last one seen. False when the
+/// host refused it for a reason that may pass (to be tried again); a document that does not
+/// parse or select waits for the next edit.
 fn apply_file(
     agent: &Arc<Agent>,
     layout: &WatchedLayout,
     runtime: &tokio::runtime::Handle,
     last: &mut Option<Vec<u8>>,
-) {
+) -> bool {
     let source = layout.path.display().to_string();
     let bytes = match std::fs::read(&layout.path) {
         Ok(b) => b,
         // Mid-swap or removed: the next change brings it back.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
         Err(e) => {
             refuse(agent, &source, format!("cannot read {source}: {e}"));
-            return;
+            return true;
         }
     };
     if last.as_ref() == Some(&bytes) {
-        return;
+        return true;
     }
     *last = Some(bytes.clone());
     let Ok(text) = String::from_utf8(bytes) else {
         refuse(agent, &source, format!("{source} is not UTF-8 text"));
-        return;
+        return true;
     };
     let out = runtime.block_on(agent.apply_layout_from(
         text,
@@ -677,12 +686,22 @@ fn apply_file(
                 .stats()
                 .layouts_applied
                 .fetch_add(1, Ordering::Relaxed);
-            crate::log!(
-                "gpuslice agent: layout {source}: {}",
-                report["status"].as_str().unwrap_or("?")
-            );
+            let status = report["status"].as_str().unwrap_or("?");
+            crate::log!("gpuslice agent: layout {source}: {status}");
+            if matches!(status, "rolled-back" | "rollback-incomplete") {
+                *last = None;
+                return false;
+            }
+            true
         }
-        Err(e) => refuse(agent, &source, e.message),
+        Err(e) => {
+            let lasting = e.status == 400;
+            refuse(agent, &source, e.message);
+            if !lasting {
+                *last = None;
+            }
+            lasting
+        }
     }
 }
 

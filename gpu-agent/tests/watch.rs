@@ -336,3 +336,36 @@ fn the_example_configmap_plans_its_counts_and_its_bus_id_pins() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["status"], "dry-run");
 }
+
+#[test]
+fn a_watched_layout_refused_while_vgpu_apply_holds_the_lock_is_applied_once_it_is_free() {
+    let k = Arc::new(FakeKernel::sample_mdev_drivers().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("layout.yaml");
+    let opts = WatchOptions {
+        layout: Some(WatchedLayout {
+            path: file.clone(),
+            config: None,
+        }),
+        ..quiet()
+    };
+    // The file does not exist yet: the agent starts and waits for it.
+    let a = start_watched(
+        Arc::clone(&k),
+        |c| c.lock_timeout = Duration::from_millis(200),
+        Some(opts),
+    );
+    // An operator's `gpuslice vgpu apply` in progress when the file arrives.
+    let held = gpu_sysfs::apply::LayoutLock::acquire(k.root(), None, &mut |_| {}).unwrap();
+    std::fs::write(&file, layout(2)).unwrap();
+    let refused = wait_event(&a.agent, SOON, |e| e.kind == EventKind::LayoutRefused)
+        .expect("refused while the lock is held");
+    assert_eq!(mdevs(&a.socket), 0);
+    drop(held);
+    let applied = wait_event(&a.agent, Duration::from_secs(20), |e| {
+        e.kind == EventKind::LayoutApplied && e.revision > refused.revision
+    })
+    .expect("applied once the lock is free");
+    assert_eq!(applied.data["status"], "applied", "{}", applied.data);
+    assert_eq!(mdevs(&a.socket), 2);
+}
