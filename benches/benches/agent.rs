@@ -5,6 +5,9 @@
 //!   16 VFs per GPU, the tree of the discover bench).
 //! - `agent/create_remove_mdev`: a `POST /v1/vgpus` and its `DELETE` over the unix socket on the
 //!   public fake kernel (the sample mbochs driver), promises written to disk each time.
+//! - `agent/resync_8gpu_h200`: one resync (`Agent::refresh`: the whole host read again, graded,
+//!   and compared with the served snapshot) of the 8-GPU H200 host, unchanged.
+//! - `agent/uevent_parse`: parsing one kernel `bind` uevent.
 //!
 //! With `GPUSLICE_BENCH_AGENT_LOAD=1` the bench instead starts the agent on the H200 tree in a
 //! child process, sends 10,000 `GET /v1/topology` from 32 concurrent loopback clients, prints
@@ -273,6 +276,18 @@ fn bench(c: &mut Criterion) {
     let mut client = tcp_client(&addr);
     c.bench_function("agent/get_topology_8gpu_h200", |b| {
         b.iter(|| client.call("GET", "/v1/topology", ""))
+    });
+
+    let host = gpu_sysfs::RealHost::new(&root).unwrap_or_else(|e| fail("host", e));
+    let mut config = AgentConfig::new("bench");
+    config.state_dir = Some(dir.join("resync-state"));
+    let agent = Agent::open(Arc::new(host), config).unwrap_or_else(|e| fail("opening", e));
+    c.bench_function("agent/resync_8gpu_h200", |b| {
+        b.iter(|| agent.refresh().unwrap_or_else(|e| fail("resync", e)))
+    });
+    let msg = b"bind@/devices/pci0000:17/0000:17:00.0/0000:18:00.0\0ACTION=bind\0DEVPATH=/devices/pci0000:17/0000:17:00.0/0000:18:00.0\0SUBSYSTEM=pci\0DRIVER=vfio-pci\0PCI_CLASS=30200\0PCI_ID=10DE:2335\0PCI_SUBSYS_ID=10DE:18BE\0PCI_SLOT_NAME=0000:18:00.0\0MODALIAS=pci:v000010DEd00002335sv000010DEsd000018BEbc03sc02i00\0SEQNUM=5120\0";
+    c.bench_function("agent/uevent_parse", |b| {
+        b.iter(|| gpu_agent::Uevent::parse(std::hint::black_box(msg)).is_ok())
     });
 
     let kernel = FakeKernel::sample_mdev_drivers().unwrap_or_else(|e| fail("fake kernel", e));

@@ -550,6 +550,9 @@ export interface AgentEvent {
     | 'gpu-released'
     | 'layout-applied'
     | 'reconciled'
+    | 'uevent'
+    | 'read-timed-out'
+    | 'layout-refused'
     | 'resync'
   data: Record<string, unknown>
 }

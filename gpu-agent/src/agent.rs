@@ -210,6 +210,9 @@ pub struct Agent {
     writer: tokio::sync::Mutex<()>,
     reconciled: RwLock<Vec<Reconciled>>,
     shutdown: tokio::sync::watch::Sender<bool>,
+    tracked: Arc<crate::watch::TrackedHost>,
+    stats: crate::watch::Stats,
+    refresh_gate: std::sync::Mutex<()>,
 }
 
 impl Agent {
@@ -229,9 +232,15 @@ impl Agent {
             .unwrap_or_else(|| root.join(crate::state::DEFAULT_STATE_DIR));
         let store = StateStore::new(dir);
         store.load()?;
+        // Every read goes through the tracker, so a file that does not answer is named.
+        let tracked = Arc::new(crate::watch::TrackedHost::new(host));
+        let host: Arc<dyn Host> = Arc::clone(&tracked) as Arc<dyn Host>;
         let (topology, health) = compose_topology(host.as_ref(), &config)?;
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let agent = Arc::new(Agent {
+            tracked,
+            stats: crate::watch::Stats::default(),
+            refresh_gate: std::sync::Mutex::new(()),
             host,
             config,
             store,
@@ -318,39 +327,156 @@ impl Agent {
     }
 
     /// Reads the host again; when the topology or a GPU's health differs from the cached one,
-    /// publishes `health-changed` per GPU and `topology-changed`, and serves the new snapshot
-    /// with that revision. Blocking. Returns the revision served.
+    /// publishes `health-changed` per GPU (with the reasons, and the evacuation plan of the
+    /// Machines on a GPU that turned Unhealthy) and `topology-changed`, and serves the new
+    /// snapshot with that revision. Blocking. Returns the revision served. Refreshes run one at
+    /// a time; the cached snapshot is served throughout.
     ///
     /// # Errors
     /// Discovery failing; the cached snapshot is kept.
     pub fn refresh(&self) -> Result<u64, ApiError> {
-        let (topology, health) = compose_topology(self.host.as_ref(), &self.config)?;
-        let mut cache = self
-            .cache
-            .write()
+        let _one = self
+            .refresh_gate
+            .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cache.topology == topology && cache.health == health {
-            return Ok(cache.revision);
+        let started = std::time::Instant::now();
+        let composed = compose_topology(self.host.as_ref(), &self.config);
+        self.stats
+            .record_resync(started.elapsed(), composed.is_ok());
+        let (topology, health) = composed?;
+        let before = self.snapshot();
+        if before.topology == topology && before.health == health {
+            return Ok(before.revision);
         }
+        let mut evacuation: Option<gpu_sched::EvacuationPlan> = None;
+        let mut events = Vec::new();
         for g in &topology.gpus {
-            let before = cache.topology.gpus.iter().find(|o| o.address == g.address);
-            if before.is_none_or(|b| b.health != g.health) {
-                self.bus.publish(
-                    EventKind::HealthChanged,
-                    serde_json::json!({
-                        "gpu": g.name,
-                        "address": g.address,
-                        "health": g.health,
-                    }),
-                );
+            let old = before.topology.gpus.iter().find(|o| o.address == g.address);
+            if old.is_none_or(|b| b.health != g.health) {
+                let mut data = serde_json::json!({
+                    "gpu": g.name,
+                    "address": g.address,
+                    "health": g.health,
+                    "previous": old.map(|b| &b.health),
+                    "reason": if g.health.reasons.is_empty() {
+                        "every signal that could be read is fine".to_owned()
+                    } else {
+                        g.health.reasons.join("; ")
+                    },
+                });
+                let turned_unhealthy = g.health.state == gpu_core::HealthState::Unhealthy
+                    && old.is_none_or(|b| b.health.state != gpu_core::HealthState::Unhealthy);
+                if turned_unhealthy {
+                    let plan = evacuation.get_or_insert_with(|| self.evacuation_for(&topology));
+                    let machines = evacuation_of(plan, &g.name);
+                    if let Some(o) = data.as_object_mut() {
+                        o.insert("evacuation".to_owned(), machines);
+                    }
+                }
+                events.push((EventKind::HealthChanged, data));
             }
         }
-        let rev = self.bus.publish(
+        events.push((
             EventKind::TopologyChanged,
             serde_json::json!({ "node": topology.node }),
-        );
-        *cache = snapshot(rev, topology, health);
+        ));
+        // The snapshot is served before any subscriber hears of its revision.
+        let rev = self.bus.publish_all(events, |rev| {
+            let next = snapshot(rev, topology, health);
+            *self
+                .cache
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        });
         Ok(rev)
+    }
+
+    /// The evacuation plan (`gpuslice plan evacuate`) of the Machines the agent's promises
+    /// record on this node, planned on `topology` alone: destinations are other GPUs of the node.
+    pub fn evacuation_for(&self, topology: &NodeTopology) -> gpu_sched::EvacuationPlan {
+        let promises = self.load().map(|s| s.promises).unwrap_or_default();
+        let allocations = crate::watch::allocations_of(topology, &promises);
+        let fleet = gpu_core::Fleet {
+            nodes: vec![topology.clone()],
+            allocations,
+            templates: Default::default(),
+        };
+        match gpu_sched::FleetState::new(fleet) {
+            Ok(state) => state.plan_evacuation(),
+            Err(e) => {
+                crate::log!("gpuslice agent: cannot plan an evacuation: {e}");
+                gpu_sched::EvacuationPlan::default()
+            }
+        }
+    }
+
+    /// The agent's own counters (`/metrics`).
+    pub fn stats(&self) -> &crate::watch::Stats {
+        &self.stats
+    }
+
+    /// The reads in flight longer than `deadline`, not reported before (each once).
+    pub(crate) fn tracked(&self) -> &crate::watch::TrackedHost {
+        &self.tracked
+    }
+
+    /// Marks the GPU a stalled read belongs to Unknown in the served snapshot (the rest of the
+    /// host is served as last read), and publishes that.
+    pub(crate) fn mark_stalled(&self, path: &str, waited: Duration) {
+        let addr = path.split('/').find_map(|c| c.parse::<PciAddress>().ok());
+        let reason = format!(
+            "sysfs file {path} did not answer within {} ms",
+            waited.as_millis()
+        );
+        self.stats.read_timed_out();
+        let served = self.snapshot();
+        let mut topology = served.topology.clone();
+        let gpu = addr.and_then(|a| {
+            topology.gpus.iter_mut().find(|g| {
+                g.address == a
+                    || g.functions.iter().any(|f| f.address == a)
+                    || g.sriov.as_ref().is_some_and(|s| s.vfs.contains(&a))
+            })
+        });
+        let mut data = serde_json::json!({
+            "path": path,
+            "address": addr,
+            "waitedMs": u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+        });
+        let Some(g) = gpu else {
+            self.bus.publish(EventKind::ReadTimedOut, data);
+            return;
+        };
+        let previous = g.health.clone();
+        g.health = gpu_core::Health {
+            state: gpu_core::HealthState::Unknown,
+            reasons: vec![reason.clone()],
+        };
+        let (name, address, health) = (g.name.clone(), g.address, g.health.clone());
+        if let Some(o) = data.as_object_mut() {
+            o.insert("gpu".to_owned(), name.clone().into());
+        }
+        let changed = serde_json::json!({
+            "gpu": name,
+            "address": address,
+            "health": health,
+            "previous": previous,
+            "reason": reason,
+        });
+        let reports = served.health.clone();
+        self.bus.publish_all(
+            vec![
+                (EventKind::ReadTimedOut, data),
+                (EventKind::HealthChanged, changed),
+            ],
+            |rev| {
+                let next = snapshot(rev, topology, reports);
+                *self
+                    .cache
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+            },
+        );
     }
 
     /// Runs `f` as the one writer: after the agent's writer lock (async) and, when `host_lock`,
@@ -775,6 +901,23 @@ impl Agent {
         dry_run: bool,
         force: bool,
     ) -> Result<serde_json::Value, ApiError> {
+        self.apply_layout_from(text, config, dry_run, force, None)
+            .await
+    }
+
+    /// [`Agent::apply_layout`] of a document read from `source` (the watched layout file),
+    /// named in the `layout-applied` event.
+    ///
+    /// # Errors
+    /// As [`Agent::apply_layout`].
+    pub async fn apply_layout_from(
+        self: &Arc<Self>,
+        text: String,
+        config: Option<String>,
+        dry_run: bool,
+        force: bool,
+        source: Option<String>,
+    ) -> Result<serde_json::Value, ApiError> {
         if let Some(c) = &config {
             no_path("config", c)?;
         }
@@ -800,9 +943,17 @@ impl Agent {
             .await?;
         let mut value = serde_json::to_value(&report).unwrap_or_default();
         if !dry_run {
+            let left_alone: Vec<&gpu_core::layout::GpuPlan> = report.plan.refused().collect();
             let rev = me.bus.publish(
                 EventKind::LayoutApplied,
-                serde_json::json!({ "status": report.status }),
+                serde_json::json!({
+                    "status": report.status,
+                    "source": source,
+                    "config": report.plan.config,
+                    "changes": report.changes.len(),
+                    "failure": report.failure,
+                    "leftAlone": left_alone,
+                }),
             );
             if let Some(o) = value.as_object_mut() {
                 o.insert("revision".to_owned(), rev.into());
@@ -961,6 +1112,24 @@ impl Agent {
             _ => false,
         }
     }
+}
+
+/// The Machines of `plan` with a device on the GPU named `gpu`.
+fn evacuation_of(plan: &gpu_sched::EvacuationPlan, gpu: &str) -> serde_json::Value {
+    let via = format!("{gpu} via ");
+    let machines: Vec<&gpu_sched::Evacuation> = plan
+        .machines
+        .iter()
+        .filter(|m| {
+            m.affected
+                .iter()
+                .any(|d| d.device == gpu || d.device.starts_with(&via))
+        })
+        .collect();
+    serde_json::json!({
+        "scope": "node",
+        "machines": machines,
+    })
 }
 
 fn kind_created() -> EventKind {

@@ -35,6 +35,12 @@ pub enum EventKind {
     LayoutApplied,
     /// The agent reconciled its recorded promises on start.
     Reconciled,
+    /// The kernel announced a device change (a uevent: add, remove, bind, unbind, change).
+    Uevent,
+    /// A sysfs file did not answer within the read deadline; its GPU is served as Unknown.
+    ReadTimedOut,
+    /// A watched layout file could not be read or parsed; nothing was changed.
+    LayoutRefused,
     /// The client missed events that are no longer kept: read the topology again.
     Resync,
 }
@@ -61,6 +67,7 @@ struct Ring {
 #[derive(Debug)]
 pub struct EventBus {
     ring: Mutex<Ring>,
+    sent: std::sync::atomic::AtomicU64,
     live: broadcast::Sender<Event>,
 }
 
@@ -80,7 +87,13 @@ impl EventBus {
                 events: VecDeque::with_capacity(RING),
             }),
             live,
+            sent: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// How many events were delivered to live subscribers, counted once per subscriber.
+    pub fn sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
@@ -109,7 +122,48 @@ impl EventBus {
         }
         ring.events.push_back(event.clone());
         // Sent under the ring's lock, so subscribers see revisions in order.
-        let _ = self.live.send(event);
+        if let Ok(n) = self.live.send(event) {
+            self.sent.fetch_add(
+                u64::try_from(n).unwrap_or(0),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        ring.last
+    }
+
+    /// Publishes `events` with consecutive revisions and, before any subscriber is sent one,
+    /// runs `commit` with the last revision (the agent serves the snapshot of that revision
+    /// there), so a client that reads the topology on an event never gets an older one.
+    /// Returns the last revision (the current one when `events` is empty).
+    pub fn publish_all(
+        &self,
+        events: Vec<(EventKind, serde_json::Value)>,
+        commit: impl FnOnce(u64),
+    ) -> u64 {
+        let mut ring = self.ring();
+        let mut out = Vec::with_capacity(events.len());
+        for (kind, data) in events {
+            ring.last += 1;
+            let event = Event {
+                revision: ring.last,
+                kind,
+                data,
+            };
+            if ring.events.len() == RING {
+                ring.events.pop_front();
+            }
+            ring.events.push_back(event.clone());
+            out.push(event);
+        }
+        commit(ring.last);
+        for event in out {
+            if let Ok(n) = self.live.send(event) {
+                self.sent.fetch_add(
+                    u64::try_from(n).unwrap_or(0),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+        }
         ring.last
     }
 
@@ -148,6 +202,29 @@ mod tests {
         let (backlog, _) = bus.subscribe(a);
         let revs: Vec<u64> = backlog.iter().map(|e| e.revision).collect();
         assert_eq!(revs, vec![b]);
+    }
+
+    #[test]
+    fn a_batch_is_committed_before_any_subscriber_hears_of_it() {
+        let bus = EventBus::new();
+        let (_, mut rx) = bus.subscribe(0);
+        let committed = std::sync::atomic::AtomicU64::new(0);
+        let last = bus.publish_all(
+            vec![
+                (EventKind::HealthChanged, serde_json::json!({})),
+                (EventKind::TopologyChanged, serde_json::json!({})),
+            ],
+            |rev| {
+                assert!(rx.try_recv().is_err(), "nothing sent before the commit");
+                committed.store(rev, std::sync::atomic::Ordering::SeqCst);
+            },
+        );
+        assert_eq!(last, 2);
+        assert_eq!(committed.load(std::sync::atomic::Ordering::SeqCst), 2);
+        let revs: Vec<u64> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| e.revision)
+            .collect();
+        assert_eq!(revs, vec![1, 2]);
     }
 
     #[test]

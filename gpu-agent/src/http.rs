@@ -126,7 +126,8 @@ async fn metrics(State(a): State<Arc<Agent>>) -> Response {
     };
     let snap = a.snapshot();
     match hook(&snap.topology) {
-        Ok(text) => {
+        Ok(mut text) => {
+            text.push_str(&a.stats().render(a.events().revision(), a.events().sent()));
             let ct = a
                 .config()
                 .hooks

@@ -3,7 +3,8 @@
 //!
 //! [`Agent::open`] reads the promises in the state directory, re-creates the recorded devices
 //! that are missing and reads the topology; [`serve::serve`] answers the API on its listeners
-//! until shutdown. The agent can run in-process on any [`gpu_sysfs::Host`] (a fake kernel in
+//! until shutdown; [`watch::start`] keeps the served picture current (kernel uevents, a periodic
+//! resync, health verdicts, a watched layout file). The agent can run in-process on any [`gpu_sysfs::Host`] (a fake kernel in
 //! tests). Writes are serialized and share the layout lock of `gpuslice vgpu apply`; reads are
 //! served from a cached snapshot and never wait for a write.
 
@@ -24,6 +25,8 @@ pub mod events;
 pub mod http;
 pub mod serve;
 pub mod state;
+pub mod uevent;
+pub mod watch;
 
 pub use agent::{
     Agent, AgentConfig, CreateRequest, HandoffHook, HandoffTarget, Hooks, MetricsHook, Outcome,
@@ -33,3 +36,5 @@ pub use error::ApiError;
 pub use events::{Event, EventBus, EventKind};
 pub use serve::{Access, Listen, Listener, ServeOptions, serve, serve_router};
 pub use state::{Device, Owner, Phase, Promise, StateFile, StateStore};
+pub use uevent::{ChannelSource, NetlinkSource, Uevent, UeventSource};
+pub use watch::{WatchOptions, WatchedLayout, Watchers};

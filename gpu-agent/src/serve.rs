@@ -485,8 +485,9 @@ fn service(router: axum::Router, peer: Peer, access: Access, answered: Arc<Answe
     hyper_util::service::TowerToHyperService::new(tower::util::BoxCloneSyncService::new(svc))
 }
 
-/// Reads the host again every `period` until the agent shuts down (what catches changes made
-/// behind the agent's back; issue 18 adds kernel uevents on top).
+/// Reads the host again every `period` until the agent shuts down, on the runtime's blocking
+/// pool. [`crate::watch::start`] is the fuller form (one refresh at a time on its own thread,
+/// kernel uevents, a watched layout, the read watchdog); `gpuslice agent` uses that.
 pub async fn resync_every(agent: Arc<Agent>, period: Duration) {
     let mut stop = agent.shutdown_signal();
     loop {

@@ -1,6 +1,7 @@
 //! `gpuslice agent`: the node agent, serving this host's GPUs over a versioned HTTP API (the
 //! `gpu-agent` crate) until SIGTERM. This module parses the options, fills the agent's hooks from
-//! the CLI's integrations (metrics renderer, QEMU/libvirt hand-off) and runs the server.
+//! the CLI's integrations (metrics renderer, QEMU/libvirt hand-off), starts the watchers (kernel
+//! uevents, the periodic resync, a watched layout file) and runs the server.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +45,32 @@ pub struct AgentArgs {
     /// Do not load NVML, even with `--root /`: grade health from sysfs signals only.
     #[arg(long)]
     pub no_nvml: bool,
+    /// Keep this layout file applied: at start and whenever it changes (the file's directory
+    /// is watched, so a mounted ConfigMap's symlink swap is seen). Same safety as `vgpu apply`:
+    /// instances a VM holds are left alone and reported.
+    #[arg(long, value_name = "FILE")]
+    pub layout: Option<PathBuf>,
+    /// The config of --layout to apply (may be left out when the file has only one).
+    #[arg(short = 'c', long = "config", value_name = "NAME", requires = "layout")]
+    pub config: Option<String>,
+    /// Listen to the kernel's uevents: `auto` (only with `--root /`), `on`, `off`.
+    #[arg(long, value_enum, default_value_t = Uevents::Auto)]
+    pub uevents: Uevents,
+    /// A sysfs read taking longer than this many milliseconds is reported and its GPU is
+    /// served as Unknown until a read answers.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    pub read_deadline: u64,
+}
+
+/// `--uevents`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Uevents {
+    /// Only on the live host (`--root /`).
+    Auto,
+    /// Always (fails to start without the netlink socket).
+    On,
+    /// Never: only the periodic resync.
+    Off,
 }
 
 fn hooks() -> Hooks {
@@ -118,6 +145,16 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     config.state_dir = a.state_dir.clone();
     config.lock_timeout = Duration::from_secs(a.lock_timeout);
     config.hooks = hooks();
+    let live = gpu_health::is_local_root(&g.root);
+    if let Some(l) = &a.layout {
+        // A layout that does not parse is refused before anything starts.
+        let text = std::fs::read_to_string(l)
+            .with_context(|| format!("cannot read --layout {}", l.display()))?;
+        let file = gpu_core::layout::LayoutFile::parse(&text)
+            .with_context(|| format!("--layout {}", l.display()))?;
+        file.select(a.config.as_deref())
+            .with_context(|| format!("--layout {}", l.display()))?;
+    }
     let host: Arc<dyn gpu_sysfs::Host> = Arc::new(host);
     let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     for r in agent.reconciled() {
@@ -152,12 +189,35 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
             eprintln!("gpuslice agent: serving on {}", bound.address());
             listeners.push(bound);
         }
-        if a.resync > 0 {
-            tokio::spawn(gpu_agent::serve::resync_every(
-                Arc::clone(&agent),
-                Duration::from_secs(a.resync),
-            ));
-        }
+        let uevents: Option<Box<dyn gpu_agent::UeventSource>> = match a.uevents {
+            Uevents::Off => None,
+            Uevents::Auto if !live => None,
+            mode => match gpu_agent::NetlinkSource::open() {
+                Ok(s) => {
+                    eprintln!("gpuslice agent: listening to kernel uevents");
+                    Some(Box::new(s))
+                }
+                Err(e) if mode == Uevents::On => {
+                    bail!("--uevents on: cannot open the kernel's uevent socket: {e}")
+                }
+                Err(e) => {
+                    eprintln!("gpuslice agent: no kernel uevents ({e}); relying on the resync");
+                    None
+                }
+            },
+        };
+        let watch = gpu_agent::WatchOptions {
+            resync: (a.resync > 0).then(|| Duration::from_secs(a.resync)),
+            uevents,
+            layout: a.layout.clone().map(|path| gpu_agent::WatchedLayout {
+                path,
+                config: a.config.clone(),
+            }),
+            read_deadline: Duration::from_millis(a.read_deadline.max(1)),
+            ..gpu_agent::WatchOptions::default()
+        };
+        let watchers = gpu_agent::watch::start(&agent, watch, tokio::runtime::Handle::current())
+            .context("--layout")?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         gpu_agent::serve(agent, listeners, async move {
             tokio::select! {
@@ -167,6 +227,7 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
             eprintln!("gpuslice agent: shutting down");
         })
         .await?;
+        watchers.join(Duration::from_secs(2));
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)

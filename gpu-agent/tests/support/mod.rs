@@ -43,6 +43,15 @@ pub fn start(kernel: Arc<FakeKernel>) -> Running {
 }
 
 pub fn start_with(kernel: Arc<FakeKernel>, tune: impl FnOnce(&mut AgentConfig)) -> Running {
+    start_watched(kernel, tune, None)
+}
+
+/// An agent with its watchers ([`gpu_agent::watch::start`]) running next to the server.
+pub fn start_watched(
+    kernel: Arc<FakeKernel>,
+    tune: impl FnOnce(&mut AgentConfig),
+    watch: Option<gpu_agent::WatchOptions>,
+) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("agent.sock");
     let mut config = AgentConfig::new("node-a");
@@ -61,12 +70,18 @@ pub fn start_with(kernel: Arc<FakeKernel>, tune: impl FnOnce(&mut AgentConfig)) 
             .unwrap();
         rt.block_on(async move {
             let l = Listener::bind_unix(&sock, None).unwrap();
+            let watchers = watch.map(|w| {
+                gpu_agent::watch::start(&a, w, tokio::runtime::Handle::current()).unwrap()
+            });
             ready_tx.send(()).unwrap();
             gpu_agent::serve(a, vec![l], async {
                 let _ = rx.await;
             })
             .await
             .unwrap();
+            if let Some(w) = watchers {
+                w.join(std::time::Duration::from_secs(2));
+            }
         });
     });
     ready_rx.recv().unwrap();
@@ -152,4 +167,23 @@ pub fn request(socket: &Path, method: &str, path: &str, body: Option<&str>) -> R
 
 pub fn get(socket: &Path, path: &str) -> Reply {
     request(socket, "GET", path, None)
+}
+
+/// Waits up to `within` for an event the agent published that `pred` accepts.
+pub fn wait_event(
+    agent: &Agent,
+    within: std::time::Duration,
+    pred: impl Fn(&gpu_agent::Event) -> bool,
+) -> Option<gpu_agent::Event> {
+    let end = std::time::Instant::now() + within;
+    loop {
+        let (backlog, _) = agent.events().subscribe(0);
+        if let Some(e) = backlog.into_iter().find(|e| pred(e)) {
+            return Some(e);
+        }
+        if std::time::Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

@@ -1,6 +1,7 @@
 //! The node agent in the guest: `gpuslice agent` on a unix socket creates and removes mbochs
 //! instances, refuses to remove one whose `/dev/vfio/<group>` a process holds (naming its pid),
-//! and after a `kill -9` and the instance removed by hand, re-creates it with the same UUID.
+//! and after a `kill -9` and the instance removed by hand, re-creates it with the same UUID; and
+//! sees through kernel uevents what is done by hand (mdevs made with `echo`, a GPU rebound).
 
 use std::fs;
 use std::io::{Read as _, Write as _};
@@ -28,6 +29,10 @@ impl Drop for Agent {
 }
 
 fn start() -> Result<Agent, String> {
+    start_with(&[])
+}
+
+fn start_with(extra: &[&str]) -> Result<Agent, String> {
     let child = Command::new(GPUSLICE)
         .args([
             "--node",
@@ -41,6 +46,7 @@ fn start() -> Result<Agent, String> {
             "0",
             "--no-nvml",
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -143,5 +149,179 @@ pub fn agent_socket(_lab: &mut Lab) -> Outcome {
     )?;
     Ok(format!(
         "created {uuid} through the socket; 409 naming {pid}; re-created after kill -9; removed"
+    ))
+}
+
+/// The agent's event stream, read line by line on its own connection.
+struct Events {
+    stream: UnixStream,
+    buf: Vec<u8>,
+}
+
+impl Events {
+    fn open() -> Result<Self, String> {
+        let mut stream =
+            UnixStream::connect(SOCKET).map_err(|e| format!("connect {SOCKET}: {e}"))?;
+        stream
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        stream
+            .write_all(b"GET /v1/events?format=ndjson HTTP/1.1\r\nHost: agent\r\n\r\n")
+            .map_err(|e| format!("GET /v1/events: {e}"))?;
+        Ok(Events {
+            stream,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Waits up to `within` for an event `pred` accepts; events before it are skipped.
+    fn wait(&mut self, within: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+        let end = Instant::now() + within;
+        loop {
+            // Each event is one chunk of one JSON line; chunk sizes are lines of their own.
+            while let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim();
+                if text.starts_with('{') {
+                    if let Ok(v) = serde_json::from_str::<Value>(text) {
+                        if pred(&v) {
+                            return Some(v);
+                        }
+                    }
+                }
+            }
+            if Instant::now() > end {
+                return None;
+            }
+            let mut chunk = [0u8; 8192];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+fn median_max(mut v: Vec<Duration>) -> (f64, f64) {
+    v.sort();
+    let ms = |d: &Duration| d.as_secs_f64() * 1e3;
+    (v.get(v.len() / 2).map_or(0.0, ms), v.last().map_or(0.0, ms))
+}
+
+fn topology_has(needle: &str) -> Result<bool, String> {
+    let (status, t) = call("GET", "/v1/topology", "")?;
+    ensure(status == 200, || {
+        format!("GET /v1/topology answered {status}")
+    })?;
+    Ok(t.to_string().contains(needle))
+}
+
+/// The agent sees what is done by hand (plain writes to sysfs, not through gpuslice) within one
+/// second through the kernel's uevents, with the resync off: 100 mbochs instances created and
+/// removed, and a GPU bound to vfio-pci and released. Reports the uevent-to-event latency.
+pub fn agent_sees_hand_changes(_lab: &mut Lab) -> Outcome {
+    let _ = fs::remove_dir_all(STATE);
+    let _agent = start_with(&["--uevents", "on"])?;
+    let mut events = Events::open()?;
+    let create = format!(
+        "{}/class/mdev_bus/mbochs/mdev_supported_types/mbochs-small/create",
+        sys::SYS
+    );
+    let within = Duration::from_secs(1);
+    let mut latencies = Vec::new();
+    for _ in 0..100 {
+        let uuid = sys::new_uuid()?;
+        let t0 = Instant::now();
+        sys::write(&create, &uuid)?;
+        let added = events
+            .wait(within, |e| {
+                e["kind"] == "uevent"
+                    && e["data"]["action"] == "add"
+                    && e["data"]["devpath"]
+                        .as_str()
+                        .is_some_and(|p| p.ends_with(&uuid))
+            })
+            .ok_or_else(|| format!("no uevent for the mdev {uuid} created by hand within 1 s"))?;
+        let rev = added["revision"].as_u64().unwrap_or(0);
+        events
+            .wait(within, |e| {
+                e["kind"] == "topology-changed" && e["revision"].as_u64().unwrap_or(0) > rev
+            })
+            .ok_or_else(|| format!("no new revision within 1 s of creating mdev {uuid}"))?;
+        latencies.push(t0.elapsed());
+        ensure(topology_has(&uuid)?, || {
+            format!("the served topology lacks mdev {uuid} after its revision")
+        })?;
+        sys::write(format!("{}/bus/mdev/devices/{uuid}/remove", sys::SYS), "1")?;
+        let removed = events
+            .wait(within, |e| {
+                e["kind"] == "uevent"
+                    && e["data"]["action"] == "remove"
+                    && e["data"]["devpath"]
+                        .as_str()
+                        .is_some_and(|p| p.ends_with(&uuid))
+            })
+            .ok_or_else(|| format!("no uevent for the mdev {uuid} removed by hand within 1 s"))?;
+        let rev = removed["revision"].as_u64().unwrap_or(0);
+        events
+            .wait(within, |e| {
+                e["kind"] == "topology-changed" && e["revision"].as_u64().unwrap_or(0) > rev
+            })
+            .ok_or_else(|| format!("no new revision within 1 s of removing mdev {uuid}"))?;
+        ensure(!topology_has(&uuid)?, || {
+            format!("the served topology still has mdev {uuid} after its removal")
+        })?;
+    }
+    let (median, max) = median_max(latencies);
+    // A GPU bound to vfio-pci and released by hand.
+    let all = sys::pci_functions()?;
+    let mut free: Vec<&sys::PciFunction> = all
+        .iter()
+        .filter(|f| f.is_display() && sys::expected_state(f, &all) == sys::ExpectedState::Free)
+        .collect();
+    // As the other bind checks: the device behind the PCIe root port first.
+    free.sort_by_key(|f| f.address.starts_with("0000:00:"));
+    let gpu = free
+        .first()
+        .ok_or("no free display device to bind by hand")?;
+    let (addr, host_driver) = (
+        gpu.address.clone(),
+        gpu.driver
+            .clone()
+            .ok_or("the free display device has no driver")?,
+    );
+    let dev = format!("{}/bus/pci/devices/{addr}", sys::SYS);
+    let rebind = |driver_override: &str, expect: &str, events: &mut Events| {
+        sys::write(format!("{dev}/driver_override"), driver_override)?;
+        sys::write(format!("{dev}/driver/unbind"), &addr)?;
+        sys::write(format!("{}/bus/pci/drivers_probe", sys::SYS), &addr)?;
+        let bound = events
+            .wait(within, |e| {
+                e["kind"] == "uevent"
+                    && e["data"]["action"] == "bind"
+                    && e["data"]["driver"] == expect
+            })
+            .ok_or_else(|| format!("no bind uevent to {expect} for {addr} within 1 s"))?;
+        let rev = bound["revision"].as_u64().unwrap_or(0);
+        events
+            .wait(within, |e| {
+                e["kind"] == "topology-changed" && e["revision"].as_u64().unwrap_or(0) > rev
+            })
+            .ok_or_else(|| format!("no new revision within 1 s of binding {addr} to {expect}"))?;
+        let (_, t) = call("GET", "/v1/topology", "")?;
+        let served = t["gpus"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["address"] == addr.as_str()))
+            .and_then(|g| g["driver"].as_str().map(str::to_owned));
+        ensure(served.as_deref() == Some(expect), || {
+            format!("the served topology says {addr} is bound to {served:?}, not {expect}")
+        })
+    };
+    rebind("vfio-pci", "vfio-pci", &mut events)?;
+    rebind("\n", &host_driver, &mut events)?;
+    Ok(format!(
+        "100 mdevs created and removed by hand, each seen within 1 s (create to new revision: median {median:.1} ms, max {max:.1} ms); {addr} bound to vfio-pci and released by hand, both seen"
     ))
 }

@@ -41,6 +41,7 @@ const WITH_IOMMU: &[Check] = &[
     ("vgpu-apply-assert-clear", checks::vgpu_apply_assert_clear),
     ("agent-socket-restart-in-use", agent::agent_socket),
     ("hostile-root", checks::hostile_root),
+    ("agent-sees-hand-changes", agent::agent_sees_hand_changes),
 ];
 
 const WITHOUT_IOMMU: &[Check] = &[
@@ -61,6 +62,7 @@ const RESET_AFTER: &[&str] = &[
     "gpu-bind-release",
     "gpu-bind-blocked-refused",
     "agent-socket-restart-in-use",
+    "agent-sees-hand-changes",
 ];
 
 /// One line, bounded, for the console protocol.
