@@ -21,69 +21,18 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 use gpu_agent::{Access, Agent, AgentConfig, Listener};
-use gpu_sysfs::testing::{FakeKernel, PciSpec, TreeBuilder};
-
-const H200_TYPES: [(u32, &str); 15] = [
-    (1414, "NVIDIA H200X-1-18C"),
-    (1415, "NVIDIA H200X-1-18CME"),
-    (1416, "NVIDIA H200X-1-35C"),
-    (1417, "NVIDIA H200X-2-35C"),
-    (1418, "NVIDIA H200X-3-71C"),
-    (1419, "NVIDIA H200X-4-71C"),
-    (1420, "NVIDIA H200X-7-141C"),
-    (1421, "NVIDIA H200X-4C"),
-    (1422, "NVIDIA H200X-8C"),
-    (1423, "NVIDIA H200X-16C"),
-    (1424, "NVIDIA H200X-18C"),
-    (1425, "NVIDIA H200X-35C"),
-    (1426, "NVIDIA H200X-48C"),
-    (1427, "NVIDIA H200X-71C"),
-    (1428, "NVIDIA H200X-141C"),
-];
-const BUSES: [u8; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
+use gpu_sysfs::testing::{FakeKernel, TreeBuilder};
 
 fn fail(what: &str, e: impl std::fmt::Display) -> ! {
     eprintln!("agent bench: {what}: {e}");
     std::process::exit(1)
 }
 
-fn vf_address(bus: u8, n: u32) -> String {
-    let rid = (u32::from(bus) << 8) + 4 + n;
-    format!(
-        "0000:{:02x}:{:02x}.{}",
-        rid >> 8,
-        (rid >> 3) & 0x1f,
-        rid & 7
-    )
-}
-
-/// The discover bench's 8-GPU H200 host (vendor-specific VFIO, 16 VFs per GPU) under `at`.
+/// The 8-GPU H200 host (vendor-specific VFIO, 16 VFs per GPU, all free) under `at`
+/// ([`gpu_sysfs::testing::fixtures::h200_host_into`]).
 fn h200_host(at: &Path) {
     let mut b = TreeBuilder::at(at);
-    for (i, bus) in BUSES.iter().enumerate() {
-        let pf = format!("0000:{bus:02x}:00.0");
-        b.pci(
-            &pf,
-            PciSpec::new(0x10de, 0x2335, 0x030200)
-                .driver("nvidia")
-                .subsystem(0x10de, 0x18be)
-                .group(20 + i as u32 * 20)
-                .numa(i32::from(i >= 4))
-                .link(16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe"),
-        );
-        b.sriov(
-            &pf,
-            16,
-            16,
-            4,
-            1,
-            PciSpec::new(0x10de, 0x2335, 0x030200).driver("nvidia"),
-            Some(21 + i as u32 * 20),
-        );
-        for n in 0..16 {
-            b.vendor_vfio_vf(&vf_address(*bus, n), &H200_TYPES, 0);
-        }
-    }
+    gpu_sysfs::testing::fixtures::h200_host_into(&mut b, &[]);
     if let Err(e) = b.finish().map(|t| t.keep()) {
         fail("building the tree", e);
     }

@@ -23,35 +23,11 @@ use gpu_sysfs::RealHost;
 use gpu_sysfs::discover::{DiscoverOptions, discover};
 use gpu_sysfs::testing::{MdevTypeSpec, PciSpec, TreeBuilder};
 
-/// Illustrative H200 type IDs (they change with every driver version).
-const H200_TYPES: [(u32, &str); 15] = [
-    (1414, "NVIDIA H200X-1-18C"),
-    (1415, "NVIDIA H200X-1-18CME"),
-    (1416, "NVIDIA H200X-1-35C"),
-    (1417, "NVIDIA H200X-2-35C"),
-    (1418, "NVIDIA H200X-3-71C"),
-    (1419, "NVIDIA H200X-4-71C"),
-    (1420, "NVIDIA H200X-7-141C"),
-    (1421, "NVIDIA H200X-4C"),
-    (1422, "NVIDIA H200X-8C"),
-    (1423, "NVIDIA H200X-16C"),
-    (1424, "NVIDIA H200X-18C"),
-    (1425, "NVIDIA H200X-35C"),
-    (1426, "NVIDIA H200X-48C"),
-    (1427, "NVIDIA H200X-71C"),
-    (1428, "NVIDIA H200X-141C"),
-];
-
-const BUSES: [u8; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
+use gpu_sysfs::testing::fixtures::{H200_BUSES as BUSES, H200_TYPES};
 
 fn vf_address(bus: u8, n: u32) -> String {
-    let rid = (u32::from(bus) << 8) + 4 + n;
-    format!(
-        "0000:{:02x}:{:02x}.{}",
-        rid >> 8,
-        (rid >> 3) & 0x1f,
-        rid & 7
-    )
+    let i = BUSES.iter().position(|b| *b == bus).unwrap_or(0);
+    gpu_sysfs::testing::fixtures::h200_vf(i, n)
 }
 
 fn fail(what: &str, e: impl std::fmt::Display) -> ! {

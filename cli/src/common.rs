@@ -94,6 +94,20 @@ pub fn open_node(
     gpu_health::open_node(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
 }
 
+/// Opens `--root` with the options [`gpu_health::open_node_host`] decides (the NVML type-name
+/// resolver on the local `/` only), for commands that change the host and discover inside their
+/// operation.
+///
+/// # Errors
+/// As [`open_host`], plus a named NVML library that does not open.
+pub fn open_node_host(
+    g: &Global,
+    req: &gpu_health::NodeRequest,
+) -> anyhow::Result<gpu_health::OpenedNode> {
+    use anyhow::Context;
+    gpu_health::open_node_host(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
+}
+
 /// Renders rows as a left-aligned table with two spaces between columns; trailing spaces are
 /// trimmed.
 pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {

@@ -84,6 +84,24 @@ impl AgentConfig {
     }
 }
 
+/// Opens `root` through the one composition ([`gpu_health::open_node_host`]: NVML and the vGPU
+/// type-name resolver on the local `/` only) and returns its host with a config holding the
+/// options it decided (default state directory, lock timeout and hooks).
+///
+/// # Errors
+/// A root that cannot be opened, or a named NVML library that does not open.
+pub fn open_root(
+    root: &std::path::Path,
+    req: &gpu_health::NodeRequest,
+) -> Result<(Arc<dyn Host>, AgentConfig), gpu_health::HealthError> {
+    let opened = gpu_health::open_node_host(root, req)?;
+    let mut config = AgentConfig::new(req.node.clone());
+    config.discover = opened.discover;
+    config.health = opened.health;
+    let host: Arc<dyn Host> = Arc::new(opened.host);
+    Ok((host, config))
+}
+
 /// The host as the agent last read it, with the revision it reflects.
 #[derive(Debug)]
 pub struct Snapshot {

@@ -30,7 +30,7 @@ pub mod watch;
 
 pub use agent::{
     Agent, AgentConfig, CreateRequest, HandoffHook, HandoffTarget, Hooks, MetricsHook, Outcome,
-    Reconciled, Snapshot, compose_topology,
+    Reconciled, Snapshot, compose_topology, open_root,
 };
 pub use error::ApiError;
 pub use events::{Event, EventBus, EventKind};

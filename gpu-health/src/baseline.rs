@@ -100,22 +100,24 @@ impl Baseline {
             .filter(|e| e.vendor_id == vendor_id && e.device_id == device_id)
     }
 
-    /// Writes the baseline as pretty JSON to [`BASELINE_PATH`] under `root`, creating the
-    /// directory, atomically (a temporary file renamed over the old one).
+    /// Writes the baseline as pretty JSON to [`BASELINE_PATH`] through the host's atomic
+    /// writer ([`Host::write_atomic`]: the directory is created, a temporary file is renamed over
+    /// the old one, and the root's confinement covers it).
     ///
     /// # Errors
     /// [`HealthError::BaselineWrite`] naming the file.
-    pub fn save(&self, root: &std::path::Path) -> Result<(), HealthError> {
-        let path = root.join(BASELINE_PATH);
+    pub fn save(&self, host: &dyn Host) -> Result<(), HealthError> {
+        let path = host.root_dir().map_or_else(
+            || std::path::PathBuf::from(BASELINE_PATH),
+            |r| r.join(BASELINE_PATH),
+        );
         let io_err = |source| HealthError::BaselineWrite {
             path: path.clone(),
             source,
         };
         let text =
             serde_json::to_string_pretty(self).map_err(|e| io_err(std::io::Error::other(e)))?;
-        if let Some((dir, _)) = BASELINE_PATH.rsplit_once('/') {
-            gpu_sysfs::host::make_state_dir(root, dir).map_err(io_err)?;
-        }
-        gpu_sysfs::atomic::write_file_atomic(&path, format!("{text}\n").as_bytes()).map_err(io_err)
+        host.write_atomic(BASELINE_PATH, format!("{text}\n").as_bytes())
+            .map_err(io_err)
     }
 }

@@ -94,19 +94,34 @@ pub struct ComposedNode {
     pub reports: Vec<GpuHealthReport>,
 }
 
-/// The one composition from a root to a node, used by every CLI command and both bindings:
-/// opens `root` (a directory or a `*.umockdev` recording), decides NVML from the canonical root
-/// (only the local `/` uses the driver's NVML unless a library is named), attaches the NVML
-/// vGPU type-name resolver there, discovers the node and grades its health.
+/// A root opened with the options the composition decided for it, before anything is
+/// discovered: for commands that change the host and discover inside their own operation (the
+/// layout and actuation commands, the node agent).
+#[derive(Debug)]
+pub struct OpenedNode {
+    /// The host the root names.
+    pub host: gpu_sysfs::OpenedRoot,
+    /// Discovery options: the node name, the parent filter and, on the local `/`, the NVML vGPU
+    /// type-name resolver.
+    pub discover: DiscoverOptions,
+    /// Health options: the policy, the baseline and the NVML telemetry the root allows.
+    pub health: HealthOptions,
+}
+
+/// Opens `root` and decides its options the one way every front-end shares: only the local `/`
+/// uses the driver's NVML (telemetry and the vGPU type-name resolver) unless a library is named;
+/// a recording never does.
 ///
 /// # Errors
-/// [`HealthError::Root`] for a root that cannot be opened, [`HealthError::Discovery`] when
-/// discovery fails,
-/// [`HealthError::NvmlLibrary`] for a named NVML library that does not open.
-pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNode, HealthError> {
+/// [`HealthError::Root`] for a root that cannot be opened, [`HealthError::NvmlLibrary`] for a
+/// named NVML library that does not open.
+pub fn open_node_host(
+    root: &std::path::Path,
+    req: &NodeRequest,
+) -> Result<OpenedNode, HealthError> {
     let host = gpu_sysfs::open_root(root).map_err(|e| HealthError::Root(Box::new(e)))?;
-    let mut opts = DiscoverOptions::new(req.node.clone());
-    opts.mdev_parents = req.mdev_parents.clone();
+    let mut discover = DiscoverOptions::new(req.node.clone());
+    discover.mdev_parents = req.mdev_parents.clone();
     let local = !host.is_recording() && crate::assess::is_local_root(root);
     let policy = req.policy.clone();
     let mut health = match &req.nvml {
@@ -115,7 +130,7 @@ pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNo
         NvmlSource::LocalOnly => {
             // Names vendor-VFIO types no VF lists any more; without a driver it is absent.
             if let Ok(r) = crate::NvmlResolver::open() {
-                opts.resolver = Some(std::sync::Arc::new(r));
+                discover.resolver = Some(std::sync::Arc::new(r));
             }
             HealthOptions::with_nvml(policy)
         }
@@ -129,9 +144,25 @@ pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNo
         }
     };
     health.baseline = req.baseline.clone();
-    let (topology, reports) = node_topology_with_reports(&host, &opts, &health)?;
-    Ok(ComposedNode {
+    Ok(OpenedNode {
         host,
+        discover,
+        health,
+    })
+}
+
+/// The one composition from a root to a node, used by every CLI command and both bindings:
+/// opens `root` and decides its options with [`open_node_host`], discovers the node and grades
+/// its health.
+///
+/// # Errors
+/// As [`open_node_host`], plus [`HealthError::Discovery`] when discovery fails.
+pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNode, HealthError> {
+    let opened = open_node_host(root, req)?;
+    let (topology, reports) =
+        node_topology_with_reports(&opened.host, &opened.discover, &opened.health)?;
+    Ok(ComposedNode {
+        host: opened.host,
         topology,
         reports,
     })

@@ -28,46 +28,7 @@ pub struct LinkReadings {
     pub max_speed_gts: Reading<f64>,
 }
 
-/// Parses a link width file: a decimal lane count. `0` means the kernel has no width to report.
-///
-/// # Errors
-/// A message naming the text when it is not a lane count.
-pub fn parse_width(text: &str) -> Result<Option<u32>, String> {
-    let t = text.trim();
-    match t.parse::<u32>() {
-        Ok(0) => Ok(None),
-        Ok(n) if n <= 32 => Ok(Some(n)),
-        _ => Err(format!("expected a lane count, found {:?}", cut(t))),
-    }
-}
-
-/// Parses a link speed file (`16.0 GT/s PCIe`, `2.5 GT/s`, `8 GT/s`) into GT/s; `Unknown` (what
-/// the kernel prints when the speed field is not a known value) gives `None`.
-///
-/// # Errors
-/// A message naming the text when it is neither a speed nor `Unknown`.
-pub fn parse_speed(text: &str) -> Result<Option<f64>, String> {
-    let t = text.trim();
-    if t.starts_with("Unknown") {
-        return Ok(None);
-    }
-    let bad = || {
-        format!(
-            "expected a speed such as \"16.0 GT/s PCIe\", found {:?}",
-            cut(t)
-        )
-    };
-    let number = t.strip_suffix("PCIe").unwrap_or(t).trim();
-    let number = number.strip_suffix("GT/s").ok_or_else(bad)?.trim();
-    match number.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v < 1000.0 => Ok(Some(v)),
-        _ => Err(bad()),
-    }
-}
-
-fn cut(t: &str) -> String {
-    t.chars().take(40).collect()
-}
+pub use gpu_sysfs::link::{parse_speed, parse_width};
 
 fn read_one<T>(
     host: &dyn Host,
@@ -94,25 +55,5 @@ pub fn read_link(host: &dyn Host, address: &PciAddress) -> LinkReadings {
         max_width: read_one(host, address, "max_link_width", parse_width),
         current_speed_gts: read_one(host, address, "current_link_speed", parse_speed),
         max_speed_gts: read_one(host, address, "max_link_speed", parse_speed),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_what_kernels_print() {
-        assert_eq!(parse_width("8\n"), Ok(Some(8)));
-        assert_eq!(parse_width("0\n"), Ok(None));
-        assert!(parse_width("x8").is_err());
-        assert!(parse_width("64").is_err());
-        assert_eq!(parse_speed("16.0 GT/s PCIe\n"), Ok(Some(16.0)));
-        assert_eq!(parse_speed("2.5 GT/s PCIe"), Ok(Some(2.5)));
-        assert_eq!(parse_speed("8 GT/s"), Ok(Some(8.0)));
-        assert_eq!(parse_speed("Unknown\n"), Ok(None));
-        assert_eq!(parse_speed("Unknown speed"), Ok(None));
-        assert!(parse_speed("fast").is_err());
-        assert!(parse_speed("NaN GT/s").is_err());
     }
 }

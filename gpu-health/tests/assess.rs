@@ -424,6 +424,6 @@ fn a_recorded_baseline_keeps_the_widest_link_and_the_latest_counters() {
     );
     assert_eq!(e.aer_nonfatal, Some(4));
     assert_eq!(e.aer_correctable, Some(0));
-    after.save(t.root()).unwrap();
+    after.save(&host).unwrap();
     assert_eq!(Baseline::load(&host).unwrap(), Some(after));
 }

@@ -20,6 +20,7 @@ pub mod discover;
 pub mod doctor;
 pub mod error;
 pub mod host;
+pub mod link;
 pub mod open;
 pub mod resolver;
 #[cfg(feature = "testing")]

@@ -7,51 +7,12 @@ use gpu_core::{MdevUuid, PciAddress};
 use gpu_sysfs::RealHost;
 use gpu_sysfs::apply::{assert_config, observe};
 use gpu_sysfs::discover::DiscoverOptions;
-use gpu_sysfs::umockdev;
 
 const EXAMPLE: &str = include_str!("../../gpu-core/tests/data/nvidia-configs/config-example.yaml");
 
-/// The VFs of the capture that hold an mdev.
-const BUSY: [&str; 3] = ["0000:08:00.4", "0000:08:00.6", "0000:08:02.0"];
-
-fn data(rel: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(rel)
-}
-
-/// The recording with the separately captured VF type directories laid over every A2 VF (the
-/// recorder did not descend into them); busy VFs report 0, as an A2 VF holds one vGPU.
+/// The A2 capture with its VF type directories, written out as a tree.
 fn a2_capture() -> tempfile::TempDir {
-    let text = std::fs::read_to_string(data("a2-sriov-mdev-host.umockdev")).unwrap();
-    let mut rec = umockdev::parse(&text, "a2").unwrap();
-    let types_dir = data("a2-vf-0000-08-01.7/mdev_supported_types");
-    let mut types: Vec<String> = std::fs::read_dir(&types_dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    types.sort();
-    for dev in &mut rec.devices {
-        let a2_vf = dev.property("PCI_ID") == Some("10DE:25B6")
-            && dev.links.iter().any(|(n, _)| n == "physfn");
-        if !a2_vf {
-            continue;
-        }
-        let busy = BUSY.contains(&dev.name());
-        for t in &types {
-            for f in ["name", "description", "device_api", "available_instances"] {
-                let mut v = std::fs::read(types_dir.join(t).join(f)).unwrap();
-                if busy && f == "available_instances" {
-                    v = b"0\n".to_vec();
-                }
-                dev.attributes
-                    .push((format!("mdev_supported_types/{t}/{f}"), v));
-            }
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    rec.write_tree(dir.path(), "recording").unwrap();
-    dir
+    gpu_sysfs::testing::fixtures::a2_tree().unwrap()
 }
 
 #[test]

@@ -331,7 +331,7 @@ fn state_files_are_never_written_through_a_planted_link() {
     b.finish().unwrap();
     let mut names = RememberedNames::load(&s.root, None);
     names.remember(1155, "NVIDIA L40S-48Q");
-    names.save(&s.root).unwrap();
+    names.save(&RealHost::new(&s.root).unwrap()).unwrap();
     assert!(
         std::fs::read_to_string(s.root.join(NAMES_PATH))
             .unwrap()
@@ -350,7 +350,7 @@ fn a_state_directory_that_is_a_link_is_refused() {
     b.finish().unwrap();
     let mut names = RememberedNames::load(&s.root, None);
     names.remember(1155, "NVIDIA L40S-48Q");
-    let e = names.save(&s.root).unwrap_err();
+    let e = names.save(&RealHost::new(&s.root).unwrap()).unwrap_err();
     assert!(e.to_string().contains("run/gpuslice is a link"), "{e}");
     assert!(!s.outside.join("vgpu-type-names.json").exists());
     assert!(!s.root.join(NAMES_PATH).exists());

@@ -11,31 +11,37 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use gpu_core::{HealthState, MdevUuid, ParentId, PciAddress};
+use gpu_sysfs::Host;
 use gpu_sysfs::actuate::{
     self, GpuBinding, MdevCreate, MdevInstance, SriovOptions, VfInstance, handoff::Handoff,
 };
-use gpu_sysfs::{Host, RealHost};
 use serde::Serialize;
 
-use crate::common::{Global, Output, print_data};
+use crate::common::{Global, Output, open_node_host, print_data};
 
-fn open_host(g: &Global) -> anyhow::Result<RealHost> {
-    RealHost::new(&g.root)
-        .with_context(|| format!("cannot use {} as the host root", g.root.display()))
+/// Opens `--root` through the one composition ([`gpu_health::open_node_host`]: the NVML
+/// type-name resolver on the local `/` only); a recording is refused for commands that change
+/// the host (`changes`).
+fn open_host(g: &Global, changes: bool) -> anyhow::Result<gpu_health::OpenedNode> {
+    let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
+    if changes && opened.host.is_recording() {
+        bail!(
+            "--root {} is a recording: it can be listed, not changed",
+            g.root.display()
+        );
+    }
+    Ok(opened)
 }
 
 /// A GPU given as a PCI address or a per-node name (`nvidia0`), resolved through discovery.
-fn resolve_gpu(g: &Global, host: &dyn Host, gpu: &str) -> anyhow::Result<PciAddress> {
+fn resolve_gpu(opened: &gpu_health::OpenedNode, gpu: &str) -> anyhow::Result<PciAddress> {
     if let Ok(a) = gpu.parse::<PciAddress>() {
         return Ok(a);
     }
     gpu_core::validate_name(gpu)
         .with_context(|| format!("{gpu:?} is neither a PCI address nor a GPU name"))?;
-    let topo = gpu_sysfs::discover::discover(
-        host,
-        &gpu_sysfs::discover::DiscoverOptions::new(g.node_name()),
-    )
-    .context("cannot discover this host's GPUs to resolve the name")?;
+    let topo = gpu_sysfs::discover::discover(opened.host.host(), &opened.discover)
+        .context("cannot discover this host's GPUs to resolve the name")?;
     match topo.gpu_by_name(gpu) {
         Some(found) => Ok(found.address),
         None => {
@@ -107,8 +113,9 @@ pub struct BindArgs {
 /// Invalid input, refusals (IOMMU group shared with other endpoints, no IOMMU, a VF) and
 /// failed steps (after rolling back).
 pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
-    let host = open_host(g)?;
-    let gpu = resolve_gpu(g, &host, &a.gpu)?;
+    let opened = open_host(g, true)?;
+    let host = opened.host.host();
+    let gpu = resolve_gpu(&opened, &a.gpu)?;
     let topo = crate::cmd::inventory::local_topology(g, None, false)
         .with_context(|| format!("cannot grade the health of {gpu} before binding it"))?;
     if let Some(found) = topo.gpus.iter().find(|x| x.address == gpu) {
@@ -128,7 +135,7 @@ pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let b =
-        actuate::bind_gpu(&host, &gpu).with_context(|| format!("cannot bind {gpu} to vfio-pci"))?;
+        actuate::bind_gpu(host, &gpu).with_context(|| format!("cannot bind {gpu} to vfio-pci"))?;
     match g.output {
         Output::Table => print_binding("bound", &b),
         out => print_data(out, &b)?,
@@ -152,9 +159,10 @@ pub struct ReleaseArgs {
 /// # Errors
 /// Invalid input, a device in use without `--force`, failed steps (after rolling back).
 pub fn release(g: &Global, a: ReleaseArgs) -> anyhow::Result<ExitCode> {
-    let host = open_host(g)?;
-    let gpu = resolve_gpu(g, &host, &a.gpu)?;
-    let b = actuate::release_gpu(&host, &gpu, a.force)
+    let opened = open_host(g, true)?;
+    let host = opened.host.host();
+    let gpu = resolve_gpu(&opened, &a.gpu)?;
+    let b = actuate::release_gpu(host, &gpu, a.force)
         .with_context(|| format!("cannot release {gpu} to its host driver"))?;
     match g.output {
         Output::Table => print_binding("released", &b),
@@ -220,55 +228,56 @@ fn mdev_uuid(a: &CreateArgs) -> anyhow::Result<MdevUuid> {
 /// # Errors
 /// Invalid input, unknown parent or profile, no capacity, a UUID taken by another type.
 pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
-    let host = open_host(g)?;
+    let opened = open_host(g, true)?;
+    let host = opened.host.host();
     let parent: ParentId = a.parent.parse().context("invalid --parent")?;
     let created = if host.exists(&format!("sys/class/mdev_bus/{parent}")) {
         let uuid = mdev_uuid(&a)?;
-        let type_id = actuate::resolve_mdev_profile(&host, &parent, &a.profile)?;
+        let type_id = actuate::resolve_mdev_profile(host, &parent, &a.profile)?;
         let req = MdevCreate {
             parent: parent.clone(),
             type_id,
             uuid,
         };
         Created::Mdev(
-            actuate::create_mdev(&host, &req)
+            actuate::create_mdev(host, &req)
                 .with_context(|| format!("cannot create mdev {uuid} on {parent}"))?,
         )
     } else {
         let addr = match &parent {
             ParentId::Pci(p) => *p,
-            ParentId::Named(n) => resolve_gpu(g, &host, n)?,
+            ParentId::Named(n) => resolve_gpu(&opened, n)?,
         };
-        let mdev_vfs = actuate::vfs_of(&host, &addr)
+        let mdev_vfs = actuate::vfs_of(host, &addr)
             .iter()
             .any(|v| host.exists(&format!("sys/class/mdev_bus/{v}")));
         if mdev_vfs {
             // An SR-IOV card in the mdev framework: each VF is a parent; pick one with room.
             let uuid = mdev_uuid(&a)?;
-            let made = actuate::create_mdev_on_gpu(&host, &addr, &a.profile, uuid)
+            let made = actuate::create_mdev_on_gpu(host, &addr, &a.profile, uuid)
                 .with_context(|| format!("cannot create mdev {uuid} on a VF of {addr}"))?;
             return report_created(g, &Created::Mdev(made));
         }
-        let vf = if actuate::is_vendor_vfio_vf(&host, &addr) {
+        let vf = if actuate::is_vendor_vfio_vf(host, &addr) {
             addr
         } else {
-            let has_vfs = actuate::vfs_of(&host, &addr)
+            let has_vfs = actuate::vfs_of(host, &addr)
                 .iter()
-                .any(|v| actuate::is_vendor_vfio_vf(&host, v));
+                .any(|v| actuate::is_vendor_vfio_vf(host, v));
             if !has_vfs {
                 bail!(
                     "{} is neither an mdev parent nor an NVIDIA vendor-VFIO VF or GPU with VFs (for vendor-VFIO, run `gpuslice sriov enable {addr}` first)",
                     a.parent
                 );
             }
-            let id = actuate::resolve_gpu_profile(&host, &addr, &a.profile)?;
-            actuate::free_vf_for(&host, &addr, id).with_context(|| {
+            let id = actuate::resolve_gpu_profile(host, &addr, &a.profile)?;
+            actuate::free_vf_for(host, &addr, id).with_context(|| {
                 format!("no free VF of {addr} can take vGPU type {} now", a.profile)
             })?
         };
-        let id = actuate::resolve_vf_profile(&host, &vf, &a.profile)?;
+        let id = actuate::resolve_vf_profile(host, &vf, &a.profile)?;
         Created::VendorVfio(
-            actuate::set_vf_type(&host, &vf, id, a.force)
+            actuate::set_vf_type(host, &vf, id, a.force)
                 .with_context(|| format!("cannot give VF {vf} vGPU type {id}"))?,
         )
     };
@@ -334,9 +343,10 @@ pub struct RemoveArgs {
 /// # Errors
 /// Invalid input, a device in use without `--force`, refused writes.
 pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
-    let host = open_host(g)?;
+    let opened = open_host(g, true)?;
+    let host = opened.host.host();
     let (text, value) = if let Ok(u) = a.target.parse::<MdevUuid>() {
-        let r = actuate::remove_mdev(&host, &u, a.force)
+        let r = actuate::remove_mdev(host, &u, a.force)
             .with_context(|| format!("cannot remove mdev {u}"))?;
         let text = if r.changed {
             format!("removed mdev {u}")
@@ -345,7 +355,7 @@ pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
         };
         (text, serde_json::to_value(&r)?)
     } else if let Ok(vf) = a.target.parse::<PciAddress>() {
-        let r = actuate::clear_vf(&host, &vf, a.force)
+        let r = actuate::clear_vf(host, &vf, a.force)
             .with_context(|| format!("cannot clear VF {vf}"))?;
         let text = match &r.previous {
             Some(p) if r.changed => format!("cleared VF {vf} (had type {p})"),
@@ -382,10 +392,11 @@ struct Listing {
 /// # Errors
 /// An unreadable host root.
 pub fn list(g: &Global, _a: ListArgs) -> anyhow::Result<ExitCode> {
-    let host = open_host(g)?;
+    let opened = open_host(g, false)?;
+    let host = opened.host.host();
     let listing = Listing {
-        mdevs: actuate::list_instances(&host)?,
-        vendor_vfio: actuate::list_vf_instances(&host)?,
+        mdevs: actuate::list_instances(host)?,
+        vendor_vfio: actuate::list_vf_instances(host)?,
     };
     match g.output {
         Output::Table => {
@@ -452,14 +463,15 @@ pub fn sriov(g: &Global, c: SriovCommand) -> anyhow::Result<ExitCode> {
     if a.timeout == 0 {
         bail!("--timeout must be at least 1 second");
     }
-    let host = open_host(g)?;
-    let pf = resolve_gpu(g, &host, &a.gpu)?;
+    let opened = open_host(g, true)?;
+    let host = opened.host.host();
+    let pf = resolve_gpu(&opened, &a.gpu)?;
     let opts = SriovOptions {
         timeout: Duration::from_secs(a.timeout),
         chroot: a.chroot.map(|p| p.to_string_lossy().into_owned()),
         program: a.program,
     };
-    let r = actuate::enable_sriov(&host, &pf, &opts)
+    let r = actuate::enable_sriov(host, &pf, &opts)
         .with_context(|| format!("cannot enable SR-IOV on {pf}"))?;
     match g.output {
         Output::Table => {

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use gpu_agent::{Access, Agent, AgentConfig, HandoffTarget, Hooks, Listen, Listener};
+use gpu_agent::{Access, Agent, HandoffTarget, Hooks, Listen, Listener};
 
-use crate::common::{Global, open_host};
+use crate::common::Global;
 use gpu_integrations::{handoff, metrics};
 
 /// The socket a default agent listens on.
@@ -133,15 +133,12 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
             g.root.display()
         );
     }
-    let host = open_host(g)?;
-    let mut config = AgentConfig::new(node);
-    let policy = gpu_health::Policy::default();
-    if gpu_health::is_local_root(&g.root) && !a.no_nvml {
-        if let Ok(r) = gpu_health::NvmlResolver::open() {
-            config.discover.resolver = Some(Arc::new(r));
-        }
-        config.health = gpu_health::HealthOptions::with_nvml(policy);
+    let mut req = gpu_health::NodeRequest::new(node.clone());
+    if a.no_nvml {
+        req.nvml = gpu_health::NvmlSource::Off;
     }
+    let (host, mut config) = gpu_agent::open_root(&g.root, &req)
+        .with_context(|| format!("--root {}", g.root.display()))?;
     config.state_dir = a.state_dir.clone();
     config.lock_timeout = Duration::from_secs(a.lock_timeout);
     config.hooks = hooks();
@@ -155,7 +152,6 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         file.select(a.config.as_deref())
             .with_context(|| format!("--layout {}", l.display()))?;
     }
-    let host: Arc<dyn gpu_sysfs::Host> = Arc::new(host);
     let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     for r in agent.reconciled() {
         eprintln!(

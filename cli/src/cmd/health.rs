@@ -116,7 +116,7 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("--record-baseline needs a directory root, not a recording");
         }
         let previous = gpu_health::Baseline::load(host).map_err(anyhow::Error::msg)?;
-        updated_baseline(previous.as_ref(), &topology.gpus, &reports).save(&g.root)?;
+        updated_baseline(previous.as_ref(), &topology.gpus, &reports).save(host)?;
     }
 
     let worst = reports

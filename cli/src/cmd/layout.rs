@@ -24,7 +24,7 @@ use gpu_sysfs::apply::{
     describe,
 };
 
-use crate::common::{Global, Output, open_host, print_data};
+use crate::common::{Global, Output, open_node_host, print_data};
 
 /// Where the layout comes from.
 #[derive(Args, Debug, Clone)]
@@ -116,9 +116,8 @@ pub fn clear(g: &Global, a: ClearArgs) -> anyhow::Result<ExitCode> {
 pub fn assert(g: &Global, a: AssertArgs) -> anyhow::Result<ExitCode> {
     let file = read_layout(&a.source.file)?;
     let config = file.select(a.source.config.as_deref())?;
-    let opened = open_host(g)?;
-    let opts = gpu_sysfs::discover::DiscoverOptions::new(g.node_name());
-    let result = assert_config(opened.host(), config, &opts)?;
+    let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
+    let result = assert_config(opened.host.host(), config, &opened.discover)?;
     match g.output {
         Output::Table => print_assertion(&result),
         out => print_data(out, &result)?,
@@ -129,14 +128,15 @@ pub fn assert(g: &Global, a: AssertArgs) -> anyhow::Result<ExitCode> {
 fn run(g: &Global, src: &LayoutSource, w: &WriteOptions, mode: Mode) -> anyhow::Result<ExitCode> {
     let file = read_layout(&src.file)?;
     let config = file.select(src.config.as_deref())?;
-    let opened = open_host(g)?;
-    if g.root.is_file() && !w.dry_run {
+    let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
+    if opened.host.is_recording() && !w.dry_run {
         bail!(
             "--root {} is a recording: it can be planned against (--dry-run) or asserted, not changed",
             g.root.display()
         );
     }
     let mut opts = ApplyOptions::new(g.node_name());
+    opts.discover = opened.discover;
     opts.mode = mode;
     opts.force = w.force;
     opts.dry_run = w.dry_run;
@@ -147,7 +147,9 @@ fn run(g: &Global, src: &LayoutSource, w: &WriteOptions, mode: Mode) -> anyhow::
         ..SriovOptions::default()
     };
     let mut progress = Progress::new(g.output == Output::Table);
-    let result = apply_layout(opened.host(), config, &opts, &mut |e| progress.event(&e));
+    let result = apply_layout(opened.host.host(), config, &opts, &mut |e| {
+        progress.event(&e)
+    });
     progress.finish();
     match result {
         Ok(report) => {

@@ -4,6 +4,7 @@
 
 #![allow(
     dead_code,
+    unused_imports,
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
@@ -19,7 +20,6 @@ use gpu_core::{
 };
 use gpu_sysfs::testing::builder::Tree;
 use gpu_sysfs::testing::{PciSpec, TreeBuilder};
-use gpu_sysfs::umockdev;
 
 pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gpuslice"))
@@ -44,9 +44,7 @@ pub fn ok(args: &[&str]) -> String {
 
 /// The real captures shared with the discovery tests.
 pub fn capture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../gpu-sysfs/tests/data")
-        .join(rel)
+    gpu_sysfs::testing::fixtures::capture(rel)
 }
 
 pub fn golden_dir(area: &str) -> PathBuf {
@@ -60,45 +58,12 @@ pub fn golden(area: &str, name: &str, actual: &str) {
     gpu_sysfs::testing::assert_golden(&golden_dir(area).join(name), actual);
 }
 
-/// The VFs of the A2 capture that hold an mdev, with their types.
-pub const A2_BUSY_VFS: [(&str, &str); 3] = [
-    ("0000:08:00.4", "nvidia-754"),
-    ("0000:08:00.6", "nvidia-751"),
-    ("0000:08:02.0", "nvidia-746"),
-];
+pub use gpu_sysfs::testing::fixtures::A2_BUSY_VFS;
 
-/// The A2 recording with the separately captured type directories laid over every VF (the
-/// recorder did not descend into them): free VFs as captured, busy VFs report 0.
+/// The A2 recording with the separately captured type directories laid over every VF
+/// ([`gpu_sysfs::testing::fixtures::a2_tree`]).
 pub fn a2_root() -> tempfile::TempDir {
-    let text = std::fs::read_to_string(capture("a2-sriov-mdev-host.umockdev")).unwrap();
-    let mut rec = umockdev::parse(&text, "a2").unwrap();
-    let types_dir = capture("a2-vf-0000-08-01.7/mdev_supported_types");
-    let mut types: Vec<String> = std::fs::read_dir(&types_dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    types.sort();
-    for dev in &mut rec.devices {
-        let is_a2_vf = dev.property("PCI_ID") == Some("10DE:25B6")
-            && dev.links.iter().any(|(n, _)| n == "physfn");
-        if !is_a2_vf {
-            continue;
-        }
-        let busy = A2_BUSY_VFS.iter().any(|(vf, _)| *vf == dev.name());
-        for t in &types {
-            for f in ["name", "description", "device_api", "available_instances"] {
-                let mut v = std::fs::read(types_dir.join(t).join(f)).unwrap();
-                if busy && f == "available_instances" {
-                    v = b"0\n".to_vec();
-                }
-                dev.attributes
-                    .push((format!("mdev_supported_types/{t}/{f}"), v));
-            }
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    rec.write_tree(dir.path(), "a2").unwrap();
-    dir
+    gpu_sysfs::testing::fixtures::a2_tree().unwrap()
 }
 
 /// The captured `creatable_vgpu_types` of the L40S VF.

@@ -326,7 +326,7 @@ pub fn apply_layout(
     if let Some(m) = memory.as_mut() {
         if m.learn(&topo) {
             // Only a memory: a root where it cannot be kept still applies, it just re-learns.
-            let _ = m.save(root);
+            let _ = m.save(host);
         }
     }
     let mut plan = plan_layout(config, &topo, &plan_opts)?;
@@ -578,11 +578,11 @@ impl Run<'_> {
                 };
                 let set = set_vf_type(self.host, &vf, num, self.opts.force)?;
                 let name = set.type_name.as_deref().or(instance.type_name.as_deref());
-                if let (Some(m), Some(name), Some(root)) =
+                if let (Some(m), Some(name), Some(_)) =
                     (self.memory.as_mut(), name, self.host.root_dir())
                 {
                     if m.remember(num, name) {
-                        let _ = m.save(root);
+                        let _ = m.save(self.host);
                     }
                 }
                 if set.changed {

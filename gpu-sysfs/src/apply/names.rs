@@ -69,17 +69,14 @@ impl RememberedNames {
         true
     }
 
-    /// Writes the memory under `root` (through a temporary file, so a reader never sees half).
+    /// Writes the memory to [`NAMES_PATH`] through the host's atomic writer
+    /// ([`Host::write_atomic`]: a reader never sees half, and the root's confinement covers it).
     ///
     /// # Errors
     /// The I/O error.
-    pub fn save(&self, root: &Path) -> std::io::Result<()> {
-        let p = path(root);
-        if let Some((d, _)) = NAMES_PATH.rsplit_once('/') {
-            crate::host::make_state_dir(root, d)?;
-        }
+    pub fn save(&self, host: &dyn crate::host::Host) -> std::io::Result<()> {
         let text = serde_json::to_vec_pretty(&self.names).map_err(std::io::Error::other)?;
-        crate::atomic::write_file_atomic(&p, &text)
+        host.write_atomic(NAMES_PATH, &text)
     }
 }
 

@@ -30,7 +30,7 @@ use gpu_core::{Gpu, GpuState, NodeTopology, ParentId, PciAddress, Vendor, VgpuFr
 
 pub use parse::{
     facts_from_type_name, parse_creatable_vgpu_types, parse_current_vgpu_type, parse_description,
-    parse_link_speed, parse_numa_node, parse_u32,
+    parse_link_speed, parse_link_width, parse_numa_node, parse_u32,
 };
 
 use crate::error::SysfsError;

@@ -85,27 +85,23 @@ pub fn parse_description(text: &str, file: &str) -> Result<TypeDescription, Sysf
     TypeDescription::parse(text).map_err(|e| SysfsError::malformed(file, 1, e.to_string()))
 }
 
-/// Parses a PCIe link speed as the kernel prints it (`16.0 GT/s PCIe`, `2.5 GT/s`, `Unknown`):
-/// the rate in GT/s, or `None` when the kernel does not know it.
+/// Parses a PCIe link speed as the kernel prints it (`16.0 GT/s PCIe`, `2.5 GT/s`, `Unknown`)
+/// with the one link parser ([`crate::link::parse_speed`]): the rate in GT/s, or `None` when the
+/// kernel does not know it.
 ///
 /// # Errors
 /// [`SysfsError::Malformed`] naming `file` for any other text.
 pub fn parse_link_speed(text: &str, file: &str) -> Result<Option<f64>, SysfsError> {
-    let t = text.trim();
-    if t.eq_ignore_ascii_case("unknown") || t.is_empty() {
-        return Ok(None);
-    }
-    let bad = || SysfsError::malformed(file, 1, format!("expected `N GT/s`, got {t:?}"));
-    let num = t.split_whitespace().next().ok_or_else(bad)?;
-    let rest = t[num.len()..].trim_start();
-    if !rest.starts_with("GT/s") {
-        return Err(bad());
-    }
-    let v: f64 = num.parse().map_err(|_| bad())?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(bad());
-    }
-    Ok(Some(v))
+    crate::link::parse_speed(text).map_err(|e| SysfsError::malformed(file, 1, e))
+}
+
+/// Parses a PCIe link width with the one link parser ([`crate::link::parse_width`]): the lane
+/// count, or `None` for the `0` of a link that reports none.
+///
+/// # Errors
+/// [`SysfsError::Malformed`] naming `file` for any other text.
+pub fn parse_link_width(text: &str, file: &str) -> Result<Option<u32>, SysfsError> {
+    crate::link::parse_width(text).map_err(|e| SysfsError::malformed(file, 1, e))
 }
 
 /// Parses an unsigned decimal attribute (`sriov_numvfs`, `current_link_width`, `available_instances`).

@@ -307,7 +307,8 @@ fn read_link_state(
         ("max_link_width", &mut link.max_width),
     ] {
         if entries.contains(file) {
-            *slot = read::parsed(host, &format!("{d}/{file}"), w, parse::parse_u32);
+            *slot =
+                read::parsed(host, &format!("{d}/{file}"), w, parse::parse_link_width).flatten();
             any = true;
         }
     }

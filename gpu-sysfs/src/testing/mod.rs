@@ -4,6 +4,7 @@
 pub mod builder;
 pub mod doctor_hosts;
 pub mod fake_kernel;
+pub mod fixtures;
 pub mod golden;
 
 pub use builder::{MdevTypeSpec, PciSpec, TreeBuilder};

@@ -1,20 +1,24 @@
 //! Hosts the discovery tests run against: real captures from `tests/data` and fake trees modelled
 //! on real hosts, built with the public tree builder.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use std::path::{Path, PathBuf};
 
 use gpu_sysfs::discover::{DiscoverOptions, discover};
 use gpu_sysfs::testing::builder::Tree;
 use gpu_sysfs::testing::{MdevTypeSpec, PciSpec, TreeBuilder};
-use gpu_sysfs::umockdev::{self, Recording};
+use gpu_sysfs::umockdev::Recording;
 use gpu_sysfs::{Host, RealHost};
 
 pub fn data(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(rel)
+    gpu_sysfs::testing::fixtures::capture(rel)
 }
 
 pub fn topology_of(root: &Path) -> gpu_core::NodeTopology {
@@ -22,45 +26,12 @@ pub fn topology_of(root: &Path) -> gpu_core::NodeTopology {
     discover(&host, &DiscoverOptions::new("test-node")).unwrap()
 }
 
-/// The three VFs of the A2 capture that hold an mdev, with the type each holds.
-pub const A2_BUSY_VFS: [(&str, &str); 3] = [
-    ("0000:08:00.4", "nvidia-754"),
-    ("0000:08:00.6", "nvidia-751"),
-    ("0000:08:02.0", "nvidia-746"),
-];
+pub use gpu_sysfs::testing::fixtures::{A2_BUSY_VFS, H200_TYPES, h200_creatable, h200_pf, h200_vf};
 
-/// The A2 recording with the type directories of the separately captured free VF laid over every
-/// VF: free VFs get the captured files as they are, the VFs holding an mdev report 0 for every
-/// type (each A2 VF holds at most one vGPU). The recorder did not descend into these
-/// directories; every other file is as recorded.
+/// The A2 recording with its VF type directories laid over it
+/// ([`gpu_sysfs::testing::fixtures::a2_recording_with_types`]).
 pub fn a2_recording_with_types() -> Recording {
-    let text = std::fs::read_to_string(data("a2-sriov-mdev-host.umockdev")).unwrap();
-    let mut rec = umockdev::parse(&text, "a2").unwrap();
-    let types_dir = data("a2-vf-0000-08-01.7/mdev_supported_types");
-    let mut types: Vec<String> = std::fs::read_dir(&types_dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    types.sort();
-    for dev in &mut rec.devices {
-        let is_a2_vf = dev.property("PCI_ID") == Some("10DE:25B6")
-            && dev.links.iter().any(|(n, _)| n == "physfn");
-        if !is_a2_vf {
-            continue;
-        }
-        let busy = A2_BUSY_VFS.iter().any(|(vf, _)| *vf == dev.name());
-        for t in &types {
-            for f in ["name", "description", "device_api", "available_instances"] {
-                let mut v = std::fs::read(types_dir.join(t).join(f)).unwrap();
-                if busy && f == "available_instances" {
-                    v = b"0\n".to_vec();
-                }
-                dev.attributes
-                    .push((format!("mdev_supported_types/{t}/{f}"), v));
-            }
-        }
-    }
-    rec
+    gpu_sysfs::testing::fixtures::a2_recording_with_types().unwrap()
 }
 
 /// A materialized recording kept alive with its directory.
@@ -193,123 +164,10 @@ pub fn lab_host() -> Tree {
     b.finish().unwrap()
 }
 
-/// The 15 types each H200 VF of the modelled vendor-VFIO host lists when the GPU is empty
-/// (IDs illustrative: they change with every driver version).
-pub const H200_TYPES: [(u32, &str); 15] = [
-    (1414, "NVIDIA H200X-1-18C"),
-    (1415, "NVIDIA H200X-1-18CME"),
-    (1416, "NVIDIA H200X-1-35C"),
-    (1417, "NVIDIA H200X-2-35C"),
-    (1418, "NVIDIA H200X-3-71C"),
-    (1419, "NVIDIA H200X-4-71C"),
-    (1420, "NVIDIA H200X-7-141C"),
-    (1421, "NVIDIA H200X-4C"),
-    (1422, "NVIDIA H200X-8C"),
-    (1423, "NVIDIA H200X-16C"),
-    (1424, "NVIDIA H200X-18C"),
-    (1425, "NVIDIA H200X-35C"),
-    (1426, "NVIDIA H200X-48C"),
-    (1427, "NVIDIA H200X-71C"),
-    (1428, "NVIDIA H200X-141C"),
-];
-
-/// The PF address of H200 number `i` (0..8) on the modelled host.
-pub fn h200_pf(i: usize) -> String {
-    const BUSES: [u8; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
-    format!("0000:{:02x}:00.0", BUSES[i])
-}
-
-/// The VF `n` (0..16) of H200 `i`: offset 4, stride 1, as the builder lays them out.
-pub fn h200_vf(i: usize, n: u32) -> String {
-    let pf: gpu_core::PciAddress = h200_pf(i).parse().unwrap();
-    let rid = (u32::from(pf.bus()) << 8) + 4 + n;
-    format!(
-        "0000:{:02x}:{:02x}.{}",
-        rid >> 8,
-        (rid >> 3) & 0x1f,
-        rid & 7
-    )
-}
-
-/// An 8-GPU H200 SXM host in NVIDIA's vendor-specific VFIO framework, 16 VFs per GPU.
-/// `state` says per GPU which VFs hold which type; every VF of a GPU lists what is still
-/// creatable GPU-wide per `creatable` (called with the GPU index and the types in use).
+/// The 8-GPU H200 host ([`gpu_sysfs::testing::fixtures::h200_host`]) with `busy` VFs holding
+/// types.
 pub fn h200_host(busy: &[(usize, u32, u32)]) -> Tree {
-    let mut b = TreeBuilder::new();
-    for i in 0..8 {
-        let pf = h200_pf(i);
-        b.pci(
-            &pf,
-            PciSpec::new(0x10de, 0x2335, 0x030200)
-                .driver("nvidia")
-                .subsystem(0x10de, 0x18be)
-                .group(20 + i as u32 * 20)
-                .numa(if i < 4 { 0 } else { 1 })
-                .link(16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe"),
-        );
-        b.sriov(
-            &pf,
-            16,
-            16,
-            4,
-            1,
-            PciSpec::new(0x10de, 0x2335, 0x030200)
-                .driver("nvidia")
-                .subsystem(0x10de, 0x0000),
-            Some(21 + i as u32 * 20),
-        );
-        let used: Vec<u32> = busy
-            .iter()
-            .filter(|(g, _, _)| *g == i)
-            .map(|(_, _, t)| *t)
-            .collect();
-        let creatable = h200_creatable(&used);
-        for n in 0..16 {
-            let vf = h200_vf(i, n);
-            let current = busy
-                .iter()
-                .find(|(g, v, _)| *g == i && *v == n)
-                .map_or(0, |(_, _, t)| *t);
-            let list: Vec<(u32, &str)> = if current == 0 {
-                creatable.clone()
-            } else {
-                vec![]
-            };
-            b.vendor_vfio_vf(&vf, &list, current);
-        }
-    }
-    b.finish().unwrap()
-}
-
-/// What an H200 lists as creatable with the given types in use (MIG slices and time-sliced
-/// framebuffer shared per GPU, the same-size rule, no mixing of the two kinds).
-pub fn h200_creatable(used: &[u32]) -> Vec<(u32, &'static str)> {
-    let facts = |id: u32| {
-        let name = H200_TYPES.iter().find(|(i, _)| *i == id).unwrap().1;
-        gpu_sysfs::discover::facts_from_type_name(name).unwrap()
-    };
-    let mig_used: u8 = used.iter().filter_map(|t| facts(*t).1).sum();
-    let ts: Vec<u64> = used
-        .iter()
-        .filter(|t| facts(**t).1.is_none())
-        .map(|t| facts(*t).0)
-        .collect();
-    let ts_used: u64 = ts.iter().sum();
-    H200_TYPES
-        .iter()
-        .filter(|(id, _)| {
-            let (fb, slices, _) = facts(*id);
-            match slices {
-                Some(s) => ts.is_empty() && mig_used + s <= 7,
-                None => {
-                    mig_used == 0
-                        && ts.first().is_none_or(|l| *l == fb)
-                        && ts_used + fb <= 141 * 1024
-                }
-            }
-        })
-        .copied()
-        .collect()
+    gpu_sysfs::testing::fixtures::h200_host(busy).unwrap()
 }
 
 /// A workstation: an Intel iGPU sharing its IOMMU group with the USB controller, two Radeons

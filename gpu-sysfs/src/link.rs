@@ -1,0 +1,65 @@
+//! The one parser of the PCIe link files (`current_link_width`, `max_link_width`,
+//! `current_link_speed`, `max_link_speed`), used by discovery and by the health grading.
+
+/// Parses a link width file: a decimal lane count. `0` (what VFs and links that are down
+/// report) means the kernel has no width to report and gives `None`.
+///
+/// # Errors
+/// A message naming the text when it is not a lane count (1 to 32).
+pub fn parse_width(text: &str) -> Result<Option<u32>, String> {
+    let t = text.trim();
+    match t.parse::<u32>() {
+        Ok(0) => Ok(None),
+        Ok(n) if n <= 32 => Ok(Some(n)),
+        _ => Err(format!("expected a lane count, found {:?}", cut(t))),
+    }
+}
+
+/// Parses a link speed file (`16.0 GT/s PCIe`, `2.5 GT/s`, `8 GT/s`) into GT/s; `Unknown` (what
+/// the kernel prints when the speed field is not a known value) or an empty file gives `None`.
+///
+/// # Errors
+/// A message naming the text when it is neither a speed nor `Unknown`.
+pub fn parse_speed(text: &str) -> Result<Option<f64>, String> {
+    let t = text.trim();
+    if t.is_empty() || t.starts_with("Unknown") || t.eq_ignore_ascii_case("unknown") {
+        return Ok(None);
+    }
+    let bad = || {
+        format!(
+            "expected a speed such as \"16.0 GT/s PCIe\", found {:?}",
+            cut(t)
+        )
+    };
+    let number = t.strip_suffix("PCIe").unwrap_or(t).trim();
+    let number = number.strip_suffix("GT/s").ok_or_else(bad)?.trim();
+    match number.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 1000.0 => Ok(Some(v)),
+        _ => Err(bad()),
+    }
+}
+
+fn cut(t: &str) -> String {
+    t.chars().take(40).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_what_kernels_print() {
+        assert_eq!(parse_width("8\n"), Ok(Some(8)));
+        assert_eq!(parse_width("0\n"), Ok(None));
+        assert!(parse_width("x8").is_err());
+        assert!(parse_width("64").is_err());
+        assert_eq!(parse_speed("16.0 GT/s PCIe\n"), Ok(Some(16.0)));
+        assert_eq!(parse_speed("2.5 GT/s PCIe"), Ok(Some(2.5)));
+        assert_eq!(parse_speed("8 GT/s"), Ok(Some(8.0)));
+        assert_eq!(parse_speed("Unknown\n"), Ok(None));
+        assert_eq!(parse_speed("Unknown speed"), Ok(None));
+        assert_eq!(parse_speed(""), Ok(None));
+        assert!(parse_speed("fast").is_err());
+        assert!(parse_speed("NaN GT/s").is_err());
+    }
+}
