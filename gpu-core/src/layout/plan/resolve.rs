@@ -273,6 +273,26 @@ impl<'a> View<'a> {
                 },
             });
         }
+        // A MIG-backed name needs a GPU-instance profile of its slice count on this product:
+        // one the product does not have can never be written, so nothing is cleared to try.
+        let geometry = self
+            .gpu
+            .and_then(|g| MigGeometry::for_device(g.device_id.0))
+            .or_else(|| MigGeometry::for_vgpu_board(&parsed.board));
+        if let (Some(slices), Some(g)) = (parsed.mig_slices, geometry) {
+            if g.profile_for(slices, parsed.framebuffer_mib()).is_none() {
+                let profiles: Vec<&str> = g.profiles.iter().map(|p| p.name).collect();
+                return Err(LayoutError::Conflict {
+                    gpu: self.label.clone(),
+                    why: format!(
+                        "vGPU type {requested:?} needs a {slices}-slice MIG GPU instance, which \
+                         the {} does not have (its profiles: {}); nothing was changed",
+                        g.product,
+                        profiles.join(", ")
+                    ),
+                });
+            }
+        }
         let mut profile = synth_profile(
             &VgpuTypeId::from_str_unchecked("0"),
             requested,
