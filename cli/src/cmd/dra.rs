@@ -161,11 +161,10 @@ fn undo(host: &dyn gpu_sysfs::Host, actions: &[PrepareAction], force: bool) -> V
     errors
 }
 
-fn apply(host: &dyn gpu_sysfs::Host, a: &PrepareAction) -> anyhow::Result<()> {
-    match a {
-        PrepareAction::BindGpu { address, .. } => {
-            actuate::bind_gpu(host, address)?;
-        }
+/// Carries out one action; true when it changed the host (false: already in that state).
+fn apply(host: &dyn gpu_sysfs::Host, a: &PrepareAction) -> anyhow::Result<bool> {
+    Ok(match a {
+        PrepareAction::BindGpu { address, .. } => actuate::bind_gpu(host, address)?.changed(),
         PrepareAction::CreateMdev {
             parent,
             type_id,
@@ -179,16 +178,16 @@ fn apply(host: &dyn gpu_sysfs::Host, a: &PrepareAction) -> anyhow::Result<()> {
                     type_id: type_id.clone(),
                     uuid: *uuid,
                 },
-            )?;
+            )?
+            .changed
         }
         PrepareAction::SetVfType { vf, type_id, .. } => {
             let num = type_id.vendor_vfio_number().with_context(|| {
                 format!("type {type_id} of VF {vf} is not a vendor-VFIO number")
             })?;
-            actuate::set_vf_type(host, vf, num, false)?;
+            actuate::set_vf_type(host, vf, num, false)?.changed
         }
-    }
-    Ok(())
+    })
 }
 
 /// Runs `gpuslice dra`.
@@ -270,30 +269,46 @@ fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
     let node = local_topology(g)?;
     let actions = plan_prepare(input.allocation()?, &uid, &a.driver, &node)
         .with_context(|| format!("claim {uid}"))?;
-    let claim = PreparedClaim {
+    let planned = PreparedClaim {
         claim_uid: uid.clone(),
         node: node.node.clone(),
         actions,
+        found: vec![],
     };
     if a.dry_run {
-        return output(g, &claim, true);
+        return output(g, &planned, true);
     }
     let host = host(g)?;
+    // Only what this call changes is recorded for unprepare to undo: a device already in the
+    // wanted state (found) is held by the claim but left as it is afterwards.
     let mut done = Vec::new();
-    for action in &claim.actions {
-        if let Err(e) = apply(&host, action) {
-            let undo_errors = undo(&host, &done, false);
-            let mut msg = format!("claim {uid}: {e:#}");
-            if !undo_errors.is_empty() {
-                msg.push_str(&format!(
-                    "; undoing the earlier steps also failed: {}",
-                    undo_errors.join("; ")
-                ));
+    let mut found = Vec::new();
+    for action in &planned.actions {
+        let changed = match apply(&host, action) {
+            Ok(c) => c,
+            Err(e) => {
+                let undo_errors = undo(&host, &done, false);
+                let mut msg = format!("claim {uid}: {e:#}");
+                if !undo_errors.is_empty() {
+                    msg.push_str(&format!(
+                        "; undoing the earlier steps also failed: {}",
+                        undo_errors.join("; ")
+                    ));
+                }
+                bail!(msg);
             }
-            bail!(msg);
+        };
+        if changed {
+            done.push(action.clone());
+        } else {
+            found.push(action.clone());
         }
-        done.push(action.clone());
     }
+    let claim = PreparedClaim {
+        actions: done,
+        found,
+        ..planned
+    };
     store::write_claim(&path, &claim)?;
     output(g, &claim, false)
 }

@@ -23,8 +23,8 @@ pub use config::{
     nvidia_indices,
 };
 pub use plan::{
-    Assertion, GpuPlan, Mode, Plan, PlanOptions, PlannedInstance, Step, TypeDiff, assert_layout,
-    plan_layout,
+    Assertion, GpuPlan, Mode, Plan, PlanOptions, PlannedInstance, Step, TypeDiff, TypeNames,
+    assert_layout, assert_layout_named, plan_layout, plan_layout_named,
 };
 
 use crate::topology::NodeTopology;

@@ -23,7 +23,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::{IntegrationError, Result, fail};
-use gpu_core::{Gpu, GpuState, HealthState, NodeTopology, ParentId, PciAddress, Profile, nvidia};
+use gpu_core::{
+    Gpu, GpuState, HealthState, MigGeometry, NodeTopology, ParentId, PciAddress, Profile, nvidia,
+};
 use serde::{Deserialize, Serialize};
 
 use super::device_name::{
@@ -78,8 +80,38 @@ pub struct NodeSlices {
     pub warnings: Vec<String>,
 }
 
-/// Start slots of a MIG profile of `slices` on a GPU of `total` slices: aligned to the next
-/// power of two (H100/H200: 1g at 0–6, 2g at 0/2/4, 3g at 0/4, 4g and 7g at 0).
+/// Where a MIG-backed vGPU of `slices` compute slices and `framebuffer_mib` can start on a GPU of
+/// PCI device ID `device_id` with `total` slices, and how many memory slices it holds from there.
+/// From gpu-core's per-product table ([`MigGeometry`]) where the product is in it (an H200 3g
+/// instance starts at 0 or 4 and holds 4 of the 8 memory slices); otherwise starts aligned to the
+/// next power of two, holding one memory slice per compute slice.
+pub fn mig_spans(device_id: u16, slices: u8, framebuffer_mib: u64, total: u8) -> Vec<(u8, u8)> {
+    match MigGeometry::for_device(device_id) {
+        Some(g) => g
+            .profile_for(slices, framebuffer_mib)
+            .map(|p| {
+                p.starts
+                    .iter()
+                    .map(|s| (*s, p.memory_slices))
+                    .filter(|(s, len)| s + len <= g.memory_slices)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        None => mig_placements(slices, total)
+            .into_iter()
+            .map(|s| (s, slices))
+            .collect(),
+    }
+}
+
+/// The memory-slice counters of a GPU of PCI device ID `device_id` with `total` MIG slices: the
+/// table's memory slices where the product is in it, else one per compute slice.
+pub fn mig_memory_slices(device_id: u16, total: u8) -> u8 {
+    MigGeometry::for_device(device_id).map_or(total, |g| g.memory_slices)
+}
+
+/// Start slots of a MIG profile of `slices` on a GPU of `total` slices that gpu-core's table does
+/// not describe: aligned to the next power of two.
 pub fn mig_placements(slices: u8, total: u8) -> Vec<u8> {
     if slices == 0 || slices > total {
         return vec![];
@@ -338,7 +370,7 @@ impl Ctx<'_> {
         let remaining = total.saturating_sub(foreign_mib);
         let mut set_counters = vec![("framebuffer".to_owned(), mib_quantity(remaining))];
         if let Some(n) = mig_total {
-            for i in 0..n {
+            for i in 0..mig_memory_slices(gpu.device_id.0, n) {
                 set_counters.push((format!("memory-slice-{i}"), "1".to_owned()));
             }
         }
@@ -516,14 +548,14 @@ impl Ctx<'_> {
                         if *size > remaining {
                             continue;
                         }
-                        for start in mig_placements(*slices, n) {
+                        for (start, span) in mig_spans(gpu.device_id.0, *slices, *size, n) {
                             let mut attributes = vgpu_attrs.clone();
                             attributes.insert("framebufferMiB".into(), int_attr(*size));
                             attributes.insert("migSlices".into(), int_attr(u64::from(*slices)));
                             attributes.insert("migStartSlice".into(), int_attr(u64::from(start)));
                             self.add_profile_attributes(gpu, &mut attributes, group.iter().copied());
                             let mut used = vec![("framebuffer".to_owned(), mib_quantity(*size))];
-                            for i in start..start + slices {
+                            for i in start..start + span {
                                 used.push((format!("memory-slice-{i}"), "1".to_owned()));
                             }
                             plan.devices.push(Device {
@@ -814,6 +846,22 @@ mod tests {
         assert_eq!(mig_placements(7, 7), vec![0]);
         assert_eq!(mig_placements(2, 4), vec![0, 2]);
         assert!(mig_placements(8, 7).is_empty());
+    }
+
+    #[test]
+    fn mig_spans_come_from_the_geometry_table_where_the_product_is_in_it() {
+        // H200 SXM: 8 memory slices; a 3g instance holds 4 of them, a 7g all 8.
+        assert_eq!(mig_memory_slices(0x2335, 7), 8);
+        assert_eq!(mig_spans(0x2335, 3, 71 * 1024, 7), vec![(0, 4), (4, 4)]);
+        assert_eq!(mig_spans(0x2335, 7, 141 * 1024, 7), vec![(0, 8)]);
+        assert_eq!(mig_spans(0x2335, 1, 18 * 1024, 7).len(), 7);
+        assert!(
+            mig_spans(0x2335, 5, 90 * 1024, 7).is_empty(),
+            "no 5g profile"
+        );
+        // A product the table does not describe keeps the power-of-two rule.
+        assert_eq!(mig_memory_slices(0xffff, 7), 7);
+        assert_eq!(mig_spans(0xffff, 3, 20 * 1024, 7), vec![(0, 3), (4, 3)]);
     }
 
     #[test]

@@ -447,8 +447,20 @@ pub struct PreparedClaim {
     pub claim_uid: String,
     /// The node.
     pub node: String,
-    /// The actions that were carried out.
+    /// The changes prepare made: exactly what unprepare undoes.
     pub actions: Vec<PrepareAction>,
+    /// Devices the claim was given that were already in the wanted state before prepare (an
+    /// instance of that UUID existed, the VF held the type, the GPU was on vfio-pci): the claim
+    /// holds them, but prepare changed nothing for them, so unprepare leaves them as they are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found: Vec<PrepareAction>,
+}
+
+impl PreparedClaim {
+    /// Every device the claim holds, changed by prepare or found in place (the export's view).
+    pub fn held(&self) -> impl Iterator<Item = &PrepareAction> {
+        self.actions.iter().chain(self.found.iter())
+    }
 }
 
 #[cfg(test)]

@@ -51,7 +51,7 @@ pub fn read_prepared(state: &Path) -> Result<BTreeMap<String, Prepared>> {
         }
         let claim = read_claim(&path)?;
         let p = out.entry(claim.node.clone()).or_default();
-        for a in &claim.actions {
+        for a in claim.held() {
             a.record(p);
         }
     }

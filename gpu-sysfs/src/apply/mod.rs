@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use gpu_core::layout::{
     Assertion, LayoutConfig, LayoutError, Mode, Plan, PlanOptions, PlannedInstance, Step,
-    assert_layout, plan_layout,
+    TypeNames, assert_layout_named, plan_layout_named,
 };
 use gpu_core::nvidia::{VgpuTypeName, names_match};
 use gpu_core::{MdevUuid, NodeTopology, ParentId, PciAddress, VgpuFramework, VgpuTypeId};
@@ -278,6 +278,11 @@ fn observe_with(
     Ok((topo, memory))
 }
 
+/// The names the planner may use beyond the topology's own: the remembered ones.
+fn known_names(memory: Option<&RememberedNames>) -> TypeNames {
+    memory.map(|m| m.names().clone()).unwrap_or_default()
+}
+
 /// Checks whether the host holds what `config` wants (selected GPUs only, normalized names).
 ///
 /// # Errors
@@ -287,8 +292,12 @@ pub fn assert_config(
     config: &LayoutConfig,
     opts: &DiscoverOptions,
 ) -> Result<Assertion, ApplyError> {
-    let topo = observe(host, opts)?;
-    Ok(assert_layout(config, &topo)?)
+    let (topo, memory) = observe_with(host, opts)?;
+    Ok(assert_layout_named(
+        config,
+        &topo,
+        &known_names(memory.as_ref()),
+    )?)
 }
 
 /// Applies (or clears, per `opts.mode`) `config` on `host`. See the module documentation.
@@ -308,8 +317,8 @@ pub fn apply_layout(
         force: opts.force,
     };
     if opts.dry_run {
-        let topo = observe(host, &opts.discover)?;
-        let plan = plan_layout(config, &topo, &plan_opts)?;
+        let (topo, memory) = observe_with(host, &opts.discover)?;
+        let plan = plan_layout_named(config, &topo, &plan_opts, &known_names(memory.as_ref()))?;
         return Ok(ApplyReport {
             status: ApplyStatus::DryRun,
             plan,
@@ -329,7 +338,8 @@ pub fn apply_layout(
             let _ = m.save(host);
         }
     }
-    let mut plan = plan_layout(config, &topo, &plan_opts)?;
+    let names = known_names(memory.as_ref());
+    let mut plan = plan_layout_named(config, &topo, &plan_opts, &names)?;
     let mut run = Run {
         host,
         opts,
@@ -359,7 +369,9 @@ pub fn apply_layout(
         // the first instance is written.
         let again = observe(host, &opts.discover)
             .map_err(|e| format!("discovering the host after enabling SR-IOV: {e}"))
-            .and_then(|t| plan_layout(config, &t, &plan_opts).map_err(|e| e.to_string()));
+            .and_then(|t| {
+                plan_layout_named(config, &t, &plan_opts, &names).map_err(|e| e.to_string())
+            });
         plan = match again {
             Ok(p) if !p.needs_sriov() => p,
             Ok(p) => {
@@ -639,12 +651,23 @@ impl Run<'_> {
     ) -> Result<u32, ActuateError> {
         let want = instance.type_name.clone().unwrap_or_default();
         let types = creatable_types(self.host, vf)?;
-        let base = VgpuTypeName::parse(&want)
-            .ok()
-            .map(|n| n.base().to_string());
+        // The exact name first, across the VF's list and the remembered names: a suffix is
+        // stripped only when no source knows the exact name (a remembered exact type the VF
+        // does not list is not offered, never replaced by its base type).
+        let remembered = self.memory.as_ref().and_then(|m| m.id_of_exact(&want));
+        let base = match remembered {
+            Some(_) => None,
+            None => VgpuTypeName::parse(&want)
+                .ok()
+                .map(|n| n.base().to_string()),
+        };
         types
             .iter()
             .find(|(_, n)| names_match(n, &want))
+            .or_else(|| {
+                let r = remembered?;
+                types.iter().find(|(id, _)| *id == r)
+            })
             .or_else(|| {
                 let b = base.as_deref()?;
                 types.iter().find(|(_, n)| names_match(n, b))

@@ -60,6 +60,20 @@ impl RememberedNames {
         changed
     }
 
+    /// Every remembered type number and its name.
+    pub fn names(&self) -> &BTreeMap<u32, String> {
+        &self.names
+    }
+
+    /// The remembered number whose name is exactly `name` (prefixes `NVIDIA `/`GRID ` aside,
+    /// no MIG suffix stripped).
+    pub fn id_of_exact(&self, name: &str) -> Option<u32> {
+        self.names
+            .iter()
+            .find(|(_, n)| gpu_core::nvidia::names_match(n, name))
+            .map(|(id, _)| *id)
+    }
+
     /// Remembers one name; true when it is new.
     pub fn remember(&mut self, id: u32, name: &str) -> bool {
         if self.names.get(&id).map(String::as_str) == Some(name) {

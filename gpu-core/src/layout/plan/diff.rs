@@ -7,9 +7,10 @@ pub(super) fn build(
     topology: &NodeTopology,
     options: PlanOptions,
     check_capacity: bool,
+    names: &TypeNames,
 ) -> Result<Plan, LayoutError> {
     let mut warnings = Vec::new();
-    let selected = select(config, topology, options.mode, &mut warnings)?;
+    let selected = select(config, topology, options.mode, names, &mut warnings)?;
     // UUIDs of instances anywhere on the host: a new layout slot never takes one of these, except
     // those this plan removes first.
     let mut taken: BTreeSet<MdevUuid> = topology
@@ -21,7 +22,7 @@ pub(super) fn build(
     let mut gpus = Vec::with_capacity(selected.len());
     for s in selected {
         let view = match s.subject {
-            Subject::Gpu(gpu) => View::new(topology, gpu),
+            Subject::Gpu(gpu) => View::new(topology, gpu).with_names(names),
             Subject::Named(parent) => View::named(parent),
         };
         let wants_something = match &s.target {

@@ -35,7 +35,20 @@ pub fn assert_layout(
     config: &LayoutConfig,
     topology: &NodeTopology,
 ) -> Result<Assertion, LayoutError> {
-    let plan = build(config, topology, PlanOptions::default(), false)?;
+    assert_layout_named(config, topology, &TypeNames::new())
+}
+
+/// [`assert_layout`] with the vendor-VFIO type names other sources know (the remembered names,
+/// NVML): a requested name one of them knows exactly is never matched by its base type.
+///
+/// # Errors
+/// As [`assert_layout`].
+pub fn assert_layout_named(
+    config: &LayoutConfig,
+    topology: &NodeTopology,
+    names: &TypeNames,
+) -> Result<Assertion, LayoutError> {
+    let plan = build(config, topology, PlanOptions::default(), false, names)?;
     let mut diff = Vec::new();
     for g in &plan.gpus {
         if let Some(why) = &g.refused {
@@ -77,5 +90,25 @@ pub fn plan_layout(
     topology: &NodeTopology,
     options: &PlanOptions,
 ) -> Result<Plan, LayoutError> {
-    build(config, topology, *options, true)
+    plan_layout_named(config, topology, options, &TypeNames::new())
+}
+
+/// Vendor-VFIO type number → name, as sources other than the topology know them (the names
+/// gpuslice remembered, NVML). They rank after the GPU's own listings and instances and before
+/// any name with its MIG suffix stripped.
+pub type TypeNames = BTreeMap<u32, String>;
+
+/// [`plan_layout`] with the vendor-VFIO type names other sources know: the exact name first
+/// across every source (the GPU's listings and instances, then `names`), and a MIG suffix
+/// stripped only when no source knows the exact name (`DC-1-24QGFX` is not `DC-1-24Q`).
+///
+/// # Errors
+/// As [`plan_layout`].
+pub fn plan_layout_named(
+    config: &LayoutConfig,
+    topology: &NodeTopology,
+    options: &PlanOptions,
+    names: &TypeNames,
+) -> Result<Plan, LayoutError> {
+    build(config, topology, *options, true, names)
 }

@@ -31,6 +31,9 @@ pub(super) struct View<'a> {
     pub(super) label: String,
     pub(super) parents: Vec<&'a Parent>,
     pub(super) known: Vec<Known>,
+    /// Vendor-VFIO types other sources name (remembered names, NVML) that neither a listing
+    /// nor an instance of this GPU does.
+    pub(super) named_elsewhere: Vec<Known>,
 }
 
 impl<'a> View<'a> {
@@ -97,6 +100,44 @@ impl<'a> View<'a> {
             label,
             parents,
             known,
+            named_elsewhere: Vec::new(),
+        }
+    }
+
+    /// Adds the names other sources know, for a vendor-VFIO GPU (type numbers are the driver's,
+    /// one numbering per host, so a name for another board never resolves here: see
+    /// [`View::boards`]).
+    pub(super) fn with_names(mut self, names: &TypeNames) -> Self {
+        if self.gpu.is_none() || self.framework() != Some(VgpuFramework::VendorVfio) {
+            return self;
+        }
+        for (n, name) in names {
+            let id = VgpuTypeId::from_str_unchecked(&n.to_string());
+            if self.known.iter().any(|k| k.id == id) {
+                continue;
+            }
+            self.named_elsewhere.push(Known {
+                profile: synth_profile(&id, name, None),
+                id,
+                name: name.clone(),
+            });
+        }
+        self
+    }
+
+    /// The boards this GPU's types are named for: from the names it lists or holds, else (a
+    /// full GPU nothing names) from its PCI device ID; empty when neither says.
+    pub(super) fn boards(&self) -> Vec<String> {
+        if self.known.is_empty() {
+            self.gpu
+                .and_then(|g| vgpu_board(g.device_id.0))
+                .map(|b| vec![b.to_owned()])
+                .unwrap_or_default()
+        } else {
+            self.known
+                .iter()
+                .filter_map(|k| VgpuTypeName::parse(&k.name).ok().map(|n| n.board))
+                .collect()
         }
     }
 
@@ -174,10 +215,25 @@ impl<'a> View<'a> {
         if self.gpu.is_none() {
             return self.resolve_driver_name(requested, count);
         }
+        // Exact names first across every source; a MIG suffix is stripped only when no source
+        // knows the exact name (a stripped type is another device: no media engines, no
+        // graphics).
+        let parsed_board = VgpuTypeName::parse(requested).ok().map(|n| n.board);
+        let boards = self.boards();
+        let this_board = |b: &Option<String>| {
+            b.as_ref().is_some_and(|b| {
+                !boards.is_empty() && boards.iter().all(|x| x.eq_ignore_ascii_case(b))
+            })
+        };
         let found = self
             .known
             .iter()
             .find(|k| names_match(&k.name, requested))
+            .or_else(|| {
+                self.named_elsewhere
+                    .iter()
+                    .find(|k| names_match(&k.name, requested) && this_board(&parsed_board))
+            })
             .or_else(|| {
                 let base = VgpuTypeName::parse(requested).ok()?.base().to_string();
                 self.known.iter().find(|k| names_match(&k.name, &base))
@@ -202,19 +258,8 @@ impl<'a> View<'a> {
             return Err(unknown());
         }
         let parsed = VgpuTypeName::parse(requested).map_err(|_| unknown())?;
-        let boards: Vec<String> = if self.known.is_empty() {
-            // A full GPU lists nothing and nothing names its types: its board comes from its
-            // PCI device ID, or it cannot be established and the name is refused.
-            self.gpu
-                .and_then(|g| vgpu_board(g.device_id.0))
-                .map(|b| vec![b.to_owned()])
-                .unwrap_or_default()
-        } else {
-            self.known
-                .iter()
-                .filter_map(|k| VgpuTypeName::parse(&k.name).ok().map(|n| n.board))
-                .collect()
-        };
+        // A full GPU lists nothing and nothing names its types: its board comes from its PCI
+        // device ID, or it cannot be established and the name is refused.
         let same_board =
             !boards.is_empty() && boards.iter().all(|b| b.eq_ignore_ascii_case(&parsed.board));
         if !same_board {
@@ -227,6 +272,26 @@ impl<'a> View<'a> {
                     None => "unknown: no source names its types; pin the type by ID".to_owned(),
                 },
             });
+        }
+        // A MIG-backed name needs a GPU-instance profile of its slice count on this product:
+        // one the product does not have can never be written, so nothing is cleared to try.
+        let geometry = self
+            .gpu
+            .and_then(|g| MigGeometry::for_device(g.device_id.0))
+            .or_else(|| MigGeometry::for_vgpu_board(&parsed.board));
+        if let (Some(slices), Some(g)) = (parsed.mig_slices, geometry) {
+            if g.profile_for(slices, parsed.framebuffer_mib()).is_none() {
+                let profiles: Vec<&str> = g.profiles.iter().map(|p| p.name).collect();
+                return Err(LayoutError::Conflict {
+                    gpu: self.label.clone(),
+                    why: format!(
+                        "vGPU type {requested:?} needs a {slices}-slice MIG GPU instance, which \
+                         the {} does not have (its profiles: {}); nothing was changed",
+                        g.product,
+                        profiles.join(", ")
+                    ),
+                });
+            }
         }
         let mut profile = synth_profile(
             &VgpuTypeId::from_str_unchecked("0"),

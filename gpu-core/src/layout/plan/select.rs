@@ -26,6 +26,7 @@ pub(super) fn select<'a>(
     config: &LayoutConfig,
     topology: &'a NodeTopology,
     mode: Mode,
+    names: &TypeNames,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Selected<'a>>, LayoutError> {
     let indices = nvidia_indices(&topology.gpus);
@@ -171,7 +172,7 @@ pub(super) fn select<'a>(
         let Some(cands) = by_gpu.remove(&gpu.address) else {
             continue;
         };
-        let (n, types) = choose_entry(topology, gpu, &cands, &at)?;
+        let (n, types) = choose_entry(topology, gpu, &cands, &at, names)?;
         out.push(Selected {
             subject: Subject::Gpu(gpu),
             index,
@@ -198,6 +199,7 @@ pub(super) fn choose_entry(
     gpu: &Gpu,
     cands: &[(usize, &Want)],
     at: &dyn Fn(usize) -> String,
+    names: &TypeNames,
 ) -> Result<(usize, Vec<TypeCount>), LayoutError> {
     let types_of = |w: &Want| match w {
         Want::Counts { types } => types.clone(),
@@ -206,7 +208,7 @@ pub(super) fn choose_entry(
     if let [(n, w)] = cands {
         return Ok((*n, types_of(w)));
     }
-    let view = View::new(topology, gpu);
+    let view = View::new(topology, gpu).with_names(names);
     let mut fitting: Vec<(usize, Vec<TypeCount>)> = Vec::new();
     let mut first_err = None;
     for (n, w) in cands {

@@ -80,11 +80,37 @@ impl FakeKernel {
     /// # Errors
     /// The I/O error of building the tree.
     pub fn l40s_vendor_vfio_host_on(numvfs: u32, driver: &str) -> io::Result<Self> {
+        Self::vendor_vfio_host_with(0x26b9, driver, 48 * 1024, L40S_TYPES, numvfs)
+    }
+
+    /// An NVIDIA GPU (PCI device ID `device_id`, bound to `nvidia`) at `0000:26:00.0` in the
+    /// vendor-specific VFIO framework, offering `types` (`(ID, name)`, sizes from the names) on
+    /// `framebuffer_mib`, with `numvfs` VFs enabled (`sriov_totalvfs` 32). MIG-backed types take
+    /// GPU-instance slots by the product's geometry where gpu-core knows it.
+    ///
+    /// # Errors
+    /// The I/O error of building the tree.
+    pub fn vendor_vfio_host(
+        device_id: u16,
+        framebuffer_mib: u64,
+        types: &[(u32, &str)],
+        numvfs: u32,
+    ) -> io::Result<Self> {
+        Self::vendor_vfio_host_with(device_id, "nvidia", framebuffer_mib, types, numvfs)
+    }
+
+    fn vendor_vfio_host_with(
+        device_id: u16,
+        driver: &str,
+        framebuffer_mib: u64,
+        types: &[(u32, &str)],
+        numvfs: u32,
+    ) -> io::Result<Self> {
         let mut b = TreeBuilder::new();
         let pf = "0000:26:00.0";
         b.pci(
             pf,
-            PciSpec::new(0x10de, 0x26b9, 0x030200)
+            PciSpec::new(0x10de, device_id, 0x030200)
                 .driver(driver)
                 .group(30)
                 .numa(0),
@@ -96,11 +122,8 @@ impl FakeKernel {
         let k = FakeKernel::new(b.finish()?)?;
         let pool = FakePool::VendorVfio {
             pf: pf.parse().map_err(io::Error::other)?,
-            framebuffer_mib: 48 * 1024,
-            types: L40S_TYPES
-                .iter()
-                .map(|(id, n)| (*id, (*n).to_owned()))
-                .collect(),
+            framebuffer_mib,
+            types: types.iter().map(|(id, n)| (*id, (*n).to_owned())).collect(),
         };
         let k = k.with_pool(pool);
         if numvfs > 0 {

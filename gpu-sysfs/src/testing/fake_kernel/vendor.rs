@@ -2,6 +2,8 @@
 
 use super::*;
 
+use gpu_core::mig::{MigGeometry, MigOccupancy};
+
 impl FakeKernel {
     pub(super) fn vfs_of(&self, pf: &PciAddress) -> Vec<PciAddress> {
         let dir = format!("sys/bus/pci/devices/{pf}");
@@ -29,35 +31,66 @@ impl FakeKernel {
             .unwrap_or(0)
     }
 
-    /// The types that fit on the GPU of a vendor-VFIO pool now.
+    /// The types that fit on the GPU of a vendor-VFIO pool now. Time-sliced types share the
+    /// framebuffer at one size; MIG-backed types of a product whose geometry gpu-core knows need
+    /// a free GPU-instance slot range at an allowed start (the driver places each new instance
+    /// at the lowest start that fits; held ones are counted largest first), and the two kinds
+    /// never mix on one GPU.
     pub(super) fn vendor_creatable(
         &self,
         pf: &PciAddress,
         total: u64,
         types: &[(u32, String)],
     ) -> Vec<(u32, String)> {
-        let size_of = |id: u32| {
+        let name_of = |id: u32| {
             types
                 .iter()
                 .find(|(t, _)| *t == id)
                 .and_then(|(_, n)| VgpuTypeName::parse(n).ok())
-                .map(|n| n.framebuffer_mib())
+        };
+        let size_of = |id: u32| name_of(id).map(|n| n.framebuffer_mib());
+        let geometry = self
+            .fs
+            .read_string(&format!("sys/bus/pci/devices/{pf}/device"))
+            .ok()
+            .and_then(|s| u16::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok())
+            .and_then(MigGeometry::for_device);
+        let mig_profile = |id: u32| {
+            let n = name_of(id)?;
+            geometry?.profile_for(n.mig_slices?, n.framebuffer_mib())
         };
         let mut used = 0u64;
         let mut size = None;
+        let mut held_mig = Vec::new();
+        let mut held_sliced = false;
         for vf in self.vfs_of(pf) {
             let t = self.vf_type(&vf);
-            if t != 0 {
-                if let Some(s) = size_of(t) {
-                    used += s;
-                    size = Some(s);
+            if t == 0 {
+                continue;
+            }
+            match mig_profile(t) {
+                Some(p) => held_mig.push(p),
+                None => {
+                    held_sliced = true;
+                    if let Some(s) = size_of(t) {
+                        used += s;
+                        size = Some(s);
+                    }
                 }
             }
         }
+        let occupied = geometry.and_then(|g| g.place_all(MigOccupancy::empty(), &held_mig).ok());
         types
             .iter()
-            .filter(|(id, _)| {
-                size_of(*id).is_some_and(|s| used + s <= total && size.is_none_or(|cur| cur == s))
+            .filter(|(id, _)| match (mig_profile(*id), geometry) {
+                (Some(p), Some(g)) => {
+                    !held_sliced && occupied.is_some_and(|o| g.fits(o, p).is_some())
+                }
+                _ => {
+                    held_mig.is_empty()
+                        && size_of(*id)
+                            .is_some_and(|s| used + s <= total && size.is_none_or(|cur| cur == s))
+                }
             })
             .cloned()
             .collect()
