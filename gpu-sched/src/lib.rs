@@ -44,6 +44,7 @@
 //! for migration, node drain and health-driven evacuation ([`MigrationPlan`], [`DrainPlan`],
 //! [`EvacuationPlan`]).
 
+mod classes;
 mod error;
 mod node;
 mod plan;

@@ -80,7 +80,7 @@ fn refusal_is_structured_data_with_camel_case_keys() {
         .unwrap_err();
     let r = e.refusal().unwrap();
     assert_eq!(r.nodes_total, 1);
-    let reason = &r.nodes[0].reasons[0];
+    let reason = &r.nodes()[0].reasons[0];
     assert_eq!(reason.kind, ReasonKind::TopologyUnsatisfiable);
     assert_eq!((reason.needed, reason.free), (4, 3));
     let json = serde_json::to_value(r).unwrap();
