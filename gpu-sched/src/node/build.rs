@@ -48,10 +48,8 @@ impl NodeState {
             .collect();
         let mut groups: Vec<Group> = Vec::new();
         let mut keys: Vec<ParentId> = Vec::new();
-        let records = std::mem::take(&mut topo.mediated_devices.parents);
-        let mut parents: Vec<ParentSlot> = Vec::with_capacity(records.len());
-        let mut kinds: Vec<std::sync::Arc<super::ParentKind>> = Vec::new();
-        for mut p in records {
+        let mut parents = Vec::with_capacity(topo.mediated_devices.parents.len());
+        for p in &topo.mediated_devices.parents {
             let key = p.pool_key();
             let gi = match keys.iter().position(|k| *k == key) {
                 Some(i) => i,
@@ -119,18 +117,15 @@ impl NodeState {
                     })
                     .collect()
             });
-            let id = std::mem::replace(&mut p.id, ParentId::Named(String::new()));
-            p.profiles = Vec::new();
-            let kind = super::ParentKind {
+            parents.push(ParentSlot {
                 group: gi,
                 cap,
+                used: 0,
                 offers,
                 usable: true,
                 table,
                 counts,
-                record: p,
-            };
-            parents.push(ParentSlot::new(id, kind, &mut kinds));
+            });
         }
         for (gi, g) in groups.iter_mut().enumerate() {
             if let Some(gpu) = g.gpu {
@@ -157,7 +152,7 @@ impl NodeState {
                 }
             }
             // Parents in address order, so "the first free VF" is the lowest one.
-            let pid = |p: usize| &parents[p].id;
+            let pid = |p: usize| &topo.mediated_devices.parents[p].id;
             for e in &mut entries {
                 e.sort_by(|a, b| pid(a.get().0).cmp(pid(b.get().0)));
             }
@@ -179,6 +174,9 @@ impl NodeState {
                     .collect()
             })
             .collect();
+        for p in &mut topo.mediated_devices.parents {
+            p.profiles = Vec::new();
+        }
         let mut n = NodeState {
             topo,
             gpus,

@@ -91,11 +91,18 @@ impl NodeState {
                     framework,
                     ..
                 } => {
-                    let Some(pi) = self.parents.iter().position(|p| p.id == *parent) else {
+                    let Some(pi) = self
+                        .topo
+                        .mediated_devices
+                        .parents
+                        .iter()
+                        .position(|p| p.id == *parent)
+                    else {
                         missing.push(format!("vGPU parent {parent}"));
                         continue;
                     };
-                    let reflected = self.parents[pi].record.instances.iter().any(|i| {
+                    let tp = &self.topo.mediated_devices.parents[pi];
+                    let reflected = tp.instances.iter().any(|i| {
                         i.uuid == Some(*uuid)
                             || (*framework == VgpuFramework::VendorVfio && i.profile == *profile)
                     });
@@ -195,14 +202,13 @@ impl NodeState {
                     offer,
                     ..
                 } => {
-                    let ps = &self.parents[parent];
-                    let tp = &ps.record;
+                    let tp = &self.topo.mediated_devices.parents[parent];
                     let pr = &self.profiles_of(parent)[self.parents[parent].offers[offer].profile];
                     let request = &m.reqs[req].name;
                     out.push(AllocatedDevice::Vgpu {
                         request: request.clone(),
                         index,
-                        parent: ps.id.clone(),
+                        parent: tp.id.clone(),
                         gpu: tp.gpu,
                         framework: tp.framework,
                         profile: pr.id.clone(),
@@ -233,12 +239,11 @@ impl NodeState {
                 (g.health.state, g.health.reasons.clone(), g.name.clone())
             }
             Pick::Vgpu { parent, group, .. } => {
-                let tp = &self.parents[parent].record;
-                let pid = &self.parents[parent].id;
+                let tp = &self.topo.mediated_devices.parents[parent];
                 let gpu = self.groups[group].gpu.map(|g| &self.topo.gpus[g]);
                 let mut reasons = tp.health.reasons.clone();
                 let mut state = tp.health.state;
-                let mut name = pid.to_string();
+                let mut name = tp.id.to_string();
                 if let Some(g) = gpu {
                     state = state.worst(g.health.state);
                     for r in &g.health.reasons {
@@ -246,7 +251,7 @@ impl NodeState {
                             reasons.push(r.clone());
                         }
                     }
-                    name = format!("{} via {}", g.name, pid);
+                    name = format!("{} via {}", g.name, tp.id);
                 }
                 (self.groups[group].health.worst(state), reasons, name)
             }

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use gpu_core::{HealthState, NodeTopology, Parent, ParentId, Pool, Profile, Vendor};
+use gpu_core::{HealthState, NodeTopology, Pool, Profile, Vendor};
 
 use crate::resolve::ClassId;
 
@@ -72,13 +72,12 @@ pub(crate) struct Offer {
     pub cost: u64,
 }
 
-/// What VFs of one GPU that are alike share: their types, offers and counts, and the parent
-/// record as discovery gave it (address aside). A node stores one per kind of parent, not one
-/// per VF.
+/// A vGPU parent's accounting.
 #[derive(Debug, Clone)]
-pub(crate) struct ParentKind {
+pub(crate) struct ParentSlot {
     pub group: usize,
     pub cap: u64,
+    pub used: u64,
     /// Shared by every parent whose types and counts are the same (every free VF of a GPU).
     pub offers: Arc<[Offer]>,
     pub usable: bool,
@@ -86,65 +85,6 @@ pub(crate) struct ParentKind {
     pub table: Arc<[Profile]>,
     /// The parent's own instance counts, where they differ from the table's.
     pub counts: Counts,
-    /// The discovered record without its address and types.
-    pub record: Parent,
-}
-
-impl ParentKind {
-    /// Whether two kinds are the same (shared tables by address).
-    fn same(&self, o: &ParentKind) -> bool {
-        self.group == o.group
-            && self.cap == o.cap
-            && self.usable == o.usable
-            && Arc::ptr_eq(&self.offers, &o.offers)
-            && Arc::ptr_eq(&self.table, &o.table)
-            && matches!((&self.counts, &o.counts), (Counts::Table, Counts::Table))
-            && self.record == o.record
-    }
-}
-
-/// A vGPU parent's accounting: its address, its kind, and the units allocations hold on it.
-#[derive(Debug, Clone)]
-pub(crate) struct ParentSlot {
-    pub id: ParentId,
-    pub kind: Arc<ParentKind>,
-    pub used: u64,
-}
-
-impl std::ops::Deref for ParentSlot {
-    type Target = ParentKind;
-    fn deref(&self) -> &ParentKind {
-        &self.kind
-    }
-}
-
-impl ParentSlot {
-    /// A parent of `kind`, sharing the kind of an earlier parent of the node when they are alike.
-    pub(crate) fn new(id: ParentId, kind: ParentKind, kinds: &mut Vec<Arc<ParentKind>>) -> Self {
-        let kind = match kinds.iter().rev().find(|k| k.same(&kind)) {
-            Some(k) => Arc::clone(k),
-            None => {
-                let k = Arc::new(kind);
-                kinds.push(Arc::clone(&k));
-                k
-            }
-        };
-        ParentSlot { id, kind, used: 0 }
-    }
-
-    /// The discovered parent record, types included, as discovery gave it.
-    pub(crate) fn record(&self) -> Parent {
-        let mut tp = self.kind.record.clone();
-        tp.id = self.id.clone();
-        tp.profiles = self.table.to_vec();
-        if let Counts::Own(c) = &self.counts {
-            for (p, (avail, reported)) in tp.profiles.iter_mut().zip(c.iter()) {
-                p.available_instances = *avail;
-                p.reported_instances = *reported;
-            }
-        }
-        tp
-    }
 }
 
 /// A parent's `availableInstances` and `reportedInstances` per type.
@@ -357,11 +297,18 @@ impl NodeState {
         &self.parents[p].table
     }
 
-    /// The topology as it was given: the parents rebuilt from their kinds, with the shared
-    /// types and each parent's own counts.
+    /// The topology as it was given: the shared types with each parent's own counts.
     pub(crate) fn topology(&self) -> NodeTopology {
         let mut t = self.topo.clone();
-        t.mediated_devices.parents = self.parents.iter().map(ParentSlot::record).collect();
+        for (tp, ps) in t.mediated_devices.parents.iter_mut().zip(&self.parents) {
+            tp.profiles = ps.table.to_vec();
+            if let Counts::Own(c) = &ps.counts {
+                for (p, (avail, reported)) in tp.profiles.iter_mut().zip(c.iter()) {
+                    p.available_instances = *avail;
+                    p.reported_instances = *reported;
+                }
+            }
+        }
         t
     }
 
