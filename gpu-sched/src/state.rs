@@ -58,8 +58,8 @@ pub(crate) type Tree = BTreeSet<(u32, u32)>;
 /// Nodes keep the topology they were given; allocations are charged on top of it (see the
 /// accounting notes in the crate docs). Per profile class and per vendor, a sorted index of
 /// `(free count, node)` finds the best-fitting node (binpack) or the emptiest one (spread) in
-/// logarithmic time, so a placement does not scan the fleet; only a refusal visits every node,
-/// to say why each one said no.
+/// logarithmic time, so a placement does not scan the fleet; a refusal says why each node said
+/// no by fitting one node per group of nodes in the same state.
 #[derive(Debug, Clone, Default)]
 pub struct FleetState {
     pub(crate) slots: Vec<Option<Arc<NodeState>>>,

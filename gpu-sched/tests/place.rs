@@ -94,9 +94,7 @@ fn refusal_is_structured_data_with_camel_case_keys() {
 
 #[test]
 fn a_refusal_keeps_nodes_that_say_the_same_together_and_lists_them_in_node_order() {
-    let mut nodes: Vec<NodeTopology> = (0..6)
-        .map(|i| whole_node(&format!("w{i}"), 2))
-        .collect();
+    let mut nodes: Vec<NodeTopology> = (0..6).map(|i| whole_node(&format!("w{i}"), 2)).collect();
     nodes.push(mbochs_with_one_large("m0"));
     nodes.push(mbochs_with_one_large("m1"));
     let mut s = fleet(nodes);
