@@ -36,14 +36,16 @@
 //! oracle for Machines of one and two requests.
 //!
 //! **Speed and size.** Per profile class and per vendor, a sorted index of `(free count, node)`
-//! gives the candidate nodes in policy order without scanning the fleet; only a refusal visits
-//! every node. Parents' profile lists and offers are shared fleet-wide (every VF of a GPU model
+//! gives the candidate nodes in policy order without scanning the fleet. A refusal fits one
+//! node per group of nodes whose state a fit cannot tell apart (same shape, same usage) and
+//! counts the rest, with the same result as asking every node. Parents' profile lists and offers are shared fleet-wide (every VF of a GPU model
 //! and driver lists the same types); [`FleetState::nodes`] rebuilds the topologies on demand.
 //!
 //! **Lifecycle and plans.** [`FleetState::release`], [`FleetState::mark_created`], and plans
 //! for migration, node drain and health-driven evacuation ([`MigrationPlan`], [`DrainPlan`],
 //! [`EvacuationPlan`]).
 
+mod classes;
 mod error;
 mod node;
 mod plan;

@@ -360,11 +360,7 @@ impl FleetState {
                     }
                 }
                 Err(e) => {
-                    ev.refusal = Some(Refusal {
-                        machine: format!("{name}: {e}"),
-                        nodes_total: 0,
-                        nodes: Vec::new(),
-                    });
+                    ev.refusal = Some(Refusal::from_nodes(format!("{name}: {e}"), 0, Vec::new()));
                 }
             }
             plan.machines.push(ev);
@@ -388,6 +384,7 @@ impl FleetState {
             by_class_used: self.by_class_used.clone(),
             whole_all: self.whole_all.clone(),
             whole_vendor: self.whole_vendor.clone(),
+            classes: self.classes.clone(),
         }
     }
 }

@@ -7,8 +7,9 @@
 //! mbochs-large, 3 free; 2 node(s): ProfileNotOffered: needs 4 gpu profile mbochs-large, not
 //! offered`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -209,30 +210,147 @@ pub struct NodeRefusal {
 }
 
 /// Why a Machine could not be placed anywhere: every node considered, with its reasons.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// Nodes that gave the same reasons are held together (a refusal on a large fleet names
+/// thousands of nodes but says a handful of different things); [`Refusal::nodes`] lists them
+/// node by node. JSON: `{"machine", "nodesTotal", "nodes": [{"node", "reasons"}]}`, nodes in
+/// node order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(into = "RefusalDoc", from = "RefusalDoc")]
 pub struct Refusal {
     /// The Machine.
     pub machine: String,
     /// Nodes in the fleet.
     pub nodes_total: usize,
-    /// Nodes that were considered and refused, in node order.
-    pub nodes: Vec<NodeRefusal>,
+    /// Nodes with the same reasons, each node with its place in node order.
+    groups: Vec<RefusedGroup>,
 }
 
+#[derive(Debug, Clone)]
+pub(crate) struct RefusedGroup {
+    pub reasons: Vec<Reason>,
+    pub nodes: Vec<(u32, Arc<str>)>,
+}
+
+/// The document form of a [`Refusal`].
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RefusalDoc {
+    machine: String,
+    nodes_total: usize,
+    nodes: Vec<NodeRefusal>,
+}
+
+impl From<Refusal> for RefusalDoc {
+    fn from(r: Refusal) -> Self {
+        RefusalDoc {
+            nodes: r.nodes(),
+            machine: r.machine,
+            nodes_total: r.nodes_total,
+        }
+    }
+}
+
+impl From<RefusalDoc> for Refusal {
+    fn from(d: RefusalDoc) -> Self {
+        Refusal::from_nodes(d.machine, d.nodes_total, d.nodes)
+    }
+}
+
+impl PartialEq for Refusal {
+    fn eq(&self, other: &Self) -> bool {
+        self.machine == other.machine
+            && self.nodes_total == other.nodes_total
+            && self.refused_count() == other.refused_count()
+            && self.nodes() == other.nodes()
+    }
+}
+
+impl Eq for Refusal {}
+
 impl Refusal {
+    /// A refusal from its nodes' reasons (in node order).
+    pub fn from_nodes(machine: String, nodes_total: usize, nodes: Vec<NodeRefusal>) -> Self {
+        let mut groups: Vec<RefusedGroup> = Vec::new();
+        let mut by_reasons: HashMap<Vec<Reason>, usize> = HashMap::new();
+        for (i, n) in nodes.into_iter().enumerate() {
+            let at = u32::try_from(i).unwrap_or(u32::MAX);
+            let name: Arc<str> = Arc::from(n.node);
+            match by_reasons.get(&n.reasons) {
+                Some(&g) => groups[g].nodes.push((at, name)),
+                None => {
+                    by_reasons.insert(n.reasons.clone(), groups.len());
+                    groups.push(RefusedGroup {
+                        reasons: n.reasons,
+                        nodes: vec![(at, name)],
+                    });
+                }
+            }
+        }
+        Refusal {
+            machine,
+            nodes_total,
+            groups,
+        }
+    }
+
+    pub(crate) fn from_groups(
+        machine: String,
+        nodes_total: usize,
+        groups: Vec<RefusedGroup>,
+    ) -> Self {
+        Refusal {
+            machine,
+            nodes_total,
+            groups,
+        }
+    }
+
+    /// Nodes that were considered and refused, in node order, each with its reasons (built on
+    /// each call: a refusal keeps nodes with the same reasons together).
+    pub fn nodes(&self) -> Vec<NodeRefusal> {
+        let mut all: Vec<(u32, &Arc<str>, &Vec<Reason>)> = self
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter().map(move |(at, n)| (*at, n, &g.reasons)))
+            .collect();
+        all.sort_by_key(|e| e.0);
+        all.into_iter()
+            .map(|(_, n, r)| NodeRefusal {
+                node: n.to_string(),
+                reasons: r.clone(),
+            })
+            .collect()
+    }
+
+    /// How many nodes refused (those considered and not fitting).
+    pub fn refused_count(&self) -> usize {
+        self.groups.iter().map(|g| g.nodes.len()).sum()
+    }
+
+    /// The reasons one node gave, if it refused.
+    pub fn reasons_of(&self, node: &str) -> Option<&[Reason]> {
+        self.groups
+            .iter()
+            .find(|g| g.nodes.iter().any(|(_, n)| &**n == node))
+            .map(|g| g.reasons.as_slice())
+    }
+
     /// Groups nodes by identical reasons, most common first (ties in text order):
     /// `(count, reasons text)`.
     pub fn groups(&self) -> Vec<(usize, String)> {
         let mut by_text: BTreeMap<String, usize> = BTreeMap::new();
-        for n in &self.nodes {
-            let text = n
+        for g in &self.groups {
+            if g.nodes.is_empty() {
+                continue;
+            }
+            let text = g
                 .reasons
                 .iter()
                 .map(Reason::to_string)
                 .collect::<Vec<_>>()
                 .join(" and ");
-            *by_text.entry(text).or_default() += 1;
+            *by_text.entry(text).or_default() += g.nodes.len();
         }
         let mut groups: Vec<(usize, String)> = by_text.into_iter().map(|(t, c)| (c, t)).collect();
         groups.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));

@@ -1,6 +1,6 @@
 //! The fleet in indexed form, and placement over it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use gpu_core::{
@@ -8,11 +8,12 @@ use gpu_core::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::classes::Classes;
 use crate::error::SchedError;
 use crate::node::{Charge, NodeState, Pick, ProfileTables, vendor_ix};
 use crate::policy::Policy;
-use crate::refusal::{NodeRefusal, Refusal};
-use crate::resolve::{Catalog, Kind, Resolved, resolve};
+use crate::refusal::{NodeRefusal, Refusal, RefusedGroup};
+use crate::resolve::{Catalog, Kind, Req, Resolved, resolve};
 
 /// A device placed on a Degraded GPU: usable, ranked last, and worth knowing about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,8 +58,8 @@ pub(crate) type Tree = BTreeSet<(u32, u32)>;
 /// Nodes keep the topology they were given; allocations are charged on top of it (see the
 /// accounting notes in the crate docs). Per profile class and per vendor, a sorted index of
 /// `(free count, node)` finds the best-fitting node (binpack) or the emptiest one (spread) in
-/// logarithmic time, so a placement does not scan the fleet; only a refusal visits every node,
-/// to say why each one said no.
+/// logarithmic time, so a placement does not scan the fleet; a refusal says why each node said
+/// no by fitting one node per group of nodes in the same state.
 #[derive(Debug, Clone, Default)]
 pub struct FleetState {
     pub(crate) slots: Vec<Option<Arc<NodeState>>>,
@@ -73,6 +74,8 @@ pub struct FleetState {
     pub(crate) by_class_used: HashMap<u32, Tree>,
     pub(crate) whole_all: Tree,
     pub(crate) whole_vendor: [Tree; 6],
+    /// Nodes grouped by what a fit sees, for refusals.
+    pub(crate) classes: Classes,
 }
 
 fn slot_id(i: usize) -> u32 {
@@ -129,6 +132,7 @@ impl FleetState {
         }
         for i in 0..s.slots.len() {
             s.index(i, true);
+            s.classes.insert(i, &s.slots);
         }
         Ok(s)
     }
@@ -185,6 +189,7 @@ impl FleetState {
         let old_whole = n.whole_free;
         let old_vendor = n.whole_free_vendor;
         n.apply(charges, sign);
+        self.classes.touch(i);
         let id = slot_id(i);
         let update = |t: &mut Tree, old: u32, new: u32| {
             if old == new {
@@ -258,6 +263,7 @@ impl FleetState {
         }
         self.slots[i] = Some(Arc::new(n));
         self.index(i, true);
+        self.classes.insert(i, &self.slots);
         Ok(())
     }
 
@@ -276,6 +282,7 @@ impl FleetState {
             .ok_or_else(|| SchedError::UnknownNode {
                 node: node.to_owned(),
             })?;
+        self.classes.remove(i);
         if let Some(ms) = self.on_node.get(node) {
             for m in ms {
                 if let Some(r) = self.records.get_mut(m) {
@@ -458,13 +465,15 @@ impl FleetState {
     ) -> Result<(usize, Vec<Pick>), Refusal> {
         if let Some(i) = only {
             if let Some(n) = self.slots[i].as_ref() {
-                return n.fit(m, policy).map(|p| (i, p)).map_err(|reasons| Refusal {
-                    machine: m.name.clone(),
-                    nodes_total: 1,
-                    nodes: vec![NodeRefusal {
-                        node: n.name().to_owned(),
-                        reasons,
-                    }],
+                return n.fit(m, policy).map(|p| (i, p)).map_err(|reasons| {
+                    Refusal::from_nodes(
+                        m.name.clone(),
+                        1,
+                        vec![NodeRefusal {
+                            node: n.name().to_owned(),
+                            reasons,
+                        }],
+                    )
                 });
             }
         }
@@ -583,8 +592,70 @@ impl FleetState {
         Err(self.refuse(m, policy, exclude))
     }
 
-    /// Asks every node why it cannot take the Machine.
+    /// Says why no node can take the Machine: one fit per group of nodes in the same state
+    /// (see `classes.rs`), the same answer as asking every node.
     fn refuse(&self, m: &Resolved, policy: Policy, exclude: Option<usize>) -> Refusal {
+        let mut c = self.classes.lock();
+        c.refresh(&self.slots);
+        let ex = exclude.and_then(|e| u32::try_from(e).ok());
+        let total = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| n.is_some() && exclude != Some(*i))
+            .count();
+        let mut groups: Vec<RefusedGroup> = Vec::new();
+        let answer = |members: &BTreeSet<u32>, groups: &mut Vec<RefusedGroup>| {
+            let Some(n) = members
+                .iter()
+                .find(|&&s| Some(s) != ex)
+                .and_then(|&s| self.slots.get(s as usize))
+                .and_then(|s| s.as_deref())
+            else {
+                return;
+            };
+            if let Err(reasons) = n.fit(m, policy) {
+                let nodes = members
+                    .iter()
+                    .filter(|&&s| Some(s) != ex)
+                    .filter_map(|&s| c.name(s).map(|name| (s, Arc::clone(name))))
+                    .collect();
+                groups.push(RefusedGroup { reasons, nodes });
+            }
+        };
+        // A shape offering none of the requested vGPU profiles refuses whatever its usage.
+        let mut answered: HashSet<u32> = HashSet::new();
+        if m.reqs.iter().all(Req::is_vgpu) {
+            for (&sid, members) in &c.shapes {
+                let rep = members
+                    .iter()
+                    .next()
+                    .and_then(|&s| self.slots.get(s as usize))
+                    .and_then(|s| s.as_deref());
+                let Some(n) = rep else { continue };
+                let none = m.reqs.iter().all(|r| match &r.kind {
+                    Kind::Vgpu { classes, .. } => !n.offers_any(classes),
+                    Kind::Whole { .. } => false,
+                });
+                if none {
+                    answer(members, &mut groups);
+                    answered.insert(sid);
+                }
+            }
+        }
+        for (sig, members) in &c.classes {
+            let shape = sig.first().and_then(|w| u32::try_from(*w).ok());
+            if shape.is_some_and(|s| answered.contains(&s)) {
+                continue;
+            }
+            answer(members, &mut groups);
+        }
+        Refusal::from_groups(m.name.clone(), total, groups)
+    }
+
+    /// Asks every node why it cannot take the Machine (the reference for [`Self::refuse`]).
+    #[cfg(any(test, feature = "testing"))]
+    fn refuse_by_full_scan(&self, m: &Resolved, policy: Policy, exclude: Option<usize>) -> Refusal {
         let mut nodes = Vec::new();
         let mut total = 0;
         for (i, n) in self.slots.iter().enumerate() {
@@ -600,11 +671,23 @@ impl FleetState {
                 });
             }
         }
-        Refusal {
-            machine: m.name.clone(),
-            nodes_total: total,
-            nodes,
-        }
+        Refusal::from_nodes(m.name.clone(), total, nodes)
+    }
+
+    /// The refusal that asking every node gives, for tests comparing it with
+    /// [`FleetState::try_place`]'s.
+    ///
+    /// # Errors
+    /// As [`FleetState::place`] for an invalid Machine.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn refusal_by_full_scan(
+        &self,
+        machine: &Machine,
+        policy: Policy,
+    ) -> Result<Refusal, SchedError> {
+        let resolved = resolve(machine, &self.templates, &self.catalog)?;
+        Ok(self.refuse_by_full_scan(&resolved, policy, None))
     }
 
     /// Releases a Machine's allocation and returns its capacity.

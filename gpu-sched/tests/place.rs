@@ -80,7 +80,7 @@ fn refusal_is_structured_data_with_camel_case_keys() {
         .unwrap_err();
     let r = e.refusal().unwrap();
     assert_eq!(r.nodes_total, 1);
-    let reason = &r.nodes[0].reasons[0];
+    let reason = &r.nodes()[0].reasons[0];
     assert_eq!(reason.kind, ReasonKind::TopologyUnsatisfiable);
     assert_eq!((reason.needed, reason.free), (4, 3));
     let json = serde_json::to_value(r).unwrap();
@@ -90,6 +90,35 @@ fn refusal_is_structured_data_with_camel_case_keys() {
         "TopologyUnsatisfiable"
     );
     assert_eq!(json["nodes"][0]["reasons"][0]["profile"], "mbochs-large");
+}
+
+#[test]
+fn a_refusal_keeps_nodes_that_say_the_same_together_and_lists_them_in_node_order() {
+    let mut nodes: Vec<NodeTopology> = (0..6).map(|i| whole_node(&format!("w{i}"), 2)).collect();
+    nodes.push(mbochs_with_one_large("m0"));
+    nodes.push(mbochs_with_one_large("m1"));
+    let mut s = fleet(nodes);
+    // A placement changes one mbochs node; its answer then differs from its twin's.
+    s.place(&vgpu("small", "mbochs-large", 1), Policy::Binpack)
+        .unwrap();
+    let e = s
+        .try_place(&vgpu("m", "mbochs-large", 4), Policy::Binpack)
+        .unwrap_err();
+    let r = e.refusal().unwrap();
+    assert_eq!((r.nodes_total, r.refused_count()), (8, 8));
+    let names: Vec<String> = r.nodes().into_iter().map(|n| n.node).collect();
+    assert_eq!(names, ["m0", "m1", "w0", "w1", "w2", "w3", "w4", "w5"]);
+    let free = |n: &str| r.reasons_of(n).map(|rs| rs[0].free);
+    assert_eq!((free("m0"), free("m1")), (Some(2), Some(3)));
+    assert_eq!(
+        r.reasons_of("w3").map(|rs| rs[0].kind),
+        Some(ReasonKind::ProfileNotOffered)
+    );
+    assert_eq!(r.reasons_of("nowhere"), None);
+    assert_eq!(
+        r.render(),
+        "0/8 nodes available: 6 node(s): ProfileNotOffered: needs 4 gpu profile mbochs-large, not offered; 1 node(s): TopologyUnsatisfiable: needs 4 gpu profile mbochs-large, 2 free; 1 node(s): TopologyUnsatisfiable: needs 4 gpu profile mbochs-large, 3 free"
+    );
 }
 
 #[test]

@@ -82,7 +82,7 @@ fn migration_refusals_name_the_destination() {
     let e = s.plan_migration("vm", "b", &[]).unwrap_err();
     let r = e.refusal().unwrap();
     assert_eq!(r.nodes_total, 1);
-    assert_eq!(r.nodes[0].node, "b");
+    assert_eq!(r.nodes()[0].node, "b");
     assert!(r.render().contains("InsufficientGpus"), "{}", r.render());
     assert!(matches!(
         s.plan_migration("vm", "a", &[]),

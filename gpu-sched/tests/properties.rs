@@ -1013,3 +1013,109 @@ proptest! {
         }
     }
 }
+
+// ------------------------------------------------------------------ fast refusals
+
+/// A fleet of copies of up to three random nodes under their own names (so that many nodes
+/// share a state, as in a real estate), in shuffled order.
+fn replicated_nodes() -> impl Strategy<Value = Vec<NodeTopology>> {
+    (
+        proptest::collection::vec(node("proto"), 1..4),
+        proptest::collection::vec(0usize..3, 2..9),
+    )
+        .prop_map(|(protos, picks)| {
+            picks
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| {
+                    let mut n = protos[p % protos.len()].clone();
+                    n.node = format!("n{:02}", (i * 7) % 11);
+                    n
+                })
+                .collect::<Vec<_>>()
+        })
+        .prop_map(|mut v| {
+            v.sort_by(|a, b| a.node.cmp(&b.node));
+            v.dedup_by(|a, b| a.node == b.node);
+            v
+        })
+}
+
+/// One step of a fleet's life: a placement or the release of the `k`-th placed Machine.
+#[derive(Debug, Clone)]
+enum Step {
+    Place(Machine),
+    Release(usize),
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    proptest::collection::vec(
+        prop_oneof![
+            3 => (0usize..1000).prop_flat_map(machine).prop_map(Step::Place),
+            1 => (0usize..8).prop_map(Step::Release),
+        ],
+        1..12,
+    )
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn a_refusal_says_what_asking_every_node_says(
+        nodes in replicated_nodes(), life in steps(), probes in proptest::collection::vec(machine(500), 1..4),
+        policy in policy(), extra in node("zz-extra"), gone in 0usize..8
+    ) {
+        let mut s = state(nodes);
+        let check = |s: &FleetState| -> Result<(), TestCaseError> {
+            for m in &probes {
+                if let Err(gpu_sched::SchedError::Unsatisfiable(r)) = s.try_place(m, policy) {
+                    let full = s.refusal_by_full_scan(m, policy).unwrap();
+                    prop_assert_eq!(r.nodes(), full.nodes());
+                    prop_assert_eq!(r.nodes_total, full.nodes_total);
+                    prop_assert_eq!(r.render(), full.render());
+                    prop_assert_eq!(&r, &full);
+                }
+            }
+            Ok(())
+        };
+        check(&s)?;
+        for step in &life {
+            match step {
+                Step::Place(m) => {
+                    let _ = s.place(m, policy);
+                }
+                Step::Release(k) => {
+                    let placed = s.allocations();
+                    if !placed.is_empty() {
+                        s.release(&placed[k % placed.len()].machine).unwrap();
+                    }
+                }
+            }
+            check(&s)?;
+        }
+        // New snapshots and removed nodes are re-filed too.
+        s.add_node(extra).unwrap();
+        check(&s)?;
+        let names: Vec<String> = s.nodes().map(|n| n.node).collect();
+        s.remove_node(&names[gone % names.len()]).unwrap();
+        check(&s)?;
+        let again: Vec<NodeTopology> = s.nodes().collect();
+        s.add_node(again[0].clone()).unwrap();
+        check(&s)?;
+    }
+
+    #[test]
+    fn a_refusal_survives_its_json_document(
+        nodes in replicated_nodes(), probe in machine(7), policy in policy()
+    ) {
+        let s = state(nodes);
+        if let Err(gpu_sched::SchedError::Unsatisfiable(r)) = s.try_place(&probe, policy) {
+            let text = serde_json::to_string(&r).unwrap();
+            let back: gpu_sched::Refusal = serde_json::from_str(&text).unwrap();
+            prop_assert_eq!(&back, &r);
+            let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+            prop_assert_eq!(doc["nodes"].as_array().map(Vec::len), Some(r.refused_count()));
+        }
+    }
+}

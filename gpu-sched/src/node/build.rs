@@ -147,14 +147,14 @@ impl NodeState {
                         if entries[l].is_empty() {
                             sample[l] = (p, o.profile);
                         }
-                        entries[l].push((p, oi));
+                        entries[l].push(super::Entry::new(p, oi));
                     }
                 }
             }
             // Parents in address order, so "the first free VF" is the lowest one.
             let pid = |p: usize| &topo.mediated_devices.parents[p].id;
             for e in &mut entries {
-                e.sort_by(|a, b| pid(a.0).cmp(pid(b.0)));
+                e.sort_by(|a, b| pid(a.get().0).cmp(pid(b.get().0)));
             }
             g.parent_sum = vec![0; classes.len()];
             g.contrib = vec![0; classes.len()];
@@ -206,7 +206,8 @@ impl NodeState {
             let g = &self.groups[gi];
             let sum: u32 = g.entries[l]
                 .iter()
-                .map(|&(p, o)| {
+                .map(|e| {
+                    let (p, o) = e.get();
                     let ps = &self.parents[p];
                     ps.free_for(&ps.offers[o], 0)
                 })

@@ -290,7 +290,8 @@ impl NodeState {
             let parent_sum = if overlay.touches(g) {
                 g.entries[local]
                     .iter()
-                    .map(|&(p, o)| {
+                    .map(|e| {
+                        let (p, o) = e.get();
                         let ps = &self.parents[p];
                         ps.free_for(&ps.offers[o], overlay.units_of(p))
                     })
@@ -380,7 +381,7 @@ impl NodeState {
             let entries = &g.entries[c.local];
             let mut chosen = None;
             while c.cursor < entries.len() {
-                let (p, o) = entries[c.cursor];
+                let (p, o) = entries[c.cursor].get();
                 let ps = &self.parents[p];
                 if ps.free_for(&ps.offers[o], overlay.units_of(p)) > 0 {
                     chosen = Some((p, o));

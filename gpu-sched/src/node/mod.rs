@@ -185,6 +185,23 @@ impl ParentSlot {
     }
 }
 
+/// A `(parent, offer)` pair of a group's class, stored small (a node has one per VF and type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Entry(u32, u32);
+
+impl Entry {
+    pub(crate) fn new(parent: usize, offer: usize) -> Self {
+        Entry(
+            u32::try_from(parent).unwrap_or(u32::MAX),
+            u32::try_from(offer).unwrap_or(u32::MAX),
+        )
+    }
+    /// The parent and offer indexes.
+    pub(crate) fn get(self) -> (usize, usize) {
+        (self.0 as usize, self.1 as usize)
+    }
+}
+
 /// The parents of one physical GPU (or one virtual parent) and their shared pool.
 #[derive(Debug, Clone)]
 pub(crate) struct Group {
@@ -198,7 +215,7 @@ pub(crate) struct Group {
     /// Classes offered here, sorted.
     pub classes: Vec<ClassId>,
     /// Per class: (parent, offer) pairs, parents in address order.
-    pub entries: Vec<Vec<(usize, usize)>>,
+    pub entries: Vec<Vec<Entry>>,
     /// Per class: a (parent, profile) whose profile stands for the class's size.
     pub sample: Vec<(usize, usize)>,
     /// Per class: instances the parents could still take, pool aside.
