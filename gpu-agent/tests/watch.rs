@@ -238,7 +238,7 @@ fn a_configmap_swap_by_symlink_rename_re_applies_the_layout() {
 }
 
 #[test]
-fn a_sysfs_file_that_never_answers_does_not_stall_the_other_answers() {
+fn a_fifo_in_place_of_a_sysfs_file_does_not_stall_the_other_answers() {
     let k = Arc::new(FakeKernel::a2_mdev_host().unwrap());
     let opts = WatchOptions {
         resync: Some(Duration::from_millis(100)),
@@ -249,20 +249,19 @@ fn a_sysfs_file_that_never_answers_does_not_stall_the_other_answers() {
     let fifo = k
         .root()
         .join("sys/bus/pci/devices/0000:08:00.0/aer_dev_fatal");
+    std::fs::remove_file(&fifo).ok();
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    // The next resync opens the FIFO and waits for a writer that never comes.
-    let stalled = wait_event(&a.agent, SOON, |e| e.kind == EventKind::ReadTimedOut)
-        .expect("a read-timed-out event");
-    assert!(
-        stalled.data["path"]
-            .as_str()
-            .unwrap()
-            .ends_with("aer_dev_fatal"),
-        "{}",
-        stalled.data
-    );
-    assert_eq!(stalled.data["gpu"], "nvidia0", "{}", stalled.data);
-    // While the refresh is stuck, every cached answer comes at once.
+    // The host refuses to read a FIFO (it would wait for a writer that never comes): resyncs go
+    // on, none waits on it, and every answer comes at once.
+    let before = a.agent.stats().resyncs();
+    let t0 = Instant::now();
+    while a.agent.stats().resyncs() < before + 3 {
+        assert!(
+            t0.elapsed() < SOON,
+            "resyncs stopped after the FIFO appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     for path in ["/v1/topology", "/v1/health", "/healthz"] {
         let t = Instant::now();
         let r = get(&a.socket, path);
@@ -270,32 +269,8 @@ fn a_sysfs_file_that_never_answers_does_not_stall_the_other_answers() {
         assert!(t.elapsed() < Duration::from_secs(2), "{path} waited");
     }
     let t = get(&a.socket, "/v1/topology").json();
-    assert_eq!(t["gpus"][0]["health"]["state"], "Unknown");
-    assert!(
-        t["gpus"][0]["health"]["reasons"][0]
-            .as_str()
-            .unwrap()
-            .contains("did not answer"),
-        "{t}"
-    );
-    assert_eq!(a.agent.stats().reads_timed_out(), 1);
-    // Put a plain file back, then answer the FIFO so the stuck read ends; the next read of the
-    // host answers and the GPU is graded again.
-    let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
-    let plain = fifo.with_extension("plain");
-    std::fs::write(&plain, "TOTAL_ERR_FATAL 0\n").unwrap();
-    std::fs::rename(&plain, &fifo).unwrap();
-    std::io::Write::write_all(&mut w, b"TOTAL_ERR_FATAL 0\n").unwrap();
-    drop(w);
-    let back = wait_event(&a.agent, SOON, |e| {
-        e.kind == EventKind::HealthChanged
-            && e.revision > stalled.revision
-            && e.data["health"]["state"] != "Unknown"
-    });
-    assert!(
-        back.is_some(),
-        "the GPU is graded again once its file answers"
-    );
+    assert_eq!(t["gpus"][0]["name"], "nvidia0", "{t}");
+    assert_eq!(a.agent.stats().reads_timed_out(), 0);
 }
 
 /// The layout document of the example DaemonSet's ConfigMap.
