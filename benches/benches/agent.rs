@@ -3,6 +3,9 @@
 //! - `agent/get_topology_8gpu_h200`: one `GET /v1/topology` on a kept-alive loopback TCP
 //!   connection, served from the agent's cached topology of the 8-GPU H200 host (vendor-VFIO,
 //!   16 VFs per GPU, the tree of the discover bench).
+//! - `agent/get_topology_8gpu_h200_gzip`, `..._not_modified`: the same with `Accept-Encoding:
+//!   gzip` (the body compressed once per revision), and with `If-None-Match` naming the current
+//!   revision's tag (`304`, no body).
 //! - `agent/create_remove_mdev`: a `POST /v1/vgpus` and its `DELETE` over the unix socket on the
 //!   public fake kernel (the sample mbochs driver), promises written to disk each time.
 //! - `agent/resync_8gpu_h200`: one resync (`Agent::refresh`: the whole host read again, graded,
@@ -11,7 +14,8 @@
 //!
 //! With `GPUSLICE_BENCH_AGENT_LOAD=1` the bench instead starts the agent on the H200 tree in a
 //! child process, sends 10,000 `GET /v1/topology` from 32 concurrent loopback clients, prints
-//! p50/p99/max and the child's resident memory (VmRSS, VmHWM), and exits.
+//! p50/p99/max, again with gzip and with `If-None-Match`, then the child's resident memory
+//! (VmRSS, VmHWM), and exits.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -77,8 +81,20 @@ struct Client<S: std::io::Read + std::io::Write> {
 
 impl<S: std::io::Read + std::io::Write> Client<S> {
     fn call(&mut self, method: &str, path: &str, body: &str) -> (u16, usize) {
+        let (status, len, _) = self.call_with(method, path, body, "");
+        (status, len)
+    }
+
+    /// A request with `extra` header lines; the answer's status, body length and `ETag`.
+    fn call_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &str,
+        extra: &str,
+    ) -> (u16, usize, String) {
         let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: a\r\n{extra}Content-Length: {}\r\n\r\n{body}",
             body.len()
         );
         if let Err(e) = self.r.get_mut().write_all(req.as_bytes()) {
@@ -86,6 +102,7 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
         }
         let mut status = 0;
         let mut len = 0;
+        let mut etag = String::new();
         let mut line = String::new();
         loop {
             line.clear();
@@ -106,13 +123,15 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
                     .unwrap_or(0);
             } else if let Some(v) = l.to_ascii_lowercase().strip_prefix("content-length:") {
                 len = v.trim().parse().unwrap_or(0);
+            } else if l.to_ascii_lowercase().starts_with("etag:") {
+                etag = l[5..].trim().to_owned();
             }
         }
         let mut buf = vec![0; len];
         if let Err(e) = self.r.read_exact(&mut buf) {
             fail("reading the body", e);
         }
-        (status, len)
+        (status, len, etag)
     }
 }
 
@@ -158,20 +177,46 @@ fn load() {
         fail("reading the address", e);
     }
     let addr = addr.trim().to_owned();
+    let (_, size, etag) = tcp_client(&addr).call_with("GET", "/v1/topology", "", "");
+    let (_, gz_size, _) =
+        tcp_client(&addr).call_with("GET", "/v1/topology", "", "Accept-Encoding: gzip\r\n");
+    let variants = [
+        ("plain JSON", String::new(), 200, size),
+        ("gzip", "Accept-Encoding: gzip\r\n".to_owned(), 200, gz_size),
+        (
+            "If-None-Match (304)",
+            format!("If-None-Match: {etag}\r\n"),
+            304,
+            0,
+        ),
+    ];
+    for (what, extra, want, bytes) in variants {
+        load_run(&addr, what, &extra, want, bytes);
+    }
+    let (rss, hwm) = rss_kib(child.id());
+    println!("agent RSS after the runs: {rss} KiB (peak {hwm} KiB)");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// 10,000 `GET /v1/topology` with `extra` headers from 32 concurrent clients; prints p50/p99/max.
+fn load_run(addr: &str, what: &str, extra: &str, want: u16, bytes: usize) {
     let mut threads = Vec::new();
     let t0 = Instant::now();
     for i in 0..32 {
         // 10,000 requests in all: 16 clients send 313, 16 send 312.
         let per = 312 + usize::from(i < 16);
-        let addr = addr.clone();
+        let addr = addr.to_owned();
+        let extra = extra.to_owned();
         threads.push(std::thread::spawn(move || {
             let mut c = tcp_client(&addr);
             let mut lat = Vec::with_capacity(per + 1);
             for _ in 0..per {
                 let t = Instant::now();
-                let (status, _) = c.call("GET", "/v1/topology", "");
+                let (status, _, _) = c.call_with("GET", "/v1/topology", "", &extra);
                 lat.push(t.elapsed());
-                if status != 200 {
+                if status != want {
                     fail("GET /v1/topology", status);
                 }
             }
@@ -185,22 +230,14 @@ fn load() {
     let wall = t0.elapsed();
     all.sort_unstable();
     let pct = |p: f64| all[((all.len() as f64 - 1.0) * p) as usize];
-    let (rss, hwm) = rss_kib(child.id());
-    let size = tcp_client(&addr).call("GET", "/v1/topology", "").1;
     println!(
-        "GET /v1/topology (8-GPU H200, {} bytes): {} requests from 32 clients in {:.2?}: p50 {:.3?} p99 {:.3?} max {:.3?}; agent RSS {} KiB (peak {} KiB)",
-        size,
+        "GET /v1/topology (8-GPU H200), {what}, {bytes} bytes a body: {} requests from 32 clients in {:.2?}: p50 {:.3?} p99 {:.3?} max {:.3?}",
         all.len(),
         wall,
         pct(0.5),
         pct(0.99),
         all.last().copied().unwrap_or_default(),
-        rss,
-        hwm
     );
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn tempfile_dir() -> PathBuf {
@@ -225,6 +262,14 @@ fn bench(c: &mut Criterion) {
     let mut client = tcp_client(&addr);
     c.bench_function("agent/get_topology_8gpu_h200", |b| {
         b.iter(|| client.call("GET", "/v1/topology", ""))
+    });
+    c.bench_function("agent/get_topology_8gpu_h200_gzip", |b| {
+        b.iter(|| client.call_with("GET", "/v1/topology", "", "Accept-Encoding: gzip\r\n"))
+    });
+    let etag = client.call_with("GET", "/v1/topology", "", "").2;
+    let inm = format!("If-None-Match: {etag}\r\n");
+    c.bench_function("agent/get_topology_8gpu_h200_not_modified", |b| {
+        b.iter(|| client.call_with("GET", "/v1/topology", "", &inm))
     });
 
     let host = gpu_sysfs::RealHost::new(&root).unwrap_or_else(|e| fail("host", e));

@@ -1,11 +1,17 @@
 // A client for the gpuslice node agent's API (`gpuslice agent`) over its unix socket: plain
 // JavaScript on node:http, so an orchestrator in Node needs no HTTP code of its own. Written by
 // hand (not generated); `main.js` exports it next to the native API.
+//
+// Reads ask for gzip, and the client keeps the last topology and health documents with their
+// entity tags: polling an unchanged agent costs a `304 Not Modified` and no transfer of the document.
 'use strict'
 
 const http = require('node:http')
+const zlib = require('node:zlib')
 
 const DEFAULT_SOCKET = '/run/gpuslice/agent.sock'
+// The reads the agent serves with entity tags; the client keeps the last answer of each.
+const CACHED_PATHS = new Set(['/v1/topology', '/v1/health'])
 
 /** An error document from the agent; `kind` is the same string as `gpuslice -o json`. */
 class AgentError extends Error {
@@ -22,12 +28,16 @@ class AgentClient {
   constructor(options = {}) {
     this.socket = options.socket || DEFAULT_SOCKET
     this.timeoutMs = options.timeoutMs || 60000
+    // path -> { etag, text } of the last cached read of that path.
+    this.cached = new Map()
   }
 
   request(method, path, body, contentType) {
     return new Promise((resolve, reject) => {
       const data = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body)
-      const headers = {}
+      const headers = { 'Accept-Encoding': 'gzip' }
+      const cached = method === 'GET' ? this.cached.get(path) : undefined
+      if (cached) headers['If-None-Match'] = cached.etag
       if (data !== undefined) {
         headers['Content-Type'] = contentType || 'application/json'
         headers['Content-Length'] = Buffer.byteLength(data)
@@ -36,8 +46,22 @@ class AgentClient {
         const chunks = []
         res.on('data', (c) => chunks.push(c))
         res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8')
+          if (res.statusCode === 304 && cached) {
+            resolve(JSON.parse(cached.text))
+            return
+          }
+          let text
+          try {
+            const body = Buffer.concat(chunks)
+            text = (res.headers['content-encoding'] === 'gzip' ? zlib.gunzipSync(body) : body).toString('utf8')
+          } catch (e) {
+            reject(e)
+            return
+          }
           const json = (res.headers['content-type'] || '').startsWith('application/json')
+          if (method === 'GET' && res.statusCode === 200 && res.headers.etag && CACHED_PATHS.has(path)) {
+            this.cached.set(path, { etag: res.headers.etag, text })
+          }
           if (res.statusCode >= 400) {
             try {
               const e = JSON.parse(text).error

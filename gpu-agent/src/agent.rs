@@ -15,6 +15,7 @@ use gpu_sysfs::apply::{ApplyOptions, LayoutLock};
 use gpu_sysfs::discover::DiscoverOptions;
 use serde::{Deserialize, Serialize};
 
+use crate::doc::Rendered;
 use crate::error::{ApiError, chain};
 use crate::events::{EventBus, EventKind};
 use crate::state::{Device, Owner, Phase, Promise, StateFile, StateStore};
@@ -111,10 +112,10 @@ pub struct Snapshot {
     pub topology: NodeTopology,
     /// Each GPU's health report.
     pub health: Vec<GpuHealthReport>,
-    /// `GET /v1/topology`'s body, rendered once.
-    pub topology_json: String,
+    /// `GET /v1/topology`'s body, rendered once (JSON, gzip and entity tag).
+    pub topology_doc: Rendered,
     /// `GET /v1/health`'s body, rendered once.
-    pub health_json: String,
+    pub health_doc: Rendered,
 }
 
 /// The one composition of a node's topology the agent serves: discovery with every GPU's health
@@ -139,17 +140,20 @@ fn with_revision<T: Serialize>(value: &T, revision: u64) -> String {
 }
 
 fn snapshot(revision: u64, topology: NodeTopology, health: Vec<GpuHealthReport>) -> Arc<Snapshot> {
-    let topology_json = with_revision(&topology, revision);
-    let health_json = with_revision(
-        &serde_json::json!({ "node": topology.node, "gpus": health }),
+    let topology_doc = Rendered::new(with_revision(&topology, revision), revision);
+    let health_doc = Rendered::new(
+        with_revision(
+            &serde_json::json!({ "node": topology.node, "gpus": health }),
+            revision,
+        ),
         revision,
     );
     Arc::new(Snapshot {
         revision,
         topology,
         health,
-        topology_json,
-        health_json,
+        topology_doc,
+        health_doc,
     })
 }
 

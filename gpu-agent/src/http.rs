@@ -144,12 +144,12 @@ async fn metrics(State(a): State<Arc<Agent>>) -> Response {
     }
 }
 
-async fn topology(State(a): State<Arc<Agent>>) -> Response {
-    json_text(StatusCode::OK, a.snapshot().topology_json.clone())
+async fn topology(State(a): State<Arc<Agent>>, headers: HeaderMap) -> Response {
+    a.snapshot().topology_doc.respond(&headers)
 }
 
-async fn health(State(a): State<Arc<Agent>>) -> Response {
-    json_text(StatusCode::OK, a.snapshot().health_json.clone())
+async fn health(State(a): State<Arc<Agent>>, headers: HeaderMap) -> Response {
+    a.snapshot().health_doc.respond(&headers)
 }
 
 async fn promises(State(a): State<Arc<Agent>>) -> Result<Response, ApiError> {

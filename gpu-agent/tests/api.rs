@@ -54,6 +54,19 @@ fn a_create_is_recorded_served_and_removed() {
     assert_eq!(v["uuid"], U1);
     assert!(v["handoff"]["qemu"].as_str().unwrap().contains(U1));
     assert!(k.exists(&format!("sys/bus/mdev/devices/{U1}")));
+    // The answer names the device nodes the VM's process must be allowed to open.
+    let group = k
+        .read_link(&format!("sys/bus/mdev/devices/{U1}/iommu_group"))
+        .unwrap();
+    let group = group.file_name().unwrap().to_string_lossy().into_owned();
+    let nodes = v["handoff"]["deviceNodes"].as_array().unwrap();
+    assert_eq!(nodes[0], "/dev/vfio/vfio", "{}", c.body);
+    assert_eq!(
+        nodes[1],
+        format!("/dev/vfio/{group}").as_str(),
+        "{}",
+        c.body
+    );
     let state = std::fs::read_to_string(a.agent.store().file()).unwrap();
     assert!(
         state.contains(U1) && state.contains("\"created\""),

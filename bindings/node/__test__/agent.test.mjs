@@ -70,3 +70,21 @@ test('the client reads the topology and turns error documents into AgentErrors',
     fs.rmSync(a.dir, { recursive: true, force: true })
   }
 })
+
+test('polling an unchanged agent is answered 304 from the kept document', async () => {
+  const a = await startAgent()
+  try {
+    const first = await a.client.topology()
+    const kept = a.client.cached.get('/v1/topology')
+    assert.ok(kept && kept.etag.startsWith('"'), 'the answer carried an ETag')
+    // A marker in place of the kept text shows the second read was a 304 served from the cache.
+    a.client.cached.set('/v1/topology', { etag: kept.etag, text: '{"marker":true}' })
+    assert.deepEqual(await a.client.topology(), { marker: true })
+    // A tag the agent no longer serves gets the whole document again (sent gzip, decoded).
+    a.client.cached.set('/v1/topology', { etag: '"0-0"', text: '{}' })
+    assert.deepEqual(await a.client.topology(), first)
+  } finally {
+    await a.stop()
+    fs.rmSync(a.dir, { recursive: true, force: true })
+  }
+})

@@ -79,3 +79,26 @@ def test_sigterm_stops_the_agent_and_removes_its_socket(agent) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert not sock.exists()
+
+
+def test_polling_an_unchanged_agent_costs_a_not_modified_and_no_document(agent, monkeypatch) -> None:
+    client, _, _ = agent
+    from gpuslice import agent as agent_module
+
+    seen = []
+    original = agent_module._UnixConnection.getresponse
+
+    def recording(self):  # type: ignore[no-untyped-def]
+        resp = original(self)
+        seen.append((resp.status, resp.getheader("Content-Encoding")))
+        return resp
+
+    monkeypatch.setattr(agent_module._UnixConnection, "getresponse", recording)
+    first = client.topology()
+    second = client.topology()
+    assert second == first
+    assert seen == [(200, "gzip"), (304, None)]
+    # A tag the agent no longer serves gets the whole document again.
+    client._cached["/v1/topology"] = ('"0-0"', "{}")
+    assert client.topology() == first
+    assert seen[-1] == (200, "gzip")
