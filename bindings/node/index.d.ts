@@ -564,6 +564,11 @@ export type AgentTopology = NodeTopology & { revision: number }
 export declare class AgentClient {
   constructor(options?: AgentClientOptions)
   readonly socket: string
+  /**
+   * The last topology and health documents with their entity tags, by path: the next read sends
+   * `If-None-Match` and an unchanged agent answers `304` without the document.
+   */
+  readonly cached: Map<string, { etag: string; text: string }>
   topology(): Promise<AgentTopology>
   health(): Promise<Record<string, unknown>>
   vgpus(): Promise<Record<string, unknown>>
