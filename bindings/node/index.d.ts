@@ -121,6 +121,15 @@ export interface Pool {
   mixedSize?: boolean
   migSlicesTotal?: number
   migSlicesUsed?: number
+  /** GPU-instance slots of a MIG GPU whose geometry is known. */
+  migSlots?: MigSlots
+}
+
+/** GPU instances at known starts (`placed`) and of unknown start (`unplaced`, profile names). */
+export interface MigSlots {
+  board: string
+  placed?: { profile: string; start: number }[]
+  unplaced?: string[]
 }
 
 export interface MediatedDevices {

@@ -7,6 +7,8 @@
 //!
 //! Pure: no host access. The layout planner, the scheduler and the DRA export share this table.
 
+use serde::{Deserialize, Serialize};
+
 /// One GPU-instance profile of a product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MigProfile {
@@ -105,28 +107,62 @@ const S3: &[u8] = &[0, 4];
 const S0: &[u8] = &[0];
 
 /// The seven-slice products (eight memory slices): 1g at 0–6, 1g with two memory slices at
-/// 0/2/4/6, 2g at 0/2/4, 3g at 0/4, 4g and 7g at 0.
-const fn seven(gb: [u32; 6]) -> [MigProfile; 6] {
+/// 0/2/4/6, 2g at 0/2/4, 3g at 0/4, 4g and 7g at 0. `names` are NVIDIA's profile names in
+/// that order, `gb` their memory.
+const fn seven(names: [&'static str; 6], gb: [u32; 6]) -> [MigProfile; 6] {
     [
-        p("1g", 1, 1, gb[0], S1),
-        p("1g", 1, 2, gb[1], S1X2),
-        p("2g", 2, 2, gb[2], S2),
-        p("3g", 3, 4, gb[3], S3),
-        p("4g", 4, 4, gb[4], S0),
-        p("7g", 7, 8, gb[5], S0),
+        p(names[0], 1, 1, gb[0], S1),
+        p(names[1], 1, 2, gb[1], S1X2),
+        p(names[2], 2, 2, gb[2], S2),
+        p(names[3], 3, 4, gb[3], S3),
+        p(names[4], 4, 4, gb[4], S0),
+        p(names[5], 7, 8, gb[5], S0),
     ]
 }
 
-const A100_40: [MigProfile; 6] = seven([5, 10, 10, 20, 20, 40]);
-const A100_80: [MigProfile; 6] = seven([10, 20, 20, 40, 40, 80]);
-const H100_80: [MigProfile; 6] = seven([10, 20, 20, 40, 40, 80]);
-const H200_141: [MigProfile; 6] = seven([18, 35, 35, 71, 71, 141]);
-const H20_96: [MigProfile; 6] = seven([12, 24, 24, 48, 48, 96]);
-const B200_180: [MigProfile; 6] = seven([23, 45, 45, 90, 90, 180]);
+// Profile names and memory: NVIDIA's MIG user guide, "Supported MIG Profiles" (A100 40/80 GB,
+// H100 80 GB, H200 141 GB, H20 96 GB, B200 180 GB, A30 24 GB). The `+me` variants hold the same
+// slots as their base profile and are not listed separately.
+const A100_40: [MigProfile; 6] = seven(
+    [
+        "1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb",
+    ],
+    [5, 10, 10, 20, 20, 40],
+);
+const A100_80: [MigProfile; 6] = seven(
+    [
+        "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
+    ],
+    [10, 20, 20, 40, 40, 80],
+);
+const H100_80: [MigProfile; 6] = seven(
+    [
+        "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
+    ],
+    [10, 20, 20, 40, 40, 80],
+);
+const H200_141: [MigProfile; 6] = seven(
+    [
+        "1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb",
+    ],
+    [18, 35, 35, 71, 71, 141],
+);
+const H20_96: [MigProfile; 6] = seven(
+    [
+        "1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb",
+    ],
+    [12, 24, 24, 48, 48, 96],
+);
+const B200_180: [MigProfile; 6] = seven(
+    [
+        "1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb",
+    ],
+    [23, 45, 45, 90, 90, 180],
+);
 const A30_24: [MigProfile; 3] = [
-    p("1g", 1, 1, 6, &[0, 1, 2, 3]),
-    p("2g", 2, 2, 12, &[0, 2]),
-    p("4g", 4, 4, 24, S0),
+    p("1g.6gb", 1, 1, 6, &[0, 1, 2, 3]),
+    p("2g.12gb", 2, 2, 12, &[0, 2]),
+    p("4g.24gb", 4, 4, 24, S0),
 ];
 
 /// The products whose MIG geometry is known.
@@ -223,25 +259,323 @@ impl MigGeometry {
             .find(|s| occupied.is_free(*s, profile))
     }
 
-    /// Places `profiles` in turn, largest first, each at its lowest free start; `Err` names the
-    /// first that does not fit, with the slots held at that point.
+    /// The profile named `name` (`3g.71gb`; case-insensitive, `MIG ` prefix allowed).
+    pub fn profile_named(&self, name: &str) -> Option<&'static MigProfile> {
+        let name = name.trim();
+        let name = name
+            .strip_prefix("MIG ")
+            .or_else(|| name.strip_prefix("mig "))
+            .unwrap_or(name);
+        self.profiles
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Places `profiles` beside what `occupied` holds: largest first, each at the lowest start
+    /// that still lets the rest fit (an exhaustive search: a set fits whenever some placement
+    /// exists). `Err` names the first profile, largest first, that finds no placement with the
+    /// ones before it, with the slots those hold.
     ///
     /// # Errors
     /// The profile that found no free start, and the occupancy it met.
     pub fn place_all<'a>(
         &self,
-        mut occupied: MigOccupancy,
+        occupied: MigOccupancy,
         profiles: &[&'a MigProfile],
     ) -> Result<MigOccupancy, (&'a MigProfile, MigOccupancy)> {
-        let mut order: Vec<&MigProfile> = profiles.to_vec();
+        let mut order: Vec<&'a MigProfile> = profiles.to_vec();
         order.sort_by_key(|p| std::cmp::Reverse((p.memory_slices, p.compute_slices)));
-        for p in order {
-            match self.fits(occupied, p) {
-                Some(s) => occupied.hold(s, p),
-                None => return Err((p, occupied)),
+        // The longest prefix that can be placed, and the slots its first placement holds.
+        let mut best: (usize, MigOccupancy) = (0, occupied);
+        fn search(
+            order: &[&MigProfile],
+            i: usize,
+            occ: MigOccupancy,
+            best: &mut (usize, MigOccupancy),
+        ) -> Option<MigOccupancy> {
+            if i > best.0 {
+                *best = (i, occ);
             }
+            let Some(p) = order.get(i) else {
+                return Some(occ);
+            };
+            for &s in p.starts {
+                if occ.is_free(s, p) {
+                    let mut next = occ;
+                    next.hold(s, p);
+                    if let Some(done) = search(order, i + 1, next, best) {
+                        return Some(done);
+                    }
+                }
+            }
+            None
         }
-        Ok(occupied)
+        match search(&order, 0, occupied, &mut best) {
+            Some(done) => Ok(done),
+            None => match order.get(best.0) {
+                Some(p) => Err((*p, best.1)),
+                None => Ok(best.1),
+            },
+        }
+    }
+
+    /// Whether one more `profile` fits beside GPU instances at known starts (`placed`) and
+    /// instances whose start is not known (`unplaced`), wherever the driver put those: it fits
+    /// only when it fits in every placement of `unplaced` the geometry allows. This never
+    /// over-promises; it may refuse a set that a careful placement would hold (a 3g and two 2g
+    /// on a seven-slice GPU fit only with the 3g at slot 4).
+    ///
+    /// # Errors
+    /// A placement of `unplaced` that leaves no start for `profile` (its occupancy), or, where
+    /// `unplaced` has no placement at all beside `placed`, the occupancy of `placed`.
+    pub fn fits_every(
+        &self,
+        placed: MigOccupancy,
+        unplaced: &[&MigProfile],
+        profile: &MigProfile,
+    ) -> Result<(), MigOccupancy> {
+        let mut order: Vec<&MigProfile> = unplaced.to_vec();
+        order.sort_by_key(|p| std::cmp::Reverse((p.memory_slices, p.compute_slices, p.name)));
+        /// Some(occupancy) of a placement that blocks `q`; `any` records that some placement
+        /// of the unplaced set exists at all.
+        fn blocking(
+            order: &[&MigProfile],
+            i: usize,
+            min_start: u8,
+            occ: MigOccupancy,
+            q: &MigProfile,
+            geometry: &MigGeometry,
+            any: &mut bool,
+        ) -> Option<MigOccupancy> {
+            let Some(p) = order.get(i) else {
+                *any = true;
+                return geometry.fits(occ, q).is_none().then_some(occ);
+            };
+            // Equal profiles take increasing starts: each set of starts is tried once.
+            let same_as_next = order.get(i + 1).is_some_and(|n| **n == **p);
+            for &s in p.starts {
+                if s < min_start || !occ.is_free(s, p) {
+                    continue;
+                }
+                let mut next = occ;
+                next.hold(s, p);
+                let floor = if same_as_next { s.saturating_add(1) } else { 0 };
+                if let Some(b) = blocking(order, i + 1, floor, next, q, geometry, any) {
+                    return Some(b);
+                }
+            }
+            None
+        }
+        let mut any = false;
+        match blocking(&order, 0, 0, placed, profile, self, &mut any) {
+            Some(b) => Err(b),
+            None if !any => Err(placed),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One GPU instance at a known start slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MigPlaced {
+    /// Its GPU-instance profile (`1g.18gb`).
+    pub profile: String,
+    /// Its start slot.
+    pub start: u8,
+}
+
+/// The GPU-instance slots of one MIG-capable GPU whose geometry gpuslice knows: instances at
+/// known starts (from NVML's placements) and instances whose start is not known (a MIG-backed
+/// vGPU seen without NVML, or one placed but not created yet: the driver picks its start when
+/// it is created). A new instance fits only where it fits beside every placement the unknown
+/// ones could have ([`MigGeometry::fits_every`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MigSlots {
+    /// The vGPU board of the product (`H200X`): the key of its [`MigGeometry`].
+    pub board: String,
+    /// GPU instances at known start slots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placed: Vec<MigPlaced>,
+    /// GPU-instance profiles of instances whose start slot is not known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unplaced: Vec<String>,
+}
+
+/// Why a MIG-backed instance does not fit a GPU's slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotMisfit {
+    /// gpuslice has no geometry for this board, or the GPU's slots name a profile the board
+    /// does not have: it cannot tell where instances go.
+    Unknown {
+        /// What is not known.
+        why: String,
+    },
+    /// The board has no GPU-instance profile for this vGPU type.
+    NoProfile {
+        /// The product.
+        product: &'static str,
+        /// The type's compute slices.
+        slices: u8,
+    },
+    /// No start slot is free for it in some placement of what the GPU holds.
+    NoStart {
+        /// The product.
+        product: &'static str,
+        /// The profile that does not fit.
+        profile: &'static str,
+        /// Its allowed starts.
+        starts: &'static [u8],
+        /// Memory slots held in the placement that blocks it.
+        held: u32,
+        /// Memory slots of the GPU.
+        total: u8,
+    },
+}
+
+impl std::fmt::Display for SlotMisfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlotMisfit::Unknown { why } => write!(f, "MIG slots cannot be established: {why}"),
+            SlotMisfit::NoProfile { product, slices } => {
+                write!(
+                    f,
+                    "the {product} has no {slices}-slice GPU-instance profile"
+                )
+            }
+            SlotMisfit::NoStart {
+                product,
+                profile,
+                starts,
+                held,
+                total,
+            } => write!(
+                f,
+                "no free start slot for a {profile} GPU instance (starts {starts:?}) on the \
+                 {product}: {held} of {total} memory slices are held where the existing \
+                 instances may sit"
+            ),
+        }
+    }
+}
+
+impl MigSlots {
+    /// Empty slots of a product.
+    pub fn new(geometry: &MigGeometry) -> Self {
+        MigSlots {
+            board: geometry.vgpu_board.to_owned(),
+            placed: Vec::new(),
+            unplaced: Vec::new(),
+        }
+    }
+
+    /// The geometry these slots follow.
+    ///
+    /// # Errors
+    /// [`SlotMisfit::Unknown`] for a board gpuslice has no geometry for.
+    pub fn geometry(&self) -> Result<&'static MigGeometry, SlotMisfit> {
+        MigGeometry::for_vgpu_board(&self.board).ok_or_else(|| SlotMisfit::Unknown {
+            why: format!("no MIG geometry is known for board {:?}", self.board),
+        })
+    }
+
+    fn resolve(
+        &self,
+    ) -> Result<(&'static MigGeometry, MigOccupancy, Vec<&'static MigProfile>), SlotMisfit> {
+        let g = self.geometry()?;
+        let unknown = |name: &str| SlotMisfit::Unknown {
+            why: format!("the {} has no GPU-instance profile {name:?}", g.product),
+        };
+        let mut occ = MigOccupancy::empty();
+        for pl in &self.placed {
+            let p = g
+                .profile_named(&pl.profile)
+                .ok_or_else(|| unknown(&pl.profile))?;
+            if !p.starts.contains(&pl.start) || !occ.is_free(pl.start, p) {
+                return Err(SlotMisfit::Unknown {
+                    why: format!(
+                        "a {} at slot {} overlaps another instance or is not an allowed start",
+                        p.name, pl.start
+                    ),
+                });
+            }
+            occ.hold(pl.start, p);
+        }
+        let unplaced = self
+            .unplaced
+            .iter()
+            .map(|n| g.profile_named(n).ok_or_else(|| unknown(n)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((g, occ, unplaced))
+    }
+
+    /// The GPU-instance profile of a MIG-backed vGPU type of `slices` compute slices and
+    /// `framebuffer_mib` on this product.
+    ///
+    /// # Errors
+    /// [`SlotMisfit::Unknown`] or [`SlotMisfit::NoProfile`].
+    pub fn profile_for(
+        &self,
+        slices: u8,
+        framebuffer_mib: u64,
+    ) -> Result<&'static MigProfile, SlotMisfit> {
+        let g = self.geometry()?;
+        g.profile_for(slices, framebuffer_mib)
+            .ok_or(SlotMisfit::NoProfile {
+                product: g.product,
+                slices,
+            })
+    }
+
+    /// Whether one more instance of `profile` fits wherever the instances of unknown start sit.
+    ///
+    /// # Errors
+    /// The [`SlotMisfit`] saying why not.
+    pub fn check(&self, profile: &MigProfile) -> Result<(), SlotMisfit> {
+        let (g, occ, unplaced) = self.resolve()?;
+        g.fits_every(occ, &unplaced, profile)
+            .map_err(|blocked| SlotMisfit::NoStart {
+                product: g.product,
+                profile: profile.name,
+                starts: profile.starts,
+                held: blocked.held(),
+                total: g.memory_slices,
+            })
+    }
+
+    /// How many more instances of `profile` fit, one after another (each charged with an
+    /// unknown start, as the driver picks it).
+    pub fn creatable(&self, profile: &'static MigProfile) -> u32 {
+        let Ok((g, occ, mut unplaced)) = self.resolve() else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < 16 && g.fits_every(occ, &unplaced, profile).is_ok() {
+            unplaced.push(profile);
+            n += 1;
+        }
+        n
+    }
+
+    /// Holds one instance of `profile`, start unknown (the driver picks it at creation).
+    pub fn charge(&mut self, profile: &MigProfile) {
+        self.unplaced.push(profile.name.to_owned());
+    }
+
+    /// Frees one instance of `profile` of unknown start; where none is held, one at a known
+    /// start. False when the slots hold no instance of `profile`.
+    pub fn release(&mut self, profile: &MigProfile) -> bool {
+        let is = |n: &str| n.eq_ignore_ascii_case(profile.name);
+        if let Some(i) = self.unplaced.iter().position(|n| is(n)) {
+            self.unplaced.remove(i);
+            return true;
+        }
+        if let Some(i) = self.placed.iter().position(|p| is(&p.profile)) {
+            self.placed.remove(i);
+            return true;
+        }
+        false
     }
 }
 
@@ -305,5 +639,65 @@ mod tests {
         let one = a30.profile_for(1, 6 * 1024).unwrap();
         assert!(a30.place_all(MigOccupancy::empty(), &[one; 4]).is_ok());
         assert!(a30.place_all(MigOccupancy::empty(), &[one; 5]).is_err());
+    }
+
+    #[test]
+    fn place_all_finds_a_placement_that_largest_first_lowest_start_misses() {
+        let g = h200();
+        let two = g.profile_named("2g.35gb").unwrap();
+        let three = g.profile_named("3g.71gb").unwrap();
+        // Greedy would put the 3g at 0 and find one 2g start; the 3g at 4 holds both.
+        let o = g
+            .place_all(MigOccupancy::empty(), &[two, three, two])
+            .unwrap();
+        assert_eq!(o.held(), 8);
+    }
+
+    #[test]
+    fn an_instance_of_unknown_start_blocks_what_any_of_its_starts_would() {
+        let g = h200();
+        let one = g.profile_named("1g.18gb").unwrap();
+        let two = g.profile_named("2g.35gb").unwrap();
+        let three = g.profile_named("3g.71gb").unwrap();
+        let four = g.profile_named("4g.71gb").unwrap();
+        let empty = MigOccupancy::empty();
+        // One 1g anywhere leaves a 3g a half; two may sit at 0 and 4.
+        assert!(g.fits_every(empty, &[one], three).is_ok());
+        assert!(g.fits_every(empty, &[one, one], three).is_err());
+        // A 3g may sit at 0: a 4g is never safe beside it, a 2g always is.
+        assert!(g.fits_every(empty, &[three], four).is_err());
+        assert!(g.fits_every(empty, &[three], two).is_ok());
+        // A set with no placement at all is full.
+        assert!(g.fits_every(empty, &[three, three, three], one).is_err());
+    }
+
+    #[test]
+    fn slots_name_profiles_and_refuse_what_they_cannot_place() {
+        let g = h200();
+        let mut slots = MigSlots::new(g);
+        let three = slots.profile_for(3, 71 * 1024).unwrap();
+        assert_eq!(three.name, "3g.71gb");
+        assert_eq!(slots.creatable(three), 2);
+        slots.charge(three);
+        assert_eq!(slots.creatable(three), 1);
+        assert!(slots.release(three));
+        assert_eq!(slots.creatable(three), 2);
+        slots.unplaced.push("5g.99gb".into());
+        let e = slots.check(three).unwrap_err();
+        assert!(e.to_string().contains("5g.99gb"), "{e}");
+        assert_eq!(slots.creatable(three), 0);
+        let json = serde_json::to_string(&MigSlots {
+            board: "H200X".into(),
+            placed: vec![MigPlaced {
+                profile: "1g.18gb".into(),
+                start: 4,
+            }],
+            unplaced: vec![],
+        })
+        .unwrap();
+        assert_eq!(
+            json,
+            r#"{"board":"H200X","placed":[{"profile":"1g.18gb","start":4}]}"#
+        );
     }
 }

@@ -100,6 +100,19 @@ class Parent(TypedDict):
     instances: List[Instance]
     warnings: NotRequired[List[str]]
 
+class MigPlaced(TypedDict):
+    """A GPU instance at a known start slot."""
+
+    profile: str
+    start: int
+
+class MigSlots(TypedDict):
+    """GPU-instance slots of a MIG GPU whose geometry is known."""
+
+    board: str
+    placed: NotRequired[List[MigPlaced]]
+    unplaced: NotRequired[List[str]]
+
 class Pool(TypedDict):
     """The framebuffer (and MIG slices) one physical GPU shares among its parents."""
 
@@ -111,6 +124,7 @@ class Pool(TypedDict):
     mixedSize: NotRequired[bool]
     migSlicesTotal: NotRequired[int]
     migSlicesUsed: NotRequired[int]
+    migSlots: NotRequired[MigSlots]
 
 class MediatedDevices(TypedDict):
     parents: List[Parent]
