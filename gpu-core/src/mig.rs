@@ -120,9 +120,9 @@ const fn seven(names: [&'static str; 6], gb: [u32; 6]) -> [MigProfile; 6] {
     ]
 }
 
-// Profile names and memory: NVIDIA's MIG user guide, "Supported MIG Profiles" (A100 40/80 GB,
-// H100 80 GB, H200 141 GB, H20 96 GB, B200 180 GB, A30 24 GB). The `+me` variants hold the same
-// slots as their base profile and are not listed separately.
+// Profile names and memory: NVIDIA's MIG user guide, "Supported MIG Profiles" (A30 24 GB,
+// A100 40/80 GB, H100, H200, H20, B200 180 GB). The `+me` variants hold the same slots as their
+// base profile and are not listed separately.
 const A100_40: [MigProfile; 6] = seven(
     [
         "1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb",
@@ -135,11 +135,17 @@ const A100_80: [MigProfile; 6] = seven(
     ],
     [10, 20, 20, 40, 40, 80],
 );
-const H100_80: [MigProfile; 6] = seven(
+const H100_64: [MigProfile; 6] = seven(
     [
-        "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
+        "1g.8gb", "1g.16gb", "2g.16gb", "3g.32gb", "4g.32gb", "7g.64gb",
     ],
-    [10, 20, 20, 40, 40, 80],
+    [8, 16, 16, 32, 32, 64],
+);
+const H100_94: [MigProfile; 6] = seven(
+    [
+        "1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb",
+    ],
+    [12, 24, 24, 47, 47, 94],
 );
 const H200_141: [MigProfile; 6] = seven(
     [
@@ -165,24 +171,36 @@ const A30_24: [MigProfile; 3] = [
     p("4g.24gb", 4, 4, 24, S0),
 ];
 
-/// The products whose MIG geometry is known.
+const fn g7(
+    product: &'static str,
+    vgpu_board: &'static str,
+    device_ids: &'static [u16],
+    profiles: &'static [MigProfile],
+) -> MigGeometry {
+    MigGeometry {
+        product,
+        vgpu_board,
+        device_ids,
+        compute_slices: 7,
+        memory_slices: 8,
+        profiles,
+    }
+}
+
+/// The products whose MIG geometry is known, one per vGPU board.
+///
+/// Boards (the part of a MIG-backed vGPU type name before the slice count, `H200X` in
+/// `H200X-3-71C`) and the profile each type maps to: NVIDIA's vGPU for Compute type tables
+/// ("Ampere Architecture vGPU Types", "Hopper Architecture vGPU Types" in the NVIDIA AI
+/// Enterprise documentation). PCI device IDs are listed only where one is established (0x20b0
+/// is the A100 HGX 40GB, whose driver table names `GRID A100X-1-5C`); a product without one is
+/// found by its board name. B200's board name is not in those tables as gpuslice has read them:
+/// `B200` is an assumption, and a B200 is matched only by a type name with that board.
 pub const GEOMETRIES: &[MigGeometry] = &[
-    MigGeometry {
-        product: "A100 40GB",
-        vgpu_board: "A100",
-        device_ids: &[0x20f1, 0x20b0],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &A100_40,
-    },
-    MigGeometry {
-        product: "A100 80GB",
-        vgpu_board: "A100D",
-        device_ids: &[0x20b5, 0x20b2],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &A100_80,
-    },
+    g7("A100 PCIe 40GB", "A100", &[0x20f1], &A100_40),
+    g7("A100 HGX 40GB", "A100X", &[0x20b0], &A100_40),
+    g7("A100 PCIe 80GB", "A100D", &[0x20b5], &A100_80),
+    g7("A100 HGX 80GB", "A100DX", &[0x20b2], &A100_80),
     MigGeometry {
         product: "A30 24GB",
         vgpu_board: "A30",
@@ -191,38 +209,19 @@ pub const GEOMETRIES: &[MigGeometry] = &[
         memory_slices: 4,
         profiles: &A30_24,
     },
-    MigGeometry {
-        product: "H100 80GB",
-        vgpu_board: "H100XM",
-        device_ids: &[0x2330],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &H100_80,
-    },
-    MigGeometry {
-        product: "H200 SXM 141GB",
-        vgpu_board: "H200X",
-        device_ids: &[0x2335],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &H200_141,
-    },
-    MigGeometry {
-        product: "H20 96GB",
-        vgpu_board: "H20",
-        device_ids: &[],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &H20_96,
-    },
-    MigGeometry {
-        product: "B200 180GB",
-        vgpu_board: "B200",
-        device_ids: &[],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &B200_180,
-    },
+    g7("H100 PCIe 80GB", "H100", &[], &A100_80),
+    g7("H100 SXM5 80GB", "H100XM", &[0x2330], &A100_80),
+    g7("H100 SXM5 64GB", "H100XS", &[], &H100_64),
+    g7("H100 NVL 94GB", "H100L", &[], &H100_94),
+    g7("H100 SXM5 94GB", "H100XL", &[], &H100_94),
+    g7("H800 PCIe 80GB", "H800", &[], &A100_80),
+    g7("H800 SXM5 80GB", "H800XM", &[], &A100_80),
+    g7("H800 NVL 94GB", "H800L", &[], &H100_94),
+    g7("H200 SXM5 141GB", "H200X", &[0x2335], &H200_141),
+    g7("H200 NVL 141GB", "H200", &[], &H200_141),
+    g7("H20 SXM5 96GB", "H20", &[], &H20_96),
+    g7("H20 SXM5 141GB", "H20X", &[], &H200_141),
+    g7("B200 180GB", "B200", &[], &B200_180),
 ];
 
 impl MigGeometry {
@@ -334,42 +333,89 @@ impl MigGeometry {
         unplaced: &[&MigProfile],
         profile: &MigProfile,
     ) -> Result<(), MigOccupancy> {
-        let mut order: Vec<&MigProfile> = unplaced.to_vec();
-        order.sort_by_key(|p| std::cmp::Reverse((p.memory_slices, p.compute_slices, p.name)));
-        /// Some(occupancy) of a placement that blocks `q`; `any` records that some placement
-        /// of the unplaced set exists at all.
-        fn blocking(
-            order: &[&MigProfile],
-            i: usize,
-            min_start: u8,
-            occ: MigOccupancy,
-            q: &MigProfile,
-            geometry: &MigGeometry,
-            any: &mut bool,
-        ) -> Option<MigOccupancy> {
-            let Some(p) = order.get(i) else {
-                *any = true;
-                return geometry.fits(occ, q).is_none().then_some(occ);
-            };
-            // Equal profiles take increasing starts: each set of starts is tried once.
-            let same_as_next = order.get(i + 1).is_some_and(|n| **n == **p);
-            for &s in p.starts {
-                if s < min_start || !occ.is_free(s, p) {
-                    continue;
-                }
-                let mut next = occ;
-                next.hold(s, p);
-                let floor = if same_as_next { s.saturating_add(1) } else { 0 };
-                if let Some(b) = blocking(order, i + 1, floor, next, q, geometry, any) {
-                    return Some(b);
-                }
-            }
-            None
+        self.fits_every_given(placed, unplaced, &[], &[], profile)
+    }
+
+    /// [`MigGeometry::fits_every`] with what the driver said: the `existing` instances of
+    /// unknown start sit only where every profile of `still_fit` (the types the driver listed
+    /// as creatable beside them) still has a start; `pending` instances (placed, not created
+    /// yet) may then go anywhere.
+    ///
+    /// # Errors
+    /// As [`MigGeometry::fits_every`].
+    pub fn fits_every_given(
+        &self,
+        placed: MigOccupancy,
+        existing: &[&MigProfile],
+        still_fit: &[&MigProfile],
+        pending: &[&MigProfile],
+        profile: &MigProfile,
+    ) -> Result<(), MigOccupancy> {
+        let key = |p: &&MigProfile| std::cmp::Reverse((p.memory_slices, p.compute_slices, p.name));
+        let mut order: Vec<&MigProfile> = existing.to_vec();
+        order.sort_by_key(key);
+        let split = order.len();
+        let mut rest: Vec<&MigProfile> = pending.to_vec();
+        rest.sort_by_key(key);
+        order.extend(rest);
+        struct Search<'s> {
+            geometry: &'s MigGeometry,
+            order: &'s [&'s MigProfile],
+            split: usize,
+            still_fit: &'s [&'s MigProfile],
+            q: &'s MigProfile,
+            any: bool,
         }
-        let mut any = false;
-        match blocking(&order, 0, 0, placed, profile, self, &mut any) {
+        impl Search<'_> {
+            /// Some(occupancy) of a placement that blocks `q`; `any` records that some
+            /// placement exists at all.
+            fn blocking(
+                &mut self,
+                i: usize,
+                min_start: u8,
+                occ: MigOccupancy,
+            ) -> Option<MigOccupancy> {
+                if i == self.split
+                    && self
+                        .still_fit
+                        .iter()
+                        .any(|p| self.geometry.fits(occ, p).is_none())
+                {
+                    // Not where the driver's lists say the existing instances are.
+                    return None;
+                }
+                let Some(p) = self.order.get(i).copied() else {
+                    self.any = true;
+                    return self.geometry.fits(occ, self.q).is_none().then_some(occ);
+                };
+                // Equal profiles of one group take increasing starts: each set is tried once.
+                let same_as_next =
+                    i + 1 != self.split && self.order.get(i + 1).is_some_and(|n| **n == *p);
+                for &s in p.starts {
+                    if s < min_start || !occ.is_free(s, p) {
+                        continue;
+                    }
+                    let mut next = occ;
+                    next.hold(s, p);
+                    let floor = if same_as_next { s.saturating_add(1) } else { 0 };
+                    if let Some(b) = self.blocking(i + 1, floor, next) {
+                        return Some(b);
+                    }
+                }
+                None
+            }
+        }
+        let mut search = Search {
+            geometry: self,
+            order: &order,
+            split,
+            still_fit,
+            q: profile,
+            any: false,
+        };
+        match search.blocking(0, 0, placed) {
             Some(b) => Err(b),
-            None if !any => Err(placed),
+            None if !search.any => Err(placed),
             None => Ok(()),
         }
     }
@@ -386,10 +432,13 @@ pub struct MigPlaced {
 }
 
 /// The GPU-instance slots of one MIG-capable GPU whose geometry gpuslice knows: instances at
-/// known starts (from NVML's placements) and instances whose start is not known (a MIG-backed
-/// vGPU seen without NVML, or one placed but not created yet: the driver picks its start when
-/// it is created). A new instance fits only where it fits beside every placement the unknown
-/// ones could have ([`MigGeometry::fits_every`]).
+/// known starts (from NVML's placements), existing instances whose start is not known (a
+/// MIG-backed vGPU seen without NVML), narrowed by what the driver still listed beside them,
+/// and pending ones (placed but not created yet: the driver picks the start at creation). A new
+/// instance fits only where it fits beside every placement the unknown ones could have
+/// ([`MigGeometry::fits_every_given`]). Why not one worst-case occupancy: none exists (a 1g at
+/// slot 0 leaves a 3g, a 2g and a 1g room; one at slot 6 leaves a 4g room), so every placement
+/// is tried; a GPU holds at most seven instances, which keeps that small.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MigSlots {
@@ -398,9 +447,16 @@ pub struct MigSlots {
     /// GPU instances at known start slots.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placed: Vec<MigPlaced>,
-    /// GPU-instance profiles of instances whose start slot is not known.
+    /// GPU-instance profiles of existing instances whose start slot is not known.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unplaced: Vec<String>,
+    /// Profiles the driver listed as creatable beside the existing instances when the slots
+    /// were read: those instances sit where each of these still has a start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub creatable: Vec<String>,
+    /// Instances placed by the scheduler and not created yet: the driver picks their start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<String>,
 }
 
 /// Why a MIG-backed instance does not fit a GPU's slots.
@@ -460,6 +516,27 @@ impl std::fmt::Display for SlotMisfit {
     }
 }
 
+/// [`MigSlots`] with its names looked up.
+struct Resolved {
+    geometry: &'static MigGeometry,
+    placed: MigOccupancy,
+    existing: Vec<&'static MigProfile>,
+    still_fit: Vec<&'static MigProfile>,
+    pending: Vec<&'static MigProfile>,
+}
+
+impl Resolved {
+    fn fits(&self, profile: &MigProfile) -> Result<(), MigOccupancy> {
+        self.geometry.fits_every_given(
+            self.placed,
+            &self.existing,
+            &self.still_fit,
+            &self.pending,
+            profile,
+        )
+    }
+}
+
 impl MigSlots {
     /// Empty slots of a product.
     pub fn new(geometry: &MigGeometry) -> Self {
@@ -467,6 +544,8 @@ impl MigSlots {
             board: geometry.vgpu_board.to_owned(),
             placed: Vec::new(),
             unplaced: Vec::new(),
+            creatable: Vec::new(),
+            pending: Vec::new(),
         }
     }
 
@@ -480,9 +559,7 @@ impl MigSlots {
         })
     }
 
-    fn resolve(
-        &self,
-    ) -> Result<(&'static MigGeometry, MigOccupancy, Vec<&'static MigProfile>), SlotMisfit> {
+    fn resolve(&self) -> Result<Resolved, SlotMisfit> {
         let g = self.geometry()?;
         let unknown = |name: &str| SlotMisfit::Unknown {
             why: format!("the {} has no GPU-instance profile {name:?}", g.product),
@@ -502,12 +579,18 @@ impl MigSlots {
             }
             occ.hold(pl.start, p);
         }
-        let unplaced = self
-            .unplaced
-            .iter()
-            .map(|n| g.profile_named(n).ok_or_else(|| unknown(n)))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((g, occ, unplaced))
+        let names = |list: &[String]| {
+            list.iter()
+                .map(|n| g.profile_named(n).ok_or_else(|| unknown(n)))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Resolved {
+            geometry: g,
+            placed: occ,
+            existing: names(&self.unplaced)?,
+            still_fit: names(&self.creatable)?,
+            pending: names(&self.pending)?,
+        })
     }
 
     /// The GPU-instance profile of a MIG-backed vGPU type of `slices` compute slices and
@@ -533,26 +616,26 @@ impl MigSlots {
     /// # Errors
     /// The [`SlotMisfit`] saying why not.
     pub fn check(&self, profile: &MigProfile) -> Result<(), SlotMisfit> {
-        let (g, occ, unplaced) = self.resolve()?;
-        g.fits_every(occ, &unplaced, profile)
-            .map_err(|blocked| SlotMisfit::NoStart {
-                product: g.product,
-                profile: profile.name,
-                starts: profile.starts,
-                held: blocked.held(),
-                total: g.memory_slices,
-            })
+        let r = self.resolve()?;
+        let g = r.geometry;
+        r.fits(profile).map_err(|blocked| SlotMisfit::NoStart {
+            product: g.product,
+            profile: profile.name,
+            starts: profile.starts,
+            held: blocked.held(),
+            total: g.memory_slices,
+        })
     }
 
     /// How many more instances of `profile` fit, one after another (each charged with an
     /// unknown start, as the driver picks it).
     pub fn creatable(&self, profile: &'static MigProfile) -> u32 {
-        let Ok((g, occ, mut unplaced)) = self.resolve() else {
+        let Ok(mut r) = self.resolve() else {
             return 0;
         };
         let mut n = 0;
-        while n < 16 && g.fits_every(occ, &unplaced, profile).is_ok() {
-            unplaced.push(profile);
+        while n < 16 && r.fits(profile).is_ok() {
+            r.pending.push(profile);
             n += 1;
         }
         n
@@ -560,16 +643,18 @@ impl MigSlots {
 
     /// Holds one instance of `profile`, start unknown (the driver picks it at creation).
     pub fn charge(&mut self, profile: &MigProfile) {
-        self.unplaced.push(profile.name.to_owned());
+        self.pending.push(profile.name.to_owned());
     }
 
-    /// Frees one instance of `profile` of unknown start; where none is held, one at a known
-    /// start. False when the slots hold no instance of `profile`.
+    /// Frees one instance of `profile`: a pending one first, then one of unknown start, then
+    /// one at a known start. False when the slots hold no instance of `profile`.
     pub fn release(&mut self, profile: &MigProfile) -> bool {
         let is = |n: &str| n.eq_ignore_ascii_case(profile.name);
-        if let Some(i) = self.unplaced.iter().position(|n| is(n)) {
-            self.unplaced.remove(i);
-            return true;
+        for list in [&mut self.pending, &mut self.unplaced] {
+            if let Some(i) = list.iter().position(|n| is(n)) {
+                list.remove(i);
+                return true;
+            }
         }
         if let Some(i) = self.placed.iter().position(|p| is(&p.profile)) {
             self.placed.remove(i);
@@ -693,11 +778,66 @@ mod tests {
                 start: 4,
             }],
             unplaced: vec![],
+            creatable: vec![],
+            pending: vec![],
         })
         .unwrap();
         assert_eq!(
             json,
             r#"{"board":"H200X","placed":[{"profile":"1g.18gb","start":4}]}"#
+        );
+    }
+
+    #[test]
+    fn boards_map_mig_backed_types_to_nvidias_gpu_instance_profiles() {
+        // (board, slices, GB as in the type name, profile): rows of NVIDIA's vGPU type tables.
+        for (board, slices, gb, profile) in [
+            ("A100", 1, 5, "1g.5gb"),
+            ("A100X", 3, 20, "3g.20gb"),
+            ("A100D", 1, 20, "1g.20gb"),
+            ("A100DX", 7, 80, "7g.80gb"),
+            ("H100", 2, 20, "2g.20gb"),
+            ("H100XM", 1, 10, "1g.10gb"),
+            ("H100XS", 1, 8, "1g.8gb"),
+            ("H100L", 3, 47, "3g.47gb"),
+            ("H100XL", 1, 24, "1g.24gb"),
+            ("H200", 1, 35, "1g.35gb"),
+            ("H200X", 4, 71, "4g.71gb"),
+            ("H20", 1, 12, "1g.12gb"),
+            ("H20X", 3, 71, "3g.71gb"),
+            ("H800L", 7, 94, "7g.94gb"),
+        ] {
+            let g = MigGeometry::for_vgpu_board(board).unwrap();
+            let p = g.profile_for(slices, gb * 1024).unwrap();
+            assert_eq!(p.name, profile, "{board}-{slices}-{gb}C");
+        }
+        assert_eq!(MigGeometry::for_device(0x20b0).unwrap().vgpu_board, "A100X");
+    }
+
+    #[test]
+    fn what_the_driver_still_lists_narrows_where_existing_instances_sit() {
+        let g = h200();
+        let one = g.profile_named("1g.18gb").unwrap();
+        let three = g.profile_named("3g.71gb").unwrap();
+        let four = g.profile_named("4g.71gb").unwrap();
+        let empty = MigOccupancy::empty();
+        // Two 1g anywhere may block both 3g starts; with a 4g still creatable beside them they
+        // sit in slots 4-6, and a 3g fits at 0.
+        assert!(g.fits_every(empty, &[one, one], three).is_err());
+        assert!(
+            g.fits_every_given(empty, &[one, one], &[four], &[], three)
+                .is_ok()
+        );
+        // A pending 3g (the driver picks its start when created) takes that room.
+        assert!(
+            g.fits_every_given(empty, &[one, one], &[four], &[three], three)
+                .is_err()
+        );
+        // A list no placement explains (a 7g still creatable beside a 1g) leaves nothing safe.
+        let seven = g.profile_named("7g.141gb").unwrap();
+        assert!(
+            g.fits_every_given(empty, &[one], &[seven], &[], one)
+                .is_err()
         );
     }
 }

@@ -51,7 +51,8 @@ pub(crate) struct BuiltPool {
 /// The GPU-instance slots of a MIG-capable GPU whose geometry is known (by the GPU's PCI device
 /// ID, else by the board of its MIG-backed type names). The existing MIG-backed vGPUs hold
 /// GPU instances whose start sysfs does not show: each is recorded with an unknown start, and
-/// a new one then fits only where it fits beside every placement they could have. An instance
+/// a new one then fits only where it fits beside every placement they could have in which the
+/// types the driver still lists (`creatable`) have a start too. An instance
 /// whose profile cannot be told is recorded by what is known of it, so that the slots cannot be
 /// established and MIG-backed types are refused there rather than guessed.
 fn mig_slots(
@@ -79,6 +80,20 @@ fn mig_slots(
         .and_then(MigGeometry::for_device)
         .or_else(named_board)?;
     let mut slots = MigSlots::new(geometry);
+    // What the driver still lists beside the existing instances narrows where they sit.
+    for p in parents.iter().flat_map(|p| p.profiles.iter()) {
+        let (Some(slices), Some(fb)) = (p.mig_slices, p.framebuffer_mib) else {
+            continue;
+        };
+        if p.reported_instances.unwrap_or(p.available_instances) == 0 {
+            continue;
+        }
+        if let Some(mp) = geometry.profile_for(slices, fb) {
+            if !slots.creatable.iter().any(|n| n == mp.name) {
+                slots.creatable.push(mp.name.to_owned());
+            }
+        }
+    }
     for s in sizes {
         let Some(slices) = s.mig_slices else { continue };
         match s

@@ -112,6 +112,8 @@ class MigSlots(TypedDict):
     board: str
     placed: NotRequired[List[MigPlaced]]
     unplaced: NotRequired[List[str]]
+    creatable: NotRequired[List[str]]
+    pending: NotRequired[List[str]]
 
 class Pool(TypedDict):
     """The framebuffer (and MIG slices) one physical GPU shares among its parents."""
@@ -185,6 +187,18 @@ class AllocatedVgpu(TypedDict):
     uuid: str
 
 AllocatedDevice = Union[AllocatedGpu, AllocatedVgpu]
+
+class ShortVgpu(TypedDict):
+    """A vGPU allocation device in the platform guide's short shape, accepted in fleet
+    documents given as input: ``kind``, ``index``, ``framework``, ``gpu``, ``profileName`` and
+    ``migSlices`` are taken from the node's topology (``profile`` is the type ID the parent
+    lists). Output is always the full ``AllocatedVgpu``."""
+
+    request: NotRequired[str]
+    parent: str
+    profile: str
+    framebufferMiB: NotRequired[int]
+    uuid: str
 
 class Allocation(TypedDict):
     machine: str
