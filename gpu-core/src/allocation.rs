@@ -148,9 +148,9 @@ impl<'de> Deserialize<'de> for DeviceDoc {
     }
 }
 
-/// An allocation as a fleet document gives it.
+/// An allocation as a fleet document gives it (unknown keys are ignored, as in [`Allocation`]).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct AllocationDoc {
     machine: String,
     node: String,
