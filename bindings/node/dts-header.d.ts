@@ -121,6 +121,21 @@ export interface Pool {
   mixedSize?: boolean
   migSlicesTotal?: number
   migSlicesUsed?: number
+  /** GPU-instance slots of a MIG GPU whose geometry is known. */
+  migSlots?: MigSlots
+}
+
+/**
+ * GPU instances at known starts (`placed`) and of unknown start (`unplaced`, profile names),
+ * the profiles the driver still listed beside them (`creatable`), and instances placed but not
+ * created yet (`pending`).
+ */
+export interface MigSlots {
+  board: string
+  placed?: { profile: string; start: number }[]
+  unplaced?: string[]
+  creatable?: string[]
+  pending?: string[]
 }
 
 export interface MediatedDevices {
@@ -192,6 +207,21 @@ export interface AllocatedVgpu {
 }
 
 export type AllocatedDevice = AllocatedGpu | AllocatedVgpu
+
+/**
+ * A vGPU allocation device in the platform guide's short shape, accepted in fleet documents
+ * given as input: `kind`, `index`, `framework`, `gpu`, `profileName` and `migSlices` are taken
+ * from the node's topology (`profile` is the type ID the parent lists). Output is always the
+ * full `AllocatedVgpu`.
+ */
+export interface ShortVgpu {
+  /** Default `gpu`. */
+  request?: string
+  parent: string
+  profile: string
+  framebufferMiB?: number
+  uuid: string
+}
 
 /** A Machine's devices on one node. */
 export interface Allocation {

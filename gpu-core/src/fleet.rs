@@ -11,8 +11,13 @@ use crate::topology::NodeTopology;
 
 /// The scheduler's input and state, as exchanged between nodes and a scheduler.
 /// JSON/YAML: `{nodes: [NodeTopology...], allocations: [...], templates: {...}}`.
+///
+/// An allocated vGPU may be given in the platform guide's short shape,
+/// `{parent, profile, framebufferMiB, uuid}` (plus an optional `request`, default `gpu`): its
+/// `kind`, `index`, `framework`, `gpu`, `profileName` and `migSlices` are then taken from the
+/// node's topology in the same document ([`crate::allocation::ShortVgpu`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", try_from = "crate::allocation::FleetDoc")]
 pub struct Fleet {
     /// Node topologies.
     #[serde(default)]

@@ -40,7 +40,7 @@ pub use fleet::Fleet;
 pub use health::{Health, HealthState};
 pub use ids::{MdevUuid, MiB, ParentId, VgpuTypeId};
 pub use kind::{ErrorFamily, ErrorKind};
-pub use mig::{MigGeometry, MigOccupancy, MigProfile};
+pub use mig::{MigGeometry, MigOccupancy, MigPlaced, MigProfile, MigSlots, SlotMisfit};
 pub use request::{Alignment, DeviceClass, DeviceRequest, Machine};
 pub use topology::{
     ClassCode, Function, Gpu, GpuState, Instance, Link, MediatedDevices, NodeTopology, Parent,

@@ -7,6 +7,8 @@
 //!
 //! Pure: no host access. The layout planner, the scheduler and the DRA export share this table.
 
+use serde::{Deserialize, Serialize};
+
 /// One GPU-instance profile of a product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MigProfile {
@@ -105,48 +107,100 @@ const S3: &[u8] = &[0, 4];
 const S0: &[u8] = &[0];
 
 /// The seven-slice products (eight memory slices): 1g at 0–6, 1g with two memory slices at
-/// 0/2/4/6, 2g at 0/2/4, 3g at 0/4, 4g and 7g at 0.
-const fn seven(gb: [u32; 6]) -> [MigProfile; 6] {
+/// 0/2/4/6, 2g at 0/2/4, 3g at 0/4, 4g and 7g at 0. `names` are NVIDIA's profile names in
+/// that order, `gb` their memory.
+const fn seven(names: [&'static str; 6], gb: [u32; 6]) -> [MigProfile; 6] {
     [
-        p("1g", 1, 1, gb[0], S1),
-        p("1g", 1, 2, gb[1], S1X2),
-        p("2g", 2, 2, gb[2], S2),
-        p("3g", 3, 4, gb[3], S3),
-        p("4g", 4, 4, gb[4], S0),
-        p("7g", 7, 8, gb[5], S0),
+        p(names[0], 1, 1, gb[0], S1),
+        p(names[1], 1, 2, gb[1], S1X2),
+        p(names[2], 2, 2, gb[2], S2),
+        p(names[3], 3, 4, gb[3], S3),
+        p(names[4], 4, 4, gb[4], S0),
+        p(names[5], 7, 8, gb[5], S0),
     ]
 }
 
-const A100_40: [MigProfile; 6] = seven([5, 10, 10, 20, 20, 40]);
-const A100_80: [MigProfile; 6] = seven([10, 20, 20, 40, 40, 80]);
-const H100_80: [MigProfile; 6] = seven([10, 20, 20, 40, 40, 80]);
-const H200_141: [MigProfile; 6] = seven([18, 35, 35, 71, 71, 141]);
-const H20_96: [MigProfile; 6] = seven([12, 24, 24, 48, 48, 96]);
-const B200_180: [MigProfile; 6] = seven([23, 45, 45, 90, 90, 180]);
+// Profile names and memory: NVIDIA's MIG user guide, "Supported MIG Profiles" (A30 24 GB,
+// A100 40/80 GB, H100, H200, H20, B200 180 GB). The `+me` variants hold the same slots as their
+// base profile and are not listed separately.
+const A100_40: [MigProfile; 6] = seven(
+    [
+        "1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb",
+    ],
+    [5, 10, 10, 20, 20, 40],
+);
+const A100_80: [MigProfile; 6] = seven(
+    [
+        "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
+    ],
+    [10, 20, 20, 40, 40, 80],
+);
+const H100_64: [MigProfile; 6] = seven(
+    [
+        "1g.8gb", "1g.16gb", "2g.16gb", "3g.32gb", "4g.32gb", "7g.64gb",
+    ],
+    [8, 16, 16, 32, 32, 64],
+);
+const H100_94: [MigProfile; 6] = seven(
+    [
+        "1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb",
+    ],
+    [12, 24, 24, 47, 47, 94],
+);
+const H200_141: [MigProfile; 6] = seven(
+    [
+        "1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb",
+    ],
+    [18, 35, 35, 71, 71, 141],
+);
+const H20_96: [MigProfile; 6] = seven(
+    [
+        "1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb",
+    ],
+    [12, 24, 24, 48, 48, 96],
+);
+const B200_180: [MigProfile; 6] = seven(
+    [
+        "1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb",
+    ],
+    [23, 45, 45, 90, 90, 180],
+);
 const A30_24: [MigProfile; 3] = [
-    p("1g", 1, 1, 6, &[0, 1, 2, 3]),
-    p("2g", 2, 2, 12, &[0, 2]),
-    p("4g", 4, 4, 24, S0),
+    p("1g.6gb", 1, 1, 6, &[0, 1, 2, 3]),
+    p("2g.12gb", 2, 2, 12, &[0, 2]),
+    p("4g.24gb", 4, 4, 24, S0),
 ];
 
-/// The products whose MIG geometry is known.
+const fn g7(
+    product: &'static str,
+    vgpu_board: &'static str,
+    device_ids: &'static [u16],
+    profiles: &'static [MigProfile],
+) -> MigGeometry {
+    MigGeometry {
+        product,
+        vgpu_board,
+        device_ids,
+        compute_slices: 7,
+        memory_slices: 8,
+        profiles,
+    }
+}
+
+/// The products whose MIG geometry is known, one per vGPU board.
+///
+/// Boards (the part of a MIG-backed vGPU type name before the slice count, `H200X` in
+/// `H200X-3-71C`) and the profile each type maps to: NVIDIA's vGPU for Compute type tables
+/// ("Ampere Architecture vGPU Types", "Hopper Architecture vGPU Types" in the NVIDIA AI
+/// Enterprise documentation). PCI device IDs are listed only where one is established (0x20b0
+/// is the A100 HGX 40GB, whose driver table names `GRID A100X-1-5C`); a product without one is
+/// found by its board name. B200's board name is not in those tables as gpuslice has read them:
+/// `B200` is an assumption, and a B200 is matched only by a type name with that board.
 pub const GEOMETRIES: &[MigGeometry] = &[
-    MigGeometry {
-        product: "A100 40GB",
-        vgpu_board: "A100",
-        device_ids: &[0x20f1, 0x20b0],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &A100_40,
-    },
-    MigGeometry {
-        product: "A100 80GB",
-        vgpu_board: "A100D",
-        device_ids: &[0x20b5, 0x20b2],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &A100_80,
-    },
+    g7("A100 PCIe 40GB", "A100", &[0x20f1], &A100_40),
+    g7("A100 HGX 40GB", "A100X", &[0x20b0], &A100_40),
+    g7("A100 PCIe 80GB", "A100D", &[0x20b5], &A100_80),
+    g7("A100 HGX 80GB", "A100DX", &[0x20b2], &A100_80),
     MigGeometry {
         product: "A30 24GB",
         vgpu_board: "A30",
@@ -155,38 +209,19 @@ pub const GEOMETRIES: &[MigGeometry] = &[
         memory_slices: 4,
         profiles: &A30_24,
     },
-    MigGeometry {
-        product: "H100 80GB",
-        vgpu_board: "H100XM",
-        device_ids: &[0x2330],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &H100_80,
-    },
-    MigGeometry {
-        product: "H200 SXM 141GB",
-        vgpu_board: "H200X",
-        device_ids: &[0x2335],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &H200_141,
-    },
-    MigGeometry {
-        product: "H20 96GB",
-        vgpu_board: "H20",
-        device_ids: &[],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &H20_96,
-    },
-    MigGeometry {
-        product: "B200 180GB",
-        vgpu_board: "B200",
-        device_ids: &[],
-        compute_slices: 7,
-        memory_slices: 8,
-        profiles: &B200_180,
-    },
+    g7("H100 PCIe 80GB", "H100", &[], &A100_80),
+    g7("H100 SXM5 80GB", "H100XM", &[0x2330], &A100_80),
+    g7("H100 SXM5 64GB", "H100XS", &[], &H100_64),
+    g7("H100 NVL 94GB", "H100L", &[], &H100_94),
+    g7("H100 SXM5 94GB", "H100XL", &[], &H100_94),
+    g7("H800 PCIe 80GB", "H800", &[], &A100_80),
+    g7("H800 SXM5 80GB", "H800XM", &[], &A100_80),
+    g7("H800 NVL 94GB", "H800L", &[], &H100_94),
+    g7("H200 SXM5 141GB", "H200X", &[0x2335], &H200_141),
+    g7("H200 NVL 141GB", "H200", &[], &H200_141),
+    g7("H20 SXM5 96GB", "H20", &[], &H20_96),
+    g7("H20 SXM5 141GB", "H20X", &[], &H200_141),
+    g7("B200 180GB", "B200", &[], &B200_180),
 ];
 
 impl MigGeometry {
@@ -223,25 +258,409 @@ impl MigGeometry {
             .find(|s| occupied.is_free(*s, profile))
     }
 
-    /// Places `profiles` in turn, largest first, each at its lowest free start; `Err` names the
-    /// first that does not fit, with the slots held at that point.
+    /// The profile named `name` (`3g.71gb`; case-insensitive, `MIG ` prefix allowed).
+    pub fn profile_named(&self, name: &str) -> Option<&'static MigProfile> {
+        let name = name.trim();
+        let name = name
+            .strip_prefix("MIG ")
+            .or_else(|| name.strip_prefix("mig "))
+            .unwrap_or(name);
+        self.profiles
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Places `profiles` beside what `occupied` holds: largest first, each at the lowest start
+    /// that still lets the rest fit (an exhaustive search: a set fits whenever some placement
+    /// exists). `Err` names the first profile, largest first, that finds no placement with the
+    /// ones before it, with the slots those hold.
     ///
     /// # Errors
     /// The profile that found no free start, and the occupancy it met.
     pub fn place_all<'a>(
         &self,
-        mut occupied: MigOccupancy,
+        occupied: MigOccupancy,
         profiles: &[&'a MigProfile],
     ) -> Result<MigOccupancy, (&'a MigProfile, MigOccupancy)> {
-        let mut order: Vec<&MigProfile> = profiles.to_vec();
+        let mut order: Vec<&'a MigProfile> = profiles.to_vec();
         order.sort_by_key(|p| std::cmp::Reverse((p.memory_slices, p.compute_slices)));
-        for p in order {
-            match self.fits(occupied, p) {
-                Some(s) => occupied.hold(s, p),
-                None => return Err((p, occupied)),
+        // The longest prefix that can be placed, and the slots its first placement holds.
+        let mut best: (usize, MigOccupancy) = (0, occupied);
+        fn search(
+            order: &[&MigProfile],
+            i: usize,
+            occ: MigOccupancy,
+            best: &mut (usize, MigOccupancy),
+        ) -> Option<MigOccupancy> {
+            if i > best.0 {
+                *best = (i, occ);
+            }
+            let Some(p) = order.get(i) else {
+                return Some(occ);
+            };
+            for &s in p.starts {
+                if occ.is_free(s, p) {
+                    let mut next = occ;
+                    next.hold(s, p);
+                    if let Some(done) = search(order, i + 1, next, best) {
+                        return Some(done);
+                    }
+                }
+            }
+            None
+        }
+        match search(&order, 0, occupied, &mut best) {
+            Some(done) => Ok(done),
+            None => match order.get(best.0) {
+                Some(p) => Err((*p, best.1)),
+                None => Ok(best.1),
+            },
+        }
+    }
+
+    /// Whether one more `profile` fits beside GPU instances at known starts (`placed`) and
+    /// instances whose start is not known (`unplaced`), wherever the driver put those: it fits
+    /// only when it fits in every placement of `unplaced` the geometry allows. This never
+    /// over-promises; it may refuse a set that a careful placement would hold (a 3g and two 2g
+    /// on a seven-slice GPU fit only with the 3g at slot 4).
+    ///
+    /// # Errors
+    /// A placement of `unplaced` that leaves no start for `profile` (its occupancy), or, where
+    /// `unplaced` has no placement at all beside `placed`, the occupancy of `placed`.
+    pub fn fits_every(
+        &self,
+        placed: MigOccupancy,
+        unplaced: &[&MigProfile],
+        profile: &MigProfile,
+    ) -> Result<(), MigOccupancy> {
+        self.fits_every_given(placed, unplaced, &[], &[], profile)
+    }
+
+    /// [`MigGeometry::fits_every`] with what the driver said: the `existing` instances of
+    /// unknown start sit only where every profile of `still_fit` (the types the driver listed
+    /// as creatable beside them) still has a start; `pending` instances (placed, not created
+    /// yet) may then go anywhere.
+    ///
+    /// # Errors
+    /// As [`MigGeometry::fits_every`].
+    pub fn fits_every_given(
+        &self,
+        placed: MigOccupancy,
+        existing: &[&MigProfile],
+        still_fit: &[&MigProfile],
+        pending: &[&MigProfile],
+        profile: &MigProfile,
+    ) -> Result<(), MigOccupancy> {
+        let key = |p: &&MigProfile| std::cmp::Reverse((p.memory_slices, p.compute_slices, p.name));
+        let mut order: Vec<&MigProfile> = existing.to_vec();
+        order.sort_by_key(key);
+        let split = order.len();
+        let mut rest: Vec<&MigProfile> = pending.to_vec();
+        rest.sort_by_key(key);
+        order.extend(rest);
+        struct Search<'s> {
+            geometry: &'s MigGeometry,
+            order: &'s [&'s MigProfile],
+            split: usize,
+            still_fit: &'s [&'s MigProfile],
+            q: &'s MigProfile,
+            any: bool,
+        }
+        impl Search<'_> {
+            /// Some(occupancy) of a placement that blocks `q`; `any` records that some
+            /// placement exists at all.
+            fn blocking(
+                &mut self,
+                i: usize,
+                min_start: u8,
+                occ: MigOccupancy,
+            ) -> Option<MigOccupancy> {
+                if i == self.split
+                    && self
+                        .still_fit
+                        .iter()
+                        .any(|p| self.geometry.fits(occ, p).is_none())
+                {
+                    // Not where the driver's lists say the existing instances are.
+                    return None;
+                }
+                let Some(p) = self.order.get(i).copied() else {
+                    self.any = true;
+                    return self.geometry.fits(occ, self.q).is_none().then_some(occ);
+                };
+                // Equal profiles of one group take increasing starts: each set is tried once.
+                let same_as_next =
+                    i + 1 != self.split && self.order.get(i + 1).is_some_and(|n| **n == *p);
+                for &s in p.starts {
+                    if s < min_start || !occ.is_free(s, p) {
+                        continue;
+                    }
+                    let mut next = occ;
+                    next.hold(s, p);
+                    let floor = if same_as_next { s.saturating_add(1) } else { 0 };
+                    if let Some(b) = self.blocking(i + 1, floor, next) {
+                        return Some(b);
+                    }
+                }
+                None
             }
         }
-        Ok(occupied)
+        let mut search = Search {
+            geometry: self,
+            order: &order,
+            split,
+            still_fit,
+            q: profile,
+            any: false,
+        };
+        match search.blocking(0, 0, placed) {
+            Some(b) => Err(b),
+            None if !search.any => Err(placed),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One GPU instance at a known start slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MigPlaced {
+    /// Its GPU-instance profile (`1g.18gb`).
+    pub profile: String,
+    /// Its start slot.
+    pub start: u8,
+}
+
+/// The GPU-instance slots of one MIG-capable GPU whose geometry gpuslice knows: instances at
+/// known starts (from NVML's placements), existing instances whose start is not known (a
+/// MIG-backed vGPU seen without NVML), narrowed by what the driver still listed beside them,
+/// and pending ones (placed but not created yet: the driver picks the start at creation). A new
+/// instance fits only where it fits beside every placement the unknown ones could have
+/// ([`MigGeometry::fits_every_given`]). Why not one worst-case occupancy: none exists (a 1g at
+/// slot 0 leaves a 3g, a 2g and a 1g room; one at slot 6 leaves a 4g room), so every placement
+/// is tried; a GPU holds at most seven instances, which keeps that small.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MigSlots {
+    /// The vGPU board of the product (`H200X`): the key of its [`MigGeometry`].
+    pub board: String,
+    /// GPU instances at known start slots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placed: Vec<MigPlaced>,
+    /// GPU-instance profiles of existing instances whose start slot is not known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unplaced: Vec<String>,
+    /// Profiles the driver listed as creatable beside the existing instances when the slots
+    /// were read: those instances sit where each of these still has a start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub creatable: Vec<String>,
+    /// Instances placed by the scheduler and not created yet: the driver picks their start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<String>,
+}
+
+/// Why a MIG-backed instance does not fit a GPU's slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotMisfit {
+    /// gpuslice has no geometry for this board, or the GPU's slots name a profile the board
+    /// does not have: it cannot tell where instances go.
+    Unknown {
+        /// What is not known.
+        why: String,
+    },
+    /// The board has no GPU-instance profile for this vGPU type.
+    NoProfile {
+        /// The product.
+        product: &'static str,
+        /// The type's compute slices.
+        slices: u8,
+    },
+    /// No start slot is free for it in some placement of what the GPU holds.
+    NoStart {
+        /// The product.
+        product: &'static str,
+        /// The profile that does not fit.
+        profile: &'static str,
+        /// Its allowed starts.
+        starts: &'static [u8],
+        /// Memory slots held in the placement that blocks it.
+        held: u32,
+        /// Memory slots of the GPU.
+        total: u8,
+    },
+}
+
+impl std::fmt::Display for SlotMisfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlotMisfit::Unknown { why } => write!(f, "MIG slots cannot be established: {why}"),
+            SlotMisfit::NoProfile { product, slices } => {
+                write!(
+                    f,
+                    "the {product} has no {slices}-slice GPU-instance profile"
+                )
+            }
+            SlotMisfit::NoStart {
+                product,
+                profile,
+                starts,
+                held,
+                total,
+            } => write!(
+                f,
+                "no free start slot for a {profile} GPU instance (starts {starts:?}) on the \
+                 {product}: {held} of {total} memory slices are held where the existing \
+                 instances may sit"
+            ),
+        }
+    }
+}
+
+/// [`MigSlots`] with its names looked up.
+struct Resolved {
+    geometry: &'static MigGeometry,
+    placed: MigOccupancy,
+    existing: Vec<&'static MigProfile>,
+    still_fit: Vec<&'static MigProfile>,
+    pending: Vec<&'static MigProfile>,
+}
+
+impl Resolved {
+    fn fits(&self, profile: &MigProfile) -> Result<(), MigOccupancy> {
+        self.geometry.fits_every_given(
+            self.placed,
+            &self.existing,
+            &self.still_fit,
+            &self.pending,
+            profile,
+        )
+    }
+}
+
+impl MigSlots {
+    /// Empty slots of a product.
+    pub fn new(geometry: &MigGeometry) -> Self {
+        MigSlots {
+            board: geometry.vgpu_board.to_owned(),
+            placed: Vec::new(),
+            unplaced: Vec::new(),
+            creatable: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The geometry these slots follow.
+    ///
+    /// # Errors
+    /// [`SlotMisfit::Unknown`] for a board gpuslice has no geometry for.
+    pub fn geometry(&self) -> Result<&'static MigGeometry, SlotMisfit> {
+        MigGeometry::for_vgpu_board(&self.board).ok_or_else(|| SlotMisfit::Unknown {
+            why: format!("no MIG geometry is known for board {:?}", self.board),
+        })
+    }
+
+    fn resolve(&self) -> Result<Resolved, SlotMisfit> {
+        let g = self.geometry()?;
+        let unknown = |name: &str| SlotMisfit::Unknown {
+            why: format!("the {} has no GPU-instance profile {name:?}", g.product),
+        };
+        let mut occ = MigOccupancy::empty();
+        for pl in &self.placed {
+            let p = g
+                .profile_named(&pl.profile)
+                .ok_or_else(|| unknown(&pl.profile))?;
+            if !p.starts.contains(&pl.start) || !occ.is_free(pl.start, p) {
+                return Err(SlotMisfit::Unknown {
+                    why: format!(
+                        "a {} at slot {} overlaps another instance or is not an allowed start",
+                        p.name, pl.start
+                    ),
+                });
+            }
+            occ.hold(pl.start, p);
+        }
+        let names = |list: &[String]| {
+            list.iter()
+                .map(|n| g.profile_named(n).ok_or_else(|| unknown(n)))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Resolved {
+            geometry: g,
+            placed: occ,
+            existing: names(&self.unplaced)?,
+            still_fit: names(&self.creatable)?,
+            pending: names(&self.pending)?,
+        })
+    }
+
+    /// The GPU-instance profile of a MIG-backed vGPU type of `slices` compute slices and
+    /// `framebuffer_mib` on this product.
+    ///
+    /// # Errors
+    /// [`SlotMisfit::Unknown`] or [`SlotMisfit::NoProfile`].
+    pub fn profile_for(
+        &self,
+        slices: u8,
+        framebuffer_mib: u64,
+    ) -> Result<&'static MigProfile, SlotMisfit> {
+        let g = self.geometry()?;
+        g.profile_for(slices, framebuffer_mib)
+            .ok_or(SlotMisfit::NoProfile {
+                product: g.product,
+                slices,
+            })
+    }
+
+    /// Whether one more instance of `profile` fits wherever the instances of unknown start sit.
+    ///
+    /// # Errors
+    /// The [`SlotMisfit`] saying why not.
+    pub fn check(&self, profile: &MigProfile) -> Result<(), SlotMisfit> {
+        let r = self.resolve()?;
+        let g = r.geometry;
+        r.fits(profile).map_err(|blocked| SlotMisfit::NoStart {
+            product: g.product,
+            profile: profile.name,
+            starts: profile.starts,
+            held: blocked.held(),
+            total: g.memory_slices,
+        })
+    }
+
+    /// How many more instances of `profile` fit, one after another (each charged with an
+    /// unknown start, as the driver picks it).
+    pub fn creatable(&self, profile: &'static MigProfile) -> u32 {
+        let Ok(mut r) = self.resolve() else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < 16 && r.fits(profile).is_ok() {
+            r.pending.push(profile);
+            n += 1;
+        }
+        n
+    }
+
+    /// Holds one instance of `profile`, start unknown (the driver picks it at creation).
+    pub fn charge(&mut self, profile: &MigProfile) {
+        self.pending.push(profile.name.to_owned());
+    }
+
+    /// Frees one instance of `profile`: a pending one first, then one of unknown start, then
+    /// one at a known start. False when the slots hold no instance of `profile`.
+    pub fn release(&mut self, profile: &MigProfile) -> bool {
+        let is = |n: &str| n.eq_ignore_ascii_case(profile.name);
+        for list in [&mut self.pending, &mut self.unplaced] {
+            if let Some(i) = list.iter().position(|n| is(n)) {
+                list.remove(i);
+                return true;
+            }
+        }
+        if let Some(i) = self.placed.iter().position(|p| is(&p.profile)) {
+            self.placed.remove(i);
+            return true;
+        }
+        false
     }
 }
 
@@ -305,5 +724,120 @@ mod tests {
         let one = a30.profile_for(1, 6 * 1024).unwrap();
         assert!(a30.place_all(MigOccupancy::empty(), &[one; 4]).is_ok());
         assert!(a30.place_all(MigOccupancy::empty(), &[one; 5]).is_err());
+    }
+
+    #[test]
+    fn place_all_finds_a_placement_that_largest_first_lowest_start_misses() {
+        let g = h200();
+        let two = g.profile_named("2g.35gb").unwrap();
+        let three = g.profile_named("3g.71gb").unwrap();
+        // Greedy would put the 3g at 0 and find one 2g start; the 3g at 4 holds both.
+        let o = g
+            .place_all(MigOccupancy::empty(), &[two, three, two])
+            .unwrap();
+        assert_eq!(o.held(), 8);
+    }
+
+    #[test]
+    fn an_instance_of_unknown_start_blocks_what_any_of_its_starts_would() {
+        let g = h200();
+        let one = g.profile_named("1g.18gb").unwrap();
+        let two = g.profile_named("2g.35gb").unwrap();
+        let three = g.profile_named("3g.71gb").unwrap();
+        let four = g.profile_named("4g.71gb").unwrap();
+        let empty = MigOccupancy::empty();
+        // One 1g anywhere leaves a 3g a half; two may sit at 0 and 4.
+        assert!(g.fits_every(empty, &[one], three).is_ok());
+        assert!(g.fits_every(empty, &[one, one], three).is_err());
+        // A 3g may sit at 0: a 4g is never safe beside it, a 2g always is.
+        assert!(g.fits_every(empty, &[three], four).is_err());
+        assert!(g.fits_every(empty, &[three], two).is_ok());
+        // A set with no placement at all is full.
+        assert!(g.fits_every(empty, &[three, three, three], one).is_err());
+    }
+
+    #[test]
+    fn slots_name_profiles_and_refuse_what_they_cannot_place() {
+        let g = h200();
+        let mut slots = MigSlots::new(g);
+        let three = slots.profile_for(3, 71 * 1024).unwrap();
+        assert_eq!(three.name, "3g.71gb");
+        assert_eq!(slots.creatable(three), 2);
+        slots.charge(three);
+        assert_eq!(slots.creatable(three), 1);
+        assert!(slots.release(three));
+        assert_eq!(slots.creatable(three), 2);
+        slots.unplaced.push("5g.99gb".into());
+        let e = slots.check(three).unwrap_err();
+        assert!(e.to_string().contains("5g.99gb"), "{e}");
+        assert_eq!(slots.creatable(three), 0);
+        let json = serde_json::to_string(&MigSlots {
+            board: "H200X".into(),
+            placed: vec![MigPlaced {
+                profile: "1g.18gb".into(),
+                start: 4,
+            }],
+            unplaced: vec![],
+            creatable: vec![],
+            pending: vec![],
+        })
+        .unwrap();
+        assert_eq!(
+            json,
+            r#"{"board":"H200X","placed":[{"profile":"1g.18gb","start":4}]}"#
+        );
+    }
+
+    #[test]
+    fn boards_map_mig_backed_types_to_nvidias_gpu_instance_profiles() {
+        // (board, slices, GB as in the type name, profile): rows of NVIDIA's vGPU type tables.
+        for (board, slices, gb, profile) in [
+            ("A100", 1, 5, "1g.5gb"),
+            ("A100X", 3, 20, "3g.20gb"),
+            ("A100D", 1, 20, "1g.20gb"),
+            ("A100DX", 7, 80, "7g.80gb"),
+            ("H100", 2, 20, "2g.20gb"),
+            ("H100XM", 1, 10, "1g.10gb"),
+            ("H100XS", 1, 8, "1g.8gb"),
+            ("H100L", 3, 47, "3g.47gb"),
+            ("H100XL", 1, 24, "1g.24gb"),
+            ("H200", 1, 35, "1g.35gb"),
+            ("H200X", 4, 71, "4g.71gb"),
+            ("H20", 1, 12, "1g.12gb"),
+            ("H20X", 3, 71, "3g.71gb"),
+            ("H800L", 7, 94, "7g.94gb"),
+        ] {
+            let g = MigGeometry::for_vgpu_board(board).unwrap();
+            let p = g.profile_for(slices, gb * 1024).unwrap();
+            assert_eq!(p.name, profile, "{board}-{slices}-{gb}C");
+        }
+        assert_eq!(MigGeometry::for_device(0x20b0).unwrap().vgpu_board, "A100X");
+    }
+
+    #[test]
+    fn what_the_driver_still_lists_narrows_where_existing_instances_sit() {
+        let g = h200();
+        let one = g.profile_named("1g.18gb").unwrap();
+        let three = g.profile_named("3g.71gb").unwrap();
+        let four = g.profile_named("4g.71gb").unwrap();
+        let empty = MigOccupancy::empty();
+        // Two 1g anywhere may block both 3g starts; with a 4g still creatable beside them they
+        // sit in slots 4-6, and a 3g fits at 0.
+        assert!(g.fits_every(empty, &[one, one], three).is_err());
+        assert!(
+            g.fits_every_given(empty, &[one, one], &[four], &[], three)
+                .is_ok()
+        );
+        // A pending 3g (the driver picks its start when created) takes that room.
+        assert!(
+            g.fits_every_given(empty, &[one, one], &[four], &[three], three)
+                .is_err()
+        );
+        // A list no placement explains (a 7g still creatable beside a 1g) leaves nothing safe.
+        let seven = g.profile_named("7g.141gb").unwrap();
+        assert!(
+            g.fits_every_given(empty, &[one], &[seven], &[], one)
+                .is_err()
+        );
     }
 }

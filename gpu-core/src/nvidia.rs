@@ -191,6 +191,7 @@ pub fn vgpu_board(device_id: u16) -> Option<&'static str> {
     Some(match device_id {
         0x1eb8 => "T4",
         0x20f1 => "A100",
+        0x20b0 => "A100X",
         0x25b6 => "A2",
         0x26b9 => "L40S",
         0x2335 => "H200X",

@@ -3,9 +3,11 @@
 //! Capacity is per physical GPU, not per parent: the GPU's framebuffer minus what existing vGPUs
 //! use. Time-sliced vGPUs on one GPU must all have one framebuffer size unless the GPU runs in
 //! mixed-size mode. MIG-backed vGPUs draw from the GPU's MIG slices instead, and a GPU holds either
-//! kind, never both at once. MIG placement geometry (which start slot each size may take) is not
-//! modelled: a slice count that fits may in rare layouts still be refused by the driver.
+//! kind, never both at once. Where the GPU's MIG geometry is known (`migSlots`), a MIG-backed
+//! vGPU also needs a free start slot for its GPU instance wherever the existing ones sit
+//! ([`crate::mig::MigSlots`]); otherwise only slice counts are checked.
 
+use crate::mig::{MigProfile, SlotMisfit};
 use crate::topology::{Pool, Profile};
 
 /// Why a profile does not fit a pool.
@@ -34,6 +36,8 @@ pub enum Misfit {
     },
     /// Time-sliced and MIG-backed vGPUs cannot share a GPU.
     ModeConflict,
+    /// No GPU-instance start slot for it (or the GPU's slots cannot be established).
+    MigSlots(SlotMisfit),
 }
 
 impl std::fmt::Display for Misfit {
@@ -55,6 +59,7 @@ impl std::fmt::Display for Misfit {
             Misfit::ModeConflict => {
                 f.write_str("GPU already holds vGPUs of the other kind (time-sliced vs MIG-backed)")
             }
+            Misfit::MigSlots(m) => write!(f, "{m}"),
         }
     }
 }
@@ -70,6 +75,18 @@ impl Pool {
         self.mig_slices_total
             .unwrap_or(0)
             .saturating_sub(self.mig_slices_used.unwrap_or(0))
+    }
+
+    /// The GPU-instance profile a MIG-backed `profile` takes in this pool's slots, where the
+    /// pool tracks slots.
+    fn mig_profile(&self, profile: &Profile) -> Option<Result<&'static MigProfile, SlotMisfit>> {
+        let slices = profile.mig_slices?;
+        let slots = self.mig_slots.as_ref()?;
+        let mib = profile
+            .framebuffer_mib
+            .or(profile.mig_memory_gib.map(|g| u64::from(g) * 1024))
+            .unwrap_or(0);
+        Some(slots.profile_for(slices, mib))
     }
 
     fn has_time_sliced(&self) -> bool {
@@ -90,6 +107,10 @@ impl Pool {
                 if slices > free {
                     return Err(Misfit::MigSlices { need: slices, free });
                 }
+            }
+            if let (Some(slots), Some(mp)) = (&self.mig_slots, self.mig_profile(profile)) {
+                let mp = mp.map_err(Misfit::MigSlots)?;
+                slots.check(mp).map_err(Misfit::MigSlots)?;
             }
             return Ok(());
         }
@@ -123,10 +144,15 @@ impl Pool {
             return 0;
         }
         if let Some(slices) = profile.mig_slices {
+            let by_slots = match (&self.mig_slots, self.mig_profile(profile)) {
+                (Some(slots), Some(Ok(mp))) => slots.creatable(mp),
+                (Some(_), Some(Err(_))) => 0,
+                _ => u32::MAX,
+            };
             if self.mig_slices_total.is_none() || slices == 0 {
-                return u32::MAX;
+                return by_slots;
             }
-            return u32::from(self.free_mig_slices() / slices);
+            return u32::from(self.free_mig_slices() / slices).min(by_slots);
         }
         match profile.framebuffer_mib {
             Some(size) if size > 0 => u32::try_from(self.free_mib() / size).unwrap_or(u32::MAX),
@@ -134,10 +160,16 @@ impl Pool {
         }
     }
 
-    /// Charges one instance of `profile` (after a successful [`Pool::check`]).
+    /// Charges one instance of `profile` (after a successful [`Pool::check`]). A MIG-backed one
+    /// holds a GPU instance of unknown start: the driver picks the start when it is created.
     pub fn charge(&mut self, profile: &Profile) {
         if let Some(slices) = profile.mig_slices {
             self.mig_slices_used = Some(self.mig_slices_used.unwrap_or(0).saturating_add(slices));
+            if let Some(Ok(mp)) = self.mig_profile(profile) {
+                if let Some(slots) = self.mig_slots.as_mut() {
+                    slots.charge(mp);
+                }
+            }
             return;
         }
         if let Some(size) = profile.framebuffer_mib {
@@ -148,10 +180,16 @@ impl Pool {
         }
     }
 
-    /// Returns one instance of `profile`; the size lock is lifted when the pool empties.
+    /// Returns one instance of `profile`; the size lock is lifted when the pool empties. A
+    /// MIG-backed one frees the slots of one GPU instance of its profile.
     pub fn release(&mut self, profile: &Profile) {
         if let Some(slices) = profile.mig_slices {
             self.mig_slices_used = Some(self.mig_slices_used.unwrap_or(0).saturating_sub(slices));
+            if let Some(Ok(mp)) = self.mig_profile(profile) {
+                if let Some(slots) = self.mig_slots.as_mut() {
+                    slots.release(mp);
+                }
+            }
             return;
         }
         if let Some(size) = profile.framebuffer_mib {
@@ -178,6 +216,7 @@ mod tests {
             mixed_size: false,
             mig_slices_total: None,
             mig_slices_used: None,
+            mig_slots: None,
         }
     }
 

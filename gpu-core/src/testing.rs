@@ -184,6 +184,7 @@ pub fn pool() -> impl Strategy<Value = Pool> {
             mixed_size: mixed,
             mig_slices_total: mig.map(|_| 7),
             mig_slices_used: mig,
+            mig_slots: None,
         })
 }
 

@@ -449,6 +449,10 @@ pub struct Pool {
     /// MIG slices used by existing MIG-backed instances.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_slices_used: Option<u8>,
+    /// GPU-instance slots, on a MIG-capable GPU whose geometry gpuslice knows: where
+    /// MIG-backed vGPUs may still start. Without it only slice counts are checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_slots: Option<crate::mig::MigSlots>,
 }
 
 /// The vGPU side of a node.

@@ -78,6 +78,7 @@ fn pool(gpu: PciAddress, parents: Vec<ParentId>, total: u64, used: u64) -> Pool 
         mixed_size: false,
         mig_slices_total: None,
         mig_slices_used: None,
+        mig_slots: None,
     }
 }
 

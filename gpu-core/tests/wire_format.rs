@@ -159,6 +159,7 @@ fn topology_json_uses_the_documented_keys() {
         mixed_size: false,
         mig_slices_total: None,
         mig_slices_used: None,
+        mig_slots: None,
     });
     let v = serde_json::to_value(&t).unwrap();
     assert_eq!(v["node"], "node-a");

@@ -101,6 +101,7 @@ pub fn mbochs_node(node: &str) -> NodeTopology {
             mixed_size: true,
             mig_slices_total: None,
             mig_slices_used: None,
+            mig_slots: None,
         }],
     };
     n
@@ -155,6 +156,7 @@ fn sriov_node(
             mixed_size: false,
             mig_slices_total: mig.then_some(7),
             mig_slices_used: mig.then_some(0),
+            mig_slots: None,
         });
         n.gpus.push(g);
     }

@@ -237,6 +237,7 @@ fn build_node(name: &str, specs: &[GpuSpec], mbochs: Option<(u32, u32, u32)>) ->
                     mixed_size: false,
                     mig_slices_total: None,
                     mig_slices_used: None,
+                    mig_slots: None,
                 });
                 n.gpus.push(g);
             }
@@ -300,6 +301,7 @@ fn build_node(name: &str, specs: &[GpuSpec], mbochs: Option<(u32, u32, u32)>) ->
                     mixed_size: false,
                     mig_slices_total: Some(7),
                     mig_slices_used: Some(used),
+                    mig_slots: None,
                 });
                 n.gpus.push(g);
             }
@@ -354,6 +356,7 @@ fn build_node(name: &str, specs: &[GpuSpec], mbochs: Option<(u32, u32, u32)>) ->
             mixed_size: true,
             mig_slices_total: None,
             mig_slices_used: None,
+            mig_slots: None,
         });
     }
     n

@@ -203,6 +203,20 @@ fn h200_with_mig_instances_locks_out_time_sliced_types_and_counts_slices() {
         busy.instances[0].profile_name.as_deref(),
         Some("NVIDIA H200X-1-18C")
     );
+    // The two 1g GPU instances are recorded with unknown starts (sysfs does not say where
+    // they sit), with what the driver still lists beside them: a 4g, so they are not in
+    // slots 0-3, and one 3g still fits there for sure.
+    let slots = pool0.mig_slots.as_ref().unwrap();
+    assert_eq!(slots.board, "H200X");
+    assert!(slots.placed.is_empty());
+    assert_eq!(slots.unplaced, ["1g.18gb", "1g.18gb"]);
+    assert!(slots.creatable.iter().any(|n| n == "4g.71gb"), "{slots:?}");
+    let three_g = free_vf
+        .profiles
+        .iter()
+        .find(|p| p.mig_slices == Some(3))
+        .unwrap();
+    assert_eq!(three_g.available_instances, 1, "{three_g:?}");
 
     let pool1 = t.pool(&ParentId::Pci(addr(&h200_pf(1)))).unwrap();
     assert_eq!((pool1.total_mib, pool1.used_mib), (144384, 144384));

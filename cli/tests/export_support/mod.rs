@@ -214,6 +214,7 @@ pub fn h200_node(node: &str, gpus: usize) -> NodeTopology {
             mixed_size: false,
             mig_slices_total: Some(7),
             mig_slices_used: Some(0),
+            mig_slots: None,
         });
         t.mediated_devices.parents.extend(parents);
         t.gpus.push(g);
@@ -257,6 +258,7 @@ pub fn mixed_node(node: &str) -> NodeTopology {
         mixed_size: true,
         mig_slices_total: None,
         mig_slices_used: None,
+        mig_slots: None,
     });
     t.mediated_devices.parents.push(ada_parent);
 
@@ -319,6 +321,7 @@ pub fn mixed_node(node: &str) -> NodeTopology {
         mixed_size: false,
         mig_slices_total: None,
         mig_slices_used: None,
+        mig_slots: None,
     });
     t.mediated_devices.parents.push(t4_parent);
     t.gpus = vec![ada, amd, blocked, t4];

@@ -509,6 +509,7 @@ mod tests {
             mixed_size: true,
             mig_slices_total: None,
             mig_slices_used: None,
+            mig_slots: None,
         });
         t
     }

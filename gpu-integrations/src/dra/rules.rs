@@ -526,6 +526,7 @@ mod tests {
                 mixed_size: *mixed,
                 mig_slices_total: mig.then_some(7),
                 mig_slices_used: mig.then_some(0),
+                mig_slots: None,
             });
             t.gpus.push(g);
         }

@@ -80,7 +80,11 @@ fn misfit_filter(m: &Misfit) -> Filter {
     match m {
         Misfit::SizeLocked { .. } => Filter::SizeLocked,
         Misfit::ModeConflict => Filter::ModeConflict,
-        Misfit::Framebuffer { .. } | Misfit::MigSlices { .. } => Filter::PoolFull,
+        // No free GPU-instance start counts as a full pool: the slots are used up where the
+        // existing instances may sit.
+        Misfit::Framebuffer { .. } | Misfit::MigSlices { .. } | Misfit::MigSlots(_) => {
+            Filter::PoolFull
+        }
     }
 }
 

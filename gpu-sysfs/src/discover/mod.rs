@@ -152,7 +152,7 @@ pub fn discover(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology,
     let vendor_vfio_gpus = scan.vendor_vfio(&mut table, &gpus, opts.resolver.as_deref());
     topo.warnings.append(&mut scan.node_warnings);
     let mut parents = scan.parents;
-    let (mut pools, exactness) = pools::build_all(&mut parents);
+    let (mut pools, exactness) = pools::build_all(&mut parents, &gpus);
 
     // Per-GPU framework, memory and state.
     let iommu_present = hardware_iommu_present(host, &mut topo.warnings);

@@ -8,7 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use gpu_core::{Parent, ParentId, Pool, Profile, VgpuFramework};
+use gpu_core::{
+    Gpu, MigGeometry, MigSlots, Parent, ParentId, Pool, Profile, VgpuFramework,
+    nvidia::VgpuTypeName,
+};
 
 use super::parse;
 
@@ -45,9 +48,73 @@ pub(crate) struct BuiltPool {
     pub exact: bool,
 }
 
+/// The GPU-instance slots of a MIG-capable GPU whose geometry is known (by the GPU's PCI device
+/// ID, else by the board of its MIG-backed type names). The existing MIG-backed vGPUs hold
+/// GPU instances whose start sysfs does not show: each is recorded with an unknown start, and
+/// a new one then fits only where it fits beside every placement they could have in which the
+/// types the driver still lists (`creatable`) have a start too. An instance
+/// whose profile cannot be told is recorded by what is known of it, so that the slots cannot be
+/// established and MIG-backed types are refused there rather than guessed.
+fn mig_slots(
+    device_id: Option<u16>,
+    parents: &[&Parent],
+    sizes: &[InstanceSize],
+) -> Option<MigSlots> {
+    let named_board = || {
+        let profiles = parents.iter().flat_map(|p| p.profiles.iter());
+        let names = profiles
+            .filter(|p| p.mig_slices.is_some())
+            .map(|p| p.name.as_str())
+            .chain(
+                parents
+                    .iter()
+                    .flat_map(|p| p.instances.iter())
+                    .filter_map(|i| i.profile_name.as_deref()),
+            );
+        names
+            .filter_map(|n| VgpuTypeName::parse(n).ok())
+            .filter(|n| n.mig_slices.is_some())
+            .find_map(|n| MigGeometry::for_vgpu_board(&n.board))
+    };
+    let geometry = device_id
+        .and_then(MigGeometry::for_device)
+        .or_else(named_board)?;
+    let mut slots = MigSlots::new(geometry);
+    // What the driver still lists beside the existing instances narrows where they sit.
+    for p in parents.iter().flat_map(|p| p.profiles.iter()) {
+        let (Some(slices), Some(fb)) = (p.mig_slices, p.framebuffer_mib) else {
+            continue;
+        };
+        if p.reported_instances.unwrap_or(p.available_instances) == 0 {
+            continue;
+        }
+        if let Some(mp) = geometry.profile_for(slices, fb) {
+            if !slots.creatable.iter().any(|n| n == mp.name) {
+                slots.creatable.push(mp.name.to_owned());
+            }
+        }
+    }
+    for s in sizes {
+        let Some(slices) = s.mig_slices else { continue };
+        match s
+            .framebuffer_mib
+            .and_then(|fb| geometry.profile_for(slices, fb))
+        {
+            Some(p) => slots.unplaced.push(p.name.to_owned()),
+            None => slots.unplaced.push(format!("{slices}g of unknown memory")),
+        }
+    }
+    Some(slots)
+}
+
 /// Builds the pool of one key from all its parents (published or not: the pool is the GPU's).
-/// `None` when no type of these parents has a known framebuffer size.
-pub(crate) fn build(key: &ParentId, parents: &[&Parent]) -> Option<BuiltPool> {
+/// `None` when no type of these parents has a known framebuffer size. `device_id` is the PCI
+/// device ID of the physical GPU, when known.
+pub(crate) fn build(
+    key: &ParentId,
+    parents: &[&Parent],
+    device_id: Option<u16>,
+) -> Option<BuiltPool> {
     let profiles: Vec<&Profile> = parents.iter().flat_map(|p| p.profiles.iter()).collect();
     let sizes: Vec<InstanceSize> = parents
         .iter()
@@ -122,9 +189,11 @@ pub(crate) fn build(key: &ParentId, parents: &[&Parent]) -> Option<BuiltPool> {
         (false, Some(s)) => Some(*s),
         _ => None,
     };
+    let mut slots = None;
     let (mig_slices_total, mig_slices_used) = if mig_types.is_empty() && mig_used == 0 {
         (None, None)
     } else {
+        slots = mig_slots(device_id, parents, &sizes);
         // A MIG type's slices times its per-GPU maximum is the card (1g × 7 on H100/H200).
         let largest = profiles
             .iter()
@@ -161,6 +230,7 @@ pub(crate) fn build(key: &ParentId, parents: &[&Parent]) -> Option<BuiltPool> {
             mixed_size,
             mig_slices_total,
             mig_slices_used,
+            mig_slots: slots,
         },
         exact,
     })
@@ -168,8 +238,11 @@ pub(crate) fn build(key: &ParentId, parents: &[&Parent]) -> Option<BuiltPool> {
 
 /// Builds every pool and caps each profile's `availableInstances` by its pool. Profiles whose
 /// `device_api` is not `vfio-pci` cannot go to a VM and get 0. Returns the pools and, per pool
-/// key, whether its total is exact.
-pub(crate) fn build_all(parents: &mut [Parent]) -> (Vec<Pool>, BTreeMap<ParentId, bool>) {
+/// key, whether its total is exact. `gpus` give the physical GPUs' device IDs (MIG geometry).
+pub(crate) fn build_all(
+    parents: &mut [Parent],
+    gpus: &[Gpu],
+) -> (Vec<Pool>, BTreeMap<ParentId, bool>) {
     let mut keys: BTreeMap<ParentId, Vec<usize>> = BTreeMap::new();
     for (i, p) in parents.iter().enumerate() {
         keys.entry(p.pool_key()).or_default().push(i);
@@ -179,7 +252,11 @@ pub(crate) fn build_all(parents: &mut [Parent]) -> (Vec<Pool>, BTreeMap<ParentId
     for (key, idxs) in &keys {
         let built = {
             let members: Vec<&Parent> = idxs.iter().map(|i| &parents[*i]).collect();
-            build(key, &members)
+            let device_id = match key {
+                ParentId::Pci(a) => gpus.iter().find(|g| g.address == *a).map(|g| g.device_id.0),
+                ParentId::Named(_) => None,
+            };
+            build(key, &members, device_id)
         };
         for i in idxs {
             for prof in &mut parents[*i].profiles {

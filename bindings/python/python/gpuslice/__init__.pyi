@@ -100,6 +100,21 @@ class Parent(TypedDict):
     instances: List[Instance]
     warnings: NotRequired[List[str]]
 
+class MigPlaced(TypedDict):
+    """A GPU instance at a known start slot."""
+
+    profile: str
+    start: int
+
+class MigSlots(TypedDict):
+    """GPU-instance slots of a MIG GPU whose geometry is known."""
+
+    board: str
+    placed: NotRequired[List[MigPlaced]]
+    unplaced: NotRequired[List[str]]
+    creatable: NotRequired[List[str]]
+    pending: NotRequired[List[str]]
+
 class Pool(TypedDict):
     """The framebuffer (and MIG slices) one physical GPU shares among its parents."""
 
@@ -111,6 +126,7 @@ class Pool(TypedDict):
     mixedSize: NotRequired[bool]
     migSlicesTotal: NotRequired[int]
     migSlicesUsed: NotRequired[int]
+    migSlots: NotRequired[MigSlots]
 
 class MediatedDevices(TypedDict):
     parents: List[Parent]
@@ -171,6 +187,18 @@ class AllocatedVgpu(TypedDict):
     uuid: str
 
 AllocatedDevice = Union[AllocatedGpu, AllocatedVgpu]
+
+class ShortVgpu(TypedDict):
+    """A vGPU allocation device in the platform guide's short shape, accepted in fleet
+    documents given as input: ``kind``, ``index``, ``framework``, ``gpu``, ``profileName`` and
+    ``migSlices`` are taken from the node's topology (``profile`` is the type ID the parent
+    lists). Output is always the full ``AllocatedVgpu``."""
+
+    request: NotRequired[str]
+    parent: str
+    profile: str
+    framebufferMiB: NotRequired[int]
+    uuid: str
 
 class Allocation(TypedDict):
     machine: str
