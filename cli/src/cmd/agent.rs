@@ -152,6 +152,25 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         file.select(a.config.as_deref())
             .with_context(|| format!("--layout {}", l.display()))?;
     }
+    // The uevent socket is bound before the first read of the host and before the listeners:
+    // every device change from then on is queued for the agent, even before its watchers run.
+    let uevents: Option<Box<dyn gpu_agent::UeventSource>> = match a.uevents {
+        Uevents::Off => None,
+        Uevents::Auto if !live => None,
+        mode => match gpu_agent::NetlinkSource::open() {
+            Ok(s) => {
+                eprintln!("gpuslice agent: listening to kernel uevents");
+                Some(Box::new(s))
+            }
+            Err(e) if mode == Uevents::On => {
+                bail!("--uevents on: cannot open the kernel's uevent socket: {e}")
+            }
+            Err(e) => {
+                eprintln!("gpuslice agent: no kernel uevents ({e}); relying on the resync");
+                None
+            }
+        },
+    };
     let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     for r in agent.reconciled() {
         eprintln!(
@@ -185,23 +204,6 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
             eprintln!("gpuslice agent: serving on {}", bound.address());
             listeners.push(bound);
         }
-        let uevents: Option<Box<dyn gpu_agent::UeventSource>> = match a.uevents {
-            Uevents::Off => None,
-            Uevents::Auto if !live => None,
-            mode => match gpu_agent::NetlinkSource::open() {
-                Ok(s) => {
-                    eprintln!("gpuslice agent: listening to kernel uevents");
-                    Some(Box::new(s))
-                }
-                Err(e) if mode == Uevents::On => {
-                    bail!("--uevents on: cannot open the kernel's uevent socket: {e}")
-                }
-                Err(e) => {
-                    eprintln!("gpuslice agent: no kernel uevents ({e}); relying on the resync");
-                    None
-                }
-            },
-        };
         let watch = gpu_agent::WatchOptions {
             resync: (a.resync > 0).then(|| Duration::from_secs(a.resync)),
             uevents,
