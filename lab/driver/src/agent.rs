@@ -439,7 +439,18 @@ pub fn agent_sees_hand_changes(_lab: &mut Lab) -> Outcome {
     };
     rebind("vfio-pci", "vfio-pci", &mut events)?;
     rebind("\n", &host_driver, &mut events)?;
+    // How many of the agent's reads were narrow (one device) rather than the whole host.
+    let metrics = call_text("/metrics")?;
+    let figure = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or("?")
+            .to_owned()
+    };
     Ok(format!(
-        "{CREATES} mdevs created and removed by hand, each seen within 1 s; sysfs write to uevent on /v1/events: median {ue_median:.1} ms, max {ue_max:.1} ms; to the new revision: median {rev_median:.1} ms, max {rev_max:.1} ms; {addr} bound to vfio-pci and released by hand, both seen"
+        "{CREATES} mdevs created and removed by hand, each seen within 1 s; sysfs write to uevent on /v1/events: median {ue_median:.1} ms, max {ue_max:.1} ms; to the new revision: median {rev_median:.1} ms, max {rev_max:.1} ms; {addr} bound to vfio-pci and released by hand, both seen; agent reads {} of which narrow {}",
+        figure("gpuslice_agent_resyncs_total"),
+        figure("gpuslice_agent_narrow_rereads_total"),
     ))
 }
