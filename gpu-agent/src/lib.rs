@@ -22,6 +22,7 @@ macro_rules! log {
 pub mod agent;
 pub mod error;
 pub mod events;
+mod gpu_events;
 pub mod http;
 pub mod serve;
 pub mod state;

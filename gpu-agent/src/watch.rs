@@ -138,6 +138,7 @@ pub struct Stats {
     layouts_applied: AtomicU64,
     layouts_refused: AtomicU64,
     pub(crate) narrow_rereads: AtomicU64,
+    pub(crate) gpu_events: AtomicU64,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -162,6 +163,11 @@ impl Stats {
     /// Reads of the host that did not answer within the read deadline.
     pub fn reads_timed_out(&self) -> u64 {
         self.reads_timed_out.load(Ordering::Relaxed)
+    }
+
+    /// GPU events received (NVML XIDs, double-bit ECC).
+    pub fn gpu_events(&self) -> u64 {
+        self.gpu_events.load(Ordering::Relaxed)
     }
 
     /// Uevents received (relevant or not).
@@ -224,6 +230,12 @@ impl Stats {
             "gauge",
             "How long the last read of the host took.",
             format!("{}", secs(&self.resync_nanos_last)),
+        );
+        metric(
+            "gpuslice_agent_gpu_events_total",
+            "counter",
+            "GPU events received from NVML (critical XIDs, double-bit ECC errors).",
+            n(&self.gpu_events).to_string(),
         );
         metric(
             "gpuslice_agent_narrow_rereads_total",
@@ -347,6 +359,9 @@ pub struct WatchOptions {
     pub uevents: Option<Box<dyn UeventSource>>,
     /// How long to wait after a uevent for the rest of its burst before refreshing.
     pub debounce: Duration,
+    /// GPU events (NVML XIDs, double-bit ECC), graded as they come; their verdicts are kept in
+    /// the agent's `health.events`, which must be set for them to count.
+    pub gpu_events: Option<Box<dyn gpu_health::GpuEventSource>>,
     /// A layout file applied at start and whenever it changes.
     pub layout: Option<WatchedLayout>,
     /// A read of the host taking longer than this is reported (event, metric, GPU Unknown).
@@ -358,6 +373,7 @@ impl std::fmt::Debug for WatchOptions {
         f.debug_struct("WatchOptions")
             .field("resync", &self.resync)
             .field("uevents", &self.uevents.is_some())
+            .field("gpu_events", &self.gpu_events.is_some())
             .field("debounce", &self.debounce)
             .field("layout", &self.layout)
             .field("read_deadline", &self.read_deadline)
@@ -366,11 +382,12 @@ impl std::fmt::Debug for WatchOptions {
 }
 
 impl Default for WatchOptions {
-    /// A resync every 60 s, no uevents, 20 ms debounce, no layout, 5 s read deadline.
+    /// A resync every 60 s, no uevents, no GPU events, 20 ms debounce, no layout, 5 s read deadline.
     fn default() -> Self {
         WatchOptions {
             resync: Some(Duration::from_secs(60)),
             uevents: None,
+            gpu_events: None,
             debounce: Duration::from_millis(20),
             layout: None,
             read_deadline: Duration::from_secs(5),
@@ -565,6 +582,13 @@ pub fn start(
         threads.push(spawn(
             "uevents",
             Box::new(move || uevent_loop(&a, source.as_mut(), &r, debounce)),
+        )?);
+    }
+    if let Some(mut source) = opts.gpu_events {
+        let (a, r) = (Arc::clone(agent), Arc::clone(&requests));
+        threads.push(spawn(
+            "gpu-events",
+            Box::new(move || crate::gpu_events::run(&a, source.as_mut(), &|| r.request())),
         )?);
     }
     if let Some(layout) = opts.layout {

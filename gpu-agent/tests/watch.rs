@@ -399,3 +399,63 @@ fn a_watched_layout_refused_while_vgpu_apply_holds_the_lock_is_applied_once_it_i
     assert_eq!(applied.data["status"], "applied", "{}", applied.data);
     assert_eq!(mdevs(&a.socket), 2);
 }
+
+#[test]
+fn a_critical_xid_from_nvml_turns_the_gpu_unhealthy_at_once_with_an_evacuation_plan() {
+    use gpu_health::{ChannelEventSource, EventVerdicts, GpuEvent, GpuEventKind};
+    let k = Arc::new(FakeKernel::a2_mdev_host().unwrap());
+    let (tx, source) = ChannelEventSource::new();
+    let opts = WatchOptions {
+        gpu_events: Some(Box::new(source)),
+        ..quiet()
+    };
+    let a = start_watched(
+        Arc::clone(&k),
+        |c| c.health.events = Some(Arc::new(EventVerdicts::default())),
+        Some(opts),
+    );
+    let body = r#"{"parent":"0000:08:00.4","profile":"nvidia-746","machine":"vm-a"}"#;
+    let r = request(&a.socket, "POST", "/v1/vgpus", Some(body));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let gpu = "0000:08:00.0".parse().unwrap();
+    // An application's fault (XID 13) changes no verdict.
+    let from = a.agent.events().revision();
+    tx.send(GpuEvent {
+        address: gpu,
+        kind: GpuEventKind::Xid { xid: Some(13) },
+    })
+    .unwrap();
+    let end = Instant::now() + SOON;
+    while a.agent.stats().gpu_events() < 1 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(a.agent.stats().gpu_events(), 1);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(a.agent.events().revision(), from);
+    // XID 79: the GPU fell off the bus.
+    tx.send(GpuEvent {
+        address: gpu,
+        kind: GpuEventKind::Xid { xid: Some(79) },
+    })
+    .unwrap();
+    let e = wait_event(&a.agent, SOON, |e| {
+        e.kind == EventKind::HealthChanged
+            && e.revision > from
+            && e.data["health"]["state"] == "Unhealthy"
+    })
+    .expect("an Unhealthy event right after the XID, with no resync running");
+    assert_eq!(e.data["address"], "0000:08:00.0");
+    assert!(
+        e.data["reason"].as_str().unwrap().contains("XID 79"),
+        "{}",
+        e.data
+    );
+    let machines = e.data["evacuation"]["machines"].as_array().unwrap();
+    assert_eq!(machines[0]["machine"], "vm-a", "{}", e.data);
+    // The verdict holds through later reads of the host.
+    a.agent.refresh().unwrap();
+    let t = get(&a.socket, "/v1/topology").json();
+    assert_eq!(t["gpus"][0]["health"]["state"], "Unhealthy", "{t}");
+    let m = a.agent.stats().render(0, 0);
+    assert!(m.contains("gpuslice_agent_gpu_events_total 2\n"), "{m}");
+}

@@ -334,6 +334,8 @@ pub struct Policy {
     pub temperature: TemperaturePolicy,
     /// PCIe replays.
     pub pcie: PciePolicy,
+    /// NVML XID events, graded as they happen (the agent).
+    pub xid: crate::events::XidPolicy,
 }
 
 /// A policy file's format.

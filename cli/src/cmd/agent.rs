@@ -171,6 +171,26 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
             }
         },
     };
+    // NVML's critical XID and double-bit ECC events, on the live host only (NVML describes this
+    // machine's GPUs): graded as they come, their verdicts folded into every later read.
+    let gpu_events: Option<Box<dyn gpu_health::GpuEventSource>> = if live && !a.no_nvml {
+        match gpu_health::NvmlEventSource::open(None) {
+            Ok(s) => {
+                eprintln!(
+                    "gpuslice agent: watching NVML XID and ECC events on {} GPU(s)",
+                    s.watched.len()
+                );
+                config.health.events = Some(Arc::new(gpu_health::EventVerdicts::default()));
+                Some(Box::new(s))
+            }
+            Err(e) => {
+                eprintln!("gpuslice agent: no NVML events ({e}); health is read on each resync");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     for r in agent.reconciled() {
         eprintln!(
@@ -207,6 +227,7 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         let watch = gpu_agent::WatchOptions {
             resync: (a.resync > 0).then(|| Duration::from_secs(a.resync)),
             uevents,
+            gpu_events,
             layout: a.layout.clone().map(|path| gpu_agent::WatchedLayout {
                 path,
                 config: a.config.clone(),
