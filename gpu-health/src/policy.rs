@@ -444,6 +444,16 @@ impl Policy {
                 return Err(format!("{key} {v} is more than 50 °C"));
             }
         }
+        if let Some(x) = self
+            .xid
+            .unhealthy
+            .iter()
+            .find(|x| self.xid.degraded.contains(x))
+        {
+            return Err(format!(
+                "xid: XID {x} is in both xid.unhealthy and xid.degraded; give it one verdict"
+            ));
+        }
         Ok(())
     }
 }
