@@ -42,7 +42,8 @@ pub struct AgentArgs {
     /// How long a write waits for another `gpuslice vgpu apply` before answering `busy`.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub lock_timeout: u64,
-    /// Do not load NVML, even with `--root /`: grade health from sysfs signals only.
+    /// Do not load NVML, even with `--root /`: grade health from sysfs signals only, and receive
+    /// no XID or double-bit ECC events.
     #[arg(long)]
     pub no_nvml: bool,
     /// Keep this layout file applied: at start and whenever it changes (the file's directory
