@@ -251,6 +251,24 @@ fn bench_discover(c: &mut Criterion) {
     group.bench_function("mdev_8gpu_16vf", |b| {
         b.iter(|| black_box(discover(&h, &opts)))
     });
+    // What a uevent for one mdev costs: its GPU's 16 VF parents (types, instances, pool) read
+    // again and spliced into the cached topology.
+    let cached = match discover(&h, &opts) {
+        Ok(t) => t,
+        Err(e) => fail("discovering the mdev host", e),
+    };
+    let Some(first) = cached.mediated_devices.parents.first() else {
+        fail("the mdev host", "has no parents")
+    };
+    let change = [gpu_sysfs::discover::Change::MdevParent(
+        first.id.to_string(),
+    )];
+    if gpu_sysfs::discover::rediscover(&h, &opts, &cached, &change).as_ref() != Some(&cached) {
+        fail("the narrow read", "does not give the full read's topology");
+    }
+    group.bench_function("mdev_8gpu_16vf_narrow_one_gpu", |b| {
+        b.iter(|| black_box(gpu_sysfs::discover::rediscover(&h, &opts, &cached, &change)))
+    });
 
     let replay = match gpu_sysfs::umockdev::materialize(&a2_recording()) {
         Ok(r) => r,

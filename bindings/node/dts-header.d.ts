@@ -467,6 +467,8 @@ export interface HealthPolicy {
   rowRemap?: { pendingDegrades?: boolean }
   temperature?: { slowdownMarginC?: number; shutdownMarginC?: number }
   pcie?: { replayGrowthMax?: Limit }
+  /** NVML XID events (the agent): XIDs that make a GPU Unhealthy or Degraded, and the verdict of one NVML cannot name. */
+  xid?: { unhealthy?: number[]; degraded?: number[]; unnamed?: 'ignore' | 'degraded' | 'unhealthy' }
 }
 
 /** What `exportDra` returns. */

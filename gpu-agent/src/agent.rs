@@ -118,6 +118,11 @@ pub struct Snapshot {
     pub health_doc: Rendered,
 }
 
+/// A narrow re-read for [`Agent::refresh_with`]: the new topology and health reports composed
+/// from the cached snapshot, or `None` to read the whole host.
+pub type NarrowRead<'a> =
+    dyn Fn(&dyn Host, &AgentConfig, &Snapshot) -> Option<(NodeTopology, Vec<GpuHealthReport>)> + 'a;
+
 /// The one composition of a node's topology the agent serves: discovery with every GPU's health
 /// graded (the same call as `gpuslice topology`).
 ///
@@ -357,16 +362,29 @@ impl Agent {
     /// # Errors
     /// Discovery failing; the cached snapshot is kept.
     pub fn refresh(&self) -> Result<u64, ApiError> {
+        self.refresh_with(&|_, _, _| None)
+    }
+
+    /// As [`Agent::refresh`], but `narrow` may compose the new topology from the cached
+    /// snapshot by re-reading only what changed (a uevent's device); when it gives `None` the
+    /// whole host is read.
+    ///
+    /// # Errors
+    /// Discovery failing; the cached snapshot is kept.
+    pub fn refresh_with(&self, narrow: &NarrowRead<'_>) -> Result<u64, ApiError> {
         let _one = self
             .refresh_gate
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let started = std::time::Instant::now();
-        let composed = compose_topology(self.host.as_ref(), &self.config);
+        let before = self.snapshot();
+        let composed = match narrow(self.host.as_ref(), &self.config, &before) {
+            Some(done) => Ok(done),
+            None => compose_topology(self.host.as_ref(), &self.config),
+        };
         self.stats
             .record_resync(started.elapsed(), composed.is_ok());
         let (topology, health) = composed?;
-        let before = self.snapshot();
         if before.topology == topology && before.health == health {
             return Ok(before.revision);
         }

@@ -23,6 +23,7 @@ pub mod agent;
 pub mod doc;
 pub mod error;
 pub mod events;
+mod gpu_events;
 pub mod http;
 pub mod serve;
 pub mod state;

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::time::Duration;
 
+use gpu_sysfs::discover::Change;
 use serde::Serialize;
 
 /// The largest message read from the socket (the kernel's own limit is 8 KiB of environment).
@@ -147,6 +148,33 @@ impl Uevent {
         action && subsystem
     }
 
+    /// What the agent reads again for this event: the mdev parent an instance or type
+    /// directory belongs to, the PCI function bound, unbound or changed; everything for a PCI
+    /// function added or removed (VFs, a hot-plugged card) or a path it cannot place; nothing
+    /// for a VFIO group node (it follows a bind or an mdev already announced).
+    pub fn reread(&self) -> Reread {
+        let comps: Vec<&str> = self.devpath.split('/').filter(|c| !c.is_empty()).collect();
+        if let Some(i) = comps.iter().position(|c| *c == "mdev_supported_types") {
+            return match i.checked_sub(1).and_then(|p| comps.get(p)) {
+                Some(parent) => Reread::Narrow(Change::MdevParent((*parent).to_owned())),
+                None => Reread::Everything,
+            };
+        }
+        match self.subsystem() {
+            Some("mdev") if comps.len() >= 2 => {
+                Reread::Narrow(Change::MdevParent(comps[comps.len() - 2].to_owned()))
+            }
+            Some("pci") if matches!(self.action.as_str(), "bind" | "unbind" | "change") => {
+                match self.pci_address() {
+                    Some(a) => Reread::Narrow(Change::Pci(a)),
+                    None => Reread::Everything,
+                }
+            }
+            Some("vfio") => Reread::Nothing,
+            _ => Reread::Everything,
+        }
+    }
+
     /// The PCI address this event is about (`PCI_SLOT_NAME`, else the last address-like
     /// component of the path), for naming what changed.
     pub fn pci_address(&self) -> Option<gpu_core::PciAddress> {
@@ -157,6 +185,17 @@ impl Uevent {
             .rsplit('/')
             .find_map(|c| c.parse::<gpu_core::PciAddress>().ok())
     }
+}
+
+/// What a uevent asks the agent to read again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reread {
+    /// Nothing: the event follows another that says what changed.
+    Nothing,
+    /// One device, spliced into the cached topology ([`gpu_sysfs::discover::rediscover`]).
+    Narrow(Change),
+    /// The whole host.
+    Everything,
 }
 
 /// Where uevent messages come from.
@@ -301,6 +340,31 @@ mod tests {
         let online =
             Uevent::parse(b"online@/devices/pci0000:00/0000:00:02.0\0SUBSYSTEM=pci\0").unwrap();
         assert!(!online.is_relevant());
+    }
+
+    #[test]
+    fn an_mdev_or_a_type_directory_re_reads_its_parent_and_a_bind_its_function() {
+        let parse = |m: &[u8]| Uevent::parse(m).unwrap().reread();
+        assert_eq!(
+            parse(b"add@/devices/virtual/mbochs/mbochs/83b8f4f2-509f-382f-3c1e-e6bfe0fa1001\0SUBSYSTEM=mdev\0"),
+            Reread::Narrow(Change::MdevParent("mbochs".into()))
+        );
+        assert_eq!(
+            parse(b"change@/devices/pci0000:00/0000:00:02.0/0000:08:00.4/mdev_supported_types/nvidia-746\0"),
+            Reread::Narrow(Change::MdevParent("0000:08:00.4".into()))
+        );
+        assert_eq!(
+            parse(BIND),
+            Reread::Narrow(Change::Pci("0000:08:00.0".parse().unwrap()))
+        );
+        assert_eq!(
+            parse(b"add@/devices/pci0000:00/0000:00:02.0/0000:08:00.4\0SUBSYSTEM=pci\0"),
+            Reread::Everything
+        );
+        assert_eq!(
+            parse(b"add@/devices/virtual/vfio/12\0SUBSYSTEM=vfio\0"),
+            Reread::Nothing
+        );
     }
 
     fn word() -> impl Strategy<Value = String> {

@@ -16,7 +16,8 @@ use gpu_sysfs::{CommandOutput, Host};
 use crate::agent::Agent;
 use crate::events::EventKind;
 use crate::state::{Device, Promise};
-use crate::uevent::{Uevent, UeventSource};
+use crate::uevent::{Reread, Uevent, UeventSource};
+use gpu_sysfs::discover::Change;
 
 // ------------------------------------------------------------------------------ the tracker
 
@@ -136,6 +137,8 @@ pub struct Stats {
     reads_timed_out: AtomicU64,
     layouts_applied: AtomicU64,
     layouts_refused: AtomicU64,
+    pub(crate) narrow_rereads: AtomicU64,
+    pub(crate) gpu_events: AtomicU64,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -162,9 +165,19 @@ impl Stats {
         self.reads_timed_out.load(Ordering::Relaxed)
     }
 
+    /// GPU events received (NVML XIDs, double-bit ECC).
+    pub fn gpu_events(&self) -> u64 {
+        self.gpu_events.load(Ordering::Relaxed)
+    }
+
     /// Uevents received (relevant or not).
     pub fn uevents_seen(&self) -> u64 {
         self.uevents_seen.load(Ordering::Relaxed)
+    }
+
+    /// Refreshes after uevents that re-read only the devices named.
+    pub fn narrow_rereads(&self) -> u64 {
+        self.narrow_rereads.load(Ordering::Relaxed)
     }
 
     /// Host reads (refreshes) done.
@@ -197,7 +210,7 @@ impl Stats {
         metric(
             "gpuslice_agent_resyncs_total",
             "counter",
-            "Reads of the whole host (resync, uevent, after a write).",
+            "Reads of the host (resync, uevent, after a write), narrow ones included.",
             n(&self.resyncs).to_string(),
         );
         metric(
@@ -217,6 +230,18 @@ impl Stats {
             "gauge",
             "How long the last read of the host took.",
             format!("{}", secs(&self.resync_nanos_last)),
+        );
+        metric(
+            "gpuslice_agent_gpu_events_total",
+            "counter",
+            "GPU events received from NVML (critical XIDs, double-bit ECC errors).",
+            n(&self.gpu_events).to_string(),
+        );
+        metric(
+            "gpuslice_agent_narrow_rereads_total",
+            "counter",
+            "Refreshes after uevents that re-read only the changed devices (the rest are full reads).",
+            n(&self.narrow_rereads).to_string(),
         );
         metric(
             "gpuslice_agent_uevents_seen_total",
@@ -330,10 +355,13 @@ pub struct WatchedLayout {
 pub struct WatchOptions {
     /// Read the whole host every this often (`None`: never).
     pub resync: Option<Duration>,
-    /// Kernel uevents; each relevant one (debounced) refreshes the picture.
+    /// Kernel uevents; each relevant one (debounced) re-reads the device it names.
     pub uevents: Option<Box<dyn UeventSource>>,
     /// How long to wait after a uevent for the rest of its burst before refreshing.
     pub debounce: Duration,
+    /// GPU events (NVML XIDs, double-bit ECC), graded as they come; their verdicts are kept in
+    /// the agent's `health.events`, which must be set for them to count.
+    pub gpu_events: Option<Box<dyn gpu_health::GpuEventSource>>,
     /// A layout file applied at start and whenever it changes.
     pub layout: Option<WatchedLayout>,
     /// A read of the host taking longer than this is reported (event, metric, GPU Unknown).
@@ -345,6 +373,7 @@ impl std::fmt::Debug for WatchOptions {
         f.debug_struct("WatchOptions")
             .field("resync", &self.resync)
             .field("uevents", &self.uevents.is_some())
+            .field("gpu_events", &self.gpu_events.is_some())
             .field("debounce", &self.debounce)
             .field("layout", &self.layout)
             .field("read_deadline", &self.read_deadline)
@@ -353,46 +382,95 @@ impl std::fmt::Debug for WatchOptions {
 }
 
 impl Default for WatchOptions {
-    /// A resync every 60 s, no uevents, 50 ms debounce, no layout, 5 s read deadline.
+    /// A resync every 60 s, no uevents, no GPU events, 20 ms debounce, no layout, 5 s read deadline.
     fn default() -> Self {
         WatchOptions {
             resync: Some(Duration::from_secs(60)),
             uevents: None,
-            debounce: Duration::from_millis(50),
+            gpu_events: None,
+            debounce: Duration::from_millis(20),
             layout: None,
             read_deadline: Duration::from_secs(5),
         }
     }
 }
 
-/// Coalesces refresh requests: any number of requests while a refresh runs make one more.
+/// What the refresher is asked to read: everything, or only the devices uevents named.
+#[derive(Debug, Default)]
+struct Pending {
+    asked: bool,
+    everything: bool,
+    changes: std::collections::BTreeSet<Change>,
+}
+
+/// Coalesces refresh requests: any number of requests while a refresh runs make one more, which
+/// reads everything when any request asked for everything.
 #[derive(Debug, Default)]
 struct Requests {
-    pending: Mutex<bool>,
+    pending: Mutex<Pending>,
     wake: Condvar,
 }
 
 impl Requests {
-    fn request(&self) {
-        *self
-            .pending
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Asks for a read of the whole host.
+    fn request(&self) {
+        let mut p = self.lock();
+        p.asked = true;
+        p.everything = true;
         self.wake.notify_one();
     }
 
-    /// Waits up to `timeout` for a request; true when there was one (and takes it).
-    fn take(&self, timeout: Duration) -> bool {
-        let guard = self
-            .pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Asks for a read of these devices only.
+    fn request_narrow(&self, changes: impl IntoIterator<Item = Change>) {
+        let mut p = self.lock();
+        p.asked = true;
+        p.changes.extend(changes);
+        self.wake.notify_one();
+    }
+
+    /// Waits up to `timeout` for a request and takes it: `Some(changes)` to read only these
+    /// devices, `Some(empty)` to read everything.
+    fn take(&self, timeout: Duration) -> Option<Vec<Change>> {
+        let guard = self.lock();
         let (mut guard, _) = self
             .wake
-            .wait_timeout_while(guard, timeout, |p| !*p)
+            .wait_timeout_while(guard, timeout, |p| !p.asked)
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        std::mem::replace(&mut *guard, false)
+        let p = std::mem::take(&mut *guard);
+        if !p.asked {
+            return None;
+        }
+        Some(if p.everything {
+            Vec::new()
+        } else {
+            p.changes.into_iter().collect()
+        })
     }
+}
+
+/// Refreshes the agent: the devices in `changes` only when the narrow read can place them
+/// (health re-graded when a PCI function changed, carried over otherwise), else everything.
+fn refresh(agent: &Agent, changes: &[Change]) -> Result<u64, crate::ApiError> {
+    if changes.is_empty() {
+        return agent.refresh();
+    }
+    agent.refresh_with(&|host, config, cached| {
+        let mut topology =
+            gpu_sysfs::discover::rediscover(host, &config.discover, &cached.topology, changes)?;
+        let health = if changes.iter().any(|c| matches!(c, Change::Pci(_))) {
+            gpu_health::grade_topology(host, &mut topology, &config.health)
+        } else {
+            cached.health.clone()
+        };
+        agent.stats().narrow_rereads.fetch_add(1, Ordering::Relaxed);
+        Some((topology, health))
+    })
 }
 
 /// The running watchers.
@@ -453,8 +531,8 @@ pub fn start(
             "refresh",
             Box::new(move || {
                 while !stopping(&a) {
-                    if r.take(TICK) {
-                        if let Err(e) = a.refresh() {
+                    if let Some(changes) = r.take(TICK) {
+                        if let Err(e) = refresh(&a, &changes) {
                             crate::log!("gpuslice agent: refresh: {e}");
                         }
                     }
@@ -506,6 +584,13 @@ pub fn start(
             Box::new(move || uevent_loop(&a, source.as_mut(), &r, debounce)),
         )?);
     }
+    if let Some(mut source) = opts.gpu_events {
+        let (a, r) = (Arc::clone(agent), Arc::clone(&requests));
+        threads.push(spawn(
+            "gpu-events",
+            Box::new(move || crate::gpu_events::run(&a, source.as_mut(), &|| r.request())),
+        )?);
+    }
     if let Some(layout) = opts.layout {
         let w = LayoutWatch::open(&layout)?;
         let a = Arc::clone(agent);
@@ -524,6 +609,8 @@ fn uevent_loop(
     debounce: Duration,
 ) {
     let mut due: Option<Instant> = None;
+    let mut everything = false;
+    let mut changes: Vec<Change> = Vec::new();
     while !stopping(agent) {
         let wait = due.map_or(TICK, |d| d.saturating_duration_since(Instant::now()));
         match source.next(wait.min(TICK)) {
@@ -547,6 +634,11 @@ fn uevent_loop(
                                 "seqnum": e.get("SEQNUM").and_then(|s| s.parse::<u64>().ok()),
                             }),
                         );
+                        match e.reread() {
+                            Reread::Nothing => {}
+                            Reread::Narrow(c) => changes.push(c),
+                            Reread::Everything => everything = true,
+                        }
                         due = Some(Instant::now() + debounce);
                     }
                     Ok(_) => {}
@@ -566,7 +658,13 @@ fn uevent_loop(
         }
         if due.is_some_and(|d| Instant::now() >= d) {
             due = None;
-            requests.request();
+            if everything {
+                requests.request();
+            } else if !changes.is_empty() {
+                requests.request_narrow(changes.drain(..));
+            }
+            everything = false;
+            changes.clear();
         }
     }
 }

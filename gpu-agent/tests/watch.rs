@@ -74,11 +74,16 @@ fn a_uevent_for_an_mdev_made_by_hand_publishes_it_and_a_new_topology() {
     assert_eq!(served_instances(&a.socket), 1);
     assert!(a.agent.snapshot().revision >= changed.revision);
     assert_eq!(a.agent.stats().uevents_seen(), 1);
+    // Only mbochs was read again, and what is served is what a full read gives.
+    assert_eq!(a.agent.stats().narrow_rereads(), 1);
+    let (full, _) = gpu_agent::agent::compose_topology(a.agent.host(), a.agent.config()).unwrap();
+    assert_eq!(a.agent.snapshot().topology, full);
     let m = get(&a.socket, "/metrics").body;
     assert!(m.starts_with("# the host's metrics\n"), "{m}");
     for line in [
         "gpuslice_agent_uevents_seen_total 1\n",
         "gpuslice_agent_uevents_relevant_total 1\n",
+        "gpuslice_agent_narrow_rereads_total 1\n",
         "gpuslice_agent_reads_timed_out_total 0\n",
     ] {
         assert!(m.contains(line), "{line:?} in {m}");
@@ -88,6 +93,56 @@ fn a_uevent_for_an_mdev_made_by_hand_publishes_it_and_a_new_topology() {
         "{m}"
     );
     assert!(m.contains("gpuslice_agent_events_sent_total "), "{m}");
+}
+
+#[test]
+fn a_gpu_bound_to_vfio_pci_by_hand_is_re_read_alone_and_served_with_its_new_driver() {
+    let k = Arc::new(FakeKernel::passthrough_host().unwrap());
+    let (tx, source) = ChannelSource::new();
+    let opts = WatchOptions {
+        uevents: Some(Box::new(source)),
+        ..quiet()
+    };
+    let a = start_watched(Arc::clone(&k), |_| {}, Some(opts));
+    let dev = "0000:05:00.0";
+    k.write(
+        &format!("sys/bus/pci/devices/{dev}/driver_override"),
+        b"vfio-pci",
+    )
+    .unwrap();
+    k.write("sys/bus/pci/drivers/amdgpu/unbind", dev.as_bytes())
+        .unwrap();
+    k.write("sys/bus/pci/drivers_probe", dev.as_bytes())
+        .unwrap();
+    let path = format!("/devices/pci0000:00/0000:00:03.0/{dev}");
+    for (action, driver) in [("unbind", None), ("bind", Some("vfio-pci"))] {
+        let mut msg = format!(
+            "{action}@{path}\0ACTION={action}\0DEVPATH={path}\0SUBSYSTEM=pci\0PCI_SLOT_NAME={dev}\0"
+        );
+        if let Some(d) = driver {
+            msg.push_str(&format!("DRIVER={d}\0"));
+        }
+        tx.send(msg.into_bytes()).unwrap();
+    }
+    let bound = wait_event(&a.agent, SOON, |e| {
+        e.kind == EventKind::Uevent && e.data["action"] == "bind"
+    })
+    .expect("the bind uevent");
+    wait_event(&a.agent, SOON, |e| {
+        e.kind == EventKind::TopologyChanged && e.revision > bound.revision
+    })
+    .expect("a new revision after the bind");
+    let t = get(&a.socket, "/v1/topology").json();
+    let gpu = t["gpus"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["address"] == dev))
+        .cloned()
+        .unwrap();
+    assert_eq!(gpu["driver"], "vfio-pci");
+    assert_eq!(gpu["state"], "in-use");
+    assert_eq!(a.agent.stats().narrow_rereads(), 1);
+    let (full, _) = gpu_agent::agent::compose_topology(a.agent.host(), a.agent.config()).unwrap();
+    assert_eq!(a.agent.snapshot().topology, full);
 }
 
 #[test]
@@ -343,4 +398,64 @@ fn a_watched_layout_refused_while_vgpu_apply_holds_the_lock_is_applied_once_it_i
     .expect("applied once the lock is free");
     assert_eq!(applied.data["status"], "applied", "{}", applied.data);
     assert_eq!(mdevs(&a.socket), 2);
+}
+
+#[test]
+fn a_critical_xid_from_nvml_turns_the_gpu_unhealthy_at_once_with_an_evacuation_plan() {
+    use gpu_health::{ChannelEventSource, EventVerdicts, GpuEvent, GpuEventKind};
+    let k = Arc::new(FakeKernel::a2_mdev_host().unwrap());
+    let (tx, source) = ChannelEventSource::new();
+    let opts = WatchOptions {
+        gpu_events: Some(Box::new(source)),
+        ..quiet()
+    };
+    let a = start_watched(
+        Arc::clone(&k),
+        |c| c.health.events = Some(Arc::new(EventVerdicts::default())),
+        Some(opts),
+    );
+    let body = r#"{"parent":"0000:08:00.4","profile":"nvidia-746","machine":"vm-a"}"#;
+    let r = request(&a.socket, "POST", "/v1/vgpus", Some(body));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let gpu = "0000:08:00.0".parse().unwrap();
+    // An application's fault (XID 13) changes no verdict.
+    let from = a.agent.events().revision();
+    tx.send(GpuEvent {
+        address: gpu,
+        kind: GpuEventKind::Xid { xid: Some(13) },
+    })
+    .unwrap();
+    let end = Instant::now() + SOON;
+    while a.agent.stats().gpu_events() < 1 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(a.agent.stats().gpu_events(), 1);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(a.agent.events().revision(), from);
+    // XID 79: the GPU fell off the bus.
+    tx.send(GpuEvent {
+        address: gpu,
+        kind: GpuEventKind::Xid { xid: Some(79) },
+    })
+    .unwrap();
+    let e = wait_event(&a.agent, SOON, |e| {
+        e.kind == EventKind::HealthChanged
+            && e.revision > from
+            && e.data["health"]["state"] == "Unhealthy"
+    })
+    .expect("an Unhealthy event right after the XID, with no resync running");
+    assert_eq!(e.data["address"], "0000:08:00.0");
+    assert!(
+        e.data["reason"].as_str().unwrap().contains("XID 79"),
+        "{}",
+        e.data
+    );
+    let machines = e.data["evacuation"]["machines"].as_array().unwrap();
+    assert_eq!(machines[0]["machine"], "vm-a", "{}", e.data);
+    // The verdict holds through later reads of the host.
+    a.agent.refresh().unwrap();
+    let t = get(&a.socket, "/v1/topology").json();
+    assert_eq!(t["gpus"][0]["health"]["state"], "Unhealthy", "{t}");
+    let m = a.agent.stats().render(0, 0);
+    assert!(m.contains("gpuslice_agent_gpu_events_total 2\n"), "{m}");
 }

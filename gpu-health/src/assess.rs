@@ -42,6 +42,9 @@ pub struct HealthOptions {
     pub telemetry_note: Option<String>,
     /// Baseline source.
     pub baseline: BaselineSource,
+    /// Verdicts of GPU events (NVML XIDs, double-bit ECC) received so far, folded into every
+    /// assessment; `None` when no event source runs.
+    pub events: Option<Arc<crate::events::EventVerdicts>>,
 }
 
 impl Default for HealthOptions {
@@ -61,12 +64,14 @@ impl HealthOptions {
                 telemetry: Some(Arc::new(t)),
                 telemetry_note: None,
                 baseline: BaselineSource::FromHost,
+                events: None,
             },
             Err(e) => HealthOptions {
                 policy,
                 telemetry: None,
                 telemetry_note: Some(format!("NVML unavailable: {e}")),
                 baseline: BaselineSource::FromHost,
+                events: None,
             },
         }
     }
@@ -89,6 +94,7 @@ impl HealthOptions {
             telemetry: None,
             telemetry_note: None,
             baseline: BaselineSource::FromHost,
+            events: None,
         }
     }
 
@@ -99,7 +105,14 @@ impl HealthOptions {
             telemetry: Some(telemetry),
             telemetry_note: None,
             baseline: BaselineSource::FromHost,
+            events: None,
         }
+    }
+
+    /// The same options with verdicts of GPU events folded into every assessment.
+    pub fn with_event_verdicts(mut self, verdicts: Arc<crate::events::EventVerdicts>) -> Self {
+        self.events = Some(verdicts);
+        self
     }
 
     /// The same options with another baseline source.
@@ -242,7 +255,10 @@ pub fn assess(host: &dyn Host, gpus: &[Gpu], opts: &HealthOptions) -> Vec<GpuHea
                 link: link.clone(),
                 telemetry,
             };
-            let health = grade(&opts.policy, &signals, expected.as_ref(), &history);
+            let mut health = grade(&opts.policy, &signals, expected.as_ref(), &history);
+            if let Some(v) = &opts.events {
+                v.fold_into(&gpu.address, &mut health);
+            }
             GpuHealthReport {
                 name: gpu.name.clone(),
                 address: gpu.address,

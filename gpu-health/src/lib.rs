@@ -29,6 +29,7 @@ pub mod baseline;
 mod compose;
 
 pub mod error;
+pub mod events;
 pub mod grade;
 pub mod link;
 pub mod nvml;
@@ -48,6 +49,10 @@ pub use compose::{
     open_node, open_node_host,
 };
 pub use error::HealthError;
+pub use events::{
+    ChannelEventSource, EventVerdicts, GpuEvent, GpuEventKind, GpuEventSource, NvmlEventSource,
+    NvmlEventsUnavailable, XidPolicy,
+};
 pub use grade::{ExpectedWidth, Signals, WidthBasis, grade};
 pub use nvml::{NvmlTelemetry, NvmlUnavailable};
 pub use nvml_resolver::NvmlResolver;

@@ -50,6 +50,46 @@ pub enum NvmlUnavailable {
     InitFailed(String),
 }
 
+/// Loads NVML from `library` (a path, or [`DEFAULT_LIBRARY`] through the dynamic linker when
+/// `None`) and initializes it: [`NvmlTelemetry::open`] and the event reader share this.
+///
+/// # Errors
+/// As [`NvmlTelemetry::open`].
+pub(crate) fn open_library(library: Option<&Path>) -> Result<Nvml, NvmlUnavailable> {
+    let lib_os: &OsStr = library.map_or(OsStr::new(DEFAULT_LIBRARY), Path::as_os_str);
+    let library_name = lib_os.to_string_lossy().into_owned();
+    let nvml = Nvml::builder()
+        .lib_path(lib_os)
+        .init()
+        .map_err(|e| match e {
+            NvmlError::LibloadingError(le) => NvmlUnavailable::LibraryNotFound {
+                library: library_name.clone(),
+                message: le.to_string(),
+            },
+            NvmlError::FailedToLoadSymbol(m) => NvmlUnavailable::LibraryNotFound {
+                library: library_name.clone(),
+                message: format!("nvmlInit_v2 not found: {m}"),
+            },
+            NvmlError::LibraryNotFound => NvmlUnavailable::LibraryNotFound {
+                library: library_name.clone(),
+                message: "NVML reported its library missing".to_owned(),
+            },
+            NvmlError::DriverNotLoaded => NvmlUnavailable::DriverNotLoaded,
+            NvmlError::NoPermission => NvmlUnavailable::NoPermission,
+            other => NvmlUnavailable::InitFailed(other.to_string()),
+        })?;
+    if nvml.lib().nvmlShutdown.is_err() {
+        // nvml-wrapper calls nvmlShutdown unchecked when dropped; a library without it is not
+        // a usable NVML, and must not be dropped through that path.
+        std::mem::forget(nvml);
+        return Err(NvmlUnavailable::LibraryNotFound {
+            library: library_name,
+            message: "nvmlShutdown not found".to_owned(),
+        });
+    }
+    Ok(nvml)
+}
+
 /// [`Telemetry`] read through NVML.
 pub struct NvmlTelemetry {
     nvml: Nvml,
@@ -75,37 +115,11 @@ impl NvmlTelemetry {
     /// loaded, [`NvmlUnavailable::DriverNotLoaded`], [`NvmlUnavailable::NoPermission`], and
     /// [`NvmlUnavailable::InitFailed`] for any other init error.
     pub fn open(library: Option<&Path>) -> Result<Self, NvmlUnavailable> {
-        let lib_os: &OsStr = library.map_or(OsStr::new(DEFAULT_LIBRARY), Path::as_os_str);
-        let library_name = lib_os.to_string_lossy().into_owned();
-        let nvml = Nvml::builder()
-            .lib_path(lib_os)
-            .init()
-            .map_err(|e| match e {
-                NvmlError::LibloadingError(le) => NvmlUnavailable::LibraryNotFound {
-                    library: library_name.clone(),
-                    message: le.to_string(),
-                },
-                NvmlError::FailedToLoadSymbol(m) => NvmlUnavailable::LibraryNotFound {
-                    library: library_name.clone(),
-                    message: format!("nvmlInit_v2 not found: {m}"),
-                },
-                NvmlError::LibraryNotFound => NvmlUnavailable::LibraryNotFound {
-                    library: library_name.clone(),
-                    message: "NVML reported its library missing".to_owned(),
-                },
-                NvmlError::DriverNotLoaded => NvmlUnavailable::DriverNotLoaded,
-                NvmlError::NoPermission => NvmlUnavailable::NoPermission,
-                other => NvmlUnavailable::InitFailed(other.to_string()),
-            })?;
-        if nvml.lib().nvmlShutdown.is_err() {
-            // nvml-wrapper calls nvmlShutdown unchecked when dropped; a library without it is not
-            // a usable NVML, and must not be dropped through that path.
-            std::mem::forget(nvml);
-            return Err(NvmlUnavailable::LibraryNotFound {
-                library: library_name,
-                message: "nvmlShutdown not found".to_owned(),
-            });
-        }
+        let library_name = library
+            .map_or(OsStr::new(DEFAULT_LIBRARY), Path::as_os_str)
+            .to_string_lossy()
+            .into_owned();
+        let nvml = open_library(library)?;
         let driver_version = nvml.sys_driver_version().ok();
         Ok(NvmlTelemetry {
             nvml,

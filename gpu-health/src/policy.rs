@@ -334,6 +334,8 @@ pub struct Policy {
     pub temperature: TemperaturePolicy,
     /// PCIe replays.
     pub pcie: PciePolicy,
+    /// NVML XID events, graded as they happen (the agent).
+    pub xid: crate::events::XidPolicy,
 }
 
 /// A policy file's format.
@@ -441,6 +443,16 @@ impl Policy {
             if v > 50 {
                 return Err(format!("{key} {v} is more than 50 °C"));
             }
+        }
+        if let Some(x) = self
+            .xid
+            .unhealthy
+            .iter()
+            .find(|x| self.xid.degraded.contains(x))
+        {
+            return Err(format!(
+                "xid: XID {x} is in both xid.unhealthy and xid.degraded; give it one verdict"
+            ));
         }
         Ok(())
     }

@@ -207,3 +207,43 @@ fn a_library_that_is_not_nvml_is_reported_as_not_found() {
         Err(NvmlUnavailable::LibraryNotFound { .. })
     ));
 }
+
+#[test]
+fn nvml_events_arrive_graded_by_gpu_and_the_reader_stops_when_dropped() {
+    use gpu_health::{GpuEventKind, GpuEventSource, NvmlEventSource, XidPolicy};
+    use std::time::Duration;
+    let Some((_dir, lib)) = build_stub(&[]) else {
+        return;
+    };
+    let mut source = NvmlEventSource::open(Some(&lib)).unwrap();
+    // The unsupported GPU takes no registration and the lost one cannot be named.
+    assert_eq!(
+        source.watched,
+        vec![addr("0000:08:00.0"), addr("0000:41:00.0")]
+    );
+    let first = source.next(Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!(first.address, addr("0000:08:00.0"));
+    assert_eq!(first.kind, GpuEventKind::Xid { xid: Some(79) });
+    let second = source.next(Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!(second.address, addr("0000:41:00.0"));
+    assert_eq!(second.kind, GpuEventKind::DoubleBitEcc);
+    assert_eq!(source.next(Duration::from_millis(100)).unwrap(), None);
+    let policy = XidPolicy::default();
+    assert_eq!(
+        policy.grade(&first).map(|v| v.0),
+        Some(gpu_core::HealthState::Unhealthy)
+    );
+    drop(source);
+}
+
+#[test]
+fn nvml_events_without_a_driver_say_so() {
+    use gpu_health::{NvmlEventSource, NvmlEventsUnavailable};
+    let Some((_dir, lib)) = build_stub(&["STUB_DRIVER_NOT_LOADED"]) else {
+        return;
+    };
+    assert_eq!(
+        NvmlEventSource::open(Some(&lib)).unwrap_err(),
+        NvmlEventsUnavailable::Nvml(NvmlUnavailable::DriverNotLoaded)
+    );
+}

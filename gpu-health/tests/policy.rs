@@ -165,3 +165,15 @@ fn a_policy_of_nested_brackets_is_refused_fast() {
     assert!(start.elapsed() < std::time::Duration::from_secs(2));
     assert!(e.to_string().contains("nested more than 64"), "{e}");
 }
+
+#[test]
+fn xid_rules_read_from_a_file_and_an_xid_given_two_verdicts_is_refused() {
+    let p = toml("[xid]\nunhealthy = [79]\ndegraded = [13]\nunnamed = \"ignore\"\n").unwrap();
+    assert_eq!(p.xid.unhealthy, vec![79]);
+    assert_eq!(p.xid.degraded, vec![13]);
+    assert_eq!(p.xid.unnamed, gpu_health::events::XidVerdict::Ignore);
+    let e = message(toml("[xid]\nunhealthy = [79]\ndegraded = [79]\n").unwrap_err());
+    assert!(e.contains("XID 79 is in both"), "{e}");
+    let e = message(toml("[xid]\nunnamed = \"panic\"\n").unwrap_err());
+    assert!(e.contains("panic"), "{e}");
+}

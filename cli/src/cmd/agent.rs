@@ -42,7 +42,8 @@ pub struct AgentArgs {
     /// How long a write waits for another `gpuslice vgpu apply` before answering `busy`.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub lock_timeout: u64,
-    /// Do not load NVML, even with `--root /`: grade health from sysfs signals only.
+    /// Do not load NVML, even with `--root /`: grade health from sysfs signals only, and receive
+    /// no XID or double-bit ECC events.
     #[arg(long)]
     pub no_nvml: bool,
     /// Keep this layout file applied: at start and whenever it changes (the file's directory
@@ -152,6 +153,45 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         file.select(a.config.as_deref())
             .with_context(|| format!("--layout {}", l.display()))?;
     }
+    // The uevent socket is bound before the first read of the host and before the listeners:
+    // every device change from then on is queued for the agent, even before its watchers run.
+    let uevents: Option<Box<dyn gpu_agent::UeventSource>> = match a.uevents {
+        Uevents::Off => None,
+        Uevents::Auto if !live => None,
+        mode => match gpu_agent::NetlinkSource::open() {
+            Ok(s) => {
+                eprintln!("gpuslice agent: listening to kernel uevents");
+                Some(Box::new(s))
+            }
+            Err(e) if mode == Uevents::On => {
+                bail!("--uevents on: cannot open the kernel's uevent socket: {e}")
+            }
+            Err(e) => {
+                eprintln!("gpuslice agent: no kernel uevents ({e}); relying on the resync");
+                None
+            }
+        },
+    };
+    // NVML's critical XID and double-bit ECC events, on the live host only (NVML describes this
+    // machine's GPUs): graded as they come, their verdicts folded into every later read.
+    let gpu_events: Option<Box<dyn gpu_health::GpuEventSource>> = if live && !a.no_nvml {
+        match gpu_health::NvmlEventSource::open(None) {
+            Ok(s) => {
+                eprintln!(
+                    "gpuslice agent: watching NVML XID and ECC events on {} GPU(s)",
+                    s.watched.len()
+                );
+                config.health.events = Some(Arc::new(gpu_health::EventVerdicts::default()));
+                Some(Box::new(s))
+            }
+            Err(e) => {
+                eprintln!("gpuslice agent: no NVML events ({e}); health is read on each resync");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     for r in agent.reconciled() {
         eprintln!(
@@ -185,26 +225,10 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
             eprintln!("gpuslice agent: serving on {}", bound.address());
             listeners.push(bound);
         }
-        let uevents: Option<Box<dyn gpu_agent::UeventSource>> = match a.uevents {
-            Uevents::Off => None,
-            Uevents::Auto if !live => None,
-            mode => match gpu_agent::NetlinkSource::open() {
-                Ok(s) => {
-                    eprintln!("gpuslice agent: listening to kernel uevents");
-                    Some(Box::new(s))
-                }
-                Err(e) if mode == Uevents::On => {
-                    bail!("--uevents on: cannot open the kernel's uevent socket: {e}")
-                }
-                Err(e) => {
-                    eprintln!("gpuslice agent: no kernel uevents ({e}); relying on the resync");
-                    None
-                }
-            },
-        };
         let watch = gpu_agent::WatchOptions {
             resync: (a.resync > 0).then(|| Duration::from_secs(a.resync)),
             uevents,
+            gpu_events,
             layout: a.layout.clone().map(|path| gpu_agent::WatchedLayout {
                 path,
                 config: a.config.clone(),

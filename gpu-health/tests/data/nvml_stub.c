@@ -9,6 +9,11 @@
  *   0000:43:00.0  a GPU that has fallen off the bus (NVML_ERROR_GPU_IS_LOST)
  * Any other bus ID is NVML_ERROR_NOT_FOUND.
  *
+ * Events: every device but the unsupported one takes XID and ECC event registrations (the lost
+ * one has no PCI info, so it cannot be named). The first wait on an event set returns XID 79 on
+ * 0000:08:00.0, the second a double-bit ECC error on 0000:41:00.0, every later one times out
+ * (after at most 50 ms).
+ *
  * Build variants:
  *   -DSTUB_DRIVER_NOT_LOADED  nvmlInit_v2 returns NVML_ERROR_DRIVER_NOT_LOADED
  *   -DSTUB_NO_PERMISSION      nvmlInit_v2 returns NVML_ERROR_NO_PERMISSION
@@ -18,7 +23,9 @@
  * Written for gpuslice from the function signatures and return codes in NVIDIA's public nvml.h
  * documentation.
  */
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef unsigned int nvmlReturn_t;
 enum {
@@ -205,5 +212,108 @@ nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t d, unsigned int *value)
     CHECK(d);
     if (!value) return NVML_ERROR_INVALID_ARGUMENT;
     *value = d->replays;
+    return NVML_SUCCESS;
+}
+
+/* ----- devices by index, PCI info and events ----- */
+
+#define NDEVICES (sizeof devices / sizeof devices[0])
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+typedef struct {
+    unsigned int registered; /* one bit per device index */
+    unsigned int next;
+} stub_set;
+typedef stub_set *nvmlEventSet_t;
+
+enum {
+    EVENT_DOUBLE_BIT_ECC = 0x2,
+    EVENT_XID_CRITICAL = 0x8,
+    NVML_ERROR_TIMEOUT = 10,
+};
+
+static stub_set the_set;
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = NDEVICES;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!device || index >= NDEVICES) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &devices[index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!d || !p) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    memset(p, 0, sizeof *p);
+    /* NVML's bus ID has an 8-digit domain: 00000000:08:00.0. */
+    snprintf(p->busId, sizeof p->busId, "0000%s", d->bus_id);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
+    CHECK(d);
+    if (!types) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL | 0x1 | 0x4;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(&the_set, 0, sizeof the_set);
+    *set = &the_set;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set) {
+    CHECK(d);
+    if (!set || !types) return NVML_ERROR_INVALID_ARGUMENT;
+    set->registered |= 1u << (unsigned)(d - devices);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(data, 0, sizeof *data);
+    if (set->next == 0 && (set->registered & 1u)) {
+        set->next++;
+        data->device = &devices[0];
+        data->eventType = EVENT_XID_CRITICAL;
+        data->eventData = 79;
+        return NVML_SUCCESS;
+    }
+    if (set->next <= 1 && (set->registered & 2u)) {
+        set->next = 2;
+        data->device = &devices[1];
+        data->eventType = EVENT_DOUBLE_BIT_ECC;
+        return NVML_SUCCESS;
+    }
+    usleep((timeoutms < 50 ? timeoutms : 50) * 1000);
+    return NVML_ERROR_TIMEOUT;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    (void)set;
     return NVML_SUCCESS;
 }

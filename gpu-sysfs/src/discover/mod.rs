@@ -17,6 +17,7 @@
 //!
 //! Health is left Unknown everywhere; the health crate grades it afterwards.
 
+mod narrow;
 mod parse;
 mod pci;
 mod pools;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 
 use gpu_core::{Gpu, GpuState, NodeTopology, ParentId, PciAddress, Vendor, VgpuFramework};
 
+pub use narrow::{Change, rediscover};
 pub use parse::{
     facts_from_type_name, parse_creatable_vgpu_types, parse_current_vgpu_type, parse_description,
     parse_link_speed, parse_link_width, parse_numa_node, parse_u32,
@@ -188,31 +190,13 @@ pub fn discover(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology,
                 );
             }
         }
-        if let Some(s) = &g.sriov {
-            if g.vgpu_framework.is_none()
-                && s.num_vfs == 0
-                && s.total_vfs > 0
-                && g.vendor == Vendor::Nvidia
-                && g.driver.as_deref() == Some("nvidia")
-            {
-                g.warnings.push(format!(
-                    "SR-IOV capable ({} VFs) but no VFs are enabled: vGPUs need them enabled first \
-                     (sriov-manage -e)",
-                    s.total_vfs
-                ));
-            }
-        }
-        let (state, reason) = whole_gpu_state(
+        settle_gpu(
             &mut table,
             g,
             parent_counts.get(&g.address).copied().unwrap_or(0),
             iommu_present,
             &mut topo.warnings,
         );
-        g.state = state;
-        g.state_reason = reason;
-        let mut late = table.take_warnings(&g.address);
-        g.warnings.append(&mut late);
     }
 
     // Publish only the selected parents; pools still reflect the whole GPU.
@@ -239,6 +223,36 @@ pub fn discover(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology,
     topo.mediated_devices.parents = parents;
     topo.mediated_devices.pools = pools;
     Ok(topo)
+}
+
+/// The last facts of a GPU once its framework is known: the SR-IOV hint, whether it can go to a
+/// VM whole (and why not), and the warnings read on the way.
+fn settle_gpu(
+    table: &mut pci::PciTable<'_>,
+    g: &mut Gpu,
+    vgpu_parents: usize,
+    iommu_present: bool,
+    node_warnings: &mut Vec<String>,
+) {
+    if let Some(s) = &g.sriov {
+        if g.vgpu_framework.is_none()
+            && s.num_vfs == 0
+            && s.total_vfs > 0
+            && g.vendor == Vendor::Nvidia
+            && g.driver.as_deref() == Some("nvidia")
+        {
+            g.warnings.push(format!(
+                "SR-IOV capable ({} VFs) but no VFs are enabled: vGPUs need them enabled first \
+                 (sriov-manage -e)",
+                s.total_vfs
+            ));
+        }
+    }
+    let (state, reason) = whole_gpu_state(table, g, vgpu_parents, iommu_present, node_warnings);
+    g.state = state;
+    g.state_reason = reason;
+    let mut late = table.take_warnings(&g.address);
+    g.warnings.append(&mut late);
 }
 
 /// Whether the GPU can go to a VM whole, and why not.

@@ -18,7 +18,7 @@ pub(crate) const MDEV_DEVICES: &str = "sys/bus/mdev/devices";
 /// directory name identifies the type for the whole loaded driver, so `name`, `description` and
 /// `device_api` are read once per driver and type, and only `available_instances` per parent.
 #[derive(Debug, Clone)]
-struct TypeFacts {
+pub(crate) struct TypeFacts {
     name: String,
     description: Option<String>,
     device_api: String,
@@ -27,6 +27,9 @@ struct TypeFacts {
     mig_slices: Option<u8>,
     mig_memory_gib: Option<u32>,
 }
+
+/// Type facts already read, by driver key and type directory name.
+pub(crate) type FactsCache = BTreeMap<(String, String), TypeFacts>;
 
 /// Parents found on the host, before filtering and pool capping.
 #[derive(Debug, Default)]
@@ -57,7 +60,10 @@ fn physical_gpu(pci: &mut PciTable<'_>, a: &PciAddress) -> PciAddress {
 
 /// A parent's physical GPU and the key its type directories are shared under: the driver of
 /// the physical GPU (its VFs are served by the same driver), or the virtual parent's own name.
-fn parent_identity(pci: &mut PciTable<'_>, id: &ParentId) -> (Option<PciAddress>, String) {
+pub(crate) fn parent_identity(
+    pci: &mut PciTable<'_>,
+    id: &ParentId,
+) -> (Option<PciAddress>, String) {
     match id {
         ParentId::Pci(a) => {
             let gpu = physical_gpu(pci, a);
@@ -74,7 +80,7 @@ impl VgpuScan {
     /// Reads the mdev parents, their types and all mdev instances.
     pub fn mdev(&mut self, pci: &mut PciTable<'_>) {
         let host = pci.host;
-        let mut facts: BTreeMap<(String, String), TypeFacts> = BTreeMap::new();
+        let mut facts: FactsCache = BTreeMap::new();
         let mut by_entry: BTreeMap<String, usize> = BTreeMap::new();
         let mut driver_of: Vec<String> = Vec::new();
         for entry in read::list(host, MDEV_BUS, &mut self.node_warnings) {
@@ -86,57 +92,7 @@ impl VgpuScan {
                 }
             };
             let (gpu, driver_key) = parent_identity(pci, &id);
-            let mut parent = gpu_core::Parent {
-                id,
-                gpu,
-                framework: VgpuFramework::Mdev,
-                health: gpu_core::Health::unknown(),
-                profiles: vec![],
-                instances: vec![],
-                warnings: vec![],
-            };
-            let types_dir = format!("{MDEV_BUS}/{entry}/mdev_supported_types");
-            let types = match host.list(&types_dir) {
-                Ok(t) => t,
-                Err(e) => {
-                    parent.warnings.push(format!("{types_dir}: {e}"));
-                    Vec::new()
-                }
-            };
-            for t in types {
-                let tid: VgpuTypeId = match t.parse() {
-                    Ok(v) => v,
-                    Err(e) => {
-                        parent.warnings.push(format!("{types_dir}/{t}: {e}"));
-                        continue;
-                    }
-                };
-                let tdir = format!("{types_dir}/{t}");
-                let f = facts
-                    .entry((driver_key.clone(), t.clone()))
-                    .or_insert_with(|| read_type_facts(host, &tdir, &t, &mut parent.warnings))
-                    .clone();
-                let reported = read::parsed(
-                    host,
-                    &format!("{tdir}/available_instances"),
-                    &mut parent.warnings,
-                    parse::parse_u32,
-                );
-                let Some(reported) = reported else {
-                    if !parent
-                        .warnings
-                        .iter()
-                        .any(|w| w.starts_with(&format!("{tdir}/available_instances")))
-                    {
-                        parent
-                            .warnings
-                            .push(format!("{tdir}/available_instances: missing"));
-                    }
-                    parent.profiles.push(profile_from_facts(tid, &f, 0));
-                    continue;
-                };
-                parent.profiles.push(profile_from_facts(tid, &f, reported));
-            }
+            let parent = read_mdev_parent(host, &entry, id, gpu, &driver_key, &mut facts);
             by_entry.insert(entry, self.parents.len());
             driver_of.push(driver_key);
             self.parents.push(parent);
@@ -191,38 +147,9 @@ impl VgpuScan {
                 }
             };
             let parent = &mut self.parents[idx];
-            let type_path = format!("{path}/mdev_type");
-            let Some(t) = read::link_name(host, &type_path, &mut parent.warnings) else {
-                parent.warnings.push(format!(
-                    "{type_path}: missing; the instance's type is unknown"
-                ));
-                continue;
-            };
-            let tid: VgpuTypeId = match t.parse() {
-                Ok(v) => v,
-                Err(e) => {
-                    parent.warnings.push(format!("{type_path}: {e}"));
-                    continue;
-                }
-            };
-            let key = (driver_of[idx].clone(), t.clone());
-            // Keyed by driver, not parent: the type is found even when this parent's own type
-            // directory is missing (a partial recording).
-            let f = facts.get(&key).cloned();
-            if f.is_none() {
-                parent.warnings.push(format!(
-                    "mdev {uuid}: type {t} is not listed by any parent of driver {}; its size is unknown",
-                    driver_of[idx]
-                ));
+            if let Some(i) = read_instance(host, parent, uuid, &path, &driver_of[idx], &facts) {
+                parent.instances.push(i);
             }
-            parent.instances.push(Instance {
-                uuid: Some(uuid),
-                address: None,
-                profile: tid,
-                profile_name: f.as_ref().map(|f| f.name.clone()),
-                framebuffer_mib: f.as_ref().and_then(|f| f.framebuffer_mib),
-                in_use: None,
-            });
         }
     }
 
@@ -382,4 +309,111 @@ fn read_type_facts(
         description,
         device_api,
     }
+}
+
+/// Reads one mdev parent of the class view (`entry`): its types, with the facts shared per
+/// driver and type read once into `facts`, and each type's own `available_instances`.
+pub(crate) fn read_mdev_parent(
+    host: &dyn crate::host::Host,
+    entry: &str,
+    id: ParentId,
+    gpu: Option<PciAddress>,
+    driver_key: &str,
+    facts: &mut FactsCache,
+) -> gpu_core::Parent {
+    let mut parent = gpu_core::Parent {
+        id,
+        gpu,
+        framework: VgpuFramework::Mdev,
+        health: gpu_core::Health::unknown(),
+        profiles: vec![],
+        instances: vec![],
+        warnings: vec![],
+    };
+    let types_dir = format!("{MDEV_BUS}/{entry}/mdev_supported_types");
+    let types = match host.list(&types_dir) {
+        Ok(t) => t,
+        Err(e) => {
+            parent.warnings.push(format!("{types_dir}: {e}"));
+            Vec::new()
+        }
+    };
+    for t in types {
+        let tid: VgpuTypeId = match t.parse() {
+            Ok(v) => v,
+            Err(e) => {
+                parent.warnings.push(format!("{types_dir}/{t}: {e}"));
+                continue;
+            }
+        };
+        let tdir = format!("{types_dir}/{t}");
+        let f = facts
+            .entry((driver_key.to_owned(), t.clone()))
+            .or_insert_with(|| read_type_facts(host, &tdir, &t, &mut parent.warnings))
+            .clone();
+        let reported = read::parsed(
+            host,
+            &format!("{tdir}/available_instances"),
+            &mut parent.warnings,
+            parse::parse_u32,
+        );
+        let Some(reported) = reported else {
+            if !parent
+                .warnings
+                .iter()
+                .any(|w| w.starts_with(&format!("{tdir}/available_instances")))
+            {
+                parent
+                    .warnings
+                    .push(format!("{tdir}/available_instances: missing"));
+            }
+            parent.profiles.push(profile_from_facts(tid, &f, 0));
+            continue;
+        };
+        parent.profiles.push(profile_from_facts(tid, &f, reported));
+    }
+    parent
+}
+
+/// Reads one mdev instance at `path` (its directory, through any view) of `parent`: the type
+/// its `mdev_type` link names, sized from the facts of the parent's driver. `None` (with a
+/// warning on the parent) when the type cannot be read.
+pub(crate) fn read_instance(
+    host: &dyn crate::host::Host,
+    parent: &mut gpu_core::Parent,
+    uuid: MdevUuid,
+    path: &str,
+    driver_key: &str,
+    facts: &FactsCache,
+) -> Option<Instance> {
+    let type_path = format!("{path}/mdev_type");
+    let Some(t) = read::link_name(host, &type_path, &mut parent.warnings) else {
+        parent.warnings.push(format!(
+            "{type_path}: missing; the instance's type is unknown"
+        ));
+        return None;
+    };
+    let tid: VgpuTypeId = match t.parse() {
+        Ok(v) => v,
+        Err(e) => {
+            parent.warnings.push(format!("{type_path}: {e}"));
+            return None;
+        }
+    };
+    // Keyed by driver, not parent: the type is found even when this parent's own type
+    // directory is missing (a partial recording).
+    let f = facts.get(&(driver_key.to_owned(), t.clone())).cloned();
+    if f.is_none() {
+        parent.warnings.push(format!(
+            "mdev {uuid}: type {t} is not listed by any parent of driver {driver_key}; its size is unknown"
+        ));
+    }
+    Some(Instance {
+        uuid: Some(uuid),
+        address: None,
+        profile: tid,
+        profile_name: f.as_ref().map(|f| f.name.clone()),
+        framebuffer_mib: f.as_ref().and_then(|f| f.framebuffer_mib),
+        in_use: None,
+    })
 }

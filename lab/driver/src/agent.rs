@@ -18,6 +18,8 @@ use crate::sys;
 
 const SOCKET: &str = "/run/gpuslice/lab-agent.sock";
 const STATE: &str = "/tmp/lab-agent-state";
+/// The agent's stderr (its log), read back when a check fails.
+const AGENT_LOG: &str = "/tmp/lab-agent.log";
 
 struct Agent(Child);
 
@@ -33,6 +35,7 @@ fn start() -> Result<Agent, String> {
 }
 
 fn start_with(extra: &[&str]) -> Result<Agent, String> {
+    let log = fs::File::create(AGENT_LOG).map_err(|e| format!("cannot create {AGENT_LOG}: {e}"))?;
     let child = Command::new(GPUSLICE)
         .args([
             "--node",
@@ -48,7 +51,7 @@ fn start_with(extra: &[&str]) -> Result<Agent, String> {
         ])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .map_err(|e| format!("cannot start {GPUSLICE} agent: {e}"))?;
     let mut agent = Agent(child);
@@ -152,14 +155,17 @@ pub fn agent_socket(_lab: &mut Lab) -> Outcome {
     ))
 }
 
-#[allow(dead_code)] // the agent-sees-hand-changes check is not in the lab list yet
 /// The agent's event stream, read line by line on its own connection.
 struct Events {
     stream: UnixStream,
     buf: Vec<u8>,
+    /// The last events read (kind, action, devpath), for a failure's message.
+    recent: std::collections::VecDeque<String>,
 }
 
 impl Events {
+    /// Subscribes and waits for the answer's head: only then is the subscription in place
+    /// (the agent subscribes before it answers), so nothing done afterwards can be missed.
     fn open() -> Result<Self, String> {
         let mut stream =
             UnixStream::connect(SOCKET).map_err(|e| format!("connect {SOCKET}: {e}"))?;
@@ -169,9 +175,34 @@ impl Events {
         stream
             .write_all(b"GET /v1/events?format=ndjson HTTP/1.1\r\nHost: agent\r\n\r\n")
             .map_err(|e| format!("GET /v1/events: {e}"))?;
+        let mut buf = Vec::new();
+        let end = Instant::now() + Duration::from_secs(10);
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            if Instant::now() > end {
+                return Err("GET /v1/events: no answer within 10 s".to_owned());
+            }
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk) {
+                Ok(0) => return Err("GET /v1/events: the agent closed the stream".to_owned()),
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(_) => {}
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+        ensure(head.starts_with("HTTP/1.1 200"), || {
+            format!(
+                "GET /v1/events answered {}",
+                head.lines().next().unwrap_or("")
+            )
+        })?;
+        buf.drain(..head_end);
         Ok(Events {
             stream,
-            buf: Vec::new(),
+            buf,
+            recent: Default::default(),
         })
     }
 
@@ -186,6 +217,16 @@ impl Events {
                 let text = text.trim();
                 if text.starts_with('{') {
                     if let Ok(v) = serde_json::from_str::<Value>(text) {
+                        if self.recent.len() == 12 {
+                            self.recent.pop_front();
+                        }
+                        self.recent.push_back(format!(
+                            "{} {} {} {}",
+                            v["revision"],
+                            v["kind"].as_str().unwrap_or("?"),
+                            v["data"]["action"].as_str().unwrap_or(""),
+                            v["data"]["devpath"].as_str().unwrap_or("")
+                        ));
                         if pred(&v) {
                             return Some(v);
                         }
@@ -203,16 +244,54 @@ impl Events {
             }
         }
     }
+
+    /// What a failure reports beside its own reason: the agent's uevent counters, the last
+    /// events read and the end of the agent's log.
+    fn diagnose(&self) -> String {
+        let counters = call_text("/metrics")
+            .map(|m| {
+                m.lines()
+                    .filter(|l| {
+                        l.starts_with("gpuslice_agent_uevents")
+                            || l.starts_with("gpuslice_agent_resyncs")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_else(|e| e);
+        let log = fs::read_to_string(AGENT_LOG).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(4).collect();
+        format!(
+            "[metrics: {counters}] [last events: {}] [agent log: {}]",
+            self.recent.iter().cloned().collect::<Vec<_>>().join(" | "),
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        )
+    }
 }
 
-#[allow(dead_code)] // the agent-sees-hand-changes check is not in the lab list yet
+/// A GET whose answer is text (`/metrics`).
+fn call_text(path: &str) -> Result<String, String> {
+    let mut s = UnixStream::connect(SOCKET).map_err(|e| format!("connect {SOCKET}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .map_err(|e| format!("GET {path}: {e}"))?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)
+        .map_err(|e| format!("GET {path}: {e}"))?;
+    Ok(out
+        .split_once("\r\n\r\n")
+        .map_or(out.clone(), |(_, b)| b.to_owned()))
+}
+
 fn median_max(mut v: Vec<Duration>) -> (f64, f64) {
     v.sort();
     let ms = |d: &Duration| d.as_secs_f64() * 1e3;
     (v.get(v.len() / 2).map_or(0.0, ms), v.last().map_or(0.0, ms))
 }
 
-#[allow(dead_code)] // the agent-sees-hand-changes check is not in the lab list yet
 fn topology_has(needle: &str) -> Result<bool, String> {
     let (status, t) = call("GET", "/v1/topology", "")?;
     ensure(status == 200, || {
@@ -221,10 +300,13 @@ fn topology_has(needle: &str) -> Result<bool, String> {
     Ok(t.to_string().contains(needle))
 }
 
-#[allow(dead_code)] // the agent-sees-hand-changes check is not in the lab list yet
+/// How many creates the latency is measured over.
+const CREATES: usize = 100;
+
 /// The agent sees what is done by hand (plain writes to sysfs, not through gpuslice) within one
 /// second through the kernel's uevents, with the resync off: 100 mbochs instances created and
-/// removed, and a GPU bound to vfio-pci and released. Reports the uevent-to-event latency.
+/// removed, and a GPU bound to vfio-pci and released. Reports the latency from the sysfs write to
+/// the uevent on `/v1/events` and to the new revision (median and max over the creates).
 pub fn agent_sees_hand_changes(_lab: &mut Lab) -> Outcome {
     let _ = fs::remove_dir_all(STATE);
     let _agent = start_with(&["--uevents", "on"])?;
@@ -234,8 +316,8 @@ pub fn agent_sees_hand_changes(_lab: &mut Lab) -> Outcome {
         sys::SYS
     );
     let within = Duration::from_secs(1);
-    let mut latencies = Vec::new();
-    for _ in 0..100 {
+    let (mut to_uevent, mut to_revision) = (Vec::new(), Vec::new());
+    for n in 0..CREATES {
         let uuid = sys::new_uuid()?;
         let t0 = Instant::now();
         sys::write(&create, &uuid)?;
@@ -247,14 +329,25 @@ pub fn agent_sees_hand_changes(_lab: &mut Lab) -> Outcome {
                         .as_str()
                         .is_some_and(|p| p.ends_with(&uuid))
             })
-            .ok_or_else(|| format!("no uevent for the mdev {uuid} created by hand within 1 s"))?;
+            .ok_or_else(|| {
+                format!(
+                    "create {n}: no uevent for the mdev {uuid} created by hand within 1 s {}",
+                    events.diagnose()
+                )
+            })?;
+        to_uevent.push(t0.elapsed());
         let rev = added["revision"].as_u64().unwrap_or(0);
         events
             .wait(within, |e| {
                 e["kind"] == "topology-changed" && e["revision"].as_u64().unwrap_or(0) > rev
             })
-            .ok_or_else(|| format!("no new revision within 1 s of creating mdev {uuid}"))?;
-        latencies.push(t0.elapsed());
+            .ok_or_else(|| {
+                format!(
+                    "create {n}: no new revision within 1 s of creating mdev {uuid} {}",
+                    events.diagnose()
+                )
+            })?;
+        to_revision.push(t0.elapsed());
         ensure(topology_has(&uuid)?, || {
             format!("the served topology lacks mdev {uuid} after its revision")
         })?;
@@ -267,18 +360,29 @@ pub fn agent_sees_hand_changes(_lab: &mut Lab) -> Outcome {
                         .as_str()
                         .is_some_and(|p| p.ends_with(&uuid))
             })
-            .ok_or_else(|| format!("no uevent for the mdev {uuid} removed by hand within 1 s"))?;
+            .ok_or_else(|| {
+                format!(
+                    "no uevent for the mdev {uuid} removed by hand within 1 s {}",
+                    events.diagnose()
+                )
+            })?;
         let rev = removed["revision"].as_u64().unwrap_or(0);
         events
             .wait(within, |e| {
                 e["kind"] == "topology-changed" && e["revision"].as_u64().unwrap_or(0) > rev
             })
-            .ok_or_else(|| format!("no new revision within 1 s of removing mdev {uuid}"))?;
+            .ok_or_else(|| {
+                format!(
+                    "no new revision within 1 s of removing mdev {uuid} {}",
+                    events.diagnose()
+                )
+            })?;
         ensure(!topology_has(&uuid)?, || {
             format!("the served topology still has mdev {uuid} after its removal")
         })?;
     }
-    let (median, max) = median_max(latencies);
+    let (ue_median, ue_max) = median_max(to_uevent);
+    let (rev_median, rev_max) = median_max(to_revision);
     // A GPU bound to vfio-pci and released by hand.
     let all = sys::pci_functions()?;
     let mut free: Vec<&sys::PciFunction> = all
@@ -307,13 +411,23 @@ pub fn agent_sees_hand_changes(_lab: &mut Lab) -> Outcome {
                     && e["data"]["action"] == "bind"
                     && e["data"]["driver"] == expect
             })
-            .ok_or_else(|| format!("no bind uevent to {expect} for {addr} within 1 s"))?;
+            .ok_or_else(|| {
+                format!(
+                    "no bind uevent to {expect} for {addr} within 1 s {}",
+                    events.diagnose()
+                )
+            })?;
         let rev = bound["revision"].as_u64().unwrap_or(0);
         events
             .wait(within, |e| {
                 e["kind"] == "topology-changed" && e["revision"].as_u64().unwrap_or(0) > rev
             })
-            .ok_or_else(|| format!("no new revision within 1 s of binding {addr} to {expect}"))?;
+            .ok_or_else(|| {
+                format!(
+                    "no new revision within 1 s of binding {addr} to {expect} {}",
+                    events.diagnose()
+                )
+            })?;
         let (_, t) = call("GET", "/v1/topology", "")?;
         let served = t["gpus"]
             .as_array()
@@ -325,7 +439,18 @@ pub fn agent_sees_hand_changes(_lab: &mut Lab) -> Outcome {
     };
     rebind("vfio-pci", "vfio-pci", &mut events)?;
     rebind("\n", &host_driver, &mut events)?;
+    // How many of the agent's reads were narrow (one device) rather than the whole host.
+    let metrics = call_text("/metrics")?;
+    let figure = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or("?")
+            .to_owned()
+    };
     Ok(format!(
-        "100 mdevs created and removed by hand, each seen within 1 s (create to new revision: median {median:.1} ms, max {max:.1} ms); {addr} bound to vfio-pci and released by hand, both seen"
+        "{CREATES} mdevs created and removed by hand, each seen within 1 s; sysfs write to uevent on /v1/events: median {ue_median:.1} ms, max {ue_max:.1} ms; to the new revision: median {rev_median:.1} ms, max {rev_max:.1} ms; {addr} bound to vfio-pci and released by hand, both seen; agent reads {} of which narrow {}",
+        figure("gpuslice_agent_resyncs_total"),
+        figure("gpuslice_agent_narrow_rereads_total"),
     ))
 }
