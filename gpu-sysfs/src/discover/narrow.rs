@@ -109,7 +109,7 @@ fn mdev_parent(
         return None;
     }
     let mut fresh: Vec<gpu_core::Parent> = fresh.into_iter().map(|(p, _)| p).collect();
-    let (mut built, _) = pools::build_all(&mut fresh);
+    let (mut built, _) = pools::build_all(&mut fresh, &topo.gpus);
     let pools = &mut topo.mediated_devices.pools;
     let old_pool = pools.iter().position(|p| p.gpu == key);
     match (old_pool, built.pop()) {
