@@ -14,6 +14,7 @@
 mod build;
 mod charge;
 mod fit;
+mod topo;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use gpu_core::{HealthState, NodeTopology, Pool, Profile, Vendor};
 
 use crate::resolve::ClassId;
+pub(crate) use topo::{Topo, TopoTables};
 
 const UNIT_CAP: u64 = 1 << 32;
 
@@ -46,11 +48,11 @@ pub(crate) struct GpuSlot {
     pub held: u32,
     /// vGPU instances charged on it by allocations (not yet in the snapshot).
     pub vgpus: u32,
-    pub group: Option<usize>,
+    pub group: Option<u32>,
     /// The snapshot shows vGPUs or used framebuffer on it.
     pub hosts_base: bool,
-    /// The model name in lower case, for the `model` filter.
-    pub model_lc: String,
+    /// The model name in lower case, for the `model` filter (shared fleet-wide).
+    pub model_lc: Arc<str>,
 }
 
 impl GpuSlot {
@@ -75,7 +77,7 @@ pub(crate) struct Offer {
 /// A vGPU parent's accounting.
 #[derive(Debug, Clone)]
 pub(crate) struct ParentSlot {
-    pub group: usize,
+    pub group: u32,
     pub cap: u64,
     pub used: u64,
     /// Shared by every parent whose types and counts are the same (every free VF of a GPU).
@@ -104,6 +106,8 @@ pub(crate) struct ProfileTables {
     tables: HashMap<u64, Vec<Arc<[Profile]>>>,
     /// Offers of a table's parents whose counts are the table's, by table address.
     offers: HashMap<usize, Arc<[Offer]>>,
+    /// The GPUs, parents and pools of the nodes' topologies.
+    pub topo: TopoTables,
 }
 
 /// Equal apart from the instance counts.
@@ -207,26 +211,58 @@ impl Entry {
 pub(crate) struct Group {
     pub pool: Option<Pool>,
     pub gpu: Option<usize>,
-    pub parents: Vec<usize>,
+    /// The group's parents, in topology order.
+    pub parents: Box<[u32]>,
     pub health: HealthState,
     /// Something exists or is charged here (instances, used framebuffer or slices).
     pub base_used: bool,
     pub charged: u32,
     /// Classes offered here, sorted.
-    pub classes: Vec<ClassId>,
-    /// Per class: (parent, offer) pairs, parents in address order.
-    pub entries: Vec<Vec<Entry>>,
+    pub classes: Box<[ClassId]>,
+    /// The parents in address order, so "the first free VF" is the lowest one.
+    pub order: Box<[u32]>,
+    /// Per class, its (parent, offer) pairs: `(UNIFORM, o)` when every parent of `order` offers
+    /// it once, as offer `o` (every VF of a GPU lists the same types), else `(start, len)` in
+    /// `list`.
+    pub span: Box<[(u32, u32)]>,
+    pub list: Box<[Entry]>,
     /// Per class: a (parent, profile) whose profile stands for the class's size.
-    pub sample: Vec<(usize, usize)>,
+    pub sample: Box<[(u32, u32)]>,
     /// Per class: instances the parents could still take, pool aside.
-    pub parent_sum: Vec<u32>,
+    pub parent_sum: Box<[u32]>,
     /// Per class: instances this group can still take (0 when blocked).
-    pub contrib: Vec<u32>,
+    pub contrib: Box<[u32]>,
+    /// Per class: the index into the node's `free`.
+    pub node_ix: Box<[u32]>,
 }
+
+/// See [`Group::span`].
+pub(crate) const UNIFORM: u32 = u32::MAX;
 
 impl Group {
     fn local(&self, class: ClassId) -> Option<usize> {
         self.classes.binary_search(&class).ok()
+    }
+
+    /// How many (parent, offer) pairs local class `l` has.
+    pub(crate) fn entry_count(&self, l: usize) -> usize {
+        match self.span[l] {
+            (UNIFORM, _) => self.order.len(),
+            (_, len) => len as usize,
+        }
+    }
+
+    /// The `i`-th (parent, offer) pair of local class `l`, parents in address order.
+    pub(crate) fn entry(&self, l: usize, i: usize) -> (usize, usize) {
+        match self.span[l] {
+            (UNIFORM, o) => (self.order[i] as usize, o as usize),
+            (start, _) => self.list[start as usize + i].get(),
+        }
+    }
+
+    /// The (parent, offer) pairs of local class `l`, parents in address order.
+    pub(crate) fn entries(&self, l: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.entry_count(l)).map(move |i| self.entry(l, i))
     }
 }
 
@@ -272,17 +308,15 @@ pub(crate) enum Pick {
 /// A node in indexed form.
 #[derive(Debug, Clone)]
 pub(crate) struct NodeState {
-    pub topo: NodeTopology,
-    pub gpus: Vec<GpuSlot>,
-    pub groups: Vec<Group>,
-    pub parents: Vec<ParentSlot>,
+    pub topo: Topo,
+    pub gpus: Box<[GpuSlot]>,
+    pub groups: Box<[Group]>,
+    pub parents: Box<[ParentSlot]>,
     /// Free instances per class, sorted by class (classes offered but used up stay with 0).
-    pub free: Vec<(ClassId, u32)>,
+    pub free: Box<[(ClassId, u32)]>,
     /// Per class (as in `free`): the free instances on GPUs already hosting vGPUs, which take
     /// more without opening a fresh card (and, on NVIDIA, match its locked size).
-    pub free_used: Vec<u32>,
-    /// Per group and local class: the index into `free`.
-    node_ix: Vec<Vec<usize>>,
+    pub free_used: Box<[u32]>,
     pub whole_free: u32,
     pub whole_free_vendor: [u32; 6],
 }
@@ -299,17 +333,17 @@ impl NodeState {
 
     /// The topology as it was given: the shared types with each parent's own counts.
     pub(crate) fn topology(&self) -> NodeTopology {
-        let mut t = self.topo.clone();
-        for (tp, ps) in t.mediated_devices.parents.iter_mut().zip(&self.parents) {
-            tp.profiles = ps.table.to_vec();
+        self.topo.to_topology(|i| {
+            let ps = &self.parents[i];
+            let mut profiles = ps.table.to_vec();
             if let Counts::Own(c) = &ps.counts {
-                for (p, (avail, reported)) in tp.profiles.iter_mut().zip(c.iter()) {
+                for (p, (avail, reported)) in profiles.iter_mut().zip(c.iter()) {
                     p.available_instances = *avail;
                     p.reported_instances = *reported;
                 }
             }
-        }
-        t
+            profiles
+        })
     }
 
     /// The node's name.
@@ -320,7 +354,7 @@ impl NodeState {
     /// The profile a class stands for in a group.
     fn sample_profile(&self, gi: usize, local: usize) -> &Profile {
         let (p, pr) = self.groups[gi].sample[local];
-        &self.parents[p].table[pr]
+        &self.parents[p as usize].table[pr as usize]
     }
 
     /// Free instances of a class on this node.
