@@ -111,7 +111,7 @@ fn static_sig(n: &NodeState) -> Vec<u64> {
         r.0.push(u64::from(p.group));
         r.0.push(p.cap);
         p.usable.hash(&mut r);
-        r.0.push(p.table.as_ptr() as usize as u64);
+        r.0.push(p.types.table.as_ptr() as usize as u64);
         r.0.push(p.offers.len() as u64);
         for o in p.offers.iter() {
             r.0.push(u64::from(o.class));

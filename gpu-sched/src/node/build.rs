@@ -119,7 +119,7 @@ impl NodeState {
                 .collect();
             let cap = lcm_capped(p.profiles.iter().map(|pr| pr.available_instances));
             let (table, counts) = tables.intern(&p.profiles);
-            let offers = tables.offers(&table, &counts, || {
+            let (offers, types) = tables.offers(table, counts, || {
                 offerable
                     .iter()
                     .map(|(i, pr)| Offer {
@@ -140,8 +140,7 @@ impl NodeState {
                 used: 0,
                 offers,
                 usable: true,
-                table,
-                counts,
+                types,
             });
         }
         let mut built: Vec<Group> = Vec::with_capacity(groups.len());

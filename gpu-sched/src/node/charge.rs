@@ -30,7 +30,7 @@ impl NodeState {
                     profile,
                 } => {
                     let prof: &Profile = match profile {
-                        ProfileRef::Topo(i) => &self.parents[*parent].table[*i],
+                        ProfileRef::Topo(i) => &self.parents[*parent].types.table[*i],
                         ProfileRef::Own(p) => p,
                     };
                     let g = &mut self.groups[*group];

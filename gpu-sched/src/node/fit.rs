@@ -394,7 +394,7 @@ impl NodeState {
                 reason.profile = Some(text.to_owned());
                 return Err(reason);
             };
-            let profile = &self.parents[p].table[self.parents[p].offers[o].profile];
+            let profile = &self.parents[p].types.table[self.parents[p].offers[o].profile];
             overlay.add_units(p, self.parents.len(), self.parents[p].offers[o].cost);
             overlay.charge_pool(c.group, g, profile);
             if let Some(x) = g.gpu {

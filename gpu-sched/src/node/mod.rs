@@ -16,7 +16,7 @@ mod charge;
 mod fit;
 mod topo;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -83,9 +83,15 @@ pub(crate) struct ParentSlot {
     /// Shared by every parent whose types and counts are the same (every free VF of a GPU).
     pub offers: Arc<[Offer]>,
     pub usable: bool,
-    /// The parent's types, shared by every parent listing the same ones.
+    /// The parent's types and counts, shared by every parent listing the same.
+    pub types: Arc<ParentTypes>,
+}
+
+/// A parent's types (shared by every parent listing the same ones) and its own instance counts,
+/// where they differ from the table's.
+#[derive(Debug)]
+pub(crate) struct ParentTypes {
     pub table: Arc<[Profile]>,
-    /// The parent's own instance counts, where they differ from the table's.
     pub counts: Counts,
 }
 
@@ -94,9 +100,15 @@ pub(crate) struct ParentSlot {
 pub(crate) enum Counts {
     /// As in the shared table.
     Table,
-    /// Its own, type by type.
-    Own(Box<[(u32, Option<u32>)]>),
+    /// Its own, type by type (shared by every parent with the same counts).
+    Own(OwnCounts),
 }
+
+/// A parent's `(availableInstances, reportedInstances)` per type, shared.
+pub(crate) type OwnCounts = Arc<[(u32, Option<u32>)]>;
+
+/// Offers and types of the parents of one table with the same counts.
+type SharedOffers = (Arc<[Offer]>, Arc<ParentTypes>);
 
 /// Profile lists and offers shared across the fleet: every VF of a GPU model and driver lists
 /// the same types, so one copy serves them all. Parents keep only their counts where they
@@ -104,8 +116,10 @@ pub(crate) enum Counts {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProfileTables {
     tables: HashMap<u64, Vec<Arc<[Profile]>>>,
-    /// Offers of a table's parents whose counts are the table's, by table address.
-    offers: HashMap<usize, Arc<[Offer]>>,
+    /// Offers and types by table address and counts (`None`: the table's own).
+    offers: HashMap<(usize, Option<usize>), SharedOffers>,
+    /// Parents' own counts, shared: a driver reports few distinct patterns across VFs.
+    counts: HashSet<OwnCounts>,
     /// The GPUs, parents and pools of the nodes' topologies.
     pub topo: TopoTables,
 }
@@ -149,31 +163,40 @@ impl ProfileTables {
         let counts = if same {
             Counts::Table
         } else {
-            Counts::Own(
-                profiles
-                    .iter()
-                    .map(|p| (p.available_instances, p.reported_instances))
-                    .collect(),
-            )
+            let own: Vec<(u32, Option<u32>)> = profiles
+                .iter()
+                .map(|p| (p.available_instances, p.reported_instances))
+                .collect();
+            let shared = match self.counts.get(own.as_slice()) {
+                Some(c) => Arc::clone(c),
+                None => {
+                    let c: OwnCounts = Arc::from(own);
+                    self.counts.insert(Arc::clone(&c));
+                    c
+                }
+            };
+            Counts::Own(shared)
         };
         (table, counts)
     }
 
-    /// Offers shared by the parents of one table with the table's counts.
+    /// Offers and types shared by the parents of one table with the same counts (the offers
+    /// follow from the types and their counts alone).
     pub(crate) fn offers(
         &mut self,
-        table: &Arc<[Profile]>,
-        counts: &Counts,
+        table: Arc<[Profile]>,
+        counts: Counts,
         make: impl FnOnce() -> Vec<Offer>,
-    ) -> Arc<[Offer]> {
-        match counts {
-            Counts::Own(_) => Arc::from(make()),
-            Counts::Table => Arc::clone(
-                self.offers
-                    .entry(table.as_ptr() as usize)
-                    .or_insert_with(|| Arc::from(make())),
-            ),
-        }
+    ) -> (Arc<[Offer]>, Arc<ParentTypes>) {
+        let own = match &counts {
+            Counts::Own(c) => Some(c.as_ptr() as usize),
+            Counts::Table => None,
+        };
+        let (o, t) = self
+            .offers
+            .entry((table.as_ptr() as usize, own))
+            .or_insert_with(|| (Arc::from(make()), Arc::new(ParentTypes { table, counts })));
+        (Arc::clone(o), Arc::clone(t))
     }
 }
 
@@ -328,15 +351,15 @@ fn creatable(pool: Option<&Pool>, profile: &Profile) -> u32 {
 impl NodeState {
     /// The types parent `p` lists (counts aside: see [`NodeState::topology`]).
     pub(crate) fn profiles_of(&self, p: usize) -> &[Profile] {
-        &self.parents[p].table
+        &self.parents[p].types.table
     }
 
     /// The topology as it was given: the shared types with each parent's own counts.
     pub(crate) fn topology(&self) -> NodeTopology {
         self.topo.to_topology(|i| {
             let ps = &self.parents[i];
-            let mut profiles = ps.table.to_vec();
-            if let Counts::Own(c) = &ps.counts {
+            let mut profiles = ps.types.table.to_vec();
+            if let Counts::Own(c) = &ps.types.counts {
                 for (p, (avail, reported)) in profiles.iter_mut().zip(c.iter()) {
                     p.available_instances = *avail;
                     p.reported_instances = *reported;
@@ -354,7 +377,7 @@ impl NodeState {
     /// The profile a class stands for in a group.
     fn sample_profile(&self, gi: usize, local: usize) -> &Profile {
         let (p, pr) = self.groups[gi].sample[local];
-        &self.parents[p as usize].table[pr as usize]
+        &self.parents[p as usize].types.table[pr as usize]
     }
 
     /// Free instances of a class on this node.

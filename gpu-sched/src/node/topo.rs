@@ -177,3 +177,56 @@ impl TopoTables {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::FleetState;
+    use crate::testing::a2_node;
+
+    fn fleet_of(names: &[&str]) -> FleetState {
+        let mut s = FleetState::default();
+        for n in names {
+            assert_eq!(s.add_node(a2_node(n, 2, 4)), Ok(()));
+        }
+        s
+    }
+
+    #[test]
+    fn nodes_of_the_same_hardware_share_their_gpus_parents_and_pools() {
+        let s = fleet_of(&["a", "b"]);
+        let (a, b) = (s.slots[0].as_ref().unwrap(), s.slots[1].as_ref().unwrap());
+        assert!(Arc::ptr_eq(&a.topo.gpus[1], &b.topo.gpus[1]));
+        assert!(Arc::ptr_eq(&a.topo.parents[5], &b.topo.parents[5]));
+        assert!(Arc::ptr_eq(&a.topo.pools[0], &b.topo.pools[0]));
+        assert!(Arc::ptr_eq(&a.parents[3].types, &b.parents[3].types));
+    }
+
+    #[test]
+    fn each_node_still_gives_back_its_own_topology() {
+        let s = fleet_of(&["a", "b"]);
+        assert_eq!(s.node("a"), Some(a2_node("a", 2, 4)));
+        assert_eq!(s.node("b"), Some(a2_node("b", 2, 4)));
+    }
+
+    #[test]
+    fn what_no_node_holds_any_more_leaves_the_shared_tables() {
+        let names: Vec<String> = (0..200).map(|i| format!("n{i}")).collect();
+        let mut s = FleetState::default();
+        for (i, n) in names.iter().enumerate() {
+            // Every node its own hardware: its GPUs sit on other buses.
+            let mut t = a2_node(n, 1, 2);
+            for g in &mut t.gpus {
+                g.iommu_group = Some(1000 + i as u32);
+            }
+            assert_eq!(s.add_node(t), Ok(()));
+        }
+        let held = s.tables.topo.gpus.len();
+        assert_eq!(held, 200);
+        for n in &names {
+            assert!(s.remove_node(n).is_ok());
+        }
+        assert!(s.tables.topo.gpus.len() < held / 2);
+    }
+}
