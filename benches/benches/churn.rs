@@ -5,7 +5,8 @@
 //! policy, for three seeds and two loads: about 700 Machines alive at once (high load: the fleet
 //! runs near full and about one in fifteen Machines is refused) and about 1,400 (overload: about
 //! one in three is refused). Prints a Markdown table: acceptance, Machines refused while the fleet
-//! had room elsewhere, and framebuffer stranded on size-locked cards.
+//! had room elsewhere, framebuffer stranded on size-locked cards, and what the accepted Machines
+//! asked for in GPUs (a whole GPU 1, a vGPU its share of its GPU's memory).
 
 use gpu_core::Fleet;
 use gpu_sched::Policy;
@@ -22,9 +23,9 @@ fn main() {
     }
     let fleet: Fleet = churn_fleet(NODES);
     println!(
-        "| alive | seed | policy | accepted | acceptance | refused with room elsewhere | stranded framebuffer (mean) |"
+        "| alive | seed | policy | accepted | acceptance | refused with room elsewhere | stranded framebuffer (mean) | GPUs accepted |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (life, seed) in MEAN_LIVES
         .into_iter()
         .flat_map(|l| [1u64, 2, 3].map(|s| (l, s)))
@@ -33,13 +34,14 @@ fn main() {
         for policy in [Policy::Binpack, Policy::Spread, Policy::FirstFit] {
             match run(fleet.clone(), &events, policy) {
                 Ok(r) => println!(
-                    "| ~{life} | {seed} | {policy} | {}/{} | {:.1}% | {} | {:.0} GiB ({:.1}%) |",
+                    "| ~{life} | {seed} | {policy} | {}/{} | {:.1}% | {} | {:.0} GiB ({:.1}%) | {:.0} |",
                     r.accepted,
                     r.arrivals,
                     100.0 * r.acceptance(),
                     r.refused_with_room,
                     r.stranded_gib,
-                    100.0 * r.stranded_share
+                    100.0 * r.stranded_share,
+                    r.accepted_gpus
                 ),
                 Err(e) => {
                     eprintln!("churn: {e}");

@@ -2,7 +2,7 @@
 //!
 //! Prints the heap bytes a `FleetState` holds (counted by a wrapping allocator, so the figures
 //! are exact and free of allocator slack) and the process's resident memory, for:
-//! - one node like the bundled A2 recording (1 GPU, 16 VFs × 15 types),
+//! - one node like the bundled A2 recording (1 GPU, 16 VFs × 15 types), and each further one,
 //! - one H200 node with 2 GPUs and 8 VFs,
 //! - the bench's mixed fleet of 8-GPU nodes at 10,000 and 100,000 nodes.
 //!
@@ -99,7 +99,21 @@ fn main() {
     let doc_bytes = LIVE.load(Ordering::Relaxed) - before;
     drop(doc);
     let (bytes, s) = state_bytes(|| one_node(a2.clone()));
-    println!("a2-recording (1 GPU, 16 VFs x 15 types): topology {doc_bytes} B, state {bytes} B");
+    drop(s);
+    // A second node like it (renamed): what each further node of the same hardware costs once
+    // the shared tables hold its types, GPUs and parents.
+    let (two, s) = state_bytes(|| {
+        let mut b = a2.clone();
+        b.node = format!("{}-b", a2.node);
+        Fleet {
+            nodes: vec![a2.clone(), b],
+            ..Fleet::default()
+        }
+    });
+    println!(
+        "a2-recording (1 GPU, 16 VFs x 15 types): topology {doc_bytes} B, state {bytes} B, each further node {} B",
+        two.saturating_sub(bytes)
+    );
     drop(s);
     let (bytes, s) = state_bytes(|| one_node(gpu_sched::testing::h200_node("h200", 2, 8)));
     println!(

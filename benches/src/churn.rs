@@ -149,6 +149,9 @@ pub struct Report {
     pub stranded_gib: f64,
     /// The same as a share of the time-sliced GPUs' framebuffer.
     pub stranded_share: f64,
+    /// What the accepted Machines asked for, in GPUs: a whole GPU counts 1, a vGPU its
+    /// framebuffer over its GPU's memory (an A2-4Q a quarter, an H200X-1-18C about an eighth).
+    pub accepted_gpus: f64,
 }
 
 impl Report {
@@ -188,8 +191,11 @@ pub fn run(
     // Memory of the time-sliced GPUs, per (node, address).
     let mut memory: HashMap<(String, PciAddress), u64> = HashMap::new();
     let mut ts_total: u64 = 0;
+    // Memory of every GPU, per (node, address), for the size of what is accepted.
+    let mut all_memory: HashMap<(String, PciAddress), u64> = HashMap::new();
     for n in &fleet.nodes {
         for g in &n.gpus {
+            all_memory.insert((n.node.clone(), g.address), g.memory_mib.unwrap_or(0));
             let ts = n.mediated_devices.parents.iter().any(|p| {
                 p.gpu == Some(g.address) && p.profiles.iter().any(|t| t.mig_slices.is_none())
             });
@@ -215,7 +221,10 @@ pub fn run(
                 seen += 1;
                 report.arrivals += 1;
                 match s.place(m, policy) {
-                    Ok(_) => report.accepted += 1,
+                    Ok(a) => {
+                        report.accepted += 1;
+                        report.accepted_gpus += gpus_of(&a, &all_memory);
+                    }
                     Err(_) => {
                         if fleet_has_room(&s, m) {
                             report.refused_with_room += 1;
@@ -242,6 +251,25 @@ pub fn run(
         };
     }
     Ok(report)
+}
+
+/// The GPUs an allocation takes: whole GPUs 1 each, vGPUs their share of their GPU's memory.
+fn gpus_of(a: &gpu_core::Allocation, memory: &HashMap<(String, PciAddress), u64>) -> f64 {
+    a.devices
+        .iter()
+        .map(|d| match d {
+            AllocatedDevice::Gpu { .. } => 1.0,
+            AllocatedDevice::Vgpu {
+                gpu: Some(g),
+                framebuffer_mib: Some(fb),
+                ..
+            } => match memory.get(&(a.node.clone(), *g)) {
+                Some(&m) if m > 0 => (*fb as f64 / m as f64).min(1.0),
+                _ => 0.0,
+            },
+            AllocatedDevice::Vgpu { .. } => 0.0,
+        })
+        .sum()
 }
 
 fn stranded_mib(s: &FleetState, memory: &HashMap<(String, PciAddress), u64>) -> u64 {

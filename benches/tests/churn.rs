@@ -37,6 +37,8 @@ fn a_replay_is_deterministic_and_its_counts_add_up() {
     assert_eq!(a.arrivals, 1_500);
     assert!(a.accepted <= a.arrivals);
     assert!(a.refused_with_room <= a.arrivals - a.accepted);
+    // Each accepted Machine takes at most 4 GPUs and some share of one.
+    assert!(a.accepted_gpus > 0.0 && a.accepted_gpus <= 4.0 * a.accepted as f64);
     assert!(
         a.accepted > 0 && a.accepted < a.arrivals,
         "{a:?}: the load should bite"

@@ -101,15 +101,17 @@ fn static_sig(n: &NodeState) -> Vec<u64> {
         let _ = write!(r, "{:?}", g.health);
         g.base_used.hash(&mut r);
         g.classes.hash(&mut r);
-        g.entries.hash(&mut r);
+        g.order.hash(&mut r);
+        g.span.hash(&mut r);
+        g.list.hash(&mut r);
         g.sample.hash(&mut r);
     }
     r.0.push(n.parents.len() as u64);
     for p in &n.parents {
-        r.0.push(p.group as u64);
+        r.0.push(u64::from(p.group));
         r.0.push(p.cap);
         p.usable.hash(&mut r);
-        r.0.push(p.table.as_ptr() as usize as u64);
+        r.0.push(p.types.table.as_ptr() as usize as u64);
         r.0.push(p.offers.len() as u64);
         for o in p.offers.iter() {
             r.0.push(u64::from(o.class));

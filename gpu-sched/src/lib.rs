@@ -38,8 +38,10 @@
 //! **Speed and size.** Per profile class and per vendor, a sorted index of `(free count, node)`
 //! gives the candidate nodes in policy order without scanning the fleet. A refusal fits one
 //! node per group of nodes whose state a fit cannot tell apart (same shape, same usage) and
-//! counts the rest, with the same result as asking every node. Parents' profile lists and offers are shared fleet-wide (every VF of a GPU model
-//! and driver lists the same types); [`FleetState::nodes`] rebuilds the topologies on demand.
+//! counts the rest, with the same result as asking every node. Nodes keep no topology of their
+//! own: GPUs, parents, pools, profile lists, instance counts and offers are interned fleet-wide
+//! (every host of the same hardware, every VF of a GPU model and driver, reads the same), a VF's
+//! accounting is a few counters, and [`FleetState::nodes`] rebuilds the topologies on demand.
 //!
 //! **Lifecycle and plans.** [`FleetState::release`], [`FleetState::mark_created`], and plans
 //! for migration, node drain and health-driven evacuation ([`MigrationPlan`], [`DrainPlan`],

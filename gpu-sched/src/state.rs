@@ -261,7 +261,10 @@ impl FleetState {
                 r.slot = Some(i);
             }
         }
-        self.slots[i] = Some(Arc::new(n));
+        if self.slots[i].replace(Arc::new(n)).is_some() {
+            // The old snapshot is gone: what only it held can go from the shared tables.
+            self.tables.topo.node_removed();
+        }
         self.index(i, true);
         self.classes.insert(i, &self.slots);
         Ok(())
@@ -291,7 +294,10 @@ impl FleetState {
                 }
             }
         }
-        Ok(n.topology())
+        let topo = n.topology();
+        drop(n);
+        self.tables.topo.node_removed();
+        Ok(topo)
     }
 
     /// The node topologies, in node order (rebuilt from the compact state on each call).

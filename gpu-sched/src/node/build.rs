@@ -4,9 +4,15 @@
 use gpu_core::{GpuState, HealthState, NodeTopology, ParentId, Pool, Profile, Vendor};
 
 use super::{
-    GpuSlot, Group, NodeState, Offer, ParentSlot, ProfileTables, UNIT_CAP, creatable, vendor_ix,
+    GpuSlot, Group, NodeState, Offer, ParentSlot, ProfileTables, UNIFORM, UNIT_CAP, creatable,
+    vendor_ix,
 };
 use crate::resolve::{Catalog, ClassId};
+
+/// An index stored small (a node has far fewer than 2^32 of anything).
+fn ix(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
 
 fn lcm_capped(values: impl Iterator<Item = u32>) -> u64 {
     let mut l: u64 = 1;
@@ -26,8 +32,8 @@ fn lcm_capped(values: impl Iterator<Item = u32>) -> u64 {
 
 impl NodeState {
     /// Indexes a topology, interning its profiles in `catalog`.
-    /// The parents' type lists move into `tables` (shared), leaving the kept topology without
-    /// them; [`NodeState::topology`] puts them back.
+    /// The parents' type lists move into `tables` (shared), and so do its GPUs, parents and
+    /// pools; [`NodeState::topology`] puts them together again.
     pub(crate) fn new(
         mut topo: NodeTopology,
         catalog: &mut Catalog,
@@ -43,10 +49,15 @@ impl NodeState {
                 vgpus: 0,
                 group: None,
                 hosts_base: false,
-                model_lc: g.model.to_ascii_lowercase(),
+                model_lc: tables.topo.model_lc(&g.model),
             })
             .collect();
-        let mut groups: Vec<Group> = Vec::new();
+        /// A group while it is built.
+        struct Building {
+            group: Group,
+            parents: Vec<u32>,
+        }
+        let mut groups: Vec<Building> = Vec::new();
         let mut keys: Vec<ParentId> = Vec::new();
         let mut parents = Vec::with_capacity(topo.mediated_devices.parents.len());
         for p in &topo.mediated_devices.parents {
@@ -71,28 +82,34 @@ impl NodeState {
                         .as_ref()
                         .is_some_and(|pl| pl.used_mib > 0 || pl.mig_slices_used.unwrap_or(0) > 0);
                     let health = gpu.map_or(HealthState::Healthy, |g| topo.gpus[g].health.state);
-                    groups.push(Group {
-                        pool,
-                        gpu,
+                    groups.push(Building {
+                        group: Group {
+                            pool,
+                            gpu,
+                            parents: Box::default(),
+                            health,
+                            base_used,
+                            charged: 0,
+                            classes: Box::default(),
+                            order: Box::default(),
+                            span: Box::default(),
+                            list: Box::default(),
+                            sample: Box::default(),
+                            parent_sum: Box::default(),
+                            contrib: Box::default(),
+                            node_ix: Box::default(),
+                        },
                         parents: Vec::new(),
-                        health,
-                        base_used,
-                        charged: 0,
-                        classes: Vec::new(),
-                        entries: Vec::new(),
-                        sample: Vec::new(),
-                        parent_sum: Vec::new(),
-                        contrib: Vec::new(),
                     });
                     groups.len() - 1
                 }
             };
             let pi = parents.len();
-            let g = &mut groups[gi];
-            g.parents.push(pi);
-            g.health = g.health.worst(p.health.state);
+            let b = &mut groups[gi];
+            b.parents.push(ix(pi));
+            b.group.health = b.group.health.worst(p.health.state);
             if !p.instances.is_empty() {
-                g.base_used = true;
+                b.group.base_used = true;
             }
             let offerable: Vec<(usize, &Profile)> = p
                 .profiles
@@ -102,7 +119,7 @@ impl NodeState {
                 .collect();
             let cap = lcm_capped(p.profiles.iter().map(|pr| pr.available_instances));
             let (table, counts) = tables.intern(&p.profiles);
-            let offers = tables.offers(&table, &counts, || {
+            let (offers, types) = tables.offers(table, counts, || {
                 offerable
                     .iter()
                     .map(|(i, pr)| Offer {
@@ -118,73 +135,109 @@ impl NodeState {
                     .collect()
             });
             parents.push(ParentSlot {
-                group: gi,
+                group: ix(gi),
                 cap,
                 used: 0,
                 offers,
                 usable: true,
-                table,
-                counts,
+                types,
             });
         }
-        for (gi, g) in groups.iter_mut().enumerate() {
-            if let Some(gpu) = g.gpu {
-                gpus[gpu].group = Some(gi);
-                gpus[gpu].hosts_base = g.base_used;
+        let mut built: Vec<Group> = Vec::with_capacity(groups.len());
+        for (gi, b) in groups.into_iter().enumerate() {
+            let Building {
+                mut group,
+                parents: members,
+            } = b;
+            if let Some(gpu) = group.gpu {
+                gpus[gpu].group = Some(ix(gi));
+                gpus[gpu].hosts_base = group.base_used;
             }
-            let mut classes: Vec<ClassId> = g
-                .parents
+            let mut classes: Vec<ClassId> = members
                 .iter()
-                .flat_map(|&p| parents[p].offers.iter().map(|o| o.class))
+                .flat_map(|&p| parents[p as usize].offers.iter().map(|o| o.class))
                 .collect();
             classes.sort_unstable();
             classes.dedup();
-            let mut entries = vec![Vec::new(); classes.len()];
-            let mut sample = vec![(0, 0); classes.len()];
-            for &p in &g.parents {
-                for (oi, o) in parents[p].offers.iter().enumerate() {
+            let mut sample: Vec<(u32, u32)> = vec![(0, 0); classes.len()];
+            let mut seen = vec![false; classes.len()];
+            for &p in &members {
+                for o in parents[p as usize].offers.iter() {
                     if let Ok(l) = classes.binary_search(&o.class) {
-                        if entries[l].is_empty() {
-                            sample[l] = (p, o.profile);
+                        if !seen[l] {
+                            seen[l] = true;
+                            sample[l] = (p, ix(o.profile));
                         }
-                        entries[l].push(super::Entry::new(p, oi));
                     }
                 }
             }
             // Parents in address order, so "the first free VF" is the lowest one.
-            let pid = |p: usize| &topo.mediated_devices.parents[p].id;
-            for e in &mut entries {
-                e.sort_by(|a, b| pid(a.get().0).cmp(pid(b.get().0)));
+            let pid = |p: u32| &topo.mediated_devices.parents[p as usize].id;
+            let mut order = members.clone();
+            order.sort_by(|a, b| pid(*a).cmp(pid(*b)));
+            let mut span = Vec::with_capacity(classes.len());
+            let mut list: Vec<super::Entry> = Vec::new();
+            for c in &classes {
+                // The offer of class `c`, when each parent has exactly one and all the same.
+                let once = |p: u32| {
+                    let mut it = parents[p as usize]
+                        .offers
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, o)| o.class == *c)
+                        .map(|(i, _)| i);
+                    match (it.next(), it.next()) {
+                        (Some(i), None) => Some(i),
+                        _ => None,
+                    }
+                };
+                let first = order.first().and_then(|&p| once(p));
+                let uniform = first.filter(|&o| order.iter().all(|&p| once(p) == Some(o)));
+                match uniform {
+                    Some(o) if ix(o) != UNIFORM => span.push((UNIFORM, ix(o))),
+                    _ => {
+                        let start = list.len();
+                        for &p in &order {
+                            for (oi, o) in parents[p as usize].offers.iter().enumerate() {
+                                if o.class == *c {
+                                    list.push(super::Entry::new(p as usize, oi));
+                                }
+                            }
+                        }
+                        span.push((ix(start), ix(list.len() - start)));
+                    }
+                }
             }
-            g.parent_sum = vec![0; classes.len()];
-            g.contrib = vec![0; classes.len()];
-            g.classes = classes;
-            g.entries = entries;
-            g.sample = sample;
+            group.parent_sum = vec![0; classes.len()].into_boxed_slice();
+            group.contrib = vec![0; classes.len()].into_boxed_slice();
+            group.classes = classes.into_boxed_slice();
+            group.parents = members.into_boxed_slice();
+            group.order = order.into_boxed_slice();
+            group.span = span.into_boxed_slice();
+            group.list = list.into_boxed_slice();
+            group.sample = sample.into_boxed_slice();
+            built.push(group);
         }
-        let mut all: Vec<ClassId> = groups.iter().flat_map(|g| g.classes.clone()).collect();
+        let mut all: Vec<ClassId> = built.iter().flat_map(|g| g.classes.to_vec()).collect();
         all.sort_unstable();
         all.dedup();
-        let node_ix = groups
-            .iter()
-            .map(|g| {
-                g.classes
-                    .iter()
-                    .map(|c| all.binary_search(c).unwrap_or(0))
-                    .collect()
-            })
-            .collect();
+        for g in &mut built {
+            g.node_ix = g
+                .classes
+                .iter()
+                .map(|c| ix(all.binary_search(c).unwrap_or(0)))
+                .collect();
+        }
         for p in &mut topo.mediated_devices.parents {
             p.profiles = Vec::new();
         }
         let mut n = NodeState {
-            topo,
-            gpus,
-            groups,
-            parents,
-            free_used: vec![0; all.len()],
+            topo: tables.topo.intern(topo),
+            gpus: gpus.into_boxed_slice(),
+            groups: built.into_boxed_slice(),
+            parents: parents.into_boxed_slice(),
+            free_used: vec![0; all.len()].into_boxed_slice(),
             free: all.into_iter().map(|c| (c, 0)).collect(),
-            node_ix,
             whole_free: 0,
             whole_free_vendor: [0; 6],
         };
@@ -204,10 +257,9 @@ impl NodeState {
         let blocked = self.group_blocked(gi);
         for l in 0..self.groups[gi].classes.len() {
             let g = &self.groups[gi];
-            let sum: u32 = g.entries[l]
-                .iter()
-                .map(|e| {
-                    let (p, o) = e.get();
+            let sum: u32 = g
+                .entries(l)
+                .map(|(p, o)| {
                     let ps = &self.parents[p];
                     ps.free_for(&ps.offers[o], 0)
                 })
@@ -231,10 +283,10 @@ impl NodeState {
         for f in &mut self.free_used {
             *f = 0;
         }
-        for (gi, g) in self.groups.iter().enumerate() {
+        for g in self.groups.iter() {
             let used = g.base_used || g.charged > 0;
-            for (l, c) in g.contrib.iter().enumerate() {
-                let ix = self.node_ix[gi][l];
+            for (c, &ix) in g.contrib.iter().zip(g.node_ix.iter()) {
+                let ix = ix as usize;
                 self.free[ix].1 = self.free[ix].1.saturating_add(*c);
                 if used {
                     self.free_used[ix] = self.free_used[ix].saturating_add(*c);

@@ -20,7 +20,7 @@ impl NodeState {
                         g.held.saturating_sub(1)
                     };
                     if let Some(gi) = g.group {
-                        touched.push(gi);
+                        touched.push(gi as usize);
                     }
                 }
                 Charge::Vgpu {
@@ -30,7 +30,7 @@ impl NodeState {
                     profile,
                 } => {
                     let prof: &Profile = match profile {
-                        ProfileRef::Topo(i) => &self.parents[*parent].table[*i],
+                        ProfileRef::Topo(i) => &self.parents[*parent].types.table[*i],
                         ProfileRef::Own(p) => p,
                     };
                     let g = &mut self.groups[*group];
@@ -91,17 +91,11 @@ impl NodeState {
                     framework,
                     ..
                 } => {
-                    let Some(pi) = self
-                        .topo
-                        .mediated_devices
-                        .parents
-                        .iter()
-                        .position(|p| p.id == *parent)
-                    else {
+                    let Some(pi) = self.topo.parents.iter().position(|p| p.id == *parent) else {
                         missing.push(format!("vGPU parent {parent}"));
                         continue;
                     };
-                    let tp = &self.topo.mediated_devices.parents[pi];
+                    let tp = &self.topo.parents[pi];
                     let reflected = tp.instances.iter().any(|i| {
                         i.uuid == Some(*uuid)
                             || (*framework == VgpuFramework::VendorVfio && i.profile == *profile)
@@ -131,7 +125,7 @@ impl NodeState {
                     };
                     charges.push(Charge::Vgpu {
                         parent: pi,
-                        group: ps.group,
+                        group: ps.group as usize,
                         cost,
                         profile: profile_ref,
                     });
@@ -202,7 +196,7 @@ impl NodeState {
                     offer,
                     ..
                 } => {
-                    let tp = &self.topo.mediated_devices.parents[parent];
+                    let tp = &self.topo.parents[parent];
                     let pr = &self.profiles_of(parent)[self.parents[parent].offers[offer].profile];
                     let request = &m.reqs[req].name;
                     out.push(AllocatedDevice::Vgpu {
@@ -239,7 +233,7 @@ impl NodeState {
                 (g.health.state, g.health.reasons.clone(), g.name.clone())
             }
             Pick::Vgpu { parent, group, .. } => {
-                let tp = &self.topo.mediated_devices.parents[parent];
+                let tp = &self.topo.parents[parent];
                 let gpu = self.groups[group].gpu.map(|g| &self.topo.gpus[g]);
                 let mut reasons = tp.health.reasons.clone();
                 let mut state = tp.health.state;

@@ -34,7 +34,7 @@ impl Overlay {
         }
     }
     fn touches(&self, group: &Group) -> bool {
-        !self.units.is_empty() && group.parents.iter().any(|&p| self.units_of(p) > 0)
+        !self.units.is_empty() && group.parents.iter().any(|&p| self.units_of(p as usize) > 0)
     }
     fn pool<'a>(&'a self, gi: usize, g: &'a Group) -> Option<&'a Pool> {
         self.pools
@@ -292,10 +292,8 @@ impl NodeState {
                 continue;
             }
             let parent_sum = if overlay.touches(g) {
-                g.entries[local]
-                    .iter()
-                    .map(|e| {
-                        let (p, o) = e.get();
+                g.entries(local)
+                    .map(|(p, o)| {
                         let ps = &self.parents[p];
                         ps.free_for(&ps.offers[o], overlay.units_of(p))
                     })
@@ -382,10 +380,10 @@ impl NodeState {
             };
             let c = &mut cands[ci];
             let g = &self.groups[c.group];
-            let entries = &g.entries[c.local];
+            let count = g.entry_count(c.local);
             let mut chosen = None;
-            while c.cursor < entries.len() {
-                let (p, o) = entries[c.cursor].get();
+            while c.cursor < count {
+                let (p, o) = g.entry(c.local, c.cursor);
                 let ps = &self.parents[p];
                 if ps.free_for(&ps.offers[o], overlay.units_of(p)) > 0 {
                     chosen = Some((p, o));
@@ -400,7 +398,7 @@ impl NodeState {
                 reason.profile = Some(text.to_owned());
                 return Err(reason);
             };
-            let profile = &self.parents[p].table[self.parents[p].offers[o].profile];
+            let profile = &self.parents[p].types.table[self.parents[p].offers[o].profile];
             overlay.add_units(p, self.parents.len(), self.parents[p].offers[o].cost);
             overlay.charge_pool(c.group, g, profile);
             if let Some(x) = g.gpu {
@@ -554,7 +552,7 @@ impl NodeState {
             // Binpack and spread keep GPUs that offer the Machine's vGPU types for those.
             let hosts = policy != Policy::FirstFit
                 && self.gpus[i].group.is_some_and(|gi| {
-                    self.groups[gi]
+                    self.groups[gi as usize]
                         .classes
                         .iter()
                         .any(|c| vgpu_classes.contains(c))

@@ -14,14 +14,16 @@
 mod build;
 mod charge;
 mod fit;
+mod topo;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use gpu_core::{HealthState, NodeTopology, Pool, Profile, Vendor};
 
 use crate::resolve::ClassId;
+pub(crate) use topo::{Topo, TopoTables};
 
 const UNIT_CAP: u64 = 1 << 32;
 
@@ -46,11 +48,11 @@ pub(crate) struct GpuSlot {
     pub held: u32,
     /// vGPU instances charged on it by allocations (not yet in the snapshot).
     pub vgpus: u32,
-    pub group: Option<usize>,
+    pub group: Option<u32>,
     /// The snapshot shows vGPUs or used framebuffer on it.
     pub hosts_base: bool,
-    /// The model name in lower case, for the `model` filter.
-    pub model_lc: String,
+    /// The model name in lower case, for the `model` filter (shared fleet-wide).
+    pub model_lc: Arc<str>,
 }
 
 impl GpuSlot {
@@ -75,15 +77,21 @@ pub(crate) struct Offer {
 /// A vGPU parent's accounting.
 #[derive(Debug, Clone)]
 pub(crate) struct ParentSlot {
-    pub group: usize,
+    pub group: u32,
     pub cap: u64,
     pub used: u64,
     /// Shared by every parent whose types and counts are the same (every free VF of a GPU).
     pub offers: Arc<[Offer]>,
     pub usable: bool,
-    /// The parent's types, shared by every parent listing the same ones.
+    /// The parent's types and counts, shared by every parent listing the same.
+    pub types: Arc<ParentTypes>,
+}
+
+/// A parent's types (shared by every parent listing the same ones) and its own instance counts,
+/// where they differ from the table's.
+#[derive(Debug)]
+pub(crate) struct ParentTypes {
     pub table: Arc<[Profile]>,
-    /// The parent's own instance counts, where they differ from the table's.
     pub counts: Counts,
 }
 
@@ -92,9 +100,15 @@ pub(crate) struct ParentSlot {
 pub(crate) enum Counts {
     /// As in the shared table.
     Table,
-    /// Its own, type by type.
-    Own(Box<[(u32, Option<u32>)]>),
+    /// Its own, type by type (shared by every parent with the same counts).
+    Own(OwnCounts),
 }
+
+/// A parent's `(availableInstances, reportedInstances)` per type, shared.
+pub(crate) type OwnCounts = Arc<[(u32, Option<u32>)]>;
+
+/// Offers and types of the parents of one table with the same counts.
+type SharedOffers = (Arc<[Offer]>, Arc<ParentTypes>);
 
 /// Profile lists and offers shared across the fleet: every VF of a GPU model and driver lists
 /// the same types, so one copy serves them all. Parents keep only their counts where they
@@ -102,8 +116,12 @@ pub(crate) enum Counts {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProfileTables {
     tables: HashMap<u64, Vec<Arc<[Profile]>>>,
-    /// Offers of a table's parents whose counts are the table's, by table address.
-    offers: HashMap<usize, Arc<[Offer]>>,
+    /// Offers and types by table address and counts (`None`: the table's own).
+    offers: HashMap<(usize, Option<usize>), SharedOffers>,
+    /// Parents' own counts, shared: a driver reports few distinct patterns across VFs.
+    counts: HashSet<OwnCounts>,
+    /// The GPUs, parents and pools of the nodes' topologies.
+    pub topo: TopoTables,
 }
 
 /// Equal apart from the instance counts.
@@ -145,31 +163,40 @@ impl ProfileTables {
         let counts = if same {
             Counts::Table
         } else {
-            Counts::Own(
-                profiles
-                    .iter()
-                    .map(|p| (p.available_instances, p.reported_instances))
-                    .collect(),
-            )
+            let own: Vec<(u32, Option<u32>)> = profiles
+                .iter()
+                .map(|p| (p.available_instances, p.reported_instances))
+                .collect();
+            let shared = match self.counts.get(own.as_slice()) {
+                Some(c) => Arc::clone(c),
+                None => {
+                    let c: OwnCounts = Arc::from(own);
+                    self.counts.insert(Arc::clone(&c));
+                    c
+                }
+            };
+            Counts::Own(shared)
         };
         (table, counts)
     }
 
-    /// Offers shared by the parents of one table with the table's counts.
+    /// Offers and types shared by the parents of one table with the same counts (the offers
+    /// follow from the types and their counts alone).
     pub(crate) fn offers(
         &mut self,
-        table: &Arc<[Profile]>,
-        counts: &Counts,
+        table: Arc<[Profile]>,
+        counts: Counts,
         make: impl FnOnce() -> Vec<Offer>,
-    ) -> Arc<[Offer]> {
-        match counts {
-            Counts::Own(_) => Arc::from(make()),
-            Counts::Table => Arc::clone(
-                self.offers
-                    .entry(table.as_ptr() as usize)
-                    .or_insert_with(|| Arc::from(make())),
-            ),
-        }
+    ) -> (Arc<[Offer]>, Arc<ParentTypes>) {
+        let own = match &counts {
+            Counts::Own(c) => Some(c.as_ptr() as usize),
+            Counts::Table => None,
+        };
+        let (o, t) = self
+            .offers
+            .entry((table.as_ptr() as usize, own))
+            .or_insert_with(|| (Arc::from(make()), Arc::new(ParentTypes { table, counts })));
+        (Arc::clone(o), Arc::clone(t))
     }
 }
 
@@ -207,26 +234,58 @@ impl Entry {
 pub(crate) struct Group {
     pub pool: Option<Pool>,
     pub gpu: Option<usize>,
-    pub parents: Vec<usize>,
+    /// The group's parents, in topology order.
+    pub parents: Box<[u32]>,
     pub health: HealthState,
     /// Something exists or is charged here (instances, used framebuffer or slices).
     pub base_used: bool,
     pub charged: u32,
     /// Classes offered here, sorted.
-    pub classes: Vec<ClassId>,
-    /// Per class: (parent, offer) pairs, parents in address order.
-    pub entries: Vec<Vec<Entry>>,
+    pub classes: Box<[ClassId]>,
+    /// The parents in address order, so "the first free VF" is the lowest one.
+    pub order: Box<[u32]>,
+    /// Per class, its (parent, offer) pairs: `(UNIFORM, o)` when every parent of `order` offers
+    /// it once, as offer `o` (every VF of a GPU lists the same types), else `(start, len)` in
+    /// `list`.
+    pub span: Box<[(u32, u32)]>,
+    pub list: Box<[Entry]>,
     /// Per class: a (parent, profile) whose profile stands for the class's size.
-    pub sample: Vec<(usize, usize)>,
+    pub sample: Box<[(u32, u32)]>,
     /// Per class: instances the parents could still take, pool aside.
-    pub parent_sum: Vec<u32>,
+    pub parent_sum: Box<[u32]>,
     /// Per class: instances this group can still take (0 when blocked).
-    pub contrib: Vec<u32>,
+    pub contrib: Box<[u32]>,
+    /// Per class: the index into the node's `free`.
+    pub node_ix: Box<[u32]>,
 }
+
+/// See [`Group::span`].
+pub(crate) const UNIFORM: u32 = u32::MAX;
 
 impl Group {
     fn local(&self, class: ClassId) -> Option<usize> {
         self.classes.binary_search(&class).ok()
+    }
+
+    /// How many (parent, offer) pairs local class `l` has.
+    pub(crate) fn entry_count(&self, l: usize) -> usize {
+        match self.span[l] {
+            (UNIFORM, _) => self.order.len(),
+            (_, len) => len as usize,
+        }
+    }
+
+    /// The `i`-th (parent, offer) pair of local class `l`, parents in address order.
+    pub(crate) fn entry(&self, l: usize, i: usize) -> (usize, usize) {
+        match self.span[l] {
+            (UNIFORM, o) => (self.order[i] as usize, o as usize),
+            (start, _) => self.list[start as usize + i].get(),
+        }
+    }
+
+    /// The (parent, offer) pairs of local class `l`, parents in address order.
+    pub(crate) fn entries(&self, l: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.entry_count(l)).map(move |i| self.entry(l, i))
     }
 }
 
@@ -272,17 +331,15 @@ pub(crate) enum Pick {
 /// A node in indexed form.
 #[derive(Debug, Clone)]
 pub(crate) struct NodeState {
-    pub topo: NodeTopology,
-    pub gpus: Vec<GpuSlot>,
-    pub groups: Vec<Group>,
-    pub parents: Vec<ParentSlot>,
+    pub topo: Topo,
+    pub gpus: Box<[GpuSlot]>,
+    pub groups: Box<[Group]>,
+    pub parents: Box<[ParentSlot]>,
     /// Free instances per class, sorted by class (classes offered but used up stay with 0).
-    pub free: Vec<(ClassId, u32)>,
+    pub free: Box<[(ClassId, u32)]>,
     /// Per class (as in `free`): the free instances on GPUs already hosting vGPUs, which take
     /// more without opening a fresh card (and, on NVIDIA, match its locked size).
-    pub free_used: Vec<u32>,
-    /// Per group and local class: the index into `free`.
-    node_ix: Vec<Vec<usize>>,
+    pub free_used: Box<[u32]>,
     pub whole_free: u32,
     pub whole_free_vendor: [u32; 6],
 }
@@ -294,22 +351,22 @@ fn creatable(pool: Option<&Pool>, profile: &Profile) -> u32 {
 impl NodeState {
     /// The types parent `p` lists (counts aside: see [`NodeState::topology`]).
     pub(crate) fn profiles_of(&self, p: usize) -> &[Profile] {
-        &self.parents[p].table
+        &self.parents[p].types.table
     }
 
     /// The topology as it was given: the shared types with each parent's own counts.
     pub(crate) fn topology(&self) -> NodeTopology {
-        let mut t = self.topo.clone();
-        for (tp, ps) in t.mediated_devices.parents.iter_mut().zip(&self.parents) {
-            tp.profiles = ps.table.to_vec();
-            if let Counts::Own(c) = &ps.counts {
-                for (p, (avail, reported)) in tp.profiles.iter_mut().zip(c.iter()) {
+        self.topo.to_topology(|i| {
+            let ps = &self.parents[i];
+            let mut profiles = ps.types.table.to_vec();
+            if let Counts::Own(c) = &ps.types.counts {
+                for (p, (avail, reported)) in profiles.iter_mut().zip(c.iter()) {
                     p.available_instances = *avail;
                     p.reported_instances = *reported;
                 }
             }
-        }
-        t
+            profiles
+        })
     }
 
     /// The node's name.
@@ -320,7 +377,7 @@ impl NodeState {
     /// The profile a class stands for in a group.
     fn sample_profile(&self, gi: usize, local: usize) -> &Profile {
         let (p, pr) = self.groups[gi].sample[local];
-        &self.parents[p].table[pr]
+        &self.parents[p as usize].types.table[pr as usize]
     }
 
     /// Free instances of a class on this node.
