@@ -136,6 +136,12 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+impl From<ActuateError> for ApiError {
+    fn from(e: ActuateError) -> Self {
+        Self::from_actuate(&e)
+    }
+}
+
 /// Renders an error and its sources on one line, skipping sources already in the text.
 pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();

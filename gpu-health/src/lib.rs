@@ -44,8 +44,8 @@ pub use assess::{
 pub use baseline::{BASELINE_PATH, Baseline, DeviceBaseline};
 
 pub use compose::{
-    ComposedNode, NodeRequest, NvmlSource, OpenedNode, node_topology, node_topology_with_reports,
-    open_node, open_node_host,
+    ComposedNode, NodeHealth, NodeRequest, NvmlSource, OpenedNode, ParentHealth, node_topology,
+    node_topology_with_reports, open_node, open_node_host,
 };
 pub use error::HealthError;
 pub use grade::{ExpectedWidth, Signals, WidthBasis, grade};
