@@ -3,6 +3,7 @@
 //! and the host's layout lock (`run/gpuslice/vgpu.lock`, the one `gpuslice vgpu apply` takes);
 //! reads are answered from the cached snapshot and never wait for a write.
 
+use gpu_core::ErrorKind;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -90,7 +91,7 @@ impl AgentConfig {
 ///
 /// # Errors
 /// A root that cannot be opened, or a named NVML library that does not open.
-pub fn open_root(
+pub fn config_for_root(
     root: &std::path::Path,
     req: &gpu_health::NodeRequest,
 ) -> Result<(Arc<dyn Host>, AgentConfig), gpu_health::HealthError> {
@@ -268,7 +269,7 @@ impl Agent {
     pub fn open(host: Arc<dyn Host>, config: AgentConfig) -> Result<Arc<Self>, ApiError> {
         let root = host
             .root_dir()
-            .ok_or_else(|| ApiError::new("host-error", "the host has no root directory"))?
+            .ok_or_else(|| ApiError::new(ErrorKind::HostError, "the host has no root directory"))?
             .to_path_buf();
         let dir = config
             .state_dir
@@ -545,14 +546,14 @@ impl Agent {
             out
         })
         .await
-        .map_err(|e| ApiError::new("error", format!("the write did not finish: {e}")))?
+        .map_err(|e| ApiError::new(ErrorKind::Other, format!("the write did not finish: {e}")))?
     }
 
     fn layout_lock(&self) -> Result<LayoutLock, ApiError> {
         let root = self
             .host
             .root_dir()
-            .ok_or_else(|| ApiError::new("host-error", "the host has no root directory"))?;
+            .ok_or_else(|| ApiError::new(ErrorKind::HostError, "the host has no root directory"))?;
         LayoutLock::acquire(root, Some(self.config.lock_timeout), &mut |p| {
             crate::log!(
                 "gpuslice agent: waiting for {} (another gpuslice vgpu apply)",
@@ -719,7 +720,7 @@ impl Agent {
             let p = &state.promises[i];
             if !same_target(&p.device, &device) && !self.picked_on_gpu(&p.device, &device) {
                 return Err(ApiError::new(
-                    "exists-other-type",
+                    ErrorKind::ExistsOtherType,
                     format!(
                         "{id} is already promised as {} (profile {}); remove it first",
                         describe(&p.device),
@@ -891,16 +892,16 @@ impl Agent {
             no_path("config", c)?;
         }
         let file = gpu_core::layout::LayoutFile::parse(&text)
-            .map_err(|e| ApiError::new(e.kind().as_str(), chain(&e)).with_status(400))?;
+            .map_err(|e| ApiError::new(e.kind(), chain(&e)).with_status(400))?;
         file.select(config.as_deref())
-            .map_err(|e| ApiError::new(e.kind().as_str(), chain(&e)).with_status(400))?;
+            .map_err(|e| ApiError::new(e.kind(), chain(&e)).with_status(400))?;
         let me = Arc::clone(self);
         // apply_layout takes the host's layout lock itself.
         let report = self
             .write(false, move |a| {
                 let cfg = file
                     .select(config.as_deref())
-                    .map_err(|e| ApiError::new(e.kind().as_str(), chain(&e)).with_status(400))?;
+                    .map_err(|e| ApiError::new(e.kind(), chain(&e)).with_status(400))?;
                 let mut opts = ApplyOptions::new(a.config.discover.node.clone());
                 opts.discover = a.config.discover.clone();
                 opts.dry_run = dry_run;

@@ -30,7 +30,7 @@ pub mod watch;
 
 pub use agent::{
     Agent, AgentConfig, CreateRequest, HandoffHook, HandoffTarget, Hooks, MetricsHook, Outcome,
-    Reconciled, Snapshot, compose_topology, open_root, parse_token,
+    Reconciled, Snapshot, compose_topology, config_for_root, parse_token,
 };
 pub use error::ApiError;
 pub use events::{Event, EventBus, EventKind};

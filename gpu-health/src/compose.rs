@@ -3,10 +3,10 @@
 
 use gpu_core::{Health, HealthState, NodeTopology, ParentId, PciAddress};
 use gpu_sysfs::Host;
-use gpu_sysfs::discover::{DiscoverOptions, discover};
+use gpu_sysfs::discover::{DiscoverOptions, discover_with_links};
 use serde::Serialize;
 
-use crate::assess::{GpuHealthReport, HealthOptions, grade_topology};
+use crate::assess::{GpuHealthReport, HealthOptions, grade_topology_with_links};
 use crate::error::HealthError;
 
 /// Discovers the node (GPUs, vGPU parents, profiles, instances, pools), grades every GPU's
@@ -25,7 +25,8 @@ pub fn node_topology(
 }
 
 /// [`node_topology`], also returning each GPU's full health report (the signals read, the
-/// expected link width and the warnings), in the topology's GPU order.
+/// expected link width and the warnings), in the topology's GPU order. Each PCIe link file is
+/// read once, by discovery, and handed to the grading.
 ///
 /// # Errors
 /// [`HealthError::Discovery`] when discovery fails.
@@ -34,8 +35,9 @@ pub fn node_topology_with_reports(
     opts: &DiscoverOptions,
     health: &HealthOptions,
 ) -> Result<(NodeTopology, Vec<GpuHealthReport>), HealthError> {
-    let mut topology = discover(host, opts)?;
-    let reports = grade_topology(host, &mut topology, health);
+    // Discovery reads the PCIe link files once; health judges the link from what it read.
+    let (mut topology, links) = discover_with_links(host, opts)?;
+    let reports = grade_topology_with_links(host, &mut topology, health, &links);
     Ok((topology, reports))
 }
 

@@ -38,8 +38,8 @@ pub mod reading;
 pub mod telemetry;
 
 pub use assess::{
-    BaselineSource, GpuHealthReport, HealthOptions, apply, assess, grade_topology, is_local_root,
-    updated_baseline,
+    BaselineSource, GpuHealthReport, HealthOptions, apply, assess, assess_with_links,
+    grade_topology, grade_topology_with_links, is_local_root, updated_baseline,
 };
 pub use baseline::{BASELINE_PATH, Baseline, DeviceBaseline};
 

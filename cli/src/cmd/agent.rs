@@ -128,7 +128,7 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     if a.no_nvml {
         req.nvml = gpu_health::NvmlSource::Off;
     }
-    let (host, mut config) = gpu_agent::open_root(&g.root, &req)
+    let (host, mut config) = gpu_agent::config_for_root(&g.root, &req)
         .with_context(|| format!("--root {}", g.root.display()))?;
     config.state_dir = a.state_dir.clone();
     config.lock_timeout = Duration::from_secs(a.lock_timeout);

@@ -141,6 +141,7 @@ fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
     if a.dry_run {
         return output(g, &planned, true);
     }
+    store.create()?; // before any change, so that every change can be recorded
     let claim = node::prepare(&host(g)?, planned)?;
     store.write(&claim)?;
     output(g, &claim, false)

@@ -154,6 +154,20 @@ impl ClaimStore {
         })
     }
 
+    /// Creates the store's directories (a component that is a link or a file is refused): a
+    /// prepare calls it before it changes the host, so what it changes can be recorded.
+    ///
+    /// # Errors
+    /// A base directory that does not exist; a component that is a link, a file, or cannot be
+    /// created.
+    pub fn create(&self) -> Result<()> {
+        let claims = format!("{}/claims", self.dir);
+        self.host()?;
+        gpu_sysfs::host::make_state_dir(&self.base, &claims)
+            .map(|_| ())
+            .map_err(|e| state_error("cannot create", &self.base.join(&claims), e))
+    }
+
     /// Records a prepared claim, creating the store, with gpuslice's one atomic writer.
     ///
     /// # Errors
