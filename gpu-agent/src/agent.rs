@@ -1140,3 +1140,30 @@ impl ApiError {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outcome_is_named_as_its_json_spells_it() {
+        for o in [
+            Outcome::Present,
+            Outcome::Recreated,
+            Outcome::Failed,
+            Outcome::Conflict,
+            Outcome::Dropped,
+        ] {
+            assert_eq!(serde_json::to_value(&o).ok(), Some(o.as_str().into()));
+        }
+    }
+
+    #[test]
+    fn a_token_is_trimmed_and_a_short_one_refused() {
+        assert_eq!(
+            parse_token("  0123456789abcdef\n").ok().as_deref(),
+            Some(&b"0123456789abcdef"[..])
+        );
+        assert!(parse_token("short\n").is_err());
+    }
+}
