@@ -1,6 +1,6 @@
 //! Options and helpers every subcommand shares.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use gpu_core::ErrorKind;
@@ -68,15 +68,12 @@ pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result
     Ok(())
 }
 
-/// The host `--root` names (see [`gpu_sysfs::open_root`]).
-pub type OpenedHost = gpu_sysfs::OpenedRoot;
-
 /// Opens the host at `--root`: a directory, or a `*.umockdev` recording.
 ///
 /// # Errors
 /// A root that does not exist or is not a directory, or a recording that cannot be read or is
 /// malformed (the message names the file and line).
-pub fn open_host(g: &Global) -> anyhow::Result<OpenedHost> {
+pub fn open_host(g: &Global) -> anyhow::Result<gpu_sysfs::OpenedRoot> {
     use anyhow::Context;
     gpu_sysfs::open_root(&g.root).with_context(|| format!("--root {}", g.root.display()))
 }
@@ -106,6 +103,61 @@ pub fn open_node_host(
 ) -> anyhow::Result<gpu_health::OpenedNode> {
     use anyhow::Context;
     gpu_health::open_node_host(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
+}
+
+/// Reads a file named on the command line; `-` reads standard input.
+///
+/// # Errors
+/// The file (named, with `what` it should hold) cannot be read.
+pub fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
+    if path.as_os_str() == "-" {
+        return std::io::read_to_string(std::io::stdin())
+            .with_context(|| format!("cannot read {what} from standard input"));
+    }
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {what} file {}", path.display()))
+}
+
+/// This host's topology with health graded, from `--root` (a directory or a `*.umockdev`
+/// recording), through the one composition call; `--node` is checked first. NVML describes the
+/// GPUs of the machine it runs on, so it is loaded only for `--root /` (and never with `no_nvml`).
+///
+/// # Errors
+/// An invalid `--node`; a root that cannot be opened or discovered.
+pub fn local_topology(
+    g: &Global,
+    mdev_parents: Option<Vec<gpu_core::ParentId>>,
+    no_nvml: bool,
+) -> anyhow::Result<gpu_core::NodeTopology> {
+    use anyhow::Context;
+    let node = g.node_name();
+    gpu_core::validate_name(&node).context("--node")?;
+    let mut req = gpu_health::NodeRequest::new(node);
+    req.mdev_parents = mdev_parents;
+    if no_nvml {
+        req.nvml = gpu_health::NvmlSource::Off;
+    }
+    Ok(open_node(g, &req)?.topology)
+}
+
+/// The nodes and allocations to report: a fleet file (`--inventory`), or this host.
+///
+/// # Errors
+/// When the fleet file cannot be read or decoded, or the host cannot be discovered.
+pub fn load_nodes(
+    g: &Global,
+    inventory: Option<&Path>,
+) -> anyhow::Result<(Vec<gpu_core::NodeTopology>, Vec<gpu_core::Allocation>)> {
+    use anyhow::Context;
+    let Some(path) = inventory else {
+        return Ok((vec![local_topology(g, None, false)?], vec![]));
+    };
+    let text = read_input(path, "fleet")?;
+    let fleet = gpu_core::Fleet::from_text(&text)
+        .map_err(gpu_core::ConfigDocError)
+        .with_context(|| format!("fleet file {}", path.display()))?;
+    Ok((fleet.nodes, fleet.allocations))
 }
 
 /// Renders rows as a left-aligned table with two spaces between columns; trailing spaces are

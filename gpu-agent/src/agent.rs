@@ -3,6 +3,7 @@
 //! and the host's layout lock (`run/gpuslice/vgpu.lock`, the one `gpuslice vgpu apply` takes);
 //! reads are answered from the cached snapshot and never wait for a write.
 
+use gpu_core::ErrorKind;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use gpu_core::{MdevUuid, NodeTopology, ParentId, PciAddress};
 use gpu_health::{GpuHealthReport, HealthOptions};
 use gpu_sysfs::Host;
-use gpu_sysfs::actuate::{self, MdevCreate};
+use gpu_sysfs::actuate::{self, CreateTarget, Created, MdevCreate};
 use gpu_sysfs::apply::{ApplyOptions, LayoutLock};
 use gpu_sysfs::discover::DiscoverOptions;
 use serde::{Deserialize, Serialize};
@@ -91,7 +92,7 @@ impl AgentConfig {
 ///
 /// # Errors
 /// A root that cannot be opened, or a named NVML library that does not open.
-pub fn open_root(
+pub fn config_for_root(
     root: &std::path::Path,
     req: &gpu_health::NodeRequest,
 ) -> Result<(Arc<dyn Host>, AgentConfig), gpu_health::HealthError> {
@@ -178,6 +179,32 @@ pub enum Outcome {
     Dropped,
 }
 
+impl Outcome {
+    /// The outcome as the JSON spells it (`present`, `recreated`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Present => "present",
+            Outcome::Recreated => "recreated",
+            Outcome::Failed => "failed",
+            Outcome::Conflict => "conflict",
+            Outcome::Dropped => "dropped",
+        }
+    }
+}
+
+/// A bearer token as a token file holds it: the text without surrounding whitespace, at least
+/// 16 characters (a short token is refused: it can be guessed).
+///
+/// # Errors
+/// A token shorter than 16 characters.
+pub fn parse_token(text: &str) -> Result<Arc<[u8]>, String> {
+    let token = text.trim();
+    if token.len() < 16 {
+        return Err("the token is shorter than 16 characters".to_owned());
+    }
+    Ok(Arc::from(token.as_bytes()))
+}
+
 /// One promise and what reconcile did about it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -251,7 +278,7 @@ impl Agent {
     pub fn open(host: Arc<dyn Host>, config: AgentConfig) -> Result<Arc<Self>, ApiError> {
         let root = host
             .root_dir()
-            .ok_or_else(|| ApiError::new("host-error", "the host has no root directory"))?
+            .ok_or_else(|| ApiError::new(ErrorKind::HostError, "the host has no root directory"))?
             .to_path_buf();
         let dir = config
             .state_dir
@@ -541,14 +568,14 @@ impl Agent {
             out
         })
         .await
-        .map_err(|e| ApiError::new("error", format!("the write did not finish: {e}")))?
+        .map_err(|e| ApiError::new(ErrorKind::Other, format!("the write did not finish: {e}")))?
     }
 
     fn layout_lock(&self) -> Result<LayoutLock, ApiError> {
         let root = self
             .host
             .root_dir()
-            .ok_or_else(|| ApiError::new("host-error", "the host has no root directory"))?;
+            .ok_or_else(|| ApiError::new(ErrorKind::HostError, "the host has no root directory"))?;
         LayoutLock::acquire(root, Some(self.config.lock_timeout), &mut |p| {
             crate::log!(
                 "gpuslice agent: waiting for {} (another gpuslice vgpu apply)",
@@ -608,10 +635,10 @@ impl Agent {
                 )
             }
             (None, Some(m)) => {
-                gpu_core::validate_name(m).map_err(|e| ApiError::from_core("machine", &e))?;
                 let r = owner.request.as_deref().unwrap_or("gpu");
-                gpu_core::validate_name(r).map_err(|e| ApiError::from_core("request", &e))?;
-                Some(MdevUuid::for_machine(m, r, owner.index.unwrap_or(0)))
+                let u = actuate::machine_uuid(m, r, owner.index.unwrap_or(0))
+                    .map_err(|(field, e)| ApiError::from_core(field, &e))?;
+                Some(u)
             }
             (None, None) => None,
         };
@@ -639,138 +666,63 @@ impl Agent {
         owner: Owner,
     ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
         let host = self.host.as_ref();
-        let is_mdev_parent = host.exists(&format!("sys/class/mdev_bus/{parent}"));
-        let gpu_addr = match &parent {
-            ParentId::Pci(p) => Some(*p),
-            ParentId::Named(n) if !is_mdev_parent => {
-                let snap = self.snapshot();
-                match snap.topology.gpu_by_name(n) {
-                    Some(g) => Some(g.address),
-                    None => {
-                        return Err(ApiError::not_found(format!(
-                            "{n:?} is neither an mdev parent nor a GPU of this host"
-                        )));
-                    }
-                }
-            }
-            ParentId::Named(_) => None,
-        };
-        let mdev_on_gpu = !is_mdev_parent
-            && gpu_addr.is_some_and(|a| {
-                actuate::vfs_of(host, &a)
-                    .iter()
-                    .any(|v| host.exists(&format!("sys/class/mdev_bus/{v}")))
-            });
-        if is_mdev_parent || mdev_on_gpu {
-            let uuid = uuid.ok_or_else(|| {
-                ApiError::invalid("an mdev instance needs a name: give uuid or machine")
-            })?;
-            let (rec_parent, type_id) = if is_mdev_parent {
-                let t = actuate::resolve_mdev_profile(host, &parent, &req.profile)
-                    .map_err(|e| ApiError::from_actuate(&e))?;
-                (parent.clone(), t)
-            } else {
-                let gpu = gpu_addr.ok_or_else(|| ApiError::invalid("no GPU"))?;
-                let first = actuate::vfs_of(host, &gpu)
-                    .into_iter()
-                    .map(ParentId::Pci)
-                    .find(|v| host.exists(&format!("sys/class/mdev_bus/{v}")))
-                    .ok_or_else(|| ApiError::not_found(format!("no mdev parent on {gpu}")))?;
-                let t = actuate::resolve_mdev_profile(host, &first, &req.profile)
-                    .map_err(|e| ApiError::from_actuate(&e))?;
-                (parent.clone(), t)
-            };
-            let device = Device::Mdev {
-                uuid,
-                parent: rec_parent,
-                type_id: type_id.clone(),
-            };
-            let made = self.with_promise(device, owner, &req.profile, || {
-                let made = if is_mdev_parent {
-                    actuate::create_mdev(
-                        host,
-                        &MdevCreate {
-                            parent: parent.clone(),
-                            type_id: type_id.clone(),
-                            uuid,
-                        },
-                    )
-                } else {
-                    let gpu = gpu_addr.ok_or_else(|| ApiError::invalid("no GPU"))?;
-                    actuate::create_mdev_on_gpu(host, &gpu, &req.profile, uuid)
-                }
-                .map_err(|e| {
-                    ApiError::from_actuate(&e).context(format!("cannot create mdev {uuid}"))
+        let target = actuate::create_target(host, &parent, &req.profile, |n| {
+            self.snapshot()
+                .topology
+                .gpu_by_name(n)
+                .map(|g| g.address)
+                .ok_or_else(|| {
+                    ApiError::not_found(format!(
+                        "{n:?} is neither an mdev parent nor a GPU of this host"
+                    ))
+                })
+        })?;
+        let (device, context, handoff, kind) = match &target {
+            CreateTarget::Mdev { type_id, .. } | CreateTarget::MdevOnGpu { type_id, .. } => {
+                let uuid = uuid.ok_or_else(|| {
+                    ApiError::invalid("an mdev instance needs a name: give uuid or machine")
                 })?;
-                let actual = Device::Mdev {
+                let device = Device::Mdev {
                     uuid,
-                    parent: made.parent.clone(),
-                    type_id: made.type_id.clone(),
+                    parent: parent.clone(),
+                    type_id: type_id.clone(),
                 };
-                Ok((made, actual))
-            })?;
-            let mut body = serde_json::to_value(&made).unwrap_or_default();
-            if let Some(o) = body.as_object_mut() {
-                o.insert("kind".to_owned(), "mdev".into());
-                if let Some(h) = self.handoff(&HandoffTarget::Mdev(uuid)) {
-                    o.insert("vmHandoff".to_owned(), h);
+                let context = format!("cannot create mdev {uuid}");
+                (device, context, HandoffTarget::Mdev(uuid), "mdev")
+            }
+            CreateTarget::VendorVfio { vf, type_num } => {
+                if uuid.is_some() && req.machine.is_none() {
+                    return Err(ApiError::invalid(
+                        "uuid names mdev instances; a vendor-VFIO vGPU is named by its VF",
+                    ));
                 }
+                let device = Device::VendorVfio {
+                    vf: *vf,
+                    type_num: *type_num,
+                };
+                let context = format!("cannot give VF {vf} type {type_num}");
+                (device, context, HandoffTarget::Pci(*vf), "vendorVfio")
             }
-            return Ok(("mdev", uuid.to_string(), body));
-        }
-        let Some(addr) = gpu_addr else {
-            return Err(ApiError::not_found(format!(
-                "{parent} is neither an mdev parent nor a GPU of this host"
-            )));
         };
-        if uuid.is_some() && req.machine.is_none() {
-            return Err(ApiError::invalid(
-                "uuid names mdev instances; a vendor-VFIO vGPU is named by its VF",
-            ));
-        }
-        let vf = if actuate::is_vendor_vfio_vf(host, &addr) {
-            addr
-        } else {
-            let has_vfs = actuate::vfs_of(host, &addr)
-                .iter()
-                .any(|v| actuate::is_vendor_vfio_vf(host, v));
-            if !has_vfs {
-                return Err(ApiError::new(
-                    "unsupported",
-                    format!(
-                        "{parent} is neither an mdev parent nor an NVIDIA vendor-VFIO VF or GPU with VFs"
-                    ),
-                ));
-            }
-            let id = actuate::resolve_gpu_profile(host, &addr, &req.profile)
-                .map_err(|e| ApiError::from_actuate(&e))?;
-            actuate::free_vf_for(host, &addr, id).ok_or_else(|| {
-                ApiError::new(
-                    "exhausted",
-                    format!(
-                        "no free VF of {addr} can take vGPU type {} now",
-                        req.profile
-                    ),
-                )
-            })?
-        };
-        let type_num = actuate::resolve_vf_profile(host, &vf, &req.profile)
-            .map_err(|e| ApiError::from_actuate(&e))?;
-        let device = Device::VendorVfio { vf, type_num };
+        let id = device.id();
         let made = self.with_promise(device.clone(), owner, &req.profile, || {
-            let set = actuate::set_vf_type(host, &vf, type_num, req.force).map_err(|e| {
-                ApiError::from_actuate(&e).context(format!("cannot give VF {vf} type {type_num}"))
-            })?;
-            Ok((set, device.clone()))
+            let made = actuate::create_vgpu(host, &target, uuid, &req.profile, req.force)
+                .map_err(|e| ApiError::from_actuate(&e).context(&context))?;
+            let actual = match &made {
+                Created::Mdev(m) => Device::Mdev {
+                    uuid: m.uuid,
+                    parent: m.parent.clone(),
+                    type_id: m.type_id.clone(),
+                },
+                Created::VendorVfio(_) => device.clone(),
+            };
+            Ok((made, actual))
         })?;
         let mut body = serde_json::to_value(&made).unwrap_or_default();
-        if let Some(o) = body.as_object_mut() {
-            o.insert("kind".to_owned(), "vendorVfio".into());
-            if let Some(h) = self.handoff(&HandoffTarget::Pci(vf)) {
-                o.insert("vmHandoff".to_owned(), h);
-            }
+        if let (Some(o), Some(h)) = (body.as_object_mut(), self.handoff(&handoff)) {
+            o.insert("vmHandoff".to_owned(), h);
         }
-        Ok(("vendorVfio", vf.to_string(), body))
+        Ok((kind, id, body))
     }
 
     /// Records `device` as pending, runs `create`, then records what was made as created; a
@@ -790,7 +742,7 @@ impl Agent {
             let p = &state.promises[i];
             if !same_target(&p.device, &device) && !self.picked_on_gpu(&p.device, &device) {
                 return Err(ApiError::new(
-                    "exists-other-type",
+                    ErrorKind::ExistsOtherType,
                     format!(
                         "{id} is already promised as {} (profile {}); remove it first",
                         describe(&p.device),
@@ -962,16 +914,16 @@ impl Agent {
             no_path("config", c)?;
         }
         let file = gpu_core::layout::LayoutFile::parse(&text)
-            .map_err(|e| ApiError::new(e.kind().as_str(), chain(&e)).with_status(400))?;
+            .map_err(|e| ApiError::new(e.kind(), chain(&e)).with_status(400))?;
         file.select(config.as_deref())
-            .map_err(|e| ApiError::new(e.kind().as_str(), chain(&e)).with_status(400))?;
+            .map_err(|e| ApiError::new(e.kind(), chain(&e)).with_status(400))?;
         let me = Arc::clone(self);
         // apply_layout takes the host's layout lock itself.
         let report = self
             .write(false, move |a| {
                 let cfg = file
                     .select(config.as_deref())
-                    .map_err(|e| ApiError::new(e.kind().as_str(), chain(&e)).with_status(400))?;
+                    .map_err(|e| ApiError::new(e.kind(), chain(&e)).with_status(400))?;
                 let mut opts = ApplyOptions::new(a.config.discover.node.clone());
                 opts.discover = a.config.discover.clone();
                 opts.dry_run = dry_run;
@@ -1008,13 +960,12 @@ impl Agent {
     /// An unreadable host.
     pub fn list_blocking(&self) -> Result<serde_json::Value, ApiError> {
         let host = self.host.as_ref();
-        let mdevs = actuate::list_instances(host).map_err(|e| ApiError::from_actuate(&e))?;
-        let vfs = actuate::list_vf_instances(host).map_err(|e| ApiError::from_actuate(&e))?;
+        let listing = actuate::list_vgpus(host)?;
         let state = self.load()?;
         Ok(serde_json::json!({
             "revision": self.bus.revision(),
-            "mdevs": mdevs,
-            "vendorVfio": vfs,
+            "mdevs": listing.mdevs,
+            "vendorVfio": listing.vendor_vfio,
             "promises": state.promises,
         }))
     }
@@ -1209,5 +1160,32 @@ impl ApiError {
     pub fn with_status(mut self, status: u16) -> Self {
         self.status = status;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outcome_is_named_as_its_json_spells_it() {
+        for o in [
+            Outcome::Present,
+            Outcome::Recreated,
+            Outcome::Failed,
+            Outcome::Conflict,
+            Outcome::Dropped,
+        ] {
+            assert_eq!(serde_json::to_value(&o).ok(), Some(o.as_str().into()));
+        }
+    }
+
+    #[test]
+    fn a_token_is_trimmed_and_a_short_one_refused() {
+        assert_eq!(
+            parse_token("  0123456789abcdef\n").ok().as_deref(),
+            Some(&b"0123456789abcdef"[..])
+        );
+        assert!(parse_token("short\n").is_err());
     }
 }

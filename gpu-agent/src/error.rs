@@ -1,6 +1,7 @@
 //! The agent's error documents: `{"error": {"kind", "message", "errno"?, "errnoName"?}}`, with the
 //! same `kind` strings as the CLI's `-o json` errors and the HTTP status that fits the kind.
 
+use gpu_core::ErrorKind;
 use gpu_sysfs::SysfsError;
 use gpu_sysfs::actuate::ActuateError;
 use gpu_sysfs::apply::ApplyError;
@@ -13,11 +14,12 @@ pub struct ApiError {
     /// The HTTP status the kind maps to.
     #[serde(skip)]
     pub status: u16,
-    /// Stable kind: the actuation kinds of `gpuslice -o json` (`exists`, `exhausted`, `in-use`,
-    /// `exists-other-type`, ...), a layout code, `invalid-request`, `not-found`, `host-error`,
-    /// and the agent's own `unknown-route`, `method-not-allowed`, `too-large`, `unauthorized`,
-    /// `read-only`, `shutting-down`, `error`.
-    pub kind: String,
+    /// Stable kind, from gpuslice's one vocabulary ([`ErrorKind`], serialized by name): the
+    /// actuation kinds of `gpuslice -o json` (`exists`, `exhausted`, `in-use`,
+    /// `exists-other-type`, ...), a layout kind, `invalid-request`, `not-found`, `host-error`,
+    /// and those only the agent answers: `unknown-route`, `method-not-allowed`, `too-large`,
+    /// `unauthorized`, `read-only`.
+    pub kind: ErrorKind,
     /// One line for people.
     pub message: String,
     /// The kernel errno, when the failure came from a sysfs write.
@@ -36,10 +38,10 @@ struct ErrorDocument<'a> {
 
 impl ApiError {
     /// An error of `kind` with its usual status.
-    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         ApiError {
             status: status_of(kind),
-            kind: kind.to_owned(),
+            kind,
             message: message.into(),
             errno: None,
             errno_name: None,
@@ -48,12 +50,12 @@ impl ApiError {
 
     /// A malformed or unacceptable request (400).
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new("invalid-request", message)
+        Self::new(ErrorKind::InvalidRequest, message)
     }
 
     /// Something the request names does not exist (404).
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new("not-found", message)
+        Self::new(ErrorKind::NotFound, message)
     }
 
     /// The error document as JSON text.
@@ -73,8 +75,8 @@ impl ApiError {
     pub fn from_actuate(e: &ActuateError) -> Self {
         let errno = e.errno();
         ApiError {
-            status: status_of(e.kind().as_str()),
-            kind: e.kind().as_str().to_owned(),
+            status: status_of(e.kind()),
+            kind: e.kind(),
             message: chain(e),
             errno,
             errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),
@@ -87,10 +89,10 @@ impl ApiError {
             return Self::from_actuate(a);
         }
         let errno = e.errno();
-        let kind = e.kind().as_str();
+        let kind = e.kind();
         ApiError {
             status: status_of(kind),
-            kind: kind.to_owned(),
+            kind,
             message: chain(e),
             errno,
             errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),
@@ -102,11 +104,11 @@ impl ApiError {
         match e {
             ApplyError::Discover(s) => Self::from_sysfs(s),
             ApplyError::Layout(l) => {
-                let mut a = Self::new(l.kind().as_str(), chain(l));
+                let mut a = Self::new(l.kind(), chain(l));
                 a.status = 400;
                 a
             }
-            _ => Self::new(e.kind().as_str(), chain(e)),
+            _ => Self::new(e.kind(), chain(e)),
         }
     }
 
@@ -119,12 +121,12 @@ impl ApiError {
             }
             cur = c.source();
         }
-        Self::new(e.kind().as_str(), chain(e))
+        Self::new(e.kind(), chain(e))
     }
 
     /// An invalid identity (UUID, address, name): `invalid-argument`, 400.
     pub fn from_core(field: &str, e: &gpu_core::CoreError) -> Self {
-        Self::new("invalid-argument", format!("{field}: {}", chain(e)))
+        Self::new(ErrorKind::InvalidArgument, format!("{field}: {}", chain(e)))
     }
 }
 
@@ -135,6 +137,12 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+impl From<ActuateError> for ApiError {
+    fn from(e: ActuateError) -> Self {
+        Self::from_actuate(&e)
+    }
+}
 
 /// Renders an error and its sources on one line, skipping sources already in the text.
 pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
@@ -150,21 +158,29 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-/// The HTTP status of an error kind: 400 for requests that can never succeed as written, 404 for
-/// things that are not there, 409 for conflicts with what is on the host, 503 for a host that
-/// cannot do it now.
-pub fn status_of(kind: &str) -> u16 {
+/// The HTTP status of an error kind: 400 for requests that can never succeed as written, 401
+/// and 403 for requests the listener does not take, 404 for things that are not there, 409 for
+/// conflicts with what is on the host, 503 for a host that cannot do it now.
+pub fn status_of(kind: ErrorKind) -> u16 {
+    use ErrorKind as K;
     match kind {
-        "invalid-request" | "invalid-argument" | "unknown-profile" | "unsupported"
-        | "unsatisfiable" => 400,
-        "unauthorized" => 401,
-        "read-only" => 403,
-        "not-found" | "unknown-route" | "no-device" => 404,
-        "method-not-allowed" => 405,
-        "in-use" | "exists" | "exists-other-type" | "busy" | "not-permitted"
-        | "group-not-viable" => 409,
-        "too-large" => 413,
-        "error" => 500,
+        K::InvalidRequest
+        | K::InvalidArgument
+        | K::UnknownProfile
+        | K::Unsupported
+        | K::Unsatisfiable => 400,
+        K::Unauthorized => 401,
+        K::ReadOnly => 403,
+        K::NotFound | K::UnknownRoute | K::NoDevice => 404,
+        K::MethodNotAllowed => 405,
+        K::InUse
+        | K::Exists
+        | K::ExistsOtherType
+        | K::Busy
+        | K::NotPermitted
+        | K::GroupNotViable => 409,
+        K::TooLarge => 413,
+        K::Other => 500,
         // exhausted, not-creatable, host-error, read-failed, driver-refused, timeout, ...
         _ => 503,
     }
@@ -176,12 +192,17 @@ mod tests {
 
     #[test]
     fn kinds_map_to_the_statuses_the_api_promises() {
-        assert_eq!(status_of("invalid-request"), 400);
-        assert_eq!(status_of("not-found"), 404);
-        assert_eq!(status_of("in-use"), 409);
-        assert_eq!(status_of("exists-other-type"), 409);
-        assert_eq!(status_of("exhausted"), 503);
-        assert_eq!(status_of("host-error"), 503);
+        assert_eq!(status_of(ErrorKind::InvalidRequest), 400);
+        assert_eq!(status_of(ErrorKind::Unauthorized), 401);
+        assert_eq!(status_of(ErrorKind::ReadOnly), 403);
+        assert_eq!(status_of(ErrorKind::NotFound), 404);
+        assert_eq!(status_of(ErrorKind::UnknownRoute), 404);
+        assert_eq!(status_of(ErrorKind::MethodNotAllowed), 405);
+        assert_eq!(status_of(ErrorKind::InUse), 409);
+        assert_eq!(status_of(ErrorKind::ExistsOtherType), 409);
+        assert_eq!(status_of(ErrorKind::TooLarge), 413);
+        assert_eq!(status_of(ErrorKind::Exhausted), 503);
+        assert_eq!(status_of(ErrorKind::HostError), 503);
     }
 
     #[test]

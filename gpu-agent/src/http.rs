@@ -1,5 +1,6 @@
 //! The versioned HTTP API: routes, JSON bodies and error documents.
 
+use gpu_core::ErrorKind;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,7 +86,7 @@ pub fn metrics_router(render: Render, content_type: String) -> Router {
                     }
                     r
                 }
-                Err(e) => ApiError::new("error", e).into_response(),
+                Err(e) => ApiError::new(ErrorKind::Other, e).into_response(),
             }
         }
     };
@@ -97,7 +98,7 @@ pub fn metrics_router(render: Render, content_type: String) -> Router {
 
 async fn unknown_route(req: Request) -> ApiError {
     ApiError::new(
-        "unknown-route",
+        ErrorKind::UnknownRoute,
         format!(
             "no route {} {}; the API is under /v1",
             req.method(),
@@ -108,7 +109,7 @@ async fn unknown_route(req: Request) -> ApiError {
 
 async fn wrong_method(req: Request) -> ApiError {
     ApiError::new(
-        "method-not-allowed",
+        ErrorKind::MethodNotAllowed,
         format!("{} is not allowed on {}", req.method(), req.uri().path()),
     )
 }
@@ -140,7 +141,7 @@ async fn metrics(State(a): State<Arc<Agent>>) -> Response {
             }
             r
         }
-        Err(e) => ApiError::new("error", e).into_response(),
+        Err(e) => ApiError::new(ErrorKind::Other, e).into_response(),
     }
 }
 
@@ -156,7 +157,7 @@ async fn promises(State(a): State<Arc<Agent>>) -> Result<Response, ApiError> {
     let me = Arc::clone(&a);
     let state = tokio::task::spawn_blocking(move || me.store().load())
         .await
-        .map_err(|e| ApiError::new("error", e.to_string()))??;
+        .map_err(|e| ApiError::new(ErrorKind::Other, e.to_string()))??;
     Ok(json_value(
         StatusCode::OK,
         &serde_json::json!({
@@ -170,7 +171,7 @@ async fn promises(State(a): State<Arc<Agent>>) -> Result<Response, ApiError> {
 async fn list_vgpus(State(a): State<Arc<Agent>>) -> Result<Response, ApiError> {
     let v = tokio::task::spawn_blocking(move || a.list_blocking())
         .await
-        .map_err(|e| ApiError::new("error", e.to_string()))??;
+        .map_err(|e| ApiError::new(ErrorKind::Other, e.to_string()))??;
     Ok(json_value(StatusCode::OK, &v))
 }
 
@@ -178,7 +179,7 @@ async fn list_vgpus(State(a): State<Arc<Agent>>) -> Result<Response, ApiError> {
 async fn read_body(body: Body) -> Result<axum::body::Bytes, ApiError> {
     match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
         Err(_) => Err(ApiError::new(
-            "timeout",
+            ErrorKind::Timeout,
             format!("the request body did not arrive within {BODY_TIMEOUT:?}"),
         )
         .with_status(408)),
@@ -187,7 +188,7 @@ async fn read_body(body: Body) -> Result<axum::body::Bytes, ApiError> {
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
             if too_large {
                 Err(ApiError::new(
-                    "too-large",
+                    ErrorKind::TooLarge,
                     format!("the request body is larger than {MAX_BODY} bytes"),
                 ))
             } else {

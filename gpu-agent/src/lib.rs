@@ -32,7 +32,7 @@ pub mod watch;
 
 pub use agent::{
     Agent, AgentConfig, CreateRequest, HandoffHook, HandoffTarget, Hooks, MetricsHook, Outcome,
-    Reconciled, Snapshot, compose_topology, open_root,
+    Reconciled, Snapshot, compose_topology, config_for_root, parse_token,
 };
 pub use error::ApiError;
 pub use events::{Event, EventBus, EventKind};
@@ -40,3 +40,29 @@ pub use serve::{Access, Listen, Listener, ServeOptions, serve, serve_router};
 pub use state::{Device, Owner, Phase, Promise, StateFile, StateStore};
 pub use uevent::{ChannelSource, NetlinkSource, Uevent, UeventSource};
 pub use watch::{WatchOptions, WatchedLayout, Watchers};
+
+/// The runtime the agent and the metrics server run on: two worker threads, I/O and timers.
+///
+/// # Errors
+/// The runtime cannot be started.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
+/// A future that ends on SIGTERM or Ctrl-C, to pass as a server's shutdown signal. Call it on
+/// the runtime: the SIGTERM handler is installed before it returns.
+///
+/// # Errors
+/// The SIGTERM handler cannot be installed.
+pub fn on_terminate() -> std::io::Result<impl std::future::Future<Output = ()> + Send> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    })
+}

@@ -3,6 +3,7 @@
 //! connection with a deadline for the request head, and a graceful shutdown that lets writes
 //! finish and removes the socket.
 
+use gpu_core::ErrorKind;
 use std::convert::Infallible;
 use std::future::Future;
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
@@ -91,14 +92,14 @@ impl Access {
                 .unwrap_or("");
             if !bool::from(given.as_bytes().ct_eq(token)) {
                 return Err(ApiError::new(
-                    "unauthorized",
+                    ErrorKind::Unauthorized,
                     "this listener needs Authorization: Bearer <token> (the agent's --token-file)",
                 ));
             }
         }
         if self.read_only && !matches!(*req.method(), Method::GET | Method::HEAD) {
             return Err(ApiError::new(
-                "read-only",
+                ErrorKind::ReadOnly,
                 format!(
                     "{} is refused: this listener is read-only (--insecure-read-only)",
                     req.method()

@@ -7,6 +7,7 @@
 //! asked and marked `created` after; a pending record found on start is an interrupted create,
 //! which reconcile finishes (or drops, when it cannot be done).
 
+use gpu_core::ErrorKind;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -145,20 +146,20 @@ impl StateStore {
             }
             Err(e) => {
                 return Err(ApiError::new(
-                    "host-error",
+                    ErrorKind::HostError,
                     format!("cannot read state file {}: {e}", path.display()),
                 ));
             }
         };
         let state: StateFile = serde_json::from_str(&text).map_err(|e| {
             ApiError::new(
-                "host-error",
+                ErrorKind::HostError,
                 format!("state file {} is malformed: {e}", path.display()),
             )
         })?;
         if state.version != STATE_VERSION {
             return Err(ApiError::new(
-                "host-error",
+                ErrorKind::HostError,
                 format!(
                     "state file {} has version {}; this agent reads version {STATE_VERSION}",
                     path.display(),
@@ -176,7 +177,7 @@ impl StateStore {
     pub fn save(&self, state: &StateFile) -> Result<(), ApiError> {
         let io = |what: &str, e: std::io::Error| {
             ApiError::new(
-                "host-error",
+                ErrorKind::HostError,
                 format!(
                     "cannot {what} in state directory {}: {e}",
                     self.dir.display()
@@ -184,8 +185,9 @@ impl StateStore {
             )
         };
         std::fs::create_dir_all(&self.dir).map_err(|e| io("create it", e))?;
-        let text = serde_json::to_string_pretty(state)
-            .map_err(|e| ApiError::new("error", format!("cannot encode the state: {e}")))?;
+        let text = serde_json::to_string_pretty(state).map_err(|e| {
+            ApiError::new(ErrorKind::Other, format!("cannot encode the state: {e}"))
+        })?;
         let tmp = self.dir.join(format!(".{STATE_FILE}.tmp"));
         {
             let mut f = std::fs::File::create(&tmp).map_err(|e| io("create a file", e))?;

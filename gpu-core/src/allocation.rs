@@ -22,6 +22,16 @@ pub enum AllocationStatus {
     Created,
 }
 
+impl AllocationStatus {
+    /// The status as the JSON spells it (`pending`, `created`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AllocationStatus::Pending => "pending",
+            AllocationStatus::Created => "created",
+        }
+    }
+}
+
 /// One allocated device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]

@@ -41,6 +41,24 @@ impl Fleet {
         Ok(f)
     }
 
+    /// The fleet as text for a file: pretty JSON (with a final newline) or YAML.
+    ///
+    /// # Errors
+    /// [`CoreError::Decode`] when a value cannot be rendered (not expected for a valid fleet).
+    pub fn to_text(&self, json: bool) -> Result<String, CoreError> {
+        let rendered = if json {
+            serde_json::to_string_pretty(self)
+                .map(|t| t + "\n")
+                .map_err(|e| e.to_string())
+        } else {
+            serde_yaml_ng::to_string(self).map_err(|e| e.to_string())
+        };
+        rendered.map_err(|message| CoreError::Decode {
+            what: "fleet".to_owned(),
+            message,
+        })
+    }
+
     /// Checks that node and machine names are valid names ([`crate::validate_name`]) and unique.
     ///
     /// # Errors

@@ -89,6 +89,16 @@ pub enum ErrorKind {
     Conflict,
     /// A layout does not fit the GPU (`does-not-fit`).
     DoesNotFit,
+    /// The agent's listener needs a bearer token the request did not carry (`unauthorized`).
+    Unauthorized,
+    /// The agent's listener serves reads only (`read-only`).
+    ReadOnly,
+    /// The agent has no such route (`unknown-route`).
+    UnknownRoute,
+    /// The route does not take this HTTP method (`method-not-allowed`).
+    MethodNotAllowed,
+    /// The request body is larger than the agent takes (`too-large`).
+    TooLarge,
     /// Anything else (`error`).
     Other,
 }
@@ -112,7 +122,7 @@ pub enum ErrorFamily {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 40] = [
+    pub const ALL: [ErrorKind; 45] = [
         ErrorKind::Unsatisfiable,
         ErrorKind::InvalidRequest,
         ErrorKind::InvalidConfig,
@@ -152,6 +162,11 @@ impl ErrorKind {
         ErrorKind::UnknownDevice,
         ErrorKind::Conflict,
         ErrorKind::DoesNotFit,
+        ErrorKind::Unauthorized,
+        ErrorKind::ReadOnly,
+        ErrorKind::UnknownRoute,
+        ErrorKind::MethodNotAllowed,
+        ErrorKind::TooLarge,
         ErrorKind::Other,
     ];
 
@@ -197,6 +212,11 @@ impl ErrorKind {
             ErrorKind::UnknownDevice => "unknown-device",
             ErrorKind::Conflict => "conflict",
             ErrorKind::DoesNotFit => "does-not-fit",
+            ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::ReadOnly => "read-only",
+            ErrorKind::UnknownRoute => "unknown-route",
+            ErrorKind::MethodNotAllowed => "method-not-allowed",
+            ErrorKind::TooLarge => "too-large",
             ErrorKind::Other => "error",
         }
     }
@@ -206,7 +226,13 @@ impl ErrorKind {
         use ErrorKind as K;
         match self {
             K::Unsatisfiable => ErrorFamily::Unsatisfiable,
-            K::InvalidRequest | K::InvalidArgument => ErrorFamily::InvalidRequest,
+            K::InvalidRequest
+            | K::InvalidArgument
+            | K::Unauthorized
+            | K::ReadOnly
+            | K::UnknownRoute
+            | K::MethodNotAllowed
+            | K::TooLarge => ErrorFamily::InvalidRequest,
             K::NotFound => ErrorFamily::NotFound,
             K::InvalidConfig
             | K::LayoutDecode
@@ -247,9 +273,21 @@ impl ErrorKind {
         }
     }
 
+    /// The kind of a name printed by [`ErrorKind::as_str`] (`exhausted` → `Exhausted`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        ErrorKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     /// Whether this kind comes from a vGPU layout file (the bindings expose it as `kind`).
     pub fn is_layout(self) -> bool {
         self.family() == ErrorFamily::Config && self != ErrorKind::InvalidConfig
+    }
+}
+
+/// Serialized as its name (`"exhausted"`), the string every front-end prints.
+impl serde::Serialize for ErrorKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -269,6 +307,10 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), ErrorKind::ALL.len());
+        for k in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_name(k.as_str()), Some(k));
+        }
+        assert_eq!(ErrorKind::from_name("no-such-kind"), None);
     }
 
     #[test]

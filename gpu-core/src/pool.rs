@@ -7,8 +7,11 @@
 //! vGPU also needs a free start slot for its GPU instance wherever the existing ones sit
 //! ([`crate::mig::MigSlots`]); otherwise only slice counts are checked.
 
+use std::collections::BTreeMap;
+
+use crate::ids::ParentId;
 use crate::mig::{MigProfile, SlotMisfit};
-use crate::topology::{Pool, Profile};
+use crate::topology::{NodeTopology, Parent, Pool, Profile};
 
 /// Why a profile does not fit a pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +202,63 @@ impl Pool {
             }
         }
     }
+}
+
+/// What one profile offers across a group of parents (the parents of one GPU, or one virtual
+/// parent): `topology`'s per-profile free counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileOffer {
+    /// The profile's name.
+    pub name: String,
+    /// The type ID.
+    pub id: String,
+    /// The framebuffer per instance, when known.
+    pub size_mib: Option<u64>,
+    /// Parents that can take one now.
+    pub parents_free: u32,
+    /// How many more can be created in total: the parents' counts, capped by the pool.
+    pub free: u32,
+}
+
+/// The profiles `parents` offer, in order of first appearance, with their free counts.
+pub fn profile_offers(parents: &[&Parent], pool: Option<&Pool>) -> Vec<ProfileOffer> {
+    let mut by_id: BTreeMap<String, ProfileOffer> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for p in parents {
+        for prof in &p.profiles {
+            let key = prof.id.to_string();
+            let line = by_id.entry(key.clone()).or_insert_with(|| {
+                order.push(key.clone());
+                ProfileOffer {
+                    name: prof.name.clone(),
+                    id: key,
+                    size_mib: prof.framebuffer_mib,
+                    parents_free: 0,
+                    free: 0,
+                }
+            });
+            line.parents_free += u32::from(prof.available_instances > 0);
+            line.free = line.free.saturating_add(prof.available_instances);
+            if let Some(pool) = pool {
+                line.free = line.free.min(pool.creatable(prof));
+            }
+        }
+    }
+    order.into_iter().filter_map(|k| by_id.remove(&k)).collect()
+}
+
+/// The vGPU parents of `t` grouped by pool (physical GPU or virtual parent), in order of first
+/// appearance.
+pub fn parents_by_pool(t: &NodeTopology) -> Vec<(ParentId, Vec<&Parent>)> {
+    let mut groups: Vec<(ParentId, Vec<&Parent>)> = Vec::new();
+    for p in &t.mediated_devices.parents {
+        let k = p.pool_key();
+        match groups.iter_mut().find(|(key, _)| *key == k) {
+            Some((_, members)) => members.push(p),
+            None => groups.push((k, vec![p])),
+        }
+    }
+    groups
 }
 
 #[cfg(test)]

@@ -11,6 +11,15 @@ use crate::request::{Alignment, DeviceClass, DeviceRequest, Machine};
 use crate::topology::*;
 use crate::vendor::Vendor;
 
+/// The proptest cases per fuzz target: `GPUSLICE_FUZZ_CASES` when set to a number (a long run,
+/// see the README), else `default` (what a plain `cargo test` runs).
+pub fn fuzz_cases(default: u32) -> u32 {
+    std::env::var("GPUSLICE_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Any PCI address, including wide domains.
 pub fn pci_address() -> impl Strategy<Value = PciAddress> {
     (

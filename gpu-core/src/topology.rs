@@ -495,6 +495,23 @@ impl NodeTopology {
         }
     }
 
+    /// Every warning of the node, its GPUs and its vGPU parents, in that order, each prefixed
+    /// with what it concerns (`node-1: ...`, `nvidia0: ...`, `0000:08:00.4: ...`).
+    pub fn warning_lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .warnings
+            .iter()
+            .map(|w| format!("{}: {w}", self.node))
+            .collect();
+        for g in &self.gpus {
+            out.extend(g.warnings.iter().map(|w| format!("{}: {w}", g.name)));
+        }
+        for p in &self.mediated_devices.parents {
+            out.extend(p.warnings.iter().map(|w| format!("{}: {w}", p.id)));
+        }
+        out
+    }
+
     /// The GPU with this per-node name.
     pub fn gpu_by_name(&self, name: &str) -> Option<&Gpu> {
         self.gpus.iter().find(|g| g.name == name)

@@ -36,6 +36,18 @@ impl Vendor {
         }
     }
 
+    /// The vendor as the JSON spells it (`nvidia`, `amd`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Vendor::Nvidia => "nvidia",
+            Vendor::Amd => "amd",
+            Vendor::Intel => "intel",
+            Vendor::Matrox => "matrox",
+            Vendor::Aspeed => "aspeed",
+            Vendor::Other => "other",
+        }
+    }
+
     /// The family prefix of per-node GPU names (`nvidia0`, `radeon0`, ...). AMD is `radeon`.
     pub fn family(self) -> &'static str {
         match self {

@@ -14,10 +14,7 @@ use gpu_core::{Fleet, Machine, NodeTopology};
 use proptest::prelude::*;
 
 fn cases() -> u32 {
-    std::env::var("GPUSLICE_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256)
+    gpu_core::testing::fuzz_cases(256)
 }
 
 /// YAML-ish text: the structural characters, keys the decoders know, numbers at the edges.

@@ -1,9 +1,11 @@
 //! Reading and grading every GPU of a host, and writing the verdicts into a topology.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gpu_core::{Gpu, Health, NodeTopology, PciAddress, PciId};
 use gpu_sysfs::Host;
+use gpu_sysfs::link::LinkFiles;
 use serde::{Deserialize, Serialize};
 
 use crate::aer::{AerReadings, read_aer};
@@ -179,10 +181,26 @@ fn push_unknown<T>(warnings: &mut Vec<String>, r: &Reading<T>) {
 /// Reads and grades every GPU in `gpus` (in that order). Never fails: what cannot be read is
 /// Unknown, and the report's warnings say why.
 pub fn assess(host: &dyn Host, gpus: &[Gpu], opts: &HealthOptions) -> Vec<GpuHealthReport> {
+    assess_with_links(host, gpus, opts, &BTreeMap::new())
+}
+
+/// [`assess`], judging each GPU's link from the files in `links` (as discovery read them) and
+/// reading the link files only of GPUs not in it.
+pub fn assess_with_links(
+    host: &dyn Host,
+    gpus: &[Gpu],
+    opts: &HealthOptions,
+    links: &BTreeMap<PciAddress, LinkFiles>,
+) -> Vec<GpuHealthReport> {
     let (baseline, baseline_warning) = load_baseline(host, &opts.baseline);
     let read: Vec<(AerReadings, LinkReadings)> = gpus
         .iter()
-        .map(|g| (read_aer(host, &g.address), read_link(host, &g.address)))
+        .map(|g| {
+            let link = links
+                .get(&g.address)
+                .map_or_else(|| read_link(host, &g.address), LinkReadings::from_files);
+            (read_aer(host, &g.address), link)
+        })
         .collect();
     gpus.iter()
         .zip(&read)
@@ -303,7 +321,17 @@ pub fn grade_topology(
     topology: &mut NodeTopology,
     opts: &HealthOptions,
 ) -> Vec<GpuHealthReport> {
-    let reports = assess(host, &topology.gpus, opts);
+    grade_topology_with_links(host, topology, opts, &BTreeMap::new())
+}
+
+/// [`grade_topology`] with the link files discovery read ([`assess_with_links`]).
+pub fn grade_topology_with_links(
+    host: &dyn Host,
+    topology: &mut NodeTopology,
+    opts: &HealthOptions,
+    links: &BTreeMap<PciAddress, LinkFiles>,
+) -> Vec<GpuHealthReport> {
+    let reports = assess_with_links(host, &topology.gpus, opts, links);
     apply(topology, &reports);
     reports
 }

@@ -1,11 +1,12 @@
 //! The one call that composes discovery and health into a node's topology, shared by the CLI
 //! and the bindings.
 
-use gpu_core::NodeTopology;
+use gpu_core::{Health, HealthState, NodeTopology, ParentId, PciAddress};
 use gpu_sysfs::Host;
-use gpu_sysfs::discover::{DiscoverOptions, discover};
+use gpu_sysfs::discover::{DiscoverOptions, discover_with_links};
+use serde::Serialize;
 
-use crate::assess::{GpuHealthReport, HealthOptions, grade_topology};
+use crate::assess::{GpuHealthReport, HealthOptions, grade_topology_with_links};
 use crate::error::HealthError;
 
 /// Discovers the node (GPUs, vGPU parents, profiles, instances, pools), grades every GPU's
@@ -24,7 +25,8 @@ pub fn node_topology(
 }
 
 /// [`node_topology`], also returning each GPU's full health report (the signals read, the
-/// expected link width and the warnings), in the topology's GPU order.
+/// expected link width and the warnings), in the topology's GPU order. Each PCIe link file is
+/// read once, by discovery, and handed to the grading.
 ///
 /// # Errors
 /// [`HealthError::Discovery`] when discovery fails.
@@ -33,8 +35,9 @@ pub fn node_topology_with_reports(
     opts: &DiscoverOptions,
     health: &HealthOptions,
 ) -> Result<(NodeTopology, Vec<GpuHealthReport>), HealthError> {
-    let mut topology = discover(host, opts)?;
-    let reports = grade_topology(host, &mut topology, health);
+    // Discovery reads the PCIe link files once; health judges the link from what it read.
+    let (mut topology, links) = discover_with_links(host, opts)?;
+    let reports = grade_topology_with_links(host, &mut topology, health, &links);
     Ok((topology, reports))
 }
 
@@ -166,4 +169,59 @@ pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNo
         topology,
         reports,
     })
+}
+
+/// A vGPU parent and the health it inherits from its GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentHealth {
+    /// The parent.
+    pub id: ParentId,
+    /// Its physical GPU, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<PciAddress>,
+    /// The GPU's health.
+    pub health: Health,
+}
+
+/// The health of a node (`gpuslice health -o json`): each GPU's report and each vGPU parent's
+/// inherited health.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeHealth {
+    /// The node.
+    pub node: String,
+    /// Each GPU's report, in the topology's GPU order.
+    pub gpus: Vec<GpuHealthReport>,
+    /// Each vGPU parent with its GPU's health.
+    pub parents: Vec<ParentHealth>,
+}
+
+impl NodeHealth {
+    /// The health of `topology` with its GPUs' `reports`.
+    pub fn new(topology: &NodeTopology, reports: Vec<GpuHealthReport>) -> Self {
+        let parents = topology
+            .mediated_devices
+            .parents
+            .iter()
+            .map(|p| ParentHealth {
+                id: p.id.clone(),
+                gpu: p.gpu,
+                health: p.health.clone(),
+            })
+            .collect();
+        NodeHealth {
+            node: topology.node.clone(),
+            gpus: reports,
+            parents,
+        }
+    }
+
+    /// The worst state of any GPU (Healthy for a node without GPUs).
+    pub fn worst(&self) -> HealthState {
+        self.gpus
+            .iter()
+            .map(|r| r.health.state)
+            .fold(HealthState::Healthy, HealthState::worst)
+    }
 }

@@ -39,14 +39,14 @@ pub mod reading;
 pub mod telemetry;
 
 pub use assess::{
-    BaselineSource, GpuHealthReport, HealthOptions, apply, assess, grade_topology, is_local_root,
-    updated_baseline,
+    BaselineSource, GpuHealthReport, HealthOptions, apply, assess, assess_with_links,
+    grade_topology, grade_topology_with_links, is_local_root, updated_baseline,
 };
 pub use baseline::{BASELINE_PATH, Baseline, DeviceBaseline};
 
 pub use compose::{
-    ComposedNode, NodeRequest, NvmlSource, OpenedNode, node_topology, node_topology_with_reports,
-    open_node, open_node_host,
+    ComposedNode, NodeHealth, NodeRequest, NvmlSource, OpenedNode, ParentHealth, node_topology,
+    node_topology_with_reports, open_node, open_node_host,
 };
 pub use error::HealthError;
 pub use events::{

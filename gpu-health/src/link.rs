@@ -6,10 +6,9 @@
 //! maximum" nor "speed below maximum" says on its own that a link degraded; see
 //! [`crate::policy::LinkPolicy`] for how the expected width is chosen.
 
-use std::io;
-
 use gpu_core::PciAddress;
 use gpu_sysfs::Host;
+use gpu_sysfs::link::{LinkFile, LinkFiles};
 use serde::{Deserialize, Serialize};
 
 use crate::reading::Reading;
@@ -30,30 +29,37 @@ pub struct LinkReadings {
 
 pub use gpu_sysfs::link::{parse_speed, parse_width};
 
-fn read_one<T>(
-    host: &dyn Host,
-    address: &PciAddress,
+fn reading<T>(
     file: &str,
+    f: &LinkFile,
     parse: fn(&str) -> Result<Option<T>, String>,
 ) -> Reading<T> {
-    let path = format!("sys/bus/pci/devices/{address}/{file}");
-    match host.read(&path) {
-        Ok(bytes) => match parse(&String::from_utf8_lossy(&bytes)) {
+    match f {
+        LinkFile::Text(t) => match parse(t) {
             Ok(Some(v)) => Reading::Value(v),
             Ok(None) => Reading::Unknown(format!("{file}: not reported")),
             Err(e) => Reading::Unknown(format!("{file}: {e}")),
         },
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Reading::Unsupported,
-        Err(e) => Reading::Unknown(format!("{file}: {e}")),
+        LinkFile::Absent => Reading::Unsupported,
+        LinkFile::Unreadable(e) => Reading::Unknown(format!("{file}: {e}")),
+    }
+}
+
+impl LinkReadings {
+    /// The readings of link files already read (by discovery): no file is read again.
+    pub fn from_files(files: &LinkFiles) -> Self {
+        let [cw, mw, cs, ms] = LinkFiles::NAMES;
+        LinkReadings {
+            current_width: reading(cw, &files.current_width, parse_width),
+            max_width: reading(mw, &files.max_width, parse_width),
+            current_speed_gts: reading(cs, &files.current_speed, parse_speed),
+            max_speed_gts: reading(ms, &files.max_speed, parse_speed),
+        }
     }
 }
 
 /// Reads the link files of a function.
 pub fn read_link(host: &dyn Host, address: &PciAddress) -> LinkReadings {
-    LinkReadings {
-        current_width: read_one(host, address, "current_link_width", parse_width),
-        max_width: read_one(host, address, "max_link_width", parse_width),
-        current_speed_gts: read_one(host, address, "current_link_speed", parse_speed),
-        max_speed_gts: read_one(host, address, "max_link_speed", parse_speed),
-    }
+    let dir = format!("sys/bus/pci/devices/{address}");
+    LinkReadings::from_files(&LinkFiles::read(host, &dir, None))
 }

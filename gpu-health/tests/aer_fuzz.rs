@@ -7,9 +7,7 @@ use proptest::prelude::*;
 
 proptest! {
     // `GPUSLICE_FUZZ_CASES` asks for a longer run (see the README).
-    #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("GPUSLICE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000)
-    ))]
+    #![proptest_config(ProptestConfig::with_cases(gpu_core::testing::fuzz_cases(2000)))]
 
     #[test]
     fn arbitrary_text_never_panics_the_aer_parser(text in any::<String>()) {

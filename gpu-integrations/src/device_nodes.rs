@@ -8,6 +8,7 @@ use gpu_sysfs::actuate::handoff;
 use serde::Serialize;
 
 use super::handoff::VmDevice;
+use crate::error::{IntegrationError, Result};
 
 /// One device's nodes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -45,4 +46,29 @@ pub fn union(per_device: &[DeviceNodes]) -> Vec<String> {
         }
     }
     out
+}
+
+/// The nodes of each device, looked up on `host`, when every device has some.
+///
+/// # Errors
+/// [`IntegrationError::NotFound`] naming the devices without an IOMMU group on `host` (no VM
+/// can open them).
+pub fn require_for_devices(host: &dyn Host, devices: &[VmDevice]) -> Result<Vec<DeviceNodes>> {
+    let per_device = for_devices(host, devices);
+    let missing: Vec<&str> = per_device
+        .iter()
+        .filter(|d| d.device_nodes.is_empty())
+        .map(|d| d.device.as_str())
+        .collect();
+    if missing.is_empty() {
+        return Ok(per_device);
+    }
+    let one = missing.len() == 1;
+    Err(IntegrationError::NotFound(format!(
+        "{} {} no IOMMU group on this host, so no VM can open {}; is it on this host, and is \
+         the IOMMU on (gpuslice doctor)?",
+        missing.join(", "),
+        if one { "has" } else { "have" },
+        if one { "it" } else { "them" }
+    )))
 }

@@ -17,6 +17,15 @@ pub enum IntegrationError {
     /// (`invalid-request`).
     #[error("{0}")]
     Refused(String),
+    /// The host refused a change (a DRA prepare or unprepare step): the actuation layer's kind
+    /// (`exhausted`, `in-use`, ...) and message.
+    #[error("{message}")]
+    Host {
+        /// The actuation layer's kind.
+        kind: ErrorKind,
+        /// What failed.
+        message: String,
+    },
     /// The node's DRA claim store cannot be read or written (`host-error`).
     #[error("{0}")]
     State(String),
@@ -33,6 +42,7 @@ impl IntegrationError {
             IntegrationError::Invalid(_) => ErrorKind::InvalidArgument,
             IntegrationError::NotFound(_) => ErrorKind::NotFound,
             IntegrationError::Refused(_) => ErrorKind::InvalidRequest,
+            IntegrationError::Host { kind, .. } => *kind,
             IntegrationError::State(_) => ErrorKind::HostError,
             IntegrationError::Internal(_) => ErrorKind::Other,
         }
@@ -41,11 +51,24 @@ impl IntegrationError {
     /// The same error with `context: ` in front of its message.
     #[must_use]
     pub fn context(self, context: impl std::fmt::Display) -> Self {
-        let wrap = |m: String| format!("{context}: {m}");
+        self.map_message(|m| format!("{context}: {m}"))
+    }
+
+    /// The same error with `suffix` after its message.
+    #[must_use]
+    pub fn suffix(self, suffix: impl std::fmt::Display) -> Self {
+        self.map_message(|m| format!("{m}{suffix}"))
+    }
+
+    fn map_message(self, wrap: impl FnOnce(String) -> String) -> Self {
         match self {
             IntegrationError::Invalid(m) => IntegrationError::Invalid(wrap(m)),
             IntegrationError::NotFound(m) => IntegrationError::NotFound(wrap(m)),
             IntegrationError::Refused(m) => IntegrationError::Refused(wrap(m)),
+            IntegrationError::Host { kind, message } => IntegrationError::Host {
+                kind,
+                message: wrap(message),
+            },
             IntegrationError::State(m) => IntegrationError::State(wrap(m)),
             IntegrationError::Internal(m) => IntegrationError::Internal(wrap(m)),
         }

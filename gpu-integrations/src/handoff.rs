@@ -60,6 +60,61 @@ pub fn allocation_devices(allocation: &Allocation) -> Vec<VmDevice> {
     out
 }
 
+/// The QEMU arguments and the libvirt XML that hand `devices` to a VM, together (the
+/// `vmHandoff` of the agent's answers, and part of `dra prepare`'s).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VmHandoff {
+    /// QEMU arguments for all devices.
+    pub qemu: Vec<String>,
+    /// libvirt XML for all devices.
+    pub libvirt: String,
+}
+
+impl VmHandoff {
+    /// The hand-off of `devices`.
+    pub fn of(devices: &[VmDevice]) -> Self {
+        VmHandoff {
+            qemu: qemu_args(devices),
+            libvirt: libvirt_xml(devices),
+        }
+    }
+}
+
+/// The allocations a document holds: one `Allocation`, a list of them, or an object with
+/// `allocations` (a fleet, `place` output) or `allocation`; with `machine`, only that Machine's.
+///
+/// # Errors
+/// A document that is not JSON/YAML, holds no allocation object, or has an allocation of the
+/// wrong shape (the message names the decoder's finding).
+pub fn allocations_in(
+    text: &str,
+    machine: Option<&str>,
+) -> std::result::Result<Vec<Allocation>, gpu_core::CoreError> {
+    let value: serde_json::Value = gpu_core::decode_text("allocation", text)?;
+    let decode = |message: String| gpu_core::CoreError::Decode {
+        what: "allocation".to_owned(),
+        message,
+    };
+    let list = match &value {
+        serde_json::Value::Array(items) => items.clone(),
+        serde_json::Value::Object(map) => match (map.get("allocations"), map.get("allocation")) {
+            (Some(serde_json::Value::Array(items)), _) => items.clone(),
+            (_, Some(one)) => vec![one.clone()],
+            _ => vec![value.clone()],
+        },
+        _ => return Err(decode("the document holds no allocation".to_owned())),
+    };
+    let mut allocations: Vec<Allocation> = list
+        .into_iter()
+        .map(serde_json::from_value)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| decode(e.to_string()))?;
+    if let Some(m) = machine {
+        allocations.retain(|a| a.machine == m);
+    }
+    Ok(allocations)
+}
+
 /// The QEMU arguments (`-device vfio-pci,...`) that hand an allocation's devices to a VM on
 /// `node`, the call the CLI's `export qemu --allocation` and the bindings' `qemu_args` share.
 ///

@@ -1,5 +1,78 @@
 //! The one parser of the PCIe link files (`current_link_width`, `max_link_width`,
-//! `current_link_speed`, `max_link_speed`), used by discovery and by the health grading.
+//! `current_link_speed`, `max_link_speed`), used by discovery and by the health grading, and
+//! [`LinkFiles`]: the files as discovery read them, handed on to the health grading so that a
+//! composition reads each link file once.
+
+use std::io;
+
+use crate::host::Host;
+
+/// One link file as it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkFile {
+    /// The function has no such file.
+    Absent,
+    /// The file's text.
+    Text(String),
+    /// The file could not be read: the error's message.
+    Unreadable(String),
+}
+
+impl LinkFile {
+    /// Reads `path`: a missing file is [`LinkFile::Absent`].
+    pub fn read(host: &dyn Host, path: &str) -> Self {
+        match host.read(path) {
+            Ok(bytes) => LinkFile::Text(String::from_utf8_lossy(&bytes).trim().to_owned()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => LinkFile::Absent,
+            Err(e) => LinkFile::Unreadable(e.to_string()),
+        }
+    }
+}
+
+/// The four link files of one function, each read once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkFiles {
+    /// `current_link_width`.
+    pub current_width: LinkFile,
+    /// `max_link_width`.
+    pub max_width: LinkFile,
+    /// `current_link_speed`.
+    pub current_speed: LinkFile,
+    /// `max_link_speed`.
+    pub max_speed: LinkFile,
+}
+
+impl LinkFiles {
+    /// The file names, in the order of the fields.
+    pub const NAMES: [&'static str; 4] = [
+        "current_link_width",
+        "max_link_width",
+        "current_link_speed",
+        "max_link_speed",
+    ];
+
+    /// Reads the link files in the function directory `dir`; `listed` (the directory's
+    /// entries, when known) saves the reads of files that are not there.
+    pub fn read(
+        host: &dyn Host,
+        dir: &str,
+        listed: Option<&std::collections::BTreeSet<String>>,
+    ) -> Self {
+        let one = |name: &str| {
+            if listed.is_some_and(|l| !l.contains(name)) {
+                return LinkFile::Absent;
+            }
+            LinkFile::read(host, &format!("{dir}/{name}"))
+        };
+        let [cw, mw, cs, ms] = Self::NAMES;
+        LinkFiles {
+            current_width: one(cw),
+            max_width: one(mw),
+            current_speed: one(cs),
+            max_speed: one(ms),
+        }
+    }
+}
 
 /// Parses a link width file: a decimal lane count. `0` (what VFs and links that are down
 /// report) means the kernel has no width to report and gives `None`.

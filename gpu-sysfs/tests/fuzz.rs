@@ -11,10 +11,7 @@ use gpu_sysfs::umockdev;
 use proptest::prelude::*;
 
 fn cases() -> u32 {
-    std::env::var("GPUSLICE_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256)
+    gpu_core::testing::fuzz_cases(256)
 }
 
 /// Lines of a recording: paths, attributes and links, with hostile targets among them.

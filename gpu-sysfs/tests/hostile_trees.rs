@@ -277,9 +277,7 @@ fn target() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("GPUSLICE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(32)
-    ))]
+    #![proptest_config(ProptestConfig::with_cases(gpu_core::testing::fuzz_cases(32)))]
 
     /// Whatever links a tree holds, no write, read or listing through the host reaches outside.
     #[test]

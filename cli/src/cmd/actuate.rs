@@ -11,11 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use gpu_core::{HealthState, MdevUuid, ParentId, PciAddress};
-use gpu_sysfs::Host;
-use gpu_sysfs::actuate::{
-    self, GpuBinding, MdevCreate, MdevInstance, SriovOptions, VfInstance, handoff::Handoff,
-};
-use serde::Serialize;
+use gpu_sysfs::actuate::{self, CreateTarget, Created, GpuBinding, SriovOptions, handoff::Handoff};
 
 use crate::common::{Global, Output, open_node_host, print_data};
 
@@ -116,7 +112,7 @@ pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
     let host = opened.host.host();
     let gpu = resolve_gpu(&opened, &a.gpu)?;
-    let topo = crate::cmd::inventory::local_topology(g, None, false)
+    let topo = crate::common::local_topology(g, None, false)
         .with_context(|| format!("cannot grade the health of {gpu} before binding it"))?;
     if let Some(found) = topo.gpus.iter().find(|x| x.address == gpu) {
         let why = found.health.reasons.join(", ");
@@ -203,22 +199,13 @@ pub struct CreateArgs {
     pub force: bool,
 }
 
-/// What `vgpu create` did.
-#[derive(Debug, Serialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-enum Created {
-    Mdev(MdevInstance),
-    VendorVfio(actuate::VfTypeSet),
-}
-
 fn mdev_uuid(a: &CreateArgs) -> anyhow::Result<MdevUuid> {
     if let Some(u) = a.uuid {
         return Ok(u);
     }
     if let Some(m) = &a.machine {
-        gpu_core::validate_name(m).context("invalid --machine")?;
-        gpu_core::validate_name(&a.request).context("invalid --request")?;
-        return Ok(MdevUuid::for_machine(m, &a.request, a.index));
+        return actuate::machine_uuid(m, &a.request, a.index)
+            .map_err(|(field, e)| anyhow::Error::new(e).context(format!("invalid --{field}")));
     }
     bail!("an mdev instance needs a name: pass --uuid UUID or --machine NAME")
 }
@@ -231,56 +218,25 @@ pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
     let host = opened.host.host();
     let parent: ParentId = a.parent.parse().context("invalid --parent")?;
-    let created = if host.exists(&format!("sys/class/mdev_bus/{parent}")) {
-        let uuid = mdev_uuid(&a)?;
-        let type_id = actuate::resolve_mdev_profile(host, &parent, &a.profile)?;
-        let req = MdevCreate {
-            parent: parent.clone(),
-            type_id,
-            uuid,
-        };
-        Created::Mdev(
-            actuate::create_mdev(host, &req)
-                .with_context(|| format!("cannot create mdev {uuid} on {parent}"))?,
-        )
+    let target = actuate::create_target(host, &parent, &a.profile, |n| resolve_gpu(&opened, n))?;
+    let uuid = if target.is_mdev() {
+        Some(mdev_uuid(&a)?)
     } else {
-        let addr = match &parent {
-            ParentId::Pci(p) => *p,
-            ParentId::Named(n) => resolve_gpu(&opened, n)?,
-        };
-        let mdev_vfs = actuate::vfs_of(host, &addr)
-            .iter()
-            .any(|v| host.exists(&format!("sys/class/mdev_bus/{v}")));
-        if mdev_vfs {
-            // An SR-IOV card in the mdev framework: each VF is a parent; pick one with room.
-            let uuid = mdev_uuid(&a)?;
-            let made = actuate::create_mdev_on_gpu(host, &addr, &a.profile, uuid)
-                .with_context(|| format!("cannot create mdev {uuid} on a VF of {addr}"))?;
-            return report_created(g, &Created::Mdev(made));
-        }
-        let vf = if actuate::is_vendor_vfio_vf(host, &addr) {
-            addr
-        } else {
-            let has_vfs = actuate::vfs_of(host, &addr)
-                .iter()
-                .any(|v| actuate::is_vendor_vfio_vf(host, v));
-            if !has_vfs {
-                bail!(
-                    "{} is neither an mdev parent nor an NVIDIA vendor-VFIO VF or GPU with VFs (for vendor-VFIO, run `gpuslice sriov enable {addr}` first)",
-                    a.parent
-                );
-            }
-            let id = actuate::resolve_gpu_profile(host, &addr, &a.profile)?;
-            actuate::free_vf_for(host, &addr, id).with_context(|| {
-                format!("no free VF of {addr} can take vGPU type {} now", a.profile)
-            })?
-        };
-        let id = actuate::resolve_vf_profile(host, &vf, &a.profile)?;
-        Created::VendorVfio(
-            actuate::set_vf_type(host, &vf, id, a.force)
-                .with_context(|| format!("cannot give VF {vf} vGPU type {id}"))?,
-        )
+        None
     };
+    let what = match (&target, uuid) {
+        (CreateTarget::Mdev { parent, .. }, Some(u)) => {
+            format!("cannot create mdev {u} on {parent}")
+        }
+        (CreateTarget::MdevOnGpu { gpu, .. }, Some(u)) => {
+            format!("cannot create mdev {u} on a VF of {gpu}")
+        }
+        (CreateTarget::VendorVfio { vf, type_num }, _) => {
+            format!("cannot give VF {vf} vGPU type {type_num}")
+        }
+        _ => "cannot create the vGPU".to_owned(),
+    };
+    let created = actuate::create_vgpu(host, &target, uuid, &a.profile, a.force).context(what)?;
     report_created(g, &created)
 }
 
@@ -379,14 +335,6 @@ pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
 #[derive(Args, Debug)]
 pub struct ListArgs {}
 
-/// Every vGPU instance on this host.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Listing {
-    mdevs: Vec<MdevInstance>,
-    vendor_vfio: Vec<VfInstance>,
-}
-
 /// Lists the vGPU instances on this host: mdevs and vendor-VFIO VFs with a type.
 ///
 /// # Errors
@@ -394,10 +342,7 @@ struct Listing {
 pub fn list(g: &Global, _a: ListArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, false)?;
     let host = opened.host.host();
-    let listing = Listing {
-        mdevs: actuate::list_instances(host)?,
-        vendor_vfio: actuate::list_vf_instances(host)?,
-    };
+    let listing = actuate::list_vgpus(host)?;
     match g.output {
         Output::Table => {
             println!(

@@ -88,10 +88,7 @@ fn hooks() -> Hooks {
                         handoff::address_devices(t, a).map_err(|e| e.to_string())?
                     }
                 };
-                Ok(serde_json::json!({
-                    "qemu": handoff::qemu_args(&devices),
-                    "libvirt": handoff::libvirt_xml(&devices),
-                }))
+                serde_json::to_value(handoff::VmHandoff::of(&devices)).map_err(|e| e.to_string())
             },
         )),
     }
@@ -100,14 +97,8 @@ fn hooks() -> Hooks {
 fn read_token(path: &std::path::Path) -> anyhow::Result<Arc<[u8]>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --token-file {}", path.display()))?;
-    let token = text.trim();
-    if token.len() < 16 {
-        bail!(
-            "--token-file {}: the token is shorter than 16 characters",
-            path.display()
-        );
-    }
-    Ok(Arc::from(token.as_bytes()))
+    gpu_agent::parse_token(&text)
+        .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", path.display()))
 }
 
 /// Runs the agent until SIGTERM or Ctrl-C.
@@ -138,7 +129,7 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     if a.no_nvml {
         req.nvml = gpu_health::NvmlSource::Off;
     }
-    let (host, mut config) = gpu_agent::open_root(&g.root, &req)
+    let (host, mut config) = gpu_agent::config_for_root(&g.root, &req)
         .with_context(|| format!("--root {}", g.root.display()))?;
     config.state_dir = a.state_dir.clone();
     config.lock_timeout = Duration::from_secs(a.lock_timeout);
@@ -197,18 +188,11 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         eprintln!(
             "gpuslice agent: promise {}: {}{}",
             r.promise.device.id(),
-            serde_json::to_value(&r.outcome)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
+            r.outcome.as_str(),
             r.message.map(|m| format!(" ({m})")).unwrap_or_default()
         );
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the agent's runtime")?;
+    let rt = gpu_agent::runtime().context("cannot start the agent's runtime")?;
     rt.block_on(async move {
         let mut listeners = Vec::new();
         for l in &listens {
@@ -238,12 +222,9 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         };
         let watchers = gpu_agent::watch::start(&agent, watch, tokio::runtime::Handle::current())
             .context("--layout")?;
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let terminated = gpu_agent::on_terminate()?;
         gpu_agent::serve(agent, listeners, async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+            terminated.await;
             eprintln!("gpuslice agent: shutting down");
         })
         .await?;

@@ -8,8 +8,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use gpu_core::{Allocation, MdevUuid, NodeTopology, PciAddress};
 
-use crate::cmd::metrics::load_nodes;
-use crate::common::{Global, Output};
+use crate::common::{Global, Output, load_nodes};
 use gpu_integrations::dra::{self, DraOptions, K8sVersion, model::Object};
 use gpu_integrations::{cloud_init, device_nodes, handoff, kubevirt, yaml};
 
@@ -193,21 +192,7 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
 /// The device nodes of `devices` on this host; an error naming the devices without a group.
 fn print_device_nodes(g: &Global, devices: &[handoff::VmDevice]) -> anyhow::Result<()> {
     let opened = crate::common::open_host(g)?;
-    let per_device = device_nodes::for_devices(opened.host(), devices);
-    let missing: Vec<&str> = per_device
-        .iter()
-        .filter(|d| d.device_nodes.is_empty())
-        .map(|d| d.device.as_str())
-        .collect();
-    if !missing.is_empty() {
-        bail!(
-            "{} {} no IOMMU group on this host, so no VM can open {}; is it on this host, and is \
-             the IOMMU on (gpuslice doctor)?",
-            missing.join(", "),
-            if missing.len() == 1 { "has" } else { "have" },
-            if missing.len() == 1 { "it" } else { "them" }
-        );
-    }
+    let per_device = device_nodes::require_for_devices(opened.host(), devices)?;
     if g.output == Output::Json {
         println!("{}", serde_json::to_string_pretty(&per_device)?);
     } else {
@@ -235,13 +220,8 @@ fn handoff_devices(g: &Global, a: &HandoffArgs) -> anyhow::Result<Vec<handoff::V
 
 /// The node to look an address up in: this host, or the `--node` of a fleet file.
 fn pick_node(g: &Global, inventory: Option<&Path>) -> anyhow::Result<NodeTopology> {
+    // This host is one node, named as `--node` says: the match finds it either way.
     let (nodes, _) = load_nodes(g, inventory)?;
-    if inventory.is_none() {
-        return nodes
-            .into_iter()
-            .next()
-            .context("discovery returned no node");
-    }
     match (&g.node, nodes.len()) {
         (Some(name), _) => nodes
             .into_iter()
@@ -252,34 +232,13 @@ fn pick_node(g: &Global, inventory: Option<&Path>) -> anyhow::Result<NodeTopolog
     }
 }
 
-/// Reads an allocation: one `Allocation`, a list of them, or an object with `allocations` (a
-/// fleet or `place` output) or `allocation`.
+/// Reads the allocation of a file (see [`handoff::allocations_in`]): the only one, or
+/// `machine`'s.
 pub(crate) fn read_allocation(path: &Path, machine: Option<&str>) -> anyhow::Result<Allocation> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read allocation file {}", path.display()))?;
-    let value: serde_json::Value = gpu_core::decode_text("allocation", &text)
+    let mut allocations = handoff::allocations_in(&text, machine)
         .with_context(|| format!("allocation file {}", path.display()))?;
-    let list = match &value {
-        serde_json::Value::Array(items) => items.clone(),
-        serde_json::Value::Object(map) => {
-            if let Some(serde_json::Value::Array(items)) = map.get("allocations") {
-                items.clone()
-            } else if let Some(one) = map.get("allocation") {
-                vec![one.clone()]
-            } else {
-                vec![value.clone()]
-            }
-        }
-        _ => bail!("allocation file {} holds no allocation", path.display()),
-    };
-    let mut allocations: Vec<Allocation> = list
-        .into_iter()
-        .map(serde_json::from_value)
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("allocation file {}", path.display()))?;
-    if let Some(m) = machine {
-        allocations.retain(|a| a.machine == m);
-    }
     match allocations.len() {
         1 => Ok(allocations.remove(0)),
         0 => bail!(
@@ -304,8 +263,7 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
             .collect()
     } else {
         let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
-        let prepared =
-            dra::store::read_prepared(&crate::cmd::dra::state_dir(g, a.state_dir.as_deref()))?;
+        let prepared = dra::ClaimStore::open(&g.root, a.state_dir.as_deref())?.read_prepared()?;
         let opts = DraOptions {
             driver: a.driver.clone(),
             version: a.k8s_version,

@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 
 use crate::cmd::export::{VmArgs, read_allocation};
-use crate::cmd::metrics::load_nodes;
+use crate::common::load_nodes;
 use crate::common::{Global, Output};
 use gpu_integrations::{cloud_init, kubevirt_vm, yaml};
 

@@ -4,9 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::ValueEnum;
-use gpu_core::{Health, HealthState, ParentId, PciAddress};
+use gpu_core::HealthState;
 use gpu_health::{BaselineSource, GpuHealthReport, Policy, updated_baseline};
-use serde::Serialize;
 
 use crate::common::{Global, Output, open_node, print_data, render_table};
 
@@ -44,25 +43,6 @@ pub struct HealthArgs {
     /// Exit 1 when any GPU is at least this bad.
     #[arg(long, value_enum, value_name = "STATE")]
     pub fail_on: Option<FailOn>,
-}
-
-/// A vGPU parent and the health it inherits from its GPU.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ParentHealth {
-    id: ParentId,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    gpu: Option<PciAddress>,
-    health: Health,
-}
-
-/// What `-o json` prints.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct HealthOutput {
-    node: String,
-    gpus: Vec<GpuHealthReport>,
-    parents: Vec<ParentHealth>,
 }
 
 fn request(g: &Global, a: &HealthArgs, policy: Policy) -> gpu_health::NodeRequest {
@@ -119,32 +99,11 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
         updated_baseline(previous.as_ref(), &topology.gpus, &reports).save(host)?;
     }
 
-    let worst = reports
-        .iter()
-        .map(|r| r.health.state)
-        .fold(HealthState::Healthy, HealthState::worst);
+    let doc = gpu_health::NodeHealth::new(&topology, reports);
+    let worst = doc.worst();
     match g.output {
-        Output::Table => print_table(&reports),
-        other => {
-            let parents = topology
-                .mediated_devices
-                .parents
-                .iter()
-                .map(|p| ParentHealth {
-                    id: p.id.clone(),
-                    gpu: p.gpu,
-                    health: p.health.clone(),
-                })
-                .collect();
-            print_data(
-                other,
-                &HealthOutput {
-                    node: topology.node.clone(),
-                    gpus: reports,
-                    parents,
-                },
-            )?;
-        }
+        Output::Table => print_table(&doc.gpus),
+        other => print_data(other, &doc)?,
     }
     let failed = match a.fail_on {
         Some(FailOn::Degraded) => worst.rank() >= HealthState::Degraded.rank(),

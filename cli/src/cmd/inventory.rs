@@ -1,14 +1,13 @@
 //! Inventory commands: `gpuslice gpu list` and `gpuslice topology`.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpu_core::{Fleet, Gpu, NodeTopology, ParentId, PciAddress, Pool};
+use gpu_core::{Fleet, Gpu, NodeTopology, ParentId, PciAddress};
 
-use crate::common::{Global, Output, print_data, render_table};
+use crate::common::{Global, Output, local_topology, print_data, render_table};
 
 /// Arguments of `gpuslice topology`.
 #[derive(clap::Args, Debug)]
@@ -49,45 +48,15 @@ fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<Parent
         .map(Some)
 }
 
-/// Discovers this host and grades its health through the library's one composition call.
-/// NVML describes the GPUs of the machine it runs on, so it is loaded only for `--root /`.
-pub(crate) fn local_topology(
-    g: &Global,
-    mdev_parents: Option<Vec<ParentId>>,
-    no_nvml: bool,
-) -> anyhow::Result<NodeTopology> {
-    let node = g.node_name();
-    gpu_core::validate_name(&node).context("--node")?;
-    let mut req = gpu_health::NodeRequest::new(node);
-    req.mdev_parents = mdev_parents;
-    if no_nvml {
-        req.nvml = gpu_health::NvmlSource::Off;
-    }
-    Ok(crate::common::open_node(g, &req)?.topology)
-}
-
 fn dash(s: Option<&str>) -> String {
     s.filter(|s| !s.is_empty()).unwrap_or("-").to_owned()
-}
-
-/// The vendor as the JSON spells it.
-fn vendor_name(v: gpu_core::Vendor) -> &'static str {
-    use gpu_core::Vendor;
-    match v {
-        Vendor::Nvidia => "nvidia",
-        Vendor::Amd => "amd",
-        Vendor::Intel => "intel",
-        Vendor::Matrox => "matrox",
-        Vendor::Aspeed => "aspeed",
-        Vendor::Other => "other",
-    }
 }
 
 fn gpu_row(g: &Gpu) -> Vec<String> {
     vec![
         g.name.clone(),
         g.address.to_string(),
-        vendor_name(g.vendor).to_owned(),
+        g.vendor.as_str().to_owned(),
         dash(Some(&g.model)),
         dash(g.driver.as_deref()),
         g.state.as_str().to_owned(),
@@ -99,24 +68,8 @@ const GPU_HEADERS: [&str; 7] = [
     "NAME", "ADDRESS", "VENDOR", "MODEL", "DRIVER", "STATE", "HEALTH",
 ];
 
-/// The warnings of a topology, one line each, prefixed with the device they concern.
-fn warning_lines(t: &NodeTopology) -> Vec<String> {
-    let mut out: Vec<String> = t
-        .warnings
-        .iter()
-        .map(|w| format!("{}: {w}", t.node))
-        .collect();
-    for g in &t.gpus {
-        out.extend(g.warnings.iter().map(|w| format!("{}: {w}", g.name)));
-    }
-    for p in &t.mediated_devices.parents {
-        out.extend(p.warnings.iter().map(|w| format!("{}: {w}", p.id)));
-    }
-    out
-}
-
 fn print_warnings(t: &NodeTopology) {
-    for w in warning_lines(t) {
+    for w in t.warning_lines() {
         eprintln!("warning: {w}");
     }
 }
@@ -216,43 +169,6 @@ fn mib(v: u64) -> String {
     format!("{v} MiB")
 }
 
-/// What one profile offers across the parents of a GPU (or one virtual parent).
-struct ProfileLine {
-    name: String,
-    id: String,
-    size: Option<u64>,
-    /// Parents that can take one now.
-    parents_free: u32,
-    /// How many more can be created in total: the pool's count, capped by the free parents.
-    free: u32,
-}
-
-fn profile_lines(parents: &[&gpu_core::Parent], pool: Option<&Pool>) -> Vec<ProfileLine> {
-    let mut by_id: BTreeMap<String, ProfileLine> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
-    for p in parents {
-        for prof in &p.profiles {
-            let key = prof.id.to_string();
-            let line = by_id.entry(key.clone()).or_insert_with(|| {
-                order.push(key.clone());
-                ProfileLine {
-                    name: prof.name.clone(),
-                    id: key,
-                    size: prof.framebuffer_mib,
-                    parents_free: 0,
-                    free: 0,
-                }
-            });
-            line.parents_free += u32::from(prof.available_instances > 0);
-            line.free = line.free.saturating_add(prof.available_instances);
-            if let Some(pool) = pool {
-                line.free = line.free.min(pool.creatable(prof));
-            }
-        }
-    }
-    order.into_iter().filter_map(|k| by_id.remove(&k)).collect()
-}
-
 /// The topology as people read it: GPUs, then vGPU parents grouped per GPU with each profile's
 /// free count and the instances with their holders, then the GPU memory line.
 fn render_topology(t: &NodeTopology) -> String {
@@ -284,17 +200,7 @@ fn render_topology(t: &NodeTopology) -> String {
     if parents.is_empty() {
         let _ = writeln!(out, "  (none)");
     }
-    // One block per pool key (physical GPU or virtual parent), in order of first appearance.
-    let mut keys: Vec<ParentId> = Vec::new();
-    for p in parents {
-        let k = p.pool_key();
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    for key in &keys {
-        let members: Vec<&gpu_core::Parent> =
-            parents.iter().filter(|p| p.pool_key() == *key).collect();
+    for (key, members) in &gpu_core::pool::parents_by_pool(t) {
         let pool = t.pool(key);
         let gpu_name = key
             .pci()
@@ -329,7 +235,7 @@ fn render_topology(t: &NodeTopology) -> String {
             }
         }
         let _ = writeln!(out, "  {head}");
-        let lines = profile_lines(&members, pool);
+        let lines = gpu_core::pool::profile_offers(members, pool);
         if !lines.is_empty() {
             let rows: Vec<Vec<String>> = lines
                 .iter()
@@ -337,7 +243,7 @@ fn render_topology(t: &NodeTopology) -> String {
                     vec![
                         l.name.clone(),
                         l.id.clone(),
-                        l.size.map_or_else(|| "-".to_owned(), mib),
+                        l.size_mib.map_or_else(|| "-".to_owned(), mib),
                         l.free.to_string(),
                         l.parents_free.to_string(),
                     ]

@@ -9,7 +9,7 @@
 //! config or type, layout does not fit, lock timeout); 3 a write failed and every change was
 //! rolled back; 4 a write failed and the rollback was incomplete.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -24,7 +24,7 @@ use gpu_sysfs::apply::{
     describe,
 };
 
-use crate::common::{Global, Output, open_node_host, print_data};
+use crate::common::{Global, Output, open_node_host, print_data, read_input};
 
 /// Where the layout comes from.
 #[derive(Args, Debug, Clone)]
@@ -185,16 +185,7 @@ fn seconds(s: f64) -> anyhow::Result<Duration> {
 }
 
 fn read_layout(path: &Path) -> anyhow::Result<LayoutFile> {
-    let text = if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("cannot read the layout from standard input")?;
-        s
-    } else {
-        std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read layout file {}", path.display()))?
-    };
+    let text = read_input(path, "layout")?;
     let shown = if path.as_os_str() == "-" {
         "standard input".to_owned()
     } else {

@@ -11,7 +11,7 @@ use gpu_sched::{
     DrainPlan, EvacuationPlan, FleetState, MigrationPlan, Placement, Policy, Refusal, SchedError,
 };
 
-use crate::common::{Global, Output, print_data};
+use crate::common::{Global, Output, print_data, read_input, render_table};
 
 /// Exit status when the fleet cannot hold what was asked (the refusal is on stderr).
 const EXIT_REFUSED: u8 = 3;
@@ -88,19 +88,8 @@ pub struct EvacuateArgs {
     pub inventory: PathBuf,
 }
 
-fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
-    if path == Path::new("-") {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-            .with_context(|| format!("cannot read {what} from standard input"))?;
-        return Ok(s);
-    }
-    std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {what} file {}", path.display()))
-}
-
 fn load_fleet(path: &Path) -> anyhow::Result<(FleetState, bool)> {
-    let text = read_text(path, "fleet")?;
+    let text = read_input(path, "fleet")?;
     let json = text.trim_start().starts_with('{');
     let fleet = Fleet::from_text(&text)
         .map_err(gpu_core::ConfigDocError)
@@ -110,14 +99,8 @@ fn load_fleet(path: &Path) -> anyhow::Result<(FleetState, bool)> {
 }
 
 fn save_fleet(path: &Path, fleet: &Fleet, json: bool) -> anyhow::Result<()> {
-    let text = if json {
-        serde_json::to_string_pretty(fleet)? + "\n"
-    } else {
-        serde_yaml_ng::to_string(fleet)?
-    };
-    gpu_sysfs::atomic::write_file_atomic(path, text.as_bytes())
-        .with_context(|| format!("cannot replace {}", path.display()))?;
-    Ok(())
+    gpu_sysfs::atomic::write_file_atomic(path, fleet.to_text(json)?.as_bytes())
+        .with_context(|| format!("cannot replace {}", path.display()))
 }
 
 /// A refusal as printed with `-o json` / `-o yaml`.
@@ -159,7 +142,7 @@ fn out_of(refusal: &Refusal) -> RefusalOut<'_> {
 /// Unreadable or invalid files and invalid Machines (exit 2); a refusal is exit 3, not an error.
 pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
     let (mut state, json) = load_fleet(&a.inventory)?;
-    let text = read_text(&a.machine, "machine")?;
+    let text = read_input(&a.machine, "machine")?;
     let mut machine = Machine::from_text(&text)
         .with_context(|| format!("machine file {}", a.machine.display()))?;
     if let Some(node) = a.target_node {
@@ -240,31 +223,6 @@ pub fn plan(g: &Global, c: PlanCommand) -> anyhow::Result<ExitCode> {
 }
 
 // ---------------------------------------------------------------------- tables
-
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            if i + 1 == cells.len() {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}  ", w = widths[i]));
-            }
-        }
-        s.trim_end().to_owned() + "\n"
-    };
-    let mut out = line(header.to_vec());
-    for r in rows {
-        out.push_str(&line(r.iter().map(String::as_str).collect()));
-    }
-    out
-}
 
 fn device_short(d: &AllocatedDevice) -> String {
     match d {
@@ -354,10 +312,10 @@ fn placement_table(state: &FleetState, p: &Placement, policy: Policy, dry_run: b
             "Machine {} placed on node {} ({}, {policy})\n",
             a.machine,
             a.node,
-            a.status_str()
+            a.status.as_str()
         )
     };
-    s.push_str(&table(&DEVICE_HEADER, &device_rows(state, a)));
+    s.push_str(&render_table(&DEVICE_HEADER, &device_rows(state, a)));
     for d in &p.degraded {
         s.push_str(&format!(
             "warning: request {} uses Degraded {}: {}\n",
@@ -373,18 +331,6 @@ fn placement_table(state: &FleetState, p: &Placement, policy: Policy, dry_run: b
     s
 }
 
-trait StatusStr {
-    fn status_str(&self) -> &'static str;
-}
-impl StatusStr for Allocation {
-    fn status_str(&self) -> &'static str {
-        match self.status {
-            gpu_core::AllocationStatus::Pending => "pending",
-            gpu_core::AllocationStatus::Created => "created",
-        }
-    }
-}
-
 fn migration_table(p: &MigrationPlan) -> String {
     let mut s = format!("Machine {}: node {} -> node {}\n", p.machine, p.from, p.to);
     let rows: Vec<Vec<String>> = p
@@ -398,7 +344,7 @@ fn migration_table(p: &MigrationPlan) -> String {
             ]
         })
         .collect();
-    s.push_str(&table(&["REQUEST", "FROM", "TO"], &rows));
+    s.push_str(&render_table(&["REQUEST", "FROM", "TO"], &rows));
     s
 }
 
@@ -425,7 +371,7 @@ fn drain_table(p: &DrainPlan) -> String {
                 ]
             })
             .collect();
-        s.push_str(&table(&["MACHINE", "TO", "DEVICES"], &rows));
+        s.push_str(&render_table(&["MACHINE", "TO", "DEVICES"], &rows));
     }
     for st in &p.stay {
         s.push_str(&format!("stays: {}: {}\n", st.machine, st.reason));
@@ -470,5 +416,5 @@ fn evacuation_table(p: &EvacuationPlan) -> String {
             vec![e.machine.clone(), e.node.clone(), affected, to]
         })
         .collect();
-    table(&["MACHINE", "NODE", "AFFECTED", "DESTINATION"], &rows)
+    render_table(&["MACHINE", "NODE", "AFFECTED", "DESTINATION"], &rows)
 }

@@ -3,13 +3,15 @@
 //! [`build`] publishes a node's GPUs and vGPU profiles as ResourceSlices and DeviceClasses,
 //! [`version`] holds the API's limits per Kubernetes version, [`device_name`] the grammar of the
 //! device names, [`rules`] checks the slices against the API's limits and gpuslice's exclusivity promise,
-//! [`claims`] holds example ResourceClaims, and [`prepare`] maps an allocation back to the host.
+//! [`claims`] holds example ResourceClaims, [`prepare`] maps an allocation back to the host,
+//! [`node`] carries that out (and undoes it), and [`store`] records what it did.
 
 pub mod build;
 pub mod claims;
 pub mod device_name;
 pub mod model;
 pub mod names;
+pub mod node;
 pub mod prepare;
 pub mod rules;
 pub mod store;
@@ -17,4 +19,5 @@ pub mod version;
 
 pub use build::{DraOptions, Prepared, export};
 pub use device_name::DeviceName;
+pub use store::{ClaimStore, DEFAULT_STATE_DIR};
 pub use version::{DEFAULT_DRIVER, K8sVersion};

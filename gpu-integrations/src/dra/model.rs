@@ -10,6 +10,36 @@ use serde::{Deserialize, Serialize};
 /// The API version of every object here.
 pub const API_VERSION: &str = "resource.k8s.io/v1";
 
+/// The ResourceSlices of a YAML stream or a JSON `List`, any driver's (objects of other kinds
+/// are skipped).
+///
+/// # Errors
+/// When a document is not YAML/JSON or a ResourceSlice does not have the v1 shape (the message
+/// names the document or slice by its number).
+pub fn parse_slices(text: &str) -> crate::Result<Vec<ResourceSlice>> {
+    use crate::IntegrationError;
+    let mut docs: Vec<serde_json::Value> = Vec::new();
+    for (i, d) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let v = serde_json::Value::deserialize(d)
+            .map_err(|e| IntegrationError::Invalid(format!("document {}: {e}", i + 1)))?;
+        match v.get("items").and_then(|x| x.as_array()) {
+            Some(items) if v.get("kind").and_then(|k| k.as_str()) == Some("List") => {
+                docs.extend(items.iter().cloned())
+            }
+            _ if v.is_null() => {}
+            _ => docs.push(v),
+        }
+    }
+    docs.into_iter()
+        .filter(|d| d.get("kind").and_then(|k| k.as_str()) == Some("ResourceSlice"))
+        .enumerate()
+        .map(|(i, d)| {
+            serde_json::from_value(d)
+                .map_err(|e| IntegrationError::Invalid(format!("ResourceSlice {}: {e}", i + 1)))
+        })
+        .collect()
+}
+
 /// `metadata` of an object: only the name and labels are written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]

@@ -1,84 +1,206 @@
 //! The node's DRA claim store: one JSON file per prepared claim, `<state>/claims/<uid>.json`,
-//! written atomically, read back by `unprepare` and by the export (so what prepare created is
-//! not subtracted twice).
+//! read back by `unprepare` and by the export (so what prepare created is not subtracted twice).
+//!
+//! Every read and write goes through a [`Host`] rooted where the store lives: the default store
+//! is [`DEFAULT_STATE_DIR`] inside the node's root, an explicit directory is reached through a
+//! host rooted at its parent. So the store is created with [`gpu_sysfs::host::make_state_dir`]
+//! (a component that is a link or a file is refused, nothing is written through it) and files
+//! are replaced with [`Host::write_atomic`], as every other state file of gpuslice.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use gpu_sysfs::{Host, RealHost};
 
 use super::build::Prepared;
 use super::prepare::PreparedClaim;
 use crate::error::{IntegrationError, Result, fail};
 
+/// Where prepared claims are recorded, inside the node's root, unless a directory is given.
+pub const DEFAULT_STATE_DIR: &str = "var/lib/gpuslice/dra";
+
+/// The largest claim file read back.
+const MAX_CLAIM_BYTES: usize = 4 << 20;
+
 fn state_error(what: &str, path: &Path, e: impl std::fmt::Display) -> IntegrationError {
     IntegrationError::State(format!("{what} {}: {e}", path.display()))
 }
 
-/// The file of claim `uid` under `state`.
-///
-/// # Errors
-/// When `uid` is not a Kubernetes UID (so it cannot name a path outside the store).
-pub fn claim_path(state: &Path, uid: &str) -> Result<PathBuf> {
-    if uid.is_empty()
-        || uid.len() > 128
-        || !uid
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        || uid.starts_with('.')
-    {
-        fail!(Invalid, "claim UID {uid:?} is not a Kubernetes UID");
+/// The claim store of a node.
+#[derive(Debug)]
+pub struct ClaimStore {
+    /// The host the store is reached through; `None` when its base directory does not exist
+    /// (or the root is a recording): there are no claims, and writing is refused.
+    host: Option<RealHost>,
+    /// The directory the host is rooted at.
+    base: PathBuf,
+    /// The store, relative to `base`.
+    dir: String,
+}
+
+impl ClaimStore {
+    /// The store of the node at `root`: `state_dir` as given, else [`DEFAULT_STATE_DIR`] inside
+    /// `root`. Nothing is created until a claim is written.
+    ///
+    /// # Errors
+    /// A `state_dir` that names no directory (`/`, `..`).
+    pub fn open(root: &Path, state_dir: Option<&Path>) -> Result<Self> {
+        let (base, dir) = match state_dir {
+            None => (root.to_path_buf(), DEFAULT_STATE_DIR.to_owned()),
+            Some(d) => {
+                let name = d
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .filter(|n| !n.is_empty() && *n != "..");
+                let Some(name) = name else {
+                    fail!(Invalid, "state directory {} has no name", d.display());
+                };
+                let parent = d
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                (parent.to_path_buf(), name.to_owned())
+            }
+        };
+        let host = RealHost::new(&base).ok();
+        Ok(ClaimStore { host, base, dir })
     }
-    Ok(state.join("claims").join(format!("{uid}.json")))
-}
 
-/// Reads every prepared claim under `state`, by node. A missing directory is no claims.
-///
-/// # Errors
-/// When a claim file cannot be read or parsed.
-pub fn read_prepared(state: &Path) -> Result<BTreeMap<String, Prepared>> {
-    let dir = state.join("claims");
-    let mut out: BTreeMap<String, Prepared> = BTreeMap::new();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(state_error("cannot list", &dir, e)),
-    };
-    for entry in entries {
-        let path = entry
-            .map_err(|e| state_error("cannot list", &dir, e))?
-            .path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
+    /// The store directory.
+    pub fn dir(&self) -> PathBuf {
+        self.base.join(&self.dir)
+    }
+
+    /// The file of claim `uid`, relative to the host.
+    fn claim_rel(&self, uid: &str) -> Result<String> {
+        if uid.is_empty()
+            || uid.len() > 128
+            || !uid
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            || uid.starts_with('.')
+        {
+            fail!(Invalid, "claim UID {uid:?} is not a Kubernetes UID");
         }
-        let claim = read_claim(&path)?;
-        let p = out.entry(claim.node.clone()).or_default();
-        for a in claim.held() {
-            a.record(p);
+        Ok(format!("{}/claims/{uid}.json", self.dir))
+    }
+
+    /// The file of claim `uid`, as a path on this machine.
+    ///
+    /// # Errors
+    /// When `uid` is not a Kubernetes UID (so it cannot name a path outside the store).
+    pub fn claim_path(&self, uid: &str) -> Result<PathBuf> {
+        Ok(self.base.join(self.claim_rel(uid)?))
+    }
+
+    fn read_rel(&self, host: &RealHost, rel: &str) -> Result<Option<PreparedClaim>> {
+        let path = self.base.join(rel);
+        let bytes = match host.read_bounded(rel, MAX_CLAIM_BYTES) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(state_error("cannot read prepared claim", &path, e)),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| state_error("prepared claim", &path, e))
+    }
+
+    /// The prepared claim `uid`, or `None` when it is not recorded.
+    ///
+    /// # Errors
+    /// An invalid UID; a claim file that cannot be read or parsed.
+    pub fn read(&self, uid: &str) -> Result<Option<PreparedClaim>> {
+        let rel = self.claim_rel(uid)?;
+        match &self.host {
+            Some(host) => self.read_rel(host, &rel),
+            None => Ok(None),
         }
     }
-    Ok(out)
-}
 
-/// Reads one prepared claim.
-///
-/// # Errors
-/// When the file cannot be read or parsed.
-pub fn read_claim(path: &Path) -> Result<PreparedClaim> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| state_error("cannot read prepared claim", path, e))?;
-    serde_json::from_str(&text).map_err(|e| state_error("prepared claim", path, e))
-}
+    /// Every prepared claim, by node. A missing store is no claims.
+    ///
+    /// # Errors
+    /// When the store cannot be listed or a claim file cannot be read or parsed.
+    pub fn read_prepared(&self) -> Result<BTreeMap<String, Prepared>> {
+        let mut out: BTreeMap<String, Prepared> = BTreeMap::new();
+        let Some(host) = &self.host else {
+            return Ok(out);
+        };
+        let claims = format!("{}/claims", self.dir);
+        let names = match host.list(&claims) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(state_error("cannot list", &self.base.join(&claims), e)),
+        };
+        for name in names.iter().filter(|n| n.ends_with(".json")) {
+            let Some(claim) = self.read_rel(host, &format!("{claims}/{name}"))? else {
+                continue;
+            };
+            let p = out.entry(claim.node.clone()).or_default();
+            for a in claim.held() {
+                a.record(p);
+            }
+        }
+        Ok(out)
+    }
 
-/// Records a prepared claim, creating the store, with gpuslice's one atomic writer.
-///
-/// # Errors
-/// When the directory or the file cannot be written.
-pub fn write_claim(path: &Path, claim: &PreparedClaim) -> Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| IntegrationError::Invalid("claim file has no directory".into()))?;
-    std::fs::create_dir_all(dir).map_err(|e| state_error("cannot create", dir, e))?;
-    let text = serde_json::to_string_pretty(claim)
-        .map_err(|e| IntegrationError::Internal(format!("cannot render the claim: {e}")))?;
-    gpu_sysfs::atomic::write_file_atomic(path, text.as_bytes())
-        .map_err(|e| state_error("cannot write", path, e))
+    fn host(&self) -> Result<&RealHost> {
+        self.host.as_ref().ok_or_else(|| {
+            IntegrationError::State(format!(
+                "cannot create the DRA state directory {}: {} is not a directory",
+                self.dir().display(),
+                self.base.display()
+            ))
+        })
+    }
+
+    /// Creates the store's directories (a component that is a link or a file is refused): a
+    /// prepare calls it before it changes the host, so what it changes can be recorded.
+    ///
+    /// # Errors
+    /// A base directory that does not exist; a component that is a link, a file, or cannot be
+    /// created.
+    pub fn create(&self) -> Result<()> {
+        let claims = format!("{}/claims", self.dir);
+        self.host()?;
+        gpu_sysfs::host::make_state_dir(&self.base, &claims)
+            .map(|_| ())
+            .map_err(|e| state_error("cannot create", &self.base.join(&claims), e))
+    }
+
+    /// Records a prepared claim, creating the store, with gpuslice's one atomic writer.
+    ///
+    /// # Errors
+    /// An invalid UID; a store directory that is a link or cannot be created; a file that
+    /// cannot be written.
+    pub fn write(&self, claim: &PreparedClaim) -> Result<()> {
+        let rel = self.claim_rel(&claim.claim_uid)?;
+        let text = serde_json::to_string_pretty(claim)
+            .map_err(|e| IntegrationError::Internal(format!("cannot render the claim: {e}")))?;
+        self.host()?
+            .write_atomic(&rel, text.as_bytes())
+            .map_err(|e| state_error("cannot write", &self.base.join(&rel), e))
+    }
+
+    /// Forgets claim `uid` (after unprepare undid it). A claim not recorded is no error.
+    ///
+    /// # Errors
+    /// An invalid UID; a store directory that is a link; a file that cannot be removed.
+    pub fn remove(&self, uid: &str) -> Result<()> {
+        let rel = self.claim_rel(uid)?;
+        let host = self.host()?;
+        let claims = format!("{}/claims", self.dir);
+        if !host.exists(&claims) {
+            return Ok(());
+        }
+        // The directory is checked component by component, so the file removed is in it.
+        let dir = gpu_sysfs::host::make_state_dir(&self.base, &claims)
+            .map_err(|e| state_error("cannot open", &self.base.join(&claims), e))?;
+        let file = dir.join(format!("{uid}.json"));
+        match std::fs::remove_file(&file) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(state_error("cannot remove", &self.base.join(rel), e)),
+        }
+    }
 }

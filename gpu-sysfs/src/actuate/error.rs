@@ -230,6 +230,25 @@ pub enum ActuateError {
         /// Why the operation does not apply.
         why: String,
     },
+    /// A create named a parent that is neither an mdev parent nor an NVIDIA vendor-VFIO VF or
+    /// the GPU of such VFs.
+    #[error(
+        "{parent} is neither an mdev parent nor an NVIDIA vendor-VFIO VF or GPU with VFs (for vendor-VFIO, run `gpuslice sriov enable {gpu}` first)"
+    )]
+    NotAParent {
+        /// The parent as given.
+        parent: String,
+        /// The GPU it names.
+        gpu: String,
+    },
+    /// Every vendor-VFIO VF of the GPU has a type already, or none can take this one now.
+    #[error("no free VF of {gpu} can take vGPU type {profile} now")]
+    NoFreeVf {
+        /// The physical GPU.
+        gpu: String,
+        /// The profile as given.
+        profile: String,
+    },
     /// A host program ran past its timeout and was killed.
     #[error("{program} did not finish within {seconds} s and was killed{stderr}")]
     Timeout {
@@ -354,7 +373,8 @@ impl ActuateError {
             ActuateError::ProbeFailed { .. } => K::ProbeFailed,
             ActuateError::GroupNotViable { .. } => K::GroupNotViable,
             ActuateError::NoIommu { .. } => K::NoIommu,
-            ActuateError::Unsupported { .. } => K::Unsupported,
+            ActuateError::Unsupported { .. } | ActuateError::NotAParent { .. } => K::Unsupported,
+            ActuateError::NoFreeVf { .. } => K::Exhausted,
             ActuateError::Timeout { .. } => K::Timeout,
             ActuateError::CommandFailed { .. } => K::CommandFailed,
             ActuateError::SriovNotEnabled { .. } => K::SriovNotEnabled,

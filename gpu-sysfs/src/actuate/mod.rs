@@ -13,6 +13,7 @@
 //! - [`bind`]: move a whole GPU with its companion functions to `vfio-pci` and back, checking the
 //!   `driver` link after `drivers_probe` (which reports success even when probing failed) and
 //!   undoing every step already made when a later one fails;
+//! - [`create`]: what a create of a profile on a parent makes (mdev or vendor-VFIO, which VF);
 //! - [`inuse`]: whether a device's VFIO node is open by a process;
 //! - [`handoff`]: the QEMU and libvirt snippets that hand a device to a VM.
 //!
@@ -22,6 +23,7 @@
 //! undo their earlier steps when a later one fails.
 
 pub mod bind;
+pub mod create;
 pub mod error;
 pub mod handoff;
 pub mod inuse;
@@ -32,6 +34,7 @@ pub mod vendor;
 use std::io;
 
 pub use bind::{FunctionChange, GpuBinding, bind_gpu, card_functions, release_gpu};
+pub use create::{CreateTarget, Created, create_target, create_vgpu, machine_uuid};
 pub use error::ActuateError;
 pub use handoff::Handoff;
 pub use inuse::{Holder, holder_of};
@@ -47,6 +50,28 @@ pub use vendor::{
 };
 
 use crate::host::Host;
+
+/// Every vGPU instance on a host: mdev instances and vendor-VFIO VFs with a type (what
+/// `gpuslice vgpu list -o json` and the agent's `GET /v1/vgpus` show).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VgpuListing {
+    /// The mdev instances.
+    pub mdevs: Vec<MdevInstance>,
+    /// The vendor-VFIO VFs that have a type.
+    pub vendor_vfio: Vec<VfInstance>,
+}
+
+/// Lists every vGPU instance on `host`.
+///
+/// # Errors
+/// The errors of [`list_instances`] and [`list_vf_instances`].
+pub fn list_vgpus(host: &dyn Host) -> Result<VgpuListing> {
+    Ok(VgpuListing {
+        mdevs: list_instances(host)?,
+        vendor_vfio: list_vf_instances(host)?,
+    })
+}
 
 /// Result type of actuation.
 pub type Result<T, E = ActuateError> = std::result::Result<T, E>;

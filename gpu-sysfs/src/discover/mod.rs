@@ -101,6 +101,18 @@ fn hardware_iommu_present(host: &dyn Host, warnings: &mut Vec<String>) -> bool {
 /// [`SysfsError::InvalidRoot`] when the root has no readable `sys/bus/pci/devices`. Every other
 /// problem is a warning on the device (or node) concerned.
 pub fn discover(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology, SysfsError> {
+    discover_with_links(host, opts).map(|(topology, _)| topology)
+}
+
+/// [`discover`], also returning the PCIe link files of every GPU as discovery read them, so
+/// the health grading can judge the link without reading the files again.
+///
+/// # Errors
+/// As [`discover`].
+pub fn discover_with_links(
+    host: &dyn Host,
+    opts: &DiscoverOptions,
+) -> Result<(NodeTopology, BTreeMap<PciAddress, crate::link::LinkFiles>), SysfsError> {
     let entries = host
         .list(pci::PCI_DEVICES)
         .map_err(|e| SysfsError::InvalidRoot {
@@ -222,7 +234,9 @@ pub fn discover(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology,
     topo.gpus = gpus;
     topo.mediated_devices.parents = parents;
     topo.mediated_devices.pools = pools;
-    Ok(topo)
+    let mut links = std::mem::take(&mut table.links);
+    links.retain(|a, _| topo.gpus.iter().any(|g| g.address == *a));
+    Ok((topo, links))
 }
 
 /// The last facts of a GPU once its framework is known: the SR-IOV hint, whether it can go to a

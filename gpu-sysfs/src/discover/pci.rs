@@ -8,6 +8,7 @@ use gpu_core::{ClassCode, Function, Gpu, Link, PciAddress, Sriov, Vendor};
 use super::parse;
 use super::read;
 use crate::host::Host;
+use crate::link::{LinkFile, LinkFiles};
 
 /// The bus view every PCI function is listed in.
 pub(crate) const PCI_DEVICES: &str = "sys/bus/pci/devices";
@@ -28,6 +29,8 @@ pub(crate) struct Func {
 pub(crate) struct PciTable<'h> {
     pub host: &'h dyn Host,
     pub funcs: BTreeMap<PciAddress, Func>,
+    /// The link files of each GPU read, for the health grading to reuse.
+    pub links: BTreeMap<PciAddress, LinkFiles>,
 }
 
 /// The directory of a function in the bus view.
@@ -47,7 +50,11 @@ impl<'h> PciTable<'h> {
                 Err(err) => node_warnings.push(format!("{PCI_DEVICES}/{e}: {err}")),
             }
         }
-        PciTable { host, funcs }
+        PciTable {
+            host,
+            funcs,
+            links: BTreeMap::new(),
+        }
     }
 
     fn func(&mut self, a: &PciAddress) -> &mut Func {
@@ -213,7 +220,9 @@ impl<'h> PciTable<'h> {
         if has("boot_vga") {
             g.boot_vga = read::text(host, &format!("{d}/boot_vga"), &mut w).as_deref() == Some("1");
         }
-        g.link = read_link_state(host, &d, &entries, &mut w);
+        let files = LinkFiles::read(host, &d, Some(&entries));
+        g.link = link_state(&d, &files, &mut w);
+        self.links.insert(*a, files);
         if has("sriov_totalvfs") {
             let total = read::parsed(
                 host,
@@ -294,34 +303,44 @@ impl<'h> PciTable<'h> {
     }
 }
 
-fn read_link_state(
-    host: &dyn Host,
-    d: &str,
-    entries: &BTreeSet<String>,
-    w: &mut Vec<String>,
-) -> Option<Link> {
-    let mut link = Link::default();
-    let mut any = false;
-    for (file, slot) in [
-        ("current_link_width", &mut link.current_width),
-        ("max_link_width", &mut link.max_width),
-    ] {
-        if entries.contains(file) {
-            *slot =
-                read::parsed(host, &format!("{d}/{file}"), w, parse::parse_link_width).flatten();
-            any = true;
+/// The link state of the files in `d`, with a warning for each that cannot be read or parsed;
+/// `None` when the function has none of them.
+fn link_state(d: &str, files: &LinkFiles, w: &mut Vec<String>) -> Option<Link> {
+    fn value<T>(
+        d: &str,
+        name: &str,
+        f: &LinkFile,
+        w: &mut Vec<String>,
+        parse: fn(&str, &str) -> Result<Option<T>, crate::SysfsError>,
+    ) -> Option<T> {
+        let path = format!("{d}/{name}");
+        match f {
+            LinkFile::Absent => None,
+            LinkFile::Unreadable(e) => {
+                w.push(format!("{path}: {e}"));
+                None
+            }
+            LinkFile::Text(t) => parse(t, &path).unwrap_or_else(|e| {
+                w.push(e.to_string());
+                None
+            }),
         }
     }
-    for (file, slot) in [
-        ("current_link_speed", &mut link.current_speed_gts),
-        ("max_link_speed", &mut link.max_speed_gts),
-    ] {
-        if entries.contains(file) {
-            *slot =
-                read::parsed(host, &format!("{d}/{file}"), w, parse::parse_link_speed).flatten();
-            any = true;
-        }
-    }
+    let [cw, mw, cs, ms] = LinkFiles::NAMES;
+    let link = Link {
+        current_width: value(d, cw, &files.current_width, w, parse::parse_link_width),
+        max_width: value(d, mw, &files.max_width, w, parse::parse_link_width),
+        current_speed_gts: value(d, cs, &files.current_speed, w, parse::parse_link_speed),
+        max_speed_gts: value(d, ms, &files.max_speed, w, parse::parse_link_speed),
+    };
+    let any = [
+        &files.current_width,
+        &files.max_width,
+        &files.current_speed,
+        &files.max_speed,
+    ]
+    .iter()
+    .any(|f| **f != LinkFile::Absent);
     any.then_some(link)
 }
 
