@@ -101,6 +101,10 @@ fn unprepare_leaves_a_device_that_was_in_place_before_prepare() {
     let v: Value = serde_json::from_str(&ok(&args)).unwrap();
     // Nothing was changed: the mdev was there, so it is recorded as found, not as an action.
     assert_eq!(v["actions"], json!([]), "{v}");
+    // The answer still hands the claim's device to the VM, and says it was found in place.
+    assert_eq!(v["found"][0]["uuid"], SHARE, "{v}");
+    let qemu = v["qemu"].to_string();
+    assert!(qemu.contains(SHARE), "the VM is given the found mdev: {v}");
     let records: Vec<_> = std::fs::read_dir(dir.path().join("state/claims"))
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -171,7 +171,10 @@ pub struct PrepareAnswer {
     pub node: String,
     /// The changes prepare made (or plans, for a dry run).
     pub actions: Vec<PrepareAction>,
-    /// QEMU arguments and libvirt XML for all devices.
+    /// Devices the claim holds that were already in place before prepare (unprepare leaves them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found: Vec<PrepareAction>,
+    /// QEMU arguments and libvirt XML for all devices the claim holds, found ones included.
     #[serde(flatten)]
     pub handoff: VmHandoff,
     /// True when this call changed nothing (already prepared, or a dry run).
@@ -190,7 +193,11 @@ impl PrepareAnswer {
             claim_uid: claim.claim_uid.clone(),
             node: claim.node.clone(),
             actions: claim.actions.clone(),
-            handoff: VmHandoff::of(&vm_devices(&claim.actions, node)),
+            found: claim.found.clone(),
+            handoff: VmHandoff::of(&vm_devices(
+                &claim.held().cloned().collect::<Vec<_>>(),
+                node,
+            )),
             unchanged,
         }
     }
