@@ -26,6 +26,7 @@ pub mod events;
 mod gpu_events;
 pub mod http;
 pub mod serve;
+pub mod sources;
 pub mod state;
 pub mod uevent;
 pub mod watch;
@@ -37,6 +38,7 @@ pub use agent::{
 pub use error::ApiError;
 pub use events::{Event, EventBus, EventKind};
 pub use serve::{Access, Listen, Listener, ServeOptions, serve, serve_router};
+pub use sources::{UeventMode, open_gpu_events, open_uevents};
 pub use state::{Device, Owner, Phase, Promise, StateFile, StateStore};
 pub use uevent::{ChannelSource, NetlinkSource, Uevent, UeventSource};
 pub use watch::{WatchOptions, WatchedLayout, Watchers};

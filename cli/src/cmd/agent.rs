@@ -146,43 +146,14 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     }
     // The uevent socket is bound before the first read of the host and before the listeners:
     // every device change from then on is queued for the agent, even before its watchers run.
-    let uevents: Option<Box<dyn gpu_agent::UeventSource>> = match a.uevents {
-        Uevents::Off => None,
-        Uevents::Auto if !live => None,
-        mode => match gpu_agent::NetlinkSource::open() {
-            Ok(s) => {
-                eprintln!("gpuslice agent: listening to kernel uevents");
-                Some(Box::new(s))
-            }
-            Err(e) if mode == Uevents::On => {
-                bail!("--uevents on: cannot open the kernel's uevent socket: {e}")
-            }
-            Err(e) => {
-                eprintln!("gpuslice agent: no kernel uevents ({e}); relying on the resync");
-                None
-            }
-        },
+    let mode = match a.uevents {
+        Uevents::Auto => gpu_agent::UeventMode::Auto,
+        Uevents::On => gpu_agent::UeventMode::On,
+        Uevents::Off => gpu_agent::UeventMode::Off,
     };
-    // NVML's critical XID and double-bit ECC events, on the live host only (NVML describes this
-    // machine's GPUs): graded as they come, their verdicts folded into every later read.
-    let gpu_events: Option<Box<dyn gpu_health::GpuEventSource>> = if live && !a.no_nvml {
-        match gpu_health::NvmlEventSource::open(None) {
-            Ok(s) => {
-                eprintln!(
-                    "gpuslice agent: watching NVML XID and ECC events on {} GPU(s)",
-                    s.watched.len()
-                );
-                config.health.events = Some(Arc::new(gpu_health::EventVerdicts::default()));
-                Some(Box::new(s))
-            }
-            Err(e) => {
-                eprintln!("gpuslice agent: no NVML events ({e}); health is read on each resync");
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let uevents = gpu_agent::open_uevents(mode, live)
+        .context("--uevents on: cannot open the kernel's uevent socket")?;
+    let gpu_events = gpu_agent::open_gpu_events(live, a.no_nvml, &mut config.health);
     let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     for r in agent.reconciled() {
         eprintln!(
