@@ -3,6 +3,7 @@
 //! the user asked for.
 
 use std::sync::Arc;
+
 use crate::uevent::{NetlinkSource, UeventSource};
 
 /// Whether the agent listens to the kernel's uevents.
