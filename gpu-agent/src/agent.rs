@@ -835,9 +835,8 @@ impl Agent {
         gpu_core::validate_name(gpu).map_err(|e| ApiError::from_core("gpu", &e))?;
         let snap = self.snapshot();
         snap.topology
-            .gpu_by_name(gpu)
-            .map(|g| g.address)
-            .ok_or_else(|| ApiError::not_found(format!("no GPU named {gpu:?} on this host")))
+            .gpu_address_by_name(gpu)
+            .map_err(ApiError::not_found)
     }
 
     /// `POST /v1/gpus/{name|bdf}/bind` and `/release`.

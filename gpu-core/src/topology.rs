@@ -517,6 +517,30 @@ impl NodeTopology {
         self.gpus.iter().find(|g| g.name == name)
     }
 
+    /// The address of the GPU named `name`; otherwise a message naming it and listing the GPUs
+    /// this node has (what the CLI and the agent answer for an unknown GPU name).
+    ///
+    /// # Errors
+    /// No GPU of that name.
+    pub fn gpu_address_by_name(&self, name: &str) -> Result<PciAddress, String> {
+        if let Some(g) = self.gpu_by_name(name) {
+            return Ok(g.address);
+        }
+        let known: Vec<String> = self
+            .gpus
+            .iter()
+            .map(|g| format!("{} ({})", g.name, g.address))
+            .collect();
+        Err(format!(
+            "no GPU named {name:?} on this host; GPUs: {}",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        ))
+    }
+
     /// The GPU at this address.
     pub fn gpu_by_address(&self, address: &PciAddress) -> Option<&Gpu> {
         self.gpus.iter().find(|g| g.address == *address)

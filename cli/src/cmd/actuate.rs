@@ -38,24 +38,7 @@ fn resolve_gpu(opened: &gpu_health::OpenedNode, gpu: &str) -> anyhow::Result<Pci
         .with_context(|| format!("{gpu:?} is neither a PCI address nor a GPU name"))?;
     let topo = gpu_sysfs::discover::discover(opened.host.host(), &opened.discover)
         .context("cannot discover this host's GPUs to resolve the name")?;
-    match topo.gpu_by_name(gpu) {
-        Some(found) => Ok(found.address),
-        None => {
-            let known: Vec<String> = topo
-                .gpus
-                .iter()
-                .map(|x| format!("{} ({})", x.name, x.address))
-                .collect();
-            bail!(
-                "no GPU named {gpu:?} on this host; GPUs: {}",
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            )
-        }
-    }
+    topo.gpu_address_by_name(gpu).map_err(anyhow::Error::msg)
 }
 
 fn print_handoff(h: &Handoff) {
