@@ -97,7 +97,9 @@ class AgentClient {
     return this.request('DELETE', `/v1/vgpus/${encodeURIComponent(target)}${options.force ? '?force=true' : ''}`)
   }
 
-  bind(gpu) { return this.request('POST', `/v1/gpus/${encodeURIComponent(gpu)}/bind`) }
+  bind(gpu, options = {}) {
+    return this.request('POST', `/v1/gpus/${encodeURIComponent(gpu)}/bind${options.force ? '?force=true' : ''}`)
+  }
 
   release(gpu, options = {}) {
     return this.request('POST', `/v1/gpus/${encodeURIComponent(gpu)}/release${options.force ? '?force=true' : ''}`)

@@ -609,7 +609,8 @@ export declare class AgentClient {
   metrics(): Promise<string>
   create(request: AgentCreateRequest): Promise<Record<string, unknown>>
   remove(target: string, options?: { force?: boolean }): Promise<Record<string, unknown>>
-  bind(gpu: string): Promise<Record<string, unknown>>
+  /** A GPU graded Unhealthy is refused (`unhealthy`) unless `force`; a Degraded one comes with `warnings`. */
+  bind(gpu: string, options?: { force?: boolean }): Promise<Record<string, unknown>>
   release(gpu: string, options?: { force?: boolean }): Promise<Record<string, unknown>>
   applyLayout(
     layout: string,

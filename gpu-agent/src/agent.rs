@@ -839,10 +839,13 @@ impl Agent {
             .map_err(ApiError::not_found)
     }
 
-    /// `POST /v1/gpus/{name|bdf}/bind` and `/release`.
+    /// `POST /v1/gpus/{name|bdf}/bind` and `/release`. A bind of a GPU the served topology
+    /// grades Unhealthy is refused unless `force` (`?force=true`), as `gpuslice gpu bind` does
+    /// ([`gpu_core::Health::check_handout`]); a Degraded one is bound with a warning in the
+    /// answer's `warnings`. For a release, `force` releases a GPU a process holds.
     ///
     /// # Errors
-    /// Unknown GPUs, refusals of the actuation layer.
+    /// Unknown GPUs, an Unhealthy GPU (`unhealthy`, 409), refusals of the actuation layer.
     pub async fn bind(
         self: &Arc<Self>,
         gpu: String,
@@ -850,6 +853,18 @@ impl Agent {
         force: bool,
     ) -> Result<serde_json::Value, ApiError> {
         let addr = self.resolve_gpu(&gpu)?;
+        let health_warning = if bind {
+            let snap = self.snapshot();
+            match snap.topology.gpu_by_address(&addr) {
+                Some(g) => g
+                    .health
+                    .check_handout(&addr.to_string(), force, "?force=true")
+                    .map_err(|e| ApiError::new(e.kind(), e.to_string()))?,
+                None => None,
+            }
+        } else {
+            None
+        };
         let me = Arc::clone(self);
         let mut value = self
             .write(true, move |a| {
@@ -872,6 +887,17 @@ impl Agent {
             .publish(kind, serde_json::json!({ "gpu": addr.to_string() }));
         if let Some(o) = value.as_object_mut() {
             o.insert("revision".to_owned(), rev.into());
+            if let Some(w) = health_warning {
+                match o
+                    .get_mut("warnings")
+                    .and_then(serde_json::Value::as_array_mut)
+                {
+                    Some(list) => list.push(w.into()),
+                    None => {
+                        o.insert("warnings".to_owned(), vec![w].into());
+                    }
+                }
+            }
             if bind {
                 if let Some(h) = me.handoff(&HandoffTarget::Pci(addr)) {
                     o.insert("vmHandoff".to_owned(), h);

@@ -178,7 +178,8 @@ pub fn status_of(kind: ErrorKind) -> u16 {
         | K::ExistsOtherType
         | K::Busy
         | K::NotPermitted
-        | K::GroupNotViable => 409,
+        | K::GroupNotViable
+        | K::Unhealthy => 409,
         K::TooLarge => 413,
         K::Other => 500,
         // exhausted, not-creatable, host-error, read-failed, driver-refused, timeout, ...

@@ -258,11 +258,14 @@ async fn delete_vgpu(
 async fn bind_gpu(
     State(a): State<Arc<Agent>>,
     p: Result<Path<String>, axum::extract::rejection::PathRejection>,
-    q: Result<Query<NoQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<ForceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let gpu = path(p)?;
-    query(q)?;
-    Ok(json_value(StatusCode::OK, &a.bind(gpu, true, false).await?))
+    let q = query(q)?;
+    Ok(json_value(
+        StatusCode::OK,
+        &a.bind(gpu, true, q.force).await?,
+    ))
 }
 
 async fn release_gpu(

@@ -67,6 +67,18 @@ pub enum CoreError {
         /// What is wrong with it.
         why: String,
     },
+    /// A GPU graded Unhealthy was asked for a VM without forcing it ([`crate::Health::check_handout`]).
+    #[error(
+        "{gpu} is Unhealthy ({reasons}); a VM would get a failing GPU; nothing was changed ({force} binds it anyway)"
+    )]
+    Unhealthy {
+        /// The GPU (its PCI address).
+        gpu: String,
+        /// The verdict's reasons, comma-separated.
+        reasons: String,
+        /// How this front-end forces it (`--force`, `?force=true`).
+        force: &'static str,
+    },
     /// A JSON or YAML document could not be decoded into the model.
     #[error("cannot decode {what}: {message}")]
     Decode {
@@ -84,6 +96,7 @@ impl CoreError {
     pub fn kind(&self) -> crate::ErrorKind {
         match self {
             CoreError::InvalidRequest { .. } => crate::ErrorKind::InvalidRequest,
+            CoreError::Unhealthy { .. } => crate::ErrorKind::Unhealthy,
             _ => crate::ErrorKind::InvalidArgument,
         }
     }
@@ -93,6 +106,7 @@ impl CoreError {
     pub fn kind_in_config(&self) -> crate::ErrorKind {
         match self {
             CoreError::InvalidRequest { .. } => crate::ErrorKind::InvalidRequest,
+            CoreError::Unhealthy { .. } => crate::ErrorKind::Unhealthy,
             _ => crate::ErrorKind::InvalidConfig,
         }
     }

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::CoreError;
+
 /// The graded state of a GPU or vGPU parent. JSON: `Healthy`, `Degraded`, `Unhealthy`, `Unknown`.
 ///
 /// Ordered from best to worst for placement ranking: Healthy < Unknown < Degraded < Unhealthy.
@@ -83,5 +85,85 @@ impl Health {
     /// True when the GPU may be handed out at all.
     pub fn is_usable(&self) -> bool {
         self.state != HealthState::Unhealthy
+    }
+
+    /// Whether the GPU `gpu` with this verdict may be handed to a VM whole (bound to
+    /// vfio-pci), the one rule the CLI's `gpu bind` and the agent's bind route share: an
+    /// Unhealthy GPU is refused unless `force`; a Degraded one, or an Unhealthy one forced,
+    /// goes ahead with the warning returned. `force_hint` names how the caller's front-end
+    /// forces (`--force`, `?force=true`) for the refusal's message.
+    ///
+    /// # Errors
+    /// [`CoreError::Unhealthy`] for an Unhealthy GPU without `force`.
+    pub fn check_handout(
+        &self,
+        gpu: &str,
+        force: bool,
+        force_hint: &'static str,
+    ) -> Result<Option<String>, CoreError> {
+        let reasons = if self.reasons.is_empty() {
+            "no reason recorded".to_owned()
+        } else {
+            self.reasons.join(", ")
+        };
+        match self.state {
+            HealthState::Unhealthy if !force => Err(CoreError::Unhealthy {
+                gpu: gpu.to_owned(),
+                reasons,
+                force: force_hint,
+            }),
+            HealthState::Unhealthy | HealthState::Degraded => Ok(Some(format!(
+                "{gpu} is {} ({reasons})",
+                self.state.as_str()
+            ))),
+            HealthState::Healthy | HealthState::Unknown => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graded(state: HealthState) -> Health {
+        Health {
+            state,
+            reasons: vec!["AER fatal 3".to_owned()],
+        }
+    }
+
+    #[test]
+    fn an_unhealthy_gpu_is_refused_unless_forced() {
+        let e = graded(HealthState::Unhealthy)
+            .check_handout("0000:01:00.0", false, "--force")
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Unhealthy);
+        assert_eq!(
+            e.to_string(),
+            "0000:01:00.0 is Unhealthy (AER fatal 3); a VM would get a failing GPU; nothing was \
+             changed (--force binds it anyway)"
+        );
+        assert_eq!(
+            graded(HealthState::Unhealthy)
+                .check_handout("0000:01:00.0", true, "--force")
+                .unwrap(),
+            Some("0000:01:00.0 is Unhealthy (AER fatal 3)".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_degraded_gpu_goes_with_a_warning_and_a_healthy_or_unknown_one_without() {
+        assert_eq!(
+            graded(HealthState::Degraded)
+                .check_handout("0000:01:00.0", false, "--force")
+                .unwrap(),
+            Some("0000:01:00.0 is Degraded (AER fatal 3)".to_owned())
+        );
+        for s in [HealthState::Healthy, HealthState::Unknown] {
+            assert_eq!(
+                graded(s).check_handout("g", false, "--force").unwrap(),
+                None
+            );
+        }
     }
 }

@@ -99,6 +99,8 @@ pub enum ErrorKind {
     MethodNotAllowed,
     /// The request body is larger than the agent takes (`too-large`).
     TooLarge,
+    /// A GPU graded Unhealthy was not handed to a VM (`unhealthy`); forcing it does.
+    Unhealthy,
     /// Anything else (`error`).
     Other,
 }
@@ -122,7 +124,7 @@ pub enum ErrorFamily {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 45] = [
+    pub const ALL: [ErrorKind; 46] = [
         ErrorKind::Unsatisfiable,
         ErrorKind::InvalidRequest,
         ErrorKind::InvalidConfig,
@@ -167,6 +169,7 @@ impl ErrorKind {
         ErrorKind::UnknownRoute,
         ErrorKind::MethodNotAllowed,
         ErrorKind::TooLarge,
+        ErrorKind::Unhealthy,
         ErrorKind::Other,
     ];
 
@@ -217,6 +220,7 @@ impl ErrorKind {
             ErrorKind::UnknownRoute => "unknown-route",
             ErrorKind::MethodNotAllowed => "method-not-allowed",
             ErrorKind::TooLarge => "too-large",
+            ErrorKind::Unhealthy => "unhealthy",
             ErrorKind::Other => "error",
         }
     }
@@ -260,6 +264,7 @@ impl ErrorKind {
             | K::ExistsOtherType
             | K::NotCreatable
             | K::InUse
+            | K::Unhealthy
             | K::ProbeFailed
             | K::GroupNotViable
             | K::NoIommu

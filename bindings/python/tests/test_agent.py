@@ -72,6 +72,10 @@ def test_error_documents_become_agent_errors_with_the_cli_kinds(agent) -> None:
     with pytest.raises(gpuslice.AgentError) as e:
         client.bind("nosuch")
     assert e.value.status == 404
+    # The route takes force=true (an unknown query would be a 400): still an unknown GPU.
+    with pytest.raises(gpuslice.AgentError) as e:
+        client.bind("nosuch", force=True)
+    assert e.value.status == 404
 
 
 def test_sigterm_stops_the_agent_and_removes_its_socket(agent) -> None:

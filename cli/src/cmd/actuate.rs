@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use gpu_core::{HealthState, MdevUuid, ParentId, PciAddress};
+use gpu_core::{MdevUuid, ParentId, PciAddress};
 use gpu_sysfs::actuate::{self, CreateTarget, Created, GpuBinding, SriovOptions, handoff::Handoff};
 
 use crate::common::{Global, Output, open_node_host, print_data};
@@ -97,20 +97,12 @@ pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
     let gpu = resolve_gpu(&opened, &a.gpu)?;
     let topo = crate::common::local_topology(g, None, false)
         .with_context(|| format!("cannot grade the health of {gpu} before binding it"))?;
-    if let Some(found) = topo.gpus.iter().find(|x| x.address == gpu) {
-        let why = found.health.reasons.join(", ");
-        match found.health.state {
-            HealthState::Unhealthy if !a.force => bail!(
-                "{gpu} is Unhealthy ({why}); a VM would get a failing GPU; nothing was changed \
-                 (--force binds it anyway)"
-            ),
-            HealthState::Unhealthy | HealthState::Degraded => {
-                eprintln!(
-                    "gpuslice: warning: {gpu} is {} ({why})",
-                    found.health.state.as_str()
-                );
-            }
-            _ => {}
+    if let Some(found) = topo.gpu_by_address(&gpu) {
+        let warning = found
+            .health
+            .check_handout(&gpu.to_string(), a.force, "--force")?;
+        if let Some(w) = warning {
+            eprintln!("gpuslice: warning: {w}");
         }
     }
     let b =

@@ -138,9 +138,11 @@ class AgentClient:
         q = "?force=true" if force else ""
         return self._request("DELETE", f"/v1/vgpus/{urllib.parse.quote(target, safe='')}{q}")
 
-    def bind(self, gpu: str) -> Dict[str, Any]:
-        """``POST /v1/gpus/{gpu}/bind``: binds a whole GPU to vfio-pci."""
-        return self._request("POST", f"/v1/gpus/{urllib.parse.quote(gpu, safe='')}/bind")
+    def bind(self, gpu: str, *, force: bool = False) -> Dict[str, Any]:
+        """``POST /v1/gpus/{gpu}/bind``: binds a whole GPU to vfio-pci; a GPU graded Unhealthy
+        is refused (``unhealthy``) unless ``force``, a Degraded one comes with ``warnings``."""
+        q = "?force=true" if force else ""
+        return self._request("POST", f"/v1/gpus/{urllib.parse.quote(gpu, safe='')}/bind{q}")
 
     def release(self, gpu: str, *, force: bool = False) -> Dict[str, Any]:
         """``POST /v1/gpus/{gpu}/release``: returns a GPU to its host driver."""
