@@ -287,7 +287,10 @@ impl Agent {
         let store = StateStore::new(dir);
         store.load()?;
         // Every read goes through the tracker, so a file that does not answer is named.
-        let tracked = Arc::new(crate::watch::TrackedHost::new(host));
+        let tracked = Arc::new(crate::watch::TrackedHost::wrap(
+            host,
+            crate::watch::InFlightReads::default(),
+        ));
         let host: Arc<dyn Host> = Arc::clone(&tracked) as Arc<dyn Host>;
         let (topology, health) = compose_topology(host.as_ref(), &config)?;
         let (shutdown, _) = tokio::sync::watch::channel(false);

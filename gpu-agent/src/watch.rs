@@ -5,13 +5,13 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use gpu_core::{AllocatedDevice, Allocation, AllocationStatus, NodeTopology, ParentId};
-use gpu_sysfs::{CommandOutput, Host};
+use gpu_sysfs::observed::{HostOp, Observed, Observer};
 
 use crate::agent::Agent;
 use crate::events::EventKind;
@@ -21,14 +21,18 @@ use gpu_sysfs::discover::Change;
 
 // ------------------------------------------------------------------------------ the tracker
 
-/// A [`Host`] that remembers which reads are in flight and since when, so the watchdog can name
-/// a file that does not answer (a hung driver attribute, a FIFO) while the rest is served.
-#[derive(Debug)]
-pub struct TrackedHost {
-    inner: Arc<dyn Host>,
+/// Which reads are in flight and since when, so the watchdog can name a file that does not
+/// answer (a hung driver attribute, a FIFO) while the rest is served. Writes are not tracked: a
+/// write is actuation (enabling VFs may take seconds), not a read.
+#[derive(Debug, Default)]
+pub struct InFlightReads {
     next: AtomicU64,
     in_flight: Mutex<HashMap<u64, InFlight>>,
 }
+
+/// A [`Host`] whose reads and listings the agent tracks ([`InFlightReads`]); every other call
+/// goes straight to the wrapped host.
+pub type TrackedHost = Observed<InFlightReads>;
 
 #[derive(Debug)]
 struct InFlight {
@@ -37,34 +41,22 @@ struct InFlight {
     reported: bool,
 }
 
-struct Guard<'a> {
-    host: &'a TrackedHost,
+/// An in-flight read, removed when the read returns.
+pub struct Guard<'a> {
+    reads: &'a InFlightReads,
     id: u64,
 }
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        self.host.map().remove(&self.id);
+        self.reads.map().remove(&self.id);
     }
 }
 
-impl TrackedHost {
-    /// Wraps `inner`.
-    pub fn new(inner: Arc<dyn Host>) -> Self {
-        TrackedHost {
-            inner,
-            next: AtomicU64::new(0),
-            in_flight: Mutex::new(HashMap::new()),
-        }
-    }
+impl Observer for InFlightReads {
+    type Guard<'a> = Guard<'a>;
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn track(&self, path: &str) -> Guard<'_> {
+    fn before<'a>(&'a self, _op: HostOp, path: &str) -> Guard<'a> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.map().insert(
             id,
@@ -74,11 +66,19 @@ impl TrackedHost {
                 reported: false,
             },
         );
-        Guard { host: self, id }
+        Guard { reads: self, id }
+    }
+}
+
+impl InFlightReads {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The operations in flight for longer than `deadline` and not returned before: each path
-    /// with how long it has waited, each once.
+    /// The reads in flight for longer than `deadline` and not returned before: each path with
+    /// how long it has waited, each once.
     pub fn overdue(&self, deadline: Duration) -> Vec<(String, Duration)> {
         let mut out = Vec::new();
         for f in self.map().values_mut() {
@@ -89,36 +89,6 @@ impl TrackedHost {
             }
         }
         out
-    }
-}
-
-impl Host for TrackedHost {
-    fn read(&self, path: &str) -> io::Result<Vec<u8>> {
-        let _g = self.track(path);
-        self.inner.read(path)
-    }
-    fn write(&self, path: &str, data: &[u8]) -> io::Result<()> {
-        // Not tracked: a write is actuation (enabling VFs may take seconds), not a read.
-        self.inner.write(path, data)
-    }
-    fn list(&self, dir: &str) -> io::Result<Vec<String>> {
-        let _g = self.track(dir);
-        self.inner.list(dir)
-    }
-    fn read_link(&self, path: &str) -> io::Result<PathBuf> {
-        self.inner.read_link(path)
-    }
-    fn exists(&self, path: &str) -> bool {
-        self.inner.exists(path)
-    }
-    fn run(&self, program: &str, args: &[String], timeout: Duration) -> io::Result<CommandOutput> {
-        self.inner.run(program, args, timeout)
-    }
-    fn root_dir(&self) -> Option<&Path> {
-        self.inner.root_dir()
-    }
-    fn canonicalize(&self, path: &str) -> io::Result<String> {
-        self.inner.canonicalize(path)
     }
 }
 
@@ -548,7 +518,7 @@ pub fn start(
             "watchdog",
             Box::new(move || {
                 while !stopping(&a) {
-                    for (path, waited) in a.tracked().overdue(deadline) {
+                    for (path, waited) in a.tracked().observer().overdue(deadline) {
                         crate::log!(
                             "gpuslice agent: {path} did not answer within {} ms",
                             waited.as_millis()

@@ -21,6 +21,7 @@ pub mod doctor;
 pub mod error;
 pub mod host;
 pub mod link;
+pub mod observed;
 pub mod open;
 pub mod resolver;
 #[cfg(feature = "testing")]
