@@ -15,7 +15,11 @@
 //! With `GPUSLICE_BENCH_AGENT_LOAD=1` the bench instead starts the agent on the H200 tree in a
 //! child process, sends 10,000 `GET /v1/topology` from 32 concurrent loopback clients, prints
 //! p50/p99/max, again with gzip and with `If-None-Match`, then the child's resident memory
-//! (VmRSS, VmHWM), and exits.
+//! (VmRSS, VmHWM), and exits. Each variant runs twice: from 32 kept-alive connections driven by
+//! one client thread (as `wrk -t1 -c32` or `oha -c 32` load a server: the client's own thread
+//! scheduling stays out of the figures), and from 32 client threads with one blocking
+//! connection each (on a 2-core machine the latency then includes waiting for a core among 34
+//! runnable threads).
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -190,8 +194,11 @@ fn load() {
             0,
         ),
     ];
-    for (what, extra, want, bytes) in variants {
-        load_run(&addr, what, &extra, want, bytes);
+    for (what, extra, want, bytes) in &variants {
+        load_run_async(&addr, what, extra, *want, *bytes);
+    }
+    for (what, extra, want, bytes) in &variants {
+        load_run(&addr, what, extra, *want, *bytes);
     }
     let (rss, hwm) = rss_kib(child.id());
     println!("agent RSS after the runs: {rss} KiB (peak {hwm} KiB)");
@@ -200,7 +207,109 @@ fn load() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// 10,000 `GET /v1/topology` with `extra` headers from 32 concurrent clients; prints p50/p99/max.
+/// 10,000 `GET /v1/topology` with `extra` headers over 32 concurrent kept-alive connections,
+/// all driven by one client thread (a current-thread tokio runtime); prints p50/p99/max.
+fn load_run_async(addr: &str, what: &str, extra: &str, want: u16, bytes: usize) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| fail("client runtime", e));
+    let req = format!("GET /v1/topology HTTP/1.1\r\nHost: a\r\n{extra}Content-Length: 0\r\n\r\n");
+    let (all, wall) = rt.block_on(async {
+        let mut conns = Vec::new();
+        for _ in 0..32 {
+            let s = tokio::net::TcpStream::connect(addr)
+                .await
+                .unwrap_or_else(|e| fail("connecting", e));
+            let _ = s.set_nodelay(true);
+            conns.push(tokio::io::BufReader::new(s));
+        }
+        let t0 = Instant::now();
+        let mut tasks = Vec::new();
+        for (i, mut c) in conns.into_iter().enumerate() {
+            let per = 312 + usize::from(i < 16);
+            let req = req.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(per);
+                let mut line = String::new();
+                let mut body = Vec::new();
+                for _ in 0..per {
+                    let t = Instant::now();
+                    if let Err(e) = c.get_mut().write_all(req.as_bytes()).await {
+                        fail("sending", e);
+                    }
+                    let mut status = 0;
+                    let mut len = 0;
+                    loop {
+                        line.clear();
+                        match c.read_line(&mut line).await {
+                            Ok(0) => fail("reading", "connection closed"),
+                            Ok(_) => {}
+                            Err(e) => fail("reading", e),
+                        }
+                        let l = line.trim_end();
+                        if l.is_empty() {
+                            break;
+                        }
+                        if status == 0 {
+                            status = l
+                                .split_whitespace()
+                                .nth(1)
+                                .and_then(|s| s.parse().ok())
+                                .unwrap_or(0);
+                        } else if let Some(v) =
+                            l.to_ascii_lowercase().strip_prefix("content-length:")
+                        {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    body.resize(len, 0);
+                    if let Err(e) = c.read_exact(&mut body).await {
+                        fail("reading the body", e);
+                    }
+                    lat.push(t.elapsed());
+                    if status != want {
+                        fail("GET /v1/topology", status);
+                    }
+                }
+                lat
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap_or_default());
+        }
+        (all, t0.elapsed())
+    });
+    report(
+        what,
+        bytes,
+        "32 connections on one client thread",
+        all,
+        wall,
+    );
+}
+
+/// Sorts `all` and prints its count, p50, p99 and max.
+fn report(what: &str, bytes: usize, clients: &str, mut all: Vec<Duration>, wall: Duration) {
+    all.sort_unstable();
+    if all.is_empty() {
+        fail("load run", "no answers");
+    }
+    let pct = |p: f64| all[((all.len() as f64 - 1.0) * p) as usize];
+    println!(
+        "GET /v1/topology (8-GPU H200), {what}, {bytes} bytes a body: {} requests from {clients} in {:.2?}: p50 {:.3?} p99 {:.3?} max {:.3?}",
+        all.len(),
+        wall,
+        pct(0.5),
+        pct(0.99),
+        all.last().copied().unwrap_or_default(),
+    );
+}
+
+/// 10,000 `GET /v1/topology` with `extra` headers from 32 client threads, one blocking
+/// connection each; prints p50/p99/max.
 fn load_run(addr: &str, what: &str, extra: &str, want: u16, bytes: usize) {
     let mut threads = Vec::new();
     let t0 = Instant::now();
@@ -223,21 +332,11 @@ fn load_run(addr: &str, what: &str, extra: &str, want: u16, bytes: usize) {
             lat
         }));
     }
-    let mut all: Vec<Duration> = threads
+    let all: Vec<Duration> = threads
         .into_iter()
         .flat_map(|t| t.join().unwrap_or_default())
         .collect();
-    let wall = t0.elapsed();
-    all.sort_unstable();
-    let pct = |p: f64| all[((all.len() as f64 - 1.0) * p) as usize];
-    println!(
-        "GET /v1/topology (8-GPU H200), {what}, {bytes} bytes a body: {} requests from 32 clients in {:.2?}: p50 {:.3?} p99 {:.3?} max {:.3?}",
-        all.len(),
-        wall,
-        pct(0.5),
-        pct(0.99),
-        all.last().copied().unwrap_or_default(),
-    );
+    report(what, bytes, "32 client threads", all, t0.elapsed());
 }
 
 fn tempfile_dir() -> PathBuf {

@@ -285,6 +285,11 @@ async fn accept(bound: &Bound) -> std::io::Result<(Conn, Peer)> {
         }
         Bound::Tcp(l) => {
             let (s, a) = l.accept().await?;
+            // Answers go out as soon as they are written: without this, Nagle's algorithm holds
+            // the last short segment of a large body until the client acknowledges the rest.
+            if let Err(e) = s.set_nodelay(true) {
+                crate::log!("gpuslice agent: TCP_NODELAY on the connection from {a}: {e}");
+            }
             Ok((Conn::Tcp(s), Peer::Tcp(a)))
         }
     }
