@@ -506,3 +506,75 @@ fn example_claims_name_the_profile_numa_alignment_and_a_fallback() {
         "gpu/a2-8q"
     );
 }
+
+/// An H200 node whose first VF holds a 1g MIG-backed vGPU made outside Kubernetes, at slot 0
+/// when `placed` (the start NVML reports), else at a start nobody read.
+fn h200_with_foreign_1g(placed: bool) -> gpu_core::NodeTopology {
+    let mut t = h200_node("h200-a", 1);
+    let vf = &mut t.mediated_devices.parents[0];
+    vf.instances.push(gpu_core::Instance {
+        uuid: None,
+        address: Some("0000:18:00.4".parse().unwrap()),
+        profile: gpu_core::VgpuTypeId::from_str_unchecked("1414"),
+        profile_name: Some("NVIDIA H200X-1-18C".into()),
+        framebuffer_mib: Some(18 * 1024),
+        in_use: Some(true),
+    });
+    let pool = &mut t.mediated_devices.pools[0];
+    pool.used_mib = 18 * 1024;
+    pool.mig_slices_used = Some(1);
+    let mut slots = gpu_core::MigSlots::new(gpu_core::MigGeometry::for_device(0x2335).unwrap());
+    if placed {
+        slots.placed.push(gpu_core::MigPlaced {
+            profile: "1g.18gb".into(),
+            start: 0,
+        });
+    } else {
+        slots.unplaced.push("1g.18gb".into());
+    }
+    pool.mig_slots = Some(slots);
+    t
+}
+
+fn mig_devices_of(node: gpu_core::NodeTopology) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write_fleet(dir.path(), "fleet.json", &fleet(vec![node]));
+    let yaml = ok(&["export", "dra", "--inventory", f.to_str().unwrap()]);
+    let mut names: Vec<String> = devices(&yaml)
+        .iter()
+        .filter_map(|d| d["name"].as_str().map(str::to_owned))
+        .filter(|n| n.starts_with("mig-"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_foreign_mig_vgpu_at_a_known_start_leaves_the_placements_beside_it_published() {
+    let names = mig_devices_of(h200_with_foreign_1g(true));
+    // Slot 0 is held: no placement that covers it (1g at 0, 2g at 0, 3g at 0, the 7g).
+    for gone in [
+        "mig-0000-18-00-0-1g-18432mi-s0",
+        "mig-0000-18-00-0-2g-35840mi-s0",
+        "mig-0000-18-00-0-3g-72704mi-s0",
+    ] {
+        assert!(!names.iter().any(|n| n == gone), "{gone} in {names:?}");
+    }
+    assert!(names.iter().all(|n| !n.contains("-7g-")), "{names:?}");
+    for kept in [
+        "mig-0000-18-00-0-1g-18432mi-s1",
+        "mig-0000-18-00-0-1g-18432mi-s6",
+        "mig-0000-18-00-0-2g-35840mi-s2",
+        "mig-0000-18-00-0-3g-72704mi-s4",
+    ] {
+        assert!(names.iter().any(|n| n == kept), "{kept} not in {names:?}");
+    }
+}
+
+#[test]
+fn a_foreign_mig_vgpu_at_an_unknown_start_publishes_no_mig_placement() {
+    assert_eq!(
+        mig_devices_of(h200_with_foreign_1g(false)),
+        Vec::<String>::new()
+    );
+}

@@ -24,7 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{
-    Gpu, GpuState, HealthState, MigGeometry, NodeTopology, ParentId, PciAddress, Profile, nvidia,
+    Gpu, GpuState, HealthState, MigGeometry, MigOccupancy, MigSlots, NodeTopology, ParentId,
+    PciAddress, Pool, Profile, nvidia,
 };
 use serde::{Deserialize, Serialize};
 
@@ -102,6 +103,28 @@ pub fn mig_spans(device_id: u16, slices: u8, framebuffer_mib: u64, total: u8) ->
             .map(|s| (s, slices))
             .collect(),
     }
+}
+
+/// The memory slots held by a GPU's existing MIG instances when its pool knows the start of
+/// every one of them (`migSlots.placed`, from NVML) and they account for all `foreign_slices`
+/// compute slices of the MIG-backed vGPUs seen on it; `None` when any start is not known.
+fn exactly_placed(pool: &Pool, foreign_slices: u32) -> Option<MigOccupancy> {
+    let slots: &MigSlots = pool.mig_slots.as_ref()?;
+    if !slots.unplaced.is_empty() || !slots.pending.is_empty() {
+        return None;
+    }
+    let geometry = slots.geometry().ok()?;
+    let mut held = MigOccupancy::empty();
+    let mut slices = 0u32;
+    for p in &slots.placed {
+        let profile = geometry.profile_named(&p.profile)?;
+        if !profile.starts.contains(&p.start) || !held.is_free(p.start, profile) {
+            return None;
+        }
+        held.hold(p.start, profile);
+        slices += u32::from(profile.compute_slices);
+    }
+    (slices == foreign_slices).then_some(held)
 }
 
 /// The memory-slice counters of a GPU of PCI device ID `device_id` with `total` MIG slices: the
@@ -344,9 +367,17 @@ impl Ctx<'_> {
         let taints = self.taints(gpu);
         let mut plan = GpuPlan::default();
         let set_name = counter_set_name(&addr);
+        // MIG-backed vGPUs made outside Kubernetes hold slots: where the pool knows each one's
+        // start (NVML's placements), the placements beside them are published; otherwise none.
+        let held = match foreign_mig {
+            0 => Some(MigOccupancy::empty()),
+            n if !prepared_here => pool.and_then(|p| exactly_placed(p, n)),
+            _ => None,
+        };
         let mig_total = pool
             .and_then(|p| p.mig_slices_total)
-            .filter(|_| foreign_mig == 0);
+            .filter(|_| held.is_some());
+        let held = held.unwrap_or_default();
 
         let Some(total) = total else {
             // Unknown memory: no counters, so only a whole GPU with nothing to share it with.
@@ -548,7 +579,10 @@ impl Ctx<'_> {
                         if *size > remaining {
                             continue;
                         }
-                        for (start, span) in mig_spans(gpu.device_id.0, *slices, *size, n) {
+                        for (start, span) in mig_spans(gpu.device_id.0, *slices, *size, n)
+                            .into_iter()
+                            .filter(|(start, span)| (*start..start + span).all(|i| !held.is_held(i)))
+                        {
                             let mut attributes = vgpu_attrs.clone();
                             attributes.insert("framebufferMiB".into(), int_attr(*size));
                             attributes.insert("migSlices".into(), int_attr(u64::from(*slices)));
