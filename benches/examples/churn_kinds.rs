@@ -1,11 +1,12 @@
 //! Acceptance per kind of Machine in the churn replay, summed over the bench's three seeds:
 //! `cargo run --release -p gpuslice-benches --example churn_kinds -- 1400` (the mean number of
-//! Machines alive; 700 or 1400 in the bench). Shows which Machines each policy accepts more
-//! often (`benches/RESULTS-churn.md`).
+//! Machines alive; 700 or 1400 in the bench; a second argument replays one seed only). Shows
+//! which Machines each policy accepts more often, the counts per seed and GPU model, and how many
+//! time-sliced GPUs are locked to each vGPU size on average (`benches/RESULTS-churn.md`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use gpu_core::Machine;
+use gpu_core::{AllocatedDevice, Machine};
 use gpu_sched::{FleetState, Policy};
 use gpuslice_benches::churn::{Event, trace};
 use gpuslice_benches::fleetgen::churn_fleet;
@@ -19,6 +20,40 @@ fn kind(m: &Machine) -> String {
     })
 }
 
+/// The GPU model a Machine asks for: the profile's board (`A2`, `L40S`, `H200X`) or `H100`.
+fn family(m: &Machine) -> String {
+    m.devices
+        .first()
+        .map_or_else(String::new, |d| match &d.profile {
+            Some(p) => p.split('-').next().unwrap_or(p).to_owned(),
+            None => d.model.clone().unwrap_or_else(|| "whole".to_owned()),
+        })
+}
+
+/// Time-sliced GPUs per locked vGPU size (`A2-4Q`) right now.
+fn locked(s: &FleetState) -> BTreeMap<String, usize> {
+    let mut by_gpu: HashMap<(String, gpu_core::PciAddress), String> = HashMap::new();
+    for a in s.allocations() {
+        for d in &a.devices {
+            if let AllocatedDevice::Vgpu {
+                gpu: Some(g),
+                profile_name,
+                mig_slices: None,
+                ..
+            } = d
+            {
+                let size = profile_name.trim_start_matches("NVIDIA ").to_owned();
+                by_gpu.insert((a.node.clone(), *g), size);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for size in by_gpu.into_values() {
+        *out.entry(size).or_default() += 1;
+    }
+    out
+}
+
 fn main() {
     let life: u64 = std::env::args()
         .nth(1)
@@ -26,7 +61,16 @@ fn main() {
         .unwrap_or(1_400);
     // Per kind: arrivals, then accepted per policy.
     let mut kinds: BTreeMap<String, (usize, [usize; 3])> = BTreeMap::new();
-    for seed in [1u64, 2, 3] {
+    // Per seed and GPU model: accepted per policy.
+    let mut seeds: BTreeMap<(u64, String), [usize; 3]> = BTreeMap::new();
+    // Per locked size: GPUs summed over the samples, per policy; and the samples per policy.
+    let mut locks: BTreeMap<String, [usize; 3]> = BTreeMap::new();
+    let mut samples = [0usize; 3];
+    let only: Option<u64> = std::env::args().nth(2).and_then(|s| s.parse().ok());
+    for seed in [1u64, 2, 3]
+        .into_iter()
+        .filter(|s| only.is_none_or(|o| o == *s))
+    {
         let events = trace(seed, 8_000, life);
         for (pi, policy) in POLICIES.into_iter().enumerate() {
             let mut s = match FleetState::new(churn_fleet(40)) {
@@ -36,15 +80,27 @@ fn main() {
                     std::process::exit(1);
                 }
             };
+            let mut seen = 0usize;
             for e in &events {
                 match e {
                     Event::Arrive(m) => {
+                        seen += 1;
+                        // As the bench samples stranded framebuffer: every 50 arrivals after the
+                        // first quarter.
+                        if seen > 2_000 && seen % 50 == 0 {
+                            samples[pi] += 1;
+                            for (size, n) in locked(&s) {
+                                locks.entry(size).or_default()[pi] += n;
+                            }
+                        }
                         let k = kinds.entry(kind(m)).or_default();
                         if pi == 0 {
                             k.0 += 1;
                         }
                         if s.place(m, policy).is_ok() {
                             k.1[pi] += 1;
+                            seeds.entry((seed, family(m))).or_default()[pi] += 1;
+                            seeds.entry((seed, "all".to_owned())).or_default()[pi] += 1;
                         }
                     }
                     Event::Depart(name) => {
@@ -58,5 +114,23 @@ fn main() {
     println!("|---|---|---|---|---|");
     for (k, (n, acc)) in kinds {
         println!("| {k} | {n} | {} | {} | {} |", acc[0], acc[1], acc[2]);
+    }
+    println!();
+    println!("| seed | Machines for | binpack | spread | firstfit |");
+    println!("|---|---|---|---|---|");
+    for ((seed, f), acc) in seeds {
+        println!("| {seed} | {f} | {} | {} | {} |", acc[0], acc[1], acc[2]);
+    }
+    println!();
+    println!("| GPUs locked to (mean) | binpack | spread | firstfit |");
+    println!("|---|---|---|---|");
+    let mean = |sum: usize, pi: usize| sum as f64 / samples[pi].max(1) as f64;
+    for (size, sums) in locks {
+        println!(
+            "| {size} | {:.1} | {:.1} | {:.1} |",
+            mean(sums[0], 0),
+            mean(sums[1], 1),
+            mean(sums[2], 2)
+        );
     }
 }

@@ -15,8 +15,17 @@ use crate::error::SchedError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Policy {
-    /// Fill what is already partly used: the node with the least room left that still fits,
-    /// GPUs whose locked vGPU size already matches, then partly used GPUs, keeping whole cards free.
+    /// Fill what is already partly used. For a vGPU, first the nodes whose GPUs already hosting
+    /// vGPUs (on NVIDIA, locked to its size) can take it, the one with the least such room
+    /// first; else the node with the least room of the kind asked for (free instances of the
+    /// profile, free whole GPUs) that still fits. On the node, partly used GPUs first, the one
+    /// with the fewest instances left first, so fresh cards stay whole; whole GPUs avoid those
+    /// offering the Machine's vGPU types.
+    ///
+    /// Under churn this accepts the most GPU capacity and refuses the fewest Machines that only
+    /// fragmentation kept out. In an overloaded pool it accepts a few Machines fewer *by count*
+    /// than `firstfit` or `spread`: the room it keeps goes to whole-card vGPUs and multi-GPU
+    /// Machines, each worth several small ones (`benches/RESULTS-churn.md`).
     #[default]
     Binpack,
     /// Use the emptiest node and the emptiest GPUs first.
