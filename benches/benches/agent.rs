@@ -78,6 +78,37 @@ fn serve(host: Arc<dyn gpu_sysfs::Host>, dir: &Path) -> (String, PathBuf) {
     (addr.trim_start_matches("tcp:").to_owned(), sock)
 }
 
+/// What the client keeps of an answer's head: status, `Content-Length`, `ETag`.
+#[derive(Default)]
+struct Head {
+    status: u16,
+    len: usize,
+    etag: String,
+}
+
+impl Head {
+    /// Takes one line of the head; false at the blank line that ends it.
+    fn take(&mut self, line: &str) -> bool {
+        let l = line.trim_end();
+        if l.is_empty() {
+            return false;
+        }
+        let lower = l.to_ascii_lowercase();
+        if self.status == 0 {
+            self.status = l
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+        } else if let Some(v) = lower.strip_prefix("content-length:") {
+            self.len = v.trim().parse().unwrap_or(0);
+        } else if lower.starts_with("etag:") {
+            self.etag = l[5..].trim().to_owned();
+        }
+        true
+    }
+}
+
 /// A kept-alive HTTP/1.1 connection that reads answers by Content-Length.
 struct Client<S: std::io::Read + std::io::Write> {
     r: BufReader<S>,
@@ -104,9 +135,7 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
         if let Err(e) = self.r.get_mut().write_all(req.as_bytes()) {
             fail("sending", e);
         }
-        let mut status = 0;
-        let mut len = 0;
-        let mut etag = String::new();
+        let mut head = Head::default();
         let mut line = String::new();
         loop {
             line.clear();
@@ -115,22 +144,11 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
                 Ok(_) => {}
                 Err(e) => fail("reading", e),
             }
-            let l = line.trim_end();
-            if l.is_empty() {
+            if !head.take(&line) {
                 break;
             }
-            if status == 0 {
-                status = l
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0);
-            } else if let Some(v) = l.to_ascii_lowercase().strip_prefix("content-length:") {
-                len = v.trim().parse().unwrap_or(0);
-            } else if l.to_ascii_lowercase().starts_with("etag:") {
-                etag = l[5..].trim().to_owned();
-            }
         }
+        let Head { status, len, etag } = head;
         let mut buf = vec![0; len];
         if let Err(e) = self.r.read_exact(&mut buf) {
             fail("reading the body", e);
@@ -239,8 +257,7 @@ fn load_run_async(addr: &str, what: &str, extra: &str, want: u16, bytes: usize) 
                     if let Err(e) = c.get_mut().write_all(req.as_bytes()).await {
                         fail("sending", e);
                     }
-                    let mut status = 0;
-                    let mut len = 0;
+                    let mut head = Head::default();
                     loop {
                         line.clear();
                         match c.read_line(&mut line).await {
@@ -248,22 +265,11 @@ fn load_run_async(addr: &str, what: &str, extra: &str, want: u16, bytes: usize) 
                             Ok(_) => {}
                             Err(e) => fail("reading", e),
                         }
-                        let l = line.trim_end();
-                        if l.is_empty() {
+                        if !head.take(&line) {
                             break;
                         }
-                        if status == 0 {
-                            status = l
-                                .split_whitespace()
-                                .nth(1)
-                                .and_then(|s| s.parse().ok())
-                                .unwrap_or(0);
-                        } else if let Some(v) =
-                            l.to_ascii_lowercase().strip_prefix("content-length:")
-                        {
-                            len = v.trim().parse().unwrap_or(0);
-                        }
                     }
+                    let Head { status, len, .. } = head;
                     body.resize(len, 0);
                     if let Err(e) = c.read_exact(&mut body).await {
                         fail("reading the body", e);
