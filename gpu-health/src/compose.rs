@@ -56,6 +56,18 @@ pub enum NvmlSource {
     Library(std::path::PathBuf),
 }
 
+impl NvmlSource {
+    /// The source the CLI flags name: `--nvml-lib PATH` wins, then `--no-nvml`, else the local
+    /// `/` only.
+    pub fn from_flags(library: Option<std::path::PathBuf>, off: bool) -> Self {
+        match (library, off) {
+            (Some(lib), _) => NvmlSource::Library(lib),
+            (None, true) => NvmlSource::Off,
+            (None, false) => NvmlSource::LocalOnly,
+        }
+    }
+}
+
 /// What [`open_node`] composes: the node's name and the health options besides NVML.
 #[derive(Debug, Clone)]
 pub struct NodeRequest {
