@@ -109,8 +109,9 @@ fn with_exact_slots_a_3g_at_4_leaves_room_for_a_2g_the_conservative_rule_refuses
 }
 
 #[test]
-fn a_gpu_instance_without_a_vgpu_holds_its_slots_and_is_noted() {
-    // 1g at 0 and 1 and a 2g at 2: the driver still lists a 1g.35gb, a 2g and a 3g, all at 4.
+fn a_gpu_instance_without_a_vgpu_falls_back_with_a_warning() {
+    // 1g at 0 and 1 and a 2g at 2 with no vGPU on it (created ahead): a new 2g may take it, or
+    // need slots of its own, as the driver decides.
     let t = discover_with(
         &[1414, 1415, 1416, 1417, 1418],
         Some(GpuInstances::Known(vec![
@@ -120,11 +121,15 @@ fn a_gpu_instance_without_a_vgpu_holds_its_slots_and_is_noted() {
         ])),
     );
     let slots = pool(&t).mig_slots.unwrap();
-    assert_eq!(slots.placed.len(), 3);
-    assert_eq!(slots.placed[2], placed("2g.35gb", 2));
+    assert!(slots.placed.is_empty());
+    assert_eq!(slots.unplaced, ["1g.18gb", "1g.18gb"]);
     let notes = mig_notes(&t);
     assert_eq!(notes.len(), 1, "{notes:?}");
-    assert!(notes[0].contains("1 GPU instance(s)"), "{notes:?}");
+    assert!(
+        notes[0].contains("NVML 3 GPU instance(s) [1g.18gb at 0, 1g.18gb at 1, 2g.35gb at 2]")
+            && notes[0].contains("1 GPU instance(s) hold no MIG-backed vGPU"),
+        "{notes:?}"
+    );
 }
 
 #[test]

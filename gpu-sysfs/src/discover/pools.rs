@@ -53,9 +53,9 @@ pub(crate) struct BuiltPool {
 /// ID, else by the board of its MIG-backed type names).
 ///
 /// Where NVML reports the GPU's GPU instances (`nvml`, [`GpuInstances::Known`]) and they agree
-/// with sysfs (every MIG-backed vGPU has a GPU instance of its profile, every placement is one
-/// the geometry allows, and every type the driver still lists has a free start beside them),
-/// the slots hold exactly those placements. Otherwise the existing MIG-backed vGPUs hold GPU
+/// with sysfs (each MIG-backed vGPU has a GPU instance of its profile and each GPU instance a
+/// vGPU, every placement is one the geometry allows, and every type the driver still lists has
+/// a free start beside them), the slots hold exactly those placements. Otherwise the existing MIG-backed vGPUs hold GPU
 /// instances whose start sysfs does not show: each is recorded with an unknown start, and a new
 /// one then fits only where it fits beside every placement they could have in which the types
 /// the driver still lists (`creatable`) have a start too. An instance whose profile cannot be
@@ -122,13 +122,6 @@ fn mig_slots(
         Some(GpuInstances::Known(instances)) => {
             match exact_placements(geometry, &instances, &existing, &still_listed) {
                 Ok(exact) => {
-                    let spare = instances.len() - existing.len();
-                    if spare > 0 {
-                        notes.push(format!(
-                            "MIG slots: {spare} GPU instance(s) NVML reports hold memory slices \
-                             without a MIG-backed vGPU on them"
-                        ));
-                    }
                     slots.placed = exact;
                     return Some((slots, true));
                 }
@@ -154,8 +147,8 @@ fn mig_slots(
 
 /// The GPU instances NVML reports as placements of `geometry`'s profiles, when they agree with
 /// what sysfs shows: each placement is an allowed start of a profile of its compute and memory
-/// slices and overlaps no other, each `existing` MIG-backed vGPU has a GPU instance of its
-/// profile (or, where its memory is not known, of its slice count), and each profile the driver
+/// slices and overlaps no other, the `existing` MIG-backed vGPUs and the GPU instances pair off
+/// by profile (by slice count where a vGPU's memory is not known), and each profile the driver
 /// still lists (`still_listed`) has a free start beside them.
 ///
 /// # Errors
@@ -194,6 +187,23 @@ fn exact_placements(
         placed.push((profile, start));
     }
     let mut unmatched: Vec<usize> = (0..placed.len()).collect();
+    let summary = |existing: &[(u8, Option<&MigProfile>)]| {
+        let shown: Vec<String> = existing
+            .iter()
+            .map(|(s, p)| p.map_or_else(|| format!("{s}g"), |p| p.name.to_owned()))
+            .collect();
+        let reported: Vec<String> = placed
+            .iter()
+            .map(|(p, s)| format!("{} at {s}", p.name))
+            .collect();
+        format!(
+            "sysfs shows {} MIG-backed vGPU(s) [{}], NVML {} GPU instance(s) [{}]",
+            existing.len(),
+            shown.join(", "),
+            placed.len(),
+            reported.join(", ")
+        )
+    };
     for (slices, profile) in existing {
         let hit = unmatched.iter().position(|i| match profile {
             Some(want) => placed[*i].0.name == want.name,
@@ -203,24 +213,19 @@ fn exact_placements(
             Some(k) => {
                 unmatched.remove(k);
             }
-            None => {
-                let shown: Vec<String> = existing
-                    .iter()
-                    .map(|(s, p)| p.map_or_else(|| format!("{s}g"), |p| p.name.to_owned()))
-                    .collect();
-                let reported: Vec<String> = placed
-                    .iter()
-                    .map(|(p, s)| format!("{} at {s}", p.name))
-                    .collect();
-                return Err(format!(
-                    "sysfs shows {} MIG-backed vGPU(s) [{}], NVML {} GPU instance(s) [{}]",
-                    existing.len(),
-                    shown.join(", "),
-                    placed.len(),
-                    reported.join(", ")
-                ));
-            }
+            None => return Err(summary(existing)),
         }
+    }
+    if !unmatched.is_empty() {
+        // A GPU instance without a vGPU (created ahead, as the vGPU setup guides do) may be
+        // the one a new vGPU of its profile takes, or hold slots a new one cannot: that is the
+        // driver's choice, so neither is assumed.
+        return Err(format!(
+            "{}; {} GPU instance(s) hold no MIG-backed vGPU, and whether a new vGPU takes one \
+             or needs a GPU instance of its own is the driver's choice",
+            summary(existing),
+            unmatched.len()
+        ));
     }
     if let Some(p) = still_listed
         .iter()
