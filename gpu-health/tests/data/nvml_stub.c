@@ -18,8 +18,8 @@
  * them); by default two 1g.18gb at memory slices 0 and 4: {19,0,1},{19,4,1}.
  * -DSTUB_MIG_GI='{19,0,1},{19,1,1}' puts them at 0 and 1; one entry leaves one.
  *
- * Events: every device but the unsupported one and the H200 takes XID and ECC event registrations (the lost
- * one has no PCI info, so it cannot be named). The first wait on an event set returns XID 79 on
+ * Events: every device but the unsupported one and the H200 takes XID and ECC event
+ * registrations (the lost one has no PCI info, so it cannot be named). The first wait on an event set returns XID 79 on
  * 0000:08:00.0, the second a double-bit ECC error on 0000:41:00.0, every later one times out
  * (after at most 50 ms).
  *

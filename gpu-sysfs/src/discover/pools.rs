@@ -55,14 +55,14 @@ pub(crate) struct BuiltPool {
 /// Where NVML reports the GPU's GPU instances (`nvml`, [`GpuInstances::Known`]) and they agree
 /// with sysfs (each MIG-backed vGPU has a GPU instance of its profile and each GPU instance a
 /// vGPU, every placement is one the geometry allows, and every type the driver still lists has
-/// a free start beside them), the slots hold exactly those placements. Otherwise the existing MIG-backed vGPUs hold GPU
-/// instances whose start sysfs does not show: each is recorded with an unknown start, and a new
-/// one then fits only where it fits beside every placement they could have in which the types
-/// the driver still lists (`creatable`) have a start too. An instance whose profile cannot be
-/// told is recorded by what is known of it, so that the slots cannot be established and
-/// MIG-backed types are refused there rather than guessed. Why NVML's placements were not used,
-/// when it answered, goes to `notes` (the GPU's warnings). The flag is true when the slots are
-/// NVML's exact placements.
+/// a free start beside them), the slots hold exactly those placements. Otherwise the existing
+/// MIG-backed vGPUs hold GPU instances whose start sysfs does not show: each is recorded with an
+/// unknown start, and a new one then fits only where it fits beside every placement they could
+/// have in which the types the driver still lists (`creatable`) have a start too. An instance
+/// whose profile cannot be told is recorded by what is known of it, so that the slots cannot be
+/// established and MIG-backed types are refused there rather than guessed. Why NVML's
+/// placements were not used, when it answered, goes to `notes` (the GPU's warnings). The flag is
+/// true when the slots are NVML's exact placements.
 fn mig_slots(
     device_id: Option<u16>,
     parents: &[&Parent],
@@ -394,8 +394,7 @@ pub(crate) struct BuiltPools {
     pub pools: Vec<Pool>,
     /// Per pool key, whether its total is exact.
     pub exact: BTreeMap<ParentId, bool>,
-    /// Per physical GPU, why NVML's GPU-instance placements were not used (or what they show
-    /// besides the vGPUs).
+    /// Per physical GPU, why NVML's GPU-instance placements were not used, where NVML answered.
     pub notes: BTreeMap<gpu_core::PciAddress, Vec<String>>,
 }
 
