@@ -130,14 +130,27 @@ pub fn local_topology(
     mdev_parents: Option<Vec<gpu_core::ParentId>>,
     no_nvml: bool,
 ) -> anyhow::Result<gpu_core::NodeTopology> {
+    local_topology_with(
+        g,
+        mdev_parents,
+        gpu_health::NvmlSource::from_flags(None, no_nvml),
+    )
+}
+
+/// [`local_topology`] with NVML from `nvml` (`--nvml-lib` names a library).
+///
+/// # Errors
+/// As [`local_topology`], plus a named NVML library that does not open.
+pub fn local_topology_with(
+    g: &Global,
+    mdev_parents: Option<Vec<gpu_core::ParentId>>,
+    nvml: gpu_health::NvmlSource,
+) -> anyhow::Result<gpu_core::NodeTopology> {
     use anyhow::Context;
     let node = g.node_name();
     gpu_core::validate_name(&node).context("--node")?;
     let mut req = gpu_health::NodeRequest::new(node);
-    req.mdev_parents = mdev_parents;
-    if no_nvml {
-        req.nvml = gpu_health::NvmlSource::Off;
-    }
+    (req.mdev_parents, req.nvml) = (mdev_parents, nvml);
     Ok(open_node(g, &req)?.topology)
 }
 

@@ -1,7 +1,9 @@
 //! MIG geometry: per product, each GPU-instance profile's compute slices, memory slices and the
 //! start slots it may take (NVIDIA's MIG user guide, "Supported MIG Profiles"). Placement is
-//! over memory slices, as NVML's GPU-instance placements are: a profile started at `s` holds
-//! memory slots `s .. s + memory_slices`, and two instances never share a slot. Counting slices
+//! over memory slices, as NVML's GPU-instance placements are (`nvmlGpuInstancePlacement_t`:
+//! `start` is the index of the first memory slice held, `size` how many, per NVML's API
+//! reference): a profile started at `s` holds memory slots `s .. s + memory_slices`, and two
+//! instances never share a slot. Counting slices
 //! over-promises: on an H200, 1g at slots 0 and 4 leave 5 free slices and no room for a 3g, and
 //! two 3g plus one 1g need 9 of 8 memory slices.
 //!
@@ -194,8 +196,12 @@ const fn g7(
 /// ("Ampere Architecture vGPU Types", "Hopper Architecture vGPU Types" in the NVIDIA AI
 /// Enterprise documentation). PCI device IDs are listed only where one is established (0x20b0
 /// is the A100 HGX 40GB, whose driver table names `GRID A100X-1-5C`); a product without one is
-/// found by its board name. B200's board name is not in those tables as gpuslice has read them:
-/// `B200` is an assumption, and a B200 is matched only by a type name with that board.
+/// found by its board name. B200's board name could not be established from public sources:
+/// NVIDIA's "Blackwell Architecture vGPU Types" page lists the HGX B200, but the copies read for
+/// gpuslice show only its RTX PRO rows, whose types carry the shared board `DC` (`DC-1-16C`) rather
+/// than a product name. `B200` is therefore an assumption, and a B200 is matched only by a type
+/// name with that board (no PCI device ID is on record for it); one whose types name another
+/// board gets no MIG slots, and its MIG-backed types are then checked by slice counts only.
 pub const GEOMETRIES: &[MigGeometry] = &[
     g7("A100 PCIe 40GB", "A100", &[0x20f1], &A100_40),
     g7("A100 HGX 40GB", "A100X", &[0x20b0], &A100_40),

@@ -51,9 +51,21 @@ pub enum NvmlSource {
     LocalOnly,
     /// No NVML at all.
     Off,
-    /// This NVML library, whatever the root (for tests and unusual installs); a library that
-    /// does not open is an error.
+    /// This NVML library, whatever the root (for tests and unusual installs), for telemetry,
+    /// vGPU type names and GPU-instance placements; a library that does not open is an error.
     Library(std::path::PathBuf),
+}
+
+impl NvmlSource {
+    /// The source the CLI flags name: `--nvml-lib PATH` wins, then `--no-nvml`, else the local
+    /// `/` only.
+    pub fn from_flags(library: Option<std::path::PathBuf>, off: bool) -> Self {
+        match (library, off) {
+            (Some(lib), _) => NvmlSource::Library(lib),
+            (None, true) => NvmlSource::Off,
+            (None, false) => NvmlSource::LocalOnly,
+        }
+    }
 }
 
 /// What [`open_node`] composes: the node's name and the health options besides NVML.
@@ -138,11 +150,14 @@ pub fn open_node_host(
             HealthOptions::with_nvml(policy)
         }
         NvmlSource::Library(lib) => {
-            let t =
-                crate::NvmlTelemetry::open(Some(lib)).map_err(|e| HealthError::NvmlLibrary {
-                    path: lib.clone(),
-                    message: e.to_string(),
-                })?;
+            let named = |e: crate::NvmlUnavailable| HealthError::NvmlLibrary {
+                path: lib.clone(),
+                message: e.to_string(),
+            };
+            let t = crate::NvmlTelemetry::open(Some(lib)).map_err(named)?;
+            // The named library also names vGPU types and places GPU instances.
+            let r = crate::NvmlResolver::open_library(Some(lib)).map_err(named)?;
+            discover.resolver = Some(std::sync::Arc::new(r));
             HealthOptions::with_telemetry(policy, std::sync::Arc::new(t))
         }
     };

@@ -6,10 +6,13 @@
 //! Every call that returns `NVML_ERROR_NOT_SUPPORTED`, or whose symbol the loaded library lacks,
 //! reads as Unsupported; every other failure as Unknown with NVML's reason.
 //!
-//! `nvmlDeviceGetRemappedRows` has no safe wrapper in nvml-wrapper; it is called through the
-//! loaded library's symbol table after checking that the symbol resolved.
+//! `nvmlDeviceGetRemappedRows` and the GPU-instance calls (`nvmlDeviceGetGpuInstanceProfileInfo`,
+//! `nvmlDeviceGetGpuInstances`, `nvmlGpuInstanceGetInfo`) have no safe wrapper in nvml-wrapper;
+//! they are called through the loaded library's symbol table after checking that each symbol
+//! resolved (a missing one reads as unsupported).
 
-// The one unsafe call (nvmlDeviceGetRemappedRows) is confined to `remapped_rows` below.
+// The unsafe calls are confined to `remapped_rows` and `gpu_instances` below, one small block
+// per foreign call, each with what makes it sound.
 #![allow(unsafe_code)]
 
 use std::ffi::OsStr;
@@ -21,6 +24,12 @@ use nvml_wrapper::enum_wrappers::device::{
 };
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
+
+use gpu_sysfs::resolver::{GpuInstancePlacement, GpuInstances};
+use nvml_wrapper_sys::bindings::{
+    NVML_GPU_INSTANCE_PROFILE_COUNT, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
+    nvmlGpuInstancePlacement_t, nvmlGpuInstanceProfileInfo_t,
+};
 
 use crate::reading::Reading;
 use crate::telemetry::{GpuTelemetry, RowRemap, Telemetry};
@@ -188,6 +197,128 @@ impl NvmlTelemetry {
             error_reading(NvmlError::from(code))
         }
     }
+}
+
+/// The most GPU instances of one profile gpuslice reads from one GPU; NVML sizes its answer by
+/// the profile's `instanceCount` (at most 7 on any MIG GPU), so more is not a real answer.
+const MAX_GPU_INSTANCES_PER_PROFILE: u32 = 64;
+
+const NVML_ERROR_INVALID_ARGUMENT: u32 = 2;
+const NVML_ERROR_NOT_SUPPORTED: u32 = 3;
+
+/// The GPU instances of `device` with their placements, read raw: nvml-wrapper 0.13 wraps none
+/// of the three calls. Every GPU-instance profile index NVML defines is asked for its profile
+/// (ID, compute slices, most instances); one the GPU lacks answers `NOT_SUPPORTED` or
+/// `INVALID_ARGUMENT` and is skipped. Then the instances of each profile are listed and each
+/// is asked for its placement (first memory slice and memory slices held). A library without
+/// one of the symbols, a GPU without MIG profiles and a GPU not in MIG mode are
+/// [`GpuInstances::Unsupported`]; any other failure is [`GpuInstances::Failed`] with NVML's
+/// reason.
+pub(crate) fn gpu_instances(nvml: &Nvml, device: &Device<'_>) -> GpuInstances {
+    let lib = nvml.lib();
+    let (Ok(profile_info), Ok(list), Ok(get_info)) = (
+        lib.nvmlDeviceGetGpuInstanceProfileInfo.as_ref(),
+        lib.nvmlDeviceGetGpuInstances.as_ref(),
+        lib.nvmlGpuInstanceGetInfo.as_ref(),
+    ) else {
+        return GpuInstances::Unsupported(
+            "the loaded NVML lacks nvmlDeviceGetGpuInstanceProfileInfo, \
+             nvmlDeviceGetGpuInstances or nvmlGpuInstanceGetInfo"
+                .to_owned(),
+        );
+    };
+    // SAFETY: the handle is only passed to NVML calls below, while `device` borrows `nvml`
+    // (so the library stays loaded and initialized).
+    let handle = unsafe { device.handle() };
+    let failed = |call: &str, code: u32| {
+        GpuInstances::Failed(format!("{call}: NVML: {}", NvmlError::from(code)))
+    };
+    let mut out = Vec::new();
+    let mut seen_profiles: Vec<u32> = Vec::new();
+    let mut any_profile = false;
+    for index in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
+        let mut profile = nvmlGpuInstanceProfileInfo_t {
+            id: 0,
+            isP2pSupported: 0,
+            sliceCount: 0,
+            instanceCount: 0,
+            multiprocessorCount: 0,
+            copyEngineCount: 0,
+            decoderCount: 0,
+            encoderCount: 0,
+            jpegCount: 0,
+            ofaCount: 0,
+            memorySizeMB: 0,
+        };
+        // SAFETY: `profile_info` was resolved from the loaded NVML by the name nvml.h gives
+        // this signature; `handle` is live (above); `profile` is a live, writable struct of
+        // the layout the call fills.
+        let code = unsafe { profile_info(handle, index, &mut profile) };
+        match code {
+            0 => {}
+            NVML_ERROR_NOT_SUPPORTED | NVML_ERROR_INVALID_ARGUMENT => continue,
+            other => return failed("nvmlDeviceGetGpuInstanceProfileInfo", other),
+        }
+        any_profile = true;
+        if seen_profiles.contains(&profile.id) || profile.instanceCount == 0 {
+            continue;
+        }
+        seen_profiles.push(profile.id);
+        if profile.instanceCount > MAX_GPU_INSTANCES_PER_PROFILE {
+            return GpuInstances::Failed(format!(
+                "NVML says profile {} may have {} GPU instances",
+                profile.id, profile.instanceCount
+            ));
+        }
+        let mut handles: Vec<nvmlGpuInstance_t> =
+            vec![std::ptr::null_mut(); profile.instanceCount as usize];
+        let mut count: u32 = profile.instanceCount;
+        // SAFETY: `list` was resolved by its documented name; `handles` has room for
+        // `instanceCount` handles, the most NVML writes for this profile, and `count` is a
+        // live, writable `c_uint`.
+        let code = unsafe { list(handle, profile.id, handles.as_mut_ptr(), &mut count) };
+        match code {
+            0 => {}
+            // The GPU is not in MIG mode: it has no GPU instances to read.
+            NVML_ERROR_NOT_SUPPORTED => {
+                return GpuInstances::Unsupported("the GPU is not in MIG mode".to_owned());
+            }
+            other => return failed("nvmlDeviceGetGpuInstances", other),
+        }
+        let Some(listed) = handles.get(..count as usize) else {
+            return GpuInstances::Failed(format!(
+                "nvmlDeviceGetGpuInstances reported {count} GPU instances of profile {} with \
+                 room for {}",
+                profile.id, profile.instanceCount
+            ));
+        };
+        for gi in listed {
+            let mut info = nvmlGpuInstanceInfo_t {
+                device: std::ptr::null_mut(),
+                id: 0,
+                profileId: 0,
+                placement: nvmlGpuInstancePlacement_t { start: 0, size: 0 },
+            };
+            // SAFETY: `get_info` was resolved by its documented name; `gi` is a handle NVML
+            // just returned for this device; `info` is a live, writable struct of the layout
+            // the call fills.
+            let code = unsafe { get_info(*gi, &mut info) };
+            if code != 0 {
+                return failed("nvmlGpuInstanceGetInfo", code);
+            }
+            out.push(GpuInstancePlacement {
+                id: info.id,
+                compute_slices: profile.sliceCount,
+                start: info.placement.start,
+                size: info.placement.size,
+            });
+        }
+    }
+    if !any_profile {
+        return GpuInstances::Unsupported("the GPU has no GPU-instance profiles".to_owned());
+    }
+    out.sort_by_key(|g| (g.start, g.id));
+    GpuInstances::Known(out)
 }
 
 /// Translates one NVML result into a reading: the one place NVML's error codes are judged.

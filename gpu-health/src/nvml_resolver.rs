@@ -1,15 +1,18 @@
-//! The NVML vGPU type-name resolver: names vendor-VFIO type numbers that no VF lists any more.
-//! It lives with the other NVML code so that gpu-sysfs does not depend on NVML.
+//! The NVML vGPU type-name resolver: names vendor-VFIO type numbers that no VF lists any more,
+//! and reports the GPU instances (with their placements) of MIG-enabled GPUs, so that
+//! discovery holds exactly the memory slices existing MIG-backed vGPUs occupy. It lives with
+//! the other NVML code so that gpu-sysfs does not depend on NVML.
 
 use std::collections::BTreeMap;
 
 use gpu_core::PciAddress;
-use gpu_sysfs::resolver::{TypeInfo, TypeNameResolver};
+use gpu_sysfs::resolver::{GpuInstances, TypeInfo, TypeNameResolver};
 
 /// A resolver over NVML (`libnvidia-ml.so.1`, loaded at run time): the GPU's supported vGPU
-/// types (`nvmlDeviceGetSupportedVgpus`) with their names, framebuffer sizes and per-GPU maxima.
-/// Answers are cached per GPU; a GPU NVML does not know, or a driver without vGPU support, gives
-/// `None`, never an error.
+/// types (`nvmlDeviceGetSupportedVgpus`) with their names, framebuffer sizes and per-GPU maxima,
+/// and its GPU instances with their placements. Type answers are cached per GPU; a GPU NVML does
+/// not know, or a driver without vGPU support, gives `None`, never an error. GPU instances are
+/// read afresh on each ask (they change as vGPUs come and go).
 pub struct NvmlResolver {
     nvml: nvml_wrapper::Nvml,
     cache: std::sync::Mutex<BTreeMap<PciAddress, BTreeMap<u32, TypeInfo>>>,
@@ -30,6 +33,20 @@ impl NvmlResolver {
     pub fn open() -> Result<Self, nvml_wrapper::error::NvmlError> {
         Ok(NvmlResolver {
             nvml: nvml_wrapper::Nvml::init()?,
+            cache: std::sync::Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Loads NVML from `library` (a path, or `libnvidia-ml.so.1` through the dynamic linker
+    /// when `None`), as [`crate::NvmlTelemetry::open`] does.
+    ///
+    /// # Errors
+    /// As [`crate::NvmlTelemetry::open`].
+    pub fn open_library(
+        library: Option<&std::path::Path>,
+    ) -> Result<Self, crate::nvml::NvmlUnavailable> {
+        Ok(NvmlResolver {
+            nvml: crate::nvml::open_library(library)?,
             cache: std::sync::Mutex::new(BTreeMap::new()),
         })
     }
@@ -65,6 +82,16 @@ impl TypeNameResolver for NvmlResolver {
             cache.insert(*gpu, types);
         }
         cache.get(gpu).and_then(|m| m.get(&id)).cloned()
+    }
+
+    fn gpu_instances(&self, gpu: &PciAddress) -> GpuInstances {
+        match self.nvml.device_by_pci_bus_id(gpu.to_string()) {
+            Ok(dev) => crate::nvml::gpu_instances(&self.nvml, &dev),
+            Err(nvml_wrapper::error::NvmlError::NotFound) => {
+                GpuInstances::Unsupported(format!("NVML does not know {gpu}"))
+            }
+            Err(e) => GpuInstances::Failed(format!("NVML: {e}")),
+        }
     }
 }
 

@@ -247,3 +247,179 @@ fn nvml_events_without_a_driver_say_so() {
         NvmlEventsUnavailable::Nvml(NvmlUnavailable::DriverNotLoaded)
     );
 }
+
+// ----- MIG: GPU instances and their placements, through the raw NVML calls -----
+
+mod mig {
+    use std::sync::Arc;
+
+    use gpu_core::{MigPlaced, NodeTopology, ParentId};
+    use gpu_health::NvmlResolver;
+    use gpu_sysfs::RealHost;
+    use gpu_sysfs::discover::{DiscoverOptions, discover};
+    use gpu_sysfs::resolver::{GpuInstancePlacement, GpuInstances, TypeNameResolver};
+    use gpu_sysfs::testing::fixtures::{h200_mig_host, h200_pf};
+
+    use super::{addr, build_stub};
+
+    /// The stand-in's H200 in MIG mode (the PF of the fixture's H200 host).
+    const H200: &str = "0000:18:00.0";
+
+    fn one_g(id: u32, start: u32) -> GpuInstancePlacement {
+        GpuInstancePlacement {
+            id,
+            compute_slices: 1,
+            start,
+            size: 1,
+        }
+    }
+
+    /// The one-H200 host with two `H200X-1-18C` vGPUs, free VFs listing `listed`, discovered
+    /// with the stand-in built with `defines` as its type-name and GPU-instance source.
+    fn discovered(defines: &[&str], listed: &[u32]) -> Option<NodeTopology> {
+        assert_eq!(h200_pf(0), H200);
+        let (_dir, lib) = build_stub(defines)?;
+        let resolver = NvmlResolver::open_library(Some(&lib)).unwrap();
+        let tree = h200_mig_host(&[(0, 1414), (1, 1414)], listed).unwrap();
+        let host = RealHost::new(tree.root()).unwrap();
+        let opts = DiscoverOptions::new("h200").with_resolver(Arc::new(resolver));
+        Some(discover(&host, &opts).unwrap())
+    }
+
+    fn slots(t: &NodeTopology) -> gpu_core::MigSlots {
+        t.pool(&ParentId::Pci(addr(H200)))
+            .unwrap()
+            .mig_slots
+            .clone()
+            .unwrap()
+    }
+
+    fn warnings(t: &NodeTopology) -> Vec<String> {
+        t.gpus
+            .iter()
+            .find(|g| g.address == addr(H200))
+            .unwrap()
+            .warnings
+            .clone()
+    }
+
+    fn placed(start: u8) -> MigPlaced {
+        MigPlaced {
+            profile: "1g.18gb".into(),
+            start,
+        }
+    }
+
+    #[test]
+    fn nvml_reports_each_gpu_instance_with_its_placement_and_other_gpus_as_unsupported() {
+        let Some((_dir, lib)) = build_stub(&[]) else {
+            return;
+        };
+        let r = NvmlResolver::open_library(Some(&lib)).unwrap();
+        assert_eq!(
+            r.gpu_instances(&addr(H200)),
+            GpuInstances::Known(vec![one_g(1, 0), one_g(2, 4)])
+        );
+        assert_eq!(
+            r.gpu_instances(&addr("0000:08:00.0")),
+            GpuInstances::Unsupported("the GPU has no GPU-instance profiles".into())
+        );
+        assert_eq!(
+            r.gpu_instances(&addr("0000:99:00.0")),
+            GpuInstances::Unsupported("NVML does not know 0000:99:00.0".into())
+        );
+        assert!(matches!(
+            r.gpu_instances(&addr("0000:43:00.0")),
+            GpuInstances::Failed(why) if why.contains("NVML")
+        ));
+    }
+
+    #[test]
+    fn one_g_at_slots_0_and_4_from_nvml_refuse_a_3g() {
+        // Beside 1g at 0 and 4 the driver lists the 1g types, the 1g.35gb and the 2g only.
+        let Some(t) = discovered(&[], &[1414, 1415, 1416, 1417]) else {
+            return;
+        };
+        let s = slots(&t);
+        assert_eq!(s.placed, [placed(0), placed(4)]);
+        assert!(s.unplaced.is_empty());
+        let three = s.geometry().unwrap().profile_named("3g.71gb").unwrap();
+        let e = s.check(three).unwrap_err();
+        assert!(
+            e.to_string().contains("no free start slot for a 3g.71gb"),
+            "{e}"
+        );
+        let two = s.geometry().unwrap().profile_named("2g.35gb").unwrap();
+        assert!(s.check(two).is_ok());
+    }
+
+    #[test]
+    fn one_g_at_slots_0_and_1_from_nvml_leave_a_3g_at_4_the_conservative_rule_alone_refuses() {
+        let Some(t) = discovered(
+            &["STUB_MIG_GI={19,0,1},{19,1,1}"],
+            &[1414, 1415, 1416, 1417, 1418],
+        ) else {
+            return;
+        };
+        let s = slots(&t);
+        assert_eq!(s.placed, [placed(0), placed(1)]);
+        let g = s.geometry().unwrap();
+        let three = g.profile_named("3g.71gb").unwrap();
+        assert!(s.check(three).is_ok(), "{s:?}");
+        let one = g.profile_named("1g.18gb").unwrap();
+        // The two 1g held wherever they may sit (0 and 4 among them) leave no 3g for sure.
+        assert!(
+            g.fits_every(gpu_core::MigOccupancy::empty(), &[one, one], three)
+                .is_err()
+        );
+        // And the free VFs offer it.
+        let free = t
+            .parent(&ParentId::Pci(addr(
+                &gpu_sysfs::testing::fixtures::h200_vf(0, 2),
+            )))
+            .unwrap();
+        let offered = free
+            .profiles
+            .iter()
+            .find(|p| p.id.as_str() == "1418")
+            .unwrap();
+        assert_eq!(offered.available_instances, 1);
+        assert!(warnings(&t).iter().all(|w| !w.starts_with("MIG slots:")));
+    }
+
+    #[test]
+    fn a_library_without_the_gpu_instance_call_reads_as_unsupported_and_discovery_falls_back() {
+        let Some((_dir, lib)) = build_stub(&["STUB_NO_GI_INFO"]) else {
+            return;
+        };
+        let r = NvmlResolver::open_library(Some(&lib)).unwrap();
+        assert!(matches!(
+            r.gpu_instances(&addr(H200)),
+            GpuInstances::Unsupported(why) if why.contains("nvmlGpuInstanceGetInfo")
+        ));
+        let t = discovered(&["STUB_NO_GI_INFO"], &[1414, 1415, 1416, 1417]).unwrap();
+        let s = slots(&t);
+        assert!(s.placed.is_empty());
+        assert_eq!(s.unplaced, ["1g.18gb", "1g.18gb"]);
+        assert!(warnings(&t).iter().all(|w| !w.starts_with("MIG slots:")));
+    }
+
+    #[test]
+    fn fewer_gpu_instances_than_mig_backed_vgpus_fall_back_with_a_warning() {
+        let Some(t) = discovered(&["STUB_MIG_GI={19,0,1}"], &[1414, 1415, 1416, 1417, 1418]) else {
+            return;
+        };
+        let s = slots(&t);
+        assert!(s.placed.is_empty());
+        assert_eq!(s.unplaced, ["1g.18gb", "1g.18gb"]);
+        let w = warnings(&t);
+        assert!(
+            w.iter().any(
+                |w| w.starts_with("MIG slots: NVML's GPU-instance placements disagree")
+                    && w.contains("sysfs shows 2 MIG-backed vGPU(s)")
+                    && w.contains("NVML 1 GPU instance(s) [1g.18gb at 0]")
+            ),
+            "{w:?}"
+        );
+    }
+}

@@ -6,6 +6,10 @@
 //! table: discovery first uses the names it read from every VF of the host in the same scan, then
 //! asks a [`TypeNameResolver`] (`gpu_health::NvmlResolver` on a real host, or [`InMemoryResolver`] in tests
 //! and for operators who pin a driver version).
+//!
+//! The same source reports the GPU instances of a MIG-enabled GPU with their placements
+//! ([`TypeNameResolver::gpu_instances`]): sysfs does not show where a MIG-backed vGPU's GPU
+//! instance sits, so without them discovery holds each one wherever it may sit.
 
 use std::collections::BTreeMap;
 
@@ -22,16 +26,53 @@ pub struct TypeInfo {
     pub max_instances: Option<u32>,
 }
 
-/// Maps vendor-VFIO type numbers to names (and sizes when known).
+/// One GPU instance of a MIG-enabled GPU as NVML reports it (`nvmlGpuInstanceGetInfo` and its
+/// profile's `nvmlDeviceGetGpuInstanceProfileInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuInstancePlacement {
+    /// NVML's ID of the GPU instance on its GPU.
+    pub id: u32,
+    /// Compute slices of its profile (`sliceCount`: the `3` of `3g.71gb`).
+    pub compute_slices: u32,
+    /// Index of the first memory slice it occupies (`placement.start`).
+    pub start: u32,
+    /// Memory slices it occupies (`placement.size`).
+    pub size: u32,
+}
+
+/// What a source knows of the GPU instances of one GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuInstances {
+    /// Every GPU instance of the GPU, with its placement.
+    Known(Vec<GpuInstancePlacement>),
+    /// The source cannot say (no NVML, a library without the MIG calls, a GPU NVML does not
+    /// know or that is not in MIG mode): discovery holds each MIG-backed vGPU wherever it may
+    /// sit, as without NVML.
+    Unsupported(String),
+    /// The source was asked and failed: discovery falls back as for
+    /// [`GpuInstances::Unsupported`] and says so on the GPU.
+    Failed(String),
+}
+
+/// Maps vendor-VFIO type numbers to names (and sizes when known), and reports the GPU
+/// instances of MIG-enabled GPUs where the source knows them (NVML on a real host).
 pub trait TypeNameResolver: Send + Sync + std::fmt::Debug {
     /// The type `id` as supported by the physical GPU at `gpu`, or `None` when unknown.
     fn resolve(&self, gpu: &PciAddress, id: u32) -> Option<TypeInfo>;
+
+    /// The GPU instances of the physical GPU at `gpu` with their placements. Sources that do
+    /// not know them (the default) answer [`GpuInstances::Unsupported`].
+    fn gpu_instances(&self, gpu: &PciAddress) -> GpuInstances {
+        let _ = gpu;
+        GpuInstances::Unsupported("this type-name source does not report GPU instances".to_owned())
+    }
 }
 
 /// A resolver over a fixed table, for tests and for hosts whose driver version is pinned.
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryResolver {
     by_id: BTreeMap<u32, TypeInfo>,
+    instances: BTreeMap<PciAddress, GpuInstances>,
 }
 
 impl InMemoryResolver {
@@ -61,11 +102,24 @@ impl InMemoryResolver {
         self.by_id.insert(id, info);
         self
     }
+
+    /// Answers `instances` for the GPU instances of the GPU at `gpu` (other GPUs stay
+    /// unsupported).
+    pub fn with_gpu_instances(mut self, gpu: PciAddress, instances: GpuInstances) -> Self {
+        self.instances.insert(gpu, instances);
+        self
+    }
 }
 
 impl TypeNameResolver for InMemoryResolver {
     fn resolve(&self, _gpu: &PciAddress, id: u32) -> Option<TypeInfo> {
         self.by_id.get(&id).cloned()
+    }
+
+    fn gpu_instances(&self, gpu: &PciAddress) -> GpuInstances {
+        self.instances.get(gpu).cloned().unwrap_or_else(|| {
+            GpuInstances::Unsupported(format!("no GPU instances were given for {gpu}"))
+        })
     }
 }
 

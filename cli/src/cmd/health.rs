@@ -48,11 +48,7 @@ pub struct HealthArgs {
 fn request(g: &Global, a: &HealthArgs, policy: Policy) -> gpu_health::NodeRequest {
     let mut req = gpu_health::NodeRequest::new(g.node_name());
     req.policy = policy;
-    req.nvml = match (&a.nvml_lib, a.no_nvml) {
-        (_, true) => gpu_health::NvmlSource::Off,
-        (Some(lib), false) => gpu_health::NvmlSource::Library(lib.clone()),
-        (None, false) => gpu_health::NvmlSource::LocalOnly,
-    };
+    req.nvml = gpu_health::NvmlSource::from_flags(a.nvml_lib.clone(), a.no_nvml);
     if a.no_baseline {
         req.baseline = BaselineSource::None;
     }

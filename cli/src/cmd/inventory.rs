@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gpu_core::{Fleet, Gpu, NodeTopology, ParentId, PciAddress};
 
-use crate::common::{Global, Output, local_topology, print_data, render_table};
+use crate::common::{
+    Global, Output, local_topology, local_topology_with, print_data, render_table,
+};
 
 /// Arguments of `gpuslice topology`.
 #[derive(clap::Args, Debug)]
@@ -19,6 +21,10 @@ pub struct TopologyArgs {
     /// Do not load NVML, even with `--root /`: grade health from sysfs signals only.
     #[arg(long)]
     pub no_nvml: bool,
+    /// Load NVML from this library, whatever `--root` is (health telemetry, vGPU type names and
+    /// the placements of existing MIG GPU instances).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_nvml")]
+    pub nvml_lib: Option<PathBuf>,
 }
 
 /// Arguments of `gpuslice gpu list`.
@@ -152,9 +158,10 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
 /// Runs `gpuslice topology`.
 ///
 /// # Errors
-/// An invalid `--root`, `--node` or `--mdev-parents`.
+/// An invalid `--root`, `--node` or `--mdev-parents`, or an `--nvml-lib` that does not open.
 pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
-    let t = local_topology(g, parse_parents(&a.mdev_parents)?, a.no_nvml)?;
+    let nvml = gpu_health::NvmlSource::from_flags(a.nvml_lib, a.no_nvml);
+    let t = local_topology_with(g, parse_parents(&a.mdev_parents)?, nvml)?;
     match g.output {
         Output::Table => {
             print!("{}", render_topology(&t));

@@ -2,15 +2,24 @@
  * A stand-in for libnvidia-ml.so.1, built by tests/nvml_stub.rs with gcc, so the NVML adapter's
  * own code path (dlopen, symbol lookup, each call, each error code) runs without a GPU.
  *
- * It knows four devices by PCI bus ID:
+ * It knows five devices by PCI bus ID:
  *   0000:08:00.0  a healthy 16 GiB GPU
  *   0000:41:00.0  a failing 80 GiB GPU (uncorrectable ECC, retired pages, failed row remap, hot)
  *   0000:42:00.0  a GPU on which every query returns NVML_ERROR_NOT_SUPPORTED
  *   0000:43:00.0  a GPU that has fallen off the bus (NVML_ERROR_GPU_IS_LOST)
- * Any other bus ID is NVML_ERROR_NOT_FOUND.
+ *   0000:18:00.0  a healthy H200 SXM (141 GiB) in MIG mode that takes no events
+ * Any other bus ID is NVML_ERROR_NOT_FOUND. Initialization is counted, as NVML counts it: each
+ * nvmlInit_v2 needs its nvmlShutdown.
  *
- * Events: every device but the unsupported one takes XID and ECC event registrations (the lost
- * one has no PCI info, so it cannot be named). The first wait on an event set returns XID 79 on
+ * MIG: only the H200 has GPU-instance profiles (those of NVIDIA's H200 table: 1g.18gb, 1g.18gb+me,
+ * 1g.35gb, 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb, by NVML's profile indices and IDs); the others
+ * answer NVML_ERROR_NOT_SUPPORTED. Its GPU instances are STUB_MIG_GI, a list of
+ * {profile ID, placement start, placement size} (placements in memory slices, as NVML gives
+ * them); by default two 1g.18gb at memory slices 0 and 4: {19,0,1},{19,4,1}.
+ * -DSTUB_MIG_GI='{19,0,1},{19,1,1}' puts them at 0 and 1; one entry leaves one.
+ *
+ * Events: every device but the unsupported one and the H200 takes XID and ECC event
+ * registrations (the lost one has no PCI info, so it cannot be named). The first wait on an event set returns XID 79 on
  * 0000:08:00.0, the second a double-bit ECC error on 0000:41:00.0, every later one times out
  * (after at most 50 ms).
  *
@@ -19,6 +28,7 @@
  *   -DSTUB_NO_PERMISSION      nvmlInit_v2 returns NVML_ERROR_NO_PERMISSION
  *   -DSTUB_NO_REMAP           nvmlDeviceGetRemappedRows is not exported (drivers before R450)
  *   -DSTUB_NO_SHUTDOWN        nvmlShutdown is not exported (not a usable NVML)
+ *   -DSTUB_NO_GI_INFO         nvmlGpuInstanceGetInfo is not exported (a driver without MIG calls)
  *
  * Written for gpuslice from the function signatures and return codes in NVIDIA's public nvml.h
  * documentation.
@@ -51,6 +61,8 @@ typedef struct {
     unsigned int temp, shutdown, slowdown;
     unsigned int replays;
     unsigned long long memory_mib;
+    int mig;       /* in MIG mode with the H200's GPU-instance profiles */
+    int no_events; /* takes no event registration */
 } stub_device;
 
 typedef stub_device *nvmlDevice_t;
@@ -60,6 +72,7 @@ static stub_device devices[] = {
     {"0000:41:00.0", 0, 0, {{5, 7}, {3, 3}}, {2, 1}, 1, {1, 2, 1, 1}, 96, 95, 90, 12, 81920},
     {"0000:42:00.0", 0, 1, {{0, 0}, {0, 0}}, {0, 0}, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0},
     {"0000:43:00.0", 1, 0, {{0, 0}, {0, 0}}, {0, 0}, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0},
+    {"0000:18:00.0", 0, 0, {{0, 0}, {0, 0}}, {0, 0}, 0, {0, 0, 0, 0}, 35, 95, 90, 0, 144384, 1, 1},
 };
 
 static int initialized;
@@ -70,14 +83,15 @@ nvmlReturn_t nvmlInit_v2(void) {
 #elif defined(STUB_NO_PERMISSION)
     return NVML_ERROR_NO_PERMISSION;
 #else
-    initialized = 1;
+    initialized++;
     return NVML_SUCCESS;
 #endif
 }
 
 #ifndef STUB_NO_SHUTDOWN
 nvmlReturn_t nvmlShutdown(void) {
-    initialized = 0;
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    initialized--;
     return NVML_SUCCESS;
 }
 #endif
@@ -273,6 +287,7 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) {
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
     CHECK(d);
     if (!types) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->no_events) return NVML_ERROR_NOT_SUPPORTED;
     *types = EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL | 0x1 | 0x4;
     return NVML_SUCCESS;
 }
@@ -317,3 +332,95 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     (void)set;
     return NVML_SUCCESS;
 }
+
+/* ----- MIG: GPU-instance profiles, GPU instances and their placements ----- */
+
+typedef struct {
+    unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount;
+    unsigned int copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct {
+    unsigned int start, size;
+} nvmlGpuInstancePlacement_t;
+
+typedef struct {
+    unsigned int profile_id, start, size;
+} stub_gi;
+typedef stub_gi *nvmlGpuInstance_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned int id, profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+/* By NVML profile index: {index, profile ID, compute slices, most instances, memory MiB}. */
+static const struct {
+    unsigned int index, id, slices, count;
+    unsigned long long mib;
+} h200_profiles[] = {
+    {0, 19, 1, 7, 16384},  /* NVML_GPU_INSTANCE_PROFILE_1_SLICE: 1g.18gb */
+    {7, 20, 1, 1, 16384},  /* 1_SLICE_REV1: 1g.18gb+me */
+    {9, 15, 1, 4, 32768},  /* 1_SLICE_REV2: 1g.35gb */
+    {1, 14, 2, 3, 32768},  /* 2_SLICE: 2g.35gb */
+    {2, 9, 3, 2, 71680},   /* 3_SLICE: 3g.71gb */
+    {3, 5, 4, 1, 71680},   /* 4_SLICE: 4g.71gb */
+    {4, 0, 7, 1, 143360},  /* 7_SLICE: 7g.141gb */
+};
+#define NPROFILES (sizeof h200_profiles / sizeof h200_profiles[0])
+
+#ifndef STUB_MIG_GI
+#define STUB_MIG_GI {19, 0, 1}, {19, 4, 1}
+#endif
+static stub_gi gpu_instances[] = {STUB_MIG_GI};
+#define NGIS (sizeof gpu_instances / sizeof gpu_instances[0])
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t d, unsigned int profile,
+                                                 nvmlGpuInstanceProfileInfo_t *info) {
+    CHECK(d);
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->mig) return NVML_ERROR_NOT_SUPPORTED;
+    for (unsigned i = 0; i < NPROFILES; i++) {
+        if (h200_profiles[i].index == profile) {
+            memset(info, 0, sizeof *info);
+            info->id = h200_profiles[i].id;
+            info->sliceCount = h200_profiles[i].slices;
+            info->instanceCount = h200_profiles[i].count;
+            info->memorySizeMB = h200_profiles[i].mib;
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t d, unsigned int profile_id,
+                                       nvmlGpuInstance_t *instances, unsigned int *count) {
+    CHECK(d);
+    if (!instances || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->mig) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int room = 0, n = 0;
+    for (unsigned i = 0; i < NPROFILES; i++)
+        if (h200_profiles[i].id == profile_id) room = h200_profiles[i].count;
+    for (unsigned i = 0; i < NGIS; i++) {
+        if (gpu_instances[i].profile_id != profile_id) continue;
+        if (n >= room) return NVML_ERROR_INSUFFICIENT_SIZE;
+        instances[n++] = &gpu_instances[i];
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+#ifndef STUB_NO_GI_INFO
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gi, nvmlGpuInstanceInfo_t *info) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!gi || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    info->device = &devices[4];
+    info->id = (unsigned int)(gi - gpu_instances) + 1;
+    info->profileId = gi->profile_id;
+    info->placement.start = gi->start;
+    info->placement.size = gi->size;
+    return NVML_SUCCESS;
+}
+#endif

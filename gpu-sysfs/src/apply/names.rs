@@ -111,4 +111,13 @@ impl TypeNameResolver for RememberedNames {
             max_instances: None,
         })
     }
+
+    fn gpu_instances(&self, gpu: &PciAddress) -> crate::resolver::GpuInstances {
+        match &self.inner {
+            Some(r) => r.gpu_instances(gpu),
+            None => crate::resolver::GpuInstances::Unsupported(
+                "no NVML: the remembered names do not know GPU instances".to_owned(),
+            ),
+        }
+    }
 }

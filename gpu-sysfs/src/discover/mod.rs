@@ -166,7 +166,8 @@ pub fn discover_with_links(
     let vendor_vfio_gpus = scan.vendor_vfio(&mut table, &gpus, opts.resolver.as_deref());
     topo.warnings.append(&mut scan.node_warnings);
     let mut parents = scan.parents;
-    let (mut pools, exactness) = pools::build_all(&mut parents, &gpus);
+    let built = pools::build_all(&mut parents, &gpus, opts.resolver.as_deref());
+    let (mut pools, exactness, mut mig_notes) = (built.pools, built.exact, built.notes);
 
     // Per-GPU framework, memory and state.
     let iommu_present = hardware_iommu_present(host, &mut topo.warnings);
@@ -183,6 +184,9 @@ pub fn discover_with_links(
     }
     for g in &mut gpus {
         let key = ParentId::Pci(g.address);
+        if let Some(notes) = mig_notes.remove(&g.address) {
+            g.warnings.extend(notes);
+        }
         g.vgpu_framework = if mdev_gpus.contains(&g.address) {
             Some(VgpuFramework::Mdev)
         } else if vendor_vfio_gpus.contains(&g.address) {

@@ -42,7 +42,9 @@ pub fn rediscover(
     let changes: BTreeSet<&Change> = changes.iter().collect();
     for c in changes {
         match c {
-            Change::MdevParent(entry) => mdev_parent(host, &mut topo, entry, &mut done_pools)?,
+            Change::MdevParent(entry) => {
+                mdev_parent(host, opts, &mut topo, entry, &mut done_pools)?;
+            }
             Change::Pci(a) => pci_gpu(host, &mut topo, a)?,
         }
     }
@@ -53,6 +55,7 @@ pub fn rediscover(
 /// types, the instances and the pool they share.
 fn mdev_parent(
     host: &dyn Host,
+    opts: &DiscoverOptions,
     topo: &mut NodeTopology,
     entry: &str,
     done: &mut BTreeSet<ParentId>,
@@ -109,7 +112,17 @@ fn mdev_parent(
         return None;
     }
     let mut fresh: Vec<gpu_core::Parent> = fresh.into_iter().map(|(p, _)| p).collect();
-    let (mut built, _) = pools::build_all(&mut fresh, &topo.gpus);
+    let built = pools::build_all(&mut fresh, &topo.gpus, opts.resolver.as_deref());
+    // Notes on MIG slots are the GPU's warnings, which only the full read writes again.
+    let noted = |a: &PciAddress| {
+        topo.gpus
+            .iter()
+            .any(|g| g.address == *a && g.warnings.iter().any(|w| w.starts_with("MIG slots:")))
+    };
+    if !built.notes.is_empty() || matches!(&key, ParentId::Pci(a) if noted(a)) {
+        return None;
+    }
+    let mut built = built.pools;
     let pools = &mut topo.mediated_devices.pools;
     let old_pool = pools.iter().position(|p| p.gpu == key);
     match (old_pool, built.pop()) {

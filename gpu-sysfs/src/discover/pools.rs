@@ -9,11 +9,12 @@
 use std::collections::BTreeMap;
 
 use gpu_core::{
-    Gpu, MigGeometry, MigSlots, Parent, ParentId, Pool, Profile, VgpuFramework,
-    nvidia::VgpuTypeName,
+    Gpu, MigGeometry, MigOccupancy, MigPlaced, MigProfile, MigSlots, Parent, ParentId, Pool,
+    Profile, VgpuFramework, nvidia::VgpuTypeName,
 };
 
 use super::parse;
+use crate::resolver::{GpuInstancePlacement, GpuInstances, TypeNameResolver};
 
 /// Size facts of one existing instance.
 struct InstanceSize {
@@ -49,17 +50,26 @@ pub(crate) struct BuiltPool {
 }
 
 /// The GPU-instance slots of a MIG-capable GPU whose geometry is known (by the GPU's PCI device
-/// ID, else by the board of its MIG-backed type names). The existing MIG-backed vGPUs hold
-/// GPU instances whose start sysfs does not show: each is recorded with an unknown start, and
-/// a new one then fits only where it fits beside every placement they could have in which the
-/// types the driver still lists (`creatable`) have a start too. An instance
+/// ID, else by the board of its MIG-backed type names).
+///
+/// Where NVML reports the GPU's GPU instances (`nvml`, [`GpuInstances::Known`]) and they agree
+/// with sysfs (each MIG-backed vGPU has a GPU instance of its profile and each GPU instance a
+/// vGPU, every placement is one the geometry allows, and every type the driver still lists has
+/// a free start beside them), the slots hold exactly those placements. Otherwise the existing
+/// MIG-backed vGPUs hold GPU instances whose start sysfs does not show: each is recorded with an
+/// unknown start, and a new one then fits only where it fits beside every placement they could
+/// have in which the types the driver still lists (`creatable`) have a start too. An instance
 /// whose profile cannot be told is recorded by what is known of it, so that the slots cannot be
-/// established and MIG-backed types are refused there rather than guessed.
+/// established and MIG-backed types are refused there rather than guessed. Why NVML's
+/// placements were not used, when it answered, goes to `notes` (the GPU's warnings). The flag is
+/// true when the slots are NVML's exact placements.
 fn mig_slots(
     device_id: Option<u16>,
     parents: &[&Parent],
     sizes: &[InstanceSize],
-) -> Option<MigSlots> {
+    nvml: Option<&dyn Fn() -> GpuInstances>,
+    notes: &mut Vec<String>,
+) -> Option<(MigSlots, bool)> {
     let named_board = || {
         let profiles = parents.iter().flat_map(|p| p.profiles.iter());
         let names = profiles
@@ -81,6 +91,7 @@ fn mig_slots(
         .or_else(named_board)?;
     let mut slots = MigSlots::new(geometry);
     // What the driver still lists beside the existing instances narrows where they sit.
+    let mut still_listed: Vec<&'static MigProfile> = Vec::new();
     for p in parents.iter().flat_map(|p| p.profiles.iter()) {
         let (Some(slices), Some(fb)) = (p.mig_slices, p.framebuffer_mib) else {
             continue;
@@ -91,29 +102,159 @@ fn mig_slots(
         if let Some(mp) = geometry.profile_for(slices, fb) {
             if !slots.creatable.iter().any(|n| n == mp.name) {
                 slots.creatable.push(mp.name.to_owned());
+                still_listed.push(mp);
             }
         }
     }
-    for s in sizes {
-        let Some(slices) = s.mig_slices else { continue };
-        match s
-            .framebuffer_mib
-            .and_then(|fb| geometry.profile_for(slices, fb))
-        {
+    // Each existing MIG-backed vGPU: its profile when its size tells it, else its slice count.
+    let existing: Vec<(u8, Option<&'static MigProfile>)> = sizes
+        .iter()
+        .filter_map(|s| {
+            let slices = s.mig_slices?;
+            let profile = s
+                .framebuffer_mib
+                .and_then(|fb| geometry.profile_for(slices, fb));
+            Some((slices, profile))
+        })
+        .collect();
+    let fallback = "each MIG-backed vGPU is held wherever it may sit";
+    match nvml.map(|read| read()) {
+        Some(GpuInstances::Known(instances)) => {
+            match exact_placements(geometry, &instances, &existing, &still_listed) {
+                Ok(exact) => {
+                    slots.placed = exact;
+                    return Some((slots, true));
+                }
+                Err(why) => notes.push(format!(
+                    "MIG slots: NVML's GPU-instance placements disagree with sysfs ({why}); \
+                     {fallback}"
+                )),
+            }
+        }
+        Some(GpuInstances::Failed(why)) => notes.push(format!(
+            "MIG slots: NVML could not list the GPU instances ({why}); {fallback}"
+        )),
+        Some(GpuInstances::Unsupported(_)) | None => {}
+    }
+    for (slices, profile) in existing {
+        match profile {
             Some(p) => slots.unplaced.push(p.name.to_owned()),
             None => slots.unplaced.push(format!("{slices}g of unknown memory")),
         }
     }
-    Some(slots)
+    Some((slots, false))
+}
+
+/// The GPU instances NVML reports as placements of `geometry`'s profiles, when they agree with
+/// what sysfs shows: each placement is an allowed start of a profile of its compute and memory
+/// slices and overlaps no other, the `existing` MIG-backed vGPUs and the GPU instances pair off
+/// by profile (by slice count where a vGPU's memory is not known), and each profile the driver
+/// still lists (`still_listed`) has a free start beside them.
+///
+/// # Errors
+/// What disagrees, in words.
+fn exact_placements(
+    geometry: &MigGeometry,
+    instances: &[GpuInstancePlacement],
+    existing: &[(u8, Option<&'static MigProfile>)],
+    still_listed: &[&'static MigProfile],
+) -> Result<Vec<MigPlaced>, String> {
+    let mut occupied = MigOccupancy::empty();
+    let mut placed: Vec<(&'static MigProfile, u8)> = Vec::new();
+    for gi in instances {
+        let profile = geometry.profiles.iter().find(|p| {
+            u32::from(p.compute_slices) == gi.compute_slices
+                && u32::from(p.memory_slices) == gi.size
+        });
+        let Some(profile) = profile else {
+            return Err(format!(
+                "GPU instance {} has {} compute slices over {} memory slices, which no {} \
+                 profile has",
+                gi.id, gi.compute_slices, gi.size, geometry.product
+            ));
+        };
+        let start = u8::try_from(gi.start)
+            .ok()
+            .filter(|s| profile.starts.contains(s));
+        let Some(start) = start.filter(|s| occupied.is_free(*s, profile)) else {
+            return Err(format!(
+                "GPU instance {} ({}) at memory slice {} is not an allowed start or overlaps \
+                 another",
+                gi.id, profile.name, gi.start
+            ));
+        };
+        occupied.hold(start, profile);
+        placed.push((profile, start));
+    }
+    let mut unmatched: Vec<usize> = (0..placed.len()).collect();
+    let summary = |existing: &[(u8, Option<&MigProfile>)]| {
+        let shown: Vec<String> = existing
+            .iter()
+            .map(|(s, p)| p.map_or_else(|| format!("{s}g"), |p| p.name.to_owned()))
+            .collect();
+        let reported: Vec<String> = placed
+            .iter()
+            .map(|(p, s)| format!("{} at {s}", p.name))
+            .collect();
+        format!(
+            "sysfs shows {} MIG-backed vGPU(s) [{}], NVML {} GPU instance(s) [{}]",
+            existing.len(),
+            shown.join(", "),
+            placed.len(),
+            reported.join(", ")
+        )
+    };
+    for (slices, profile) in existing {
+        let hit = unmatched.iter().position(|i| match profile {
+            Some(want) => placed[*i].0.name == want.name,
+            None => placed[*i].0.compute_slices == *slices,
+        });
+        match hit {
+            Some(k) => {
+                unmatched.remove(k);
+            }
+            None => return Err(summary(existing)),
+        }
+    }
+    if !unmatched.is_empty() {
+        // A GPU instance without a vGPU (created ahead, as the vGPU setup guides do) may be
+        // the one a new vGPU of its profile takes, or hold slots a new one cannot: that is the
+        // driver's choice, so neither is assumed.
+        return Err(format!(
+            "{}; {} GPU instance(s) hold no MIG-backed vGPU, and whether a new vGPU takes one \
+             or needs a GPU instance of its own is the driver's choice",
+            summary(existing),
+            unmatched.len()
+        ));
+    }
+    if let Some(p) = still_listed
+        .iter()
+        .find(|p| geometry.fits(occupied, p).is_none())
+    {
+        return Err(format!(
+            "the driver still lists a {} type, which has no free start beside them",
+            p.name
+        ));
+    }
+    Ok(placed
+        .into_iter()
+        .map(|(p, start)| MigPlaced {
+            profile: p.name.to_owned(),
+            start,
+        })
+        .collect())
 }
 
 /// Builds the pool of one key from all its parents (published or not: the pool is the GPU's).
 /// `None` when no type of these parents has a known framebuffer size. `device_id` is the PCI
-/// device ID of the physical GPU, when known.
+/// device ID of the physical GPU, when known; `nvml` reads its GPU instances, asked only for a
+/// MIG-capable GPU. Notes on the MIG slots go to `notes`.
 pub(crate) fn build(
     key: &ParentId,
     parents: &[&Parent],
     device_id: Option<u16>,
+    nvml: Option<&dyn Fn() -> GpuInstances>,
+    notes: &mut Vec<String>,
 ) -> Option<BuiltPool> {
     let profiles: Vec<&Profile> = parents.iter().flat_map(|p| p.profiles.iter()).collect();
     let sizes: Vec<InstanceSize> = parents
@@ -193,7 +334,15 @@ pub(crate) fn build(
     let (mig_slices_total, mig_slices_used) = if mig_types.is_empty() && mig_used == 0 {
         (None, None)
     } else {
-        slots = mig_slots(device_id, parents, &sizes);
+        let read = mig_slots(device_id, parents, &sizes, nvml, notes);
+        // With every GPU instance placed by NVML, the product's compute slices are the total;
+        // otherwise what the lists show is a lower bound.
+        let exact_total = read
+            .as_ref()
+            .filter(|(_, exact)| *exact)
+            .and_then(|(s, _)| s.geometry().ok())
+            .map(|g| g.compute_slices);
+        slots = read.map(|(s, _)| s);
         // A MIG type's slices times its per-GPU maximum is the card (1g × 7 on H100/H200).
         let largest = profiles
             .iter()
@@ -213,11 +362,14 @@ pub(crate) fn build(
             .filter_map(|p| p.mig_slices)
             .max()
             .unwrap_or(0);
-        let total = largest.max(mig_used).max(if creatable_largest > 0 {
-            mig_used.saturating_add(creatable_largest)
-        } else {
-            0
-        });
+        let total = largest
+            .max(mig_used)
+            .max(if creatable_largest > 0 {
+                mig_used.saturating_add(creatable_largest)
+            } else {
+                0
+            })
+            .max(exact_total.unwrap_or(0));
         (Some(total), Some(mig_used))
     };
     Some(BuiltPool {
@@ -236,27 +388,55 @@ pub(crate) fn build(
     })
 }
 
+/// Every pool of a host, whether each total is exact, and the notes on each GPU's MIG slots.
+pub(crate) struct BuiltPools {
+    /// The pools.
+    pub pools: Vec<Pool>,
+    /// Per pool key, whether its total is exact.
+    pub exact: BTreeMap<ParentId, bool>,
+    /// Per physical GPU, why NVML's GPU-instance placements were not used, where NVML answered.
+    pub notes: BTreeMap<gpu_core::PciAddress, Vec<String>>,
+}
+
 /// Builds every pool and caps each profile's `availableInstances` by its pool. Profiles whose
-/// `device_api` is not `vfio-pci` cannot go to a VM and get 0. Returns the pools and, per pool
-/// key, whether its total is exact. `gpus` give the physical GPUs' device IDs (MIG geometry).
+/// `device_api` is not `vfio-pci` cannot go to a VM and get 0. `gpus` give the physical GPUs'
+/// device IDs (MIG geometry); `resolver` (NVML) the GPU instances of MIG-enabled ones.
 pub(crate) fn build_all(
     parents: &mut [Parent],
     gpus: &[Gpu],
-) -> (Vec<Pool>, BTreeMap<ParentId, bool>) {
+    resolver: Option<&dyn TypeNameResolver>,
+) -> BuiltPools {
     let mut keys: BTreeMap<ParentId, Vec<usize>> = BTreeMap::new();
     for (i, p) in parents.iter().enumerate() {
         keys.entry(p.pool_key()).or_default().push(i);
     }
     let mut pools = Vec::new();
     let mut exactness = BTreeMap::new();
+    let mut all_notes = BTreeMap::new();
     for (key, idxs) in &keys {
         let built = {
             let members: Vec<&Parent> = idxs.iter().map(|i| &parents[*i]).collect();
-            let device_id = match key {
-                ParentId::Pci(a) => gpus.iter().find(|g| g.address == *a).map(|g| g.device_id.0),
+            let gpu = match key {
+                ParentId::Pci(a) => gpus.iter().find(|g| g.address == *a),
                 ParentId::Named(_) => None,
             };
-            build(key, &members, device_id)
+            let read = gpu.and_then(|g| {
+                let r = resolver?;
+                let address = g.address;
+                Some(move || r.gpu_instances(&address))
+            });
+            let mut notes = Vec::new();
+            let b = build(
+                key,
+                &members,
+                gpu.map(|g| g.device_id.0),
+                read.as_ref().map(|f| f as &dyn Fn() -> GpuInstances),
+                &mut notes,
+            );
+            if let (Some(g), false) = (gpu, notes.is_empty()) {
+                all_notes.insert(g.address, notes);
+            }
+            b
         };
         for i in idxs {
             for prof in &mut parents[*i].profiles {
@@ -274,7 +454,11 @@ pub(crate) fn build_all(
             pools.push(b.pool);
         }
     }
-    (pools, exactness)
+    BuiltPools {
+        pools,
+        exact: exactness,
+        notes: all_notes,
+    }
 }
 
 /// True when the parents of a pool use the vendor-specific VFIO framework.

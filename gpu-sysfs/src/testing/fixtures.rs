@@ -155,33 +155,62 @@ pub fn h200_creatable(used: &[u32]) -> Vec<(u32, &'static str)> {
         .collect()
 }
 
+/// The PF of H200 number `i` with its 16 VFs enabled (no vGPU files yet).
+fn h200_pf_into(b: &mut TreeBuilder, i: usize) {
+    let pf = h200_pf(i);
+    let group = 20 + u32::try_from(i).unwrap_or(0) * 20;
+    b.pci(
+        &pf,
+        PciSpec::new(0x10de, 0x2335, 0x030200)
+            .driver("nvidia")
+            .subsystem(0x10de, 0x18be)
+            .group(group)
+            .numa(if i < 4 { 0 } else { 1 })
+            .link(16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe"),
+    );
+    b.sriov(
+        &pf,
+        16,
+        16,
+        4,
+        1,
+        PciSpec::new(0x10de, 0x2335, 0x030200)
+            .driver("nvidia")
+            .subsystem(0x10de, 0x0000),
+        Some(group + 1),
+    );
+}
+
+/// One H200 SXM of the modelled host (at [`h200_pf`]`(0)`, 16 VFs) with exactly what the
+/// driver lists: the VFs in `busy` hold a type (`(vf index, type id)`), and every free VF lists
+/// the types `listed` (IDs of [`H200_TYPES`]). For tests of MIG slots, where what the driver
+/// lists beside existing MIG-backed vGPUs depends on where their GPU instances sit.
+///
+/// # Errors
+/// The tree that cannot be written.
+pub fn h200_mig_host(busy: &[(u32, u32)], listed: &[u32]) -> io::Result<Tree> {
+    let mut b = TreeBuilder::new();
+    h200_pf_into(&mut b, 0);
+    let list: Vec<(u32, &str)> = H200_TYPES
+        .iter()
+        .filter(|(id, _)| listed.contains(id))
+        .copied()
+        .collect();
+    for n in 0..16 {
+        match busy.iter().find(|(v, _)| *v == n) {
+            Some((_, t)) => b.vendor_vfio_vf(&h200_vf(0, n), &[], *t),
+            None => b.vendor_vfio_vf(&h200_vf(0, n), &list, 0),
+        };
+    }
+    b.finish()
+}
+
 /// Lays the 8-GPU H200 SXM host (vendor-specific VFIO, 16 VFs per GPU) into `b`. `busy` says
 /// which VFs hold which type, as `(gpu index, vf index, type id)`; every free VF of a GPU lists
 /// what is still creatable GPU-wide ([`h200_creatable`]).
 pub fn h200_host_into(b: &mut TreeBuilder, busy: &[(usize, u32, u32)]) {
     for i in 0..H200_BUSES.len() {
-        let pf = h200_pf(i);
-        let group = 20 + u32::try_from(i).unwrap_or(0) * 20;
-        b.pci(
-            &pf,
-            PciSpec::new(0x10de, 0x2335, 0x030200)
-                .driver("nvidia")
-                .subsystem(0x10de, 0x18be)
-                .group(group)
-                .numa(if i < 4 { 0 } else { 1 })
-                .link(16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe"),
-        );
-        b.sriov(
-            &pf,
-            16,
-            16,
-            4,
-            1,
-            PciSpec::new(0x10de, 0x2335, 0x030200)
-                .driver("nvidia")
-                .subsystem(0x10de, 0x0000),
-            Some(group + 1),
-        );
+        h200_pf_into(b, i);
         let used: Vec<u32> = busy
             .iter()
             .filter(|(g, _, _)| *g == i)

@@ -1,0 +1,149 @@
+//! `gpuslice topology --nvml-lib` on an H200 with two MIG-backed vGPUs: with NVML's GPU-instance
+//! placements (the C NVML stand-in of gpu-health) the pool's `migSlots` hold exactly the
+//! reported starts; without NVML, or when NVML disagrees with sysfs, each vGPU is held wherever
+//! it may sit and a disagreement is named in the GPU's warnings.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpu_sysfs::testing::fixtures::{h200_mig_host, h200_pf};
+
+/// Builds the stand-in with extra `-D` flags; `None` (and a SKIPPED line) without a C compiler.
+fn stub(defines: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
+    let gcc = Command::new("gcc").arg("--version").output();
+    if !gcc.is_ok_and(|o| o.status.success()) {
+        println!("SKIPPED: gcc is not available to build the NVML stub");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libnvidia-ml.so.1");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gpu-health/tests/data/nvml_stub.c");
+    let built = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .status()
+        .unwrap();
+    assert!(built.success());
+    Some((dir, lib))
+}
+
+/// `gpuslice topology -o json` of the one-H200 host whose VFs 0 and 1 hold an `H200X-1-18C`
+/// and whose free VFs list the 1g, 1g.35gb, 2g and 3g types, with `extra` arguments. Returns
+/// the exit code, the H200's pool and the H200's warnings.
+fn topology(extra: &[&str]) -> (Option<i32>, serde_json::Value, Vec<String>) {
+    let tree = h200_mig_host(&[(0, 1414), (1, 1414)], &[1414, 1415, 1416, 1417, 1418]).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .env_remove("GPUSLICE_ROOT")
+        .arg("--root")
+        .arg(tree.root())
+        .args(["--node", "h200", "topology", "-o", "json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!("not JSON ({e}); stderr: {err}");
+    });
+    let pf = h200_pf(0);
+    let pool = v["mediatedDevices"]["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["gpu"] == pf.as_str())
+        .unwrap()
+        .clone();
+    let gpu = v["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["address"] == pf.as_str())
+        .unwrap();
+    let warnings = gpu["warnings"]
+        .as_array()
+        .map(|w| w.iter().map(|s| s.as_str().unwrap().to_owned()).collect())
+        .unwrap_or_default();
+    (o.status.code(), pool, warnings)
+}
+
+#[test]
+fn mig_slots_hold_the_starts_nvml_reports() {
+    let Some((_dir, lib)) = stub(&["STUB_MIG_GI={19,0,1},{19,1,1}"]) else {
+        return;
+    };
+    let (code, pool, warnings) = topology(&["--nvml-lib", lib.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        pool["migSlots"],
+        serde_json::json!({
+            "board": "H200X",
+            "placed": [
+                {"profile": "1g.18gb", "start": 0},
+                {"profile": "1g.18gb", "start": 1}
+            ],
+            "creatable": ["1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb"]
+        })
+    );
+    // With every GPU instance placed, the product's seven compute slices are the total.
+    assert_eq!(pool["migSlicesTotal"], 7);
+    assert!(
+        warnings.iter().all(|w| !w.starts_with("MIG slots:")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn without_nvml_each_mig_backed_vgpu_is_held_wherever_it_may_sit() {
+    let (code, pool, warnings) = topology(&["--no-nvml"]);
+    assert_eq!(code, Some(0));
+    let slots = &pool["migSlots"];
+    assert_eq!(slots.get("placed"), None);
+    assert_eq!(slots["unplaced"], serde_json::json!(["1g.18gb", "1g.18gb"]));
+    assert!(warnings.iter().all(|w| !w.starts_with("MIG slots:")));
+}
+
+#[test]
+fn nvml_placements_that_disagree_with_sysfs_are_not_used_and_the_gpu_says_so() {
+    // The stand-in's default: 1g at 0 and 4, which leave no 3g start, yet the driver lists
+    // the 3g.
+    let Some((_dir, lib)) = stub(&[]) else {
+        return;
+    };
+    let (code, pool, warnings) = topology(&["--nvml-lib", lib.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        pool["migSlots"]["unplaced"],
+        serde_json::json!(["1g.18gb", "1g.18gb"])
+    );
+    assert_eq!(
+        warnings
+            .iter()
+            .filter(|w| w.starts_with("MIG slots:"))
+            .collect::<Vec<_>>(),
+        [
+            "MIG slots: NVML's GPU-instance placements disagree with sysfs (the driver still \
+          lists a 3g.71gb type, which has no free start beside them); each MIG-backed vGPU is \
+          held wherever it may sit"
+        ]
+    );
+}
+
+#[test]
+fn an_nvml_library_that_does_not_open_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("libnvidia-ml.so.1");
+    let tree = h200_mig_host(&[], &[1414]).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .env_remove("GPUSLICE_ROOT")
+        .arg("--root")
+        .arg(tree.root())
+        .args(["topology", "--nvml-lib"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&missing.display().to_string()), "{err}");
+}
