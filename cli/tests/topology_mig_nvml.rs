@@ -147,3 +147,79 @@ fn an_nvml_library_that_does_not_open_is_an_error_naming_it() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(&missing.display().to_string()), "{err}");
 }
+
+/// The DRA export of the same host read with NVML's placements: the MIG placements beside the
+/// two 1g vGPUs at slots 0 and 1 are published, those overlapping them are not (without the
+/// placements, none would be).
+#[test]
+fn the_dra_export_publishes_the_mig_placements_beside_nvmls_instances() {
+    let Some((_dir, lib)) = stub(&["STUB_MIG_GI={19,0,1},{19,1,1}"]) else {
+        return;
+    };
+    let tree = h200_mig_host(&[(0, 1414), (1, 1414)], &[1414, 1415, 1416, 1417, 1418]).unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+            .env_remove("GPUSLICE_ROOT")
+            .arg("--root")
+            .arg(tree.root())
+            .args(["--node", "h200"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let topo: serde_json::Value = serde_json::from_str(&run(&[
+        "topology",
+        "-o",
+        "json",
+        "--nvml-lib",
+        lib.to_str().unwrap(),
+    ]))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("fleet.json");
+    std::fs::write(&fleet, serde_json::json!({ "nodes": [topo] }).to_string()).unwrap();
+    let json = run(&[
+        "export",
+        "dra",
+        "--inventory",
+        fleet.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let mut mig: Vec<String> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+        .filter_map(|d| d["name"].as_str().map(str::to_owned))
+        .filter(|n| n.starts_with("mig-"))
+        .collect();
+    mig.sort();
+    let pf = h200_pf(0).replace([':', '.'], "-");
+    let starts = |slices: &str| -> Vec<String> {
+        mig.iter()
+            .filter(|n| n.starts_with(&format!("mig-{pf}-{slices}-")))
+            .map(|n| n.rsplit('-').next().unwrap().to_owned())
+            .collect()
+    };
+    // 1g.18gb at 2-6 and 1g.35gb (two memory slices) at 2, 4 and 6; 2g at 2 and 4.
+    assert_eq!(
+        starts("1g"),
+        ["s2", "s3", "s4", "s5", "s6", "s2", "s4", "s6"],
+        "{mig:?}"
+    );
+    assert_eq!(starts("2g"), ["s2", "s4"], "{mig:?}");
+    assert!(
+        mig.iter()
+            .all(|n| !n.ends_with("-s0") && !n.ends_with("-s1")),
+        "{mig:?}"
+    );
+}
