@@ -8,6 +8,8 @@
 //!   revision's tag (`304`, no body).
 //! - `agent/create_remove_mdev`: a `POST /v1/vgpus` and its `DELETE` over the unix socket on the
 //!   public fake kernel (the sample mbochs driver), promises written to disk each time.
+//! - `agent/render_topology_8gpu_h200`: rendering the H200 host's topology document once for a
+//!   new revision (its tag and its gzip form).
 //! - `agent/resync_8gpu_h200`: one resync (`Agent::refresh`: the whole host read again, graded,
 //!   and compared with the served snapshot) of the 8-GPU H200 host, unchanged.
 //! - `agent/uevent_parse`: parsing one kernel `bind` uevent.
@@ -55,11 +57,8 @@ fn serve(host: Arc<dyn gpu_sysfs::Host>, dir: &Path) -> (String, PathBuf) {
     let (tx, rx) = std::sync::mpsc::channel();
     let s = sock.clone();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| fail("runtime", e));
+        // The runtime `gpuslice agent` runs on.
+        let rt = gpu_agent::runtime().unwrap_or_else(|e| fail("runtime", e));
         rt.block_on(async move {
             let tcp = Listener::bind_tcp(
                 "127.0.0.1:0",
@@ -212,10 +211,18 @@ fn load() {
             0,
         ),
     ];
-    for (what, extra, want, bytes) in &variants {
+    // GPUSLICE_BENCH_AGENT_LOAD=304 (or =gzip, =plain) runs that read only, e.g. under a profiler.
+    let only = std::env::var("GPUSLICE_BENCH_AGENT_LOAD").unwrap_or_default();
+    let picked = |what: &str| match only.as_str() {
+        "304" => what.contains("304"),
+        "gzip" => what == "gzip",
+        "plain" => what == "plain JSON",
+        _ => true,
+    };
+    for (what, extra, want, bytes) in variants.iter().filter(|v| picked(v.0)) {
         load_run_async(&addr, what, extra, *want, *bytes);
     }
-    for (what, extra, want, bytes) in &variants {
+    for (what, extra, want, bytes) in variants.iter().filter(|v| picked(v.0)) {
         load_run(&addr, what, extra, *want, *bytes);
     }
     let (rss, hwm) = rss_kib(child.id());
@@ -381,6 +388,10 @@ fn bench(c: &mut Criterion) {
     let mut config = AgentConfig::new("bench");
     config.state_dir = Some(dir.join("resync-state"));
     let agent = Agent::open(Arc::new(host), config).unwrap_or_else(|e| fail("opening", e));
+    let text = agent.snapshot().topology_doc.text().to_owned();
+    c.bench_function("agent/render_topology_8gpu_h200", |b| {
+        b.iter(|| gpu_agent::doc::Rendered::new(text.clone(), 1))
+    });
     c.bench_function("agent/resync_8gpu_h200", |b| {
         b.iter(|| agent.refresh().unwrap_or_else(|e| fail("resync", e)))
     });

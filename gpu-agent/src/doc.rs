@@ -79,7 +79,7 @@ impl Rendered {
 fn compress(text: &[u8]) -> Option<Bytes> {
     let mut z = flate2::write::GzEncoder::new(
         Vec::with_capacity(text.len() / 8),
-        flate2::Compression::fast(),
+        flate2::Compression::default(),
     );
     z.write_all(text).ok()?;
     z.finish().ok().map(Bytes::from)

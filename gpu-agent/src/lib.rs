@@ -43,15 +43,39 @@ pub use state::{Device, Owner, Phase, Promise, StateFile, StateStore};
 pub use uevent::{ChannelSource, NetlinkSource, Uevent, UeventSource};
 pub use watch::{WatchOptions, WatchedLayout, Watchers};
 
-/// The runtime the agent and the metrics server run on: two worker threads, I/O and timers.
+/// The runtime the agent and the metrics server run on: I/O and timers on
+/// [`worker_threads`] threads; host reads and writes go to its blocking pool.
 ///
 /// # Errors
 /// The runtime cannot be started.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(worker_threads(
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        ))
         .enable_all()
         .build()
+}
+
+/// How many threads serve requests on a machine of `cores` cores: two, except on two cores or
+/// fewer, where one does. Every answer is a cached document or a hand-off to the blocking pool,
+/// so one thread keeps up; a second one on a 2-core node only competes with the refresh worker,
+/// the blocking pool and the clients for the cores, which shows as tail latency (the agent
+/// bench's `304` p99 over 10,000 reads from 32 clients: 0.55-0.90 ms with one, 0.90-1.01 ms with
+/// two).
+pub fn worker_threads(cores: usize) -> usize {
+    if cores <= 2 { 1 } else { 2 }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn small_machines_serve_on_one_thread_and_larger_ones_on_two() {
+        assert_eq!(super::worker_threads(1), 1);
+        assert_eq!(super::worker_threads(2), 1);
+        assert_eq!(super::worker_threads(4), 2);
+        assert_eq!(super::worker_threads(64), 2);
+    }
 }
 
 /// A future that ends on SIGTERM or Ctrl-C, to pass as a server's shutdown signal. Call it on
