@@ -67,17 +67,6 @@ pub fn worker_threads(cores: usize) -> usize {
     if cores <= 2 { 1 } else { 2 }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn small_machines_serve_on_one_thread_and_larger_ones_on_two() {
-        assert_eq!(super::worker_threads(1), 1);
-        assert_eq!(super::worker_threads(2), 1);
-        assert_eq!(super::worker_threads(4), 2);
-        assert_eq!(super::worker_threads(64), 2);
-    }
-}
-
 /// A future that ends on SIGTERM or Ctrl-C, to pass as a server's shutdown signal. Call it on
 /// the runtime: the SIGTERM handler is installed before it returns.
 ///
@@ -91,4 +80,15 @@ pub fn on_terminate() -> std::io::Result<impl std::future::Future<Output = ()> +
             _ = tokio::signal::ctrl_c() => {}
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn small_machines_serve_on_one_thread_and_larger_ones_on_two() {
+        assert_eq!(super::worker_threads(1), 1);
+        assert_eq!(super::worker_threads(2), 1);
+        assert_eq!(super::worker_threads(4), 2);
+        assert_eq!(super::worker_threads(64), 2);
+    }
 }
