@@ -66,7 +66,8 @@ pub struct FleetState {
     pub(crate) by_name: HashMap<String, usize>,
     pub(crate) catalog: Catalog,
     pub(crate) tables: ProfileTables,
-    pub(crate) records: BTreeMap<String, Record>,
+    // Boxed: a B-tree node of inline records is several KiB, which the allocator serves slowly.
+    pub(crate) records: BTreeMap<String, Box<Record>>,
     pub(crate) on_node: HashMap<String, BTreeSet<String>>,
     pub(crate) templates: BTreeMap<String, DeviceRequest>,
     pub(crate) by_class: HashMap<u32, Tree>,
@@ -122,12 +123,12 @@ impl FleetState {
                 .insert(a.machine.clone());
             s.records.insert(
                 a.machine.clone(),
-                Record {
+                Box::new(Record {
                     alloc: a,
                     slot,
                     charges,
                     missing,
-                },
+                }),
             );
         }
         for i in 0..s.slots.len() {
@@ -357,12 +358,12 @@ impl FleetState {
         }
         self.records.insert(
             a.machine.clone(),
-            Record {
+            Box::new(Record {
                 alloc: a,
                 slot: Some(slot),
                 charges,
                 missing: Vec::new(),
-            },
+            }),
         );
         Ok(placement)
     }
