@@ -599,6 +599,23 @@ impl MigSlots {
         })
     }
 
+    /// The memory slots held and the compute slices they add up to, when every instance on the
+    /// GPU sits at a known start (none of unknown start, none pending) and the starts are
+    /// consistent with the geometry; `None` when any of that is not known.
+    pub fn known_occupancy(&self) -> Option<(MigOccupancy, u32)> {
+        if !self.unplaced.is_empty() || !self.pending.is_empty() {
+            return None;
+        }
+        let r = self.resolve().ok()?;
+        let slices = self
+            .placed
+            .iter()
+            .filter_map(|p| r.geometry.profile_named(&p.profile))
+            .map(|p| u32::from(p.compute_slices))
+            .sum();
+        Some((r.placed, slices))
+    }
+
     /// The GPU-instance profile of a MIG-backed vGPU type of `slices` compute slices and
     /// `framebuffer_mib` on this product.
     ///
@@ -677,6 +694,35 @@ mod tests {
 
     fn h200() -> &'static MigGeometry {
         MigGeometry::for_device(0x2335).unwrap()
+    }
+
+    #[test]
+    fn the_occupancy_is_known_only_when_every_instance_has_a_known_start() {
+        let mut s = MigSlots::new(h200());
+        s.placed.push(MigPlaced {
+            profile: "1g.18gb".into(),
+            start: 0,
+        });
+        s.placed.push(MigPlaced {
+            profile: "2g.35gb".into(),
+            start: 2,
+        });
+        let (held, slices) = s.known_occupancy().unwrap();
+        assert_eq!(slices, 3);
+        assert!(held.is_held(0) && held.is_held(2) && held.is_held(3));
+        assert!(!held.is_held(1) && !held.is_held(4));
+        let mut unknown = s.clone();
+        unknown.unplaced.push("1g.18gb".into());
+        assert_eq!(unknown.known_occupancy(), None);
+        let mut pending = s.clone();
+        pending.pending.push("1g.18gb".into());
+        assert_eq!(pending.known_occupancy(), None);
+        let mut overlapping = s;
+        overlapping.placed.push(MigPlaced {
+            profile: "1g.18gb".into(),
+            start: 3,
+        });
+        assert_eq!(overlapping.known_occupancy(), None);
     }
 
     #[test]

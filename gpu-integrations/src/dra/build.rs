@@ -24,8 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{
-    Gpu, GpuState, HealthState, MigGeometry, MigOccupancy, MigSlots, NodeTopology, ParentId,
-    PciAddress, Pool, Profile, nvidia,
+    Gpu, GpuState, HealthState, MigGeometry, MigOccupancy, NodeTopology, ParentId, PciAddress,
+    Pool, Profile, nvidia,
 };
 use serde::{Deserialize, Serialize};
 
@@ -106,24 +106,10 @@ pub fn mig_spans(device_id: u16, slices: u8, framebuffer_mib: u64, total: u8) ->
 }
 
 /// The memory slots held by a GPU's existing MIG instances when its pool knows the start of
-/// every one of them (`migSlots.placed`, from NVML) and they account for all `foreign_slices`
-/// compute slices of the MIG-backed vGPUs seen on it; `None` when any start is not known.
+/// every one of them ([`gpu_core::MigSlots::known_occupancy`], from NVML) and they account for all
+/// `foreign_slices` compute slices of the MIG-backed vGPUs seen on it; `None` otherwise.
 fn exactly_placed(pool: &Pool, foreign_slices: u32) -> Option<MigOccupancy> {
-    let slots: &MigSlots = pool.mig_slots.as_ref()?;
-    if !slots.unplaced.is_empty() || !slots.pending.is_empty() {
-        return None;
-    }
-    let geometry = slots.geometry().ok()?;
-    let mut held = MigOccupancy::empty();
-    let mut slices = 0u32;
-    for p in &slots.placed {
-        let profile = geometry.profile_named(&p.profile)?;
-        if !profile.starts.contains(&p.start) || !held.is_free(p.start, profile) {
-            return None;
-        }
-        held.hold(p.start, profile);
-        slices += u32::from(profile.compute_slices);
-    }
+    let (held, slices) = pool.mig_slots.as_ref()?.known_occupancy()?;
     (slices == foreign_slices).then_some(held)
 }
 
