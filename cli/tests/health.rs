@@ -2,6 +2,8 @@
 //! against golden files in `tests/golden/health/` (regenerate with `GOLDEN_UPDATE=1`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod nvml_stub;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -240,24 +242,9 @@ fn a_recording_cannot_take_a_baseline() {
 
 #[test]
 fn health_reads_nvml_through_an_explicit_library() {
-    let ok = Command::new("gcc")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        println!("SKIPPED: gcc is not available to build the NVML stub");
+    let Some((_dir, lib)) = nvml_stub::build(&[]) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let lib = dir.path().join("libnvidia-ml.so.1");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gpu-health/tests/data/nvml_stub.c");
-    let built = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(built.success());
+    };
     // The stub knows 0000:08:00.0 as a healthy 16 GiB GPU at 41 °C.
     let o = run(
         &a2_recording(),

@@ -4,31 +4,11 @@
 //! it may sit and a disagreement is named in the GPU's warnings.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+mod nvml_stub;
+
 use std::process::Command;
 
 use gpu_sysfs::testing::fixtures::{h200_mig_host, h200_pf};
-
-/// Builds the stand-in with extra `-D` flags; `None` (and a SKIPPED line) without a C compiler.
-fn stub(defines: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
-    let gcc = Command::new("gcc").arg("--version").output();
-    if !gcc.is_ok_and(|o| o.status.success()) {
-        println!("SKIPPED: gcc is not available to build the NVML stub");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let lib = dir.path().join("libnvidia-ml.so.1");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gpu-health/tests/data/nvml_stub.c");
-    let built = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .args(defines.iter().map(|d| format!("-D{d}")))
-        .status()
-        .unwrap();
-    assert!(built.success());
-    Some((dir, lib))
-}
 
 /// `gpuslice topology -o json` of the one-H200 host whose VFs 0 and 1 hold an `H200X-1-18C`
 /// and whose free VFs list the 1g, 1g.35gb, 2g and 3g types, with `extra` arguments. Returns
@@ -70,7 +50,7 @@ fn topology(extra: &[&str]) -> (Option<i32>, serde_json::Value, Vec<String>) {
 
 #[test]
 fn mig_slots_hold_the_starts_nvml_reports() {
-    let Some((_dir, lib)) = stub(&["STUB_MIG_GI={19,0,1},{19,1,1}"]) else {
+    let Some((_dir, lib)) = nvml_stub::build(&["STUB_MIG_GI={19,0,1},{19,1,1}"]) else {
         return;
     };
     let (code, pool, warnings) = topology(&["--nvml-lib", lib.to_str().unwrap()]);
@@ -108,7 +88,7 @@ fn without_nvml_each_mig_backed_vgpu_is_held_wherever_it_may_sit() {
 fn nvml_placements_that_disagree_with_sysfs_are_not_used_and_the_gpu_says_so() {
     // The stand-in's default: 1g at 0 and 4, which leave no 3g start, yet the driver lists
     // the 3g.
-    let Some((_dir, lib)) = stub(&[]) else {
+    let Some((_dir, lib)) = nvml_stub::build(&[]) else {
         return;
     };
     let (code, pool, warnings) = topology(&["--nvml-lib", lib.to_str().unwrap()]);
@@ -153,7 +133,7 @@ fn an_nvml_library_that_does_not_open_is_an_error_naming_it() {
 /// placements, none would be).
 #[test]
 fn the_dra_export_publishes_the_mig_placements_beside_nvmls_instances() {
-    let Some((_dir, lib)) = stub(&["STUB_MIG_GI={19,0,1},{19,1,1}"]) else {
+    let Some((_dir, lib)) = nvml_stub::build(&["STUB_MIG_GI={19,0,1},{19,1,1}"]) else {
         return;
     };
     let tree = h200_mig_host(&[(0, 1414), (1, 1414)], &[1414, 1415, 1416, 1417, 1418]).unwrap();
