@@ -35,6 +35,25 @@ pub(crate) fn parsed<T>(
     }
 }
 
+/// `name` (a directory entry, a link's last component) parsed as a `T`; one that does not parse
+/// is noted as `at: why` in `warnings` and gives `None`, so the scan skips it.
+pub(crate) fn name_as<T: std::str::FromStr>(
+    name: &str,
+    at: impl std::fmt::Display,
+    warnings: &mut Vec<String>,
+) -> Option<T>
+where
+    T::Err: std::fmt::Display,
+{
+    match name.parse() {
+        Ok(v) => Some(v),
+        Err(e) => {
+            warnings.push(format!("{at}: {e}"));
+            None
+        }
+    }
+}
+
 /// The last component of a symlink's target (`driver` → `nvidia`, `iommu_group` → `38`,
 /// `virtfn3` → `0000:08:00.7`). One `readlink`, no path walk. `None` when absent.
 pub(crate) fn link_name(host: &dyn Host, path: &str, warnings: &mut Vec<String>) -> Option<String> {

@@ -84,12 +84,12 @@ impl VgpuScan {
         let mut by_entry: BTreeMap<String, usize> = BTreeMap::new();
         let mut driver_of: Vec<String> = Vec::new();
         for entry in read::list(host, MDEV_BUS, &mut self.node_warnings) {
-            let id: ParentId = match entry.parse() {
-                Ok(p) => p,
-                Err(e) => {
-                    self.node_warnings.push(format!("{MDEV_BUS}/{entry}: {e}"));
-                    continue;
-                }
+            let Some(id) = read::name_as::<ParentId>(
+                &entry,
+                format_args!("{MDEV_BUS}/{entry}"),
+                &mut self.node_warnings,
+            ) else {
+                continue;
             };
             let (gpu, driver_key) = parent_identity(pci, &id);
             let parent = read_mdev_parent(host, &entry, id, gpu, &driver_key, &mut facts);
@@ -99,12 +99,12 @@ impl VgpuScan {
         }
 
         for u in read::list(host, MDEV_DEVICES, &mut self.node_warnings) {
-            let uuid: MdevUuid = match u.parse() {
-                Ok(v) => v,
-                Err(e) => {
-                    self.node_warnings.push(format!("{MDEV_DEVICES}/{u}: {e}"));
-                    continue;
-                }
+            let Some(uuid) = read::name_as::<MdevUuid>(
+                &u,
+                format_args!("{MDEV_DEVICES}/{u}"),
+                &mut self.node_warnings,
+            ) else {
+                continue;
             };
             let path = format!("{MDEV_DEVICES}/{u}");
             let Some(target) = read::link_target(host, &path, &mut self.node_warnings) else {
@@ -122,12 +122,10 @@ impl VgpuScan {
                 None => {
                     // An instance whose parent is missing from the class view: keep it, so the
                     // pool still counts what it uses.
-                    let id: ParentId = match parent_entry.parse() {
-                        Ok(p) => p,
-                        Err(e) => {
-                            self.node_warnings.push(format!("{path}: {e}"));
-                            continue;
-                        }
+                    let Some(id) =
+                        read::name_as::<ParentId>(&parent_entry, &path, &mut self.node_warnings)
+                    else {
+                        continue;
                     };
                     let (gpu, driver_key) = parent_identity(pci, &id);
                     self.parents.push(gpu_core::Parent {
@@ -339,12 +337,10 @@ pub(crate) fn read_mdev_parent(
         }
     };
     for t in types {
-        let tid: VgpuTypeId = match t.parse() {
-            Ok(v) => v,
-            Err(e) => {
-                parent.warnings.push(format!("{types_dir}/{t}: {e}"));
-                continue;
-            }
+        let Some(tid) =
+            read::name_as::<VgpuTypeId>(&t, format_args!("{types_dir}/{t}"), &mut parent.warnings)
+        else {
+            continue;
         };
         let tdir = format!("{types_dir}/{t}");
         let f = facts
@@ -393,13 +389,7 @@ pub(crate) fn read_instance(
         ));
         return None;
     };
-    let tid: VgpuTypeId = match t.parse() {
-        Ok(v) => v,
-        Err(e) => {
-            parent.warnings.push(format!("{type_path}: {e}"));
-            return None;
-        }
-    };
+    let tid = read::name_as::<VgpuTypeId>(&t, &type_path, &mut parent.warnings)?;
     // Keyed by driver, not parent: the type is found even when this parent's own type
     // directory is missing (a partial recording).
     let f = facts.get(&(driver_key.to_owned(), t.clone())).cloned();
