@@ -1,6 +1,7 @@
-//! Acceptance per kind of Machine in the churn replay, summed over the bench's three seeds:
-//! `cargo run --release -p gpuslice-benches --example churn_kinds -- 1400` (the mean number of
-//! Machines alive; 700 or 1400 in the bench; a second argument replays one seed only). Shows
+//! Acceptance per kind of Machine in the churn replay, summed over three seeds:
+//! `cargo run --release -p gpuslice-benches --example churn_kinds -- 1400` replays the skewed
+//! mix with that mean number of Machines alive (700 or 1400 in the bench), `-- load 1.25` the
+//! balanced mix at that offered load; a further argument replays one seed only. Shows
 //! which Machines each policy accepts more often, the counts per seed and GPU model, and how many
 //! time-sliced GPUs are locked to each vGPU size on average (`benches/RESULTS-churn.md`).
 
@@ -8,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use gpu_core::{AllocatedDevice, Machine};
 use gpu_sched::{FleetState, Policy};
-use gpuslice_benches::churn::{Event, trace};
+use gpuslice_benches::churn::{Event, trace, trace_at_load};
 use gpuslice_benches::fleetgen::churn_fleet;
 
 const POLICIES: [Policy; 3] = [Policy::Binpack, Policy::Spread, Policy::FirstFit];
@@ -55,10 +56,14 @@ fn locked(s: &FleetState) -> BTreeMap<String, usize> {
 }
 
 fn main() {
-    let life: u64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_400);
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let load: Option<f64> = if args.first().is_some_and(|a| a == "load") {
+        args.remove(0);
+        Some(args.first().and_then(|s| s.parse().ok()).unwrap_or(1.0))
+    } else {
+        None
+    };
+    let life: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(1_400);
     // Per kind: arrivals, then accepted per policy.
     let mut kinds: BTreeMap<String, (usize, [usize; 3])> = BTreeMap::new();
     // Per seed and GPU model: accepted per policy.
@@ -66,12 +71,15 @@ fn main() {
     // Per locked size: GPUs summed over the samples, per policy; and the samples per policy.
     let mut locks: BTreeMap<String, [usize; 3]> = BTreeMap::new();
     let mut samples = [0usize; 3];
-    let only: Option<u64> = std::env::args().nth(2).and_then(|s| s.parse().ok());
+    let only: Option<u64> = args.get(1).and_then(|s| s.parse().ok());
     for seed in [1u64, 2, 3]
         .into_iter()
         .filter(|s| only.is_none_or(|o| o == *s))
     {
-        let events = trace(seed, 8_000, life);
+        let events = match load {
+            Some(load) => trace_at_load(seed, 8_000, load, 40),
+            None => trace(seed, 8_000, life),
+        };
         for (pi, policy) in POLICIES.into_iter().enumerate() {
             let mut s = match FleetState::new(churn_fleet(40)) {
                 Ok(s) => s,

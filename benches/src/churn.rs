@@ -1,12 +1,17 @@
-//! A seeded churn trace and the placement quality it measures.
+//! Seeded churn traces and the placement quality they measure.
 //!
-//! [`trace`] draws arrivals and departures of Machines with a mix like a real estate's: small and
+//! A trace draws arrivals and departures of Machines with a mix like a real estate's: small and
 //! large time-sliced vGPUs of several sizes (A2, L40S), MIG-backed slices (H200), whole GPUs and
 //! multi-device Machines (2 or 4 whole H100s, 2 vGPUs). Each step one Machine arrives; each
-//! Machine stays for a lifetime drawn uniformly from 1 to twice `mean_life` steps, so about
-//! `mean_life` Machines are alive at once: chosen above what the fleet holds, the fleet runs full
-//! and every placement choice shows in what is accepted later. The generator is a SplitMix64
-//! stream: the same seed gives the same trace on every machine.
+//! Machine stays for a lifetime drawn uniformly from 1 to twice the mean, so about the mean
+//! lifetime's number of Machines are alive at once. The generator is a SplitMix64 stream: the
+//! same seed gives the same trace on every machine.
+//!
+//! [`trace_at_load`] sets the load directly: every GPU model's sub-fleet is asked for the same
+//! share of its GPUs (the offered load, 1 = all it has), as in a fleet sized for its demand.
+//! [`trace`] keeps one fixed mix (the *skewed* one) and takes the mean lifetime: at 700 Machines
+//! alive it asks the churn fleet's A2s for about 1.2 times what they hold, its H100s for 1.75
+//! times, its L40S for 0.8 and its H200s for 0.55 ([`demand_per_model`]).
 //!
 //! [`run`] replays a trace on a fleet with one policy and reports the acceptance rate, the
 //! Machines refused while the fleet as a whole still had the capacity (fragmentation), and the
@@ -17,6 +22,8 @@ use std::collections::HashMap;
 
 use gpu_core::{AllocatedDevice, DeviceRequest, Fleet, Machine, PciAddress};
 use gpu_sched::{FleetState, Policy};
+
+use crate::fleetgen::GPUS_PER_NODE;
 
 /// One step of a trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,30 +57,106 @@ impl Rng {
     }
 }
 
-/// The kinds of Machines and their weights in the mix.
-const MIX: &[(u64, &str, u32)] = &[
-    // (weight, profile or "whole", count)
-    (10, "A2-2Q", 1),
-    (14, "A2-4Q", 1),
-    (10, "A2-8Q", 1),
-    (4, "A2-16Q", 1),
-    (8, "L40S-4Q", 1),
-    (10, "L40S-8Q", 1),
-    (6, "L40S-16Q", 1),
-    (4, "L40S-24Q", 1),
-    (2, "L40S-48Q", 1),
-    (3, "L40S-8Q", 2),
-    (8, "H200X-1-18C", 1),
-    (5, "H200X-2-35C", 1),
-    (3, "H200X-3-71C", 1),
-    (2, "H200X-7-141C", 1),
-    (6, "whole", 1),
-    (3, "whole", 2),
-    (2, "whole", 4),
+/// The kinds of Machines, their weights in the mix, and how many of each kind's devices one GPU
+/// holds (an A2 eight A2-2Q, an L40S twelve L40S-4Q, an H200 three 2-slice instances in its seven
+/// slices, a whole GPU one).
+const MIX: &[(u64, &str, u32, u32)] = &[
+    // (weight, profile or "whole", devices per Machine, devices per GPU)
+    (10, "A2-2Q", 1, 8),
+    (14, "A2-4Q", 1, 4),
+    (10, "A2-8Q", 1, 2),
+    (4, "A2-16Q", 1, 1),
+    (8, "L40S-4Q", 1, 12),
+    (10, "L40S-8Q", 1, 6),
+    (6, "L40S-16Q", 1, 3),
+    (4, "L40S-24Q", 1, 2),
+    (2, "L40S-48Q", 1, 1),
+    (3, "L40S-8Q", 2, 6),
+    (8, "H200X-1-18C", 1, 7),
+    (5, "H200X-2-35C", 1, 3),
+    (3, "H200X-3-71C", 1, 2),
+    (2, "H200X-7-141C", 1, 1),
+    (6, "whole", 1, 1),
+    (3, "whole", 2, 1),
+    (2, "whole", 4, 1),
 ];
 
+/// The GPU model a kind of Machine asks for: its sub-fleet of the churn fleet.
+fn model_of(kind: usize) -> &'static str {
+    match MIX[kind].1 {
+        "whole" => "H100",
+        p => p.split('-').next().unwrap_or(p),
+    }
+}
+
+/// The GPUs one Machine of a kind takes.
+fn gpus_of_kind(kind: usize) -> f64 {
+    let (_, _, count, per_gpu) = MIX[kind];
+    f64::from(count) / f64::from(per_gpu.max(1))
+}
+
+/// The mix of [`trace_at_load`]: the kinds of the skewed mix with the same proportions within
+/// each GPU model, and each model's share of arrivals set so that every model is asked for the
+/// same GPUs (the churn fleet has as many GPUs of each model). Returns the weights (millionths,
+/// in the order of the kinds) and the mean lifetime at which the Machines alive at once ask for
+/// `load` times `gpus`.
+pub fn balanced(load: f64, gpus: f64) -> (Vec<u64>, u64) {
+    // GPUs asked for per unit of weight, per model.
+    let demand = |model: &str| -> f64 {
+        (0..MIX.len())
+            .filter(|&k| model_of(k) == model)
+            .map(|k| MIX[k].0 as f64 * gpus_of_kind(k))
+            .sum()
+    };
+    let weights: Vec<f64> = (0..MIX.len())
+        .map(|k| MIX[k].0 as f64 / demand(model_of(k)))
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let gpus_per_machine = weights
+        .iter()
+        .enumerate()
+        .map(|(k, w)| w * gpus_of_kind(k))
+        .sum::<f64>()
+        / total;
+    let mean_life = (load * gpus / gpus_per_machine).round().max(1.0) as u64;
+    let weights = weights
+        .iter()
+        .map(|w| (w / total * 1e6).round() as u64)
+        .collect();
+    (weights, mean_life)
+}
+
+/// A trace of `arrivals` Machines for `seed` on the churn fleet of `nodes` nodes (a multiple of
+/// four: as many nodes of each model), with the mix of [`balanced`]: the Machines alive at once
+/// ask for about `load` times the fleet's GPUs, every GPU model alike. At `load` 1 the fleet is
+/// asked for all it has.
+pub fn trace_at_load(seed: u64, arrivals: usize, load: f64, nodes: usize) -> Vec<Event> {
+    let (weights, mean_life) = balanced(load, (nodes * GPUS_PER_NODE) as f64);
+    trace_with(seed, arrivals, mean_life, &weights)
+}
+
+/// The GPUs asked for at once by each GPU model's Machines in a mix of `weights` (as
+/// [`balanced`] returns) with `alive` Machines alive.
+pub fn demand_per_model(weights: &[u64], alive: f64) -> Vec<(&'static str, f64)> {
+    let total: u64 = weights.iter().sum();
+    let mut out: Vec<(&'static str, f64)> = Vec::new();
+    for (k, &w) in weights.iter().enumerate().take(MIX.len()) {
+        let gpus = alive * w as f64 / total.max(1) as f64 * gpus_of_kind(k);
+        match out.iter_mut().find(|(m, _)| *m == model_of(k)) {
+            Some((_, g)) => *g += gpus,
+            None => out.push((model_of(k), gpus)),
+        }
+    }
+    out
+}
+
+/// The weights of the skewed mix of [`trace`], in the order of [`balanced`]'s.
+pub fn skewed() -> Vec<u64> {
+    MIX.iter().map(|m| m.0).collect()
+}
+
 fn machine_of(name: String, kind: usize) -> Machine {
-    let (_, what, count) = MIX[kind];
+    let (_, what, count, _) = MIX[kind];
     let request = if what == "whole" {
         DeviceRequest {
             name: "gpu".into(),
@@ -97,10 +180,15 @@ fn machine_of(name: String, kind: usize) -> Machine {
     }
 }
 
-/// A trace of `arrivals` Machines for `seed`, about `mean_life` alive at a time.
+/// A trace of `arrivals` Machines for `seed` with the skewed mix, about `mean_life` alive at a
+/// time.
 pub fn trace(seed: u64, arrivals: usize, mean_life: u64) -> Vec<Event> {
+    trace_with(seed, arrivals, mean_life, &skewed())
+}
+
+fn trace_with(seed: u64, arrivals: usize, mean_life: u64, weights: &[u64]) -> Vec<Event> {
     let mut rng = Rng::new(seed);
-    let total: u64 = MIX.iter().map(|m| m.0).sum();
+    let total: u64 = weights.iter().sum();
     // (step it leaves, name); kept sorted by step, then arrival order.
     let mut leaving: Vec<(u64, usize)> = Vec::new();
     let mut out = Vec::with_capacity(arrivals * 2);
@@ -113,13 +201,13 @@ pub fn trace(seed: u64, arrivals: usize, mean_life: u64) -> Vec<Event> {
             out.push(Event::Depart(format!("vm-{i:06}")));
         }
         let mut pick = rng.below(total);
-        let kind = MIX
+        let kind = weights
             .iter()
-            .position(|m| {
-                if pick < m.0 {
+            .position(|&w| {
+                if pick < w {
                     true
                 } else {
-                    pick -= m.0;
+                    pick -= w;
                     false
                 }
             })

@@ -22,10 +22,11 @@ pub enum Policy {
     /// with the fewest instances left first, so fresh cards stay whole; whole GPUs avoid those
     /// offering the Machine's vGPU types.
     ///
-    /// Under churn this accepts the most GPU capacity and refuses the fewest Machines that only
-    /// fragmentation kept out. In an overloaded pool it accepts a few Machines fewer *by count*
-    /// than `firstfit` or `spread`: the room it keeps goes to whole-card vGPUs and multi-GPU
-    /// Machines, each worth several small ones (`benches/RESULTS-churn.md`).
+    /// Under churn up to the fleet's capacity this accepts the most Machines of the three, and at
+    /// every load the most GPU capacity and the fewest Machines refused only by fragmentation.
+    /// Asked for more than the fleet holds, it accepts a few Machines fewer *by count* than
+    /// `firstfit`: the room it keeps goes to whole-card vGPUs and multi-GPU Machines, each worth
+    /// several small ones (`benches/RESULTS-churn.md`).
     #[default]
     Binpack,
     /// Use the emptiest node and the emptiest GPUs first.
