@@ -578,3 +578,22 @@ fn a_foreign_mig_vgpu_at_an_unknown_start_publishes_no_mig_placement() {
         Vec::<String>::new()
     );
 }
+
+/// A GPU holding a MIG-backed vGPU is in MIG mode: its time-sliced types are not published beside
+/// the MIG placements (a claim for one could never be prepared), while the same GPU without the
+/// vGPU publishes them.
+#[test]
+fn a_gpu_holding_a_mig_backed_vgpu_publishes_no_time_sliced_vgpu() {
+    let names = |node| {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write_fleet(dir.path(), "fleet.json", &fleet(vec![node]));
+        let yaml = ok(&["export", "dra", "--inventory", f.to_str().unwrap()]);
+        devices(&yaml)
+            .iter()
+            .filter_map(|d| d["name"].as_str().map(str::to_owned))
+            .filter(|n| n.starts_with("vgpu-0000-18-00-0-"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(h200_with_foreign_1g(true)), Vec::<String>::new());
+    assert!(!names(h200_node("h200-a", 1)).is_empty());
+}

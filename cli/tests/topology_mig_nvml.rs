@@ -197,6 +197,9 @@ fn the_dra_export_publishes_the_mig_placements_beside_nvmls_instances() {
         "{mig:?}"
     );
     assert_eq!(starts("2g"), ["s2", "s4"], "{mig:?}");
+    // The 3g fits at 4 (memory slices 4-7), which the driver lists as creatable: the pool total
+    // read from the listed types does not include the two 1g, so they are not subtracted twice.
+    assert_eq!(starts("3g"), ["s4"], "{mig:?}");
     assert!(
         mig.iter()
             .all(|n| !n.ends_with("-s0") && !n.ends_with("-s1")),

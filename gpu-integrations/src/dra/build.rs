@@ -384,7 +384,25 @@ impl Ctx<'_> {
             }
             return plan;
         };
-        let remaining = total.saturating_sub(foreign_mib);
+        // A pool total inferred from the types a GPU lists is only a lower bound, and a GPU holding
+        // MIG-backed vGPUs lists only what it can still create: its total may not include them,
+        // and subtracting them again would hide types the driver says it can create now. So
+        // there, what the driver lists as creatable now is free now.
+        let creatable_mig_mib = if foreign_mig > 0 {
+            parents
+                .iter()
+                .flat_map(|p| p.profiles.iter())
+                .filter(|p| p.device_api == "vfio-pci" && p.available_instances > 0)
+                .map(resolve)
+                .filter(|r| r.mig_slices.is_some())
+                .filter_map(|r| r.framebuffer_mib)
+                .max()
+                .unwrap_or(0)
+                .min(total)
+        } else {
+            0
+        };
+        let remaining = total.saturating_sub(foreign_mib).max(creatable_mig_mib);
         let mut set_counters = vec![("framebuffer".to_owned(), mib_quantity(remaining))];
         if let Some(n) = mig_total {
             for i in 0..mig_memory_slices(gpu.device_id.0, n) {
@@ -449,7 +467,9 @@ impl Ctx<'_> {
             }]
         };
         let mixed = pool.is_some_and(|p| p.mixed_size);
-        if mixed && !by_size.is_empty() {
+        if foreign_mig > 0 {
+            // MIG-backed vGPUs exist: time-sliced ones cannot join them (the GPU is in MIG mode).
+        } else if mixed && !by_size.is_empty() {
             let sizes: Vec<u64> = by_size
                 .keys()
                 .copied()
