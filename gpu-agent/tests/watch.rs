@@ -105,15 +105,7 @@ fn a_gpu_bound_to_vfio_pci_by_hand_is_re_read_alone_and_served_with_its_new_driv
     };
     let a = start_watched(Arc::clone(&k), |_| {}, Some(opts));
     let dev = "0000:05:00.0";
-    k.write(
-        &format!("sys/bus/pci/devices/{dev}/driver_override"),
-        b"vfio-pci",
-    )
-    .unwrap();
-    k.write("sys/bus/pci/drivers/amdgpu/unbind", dev.as_bytes())
-        .unwrap();
-    k.write("sys/bus/pci/drivers_probe", dev.as_bytes())
-        .unwrap();
+    k.bind_by_hand(dev, "amdgpu", "vfio-pci").unwrap();
     let path = format!("/devices/pci0000:00/0000:00:03.0/{dev}");
     for (action, driver) in [("unbind", None), ("bind", Some("vfio-pci"))] {
         let mut msg = format!(

@@ -157,15 +157,7 @@ fn a_gpu_bound_to_vfio_pci_by_hand_re_reads_that_gpu_and_matches_a_full_discover
     let k = FakeKernel::passthrough_host().unwrap();
     let (before, full_reads) = full(&k);
     let dev = "0000:05:00.0";
-    k.write(
-        &format!("sys/bus/pci/devices/{dev}/driver_override"),
-        b"vfio-pci",
-    )
-    .unwrap();
-    k.write("sys/bus/pci/drivers/amdgpu/unbind", dev.as_bytes())
-        .unwrap();
-    k.write("sys/bus/pci/drivers_probe", dev.as_bytes())
-        .unwrap();
+    k.bind_by_hand(dev, "amdgpu", "vfio-pci").unwrap();
     let (after, _) = full(&k);
     assert_ne!(before, after);
     let c = Counting::new(&k);

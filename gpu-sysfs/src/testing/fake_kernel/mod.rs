@@ -378,6 +378,23 @@ impl FakeKernel {
         std::fs::remove_dir_all(self.root.join(format!("proc/{pid}")))
     }
 
+    /// Rebinds PCI device `bdf` from its driver `from` to `to` the way an administrator does by
+    /// hand, outside gpuslice: `driver_override`, `unbind`, then `drivers_probe`.
+    ///
+    /// # Errors
+    /// The first write's error (the kernel's errno for a write it refuses).
+    pub fn bind_by_hand(&self, bdf: &str, from: &str, to: &str) -> io::Result<()> {
+        self.write(
+            &format!("sys/bus/pci/devices/{bdf}/driver_override"),
+            to.as_bytes(),
+        )?;
+        self.write(
+            &format!("sys/bus/pci/drivers/{from}/unbind"),
+            bdf.as_bytes(),
+        )?;
+        self.write("sys/bus/pci/drivers_probe", bdf.as_bytes())
+    }
+
     /// Every write so far, in order.
     pub fn writes(&self) -> Vec<WriteRecord> {
         self.lock().writes.clone()
