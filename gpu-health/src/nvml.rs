@@ -205,6 +205,7 @@ const MAX_GPU_INSTANCES_PER_PROFILE: u32 = 64;
 
 const NVML_ERROR_INVALID_ARGUMENT: u32 = 2;
 const NVML_ERROR_NOT_SUPPORTED: u32 = 3;
+const NVML_ERROR_NO_PERMISSION: u32 = 4;
 
 /// The GPU instances of `device` with their placements, read raw: nvml-wrapper 0.13 wraps none
 /// of the three calls. Every GPU-instance profile index NVML defines is asked for its profile
@@ -231,7 +232,12 @@ pub(crate) fn gpu_instances(nvml: &Nvml, device: &Device<'_>) -> GpuInstances {
     // (so the library stays loaded and initialized).
     let handle = unsafe { device.handle() };
     let failed = |call: &str, code: u32| {
-        GpuInstances::Failed(format!("{call}: NVML: {}", NvmlError::from(code)))
+        let hint = if code == NVML_ERROR_NO_PERMISSION {
+            " (listing GPU instances needs root)"
+        } else {
+            ""
+        };
+        GpuInstances::Failed(format!("{call}: NVML: {}{hint}", NvmlError::from(code)))
     };
     let mut out = Vec::new();
     let mut seen_profiles: Vec<u32> = Vec::new();

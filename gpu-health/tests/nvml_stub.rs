@@ -405,6 +405,25 @@ mod mig {
     }
 
     #[test]
+    fn when_nvml_refuses_a_user_the_gpu_instances_discovery_falls_back_and_says_root_is_needed() {
+        let defines = ["STUB_GI_NO_PERMISSION"];
+        let Some(t) = discovered(&defines, &[1414, 1415, 1416, 1417]) else {
+            return;
+        };
+        let s = slots(&t);
+        assert!(s.placed.is_empty());
+        assert_eq!(s.unplaced, ["1g.18gb", "1g.18gb"]);
+        let w = warnings(&t);
+        assert!(
+            w.iter().any(|w| w.starts_with(
+                "MIG slots: NVML could not list the GPU instances (nvmlDeviceGetGpuInstances: NVML:"
+            ) && w.contains("(listing GPU instances needs root)")
+                && w.ends_with("each MIG-backed vGPU is held wherever it may sit")),
+            "{w:?}"
+        );
+    }
+
+    #[test]
     fn fewer_gpu_instances_than_mig_backed_vgpus_fall_back_with_a_warning() {
         let Some(t) = discovered(&["STUB_MIG_GI={19,0,1}"], &[1414, 1415, 1416, 1417, 1418]) else {
             return;

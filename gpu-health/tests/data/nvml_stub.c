@@ -29,6 +29,8 @@
  *   -DSTUB_NO_REMAP           nvmlDeviceGetRemappedRows is not exported (drivers before R450)
  *   -DSTUB_NO_SHUTDOWN        nvmlShutdown is not exported (not a usable NVML)
  *   -DSTUB_NO_GI_INFO         nvmlGpuInstanceGetInfo is not exported (a driver without MIG calls)
+ *   -DSTUB_GI_NO_PERMISSION   nvmlDeviceGetGpuInstances returns NVML_ERROR_NO_PERMISSION (as for
+ *                             a user who is not root)
  *
  * Written for gpuslice from the function signatures and return codes in NVIDIA's public nvml.h
  * documentation.
@@ -400,6 +402,9 @@ nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t d, unsigned int profile_id,
     CHECK(d);
     if (!instances || !count) return NVML_ERROR_INVALID_ARGUMENT;
     if (!d->mig) return NVML_ERROR_NOT_SUPPORTED;
+#ifdef STUB_GI_NO_PERMISSION
+    return NVML_ERROR_NO_PERMISSION;
+#endif
     unsigned int room = 0, n = 0;
     for (unsigned i = 0; i < NPROFILES; i++)
         if (h200_profiles[i].id == profile_id) room = h200_profiles[i].count;
