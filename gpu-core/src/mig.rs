@@ -671,6 +671,11 @@ impl MigSlots {
 
     /// Frees one instance of `profile`: a pending one first, then one of unknown start, then
     /// one at a known start. False when the slots hold no instance of `profile`.
+    ///
+    /// Which of several placed instances of the profile a removed vGPU held is not known (the
+    /// slots say where GPU instances are, not which vGPU uses which), so the others of that
+    /// profile lose their known starts: they are held wherever they may sit from then on. Only
+    /// the last placed instance of a profile frees its own start.
     pub fn release(&mut self, profile: &MigProfile) -> bool {
         let is = |n: &str| n.eq_ignore_ascii_case(profile.name);
         for list in [&mut self.pending, &mut self.unplaced] {
@@ -679,11 +684,16 @@ impl MigSlots {
                 return true;
             }
         }
-        if let Some(i) = self.placed.iter().position(|p| is(&p.profile)) {
-            self.placed.remove(i);
-            return true;
-        }
-        false
+        let Some(i) = self.placed.iter().position(|p| is(&p.profile)) else {
+            return false;
+        };
+        self.placed.remove(i);
+        let (others, rest): (Vec<MigPlaced>, Vec<MigPlaced>) = std::mem::take(&mut self.placed)
+            .into_iter()
+            .partition(|p| is(&p.profile));
+        self.placed = rest;
+        self.unplaced.extend(others.into_iter().map(|p| p.profile));
+        true
     }
 }
 
@@ -723,6 +733,33 @@ mod tests {
             start: 3,
         });
         assert_eq!(overlapping.known_occupancy(), None);
+    }
+
+    #[test]
+    fn releasing_one_of_several_placed_instances_of_a_profile_forgets_where_the_others_are() {
+        let g = h200();
+        let one = g.profile_named("1g.18gb").unwrap();
+        let four = g.profile_named("4g.71gb").unwrap();
+        let at = |profile: &str, start| MigPlaced {
+            profile: profile.into(),
+            start,
+        };
+        let mut s = MigSlots::new(g);
+        s.placed = vec![at("1g.18gb", 0), at("1g.18gb", 4), at("2g.35gb", 2)];
+        // One of the two 1g goes; the one left is at 0 or 4, so a 4g (slots 0-3) may not fit.
+        assert!(s.release(one));
+        assert_eq!(s.placed, [at("2g.35gb", 2)]);
+        assert_eq!(s.unplaced, ["1g.18gb"]);
+        assert!(s.check(four).is_err());
+        // The last one of a profile frees its own start: with the 2g gone, slots 2-3 are free.
+        let mut s = MigSlots::new(g);
+        s.placed = vec![at("1g.18gb", 6), at("2g.35gb", 2)];
+        let two = g.profile_named("2g.35gb").unwrap();
+        assert!(s.check(four).is_err());
+        assert!(s.release(two));
+        assert_eq!(s.placed, [at("1g.18gb", 6)]);
+        assert!(s.unplaced.is_empty());
+        assert!(s.check(four).is_ok());
     }
 
     #[test]

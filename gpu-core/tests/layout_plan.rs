@@ -1241,3 +1241,72 @@ fn an_inferred_mig_total_is_a_lower_bound_where_the_geometry_is_known() {
     let plan = plan_vgpu_config(text, "c", &host).unwrap();
     assert_eq!(creates(&plan).len(), 2);
 }
+
+/// [`h200_host`] with a 4g type (`H200X-4-71C`) on its free VFs and the pool's GPU-instance slots
+/// holding the live vGPUs' GPU instances at the given memory-slice starts (as NVML reports them).
+fn h200_host_with_slots(live: &[(u32, &str, u64, u8)], starts: &[(&str, u8)]) -> NodeTopology {
+    let mut t = h200_host(live);
+    for p in &mut t.mediated_devices.parents {
+        if p.instances.is_empty() {
+            let mut four = profile("1419", "NVIDIA H200X-4-71C", 71 * 1024, 1);
+            four.mig_slices = Some(4);
+            p.profiles.push(four);
+        }
+    }
+    let mut slots = gpu_core::MigSlots::new(gpu_core::MigGeometry::for_device(0x2335).unwrap());
+    for (profile, start) in starts {
+        slots.placed.push(gpu_core::MigPlaced {
+            profile: (*profile).into(),
+            start: *start,
+        });
+    }
+    t.mediated_devices.pools[0].mig_slots = Some(slots);
+    t
+}
+
+const ONE_1G_ONE_4G: &str = "version: v1
+vgpu-configs:
+  c:
+    - devices: all
+      vgpu-devices:
+        H200X-1-18C: 1
+        H200X-4-71C: 1
+";
+
+#[test]
+fn a_kept_1g_that_nvml_places_at_slot_6_leaves_the_4g_its_slots_0_to_3() {
+    // Guessing the kept 1g at the lowest start (0) would refuse the 4g, whose only start is 0.
+    let host = h200_host_with_slots(
+        &[(1414, "NVIDIA H200X-1-18C", 18 * 1024, 1)],
+        &[("1g.18gb", 6)],
+    );
+    let plan = plan_vgpu_config(ONE_1G_ONE_4G, "c", &host).unwrap();
+    assert!(removes(&plan).is_empty(), "{:?}", plan.steps);
+    let made = creates(&plan);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0].1, "1419");
+}
+
+#[test]
+fn a_kept_1g_at_slot_0_refuses_the_4g_with_the_slots_it_holds() {
+    let host = h200_host_with_slots(
+        &[(1414, "NVIDIA H200X-1-18C", 18 * 1024, 1)],
+        &[("1g.18gb", 0)],
+    );
+    let e = plan_vgpu_config(ONE_1G_ONE_4G, "c", &host).unwrap_err();
+    assert!(matches!(e, LayoutError::DoesNotFit { .. }), "{e:?}");
+    assert!(e.to_string().contains("H200X-4-71C"), "{e}");
+}
+
+#[test]
+fn removing_one_of_two_placed_1g_leaves_the_other_where_it_may_be_so_no_4g_is_promised() {
+    // The two 1g sit at 0 and 4; the plan removes one of them, but which GPU instance that vGPU
+    // used is not known, so the 1g left may be the one at 0: the 4g is refused, not guessed.
+    let one_g = (1414, "NVIDIA H200X-1-18C", 18 * 1024, 1);
+    let host = h200_host_with_slots(&[one_g, one_g], &[("1g.18gb", 0), ("1g.18gb", 4)]);
+    let e = plan_vgpu_config(ONE_1G_ONE_4G, "c", &host).unwrap_err();
+    assert!(matches!(e, LayoutError::DoesNotFit { .. }), "{e:?}");
+    // With the one left at 4 known (a single 1g placed there), the same layout fits.
+    let host = h200_host_with_slots(&[one_g], &[("1g.18gb", 4)]);
+    assert!(plan_vgpu_config(ONE_1G_ONE_4G, "c", &host).is_ok());
+}

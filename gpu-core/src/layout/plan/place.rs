@@ -82,10 +82,16 @@ pub(super) fn place(
         (p.mig_slices.unwrap_or(0), p.framebuffer_mib.unwrap_or(0))
     };
     gp.create.sort_by_key(|c| std::cmp::Reverse(size(c)));
-    // MIG-backed vGPUs hold GPU-instance slots at allowed starts, not just a slice count: the
-    // kept ones are placed first (largest first, lowest start: where the driver puts them when
-    // NVML does not say), then each new one needs a free start.
+    // MIG-backed vGPUs hold GPU-instance slots at allowed starts, not just a slice count. Where
+    // the pool has slots (`migSlots`: NVML's starts, or each instance held wherever it may sit,
+    // and the new ones pending wherever the driver may put them), its check above is the slot
+    // check. Without them, the kept ones are placed here first (largest first, lowest start:
+    // where the driver puts them when nothing says), then each new one needs a free start.
+    let pool_has_slots = pool.as_ref().is_some_and(|p| p.mig_slots.is_some());
     let mig_of = |pr: &Profile| -> Option<(&'static MigGeometry, &'static MigProfile)> {
+        if pool_has_slots {
+            return None;
+        }
         let slices = pr.mig_slices?;
         let geometry = view
             .gpu
