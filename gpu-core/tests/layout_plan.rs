@@ -1273,13 +1273,12 @@ vgpu-configs:
         H200X-4-71C: 1
 ";
 
+const ONE_G: (u32, &str, u64, u8) = (1414, "NVIDIA H200X-1-18C", 18 * 1024, 1);
+
 #[test]
 fn a_kept_1g_that_nvml_places_at_slot_6_leaves_the_4g_its_slots_0_to_3() {
     // Guessing the kept 1g at the lowest start (0) would refuse the 4g, whose only start is 0.
-    let host = h200_host_with_slots(
-        &[(1414, "NVIDIA H200X-1-18C", 18 * 1024, 1)],
-        &[("1g.18gb", 6)],
-    );
+    let host = h200_host_with_slots(&[ONE_G], &[("1g.18gb", 6)]);
     let plan = plan_vgpu_config(ONE_1G_ONE_4G, "c", &host).unwrap();
     assert!(removes(&plan).is_empty(), "{:?}", plan.steps);
     let made = creates(&plan);
@@ -1289,10 +1288,7 @@ fn a_kept_1g_that_nvml_places_at_slot_6_leaves_the_4g_its_slots_0_to_3() {
 
 #[test]
 fn a_kept_1g_at_slot_0_refuses_the_4g_with_the_slots_it_holds() {
-    let host = h200_host_with_slots(
-        &[(1414, "NVIDIA H200X-1-18C", 18 * 1024, 1)],
-        &[("1g.18gb", 0)],
-    );
+    let host = h200_host_with_slots(&[ONE_G], &[("1g.18gb", 0)]);
     let e = plan_vgpu_config(ONE_1G_ONE_4G, "c", &host).unwrap_err();
     assert!(matches!(e, LayoutError::DoesNotFit { .. }), "{e:?}");
     assert!(e.to_string().contains("H200X-4-71C"), "{e}");
@@ -1302,11 +1298,10 @@ fn a_kept_1g_at_slot_0_refuses_the_4g_with_the_slots_it_holds() {
 fn removing_one_of_two_placed_1g_leaves_the_other_where_it_may_be_so_no_4g_is_promised() {
     // The two 1g sit at 0 and 4; the plan removes one of them, but which GPU instance that vGPU
     // used is not known, so the 1g left may be the one at 0: the 4g is refused, not guessed.
-    let one_g = (1414, "NVIDIA H200X-1-18C", 18 * 1024, 1);
-    let host = h200_host_with_slots(&[one_g, one_g], &[("1g.18gb", 0), ("1g.18gb", 4)]);
+    let host = h200_host_with_slots(&[ONE_G, ONE_G], &[("1g.18gb", 0), ("1g.18gb", 4)]);
     let e = plan_vgpu_config(ONE_1G_ONE_4G, "c", &host).unwrap_err();
     assert!(matches!(e, LayoutError::DoesNotFit { .. }), "{e:?}");
     // With the one left at 4 known (a single 1g placed there), the same layout fits.
-    let host = h200_host_with_slots(&[one_g], &[("1g.18gb", 4)]);
+    let host = h200_host_with_slots(&[ONE_G], &[("1g.18gb", 4)]);
     assert!(plan_vgpu_config(ONE_1G_ONE_4G, "c", &host).is_ok());
 }
