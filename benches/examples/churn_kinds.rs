@@ -5,11 +5,11 @@
 //! which Machines each policy accepts more often, the counts per seed and GPU model, and how many
 //! time-sliced GPUs are locked to each vGPU size on average (`benches/RESULTS-churn.md`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use gpu_core::{AllocatedDevice, Machine};
+use gpu_core::Machine;
 use gpu_sched::{FleetState, Policy};
-use gpuslice_benches::churn::{Event, trace, trace_at_load};
+use gpuslice_benches::churn::{Event, model_of_machine, time_sliced_use, trace, trace_at_load};
 use gpuslice_benches::fleetgen::churn_fleet;
 
 const POLICIES: [Policy; 3] = [Policy::Binpack, Policy::Spread, Policy::FirstFit];
@@ -21,35 +21,10 @@ fn kind(m: &Machine) -> String {
     })
 }
 
-/// The GPU model a Machine asks for: the profile's board (`A2`, `L40S`, `H200X`) or `H100`.
-fn family(m: &Machine) -> String {
-    m.devices
-        .first()
-        .map_or_else(String::new, |d| match &d.profile {
-            Some(p) => p.split('-').next().unwrap_or(p).to_owned(),
-            None => d.model.clone().unwrap_or_else(|| "whole".to_owned()),
-        })
-}
-
 /// Time-sliced GPUs per locked vGPU size (`A2-4Q`) right now.
 fn locked(s: &FleetState) -> BTreeMap<String, usize> {
-    let mut by_gpu: HashMap<(String, gpu_core::PciAddress), String> = HashMap::new();
-    for a in s.allocations() {
-        for d in &a.devices {
-            if let AllocatedDevice::Vgpu {
-                gpu: Some(g),
-                profile_name,
-                mig_slices: None,
-                ..
-            } = d
-            {
-                let size = profile_name.trim_start_matches("NVIDIA ").to_owned();
-                by_gpu.insert((a.node.clone(), *g), size);
-            }
-        }
-    }
     let mut out = BTreeMap::new();
-    for size in by_gpu.into_values() {
+    for (size, _) in time_sliced_use(s).into_values() {
         *out.entry(size).or_default() += 1;
     }
     out
@@ -107,7 +82,7 @@ fn main() {
                         }
                         if s.place(m, policy).is_ok() {
                             k.1[pi] += 1;
-                            seeds.entry((seed, family(m))).or_default()[pi] += 1;
+                            seeds.entry((seed, model_of_machine(m))).or_default()[pi] += 1;
                             seeds.entry((seed, "all".to_owned())).or_default()[pi] += 1;
                         }
                     }

@@ -85,8 +85,24 @@ const MIX: &[(u64, &str, u32, u32)] = &[
 fn model_of(kind: usize) -> &'static str {
     match MIX[kind].1 {
         "whole" => "H100",
-        p => p.split('-').next().unwrap_or(p),
+        p => board(p),
     }
+}
+
+/// The board of a vGPU profile name (`A2` of `A2-4Q`, `H200X` of `H200X-1-18C`).
+fn board(profile: &str) -> &str {
+    profile.split('-').next().unwrap_or(profile)
+}
+
+/// The GPU model a Machine of a trace asks for: its profile's board (`A2`, `L40S`, `H200X`) or
+/// the whole GPUs' model (`H100`).
+pub fn model_of_machine(m: &Machine) -> String {
+    m.devices
+        .first()
+        .map_or_else(String::new, |d| match &d.profile {
+            Some(p) => board(p).to_owned(),
+            None => d.model.clone().unwrap_or_else(|| "whole".to_owned()),
+        })
 }
 
 /// The GPUs one Machine of a kind takes.
@@ -361,21 +377,31 @@ fn gpus_of(a: &gpu_core::Allocation, memory: &HashMap<(String, PciAddress), u64>
 }
 
 fn stranded_mib(s: &FleetState, memory: &HashMap<(String, PciAddress), u64>) -> u64 {
-    let mut used: HashMap<(String, PciAddress), u64> = HashMap::new();
+    time_sliced_use(s)
+        .iter()
+        .map(|(k, (_, u))| memory.get(k).map_or(0, |m| m.saturating_sub(*u)))
+        .sum()
+}
+
+/// The time-sliced GPUs hosting vGPUs now, per (node, address): the vGPU type they are locked to
+/// (the last one seen, without an `NVIDIA ` prefix) and the framebuffer their vGPUs use.
+pub fn time_sliced_use(s: &FleetState) -> HashMap<(String, PciAddress), (String, u64)> {
+    let mut used: HashMap<(String, PciAddress), (String, u64)> = HashMap::new();
     for a in s.allocations() {
         for d in &a.devices {
             if let AllocatedDevice::Vgpu {
                 gpu: Some(g),
+                profile_name,
                 framebuffer_mib,
                 mig_slices: None,
                 ..
             } = d
             {
-                *used.entry((a.node.clone(), *g)).or_default() += framebuffer_mib.unwrap_or(0);
+                let e = used.entry((a.node.clone(), *g)).or_default();
+                e.0 = profile_name.trim_start_matches("NVIDIA ").to_owned();
+                e.1 += framebuffer_mib.unwrap_or(0);
             }
         }
     }
-    used.iter()
-        .map(|(k, u)| memory.get(k).map_or(0, |m| m.saturating_sub(*u)))
-        .sum()
+    used
 }
