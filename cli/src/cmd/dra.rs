@@ -33,7 +33,7 @@ pub struct CheckArgs {
     /// The file with the slices (`-` for standard input).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
-    /// The Kubernetes version whose rules apply.
+    /// The Kubernetes release whose rules apply (1.34 ... 1.37, or a patch release: 1.36.2).
     #[arg(long, default_value = "1.37", value_name = "VERSION")]
     pub k8s_version: gpu_integrations::dra::K8sVersion,
 }

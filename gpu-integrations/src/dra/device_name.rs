@@ -104,7 +104,11 @@ fn parse(s: &str) -> Option<DeviceName> {
             if !(digits(size) && digits(n)) {
                 return None;
             }
-            return Some(DeviceName::VgpuInstance(a, size.parse().ok()?, n.parse().ok()?));
+            return Some(DeviceName::VgpuInstance(
+                a,
+                size.parse().ok()?,
+                n.parse().ok()?,
+            ));
         }
         let size = rest.strip_suffix("mi")?;
         if !digits(size) {

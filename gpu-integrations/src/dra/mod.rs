@@ -28,4 +28,4 @@ pub use claim::{
 };
 pub use device_name::DeviceName;
 pub use store::{ClaimStore, DEFAULT_STATE_DIR};
-pub use version::{DEFAULT_DRIVER, K8sVersion};
+pub use version::{DEFAULT_DRIVER, Encoding, K8sVersion};

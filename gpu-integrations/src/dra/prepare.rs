@@ -469,7 +469,8 @@ fn time_sliced_size(a: &PrepareAction, node: &NodeTopology) -> Option<(PciAddres
 pub fn check_one_size(actions: &[PrepareAction], node: &NodeTopology) -> Result<()> {
     let mut sizes: BTreeMap<PciAddress, (u64, String)> = BTreeMap::new();
     for pool in &node.mediated_devices.pools {
-        if let (ParentId::Pci(gpu), Some(s), false) = (&pool.gpu, pool.size_locked_mib, pool.mixed_size)
+        if let (ParentId::Pci(gpu), Some(s), false) =
+            (&pool.gpu, pool.size_locked_mib, pool.mixed_size)
         {
             sizes.insert(*gpu, (s, "the vGPUs it holds".to_owned()));
         }
@@ -478,10 +479,7 @@ pub fn check_one_size(actions: &[PrepareAction], node: &NodeTopology) -> Result<
         let Some((gpu, size)) = time_sliced_size(a, node) else {
             continue;
         };
-        if node
-            .pool(&ParentId::Pci(gpu))
-            .is_some_and(|p| p.mixed_size)
-        {
+        if node.pool(&ParentId::Pci(gpu)).is_some_and(|p| p.mixed_size) {
             continue;
         }
         let request = a.request_and_device().0.to_owned();
