@@ -373,3 +373,102 @@ proptest! {
         prop_assert!(none.removed.is_empty());
     }
 }
+
+#[test]
+fn a_claim_of_two_sizes_on_one_gpu_is_refused_naming_both_before_any_write() {
+    let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+    let t = topology(&k);
+    let doc = json!({
+        "metadata": {"uid": "two-sizes"},
+        "status": {"allocation": {"devices": {
+            "results": [
+                {"request": "a", "driver": DRIVER, "pool": NODE,
+                 "device": "vgpu-0000-26-00-0-8192mi-0"},
+                {"request": "b", "driver": DRIVER, "pool": NODE,
+                 "device": "vgpu-0000-26-00-0-4096mi-0"},
+            ],
+            "config": [
+                {"requests": ["a"], "opaque": {"driver": DRIVER, "parameters": {"profile": "L40S-8Q"}}},
+                {"requests": ["b"], "opaque": {"driver": DRIVER, "parameters": {"profile": "L40S-4Q"}}},
+            ],
+        }}},
+    });
+    let claim = Claim::from_input(serde_json::from_value(doc).unwrap(), None).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let store = ClaimStore::open(state.path(), None).unwrap();
+    let node = DraNode {
+        host: &k,
+        topology: &t,
+        recording: false,
+    };
+    let opts = PrepareOptions {
+        driver: DRIVER.into(),
+        dry_run: false,
+    };
+    let before = k.writes().len();
+    let e = prepare_claim(&node, &store, &claim, &opts).unwrap_err();
+    assert_eq!(e.kind(), gpu_core::ErrorKind::InvalidRequest);
+    let m = e.to_string();
+    assert!(
+        m.contains("GPU 0000:26:00.0") && m.contains("4096 MiB") && m.contains("8192 MiB"),
+        "{m}"
+    );
+    assert_eq!(k.writes().len(), before, "nothing was written");
+    assert!(
+        store.read("two-sizes").unwrap().is_none(),
+        "nothing recorded"
+    );
+}
+
+#[test]
+fn a_claim_of_the_locked_size_is_prepared_and_one_of_another_size_refused() {
+    // Two VFs already hold L40S-24Q vGPUs made outside Kubernetes: the GPU is locked to 24 GB.
+    let k = build(&HostSpec::L40s {
+        vfs: 4,
+        typed: 1,
+        size_gb: 24,
+    });
+    let t = topology(&k);
+    let state = tempfile::tempdir().unwrap();
+    let store = ClaimStore::open(state.path(), None).unwrap();
+    let node = DraNode {
+        host: &k,
+        topology: &t,
+        recording: false,
+    };
+    let opts = PrepareOptions {
+        driver: DRIVER.into(),
+        dry_run: false,
+    };
+    let claim = |uid: &str, device: &str, profile: &str| {
+        let doc = json!({
+            "metadata": {"uid": uid},
+            "status": {"allocation": {"devices": {
+                "results": [{"request": "v", "driver": DRIVER, "pool": NODE, "device": device}],
+                "config": [{"opaque": {"driver": DRIVER, "parameters": {"profile": profile}}}],
+            }}},
+        });
+        Claim::from_input(serde_json::from_value(doc).unwrap(), None).unwrap()
+    };
+    let before = k.writes().len();
+    let e = prepare_claim(
+        &node,
+        &store,
+        &claim("small", "vgpu-0000-26-00-0-8192mi-0", "L40S-8Q"),
+        &opts,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("8192 MiB and 24576 MiB"), "{e}");
+    assert_eq!(k.writes().len(), before, "nothing was written");
+    let done = prepare_claim(
+        &node,
+        &store,
+        &claim("same", "vgpu-0000-26-00-0-24576mi-0", "L40S-24Q"),
+        &opts,
+    )
+    .unwrap();
+    let d = &done.devices[0];
+    assert_eq!(d.device, "vgpu-0000-26-00-0-24576mi-0");
+    assert_eq!(d.pool, NODE);
+    assert!(d.pci_address.is_some() && d.mdev_uuid.is_none());
+}

@@ -214,6 +214,9 @@ pub fn plan_prepare(
             } => (gpu, Some(size_mib), Some(slices)),
         };
         let wanted = Wanted { gpu, size, mig };
+        if let (Some(size), None) = (size, mig) {
+            check_locked_size(r, gpu, size, node)?;
+        }
         let parents = parents_of(node, gpu);
         let profile = choose_profile(r, &parents, &wanted, &input.config, driver)?;
         if let PublishedDevice::Mixed(_) = published {
@@ -438,6 +441,38 @@ fn action_for(
     }
 }
 
+/// Step 2 for a time-sliced vGPU: a GPU its vGPUs lock to another size cannot take this one
+/// (its VFs no longer even list the type).
+///
+/// # Errors
+/// `Refused`, naming the GPU and the two sizes.
+fn check_locked_size(
+    r: &DeviceResult,
+    gpu: PciAddress,
+    size: u64,
+    node: &NodeTopology,
+) -> Result<()> {
+    match node.pool(&ParentId::Pci(gpu)) {
+        Some(p) if !p.mixed_size && p.size_locked_mib.is_some_and(|l| l != size) => {
+            let locked = p.size_locked_mib.unwrap_or_default();
+            fail!(
+                Refused,
+                "{}",
+                two_sizes(&r.request, gpu, size, locked, "the vGPUs it holds")
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The refusal of the same-size rule.
+fn two_sizes(request: &str, gpu: PciAddress, size: u64, other: u64, by: &str) -> String {
+    format!(
+        "request {request}: GPU {gpu} would hold time-sliced vGPUs of two sizes, {size} MiB and \
+         {other} MiB ({by}); a GPU not in mixed-size mode holds one size; nothing was changed"
+    )
+}
+
 /// The GPU a planned vGPU sits on and its time-sliced size, from the profile it names.
 fn time_sliced_size(a: &PrepareAction, node: &NodeTopology) -> Option<(PciAddress, u64)> {
     let (parent, type_id) = match a {
@@ -459,8 +494,8 @@ fn time_sliced_size(a: &PrepareAction, node: &NodeTopology) -> Option<(PciAddres
     }
 }
 
-/// Step 6: a GPU not in mixed-size mode holds time-sliced vGPUs of one size: the size its pool
-/// is locked to, else the first this claim asks for. A Kubernetes scheduler before 1.36.2 can
+/// Step 6: a GPU not in mixed-size mode holds time-sliced vGPUs of one size: the vGPUs of one
+/// claim too (the size the GPU is locked to was checked per result). A Kubernetes scheduler before 1.36.2 can
 /// allocate two sizes on one GPU across scheduling cycles (kubernetes#139034); this is the node's
 /// refusal, before any write.
 ///
@@ -468,13 +503,6 @@ fn time_sliced_size(a: &PrepareAction, node: &NodeTopology) -> Option<(PciAddres
 /// `Refused`, naming the GPU and the two sizes.
 pub fn check_one_size(actions: &[PrepareAction], node: &NodeTopology) -> Result<()> {
     let mut sizes: BTreeMap<PciAddress, (u64, String)> = BTreeMap::new();
-    for pool in &node.mediated_devices.pools {
-        if let (ParentId::Pci(gpu), Some(s), false) =
-            (&pool.gpu, pool.size_locked_mib, pool.mixed_size)
-        {
-            sizes.insert(*gpu, (s, "the vGPUs it holds".to_owned()));
-        }
-    }
     for a in actions {
         let Some((gpu, size)) = time_sliced_size(a, node) else {
             continue;
@@ -485,12 +513,7 @@ pub fn check_one_size(actions: &[PrepareAction], node: &NodeTopology) -> Result<
         let request = a.request_and_device().0.to_owned();
         match sizes.get(&gpu) {
             Some((s, _)) if *s == size => {}
-            Some((s, by)) => fail!(
-                Refused,
-                "request {request}: GPU {gpu} would hold time-sliced vGPUs of two sizes, \
-                 {size} MiB and {s} MiB ({by}); a GPU not in mixed-size mode holds one size; \
-                 nothing was changed"
-            ),
+            Some((s, by)) => fail!(Refused, "{}", two_sizes(&request, gpu, size, *s, by)),
             None => {
                 sizes.insert(gpu, (size, format!("request {request}")));
             }
