@@ -19,24 +19,9 @@ fn devices(yaml: &str) -> Vec<Value> {
         .collect()
 }
 
-fn a2_export(version: &str, extra: &[&str]) -> (String, String) {
-    let a2 = a2_root();
-    let root = a2.path().to_str().unwrap().to_owned();
-    let state = a2.path().join("no-state");
-    let mut args = vec![
-        "--root",
-        &root,
-        "--node",
-        "a2-host",
-        "export",
-        "dra",
-        "--k8s-version",
-        version,
-        "--state-dir",
-        state.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let out = run(&args);
+/// Runs `gpuslice ARGS`, asserting success; returns stdout and stderr.
+fn export(args: &[&str]) -> (String, String) {
+    let out = run(args);
     assert!(
         out.status.success(),
         "{}",
@@ -46,6 +31,23 @@ fn a2_export(version: &str, extra: &[&str]) -> (String, String) {
         String::from_utf8(out.stdout).unwrap(),
         String::from_utf8(out.stderr).unwrap(),
     )
+}
+
+fn a2_export(version: &str) -> (String, String) {
+    let a2 = a2_root();
+    let state = a2.path().join("no-state");
+    export(&[
+        "--root",
+        a2.path().to_str().unwrap(),
+        "--node",
+        "a2-host",
+        "export",
+        "dra",
+        "--k8s-version",
+        version,
+        "--state-dir",
+        state.to_str().unwrap(),
+    ])
 }
 
 fn check(yaml: &str, version: &str) -> (Option<i32>, String) {
@@ -78,7 +80,7 @@ fn a_minor_alone_means_its_oldest_patch_and_gets_the_safe_encoding() {
         ("1.36.2", true),
         ("1.37", true),
     ] {
-        let (yaml, stderr) = a2_export(v, &[]);
+        let (yaml, stderr) = a2_export(v);
         let devs = devices(&yaml);
         let multi = devs
             .iter()
@@ -102,7 +104,7 @@ fn a_minor_alone_means_its_oldest_patch_and_gets_the_safe_encoding() {
 fn size_for_publishes_one_device_per_vgpu_of_the_chosen_size_before_1_36_2() {
     let dir = tempfile::tempdir().unwrap();
     let f = write_fleet(dir.path(), "fleet.json", &fleet(vec![mixed_node("ws-1")]));
-    let export = |v: &str, extra: &[&str]| {
+    let fleet_export = |v: &str, extra: &[&str]| {
         let mut args = vec![
             "export",
             "dra",
@@ -112,19 +114,10 @@ fn size_for_publishes_one_device_per_vgpu_of_the_chosen_size_before_1_36_2() {
             v,
         ];
         args.extend_from_slice(extra);
-        let out = run(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap(),
-        )
+        export(&args)
     };
     // No size chosen: the Ada's vGPUs are left out, saying how to choose.
-    let (yaml, stderr) = export("1.35", &[]);
+    let (yaml, stderr) = fleet_export("1.35", &[]);
     assert!(
         stderr.contains("--size-for 0000:17:00.0=PROFILE"),
         "{stderr}"
@@ -135,7 +128,7 @@ fn size_for_publishes_one_device_per_vgpu_of_the_chosen_size_before_1_36_2() {
             .all(|d| !d["name"].as_str().unwrap().starts_with("vgpu-0000-17-00-0"))
     );
     // 8 GB chosen: six devices of 8 GB, each consuming its share; the whole GPU all of it.
-    let (yaml, _) = export("1.35", &["--size-for", "0000:17:00.0=RTX6000-Ada-8Q"]);
+    let (yaml, _) = fleet_export("1.35", &["--size-for", "0000:17:00.0=RTX6000-Ada-8Q"]);
     let devs = devices(&yaml);
     let ada: Vec<&Value> = devs
         .iter()
@@ -166,8 +159,8 @@ fn size_for_publishes_one_device_per_vgpu_of_the_chosen_size_before_1_36_2() {
     );
     assert_eq!(check(&yaml, "1.35").0, Some(0));
     // From 1.36.2 the choice does not matter: the size-lock encoding offers every size.
-    let (with, _) = export("1.37", &["--size-for", "0000:17:00.0=RTX6000-Ada-8Q"]);
-    let (without, _) = export("1.37", &[]);
+    let (with, _) = fleet_export("1.37", &["--size-for", "0000:17:00.0=RTX6000-Ada-8Q"]);
+    let (without, _) = fleet_export("1.37", &[]);
     assert_eq!(with, without);
     // A malformed choice is an error naming it.
     let out = run(&["export", "dra", "--size-for", "17:00.0"]);

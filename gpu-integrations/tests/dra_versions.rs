@@ -103,6 +103,23 @@ fn build(spec: &HostSpec) -> FakeKernel {
     }
 }
 
+/// The fake kernel's node, as a front-end opens it.
+fn dra_node<'a>(k: &'a FakeKernel, t: &'a NodeTopology) -> DraNode<'a> {
+    DraNode {
+        host: k,
+        topology: t,
+        recording: false,
+    }
+}
+
+/// A prepare that writes.
+fn prepare_options() -> PrepareOptions {
+    PrepareOptions {
+        driver: DRIVER.into(),
+        dry_run: false,
+    }
+}
+
 /// The Q profile of `size_mib` on `gpu` (each claim names its profile).
 fn q_profile(t: &NodeTopology, gpu: PciAddress, size_mib: u64) -> Option<String> {
     t.mediated_devices
@@ -297,7 +314,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(32))]
 
     #[test]
     fn every_allocation_a_versions_slices_allow_prepares_on_the_node(
@@ -329,7 +346,7 @@ proptest! {
         prop_assume!(!devs.is_empty());
         let state = tempfile::tempdir().unwrap();
         let store = ClaimStore::open(state.path(), None).unwrap();
-        let prepare = PrepareOptions { driver: DRIVER.into(), dry_run: false };
+        let prepare = prepare_options();
         let mut committed: Vec<(String, Vec<usize>)> = vec![];
         for (n, s) in steps.iter().enumerate() {
             match s {
@@ -341,7 +358,7 @@ proptest! {
                     }
                     let uid = format!("claim-{n}");
                     let t = topology(&k);
-                    let node = DraNode { host: &k, topology: &t, recording: false };
+                    let node = dra_node(&k, &t);
                     let claim = claim_doc(&uid, n, &picks, &devs, &t);
                     let names: Vec<&str> = picks.iter().map(|i| devs[*i].name.as_str()).collect();
                     let done = prepare_claim(&node, &store, &claim, &prepare);
@@ -396,15 +413,8 @@ fn a_claim_of_two_sizes_on_one_gpu_is_refused_naming_both_before_any_write() {
     let claim = Claim::from_input(serde_json::from_value(doc).unwrap(), None).unwrap();
     let state = tempfile::tempdir().unwrap();
     let store = ClaimStore::open(state.path(), None).unwrap();
-    let node = DraNode {
-        host: &k,
-        topology: &t,
-        recording: false,
-    };
-    let opts = PrepareOptions {
-        driver: DRIVER.into(),
-        dry_run: false,
-    };
+    let node = dra_node(&k, &t);
+    let opts = prepare_options();
     let before = k.writes().len();
     let e = prepare_claim(&node, &store, &claim, &opts).unwrap_err();
     assert_eq!(e.kind(), gpu_core::ErrorKind::InvalidRequest);
@@ -422,7 +432,7 @@ fn a_claim_of_two_sizes_on_one_gpu_is_refused_naming_both_before_any_write() {
 
 #[test]
 fn a_claim_of_the_locked_size_is_prepared_and_one_of_another_size_refused() {
-    // Two VFs already hold L40S-24Q vGPUs made outside Kubernetes: the GPU is locked to 24 GB.
+    // A VF already holds an L40S-24Q made outside Kubernetes: the GPU is locked to 24 GB.
     let k = build(&HostSpec::L40s {
         vfs: 4,
         typed: 1,
@@ -431,15 +441,8 @@ fn a_claim_of_the_locked_size_is_prepared_and_one_of_another_size_refused() {
     let t = topology(&k);
     let state = tempfile::tempdir().unwrap();
     let store = ClaimStore::open(state.path(), None).unwrap();
-    let node = DraNode {
-        host: &k,
-        topology: &t,
-        recording: false,
-    };
-    let opts = PrepareOptions {
-        driver: DRIVER.into(),
-        dry_run: false,
-    };
+    let node = dra_node(&k, &t);
+    let opts = prepare_options();
     let claim = |uid: &str, device: &str, profile: &str| {
         let doc = json!({
             "metadata": {"uid": uid},

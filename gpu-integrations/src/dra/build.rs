@@ -585,6 +585,24 @@ impl Ctx<'_> {
         }
     }
 
+    /// The attributes of a vGPU device of `size` (and `more`) that can become any profile of
+    /// `group` (the profiles last: they are what is left out when a device has too many).
+    fn size_attributes(
+        &mut self,
+        g: &OneGpu<'_>,
+        size: u64,
+        more: &[(&str, u64)],
+        group: &[&Resolved<'_>],
+    ) -> BTreeMap<String, DeviceAttribute> {
+        let mut attributes = g.vgpu_attrs.clone();
+        attributes.insert("framebufferMiB".into(), int_attr(size));
+        for (k, v) in more {
+            attributes.insert((*k).to_owned(), int_attr(*v));
+        }
+        self.add_profile_attributes(g.gpu, &mut attributes, group.iter().copied());
+        attributes
+    }
+
     /// How many vGPUs of `size` fit what is left, the profiles' instance limit and the free
     /// parents.
     fn count_of(g: &OneGpu<'_>, size: u64, group: &[&Resolved<'_>]) -> u64 {
@@ -615,9 +633,7 @@ impl Ctx<'_> {
             if count == 0 {
                 continue;
             }
-            let mut attributes = g.vgpu_attrs.clone();
-            attributes.insert("framebufferMiB".into(), int_attr(*size));
-            self.add_profile_attributes(g.gpu, &mut attributes, group.iter().copied());
+            let attributes = self.size_attributes(g, *size, &[], group);
             let mut capacity = BTreeMap::new();
             capacity.insert(
                 "instances".to_owned(),
@@ -792,9 +808,7 @@ impl Ctx<'_> {
                 count = room;
             }
         }
-        let mut attributes = g.vgpu_attrs.clone();
-        attributes.insert("framebufferMiB".into(), int_attr(size));
-        self.add_profile_attributes(g.gpu, &mut attributes, group.iter().copied());
+        let attributes = self.size_attributes(g, size, &[], group);
         (0..u32::try_from(count).unwrap_or(u32::MAX))
             .map(|n| Device {
                 name: vgpu_instance_device_name(&g.gpu.address, size, n),
@@ -843,11 +857,11 @@ impl Ctx<'_> {
                 .into_iter()
                 .filter(|(start, span)| (*start..start + span).all(|i| !g.held.is_held(i)))
             {
-                let mut attributes = g.vgpu_attrs.clone();
-                attributes.insert("framebufferMiB".into(), int_attr(*size));
-                attributes.insert("migSlices".into(), int_attr(u64::from(*slices)));
-                attributes.insert("migStartSlice".into(), int_attr(u64::from(start)));
-                self.add_profile_attributes(g.gpu, &mut attributes, group.iter().copied());
+                let mig = [
+                    ("migSlices", u64::from(*slices)),
+                    ("migStartSlice", u64::from(start)),
+                ];
+                let attributes = self.size_attributes(g, *size, &mig, group);
                 let mut used = vec![("framebuffer".to_owned(), mib_quantity(*size))];
                 for i in start..start + span {
                     used.push((format!("memory-slice-{i}"), "1".to_owned()));
