@@ -206,6 +206,11 @@ fn limited(d: &Device) -> bool {
     !d.consumes_counters.is_empty() || !d.taints.is_empty()
 }
 
+/// Time-sliced profiles by framebuffer size.
+type BySize<'p> = BTreeMap<u64, Vec<&'p Resolved<'p>>>;
+/// MIG-backed profiles by slices and framebuffer size.
+type MigGroups<'p> = BTreeMap<(u8, u64), Vec<&'p Resolved<'p>>>;
+
 /// What a GPU's parents hold that `dra prepare` did not make.
 #[derive(Debug, Clone, Default)]
 struct Foreign {
@@ -429,19 +434,7 @@ impl Ctx<'_> {
                 .insert("framework".into(), str_attr(fw.as_str()));
         }
 
-        // Profiles by kind: time-sliced by framebuffer size, MIG-backed by slices and size.
-        let mut by_size: BTreeMap<u64, Vec<&Resolved<'_>>> = BTreeMap::new();
-        let mut mig_groups: BTreeMap<(u8, u64), Vec<&Resolved<'_>>> = BTreeMap::new();
-        for r in profiles.values() {
-            match (r.mig_slices, r.framebuffer_mib) {
-                (None, Some(fb)) if fb > 0 => by_size.entry(fb).or_default().push(r),
-                (Some(s), Some(fb)) if s > 0 => mig_groups.entry((s, fb)).or_default().push(r),
-                _ => self.warnings.push(format!(
-                    "{} ({addr}): profile {} not published, its framebuffer size is unknown",
-                    gpu.name, r.profile.name
-                )),
-            }
-        }
+        let (by_size, mig_groups) = self.profiles_by_kind(gpu, &profiles);
         let mixed = pool.is_some_and(|p| p.mixed_size);
         g.locked = if mixed {
             None
@@ -449,36 +442,71 @@ impl Ctx<'_> {
             g.foreign.sizes.iter().next().copied()
         };
         g.locked_by_any = pool.and_then(|p| p.size_locked_mib).or(g.locked);
-        let mut publish_mig = !mig_groups.is_empty();
-        if g.foreign.mig > 0 || by_size.is_empty() {
-            // MIG-backed vGPUs exist: time-sliced ones cannot join them (the GPU is in MIG mode).
-        } else if self.opts.version.encoding() == Encoding::OneSizePerInstance {
-            // Plain counters cannot keep time-sliced and MIG-backed vGPUs apart when several of
-            // each fit: publish one kind.
-            if let Some(size) = self.chosen_size(&g, &by_size, &mig_groups) {
-                publish_mig = false;
-                let group = by_size.get(&size).cloned().unwrap_or_default();
-                plan.devices.extend(self.per_instance_devices(
-                    &g,
-                    size,
-                    &group,
-                    plan.devices.len(),
-                ));
-            }
-        } else if mixed {
-            plan.devices.extend(self.mixed_device(&g, &by_size));
-        } else if g.foreign.unknown {
-            self.warnings.push(format!(
-                "{} ({addr}): time-sliced vGPUs not published, a vGPU of unknown size holds the card",
-                gpu.name
-            ));
-        } else {
-            plan.devices.extend(self.size_lock_devices(&g, &by_size));
-        }
-        if publish_mig {
+        let (time_sliced, publish_mig) =
+            self.time_sliced_devices(&g, mixed, &by_size, &mig_groups, plan.devices.len());
+        plan.devices.extend(time_sliced);
+        if publish_mig && !mig_groups.is_empty() {
             plan.devices.extend(self.mig_devices(&g, &mig_groups));
         }
         plan
+    }
+
+    /// A GPU's profiles by kind: time-sliced by framebuffer size, MIG-backed by slices and size.
+    fn profiles_by_kind<'p>(
+        &mut self,
+        gpu: &Gpu,
+        profiles: &'p BTreeMap<&str, Resolved<'p>>,
+    ) -> (BySize<'p>, MigGroups<'p>) {
+        let mut by_size: BTreeMap<u64, Vec<&Resolved<'_>>> = BTreeMap::new();
+        let mut mig_groups: BTreeMap<(u8, u64), Vec<&Resolved<'_>>> = BTreeMap::new();
+        for r in profiles.values() {
+            match (r.mig_slices, r.framebuffer_mib) {
+                (None, Some(fb)) if fb > 0 => by_size.entry(fb).or_default().push(r),
+                (Some(s), Some(fb)) if s > 0 => mig_groups.entry((s, fb)).or_default().push(r),
+                _ => self.warnings.push(format!(
+                    "{} ({}): profile {} not published, its framebuffer size is unknown",
+                    gpu.name, gpu.address, r.profile.name
+                )),
+            }
+        }
+        (by_size, mig_groups)
+    }
+
+    /// The time-sliced devices of a GPU in the version's [`Encoding`], and whether its MIG
+    /// placements may be published beside them. `beside`: devices already in the GPU's plan.
+    fn time_sliced_devices(
+        &mut self,
+        g: &OneGpu<'_>,
+        mixed: bool,
+        by_size: &BTreeMap<u64, Vec<&Resolved<'_>>>,
+        mig_groups: &BTreeMap<(u8, u64), Vec<&Resolved<'_>>>,
+        beside: usize,
+    ) -> (Vec<Device>, bool) {
+        let size_lock = self.opts.version.encoding() == Encoding::SizeLock;
+        if g.foreign.mig > 0 || by_size.is_empty() {
+            // MIG-backed vGPUs exist: time-sliced ones cannot join them (the GPU is in MIG mode).
+            (vec![], true)
+        } else if size_lock && mixed {
+            (self.mixed_device(g, by_size).into_iter().collect(), true)
+        } else if g.foreign.unknown {
+            self.warnings.push(format!(
+                "{} ({}): time-sliced vGPUs not published, a vGPU of unknown size holds the card",
+                g.gpu.name, g.gpu.address
+            ));
+            (vec![], true)
+        } else if size_lock {
+            (self.size_lock_devices(g, by_size), true)
+        } else {
+            // Plain counters cannot keep time-sliced and MIG-backed vGPUs apart when several of
+            // each fit: publish one kind.
+            match self.chosen_size(g, by_size, mig_groups) {
+                Some(size) => {
+                    let group = by_size.get(&size).cloned().unwrap_or_default();
+                    (self.per_instance_devices(g, size, &group, beside), false)
+                }
+                None => (vec![], true),
+            }
+        }
     }
 
     /// What is taken on a GPU's parents outside Kubernetes (vGPUs `dra prepare` did not make).
@@ -736,12 +764,6 @@ impl Ctx<'_> {
                 (None, false) => Err(name),
             }
         });
-        if g.foreign.unknown {
-            self.warnings.push(format!(
-                "{who}: time-sliced vGPUs not published, a vGPU of unknown size holds the card"
-            ));
-            return None;
-        }
         match (g.locked_by_any, chosen) {
             (Some(l), Some(Ok(Some(c)))) if c != l => {
                 self.warnings.push(format!(
