@@ -735,7 +735,11 @@ export interface DiscoverOptions {
 
 /** Options of `exportDra`. */
 export interface DraExportOptions {
-  /** The Kubernetes version the objects are for: `1.34`, `1.35`, `1.36` or `1.37` (default). */
+  /**
+   * The Kubernetes release the objects are for: `1.34`, `1.35`, `1.36` or `1.37` (default), or a
+   * patch release (`1.36.2`); a minor alone means its oldest patch. Before 1.36.2 each GPU offers
+   * one vGPU size, one device per vGPU (docs/dra.md).
+   */
   k8sVersion?: string
   /** The DRA driver name (default `gpu.gpuslice.dev`). */
   driver?: string

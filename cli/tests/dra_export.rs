@@ -8,7 +8,12 @@ mod export_support;
 use export_support::*;
 use serde_json::Value;
 
-const VERSIONS: [&str; 4] = ["1.34", "1.35", "1.36", "1.37"];
+const VERSIONS: [&str; 5] = ["1.34", "1.35", "1.36", "1.36.2", "1.37"];
+
+/// From 1.36.2 the size-lock encoding; before, one size per GPU, one device per instance.
+fn size_lock(version: &str) -> bool {
+    matches!(version, "1.36.2" | "1.37")
+}
 
 fn docs(yaml: &str) -> Vec<Value> {
     use serde::Deserialize;
@@ -97,9 +102,18 @@ fn a2_capture_publishes_one_more_4gb_vgpu_and_no_whole_gpu() {
         let devs = devices(&yaml);
         // Three 4 GB vGPUs made outside Kubernetes lock the card: one more 4 GB vGPU, nothing else.
         assert_eq!(devs.len(), 1, "{yaml}");
-        let d = device(&devs, "vgpu-0000-08-00-0-4096mi");
-        assert_eq!(d["capacity"]["instances"]["value"], "1");
-        assert_eq!(d["allowMultipleAllocations"], true);
+        let d = if size_lock(v) {
+            let d = device(&devs, "vgpu-0000-08-00-0-4096mi");
+            assert_eq!(d["capacity"]["instances"]["value"], "1");
+            assert_eq!(d["allowMultipleAllocations"], true);
+            d
+        } else {
+            // Before 1.36.2: that one vGPU as a device of its own, counted by every scheduler.
+            let d = device(&devs, "vgpu-0000-08-00-0-4096mi-0");
+            assert!(d.get("allowMultipleAllocations").is_none());
+            assert!(d.get("capacity").is_none());
+            d
+        };
         for p in ["profile_A2_4Q", "profile_A2_4C", "profile_A2_4A"] {
             assert_eq!(d["attributes"][p]["bool"], true, "{p}");
         }
@@ -236,12 +250,25 @@ fn modelled_hosts_cover_mig_mixed_size_health_and_whole_gpus() {
             assert_eq!(used[format!("memory-slice-{i}")]["value"], "1");
         }
         assert!(used.get("memory-slice-3").is_none());
-        // Mixed-size: one device with consumable framebuffer in the profile sizes.
-        let mixed = device(&devs, "vgpu-0000-17-00-0-mixed");
-        assert_eq!(
-            mixed["capacity"]["framebuffer"]["requestPolicy"]["validValues"],
-            serde_json::json!(["4Gi", "8Gi", "16Gi"])
-        );
+        if size_lock(v) {
+            // Mixed-size: one device with consumable framebuffer in the profile sizes.
+            let mixed = device(&devs, "vgpu-0000-17-00-0-mixed");
+            assert_eq!(
+                mixed["capacity"]["framebuffer"]["requestPolicy"]["validValues"],
+                serde_json::json!(["4Gi", "8Gi", "16Gi"])
+            );
+        } else {
+            // Before 1.36.2 no size was chosen for the Ada: none of its vGPUs, and no device is
+            // both multi-allocatable and a consumer of counters.
+            assert!(
+                devs.iter()
+                    .all(|d| !d["name"].as_str().unwrap().starts_with("vgpu-0000-17-00-0"))
+            );
+            assert!(
+                devs.iter()
+                    .all(|d| d.get("allowMultipleAllocations").is_none())
+            );
+        }
         // The whole Ada GPU excludes its vGPUs through the counter set.
         let whole = device(&devs, "gpu-0000-17-00-0");
         assert_eq!(
@@ -258,15 +285,29 @@ fn modelled_hosts_cover_mig_mixed_size_health_and_whole_gpus() {
                 .all(|d| !d["name"].as_str().unwrap().contains("5e-00-0"))
         );
         assert!(devs.iter().all(|d| d["name"] != "gpu-0000-af-00-0"));
-        let t4 = device(&devs, "vgpu-0000-af-00-0-2048mi");
-        assert_eq!(t4["capacity"]["instances"]["value"], "7");
+        let t4 = if size_lock(v) {
+            let t4 = device(&devs, "vgpu-0000-af-00-0-2048mi");
+            assert_eq!(t4["capacity"]["instances"]["value"], "7");
+            t4
+        } else {
+            assert!(
+                devs.iter()
+                    .all(|d| d["name"] != "vgpu-0000-af-00-0-2048mi-7")
+            );
+            device(&devs, "vgpu-0000-af-00-0-2048mi-6")
+        };
         assert!(t4["attributes"].get("profile_T4_2Q").is_some());
         assert!(t4["attributes"].get("profile_T4_2B").is_some());
         // Health: Unhealthy blocks, Degraded is visible from 1.35 on.
-        let sick = device(&devs, "vgpu-0000-38-00-0-18432mi");
+        let on = |gpu: &str| {
+            devs.iter()
+                .find(|d| d["name"].as_str().unwrap().contains(gpu))
+                .unwrap_or_else(|| panic!("{v}: no device on {gpu}"))
+        };
+        let sick = on("0000-38-00-0");
         assert_eq!(sick["taints"][0]["key"], "gpu.gpuslice.dev/unhealthy");
         assert_eq!(sick["taints"][0]["effect"], "NoSchedule");
-        let degraded = device(&devs, "vgpu-0000-28-00-0-18432mi");
+        let degraded = on("0000-28-00-0");
         if v == "1.34" {
             assert!(degraded.get("taints").is_none());
         } else {
@@ -305,11 +346,19 @@ fn large_nodes_are_split_into_slices_within_every_limit() {
             }
             assert!(names.insert(slice["metadata"]["name"].as_str().unwrap().to_owned()));
         }
-        assert_eq!(
-            devices(&yaml).len(),
-            12 * (3 + 13),
-            "every GPU's 3 sizes and 13 MIG placements"
-        );
+        if size_lock(v) {
+            assert_eq!(
+                devices(&yaml).len(),
+                12 * (3 + 13),
+                "every GPU's 3 sizes and 13 MIG placements"
+            );
+        } else {
+            assert_eq!(
+                devices(&yaml).len(),
+                12 * 13,
+                "{v}: no size chosen, every GPU's 13 MIG placements"
+            );
+        }
     }
 }
 

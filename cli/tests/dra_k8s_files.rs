@@ -30,7 +30,7 @@ fn every_export_is_written_for_every_supported_version() {
     );
     let state = inputs.path().join("state");
     let state = state.to_str().unwrap();
-    for v in ["1.34", "1.35", "1.36", "1.37"] {
+    for v in ["1.34", "1.35", "1.36", "1.36.2", "1.37"] {
         let dir = out.join(v);
         std::fs::create_dir_all(&dir).unwrap();
         let cases: Vec<(&str, Vec<&str>)> = vec![
@@ -61,11 +61,21 @@ fn every_export_is_written_for_every_supported_version() {
                 vec!["--inventory", modelled.to_str().unwrap()],
             ),
             ("big-node", vec!["--inventory", big.to_str().unwrap()]),
+            // Before 1.36.2, a size chosen for the mixed-size Ada: one device per vGPU.
+            (
+                "modelled-fleet-size-for",
+                vec![
+                    "--inventory",
+                    modelled.to_str().unwrap(),
+                    "--size-for",
+                    "0000:17:00.0=RTX6000-Ada-8Q",
+                ],
+            ),
         ];
         for (name, source) in cases {
             let mut args: Vec<&str> = source.clone();
             if args[0] == "--inventory" {
-                args = vec!["export", "dra", args[0], args[1]];
+                args = [&["export", "dra"][..], &args[..]].concat();
             } else {
                 args.extend(["export", "dra"]);
             }
@@ -82,6 +92,6 @@ fn every_export_is_written_for_every_supported_version() {
         .unwrap();
     }
     if keep.is_none() {
-        assert_eq!(std::fs::read_dir(out.join("1.37")).unwrap().count(), 6);
+        assert_eq!(std::fs::read_dir(out.join("1.37")).unwrap().count(), 7);
     }
 }

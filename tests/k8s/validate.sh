@@ -4,13 +4,15 @@
 # the `kubernetes-validate` package from PyPI in strict mode (unknown fields are errors).
 #
 # Usage: tests/k8s/validate.sh [DIR]
-#   DIR holds <version>/*.yaml files (1.34/, 1.35/, ...). Without DIR the files are generated
+#   DIR holds <version>/*.yaml files (1.34/, 1.35/, ..., 1.36.2/: a patch release is validated
+#   against its minor's schema, and gets its own directory where the encoding changes within a
+#   minor, docs/dra.md). Without DIR the files are generated
 #   into a temporary directory by the CLI's test `dra_k8s_files` with the built binary.
 # Prints `SKIPPED: <reason>` and exits 0 when kubernetes-validate cannot be installed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-VERSIONS=(1.34 1.35 1.36 1.37)
+VERSIONS=(1.34 1.35 1.36 1.36.2 1.37)
 VENV=${GPUSLICE_K8S_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuslice/k8s-venv}
 
 if [ ! -x "$VENV/bin/kubernetes-validate" ]; then
@@ -53,8 +55,9 @@ fi
 failed=0
 checked=0
 for v in "${VERSIONS[@]}"; do
-    if ! grep -qw "$v.0" <<<"$schemas"; then
-        echo "SKIPPED: kubernetes-validate has no schema for Kubernetes $v"
+    schema="$(cut -d. -f1,2 <<<"$v").0"
+    if ! grep -qw "$schema" <<<"$schemas"; then
+        echo "SKIPPED: kubernetes-validate has no schema for Kubernetes $v ($schema)"
         continue
     fi
     shopt -s nullglob
@@ -67,7 +70,7 @@ for v in "${VERSIONS[@]}"; do
     fi
     for f in "${files[@]}"; do
         checked=$((checked + 1))
-        if log=$("$KV" --strict --quiet -k "$v.0" "$f" 2>&1); then
+        if log=$("$KV" --strict --quiet -k "$schema" "$f" 2>&1); then
             echo "ok   $v $(basename "$f")"
         else
             echo "FAIL $v $(basename "$f")"

@@ -19,7 +19,9 @@ fn documents<T: Document>(items: Vec<serde_json::Value>) -> Result<Vec<T>, Failu
 #[napi(object, js_name = "DraExportOptions")]
 #[derive(Debug, Clone, Default)]
 pub struct JsDraExportOptions {
-    /// The Kubernetes version the objects are for: `1.34`, `1.35`, `1.36` or `1.37` (default).
+    /// The Kubernetes release the objects are for: `1.34`, `1.35`, `1.36` or `1.37` (default), or a
+    /// patch release (`1.36.2`); a minor alone means its oldest patch. Before 1.36.2 each GPU offers
+    /// one vGPU size, one device per vGPU (docs/dra.md).
     #[napi(js_name = "k8sVersion")]
     pub k8s_version: Option<String>,
     /// The DRA driver name (default `gpu.gpuslice.dev`).

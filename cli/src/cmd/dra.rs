@@ -8,12 +8,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::common::{Global, local_topology, read_input};
-use gpu_integrations::dra::prepare::{PrepareInput, PreparedClaim, plan_prepare};
-use gpu_integrations::dra::{ClaimStore, DEFAULT_DRIVER, model, node, rules};
+use crate::common::{Global, open_node, open_node_host, read_input};
+use gpu_integrations::dra::model::PrepareInput;
+use gpu_integrations::dra::{self, ClaimStore, DEFAULT_DRIVER, model, rules};
 
 /// `gpuslice dra` subcommands.
 #[derive(Subcommand, Debug)]
@@ -33,7 +33,7 @@ pub struct CheckArgs {
     /// The file with the slices (`-` for standard input).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
-    /// The Kubernetes version whose rules apply.
+    /// The Kubernetes release whose rules apply (1.34 ... 1.37, or a patch release: 1.36.2).
     #[arg(long, default_value = "1.37", value_name = "VERSION")]
     pub k8s_version: gpu_integrations::dra::K8sVersion,
 }
@@ -73,19 +73,6 @@ pub struct UnprepareArgs {
     pub force: bool,
 }
 
-fn output(g: &Global, claim: &PreparedClaim, unchanged: bool) -> anyhow::Result<ExitCode> {
-    let answer = node::PrepareAnswer::new(claim, unchanged, || local_topology(g, None, false).ok());
-    println!("{}", serde_json::to_string_pretty(&answer)?);
-    Ok(ExitCode::SUCCESS)
-}
-
-fn host(g: &Global) -> anyhow::Result<gpu_sysfs::RealHost> {
-    if g.root.is_file() {
-        bail!("prepare and unprepare change the host: --root must be a directory, not a recording");
-    }
-    Ok(gpu_sysfs::RealHost::new(&g.root)?)
-}
-
 /// Runs `gpuslice dra`.
 ///
 /// # Errors
@@ -120,47 +107,34 @@ fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
 fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
     let text = read_input(&a.claim, "claim")?;
     let input: PrepareInput = gpu_core::decode_text("ResourceClaim", &text)?;
-    let uid = a
-        .claim_uid
-        .clone()
-        .or_else(|| input.claim_uid().map(str::to_owned))
-        .context("the claim has no metadata.uid; pass --claim-uid")?;
+    let claim = dra::Claim::from_input(input, a.claim_uid.clone())?;
     let store = ClaimStore::open(&g.root, a.state_dir.as_deref())?;
-    if let Some(claim) = store.read(&uid)? {
-        return output(g, &claim, true);
-    }
-    let topology = local_topology(g, None, false)?;
-    let actions = plan_prepare(input.allocation()?, &uid, &a.driver, &topology)
-        .with_context(|| format!("claim {uid}"))?;
-    let planned = PreparedClaim {
-        claim_uid: uid.clone(),
-        node: topology.node.clone(),
-        actions,
-        found: vec![],
+    gpu_core::validate_name(&g.node_name()).context("--node")?;
+    let opened = open_node(g, &gpu_health::NodeRequest::new(g.node_name()))?;
+    let node = dra::DraNode {
+        host: &opened.host,
+        topology: &opened.topology,
+        recording: opened.host.is_recording(),
     };
-    if a.dry_run {
-        return output(g, &planned, true);
-    }
-    store.create()?; // before any change, so that every change can be recorded
-    let claim = node::prepare(&host(g)?, planned)?;
-    store.write(&claim)?;
-    output(g, &claim, false)
+    let opts = dra::PrepareOptions {
+        driver: a.driver.clone(),
+        dry_run: a.dry_run,
+    };
+    let result = dra::prepare_claim(&node, &store, &claim, &opts)?;
+    println!("{}", serde_json::to_string_pretty(&result.answer)?);
+    Ok(ExitCode::SUCCESS)
 }
 
 fn unprepare(g: &Global, a: &UnprepareArgs) -> anyhow::Result<ExitCode> {
     let store = ClaimStore::open(&g.root, a.state_dir.as_deref())?;
-    // Unprepare must be idempotent: kubelet retries it.
-    let removed = match store.read(&a.claim_uid)? {
-        None => vec![],
-        Some(claim) => {
-            let removed = node::unprepare(&host(g)?, &claim, a.force)?;
-            store.remove(&a.claim_uid)?;
-            removed
-        }
-    };
-    println!(
-        "{}",
-        serde_json::json!({"claimUid": a.claim_uid, "removed": removed})
-    );
+    let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
+    let done = dra::unprepare_claim(
+        &opened.host,
+        opened.host.is_recording(),
+        &store,
+        &a.claim_uid,
+        a.force,
+    )?;
+    println!("{}", serde_json::to_string(&done)?);
     Ok(ExitCode::SUCCESS)
 }

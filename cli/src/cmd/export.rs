@@ -116,9 +116,16 @@ pub struct DraArgs {
     /// The DRA driver name.
     #[arg(long, default_value = dra::DEFAULT_DRIVER, value_name = "NAME")]
     pub driver: String,
-    /// The Kubernetes version the objects are for: 1.34, 1.35, 1.36 or 1.37.
+    /// The Kubernetes release the objects are for: 1.34, 1.35, 1.36 or 1.37, or a patch release
+    /// (1.36.2). A minor alone means its oldest patch. Before 1.36.2 each GPU offers one vGPU
+    /// size, one device per instance; from 1.36.2 the size-lock encoding (docs/dra.md).
     #[arg(long, default_value = "1.37", value_name = "VERSION")]
     pub k8s_version: K8sVersion,
+    /// Before Kubernetes 1.36.2: the vGPU profile a GPU offers while no vGPU locks its size
+    /// (`0000:41:00.0=L40S-8Q`; a MIG-backed profile publishes its MIG placements instead).
+    /// Repeatable.
+    #[arg(long, value_name = "GPU=PROFILE", value_parser = parse_size_for)]
+    pub size_for: Vec<(gpu_core::PciAddress, String)>,
     /// A fleet file (JSON or YAML) instead of this host: slices for every node.
     #[arg(long, value_name = "FLEET")]
     pub inventory: Option<PathBuf>,
@@ -269,14 +276,32 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
             version: a.k8s_version,
             generation: a.generation,
             prepared,
+            size_for: a.size_for.iter().cloned().collect(),
         };
         let export = dra::export(&nodes, &opts)?;
+        eprintln!("gpuslice: {}", export.encoding.describe(a.k8s_version));
         for w in &export.warnings {
             eprintln!("gpuslice: {w}");
         }
         export.objects
     };
     print_objects(g.output, &objects)
+}
+
+/// `GPU=PROFILE` of `--size-for`.
+fn parse_size_for(s: &str) -> Result<(gpu_core::PciAddress, String), String> {
+    let (gpu, profile) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected GPU=PROFILE (0000:41:00.0=L40S-8Q)"))?;
+    let gpu = gpu
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?}: GPU {gpu:?} is not a PCI address: {e}"))?;
+    let profile = profile.trim();
+    if profile.is_empty() {
+        return Err(format!("{s:?}: no profile after ="));
+    }
+    Ok((gpu, profile.to_owned()))
 }
 
 /// Prints Kubernetes objects as a YAML stream (`---` between documents) or a JSON `List`.

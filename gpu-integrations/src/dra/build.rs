@@ -24,13 +24,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{
-    Gpu, GpuState, HealthState, MigGeometry, MigOccupancy, NodeTopology, ParentId, PciAddress,
-    Pool, Profile, nvidia,
+    Gpu, GpuState, HealthState, MigGeometry, MigOccupancy, NodeTopology, Parent, ParentId,
+    PciAddress, Pool, Profile, nvidia,
 };
 use serde::{Deserialize, Serialize};
 
 use super::device_name::{
     counter_set_name, gpu_device_name, mig_device_name, mixed_device_name, vgpu_device_name,
+    vgpu_instance_device_name,
 };
 use super::model::*;
 use super::names::{is_dns_subdomain, mib_quantity, profile_attribute};
@@ -59,6 +60,10 @@ pub struct DraOptions {
     pub generation: i64,
     /// What prepare created, per node name.
     pub prepared: BTreeMap<String, Prepared>,
+    /// The vGPU profile the operator chose per GPU (`--size-for GPU=PROFILE`): under the
+    /// one-size-per-instance encoding (before Kubernetes 1.36.2) an unlocked GPU offers that
+    /// profile's size only (a MIG-backed profile: MIG placements only).
+    pub size_for: BTreeMap<PciAddress, String>,
 }
 
 impl Default for DraOptions {
@@ -68,6 +73,7 @@ impl Default for DraOptions {
             version: K8sVersion::default(),
             generation: 1,
             prepared: BTreeMap::new(),
+            size_for: BTreeMap::new(),
         }
     }
 }
@@ -200,6 +206,81 @@ fn limited(d: &Device) -> bool {
     !d.consumes_counters.is_empty() || !d.taints.is_empty()
 }
 
+/// Time-sliced profiles by framebuffer size.
+type BySize<'p> = BTreeMap<u64, Vec<&'p Resolved<'p>>>;
+/// MIG-backed profiles by slices and framebuffer size.
+type MigGroups<'p> = BTreeMap<(u8, u64), Vec<&'p Resolved<'p>>>;
+
+/// What a GPU's parents hold that `dra prepare` did not make.
+#[derive(Debug, Clone, Default)]
+struct Foreign {
+    /// Framebuffer they take.
+    mib: u64,
+    /// Sizes of their time-sliced vGPUs.
+    sizes: BTreeSet<u64>,
+    /// Compute slices of their MIG-backed vGPUs.
+    mig: u32,
+    /// How many.
+    count: u32,
+    /// One of unknown size exists.
+    unknown: bool,
+    /// A vGPU `dra prepare` made is on the GPU.
+    prepared_here: bool,
+    /// Parents holding none of them.
+    free_parents: u32,
+}
+
+/// The facts of one GPU that its devices are built from.
+struct OneGpu<'a> {
+    gpu: &'a Gpu,
+    set_name: String,
+    /// Framebuffer left for vGPUs after what is taken outside Kubernetes.
+    remaining: u64,
+    taints: Vec<DeviceTaint>,
+    /// Attributes every vGPU device of the GPU carries.
+    vgpu_attrs: BTreeMap<String, DeviceAttribute>,
+    one_per_parent: bool,
+    foreign: Foreign,
+    mig_total: Option<u8>,
+    held: MigOccupancy,
+    /// The time-sliced size vGPUs made outside Kubernetes lock the GPU to.
+    locked: Option<u64>,
+    /// The time-sliced size any vGPU locks the GPU to, the ones `dra prepare` made included.
+    locked_by_any: Option<u64>,
+}
+
+impl OneGpu<'_> {
+    /// A consumption of the GPU's whole remaining framebuffer.
+    fn whole_framebuffer(&self) -> Vec<DeviceCounterConsumption> {
+        vec![DeviceCounterConsumption {
+            counter_set: self.set_name.clone(),
+            counters: counters([("framebuffer".to_owned(), mib_quantity(self.remaining))]),
+        }]
+    }
+}
+
+/// The framebuffer left for vGPUs. A pool total inferred from the types a GPU lists is only a
+/// lower bound, and a GPU holding MIG-backed vGPUs lists only what it can still create: its total
+/// may not include them, and subtracting them again would hide types the driver says it can
+/// create now. So there, what the driver lists as creatable now is free now.
+fn remaining_framebuffer(parents: &[&Parent], foreign: &Foreign, total: u64) -> u64 {
+    let creatable_mig_mib = if foreign.mig > 0 {
+        parents
+            .iter()
+            .flat_map(|p| p.profiles.iter())
+            .filter(|p| p.device_api == "vfio-pci" && p.available_instances > 0)
+            .map(resolve)
+            .filter(|r| r.mig_slices.is_some())
+            .filter_map(|r| r.framebuffer_mib)
+            .max()
+            .unwrap_or(0)
+            .min(total)
+    } else {
+        0
+    };
+    total.saturating_sub(foreign.mib).max(creatable_mig_mib)
+}
+
 struct Ctx<'a> {
     node: &'a NodeTopology,
     opts: &'a DraOptions,
@@ -244,6 +325,11 @@ impl Ctx<'_> {
         }
     }
 
+    /// The devices and counter set of one GPU, in steps: what is taken outside Kubernetes
+    /// ([`Ctx::foreign_use`]), the counter set, the whole GPU, then the vGPUs by kind:
+    /// time-sliced ones in the version's [`Encoding`] ([`Ctx::size_lock_devices`],
+    /// [`Ctx::mixed_device`], [`Ctx::per_instance_devices`]) and MIG placements
+    /// ([`Ctx::mig_devices`]).
     fn plan_gpu(&mut self, gpu: &Gpu) -> GpuPlan {
         let addr = gpu.address;
         if gpu.state == GpuState::Blocked {
@@ -254,7 +340,7 @@ impl Ctx<'_> {
             ));
             return GpuPlan::default();
         }
-        let parents: Vec<_> = self
+        let parents: Vec<&Parent> = self
             .node
             .mediated_devices
             .parents
@@ -277,63 +363,11 @@ impl Ctx<'_> {
                 profiles.entry(p.id.as_str()).or_insert_with(|| resolve(p));
             }
         }
-        let size_of_type = |id: &gpu_core::VgpuTypeId| profiles.get(id.as_str()).cloned();
-
-        // What is taken outside Kubernetes.
-        let mut foreign_mib = 0u64;
-        let mut foreign_sizes = BTreeSet::new();
-        let mut foreign_mig = 0u32;
-        let mut foreign_count = 0u32;
-        let mut foreign_unknown = false;
-        let mut prepared_here = false;
-        let mut free_parents = 0u32;
-        for parent in &parents {
-            let mut parent_foreign = false;
-            for inst in &parent.instances {
-                let key = inst
-                    .uuid
-                    .map(|u| u.to_string())
-                    .or_else(|| inst.address.map(|a| a.to_string()))
-                    .unwrap_or_default();
-                if self.prepared.instances.contains(&key) {
-                    prepared_here = true;
-                    continue;
-                }
-                parent_foreign = true;
-                foreign_count += 1;
-                // A vendor-VFIO VF lists only what is still creatable, so the instance's own type
-                // may be missing from the profiles: fall back to its name.
-                let r = size_of_type(&inst.profile);
-                let named = inst
-                    .profile_name
-                    .as_deref()
-                    .and_then(|n| nvidia::VgpuTypeName::parse(n).ok());
-                let mig = r
-                    .as_ref()
-                    .and_then(|r| r.mig_slices)
-                    .or_else(|| named.as_ref().and_then(|n| n.mig_slices));
-                if let Some(s) = mig {
-                    foreign_mig += u32::from(s);
-                }
-                let fb = inst
-                    .framebuffer_mib
-                    .or_else(|| r.as_ref().and_then(|r| r.framebuffer_mib))
-                    .or_else(|| named.as_ref().map(|n| n.framebuffer_mib()))
-                    .unwrap_or(0);
-                foreign_mib = foreign_mib.saturating_add(fb);
-                if mig.is_none() && fb > 0 {
-                    foreign_sizes.insert(fb);
-                }
-                foreign_unknown |= mig.is_none() && fb == 0;
-            }
-            if !parent_foreign {
-                free_parents += 1;
-            }
-        }
+        let foreign = self.foreign_use(&parents, &profiles);
         if gpu.state == GpuState::InUse
             && gpu.vgpu_framework.is_none()
-            && foreign_count == 0
-            && !prepared_here
+            && foreign.count == 0
+            && !foreign.prepared_here
             && !self.prepared.gpus.contains(&addr)
         {
             self.warnings.push(format!(
@@ -345,64 +379,36 @@ impl Ctx<'_> {
             ));
             return GpuPlan::default();
         }
-        // SR-IOV frameworks hold one vGPU per parent (VF); a PF mdev parent holds many.
-        let one_per_parent =
-            !parents.is_empty() && parents.iter().all(|p| p.id != ParentId::Pci(addr));
-
-        let common_gpu = self.common_attributes(gpu, "gpu");
-        let taints = self.taints(gpu);
-        let mut plan = GpuPlan::default();
-        let set_name = counter_set_name(&addr);
+        let Some(total) = total else {
+            return self.unknown_memory_plan(gpu, &profiles, &foreign);
+        };
         // MIG-backed vGPUs made outside Kubernetes hold slots: where the pool knows each one's
         // start (NVML's placements), the placements beside them are published; otherwise none.
-        let held = match foreign_mig {
+        let held = match foreign.mig {
             0 => Some(MigOccupancy::empty()),
-            n if !prepared_here => pool.and_then(|p| exactly_placed(p, n)),
+            n if !foreign.prepared_here => pool.and_then(|p| exactly_placed(p, n)),
             _ => None,
         };
         let mig_total = pool
             .and_then(|p| p.mig_slices_total)
             .filter(|_| held.is_some());
-        let held = held.unwrap_or_default();
-
-        let Some(total) = total else {
-            // Unknown memory: no counters, so only a whole GPU with nothing to share it with.
-            if profiles.is_empty() && self.whole_gpu_free(gpu, foreign_count, prepared_here) {
-                let mut attributes = common_gpu;
-                self.whole_gpu_attributes(gpu, &mut attributes);
-                plan.devices.push(Device {
-                    name: gpu_device_name(&addr),
-                    attributes,
-                    taints,
-                    ..Device::default()
-                });
-            } else if !profiles.is_empty() {
-                self.warnings.push(format!(
-                    "{} ({addr}): vGPUs not published, the GPU's memory is unknown",
-                    gpu.name
-                ));
-            }
-            return plan;
+        let remaining = remaining_framebuffer(&parents, &foreign, total);
+        let mut g = OneGpu {
+            gpu,
+            set_name: counter_set_name(&addr),
+            remaining,
+            taints: self.taints(gpu),
+            vgpu_attrs: BTreeMap::new(),
+            // SR-IOV frameworks hold one vGPU per parent (VF); a PF mdev parent holds many.
+            one_per_parent: !parents.is_empty()
+                && parents.iter().all(|p| p.id != ParentId::Pci(addr)),
+            foreign,
+            mig_total,
+            held: held.unwrap_or_default(),
+            locked: None,
+            locked_by_any: None,
         };
-        // A pool total inferred from the types a GPU lists is only a lower bound, and a GPU holding
-        // MIG-backed vGPUs lists only what it can still create: its total may not include them,
-        // and subtracting them again would hide types the driver says it can create now. So
-        // there, what the driver lists as creatable now is free now.
-        let creatable_mig_mib = if foreign_mig > 0 {
-            parents
-                .iter()
-                .flat_map(|p| p.profiles.iter())
-                .filter(|p| p.device_api == "vfio-pci" && p.available_instances > 0)
-                .map(resolve)
-                .filter(|r| r.mig_slices.is_some())
-                .filter_map(|r| r.framebuffer_mib)
-                .max()
-                .unwrap_or(0)
-                .min(total)
-        } else {
-            0
-        };
-        let remaining = total.saturating_sub(foreign_mib).max(creatable_mig_mib);
+        let mut plan = GpuPlan::default();
         let mut set_counters = vec![("framebuffer".to_owned(), mib_quantity(remaining))];
         if let Some(n) = mig_total {
             for i in 0..mig_memory_slices(gpu.device_id.0, n) {
@@ -410,44 +416,47 @@ impl Ctx<'_> {
             }
         }
         plan.counter_set = Some(CounterSet {
-            name: set_name.clone(),
+            name: g.set_name.clone(),
             counters: counters(set_counters.clone()),
         });
-
-        if self.whole_gpu_free(gpu, foreign_count, prepared_here) {
-            let mut attributes = common_gpu;
-            self.whole_gpu_attributes(gpu, &mut attributes);
-            let mut capacity = BTreeMap::new();
-            capacity.insert(
-                "framebuffer".to_owned(),
-                DeviceCapacity {
-                    value: mib_quantity(gpu.memory_mib.unwrap_or(total)),
-                    request_policy: None,
-                },
-            );
-            plan.devices.push(Device {
-                name: gpu_device_name(&addr),
-                attributes,
-                capacity,
-                consumes_counters: vec![DeviceCounterConsumption {
-                    counter_set: set_name.clone(),
-                    counters: counters(set_counters.clone()),
-                }],
-                allow_multiple_allocations: None,
-                taints: taints.clone(),
-            });
+        if self.whole_gpu_free(gpu, g.foreign.count, g.foreign.prepared_here) {
+            plan.devices
+                .push(self.whole_gpu_device(&g, total, counters(set_counters)));
         }
         if remaining == 0 {
             return plan;
         }
-
-        let mut vgpu_attrs = self.common_attributes(gpu, "vgpu");
-        vgpu_attrs.insert("gpuPciBusID".into(), str_attr(&addr.to_string()));
+        g.vgpu_attrs = self.common_attributes(gpu, "vgpu");
+        g.vgpu_attrs
+            .insert("gpuPciBusID".into(), str_attr(&addr.to_string()));
         if let Some(fw) = gpu.vgpu_framework.or(parents.first().map(|p| p.framework)) {
-            vgpu_attrs.insert("framework".into(), str_attr(fw.as_str()));
+            g.vgpu_attrs
+                .insert("framework".into(), str_attr(fw.as_str()));
         }
 
-        // Time-sliced profiles by framebuffer size.
+        let (by_size, mig_groups) = self.profiles_by_kind(gpu, &profiles);
+        let mixed = pool.is_some_and(|p| p.mixed_size);
+        g.locked = if mixed {
+            None
+        } else {
+            g.foreign.sizes.iter().next().copied()
+        };
+        g.locked_by_any = pool.and_then(|p| p.size_locked_mib).or(g.locked);
+        let (time_sliced, publish_mig) =
+            self.time_sliced_devices(&g, mixed, &by_size, &mig_groups, plan.devices.len());
+        plan.devices.extend(time_sliced);
+        if publish_mig && !mig_groups.is_empty() {
+            plan.devices.extend(self.mig_devices(&g, &mig_groups));
+        }
+        plan
+    }
+
+    /// A GPU's profiles by kind: time-sliced by framebuffer size, MIG-backed by slices and size.
+    fn profiles_by_kind<'p>(
+        &mut self,
+        gpu: &Gpu,
+        profiles: &'p BTreeMap<&str, Resolved<'p>>,
+    ) -> (BySize<'p>, MigGroups<'p>) {
         let mut by_size: BTreeMap<u64, Vec<&Resolved<'_>>> = BTreeMap::new();
         let mut mig_groups: BTreeMap<(u8, u64), Vec<&Resolved<'_>>> = BTreeMap::new();
         for r in profiles.values() {
@@ -455,166 +464,444 @@ impl Ctx<'_> {
                 (None, Some(fb)) if fb > 0 => by_size.entry(fb).or_default().push(r),
                 (Some(s), Some(fb)) if s > 0 => mig_groups.entry((s, fb)).or_default().push(r),
                 _ => self.warnings.push(format!(
-                    "{} ({addr}): profile {} not published, its framebuffer size is unknown",
-                    gpu.name, r.profile.name
+                    "{} ({}): profile {} not published, its framebuffer size is unknown",
+                    gpu.name, gpu.address, r.profile.name
                 )),
             }
         }
-        let whole_framebuffer = || {
-            vec![DeviceCounterConsumption {
-                counter_set: set_name.clone(),
-                counters: counters([("framebuffer".to_owned(), mib_quantity(remaining))]),
-            }]
-        };
-        let mixed = pool.is_some_and(|p| p.mixed_size);
-        if foreign_mig > 0 {
+        (by_size, mig_groups)
+    }
+
+    /// The time-sliced devices of a GPU in the version's [`Encoding`], and whether its MIG
+    /// placements may be published beside them. `beside`: devices already in the GPU's plan.
+    fn time_sliced_devices(
+        &mut self,
+        g: &OneGpu<'_>,
+        mixed: bool,
+        by_size: &BTreeMap<u64, Vec<&Resolved<'_>>>,
+        mig_groups: &BTreeMap<(u8, u64), Vec<&Resolved<'_>>>,
+        beside: usize,
+    ) -> (Vec<Device>, bool) {
+        let size_lock = self.opts.version.encoding() == Encoding::SizeLock;
+        if g.foreign.mig > 0 || by_size.is_empty() {
             // MIG-backed vGPUs exist: time-sliced ones cannot join them (the GPU is in MIG mode).
-        } else if mixed && !by_size.is_empty() {
-            let sizes: Vec<u64> = by_size
-                .keys()
-                .copied()
-                .filter(|s| *s <= remaining)
-                .collect();
-            if let Some(&smallest) = sizes.first() {
-                let policy = if sizes.len() <= 10 {
-                    CapacityRequestPolicy {
-                        default: Some(mib_quantity(smallest)),
-                        valid_values: sizes.iter().map(|s| mib_quantity(*s)).collect(),
-                        valid_range: None,
-                    }
-                } else {
-                    CapacityRequestPolicy {
-                        default: Some(mib_quantity(smallest)),
-                        valid_values: vec![],
-                        valid_range: Some(CapacityRequestPolicyRange {
-                            min: mib_quantity(smallest),
-                            max: Some(mib_quantity(remaining - remaining % smallest)),
-                            step: Some(mib_quantity(smallest)),
-                        }),
-                    }
-                };
-                let mut attributes = vgpu_attrs.clone();
-                attributes.insert("mixedSize".into(), DeviceAttribute::Bool(true));
-                self.add_profile_attributes(
-                    gpu,
-                    &mut attributes,
-                    by_size.values().flatten().copied(),
-                );
-                let mut capacity = BTreeMap::new();
-                capacity.insert(
-                    "framebuffer".to_owned(),
-                    DeviceCapacity {
-                        value: mib_quantity(remaining),
-                        request_policy: Some(policy),
-                    },
-                );
-                plan.devices.push(Device {
-                    name: mixed_device_name(&addr),
-                    attributes,
-                    capacity,
-                    consumes_counters: whole_framebuffer(),
-                    allow_multiple_allocations: Some(true),
-                    taints: taints.clone(),
-                });
-            }
-        } else if foreign_unknown && !by_size.is_empty() {
+            (vec![], true)
+        } else if size_lock && mixed {
+            (self.mixed_device(g, by_size).into_iter().collect(), true)
+        } else if g.foreign.unknown {
             self.warnings.push(format!(
-                "{} ({addr}): time-sliced vGPUs not published, a vGPU of unknown size holds the card",
-                gpu.name
+                "{} ({}): time-sliced vGPUs not published, a vGPU of unknown size holds the card",
+                g.gpu.name, g.gpu.address
             ));
+            (vec![], true)
+        } else if size_lock {
+            (self.size_lock_devices(g, by_size), true)
         } else {
-            let locked = if mixed {
-                None
-            } else {
-                foreign_sizes.iter().next().copied()
-            };
-            for (size, group) in &by_size {
-                if locked.is_some_and(|l| l != *size) {
-                    continue;
+            // Plain counters cannot keep time-sliced and MIG-backed vGPUs apart when several of
+            // each fit: publish one kind.
+            match self.chosen_size(g, by_size, mig_groups) {
+                Some(size) => {
+                    let group = by_size.get(&size).cloned().unwrap_or_default();
+                    (self.per_instance_devices(g, size, &group, beside), false)
                 }
-                let mut count = remaining / size;
-                if let Some(max) = group.iter().filter_map(|r| r.profile.max_instances).max() {
-                    count = count.min(u64::from(max.saturating_sub(foreign_count)));
-                }
-                if one_per_parent {
-                    count = count.min(u64::from(free_parents));
-                }
-                if count == 0 {
-                    continue;
-                }
-                let mut attributes = vgpu_attrs.clone();
-                attributes.insert("framebufferMiB".into(), int_attr(*size));
-                self.add_profile_attributes(gpu, &mut attributes, group.iter().copied());
-                let mut capacity = BTreeMap::new();
-                capacity.insert(
-                    "instances".to_owned(),
-                    DeviceCapacity {
-                        value: count.to_string(),
-                        request_policy: Some(CapacityRequestPolicy {
-                            default: Some("1".into()),
-                            valid_values: vec!["1".into()],
-                            valid_range: None,
-                        }),
-                    },
-                );
-                plan.devices.push(Device {
-                    name: vgpu_device_name(&addr, *size),
-                    attributes,
-                    capacity,
-                    consumes_counters: whole_framebuffer(),
-                    allow_multiple_allocations: Some(true),
-                    taints: taints.clone(),
-                });
+                None => (vec![], true),
             }
         }
+    }
 
-        if !mig_groups.is_empty() {
-            match (mig_total, foreign_mib > 0 && foreign_mig == 0) {
-                (_, true) => {} // time-sliced vGPUs exist: MIG-backed ones cannot join them
-                (None, _) => self.warnings.push(format!(
+    /// What is taken on a GPU's parents outside Kubernetes (vGPUs `dra prepare` did not make).
+    fn foreign_use(&self, parents: &[&Parent], profiles: &BTreeMap<&str, Resolved<'_>>) -> Foreign {
+        let mut f = Foreign::default();
+        for parent in parents {
+            let mut parent_foreign = false;
+            for inst in &parent.instances {
+                let key = inst
+                    .uuid
+                    .map(|u| u.to_string())
+                    .or_else(|| inst.address.map(|a| a.to_string()))
+                    .unwrap_or_default();
+                if self.prepared.instances.contains(&key) {
+                    f.prepared_here = true;
+                    continue;
+                }
+                parent_foreign = true;
+                f.count += 1;
+                // A vendor-VFIO VF lists only what is still creatable, so the instance's own type
+                // may be missing from the profiles: fall back to its name.
+                let r = profiles.get(inst.profile.as_str());
+                let named = inst
+                    .profile_name
+                    .as_deref()
+                    .and_then(|n| nvidia::VgpuTypeName::parse(n).ok());
+                let mig = r
+                    .and_then(|r| r.mig_slices)
+                    .or_else(|| named.as_ref().and_then(|n| n.mig_slices));
+                if let Some(s) = mig {
+                    f.mig += u32::from(s);
+                }
+                let fb = inst
+                    .framebuffer_mib
+                    .or_else(|| r.and_then(|r| r.framebuffer_mib))
+                    .or_else(|| named.as_ref().map(|n| n.framebuffer_mib()))
+                    .unwrap_or(0);
+                f.mib = f.mib.saturating_add(fb);
+                if mig.is_none() && fb > 0 {
+                    f.sizes.insert(fb);
+                }
+                f.unknown |= mig.is_none() && fb == 0;
+            }
+            if !parent_foreign {
+                f.free_parents += 1;
+            }
+        }
+        f
+    }
+
+    /// A GPU whose memory is unknown: no counters, so only a whole GPU with nothing to share it.
+    fn unknown_memory_plan(
+        &mut self,
+        gpu: &Gpu,
+        profiles: &BTreeMap<&str, Resolved<'_>>,
+        foreign: &Foreign,
+    ) -> GpuPlan {
+        let mut plan = GpuPlan::default();
+        if profiles.is_empty() && self.whole_gpu_free(gpu, foreign.count, foreign.prepared_here) {
+            let mut attributes = self.common_attributes(gpu, "gpu");
+            self.whole_gpu_attributes(gpu, &mut attributes);
+            plan.devices.push(Device {
+                name: gpu_device_name(&gpu.address),
+                attributes,
+                taints: self.taints(gpu),
+                ..Device::default()
+            });
+        } else if !profiles.is_empty() {
+            self.warnings.push(format!(
+                "{} ({}): vGPUs not published, the GPU's memory is unknown",
+                gpu.name, gpu.address
+            ));
+        }
+        plan
+    }
+
+    /// The whole GPU: it consumes every counter of its set, so it excludes every vGPU.
+    fn whole_gpu_device(
+        &self,
+        g: &OneGpu<'_>,
+        total: u64,
+        all: BTreeMap<String, Counter>,
+    ) -> Device {
+        let mut attributes = self.common_attributes(g.gpu, "gpu");
+        self.whole_gpu_attributes(g.gpu, &mut attributes);
+        let mut capacity = BTreeMap::new();
+        capacity.insert(
+            "framebuffer".to_owned(),
+            DeviceCapacity {
+                value: mib_quantity(g.gpu.memory_mib.unwrap_or(total)),
+                request_policy: None,
+            },
+        );
+        Device {
+            name: gpu_device_name(&g.gpu.address),
+            attributes,
+            capacity,
+            consumes_counters: vec![DeviceCounterConsumption {
+                counter_set: g.set_name.clone(),
+                counters: all,
+            }],
+            allow_multiple_allocations: None,
+            taints: g.taints.clone(),
+        }
+    }
+
+    /// The attributes of a vGPU device of `size` (and `more`) that can become any profile of
+    /// `group` (the profiles last: they are what is left out when a device has too many).
+    fn size_attributes(
+        &mut self,
+        g: &OneGpu<'_>,
+        size: u64,
+        more: &[(&str, u64)],
+        group: &[&Resolved<'_>],
+    ) -> BTreeMap<String, DeviceAttribute> {
+        let mut attributes = g.vgpu_attrs.clone();
+        attributes.insert("framebufferMiB".into(), int_attr(size));
+        for (k, v) in more {
+            attributes.insert((*k).to_owned(), int_attr(*v));
+        }
+        self.add_profile_attributes(g.gpu, &mut attributes, group.iter().copied());
+        attributes
+    }
+
+    /// How many vGPUs of `size` fit what is left, the profiles' instance limit and the free
+    /// parents.
+    fn count_of(g: &OneGpu<'_>, size: u64, group: &[&Resolved<'_>]) -> u64 {
+        let mut count = g.remaining / size;
+        if let Some(max) = group.iter().filter_map(|r| r.profile.max_instances).max() {
+            count = count.min(u64::from(max.saturating_sub(g.foreign.count)));
+        }
+        if g.one_per_parent {
+            count = count.min(u64::from(g.foreign.free_parents));
+        }
+        count
+    }
+
+    /// The size-lock encoding (1.36.2+): per size one multi-allocatable device whose `instances`
+    /// capacity is taken one at a time, consuming the whole `framebuffer` counter, so the first
+    /// vGPU locks the card to its size.
+    fn size_lock_devices(
+        &mut self,
+        g: &OneGpu<'_>,
+        by_size: &BTreeMap<u64, Vec<&Resolved<'_>>>,
+    ) -> Vec<Device> {
+        let mut out = vec![];
+        for (size, group) in by_size {
+            if g.locked.is_some_and(|l| l != *size) {
+                continue;
+            }
+            let count = Self::count_of(g, *size, group);
+            if count == 0 {
+                continue;
+            }
+            let attributes = self.size_attributes(g, *size, &[], group);
+            let mut capacity = BTreeMap::new();
+            capacity.insert(
+                "instances".to_owned(),
+                DeviceCapacity {
+                    value: count.to_string(),
+                    request_policy: Some(CapacityRequestPolicy {
+                        default: Some("1".into()),
+                        valid_values: vec!["1".into()],
+                        valid_range: None,
+                    }),
+                },
+            );
+            out.push(Device {
+                name: vgpu_device_name(&g.gpu.address, *size),
+                attributes,
+                capacity,
+                consumes_counters: g.whole_framebuffer(),
+                allow_multiple_allocations: Some(true),
+                taints: g.taints.clone(),
+            });
+        }
+        out
+    }
+
+    /// A mixed-size GPU (size-lock encoding): one multi-allocatable device whose `framebuffer`
+    /// capacity is consumed per vGPU.
+    fn mixed_device(
+        &mut self,
+        g: &OneGpu<'_>,
+        by_size: &BTreeMap<u64, Vec<&Resolved<'_>>>,
+    ) -> Option<Device> {
+        let remaining = g.remaining;
+        let sizes: Vec<u64> = by_size
+            .keys()
+            .copied()
+            .filter(|s| *s <= remaining)
+            .collect();
+        let &smallest = sizes.first()?;
+        let policy = if sizes.len() <= 10 {
+            CapacityRequestPolicy {
+                default: Some(mib_quantity(smallest)),
+                valid_values: sizes.iter().map(|s| mib_quantity(*s)).collect(),
+                valid_range: None,
+            }
+        } else {
+            CapacityRequestPolicy {
+                default: Some(mib_quantity(smallest)),
+                valid_values: vec![],
+                valid_range: Some(CapacityRequestPolicyRange {
+                    min: mib_quantity(smallest),
+                    max: Some(mib_quantity(remaining - remaining % smallest)),
+                    step: Some(mib_quantity(smallest)),
+                }),
+            }
+        };
+        let mut attributes = g.vgpu_attrs.clone();
+        attributes.insert("mixedSize".into(), DeviceAttribute::Bool(true));
+        self.add_profile_attributes(g.gpu, &mut attributes, by_size.values().flatten().copied());
+        let mut capacity = BTreeMap::new();
+        capacity.insert(
+            "framebuffer".to_owned(),
+            DeviceCapacity {
+                value: mib_quantity(remaining),
+                request_policy: Some(policy),
+            },
+        );
+        Some(Device {
+            name: mixed_device_name(&g.gpu.address),
+            attributes,
+            capacity,
+            consumes_counters: g.whole_framebuffer(),
+            allow_multiple_allocations: Some(true),
+            taints: g.taints.clone(),
+        })
+    }
+
+    /// The one time-sliced size a GPU offers under the one-size-per-instance encoding: the size
+    /// it is locked to, else the operator's choice ([`DraOptions::size_for`]), else its only
+    /// size. `None` (with a warning) when no size is known, or the choice is MIG-backed.
+    fn chosen_size(
+        &mut self,
+        g: &OneGpu<'_>,
+        by_size: &BTreeMap<u64, Vec<&Resolved<'_>>>,
+        mig_groups: &BTreeMap<(u8, u64), Vec<&Resolved<'_>>>,
+    ) -> Option<u64> {
+        let addr = g.gpu.address;
+        let who = format!("{} ({addr})", g.gpu.name);
+        let choice = self.opts.size_for.get(&addr);
+        let chosen = choice.map(|name| {
+            let named = |r: &&Resolved<'_>| nvidia::names_match(&r.profile.name, name);
+            match (
+                by_size
+                    .iter()
+                    .find(|(_, group)| group.iter().any(named))
+                    .map(|(s, _)| *s),
+                mig_groups.values().flatten().any(named),
+            ) {
+                (Some(s), _) => Ok(Some(s)),
+                (None, true) => Ok(None),
+                (None, false) => Err(name),
+            }
+        });
+        match (g.locked_by_any, chosen) {
+            (Some(l), Some(Ok(Some(c)))) if c != l => {
+                self.warnings.push(format!(
+                    "{who}: --size-for asks for {} MiB vGPUs, but the GPU holds {l} MiB vGPUs: \
+                     publishing {l} MiB",
+                    c
+                ));
+                Some(l)
+            }
+            (Some(l), _) => Some(l),
+            (None, Some(Ok(size))) => size,
+            (None, Some(Err(name))) => {
+                self.warnings.push(format!(
+                    "{who}: time-sliced vGPUs not published, it offers no profile {name} \
+                     (--size-for)"
+                ));
+                None
+            }
+            (None, None) if by_size.len() == 1 && mig_groups.is_empty() => {
+                by_size.keys().next().copied()
+            }
+            (None, None) => {
+                self.warnings.push(format!(
+                    "{who}: time-sliced vGPUs not published: Kubernetes {} can give one GPU vGPUs \
+                     of several sizes or kinds, so gpuslice publishes one size per GPU; choose it \
+                     with --size-for {addr}=PROFILE (it offers {}{})",
+                    self.opts.version,
+                    by_size
+                        .keys()
+                        .map(|s| format!("{s} MiB"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if mig_groups.is_empty() {
+                        ""
+                    } else {
+                        " and MIG-backed profiles"
+                    }
+                ));
+                None
+            }
+        }
+    }
+
+    /// The one-size-per-instance encoding (before 1.36.2): one device per vGPU of the GPU's one
+    /// size, each consuming its share of the `framebuffer` counter (not multi-allocatable, so
+    /// every scheduler counts it); the whole GPU consumes all of it. `beside`: devices already in
+    /// the GPU's plan (1.34 keeps a GPU's devices in one slice).
+    fn per_instance_devices(
+        &mut self,
+        g: &OneGpu<'_>,
+        size: u64,
+        group: &[&Resolved<'_>],
+        beside: usize,
+    ) -> Vec<Device> {
+        let mut count = Self::count_of(g, size, group);
+        if !self.opts.version.splits_counters() {
+            let room = MAX_DEVICES_WITH_COUNTERS.saturating_sub(beside) as u64;
+            if count > room {
+                self.warnings.push(format!(
+                    "{} ({}): {count} vGPUs of {size} MiB fit, {room} published: one \
+                     ResourceSlice holds {MAX_DEVICES_WITH_COUNTERS} devices under Kubernetes 1.34",
+                    g.gpu.name, g.gpu.address
+                ));
+                count = room;
+            }
+        }
+        let attributes = self.size_attributes(g, size, &[], group);
+        (0..u32::try_from(count).unwrap_or(u32::MAX))
+            .map(|n| Device {
+                name: vgpu_instance_device_name(&g.gpu.address, size, n),
+                attributes: attributes.clone(),
+                capacity: BTreeMap::new(),
+                consumes_counters: vec![DeviceCounterConsumption {
+                    counter_set: g.set_name.clone(),
+                    counters: counters([("framebuffer".to_owned(), mib_quantity(size))]),
+                }],
+                allow_multiple_allocations: None,
+                taints: g.taints.clone(),
+            })
+            .collect()
+    }
+
+    /// One device per MIG placement (slice count, memory size, start slot), consuming its
+    /// memory slices and its framebuffer.
+    fn mig_devices(
+        &mut self,
+        g: &OneGpu<'_>,
+        mig_groups: &BTreeMap<(u8, u64), Vec<&Resolved<'_>>>,
+    ) -> Vec<Device> {
+        let addr = g.gpu.address;
+        let mut out = vec![];
+        let n = match (g.mig_total, g.foreign.mib > 0 && g.foreign.mig == 0) {
+            (_, true) => return out, // time-sliced vGPUs exist: MIG-backed ones cannot join them
+            (None, _) => {
+                self.warnings.push(format!(
                     "{} ({addr}): MIG-backed profiles not published: {}",
-                    gpu.name,
-                    if foreign_mig > 0 {
+                    g.gpu.name,
+                    if g.foreign.mig > 0 {
                         "MIG-backed vGPUs created outside Kubernetes hold slices at unknown positions"
                     } else {
                         "the GPU's MIG slice count is unknown"
                     }
-                )),
-                (Some(n), false) => {
-                    for ((slices, size), group) in &mig_groups {
-                        if *size > remaining {
-                            continue;
-                        }
-                        for (start, span) in mig_spans(gpu.device_id.0, *slices, *size, n)
-                            .into_iter()
-                            .filter(|(start, span)| (*start..start + span).all(|i| !held.is_held(i)))
-                        {
-                            let mut attributes = vgpu_attrs.clone();
-                            attributes.insert("framebufferMiB".into(), int_attr(*size));
-                            attributes.insert("migSlices".into(), int_attr(u64::from(*slices)));
-                            attributes.insert("migStartSlice".into(), int_attr(u64::from(start)));
-                            self.add_profile_attributes(gpu, &mut attributes, group.iter().copied());
-                            let mut used = vec![("framebuffer".to_owned(), mib_quantity(*size))];
-                            for i in start..start + span {
-                                used.push((format!("memory-slice-{i}"), "1".to_owned()));
-                            }
-                            plan.devices.push(Device {
-                                name: mig_device_name(&addr, *slices, *size, start),
-                                attributes,
-                                capacity: BTreeMap::new(),
-                                consumes_counters: vec![DeviceCounterConsumption {
-                                    counter_set: set_name.clone(),
-                                    counters: counters(used),
-                                }],
-                                allow_multiple_allocations: None,
-                                taints: taints.clone(),
-                            });
-                        }
-                    }
+                ));
+                return out;
+            }
+            (Some(n), false) => n,
+        };
+        for ((slices, size), group) in mig_groups {
+            if *size > g.remaining {
+                continue;
+            }
+            for (start, span) in mig_spans(g.gpu.device_id.0, *slices, *size, n)
+                .into_iter()
+                .filter(|(start, span)| (*start..start + span).all(|i| !g.held.is_held(i)))
+            {
+                let mig = [
+                    ("migSlices", u64::from(*slices)),
+                    ("migStartSlice", u64::from(start)),
+                ];
+                let attributes = self.size_attributes(g, *size, &mig, group);
+                let mut used = vec![("framebuffer".to_owned(), mib_quantity(*size))];
+                for i in start..start + span {
+                    used.push((format!("memory-slice-{i}"), "1".to_owned()));
                 }
+                out.push(Device {
+                    name: mig_device_name(&addr, *slices, *size, start),
+                    attributes,
+                    capacity: BTreeMap::new(),
+                    consumes_counters: vec![DeviceCounterConsumption {
+                        counter_set: g.set_name.clone(),
+                        counters: counters(used),
+                    }],
+                    allow_multiple_allocations: None,
+                    taints: g.taints.clone(),
+                });
             }
         }
-        plan
+        out
     }
 
     fn whole_gpu_free(&self, gpu: &Gpu, foreign_count: u32, prepared_here: bool) -> bool {
@@ -837,6 +1124,8 @@ pub struct Export {
     pub objects: Vec<Object>,
     /// What was left out, `node: reason`.
     pub warnings: Vec<String>,
+    /// How time-sliced vGPUs were published for the version.
+    pub encoding: Encoding,
 }
 
 /// Exports `nodes` (in the given order).
@@ -870,7 +1159,11 @@ pub fn export(nodes: &[NodeTopology], opts: &DraOptions) -> Result<Export> {
             violations.join("; ")
         );
     }
-    Ok(Export { objects, warnings })
+    Ok(Export {
+        objects,
+        warnings,
+        encoding: opts.version.encoding(),
+    })
 }
 
 #[cfg(test)]
@@ -907,8 +1200,22 @@ mod tests {
     #[test]
     fn versions_parse_with_or_without_patch() {
         assert_eq!("1.34".parse::<K8sVersion>().unwrap(), K8sVersion::V1_34);
-        assert_eq!("v1.36.2".parse::<K8sVersion>().unwrap(), K8sVersion::V1_36);
-        assert!("1.33".parse::<K8sVersion>().is_err());
+        assert_eq!(
+            "v1.36.2".parse::<K8sVersion>().unwrap(),
+            K8sVersion::V1_36_2
+        );
+        assert_eq!(
+            "1.36".parse::<K8sVersion>().unwrap(),
+            "1.36.0".parse().unwrap()
+        );
+        assert_eq!(
+            "1.36.2".parse::<K8sVersion>().unwrap().to_string(),
+            "1.36.2"
+        );
+        assert_eq!(K8sVersion::V1_36.to_string(), "1.36");
+        for bad in ["1.33", "1.36.", "1.36.x", "1.36.2.1", "2.36", "1.38.0"] {
+            assert!(bad.parse::<K8sVersion>().is_err(), "{bad}");
+        }
         assert!(K8sVersion::V1_35.splits_counters() && !K8sVersion::V1_34.splits_counters());
     }
 }

@@ -4,6 +4,8 @@
 //!
 //! - `gpu-0000-41-00-0`: a whole GPU (also the name of the GPU's counter set);
 //! - `vgpu-0000-41-00-0-4096mi`: the time-sliced vGPUs of one framebuffer size on a GPU;
+//! - `vgpu-0000-41-00-0-4096mi-2`: one time-sliced vGPU of one size on a GPU (the encoding for
+//!   Kubernetes before 1.36.2, one device per instance);
 //! - `vgpu-0000-41-00-0-mixed`: the vGPUs of a mixed-size GPU;
 //! - `mig-0000-41-00-0-1g-16384mi-s3`: one MIG placement (slices, framebuffer, start slot).
 
@@ -21,6 +23,8 @@ pub enum DeviceName {
     Gpu(PciAddress),
     /// Time-sliced vGPUs of one size (MiB) on a GPU.
     Vgpu(PciAddress, u64),
+    /// One time-sliced vGPU of one size (MiB) on a GPU: instance `n` of that size.
+    VgpuInstance(PciAddress, u64, u32),
     /// vGPUs of a mixed-size GPU.
     Mixed(PciAddress),
     /// One MIG placement.
@@ -40,7 +44,10 @@ impl DeviceName {
     /// The GPU backing the device.
     pub fn gpu(&self) -> PciAddress {
         match self {
-            DeviceName::Gpu(a) | DeviceName::Vgpu(a, _) | DeviceName::Mixed(a) => *a,
+            DeviceName::Gpu(a)
+            | DeviceName::Vgpu(a, _)
+            | DeviceName::VgpuInstance(a, _, _)
+            | DeviceName::Mixed(a) => *a,
             DeviceName::Mig { gpu, .. } => *gpu,
         }
     }
@@ -51,6 +58,9 @@ impl fmt::Display for DeviceName {
         match self {
             DeviceName::Gpu(a) => write!(f, "gpu-{}", a.dns_label()),
             DeviceName::Vgpu(a, size) => write!(f, "vgpu-{}-{size}mi", a.dns_label()),
+            DeviceName::VgpuInstance(a, size, n) => {
+                write!(f, "vgpu-{}-{size}mi-{n}", a.dns_label())
+            }
             DeviceName::Mixed(a) => write!(f, "vgpu-{}-mixed", a.dns_label()),
             DeviceName::Mig {
                 gpu,
@@ -89,8 +99,19 @@ fn parse(s: &str) -> Option<DeviceName> {
         if rest == "mixed" {
             return Some(DeviceName::Mixed(a));
         }
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if let Some((size, n)) = rest.split_once("mi-") {
+            if !(digits(size) && digits(n)) {
+                return None;
+            }
+            return Some(DeviceName::VgpuInstance(
+                a,
+                size.parse().ok()?,
+                n.parse().ok()?,
+            ));
+        }
         let size = rest.strip_suffix("mi")?;
-        if size.is_empty() || !size.bytes().all(|b| b.is_ascii_digit()) {
+        if !digits(size) {
             return None;
         }
         return Some(DeviceName::Vgpu(a, size.parse().ok()?));
@@ -116,7 +137,7 @@ impl FromStr for DeviceName {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         parse(s).ok_or_else(|| {
             IntegrationError::Invalid(format!(
-                "{s:?} is not a gpuslice device name (gpu-DDDD-BB-DD-F, vgpu-DDDD-BB-DD-F-<MiB>mi, vgpu-DDDD-BB-DD-F-mixed or mig-DDDD-BB-DD-F-<n>g-<MiB>mi-s<start>)"
+                "{s:?} is not a gpuslice device name (gpu-DDDD-BB-DD-F, vgpu-DDDD-BB-DD-F-<MiB>mi, vgpu-DDDD-BB-DD-F-<MiB>mi-<n>, vgpu-DDDD-BB-DD-F-mixed or mig-DDDD-BB-DD-F-<n>g-<MiB>mi-s<start>)"
             ))
         })
     }
@@ -135,6 +156,11 @@ pub fn gpu_device_name(gpu: &PciAddress) -> String {
 /// The device name of a GPU's time-sliced vGPUs of one framebuffer size.
 pub fn vgpu_device_name(gpu: &PciAddress, size_mib: u64) -> String {
     DeviceName::Vgpu(*gpu, size_mib).to_string()
+}
+
+/// The device name of instance `n` of a GPU's time-sliced vGPUs of one framebuffer size.
+pub fn vgpu_instance_device_name(gpu: &PciAddress, size_mib: u64, n: u32) -> String {
+    DeviceName::VgpuInstance(*gpu, size_mib, n).to_string()
 }
 
 /// The device name of a mixed-size GPU's vGPUs.
@@ -167,6 +193,7 @@ mod tests {
         for d in [
             DeviceName::Gpu(a),
             DeviceName::Vgpu(a, 4096),
+            DeviceName::VgpuInstance(a, 4096, 11),
             DeviceName::Mixed(a),
             DeviceName::Mig {
                 gpu: a,
@@ -192,6 +219,8 @@ mod tests {
             "gpu-0000-41-00-0-x",
             "vgpu-0000-41-00-0-mi",
             "vgpu-0000-41-00-0-+4mi",
+            "vgpu-0000-41-00-0-4096mi-",
+            "vgpu-0000-41-00-0-4096mi-x",
             "mig-0000-41-00-0-1g-16384mi",
             "tpu-0000-41-00-0",
         ] {

@@ -3,10 +3,14 @@
 //! [`build`] publishes a node's GPUs and vGPU profiles as ResourceSlices and DeviceClasses,
 //! [`version`] holds the API's limits per Kubernetes version, [`device_name`] the grammar of the
 //! device names, [`rules`] checks the slices against the API's limits and gpuslice's exclusivity promise,
-//! [`claims`] holds example ResourceClaims, [`prepare`] maps an allocation back to the host,
-//! [`node`] carries that out (and undoes it), and [`store`] records what it did.
+//! [`claims`] holds example ResourceClaims, [`model`] the API's types (slices, classes, and the
+//! allocated claims the node side reads). The node side is one call per claim,
+//! [`claim::prepare_claim`] / [`claim::unprepare_claim`]: [`prepare`] plans an allocation back
+//! onto the host in named steps, [`node`] carries that out (and undoes it), and [`store`] records
+//! what it did.
 
 pub mod build;
+pub mod claim;
 pub mod claims;
 pub mod device_name;
 pub mod model;
@@ -18,6 +22,10 @@ pub mod store;
 pub mod version;
 
 pub use build::{DraOptions, Prepared, export};
+pub use claim::{
+    Claim, ClaimResult, DraNode, PrepareOptions, PreparedDevice, Unprepared, prepare_claim,
+    unprepare_claim,
+};
 pub use device_name::DeviceName;
 pub use store::{ClaimStore, DEFAULT_STATE_DIR};
-pub use version::{DEFAULT_DRIVER, K8sVersion};
+pub use version::{DEFAULT_DRIVER, Encoding, K8sVersion};

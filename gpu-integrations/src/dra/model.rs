@@ -420,3 +420,120 @@ pub enum Object {
     /// A ResourceClaim example.
     Claim(ResourceClaim),
 }
+
+// The node side's input: an allocated claim, as the API server or the kubelet plugin hands it over.
+
+/// A ResourceClaim (with `status.allocation`) or a bare AllocationResult, as JSON.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrepareInput {
+    /// The claim's metadata (for its UID).
+    #[serde(default)]
+    pub metadata: Option<ClaimMeta>,
+    /// The claim's status.
+    #[serde(default)]
+    pub status: Option<ClaimStatus>,
+    /// A bare AllocationResult's `devices`.
+    #[serde(default)]
+    pub devices: Option<DeviceAllocationResult>,
+}
+
+/// `metadata` of a claim.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ClaimMeta {
+    /// The claim's UID.
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// The claim's name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The claim's namespace.
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// `status` of a claim.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ClaimStatus {
+    /// The allocation.
+    #[serde(default)]
+    pub allocation: Option<AllocationResult>,
+}
+
+/// `status.allocation`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AllocationResult {
+    /// Devices.
+    pub devices: DeviceAllocationResult,
+}
+
+/// `allocation.devices`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct DeviceAllocationResult {
+    /// One entry per allocated device.
+    #[serde(default)]
+    pub results: Vec<DeviceResult>,
+    /// Configuration copied from the claim and its classes.
+    #[serde(default)]
+    pub config: Vec<AllocationConfig>,
+}
+
+/// One allocated device.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DeviceResult {
+    /// The request (`vgpu`, or `gpu/a2-8q` for a `firstAvailable` alternative).
+    pub request: String,
+    /// The driver.
+    pub driver: String,
+    /// The pool (node).
+    pub pool: String,
+    /// The device name.
+    pub device: String,
+    /// The share of a multi-allocatable device (a UUID).
+    #[serde(default, rename = "shareID")]
+    pub share_id: Option<String>,
+    /// What the allocation took of the device's consumable capacities (`framebuffer: 8Gi`).
+    #[serde(default, rename = "consumedCapacity")]
+    pub consumed_capacity: BTreeMap<String, String>,
+}
+
+/// One configuration entry of an allocation.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AllocationConfig {
+    /// The requests it applies to (all when empty).
+    #[serde(default)]
+    pub requests: Vec<String>,
+    /// The driver's part.
+    #[serde(default)]
+    pub opaque: Option<Opaque>,
+}
+
+/// Opaque configuration.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Opaque {
+    /// The driver.
+    pub driver: String,
+    /// Parameters; gpuslice reads `profile`.
+    #[serde(default)]
+    pub parameters: serde_json::Value,
+}
+
+impl PrepareInput {
+    /// The allocation's devices, from either form.
+    ///
+    /// # Errors
+    /// When the document holds no allocation.
+    pub fn allocation(&self) -> crate::Result<&DeviceAllocationResult> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .map(|a| &a.devices)
+            .or(self.devices.as_ref())
+            .ok_or_else(|| crate::IntegrationError::Invalid("the input holds no allocation: expected a ResourceClaim with status.allocation, or an AllocationResult with devices.results".into()))
+    }
+
+    /// The claim UID from the metadata.
+    pub fn claim_uid(&self) -> Option<&str> {
+        self.metadata.as_ref().and_then(|m| m.uid.as_deref())
+    }
+}

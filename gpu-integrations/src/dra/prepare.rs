@@ -11,122 +11,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{
-    GpuState, MdevUuid, NodeTopology, Parent, ParentId, PciAddress, VgpuFramework, VgpuTypeId,
-    nvidia,
+    GpuState, MdevUuid, NodeTopology, Parent, ParentId, PciAddress, Profile, VgpuFramework,
+    VgpuTypeId, nvidia,
 };
 use serde::{Deserialize, Serialize};
 
 use super::build::Prepared;
 use super::device_name::DeviceName;
-
-/// A ResourceClaim (with `status.allocation`) or a bare AllocationResult, as JSON.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PrepareInput {
-    /// The claim's metadata (for its UID).
-    #[serde(default)]
-    pub metadata: Option<ClaimMeta>,
-    /// The claim's status.
-    #[serde(default)]
-    pub status: Option<ClaimStatus>,
-    /// A bare AllocationResult's `devices`.
-    #[serde(default)]
-    pub devices: Option<DeviceAllocationResult>,
-}
-
-/// `metadata` of a claim.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct ClaimMeta {
-    /// The claim's UID.
-    #[serde(default)]
-    pub uid: Option<String>,
-}
-
-/// `status` of a claim.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct ClaimStatus {
-    /// The allocation.
-    #[serde(default)]
-    pub allocation: Option<AllocationResult>,
-}
-
-/// `status.allocation`.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct AllocationResult {
-    /// Devices.
-    pub devices: DeviceAllocationResult,
-}
-
-/// `allocation.devices`.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct DeviceAllocationResult {
-    /// One entry per allocated device.
-    #[serde(default)]
-    pub results: Vec<DeviceResult>,
-    /// Configuration copied from the claim and its classes.
-    #[serde(default)]
-    pub config: Vec<AllocationConfig>,
-}
-
-/// One allocated device.
-#[derive(Debug, Clone, Deserialize)]
-pub struct DeviceResult {
-    /// The request (`vgpu`, or `gpu/a2-8q` for a `firstAvailable` alternative).
-    pub request: String,
-    /// The driver.
-    pub driver: String,
-    /// The pool (node).
-    pub pool: String,
-    /// The device name.
-    pub device: String,
-    /// The share of a multi-allocatable device (a UUID).
-    #[serde(default, rename = "shareID")]
-    pub share_id: Option<String>,
-    /// What the allocation took of the device's consumable capacities (`framebuffer: 8Gi`).
-    #[serde(default, rename = "consumedCapacity")]
-    pub consumed_capacity: BTreeMap<String, String>,
-}
-
-/// One configuration entry of an allocation.
-#[derive(Debug, Clone, Deserialize)]
-pub struct AllocationConfig {
-    /// The requests it applies to (all when empty).
-    #[serde(default)]
-    pub requests: Vec<String>,
-    /// The driver's part.
-    #[serde(default)]
-    pub opaque: Option<Opaque>,
-}
-
-/// Opaque configuration.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Opaque {
-    /// The driver.
-    pub driver: String,
-    /// Parameters; gpuslice reads `profile`.
-    #[serde(default)]
-    pub parameters: serde_json::Value,
-}
-
-impl PrepareInput {
-    /// The allocation's devices, from either form.
-    ///
-    /// # Errors
-    /// When the document holds no allocation.
-    pub fn allocation(&self) -> Result<&DeviceAllocationResult> {
-        self.status
-            .as_ref()
-            .and_then(|s| s.allocation.as_ref())
-            .map(|a| &a.devices)
-            .or(self.devices.as_ref())
-            .ok_or_else(|| IntegrationError::Invalid("the input holds no allocation: expected a ResourceClaim with status.allocation, or an AllocationResult with devices.results".into()))
-    }
-
-    /// The claim UID from the metadata.
-    pub fn claim_uid(&self) -> Option<&str> {
-        self.metadata.as_ref().and_then(|m| m.uid.as_deref())
-    }
-}
+pub use super::model::{
+    AllocationConfig, AllocationResult, ClaimMeta, ClaimStatus, DeviceAllocationResult,
+    DeviceResult, Opaque, PrepareInput,
+};
 
 /// One thing to make exist on the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,6 +70,21 @@ pub enum PrepareAction {
 }
 
 impl PrepareAction {
+    /// The request and the published device the action answers.
+    pub fn request_and_device(&self) -> (&str, &str) {
+        match self {
+            PrepareAction::BindGpu {
+                request, device, ..
+            }
+            | PrepareAction::CreateMdev {
+                request, device, ..
+            }
+            | PrepareAction::SetVfType {
+                request, device, ..
+            } => (request, device),
+        }
+    }
+
     /// The key the export uses to recognise what prepare created.
     pub fn record(&self, prepared: &mut Prepared) {
         match self {
@@ -261,11 +171,17 @@ pub fn instance_uuid(claim_uid: &str, result: &DeviceResult, index: u32) -> Mdev
         })
 }
 
-/// Plans what `prepare` creates for the results of `driver` in `node`'s pool.
+/// Plans what `prepare` creates for the results of `driver` in `node`'s pool, in named steps:
+/// each result is checked against this node ([`check_pool`]), its device resolved
+/// ([`parse_device_name`]), a whole GPU planned as a bind ([`plan_whole_gpu`]), a vGPU's profile
+/// chosen ([`choose_profile`]) and checked against the reservation ([`check_reservation`]), and a
+/// free parent picked ([`choose_parent`]); last, the claim's sizes are checked against the
+/// same-size rule of each GPU ([`check_one_size`]). Nothing is written.
 ///
 /// # Errors
 /// When a result is for another node, names an unknown device, asks for a profile the device does
-/// not offer (or none when it offers several), or no free parent is left.
+/// not offer (or none when it offers several), no free parent is left, or the claim would put
+/// time-sliced vGPUs of two sizes on one GPU.
 pub fn plan_prepare(
     input: &DeviceAllocationResult,
     claim_uid: &str,
@@ -276,54 +192,19 @@ pub fn plan_prepare(
     let mut taken: BTreeSet<ParentId> = BTreeSet::new();
     let mut per_device: BTreeMap<String, u32> = BTreeMap::new();
     for r in input.results.iter().filter(|r| r.driver == driver) {
-        if r.pool != node.node {
-            fail!(
-                Invalid,
-                "request {}: device {} is in pool {}, this node is {}",
-                r.request,
-                r.device,
-                r.pool,
-                node.node
-            );
-        }
+        check_pool(r, node)?;
         let index = per_device.entry(r.device.clone()).or_default();
         let this_index = *index;
         *index += 1;
         let published = parse_device_name(node, &r.device)?;
         let (gpu, size, mig) = match published {
             PublishedDevice::Gpu(address) => {
-                let g = node.gpu_by_address(&address).ok_or_else(|| {
-                    IntegrationError::NotFound(format!(
-                        "GPU {address} is not on node {}",
-                        node.node
-                    ))
-                })?;
-                if g.state == GpuState::Blocked {
-                    fail!(Refused, "request {}: GPU {address} is blocked", r.request);
-                }
-                // Only a free GPU is published whole. One already on vfio-pci may be another
-                // VM's: binding it would be a no-op that unprepare then undoes by releasing it.
-                if g.state != GpuState::Free {
-                    fail!(
-                        Refused,
-                        "request {}: device {} (GPU {address}) is not published: it is {} ({}); \
-                         nothing was changed",
-                        r.request,
-                        r.device,
-                        g.state.as_str(),
-                        g.state_reason
-                            .as_deref()
-                            .unwrap_or("bound to vfio-pci or held by a VM")
-                    );
-                }
-                actions.push(PrepareAction::BindGpu {
-                    request: r.request.clone(),
-                    device: r.device.clone(),
-                    address,
-                });
+                actions.push(plan_whole_gpu(r, address, node)?);
                 continue;
             }
-            PublishedDevice::Vgpu(g, s) => (g, Some(s), None),
+            PublishedDevice::Vgpu(g, s) | PublishedDevice::VgpuInstance(g, s, _) => {
+                (g, Some(s), None)
+            }
             PublishedDevice::Mixed(g) => (g, None, None),
             PublishedDevice::Mig {
                 gpu,
@@ -332,61 +213,179 @@ pub fn plan_prepare(
                 ..
             } => (gpu, Some(size_mib), Some(slices)),
         };
-        let wanted = profile_for(&input.config, driver, &r.request)?;
+        let wanted = Wanted { gpu, size, mig };
+        if let (Some(size), None) = (size, mig) {
+            check_locked_size(r, gpu, size, node)?;
+        }
         let parents = parents_of(node, gpu);
-        // Candidate profiles of this device: the right size and kind, by name.
-        let fits = |p: &gpu_core::Profile| {
-            let parsed = nvidia::VgpuTypeName::parse(&p.name).ok();
-            let fb = p
-                .framebuffer_mib
-                .or(parsed.as_ref().map(|n| n.framebuffer_mib()));
-            let ms = p.mig_slices.or(parsed.as_ref().and_then(|n| n.mig_slices));
-            p.device_api == "vfio-pci" && ms == mig && size.is_none_or(|s| fb == Some(s))
-        };
-        let mut names: BTreeSet<String> = BTreeSet::new();
-        for p in parents.iter().flat_map(|p| &p.profiles).filter(|p| fits(p)) {
-            names.insert(nvidia::strip_prefix(&p.name).to_owned());
+        let profile = choose_profile(r, &parents, &wanted, &input.config, driver)?;
+        if let PublishedDevice::Mixed(_) = published {
+            check_reservation(r, &profile)?;
         }
-        let profile = match wanted {
-            Some(w) => names
-                .iter()
-                .find(|n| nvidia::names_match(n, &w))
-                .cloned()
-                .ok_or_else(|| {
-                    IntegrationError::NotFound(format!(
-                        "request {}: device {} does not offer profile {w} (it offers {})",
-                        r.request,
-                        r.device,
-                        names.iter().cloned().collect::<Vec<_>>().join(", ")
-                    ))
-                })?,
-            None if names.len() == 1 => names.iter().next().cloned().unwrap_or_default(),
-            None => fail!(
-                Invalid,
-                "request {}: device {} offers {}; name one in the claim's opaque config (parameters.profile)",
-                r.request,
-                r.device,
-                names.iter().cloned().collect::<Vec<_>>().join(", ")
-            ),
-        };
-        // On a mixed-size GPU the scheduler reserved some framebuffer: the profile must fit it.
-        if let (PublishedDevice::Mixed(_), Some(reserved)) =
-            (&published, r.consumed_capacity.get("framebuffer"))
-        {
-            let need = nvidia::VgpuTypeName::parse(&profile)
-                .ok()
-                .map(|n| u128::from(n.framebuffer_mib()) << 20);
-            let have = super::names::parse_quantity(reserved);
-            if need.is_none() || have.is_none() || need > have {
-                fail!(
-                    Refused,
-                    "request {}: profile {profile} does not fit the {reserved} of framebuffer the allocation reserved",
-                    r.request
-                );
-            }
+        let (parent, t) = choose_parent(r, &parents, &wanted, &profile, &taken)?;
+        if parent.id != ParentId::Pci(gpu) {
+            taken.insert(parent.id.clone());
         }
-        // A parent offering the profile that this claim has not taken yet.
-        let choice = parents.iter().find_map(|p| {
+        actions.push(action_for(r, parent, t, profile, claim_uid, this_index)?);
+    }
+    check_one_size(&actions, node)?;
+    Ok(actions)
+}
+
+/// What a vGPU device of an allocation stands for: its GPU, its framebuffer size (none for a
+/// mixed-size device) and its MIG slices (none for a time-sliced one).
+struct Wanted {
+    gpu: PciAddress,
+    size: Option<u64>,
+    mig: Option<u8>,
+}
+
+impl Wanted {
+    /// Whether profile `p` is of the device's size and kind.
+    fn fits(&self, p: &Profile) -> bool {
+        let (fb, ms) = profile_size(p);
+        p.device_api == "vfio-pci" && ms == self.mig && self.size.is_none_or(|s| fb == Some(s))
+    }
+}
+
+/// A profile's framebuffer and MIG slices, from the model or, failing that, its NVIDIA name.
+pub fn profile_size(p: &Profile) -> (Option<u64>, Option<u8>) {
+    let parsed = nvidia::VgpuTypeName::parse(&p.name).ok();
+    let fb = p
+        .framebuffer_mib
+        .or(parsed.as_ref().map(|n| n.framebuffer_mib()));
+    let ms = p.mig_slices.or(parsed.as_ref().and_then(|n| n.mig_slices));
+    (fb, ms)
+}
+
+/// Step 1: a result must be for this node's pool.
+///
+/// # Errors
+/// `Invalid` when the result's pool is another node.
+pub fn check_pool(r: &DeviceResult, node: &NodeTopology) -> Result<()> {
+    if r.pool != node.node {
+        fail!(
+            Invalid,
+            "request {}: device {} is in pool {}, this node is {}",
+            r.request,
+            r.device,
+            r.pool,
+            node.node
+        );
+    }
+    Ok(())
+}
+
+/// Step 2 for a whole GPU: bind it, when it is free (only a free GPU is published whole).
+///
+/// # Errors
+/// `NotFound` for a GPU not on the node; `Refused` for one that is blocked or not free.
+pub fn plan_whole_gpu(
+    r: &DeviceResult,
+    address: PciAddress,
+    node: &NodeTopology,
+) -> Result<PrepareAction> {
+    let g = node.gpu_by_address(&address).ok_or_else(|| {
+        IntegrationError::NotFound(format!("GPU {address} is not on node {}", node.node))
+    })?;
+    if g.state == GpuState::Blocked {
+        fail!(Refused, "request {}: GPU {address} is blocked", r.request);
+    }
+    // One already on vfio-pci may be another VM's: binding it would be a no-op that unprepare
+    // then undoes by releasing it.
+    if g.state != GpuState::Free {
+        fail!(
+            Refused,
+            "request {}: device {} (GPU {address}) is not published: it is {} ({}); \
+             nothing was changed",
+            r.request,
+            r.device,
+            g.state.as_str(),
+            g.state_reason
+                .as_deref()
+                .unwrap_or("bound to vfio-pci or held by a VM")
+        );
+    }
+    Ok(PrepareAction::BindGpu {
+        request: r.request.clone(),
+        device: r.device.clone(),
+        address,
+    })
+}
+
+/// Step 2 for a vGPU: the profile of the device the claim's opaque configuration names, or the
+/// only one the device offers.
+fn choose_profile(
+    r: &DeviceResult,
+    parents: &[&Parent],
+    wanted: &Wanted,
+    config: &[AllocationConfig],
+    driver: &str,
+) -> Result<String> {
+    let requested = profile_for(config, driver, &r.request)?;
+    let names: BTreeSet<String> = parents
+        .iter()
+        .flat_map(|p| &p.profiles)
+        .filter(|p| wanted.fits(p))
+        .map(|p| nvidia::strip_prefix(&p.name).to_owned())
+        .collect();
+    let offered = || names.iter().cloned().collect::<Vec<_>>().join(", ");
+    match requested {
+        Some(w) => names
+            .iter()
+            .find(|n| nvidia::names_match(n, &w))
+            .cloned()
+            .ok_or_else(|| {
+                IntegrationError::NotFound(format!(
+                    "request {}: device {} does not offer profile {w} (it offers {})",
+                    r.request,
+                    r.device,
+                    offered()
+                ))
+            }),
+        None if names.len() == 1 => Ok(names.iter().next().cloned().unwrap_or_default()),
+        None => fail!(
+            Invalid,
+            "request {}: device {} offers {}; name one in the claim's opaque config (parameters.profile)",
+            r.request,
+            r.device,
+            offered()
+        ),
+    }
+}
+
+/// Step 3 on a mixed-size GPU: the scheduler reserved some framebuffer, the profile must fit it.
+fn check_reservation(r: &DeviceResult, profile: &str) -> Result<()> {
+    let Some(reserved) = r.consumed_capacity.get("framebuffer") else {
+        return Ok(());
+    };
+    let need = nvidia::VgpuTypeName::parse(profile)
+        .ok()
+        .map(|n| u128::from(n.framebuffer_mib()) << 20);
+    let have = super::names::parse_quantity(reserved);
+    if need.is_none() || have.is_none() || need > have {
+        fail!(
+            Refused,
+            "request {}: profile {profile} does not fit the {reserved} of framebuffer the allocation reserved",
+            r.request
+        );
+    }
+    Ok(())
+}
+
+/// Step 4: a parent offering the profile that this claim has not taken yet (an SR-IOV VF holds
+/// one vGPU; a PF mdev parent many, while its type has room).
+fn choose_parent<'n>(
+    r: &DeviceResult,
+    parents: &[&'n Parent],
+    wanted: &Wanted,
+    profile: &str,
+    taken: &BTreeSet<ParentId>,
+) -> Result<(&'n Parent, &'n Profile)> {
+    let gpu = wanted.gpu;
+    parents
+        .iter()
+        .find_map(|p| {
             if taken.contains(&p.id) {
                 return None;
             }
@@ -397,46 +396,130 @@ pub fn plan_prepare(
             let t = p
                 .profiles
                 .iter()
-                .find(|t| fits(t) && nvidia::names_match(&t.name, &profile))?;
+                .find(|t| wanted.fits(t) && nvidia::names_match(&t.name, profile))?;
             if p.framework == VgpuFramework::Mdev && t.available_instances == 0 {
                 return None;
             }
             Some((*p, t))
-        });
-        let Some((parent, t)) = choice else {
-            fail!(
-                Refused,
+        })
+        .ok_or_else(|| {
+            IntegrationError::Refused(format!(
                 "request {}: no free parent on GPU {gpu} offers {profile}",
                 r.request
-            );
-        };
-        if parent.id != ParentId::Pci(gpu) {
-            taken.insert(parent.id.clone());
+            ))
+        })
+}
+
+/// Step 5: the action that makes the vGPU on the chosen parent.
+fn action_for(
+    r: &DeviceResult,
+    parent: &Parent,
+    t: &Profile,
+    profile: String,
+    claim_uid: &str,
+    index: u32,
+) -> Result<PrepareAction> {
+    match (parent.framework, &parent.id) {
+        (VgpuFramework::Mdev, _) => Ok(PrepareAction::CreateMdev {
+            request: r.request.clone(),
+            device: r.device.clone(),
+            parent: parent.id.clone(),
+            type_id: t.id.clone(),
+            profile,
+            uuid: instance_uuid(claim_uid, r, index),
+        }),
+        (VgpuFramework::VendorVfio, ParentId::Pci(vf)) => Ok(PrepareAction::SetVfType {
+            request: r.request.clone(),
+            device: r.device.clone(),
+            vf: *vf,
+            type_id: t.id.clone(),
+            profile,
+        }),
+        (VgpuFramework::VendorVfio, ParentId::Named(n)) => {
+            fail!(Invalid, "vendor-VFIO parent {n} is not a PCI function")
         }
-        match (parent.framework, &parent.id) {
-            (VgpuFramework::Mdev, _) => actions.push(PrepareAction::CreateMdev {
-                request: r.request.clone(),
-                device: r.device.clone(),
-                parent: parent.id.clone(),
-                type_id: t.id.clone(),
-                profile: profile.clone(),
-                uuid: instance_uuid(claim_uid, r, this_index),
-            }),
-            (VgpuFramework::VendorVfio, ParentId::Pci(vf)) => {
-                actions.push(PrepareAction::SetVfType {
-                    request: r.request.clone(),
-                    device: r.device.clone(),
-                    vf: *vf,
-                    type_id: t.id.clone(),
-                    profile: profile.clone(),
-                })
-            }
-            (VgpuFramework::VendorVfio, ParentId::Named(n)) => {
-                fail!(Invalid, "vendor-VFIO parent {n} is not a PCI function")
+    }
+}
+
+/// Step 2 for a time-sliced vGPU: a GPU its vGPUs lock to another size cannot take this one
+/// (its VFs no longer even list the type).
+///
+/// # Errors
+/// `Refused`, naming the GPU and the two sizes.
+fn check_locked_size(
+    r: &DeviceResult,
+    gpu: PciAddress,
+    size: u64,
+    node: &NodeTopology,
+) -> Result<()> {
+    match node.pool(&ParentId::Pci(gpu)) {
+        Some(p) if !p.mixed_size && p.size_locked_mib.is_some_and(|l| l != size) => {
+            let locked = p.size_locked_mib.unwrap_or_default();
+            fail!(
+                Refused,
+                "{}",
+                two_sizes(&r.request, gpu, size, locked, "the vGPUs it holds")
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The refusal of the same-size rule.
+fn two_sizes(request: &str, gpu: PciAddress, size: u64, other: u64, by: &str) -> String {
+    format!(
+        "request {request}: GPU {gpu} would hold time-sliced vGPUs of two sizes, {size} MiB and \
+         {other} MiB ({by}); a GPU not in mixed-size mode holds one size; nothing was changed"
+    )
+}
+
+/// The GPU a planned vGPU sits on and its time-sliced size, from the profile it names.
+fn time_sliced_size(a: &PrepareAction, node: &NodeTopology) -> Option<(PciAddress, u64)> {
+    let (parent, type_id) = match a {
+        PrepareAction::BindGpu { .. } => return None,
+        PrepareAction::CreateMdev {
+            parent, type_id, ..
+        } => (parent.clone(), type_id),
+        PrepareAction::SetVfType { vf, type_id, .. } => (ParentId::Pci(*vf), type_id),
+    };
+    let p = node
+        .mediated_devices
+        .parents
+        .iter()
+        .find(|p| p.id == parent)?;
+    let t = p.profiles.iter().find(|t| &t.id == type_id)?;
+    match profile_size(t) {
+        (Some(fb), None) => Some((p.gpu?, fb)),
+        _ => None,
+    }
+}
+
+/// Step 6: a GPU not in mixed-size mode holds time-sliced vGPUs of one size: the vGPUs of one
+/// claim too (the size the GPU is locked to was checked per result). A Kubernetes scheduler before 1.36.2 can
+/// allocate two sizes on one GPU across scheduling cycles (kubernetes#139034); this is the node's
+/// refusal, before any write.
+///
+/// # Errors
+/// `Refused`, naming the GPU and the two sizes.
+pub fn check_one_size(actions: &[PrepareAction], node: &NodeTopology) -> Result<()> {
+    let mut sizes: BTreeMap<PciAddress, (u64, String)> = BTreeMap::new();
+    for a in actions {
+        let Some((gpu, size)) = time_sliced_size(a, node) else {
+            continue;
+        };
+        if node.pool(&ParentId::Pci(gpu)).is_some_and(|p| p.mixed_size) {
+            continue;
+        }
+        let request = a.request_and_device().0.to_owned();
+        match sizes.get(&gpu) {
+            Some((s, _)) if *s == size => {}
+            Some((s, by)) => fail!(Refused, "{}", two_sizes(&request, gpu, size, *s, by)),
+            None => {
+                sizes.insert(gpu, (size, format!("request {request}")));
             }
         }
     }
-    Ok(actions)
+    Ok(())
 }
 
 /// What prepare did for one claim, kept on the node for unprepare and for the export.

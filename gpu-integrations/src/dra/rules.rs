@@ -21,6 +21,20 @@ fn is_exclusive_kind(d: &Device) -> bool {
     attr(d, "migSlices").is_none()
 }
 
+/// Two single time-sliced vGPUs of one size (the one-size-per-instance encoding): they may share
+/// a card, as long as its counters hold both.
+fn same_size_instances(a: &Device, b: &Device) -> bool {
+    let single_vgpu = |d: &Device| {
+        d.allow_multiple_allocations != Some(true)
+            && attr(d, "migSlices").is_none()
+            && attr(d, "type") == Some(&DeviceAttribute::String("vgpu".into()))
+    };
+    single_vgpu(a)
+        && single_vgpu(b)
+        && attr(a, "framebufferMiB").is_some()
+        && attr(a, "framebufferMiB") == attr(b, "framebufferMiB")
+}
+
 /// Checks slices (of any number of pools) against the rules of `version`.
 pub fn check(slices: &[ResourceSlice], version: K8sVersion) -> Vec<String> {
     let mut v = Vec::new();
@@ -229,6 +243,39 @@ fn check_pool(
         }
     }
     check_exclusivity(slices, &pool_sets, v);
+    if !version.counts_committed_shares() {
+        check_uncounted_shares(slices, version, v);
+    }
+}
+
+/// Before 1.36.2 the scheduler does not count a multi-allocatable device's counters in later
+/// scheduling cycles (kubernetes#139034): another device consuming the same counter set is
+/// still allocated beside its committed shares, so the two can be over-allocated.
+fn check_uncounted_shares(slices: &[&ResourceSlice], version: K8sVersion, v: &mut Vec<String>) {
+    let devices: Vec<&Device> = slices.iter().flat_map(|s| &s.spec.devices).collect();
+    let sets = |d: &Device| -> BTreeSet<String> {
+        d.consumes_counters
+            .iter()
+            .map(|c| c.counter_set.clone())
+            .collect()
+    };
+    for d in devices
+        .iter()
+        .filter(|d| d.allow_multiple_allocations == Some(true))
+    {
+        let mine = sets(d);
+        if let Some(other) = devices
+            .iter()
+            .find(|o| o.name != d.name && !sets(o).is_disjoint(&mine))
+        {
+            v.push(format!(
+                "devices {} and {}: {} is multi-allocatable and consumes counters another device \
+                 consumes, which the Kubernetes {version} scheduler does not count across \
+                 scheduling cycles (kubernetes#139034, fixed in 1.36.2)",
+                d.name, other.name, d.name
+            ));
+        }
+    }
 }
 
 fn check_device(slice: &str, d: &Device, version: K8sVersion, v: &mut Vec<String>) {
@@ -343,6 +390,12 @@ fn check_device(slice: &str, d: &Device, version: K8sVersion, v: &mut Vec<String
         }
     }
     if d.allow_multiple_allocations == Some(true) {
+        if d.capacity.is_empty() {
+            v.push(format!(
+                "{who}: a multi-allocatable device declares no capacity, so the scheduler charges \
+                 its counters twice (kubernetes#140433)"
+            ));
+        }
         for (k, c) in &d.capacity {
             if c.request_policy.is_none() {
                 v.push(format!(
@@ -386,7 +439,10 @@ fn check_exclusivity(
         };
         for (i, (a, ca)) in users.iter().enumerate() {
             for (b, cb) in users.iter().skip(i + 1) {
-                if (is_exclusive_kind(a) || is_exclusive_kind(b)) && co_fit(ca, cb, set) {
+                if (is_exclusive_kind(a) || is_exclusive_kind(b))
+                    && !same_size_instances(a, b)
+                    && co_fit(ca, cb, set)
+                {
                     v.push(format!(
                         "devices {} and {} can be allocated together on counter set {set_name}",
                         a.name, b.name
@@ -541,15 +597,33 @@ mod tests {
             specs in proptest::collection::vec(gpu_spec(), 0..12)
         ) {
             let t = node(&specs);
-            for version in [K8sVersion::V1_34, K8sVersion::V1_35, K8sVersion::V1_37] {
+            for version in [K8sVersion::V1_34, K8sVersion::V1_35, K8sVersion::V1_36, K8sVersion::V1_36_2, K8sVersion::V1_37] {
                 let opts = DraOptions { version, ..DraOptions::default() };
                 match node_slices(&t, &opts) {
                     Ok(s) => {
                         let v = check(&s.slices, version);
                         prop_assert!(v.is_empty(), "{version}: {v:?}");
-                        // Never more vGPUs of a size than gpu-core's pool accounting allows.
+                        // Never more vGPUs of a size than gpu-core's pool accounting allows
+                        // (one device per vGPU before 1.36.2, an `instances` capacity after).
+                        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
                         for d in s.slices.iter().flat_map(|x| &x.spec.devices) {
-                            let Some(rest) = d.name.strip_prefix("vgpu-") else { continue };
+                            if !d.name.starts_with("vgpu-") || d.name.ends_with("-mixed") {
+                                continue;
+                            }
+                            match d.name.rsplit_once("mi-") {
+                                Some((base, _)) => {
+                                    prop_assert!(!version.counts_committed_shares(), "{version}: {}", d.name);
+                                    *counts.entry(format!("{base}mi")).or_default() += 1;
+                                }
+                                None => {
+                                    prop_assert!(version.counts_committed_shares(), "{version}: {}", d.name);
+                                    let n = d.capacity["instances"].value.parse::<u32>().unwrap_or(0);
+                                    *counts.entry(d.name.clone()).or_default() += n;
+                                }
+                            }
+                        }
+                        for (name, n) in counts {
+                            let rest = name.trim_start_matches("vgpu-");
                             let Some(size) = rest
                                 .rsplit('-')
                                 .next()
@@ -565,9 +639,8 @@ mod tests {
                                 .iter()
                                 .find(|p| p.gpu.to_string().replace([':', '.'], "-") == label)
                                 .unwrap_or_else(|| unreachable!());
-                            let n = d.capacity["instances"].value.parse::<u32>().unwrap_or(0);
                             let allowed = pool.creatable(&profile(0, size, None));
-                            prop_assert!(n <= allowed, "{}: {n} > {allowed}", d.name);
+                            prop_assert!(n <= allowed, "{name}: {n} > {allowed}");
                         }
                     }
                     Err(e) => prop_assert!(

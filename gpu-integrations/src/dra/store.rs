@@ -26,15 +26,90 @@ fn state_error(what: &str, path: &Path, e: impl std::fmt::Display) -> Integratio
     IntegrationError::State(format!("{what} {}: {e}", path.display()))
 }
 
-/// The claim store of a node.
+/// The one seam between the claim store and the file system: every read, list, directory
+/// creation, write and removal of the store goes through these few primitives, all confined to
+/// `base` (a directory component that is a link or a file is refused). Porting the store onto
+/// another state-directory type means replacing this struct only.
 #[derive(Debug)]
-pub struct ClaimStore {
-    /// The host the store is reached through; `None` when its base directory does not exist
-    /// (or the root is a recording): there are no claims, and writing is refused.
+struct StateFiles {
+    /// The host the store is reached through; `None` when `base` does not exist (or the root is
+    /// a recording): there are no claims, and writing is refused.
     host: Option<RealHost>,
     /// The directory the host is rooted at.
     base: PathBuf,
-    /// The store, relative to `base`.
+}
+
+impl StateFiles {
+    fn new(base: PathBuf) -> Self {
+        StateFiles {
+            host: RealHost::new(&base).ok(),
+            base,
+        }
+    }
+
+    /// The bytes of `rel`, `None` when it (or the whole base) does not exist.
+    fn read(&self, rel: &str, max: usize) -> std::io::Result<Option<Vec<u8>>> {
+        let Some(host) = &self.host else {
+            return Ok(None);
+        };
+        match host.read_bounded(rel, max) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The names in directory `rel`; none when it does not exist.
+    fn list(&self, rel: &str) -> std::io::Result<Vec<String>> {
+        let Some(host) = &self.host else {
+            return Ok(vec![]);
+        };
+        match host.list(rel) {
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn writable(&self) -> std::io::Result<&RealHost> {
+        self.host.as_ref().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} is not a directory", self.base.display()),
+            )
+        })
+    }
+
+    /// Creates directory `rel`, component by component; returns it as a path on this machine.
+    fn create_dir(&self, rel: &str) -> std::io::Result<PathBuf> {
+        self.writable()?;
+        gpu_sysfs::host::make_state_dir(&self.base, rel)
+    }
+
+    /// Replaces `rel` atomically.
+    fn write(&self, rel: &str, data: &[u8]) -> std::io::Result<()> {
+        self.writable()?.write_atomic(rel, data)
+    }
+
+    /// Removes `name` from directory `dir`; a file or directory that does not exist is no error.
+    fn remove(&self, dir: &str, name: &str) -> std::io::Result<()> {
+        if !self.writable()?.exists(dir) {
+            return Ok(());
+        }
+        // The directory is checked component by component, so the file removed is in it.
+        let file = self.create_dir(dir)?.join(name);
+        match std::fs::remove_file(&file) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+}
+
+/// The claim store of a node.
+#[derive(Debug)]
+pub struct ClaimStore {
+    files: StateFiles,
+    /// The store, relative to the files' base.
     dir: String,
 }
 
@@ -62,13 +137,15 @@ impl ClaimStore {
                 (parent.to_path_buf(), name.to_owned())
             }
         };
-        let host = RealHost::new(&base).ok();
-        Ok(ClaimStore { host, base, dir })
+        Ok(ClaimStore {
+            files: StateFiles::new(base),
+            dir,
+        })
     }
 
     /// The store directory.
     pub fn dir(&self) -> PathBuf {
-        self.base.join(&self.dir)
+        self.files.base.join(&self.dir)
     }
 
     /// The file of claim `uid`, relative to the host.
@@ -90,15 +167,17 @@ impl ClaimStore {
     /// # Errors
     /// When `uid` is not a Kubernetes UID (so it cannot name a path outside the store).
     pub fn claim_path(&self, uid: &str) -> Result<PathBuf> {
-        Ok(self.base.join(self.claim_rel(uid)?))
+        Ok(self.files.base.join(self.claim_rel(uid)?))
     }
 
-    fn read_rel(&self, host: &RealHost, rel: &str) -> Result<Option<PreparedClaim>> {
-        let path = self.base.join(rel);
-        let bytes = match host.read_bounded(rel, MAX_CLAIM_BYTES) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(state_error("cannot read prepared claim", &path, e)),
+    fn read_rel(&self, rel: &str) -> Result<Option<PreparedClaim>> {
+        let path = self.files.base.join(rel);
+        let Some(bytes) = self
+            .files
+            .read(rel, MAX_CLAIM_BYTES)
+            .map_err(|e| state_error("cannot read prepared claim", &path, e))?
+        else {
+            return Ok(None);
         };
         serde_json::from_slice(&bytes)
             .map(Some)
@@ -110,11 +189,7 @@ impl ClaimStore {
     /// # Errors
     /// An invalid UID; a claim file that cannot be read or parsed.
     pub fn read(&self, uid: &str) -> Result<Option<PreparedClaim>> {
-        let rel = self.claim_rel(uid)?;
-        match &self.host {
-            Some(host) => self.read_rel(host, &rel),
-            None => Ok(None),
-        }
+        self.read_rel(&self.claim_rel(uid)?)
     }
 
     /// Every prepared claim, by node. A missing store is no claims.
@@ -123,17 +198,13 @@ impl ClaimStore {
     /// When the store cannot be listed or a claim file cannot be read or parsed.
     pub fn read_prepared(&self) -> Result<BTreeMap<String, Prepared>> {
         let mut out: BTreeMap<String, Prepared> = BTreeMap::new();
-        let Some(host) = &self.host else {
-            return Ok(out);
-        };
         let claims = format!("{}/claims", self.dir);
-        let names = match host.list(&claims) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(state_error("cannot list", &self.base.join(&claims), e)),
-        };
+        let names = self
+            .files
+            .list(&claims)
+            .map_err(|e| state_error("cannot list", &self.files.base.join(&claims), e))?;
         for name in names.iter().filter(|n| n.ends_with(".json")) {
-            let Some(claim) = self.read_rel(host, &format!("{claims}/{name}"))? else {
+            let Some(claim) = self.read_rel(&format!("{claims}/{name}"))? else {
                 continue;
             };
             let p = out.entry(claim.node.clone()).or_default();
@@ -144,14 +215,15 @@ impl ClaimStore {
         Ok(out)
     }
 
-    fn host(&self) -> Result<&RealHost> {
-        self.host.as_ref().ok_or_else(|| {
-            IntegrationError::State(format!(
+    fn unwritable(&self, e: std::io::Error, what: &str, rel: &str) -> IntegrationError {
+        if self.files.host.is_none() {
+            return IntegrationError::State(format!(
                 "cannot create the DRA state directory {}: {} is not a directory",
                 self.dir().display(),
-                self.base.display()
-            ))
-        })
+                self.files.base.display()
+            ));
+        }
+        state_error(what, &self.files.base.join(rel), e)
     }
 
     /// Creates the store's directories (a component that is a link or a file is refused): a
@@ -162,10 +234,10 @@ impl ClaimStore {
     /// created.
     pub fn create(&self) -> Result<()> {
         let claims = format!("{}/claims", self.dir);
-        self.host()?;
-        gpu_sysfs::host::make_state_dir(&self.base, &claims)
+        self.files
+            .create_dir(&claims)
             .map(|_| ())
-            .map_err(|e| state_error("cannot create", &self.base.join(&claims), e))
+            .map_err(|e| self.unwritable(e, "cannot create", &claims))
     }
 
     /// Records a prepared claim, creating the store, with gpuslice's one atomic writer.
@@ -177,9 +249,9 @@ impl ClaimStore {
         let rel = self.claim_rel(&claim.claim_uid)?;
         let text = serde_json::to_string_pretty(claim)
             .map_err(|e| IntegrationError::Internal(format!("cannot render the claim: {e}")))?;
-        self.host()?
-            .write_atomic(&rel, text.as_bytes())
-            .map_err(|e| state_error("cannot write", &self.base.join(&rel), e))
+        self.files
+            .write(&rel, text.as_bytes())
+            .map_err(|e| self.unwritable(e, "cannot write", &rel))
     }
 
     /// Forgets claim `uid` (after unprepare undid it). A claim not recorded is no error.
@@ -188,19 +260,9 @@ impl ClaimStore {
     /// An invalid UID; a store directory that is a link; a file that cannot be removed.
     pub fn remove(&self, uid: &str) -> Result<()> {
         let rel = self.claim_rel(uid)?;
-        let host = self.host()?;
         let claims = format!("{}/claims", self.dir);
-        if !host.exists(&claims) {
-            return Ok(());
-        }
-        // The directory is checked component by component, so the file removed is in it.
-        let dir = gpu_sysfs::host::make_state_dir(&self.base, &claims)
-            .map_err(|e| state_error("cannot open", &self.base.join(&claims), e))?;
-        let file = dir.join(format!("{uid}.json"));
-        match std::fs::remove_file(&file) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(state_error("cannot remove", &self.base.join(rel), e)),
-        }
+        self.files
+            .remove(&claims, &format!("{uid}.json"))
+            .map_err(|e| self.unwritable(e, "cannot remove", &rel))
     }
 }

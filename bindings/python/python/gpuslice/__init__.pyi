@@ -446,7 +446,9 @@ def export_dra(
     generation: int = 1,
 ) -> DraExport:
     """The Kubernetes DRA objects publishing the GPUs and vGPU profiles of ``nodes``, as
-    ``gpuslice export dra`` prints them. ``k8s_version`` is 1.34, 1.35, 1.36 or 1.37; ``driver``
+    ``gpuslice export dra`` prints them. ``k8s_version`` is 1.34, 1.35, 1.36 or 1.37, or a patch
+    release (1.36.2; a minor alone means its oldest patch: before 1.36.2 each GPU offers one vGPU
+    size, one device per vGPU, see docs/dra.md); ``driver``
     defaults to ``gpu.gpuslice.dev``. Raises :class:`InvalidRequest` or :class:`ConfigError`.
     """
 
