@@ -20,7 +20,9 @@ pub enum Output {
 /// Options of every subcommand.
 #[derive(Args, Debug, Clone)]
 pub struct Global {
-    /// Directory standing for the host's `/` (or a `*.umockdev` recording to replay).
+    /// The host: a directory standing for its `/`, a `*.umockdev` recording to replay (writes are
+    /// thrown away), or `sandbox:DIR`, a sandbox host made by `gpuslice sandbox init DIR` (a fake
+    /// kernel reacts to writes; its state stays in DIR; this machine is never touched).
     #[arg(
         long,
         global = true,
@@ -38,6 +40,17 @@ pub struct Global {
 }
 
 impl Global {
+    /// Says on stderr, once, that the root is a sandbox, so that no output made on one is taken
+    /// for this machine's (stdout stays a clean document under `-o json|yaml`).
+    pub fn announce_sandbox(&self) {
+        if let Some(dir) = gpu_sysfs::sandbox::sandbox_dir(&self.root) {
+            eprintln!(
+                "gpuslice: sandbox host {} (simulated; nothing here touches this machine)",
+                dir.display()
+            );
+        }
+    }
+
     /// The node name: `--node`, else the hostname, else `localhost`.
     pub fn node_name(&self) -> String {
         if let Some(n) = &self.node {

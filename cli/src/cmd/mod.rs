@@ -11,3 +11,4 @@ pub mod inventory;
 pub mod layout;
 pub mod metrics;
 pub mod place;
+pub mod sandbox;
