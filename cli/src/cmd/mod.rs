@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod dra;
 pub mod export;
 pub mod export_vm;
+pub mod handoff;
 pub mod health;
 pub mod inventory;
 pub mod layout;
