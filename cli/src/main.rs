@@ -129,7 +129,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            let report = common::ErrorReport::from_error(&e);
+            let mut report = common::ErrorReport::from_error(&e);
+            report.message = g.name_under_root(&report.message);
             match g.output {
                 common::Output::Json => {
                     let doc = serde_json::json!({ "error": report });
