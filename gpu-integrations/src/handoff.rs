@@ -152,7 +152,7 @@ fn check_allocation_into(
     if allocation.node != node.node {
         fail!(
             Invalid,
-            "the allocation of Machine {} is for node {}, not {}",
+            "the allocation of Machine {} is on node {}, not {}",
             allocation.machine,
             allocation.node,
             node.node

@@ -246,6 +246,33 @@ mod tests {
     }
 
     #[test]
+    fn only_the_machines_own_root_is_the_local_host() {
+        assert!(open_root(Path::new("/")).unwrap().is_local_host());
+        assert!(is_local_root(Path::new("/.")));
+        let dir = tempfile::tempdir().unwrap();
+        let tree = open_root(dir.path()).unwrap();
+        assert!(!tree.is_local_host());
+        assert_eq!(tree.kind(), RootKind::Tree);
+        assert!(!is_local_root(Path::new("sandbox:/")));
+    }
+
+    #[test]
+    fn a_path_under_a_tree_is_named_where_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = open_root(dir.path()).unwrap();
+        assert_eq!(
+            tree.display_path("sys/bus/pci"),
+            dir.path().join("sys/bus/pci").display().to_string()
+        );
+        assert_eq!(
+            open_root(Path::new("/"))
+                .unwrap()
+                .display_path("sys/bus/pci"),
+            "/sys/bus/pci"
+        );
+    }
+
+    #[test]
     fn a_plain_file_is_refused_as_a_root() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("notes.txt");

@@ -521,3 +521,56 @@ impl Host for Sandbox {
         self.kernel.create_dir_all(path)
     }
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+
+    const U1: &str = "11111111-2222-3333-4444-555555555555";
+    const U2: &str = "11111111-2222-3333-4444-666666666666";
+
+    fn vfio_dev(s: &Sandbox, uuid: &str) -> Vec<String> {
+        s.list(&format!("sys/bus/mdev/devices/{uuid}/vfio-dev"))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_second_open_sees_the_first_ones_vgpu_and_gives_the_next_a_fresh_vfio_device() {
+        let k = FakeKernel::sample_mdev_drivers().unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("sbx");
+        let made = init(&dir, k.root()).unwrap();
+        assert_eq!(made.state.pools.len(), 3, "{:?}", made.state.pools);
+        let create = "sys/class/mdev_bus/mbochs/mdev_supported_types/mbochs-large/create";
+        let avail =
+            "sys/class/mdev_bus/mbochs/mdev_supported_types/mbochs-small/available_instances";
+        {
+            let s = open(&dir).unwrap();
+            s.write(create, U1.as_bytes()).unwrap();
+            assert_eq!(s.read_string(avail).unwrap(), "48");
+        }
+        let s = open(&dir).unwrap();
+        assert!(s.exists(&format!("sys/bus/mdev/devices/{U1}")));
+        // The pool is counted from what the first process left: 64 of 256 units taken.
+        assert_eq!(s.read_string(avail).unwrap(), "48");
+        s.write(create, U2.as_bytes()).unwrap();
+        assert_eq!(vfio_dev(&s, U1), ["vfio0"]);
+        assert_eq!(vfio_dev(&s, U2), ["vfio1"]);
+    }
+
+    #[test]
+    fn a_directory_without_a_state_file_is_not_a_sandbox() {
+        let t = tempfile::tempdir().unwrap();
+        let e = open(t.path()).unwrap_err();
+        assert!(e.to_string().contains("gpuslice sandbox init"), "{e}");
+    }
+
+    #[test]
+    fn init_refuses_the_machines_own_root_and_makes_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("sbx");
+        let e = init(&dir, Path::new("/")).unwrap_err();
+        assert!(e.to_string().contains("the machine's own `/`"), "{e}");
+        assert!(!dir.exists());
+    }
+}

@@ -70,6 +70,15 @@ pub fn run(g: &Global, c: SandboxCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn init(g: &Global, a: InitArgs) -> anyhow::Result<ExitCode> {
+    // Copying a host tree takes a few seconds (the bundled A2 is ~10,000 files).
+    let started = std::time::Instant::now();
+    eprintln!(
+        "gpuslice: making a sandbox host in {} from {} (usually a few seconds) ...",
+        a.dir.display(),
+        a.from
+            .as_ref()
+            .map_or_else(|| DEFAULT_LABEL.to_owned(), |f| f.display().to_string())
+    );
     let report = match &a.from {
         Some(from) => gpu_sysfs::sandbox::init(&a.dir, from),
         None => {
@@ -77,6 +86,10 @@ fn init(g: &Global, a: InitArgs) -> anyhow::Result<ExitCode> {
         }
     }
     .with_context(|| format!("sandbox init {}", a.dir.display()))?;
+    eprintln!(
+        "gpuslice: sandbox host made in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     if g.output != Output::Table {
         let doc = serde_json::json!({
             "sandbox": report.dir.display().to_string(),
