@@ -359,6 +359,37 @@ fn write_state(dir: &Path, state: &SandboxState) -> Result<(), SysfsError> {
     std::fs::rename(&tmp, &path).map_err(|e| err_at(&path, e))
 }
 
+/// Takes the write lock of the sandbox in `dir`, waiting at most [`LOCK_WAIT`] for another
+/// process's write.
+fn lock_dir(dir: &Path) -> io::Result<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    let path = dir.join(LOCK_FILE);
+    let deadline = Instant::now() + LOCK_WAIT;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => return Ok(l),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err((_, e)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "sandbox {}: another process holds {LOCK_FILE} ({e})",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
+    }
+}
+
 /// An opened sandbox: the fake kernel over `DIR/host`, every write taken under `DIR`'s lock
 /// and the host drivers it learns written back to `DIR/sandbox.json`.
 #[derive(Debug)]
@@ -401,7 +432,10 @@ pub fn open(dir: &Path) -> Result<Sandbox, SysfsError> {
         });
     }
     let host_dir = dir.join(HOST_DIR);
+    // Opening settles the tree and recounts the pools (writes): one process at a time.
+    let lock = lock_dir(dir).map_err(|e| err_at(&dir.join(LOCK_FILE), e))?;
     let kernel = open_kernel(&host_dir, &state.pools, &state.host_drivers)?;
+    drop(lock);
     Ok(Sandbox {
         dir: dir.to_path_buf(),
         kernel,
@@ -440,32 +474,7 @@ impl Sandbox {
 
     /// Takes the sandbox's write lock, waiting at most [`LOCK_WAIT`].
     fn lock(&self) -> io::Result<nix::fcntl::Flock<std::fs::File>> {
-        use nix::fcntl::{Flock, FlockArg};
-        let path = self.dir.join(LOCK_FILE);
-        let deadline = Instant::now() + LOCK_WAIT;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)?;
-        loop {
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(l) => return Ok(l),
-                Err((f, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
-                    file = f;
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err((_, e)) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "sandbox {}: another process holds {LOCK_FILE} ({e})",
-                            self.dir.display()
-                        ),
-                    ));
-                }
-            }
-        }
+        lock_dir(&self.dir)
     }
 
     /// Writes back host drivers the kernel learnt (new VFs) since the state was read.
@@ -523,6 +532,7 @@ impl Host for Sandbox {
 }
 
 #[cfg(all(test, feature = "testing"))]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
