@@ -20,7 +20,9 @@ pub enum Output {
 /// Options of every subcommand.
 #[derive(Args, Debug, Clone)]
 pub struct Global {
-    /// Directory standing for the host's `/` (or a `*.umockdev` recording to replay).
+    /// The host: a directory standing for its `/`, a `*.umockdev` recording to replay (writes are
+    /// thrown away), or `sandbox:DIR`, a sandbox host made by `gpuslice sandbox init DIR` (a fake
+    /// kernel reacts to writes; its state stays in DIR; this machine is never touched).
     #[arg(
         long,
         global = true,
@@ -32,12 +34,63 @@ pub struct Global {
     /// Node name (default: this host's hostname).
     #[arg(long, global = true, value_name = "NAME")]
     pub node: Option<String>,
-    /// Output format.
+    /// Output format. With json or yaml a refusal is a document too, `{"error": {"kind",
+    /// "message", "errno"?, "errnoName"?}}`, written to stderr (stdout stays empty) with exit 2.
     #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
 }
 
 impl Global {
+    /// `message` with every sysfs path it names (`/sys/...`) written where it is under `--root`
+    /// (device nodes such as `/dev/vfio/9` are left as the VM's process names them):
+    /// `TREE/sys/...` for a directory,
+    /// `DIR/host/sys/...` for a sandbox, `RECORDING:/sys/...` for a recording. On the local `/`
+    /// the message is unchanged. No error under another root names a path as if it were this
+    /// machine's.
+    pub fn name_under_root(&self, message: &str) -> String {
+        let prefix = if let Some(dir) = gpu_sysfs::sandbox::sandbox_dir(&self.root) {
+            dir.join(gpu_sysfs::sandbox::HOST_DIR).display().to_string()
+        } else if gpu_sysfs::is_local_root(&self.root) {
+            return message.to_owned();
+        } else if gpu_sysfs::open::is_recording(&self.root) {
+            format!("{}:", self.root.display())
+        } else {
+            self.root
+                .display()
+                .to_string()
+                .trim_end_matches('/')
+                .to_owned()
+        };
+        let mut out = String::with_capacity(message.len());
+        let mut rest = message;
+        while let Some(i) = rest.find('/') {
+            let (before, from) = rest.split_at(i);
+            out.push_str(before);
+            let boundary = out
+                .chars()
+                .last()
+                .is_none_or(|c| c.is_whitespace() || matches!(c, '(' | '"' | '\'' | '`' | '='));
+            if boundary && from.starts_with("/sys/") {
+                out.push_str(&prefix);
+            }
+            out.push('/');
+            rest = &from[1..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// Says on stderr, once, that the root is a sandbox, so that no output made on one is taken
+    /// for this machine's (stdout stays a clean document under `-o json|yaml`).
+    pub fn announce_sandbox(&self) {
+        if let Some(dir) = gpu_sysfs::sandbox::sandbox_dir(&self.root) {
+            eprintln!(
+                "gpuslice: sandbox host {} (simulated; nothing here touches this machine)",
+                dir.display()
+            );
+        }
+    }
+
     /// The node name: `--node`, else the hostname, else `localhost`.
     pub fn node_name(&self) -> String {
         if let Some(n) = &self.node {

@@ -54,6 +54,10 @@ enum Command {
     /// Check that the node is ready for GPU VMs: IOMMU, vfio-pci, the vGPU manager, SR-IOV, MIG,
     /// IOMMU groups, KubeVirt (ok / warn / fail, each with a fix; exit 1 when a check fails).
     Doctor(cmd::doctor::DoctorArgs),
+    /// A sandbox host to try every command on without touching this machine: `sandbox init DIR`,
+    /// then `--root sandbox:DIR`.
+    #[command(subcommand)]
+    Sandbox(cmd::sandbox::SandboxCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
     exit_quietly_on_closed_stdout();
     let cli = Cli::parse();
     let g = &cli.global;
+    g.announce_sandbox();
     let result = match cli.command {
         Command::Gpu(GpuCommand::List(a)) => cmd::inventory::gpu_list(g, a),
         Command::Gpu(GpuCommand::Bind(a)) => cmd::actuate::bind(g, a),
@@ -119,11 +124,13 @@ fn main() -> ExitCode {
         Command::Dra(c) => cmd::dra::run(g, c),
         Command::Agent(a) => cmd::agent::run(g, a),
         Command::Doctor(a) => cmd::doctor::run(g, a),
+        Command::Sandbox(c) => cmd::sandbox::run(g, c),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            let report = common::ErrorReport::from_error(&e);
+            let mut report = common::ErrorReport::from_error(&e);
+            report.message = g.name_under_root(&report.message);
             match g.output {
                 common::Output::Json => {
                     let doc = serde_json::json!({ "error": report });

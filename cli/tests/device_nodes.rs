@@ -51,6 +51,8 @@ fn a_device_without_a_group_here_is_an_error_naming_it() {
         "--uuid",
         "de306c9f-a714-4373-a290-dc15d4e49b71",
         "--device-nodes",
+        // Past the hand-off check (no such instance here): the device nodes are checked too.
+        "--force",
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());

@@ -88,15 +88,20 @@ fn hostdevs(xml: &str) -> Vec<(String, Vec<(String, String)>)> {
 
 #[test]
 fn an_mdev_uuid_becomes_a_sysfsdev_argument_and_an_mdev_hostdev() {
-    let qemu = ok(&["export", "qemu", "--uuid", UUID]);
+    // No host has this instance: --force hands it off anyway (the check has its own tests).
+    let empty = gpu_sysfs::testing::TreeBuilder::new().finish().unwrap();
+    let e = empty.root().to_str().unwrap();
+    let qemu = ok(&["--root", e, "export", "qemu", "--uuid", UUID, "--force"]);
     assert_eq!(
         qemu,
         "-device vfio-pci,sysfsdev=/sys/bus/mdev/devices/de306c9f-a714-4373-a290-dc15d4e49b71\n"
     );
-    let json: Vec<String> =
-        serde_json::from_str(&ok(&["-o", "json", "export", "qemu", "--uuid", UUID])).unwrap();
+    let json: Vec<String> = serde_json::from_str(&ok(&[
+        "--root", e, "-o", "json", "export", "qemu", "--uuid", UUID, "--force",
+    ]))
+    .unwrap();
     assert_eq!(json[0], "-device");
-    let xml = ok(&["export", "libvirt", "--uuid", UUID]);
+    let xml = ok(&["--root", e, "export", "libvirt", "--uuid", UUID, "--force"]);
     golden("export", "mdev-hostdev.xml", &xml);
     let h = hostdevs(&xml);
     assert_eq!(h.len(), 1);
@@ -114,7 +119,21 @@ fn an_mdev_uuid_becomes_a_sysfsdev_argument_and_an_mdev_hostdev() {
 fn an_allocation_hands_off_the_gpu_with_its_audio_an_mdev_and_a_vf() {
     let dir = tempfile::tempdir().unwrap();
     let f = allocation_file(dir.path(), &[machine()]);
-    let qemu = ok(&["export", "qemu", "--allocation", f.to_str().unwrap()]);
+    // The node's devices are not on an empty host: --force hands them off anyway.
+    let empty = gpu_sysfs::testing::TreeBuilder::new().finish().unwrap();
+    let e = empty.root().to_str().unwrap();
+    let unchecked = ["--root", e, "--node", "ws-1"];
+    let qemu = ok(&[
+        &unchecked[..],
+        &[
+            "export",
+            "qemu",
+            "--allocation",
+            f.to_str().unwrap(),
+            "--force",
+        ],
+    ]
+    .concat());
     golden("export", "allocation-qemu.txt", &qemu);
     assert_eq!(
         qemu.lines().collect::<Vec<_>>(),
@@ -128,7 +147,17 @@ fn an_allocation_hands_off_the_gpu_with_its_audio_an_mdev_and_a_vf() {
             "-device vfio-pci,host=0000:26:00.5",
         ]
     );
-    let xml = ok(&["export", "libvirt", "--allocation", f.to_str().unwrap()]);
+    let xml = ok(&[
+        &unchecked[..],
+        &[
+            "export",
+            "libvirt",
+            "--allocation",
+            f.to_str().unwrap(),
+            "--force",
+        ],
+    ]
+    .concat());
     golden("export", "allocation-libvirt.xml", &xml);
     let h = hostdevs(&xml);
     let kinds: Vec<&str> = h.iter().map(|(k, _)| k.as_str()).collect();
@@ -161,13 +190,19 @@ fn an_allocation_file_with_several_machines_needs_one_named() {
         String::from_utf8_lossy(&out.stderr)
             .contains("holds 2 allocations; pick one with --machine")
     );
+    let empty = gpu_sysfs::testing::TreeBuilder::new().finish().unwrap();
     let qemu = ok(&[
+        "--root",
+        empty.root().to_str().unwrap(),
+        "--node",
+        "ws-1",
         "export",
         "qemu",
         "--allocation",
         f.to_str().unwrap(),
         "--machine",
         "vm-2",
+        "--force",
     ]);
     assert_eq!(qemu.lines().count(), 4);
     let out = run(&[
@@ -410,7 +445,16 @@ fn the_json_that_place_prints_is_an_allocation_to_hand_off() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("placed.json");
     std::fs::write(&f, &json).unwrap();
-    let qemu = ok(&["export", "qemu", "--allocation", f.to_str().unwrap()]);
+    // Checked against the fleet's node, where the placed (pending) VFs have no type yet.
+    let qemu = ok(&[
+        "export",
+        "qemu",
+        "--allocation",
+        f.to_str().unwrap(),
+        "--inventory",
+        place.join("fleet.yaml").to_str().unwrap(),
+        "--force",
+    ]);
     let expected: Vec<String> = placed["devices"]
         .as_array()
         .unwrap()

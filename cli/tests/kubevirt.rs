@@ -478,6 +478,8 @@ fn export_vm_on_a_fleet_with_whole_gpus_and_mdev_vgpus() {
         f.to_str().unwrap(),
         "--name",
         "desktop-vm",
+        // The fleet's node shows no instance with the allocation's UUID yet.
+        "--force",
     ]);
     golden("kubevirt", "modelled-vm.json", &json);
     let vm: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -619,6 +621,8 @@ fn export_vm_on_the_a2_capture_the_h200_model_and_the_other_vf_id_host() {
         "vm",
         "--allocation",
         &alloc,
+        // The allocation is pending: its vGPU is not created on the capture yet.
+        "--force",
     ]);
     golden("kubevirt", "a2-capture-vm.yaml", &yaml);
     assert!(yaml.contains("deviceName: nvidia.com/NVIDIA_A2-4Q"));

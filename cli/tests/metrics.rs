@@ -277,6 +277,56 @@ fn a2_capture_metrics_show_the_pool_capped_availability() {
 }
 
 #[test]
+fn the_per_gpu_free_instances_add_up_where_the_per_parent_ones_do_not() {
+    let a2 = a2_root();
+    let text = ok(&[
+        "--root",
+        a2.path().to_str().unwrap(),
+        "--node",
+        "a2-host",
+        "metrics",
+    ]);
+    let s = parse_strict(&text);
+    // Thirteen free VFs each say "one more 4 GB vGPU": summed per parent that is 13 ...
+    let per_parent: f64 = s
+        .samples
+        .iter()
+        .filter(|x| {
+            x.metric == "gpuslice_vgpu_available_instances"
+                && x.labels.get("profile") == Some("A2-4Q")
+        })
+        .map(|x| match x.value {
+            Value::Gauge(v) => v,
+            _ => 0.0,
+        })
+        .sum();
+    assert_eq!(per_parent, 13.0);
+    // ... while the card holds one more, which the per-GPU series says and a dashboard can sum.
+    assert_eq!(
+        value(
+            &s,
+            "gpuslice_gpu_vgpu_available_instances",
+            &[
+                ("node", "a2-host"),
+                ("gpu", "nvidia0"),
+                ("profile", "A2-4Q")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "gpuslice_gpu_vgpu_available_instances",
+            &[("gpu", "nvidia0"), ("profile", "A2-2Q")]
+        ),
+        0.0
+    );
+    let help = &s.docs["gpuslice_vgpu_available_instances"];
+    assert!(help.contains("do not add up"), "{help}");
+}
+
+#[test]
 fn a_missing_fleet_file_is_an_error_naming_it() {
     let out = run(&["metrics", "--inventory", "/nonexistent/fleet.yaml"]);
     assert_eq!(out.status.code(), Some(2));

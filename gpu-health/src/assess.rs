@@ -370,6 +370,5 @@ pub fn updated_baseline(
 
 /// True when `root` is this machine's `/`, the only root whose GPUs the local NVML describes.
 pub fn is_local_root(root: &std::path::Path) -> bool {
-    root.canonicalize()
-        .is_ok_and(|r| r == std::path::Path::new("/"))
+    gpu_sysfs::is_local_root(root)
 }

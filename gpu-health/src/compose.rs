@@ -137,7 +137,7 @@ pub fn open_node_host(
     let host = gpu_sysfs::open_root(root).map_err(|e| HealthError::Root(Box::new(e)))?;
     let mut discover = DiscoverOptions::new(req.node.clone());
     discover.mdev_parents = req.mdev_parents.clone();
-    let local = !host.is_recording() && crate::assess::is_local_root(root);
+    let local = host.is_local_host();
     let policy = req.policy.clone();
     let mut health = match &req.nvml {
         NvmlSource::Off => HealthOptions::without_telemetry(policy),

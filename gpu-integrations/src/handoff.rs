@@ -4,11 +4,18 @@
 //! functions of its slot) and an NVIDIA vendor-VFIO VF go by PCI address. The snippets themselves
 //! come from the actuation layer (`gpu_sysfs::actuate::handoff`), which also returns them from
 //! create and bind; this module picks the devices of an allocation or an address and joins them.
+//!
+//! It is also the one place that checks a hand-off against the node: [`check_allocation`]
+//! (the allocation is for this node and names GPUs and parents it has, in the framework it uses:
+//! every export, `export vm` and the bindings' `qemu_args`) and [`check_devices`] (each device
+//! exists now and no other VM holds it: refused, or only warned about with `force`; a device
+//! that is not free, such as a GPU still on its host driver, is warned about).
 
 use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{
     AllocatedDevice, Allocation, MdevUuid, NodeTopology, ParentId, PciAddress, VgpuFramework,
 };
+use gpu_sysfs::Host;
 use gpu_sysfs::actuate::Handoff;
 use serde::Serialize;
 
@@ -115,34 +122,292 @@ pub fn allocations_in(
     Ok(allocations)
 }
 
-/// The QEMU arguments (`-device vfio-pci,...`) that hand an allocation's devices to a VM on
-/// `node`, the call the CLI's `export qemu --allocation` and the bindings' `qemu_args` share.
+/// The one check that `allocation` fits `node`: it is for that node, and every device it names
+/// is there as it says (a GPU the node has; a vGPU parent the node has, in the same framework).
+/// An allocation made for another node or read against the wrong inventory is an error, never
+/// a guess.
 ///
 /// # Errors
-/// When the allocation belongs to another node, or names a GPU `node` does not have.
-pub fn allocation_qemu_args(allocation: &Allocation, node: &NodeTopology) -> Result<Vec<String>> {
+/// [`IntegrationError::Invalid`] for another node or a framework mismatch,
+/// [`IntegrationError::NotFound`] for a GPU or parent the node does not have.
+pub fn check_allocation(allocation: &Allocation, node: &NodeTopology) -> Result<()> {
+    check_allocation_into(allocation, node, false, &mut Vec::new())
+}
+
+/// [`check_allocation`]; with `force`, a GPU or parent the node does not have is a warning.
+fn check_allocation_into(
+    allocation: &Allocation,
+    node: &NodeTopology,
+    force: bool,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    let mut missing = |what: String| -> Result<()> {
+        if force {
+            warnings.push(format!("{what} (handed off anyway: --force)"));
+            Ok(())
+        } else {
+            Err(IntegrationError::NotFound(what))
+        }
+    };
     if allocation.node != node.node {
         fail!(
             Invalid,
-            "the allocation of {} is on node {}, not {}",
+            "the allocation of Machine {} is on node {}, not {}",
             allocation.machine,
             allocation.node,
             node.node
         );
     }
     for d in &allocation.devices {
-        if let AllocatedDevice::Gpu { address, .. } = d {
-            if node.gpu_by_address(address).is_none() {
-                fail!(
-                    NotFound,
-                    "the allocation of {} names GPU {address}, which node {} does not have",
-                    allocation.machine,
-                    node.node
-                );
+        match d {
+            AllocatedDevice::Gpu {
+                request, address, ..
+            } => {
+                if node.gpu_by_address(address).is_none() {
+                    missing(format!(
+                        "request {request}: GPU {address} is not on node {}",
+                        node.node
+                    ))?;
+                }
+            }
+            AllocatedDevice::Vgpu {
+                request,
+                parent,
+                framework,
+                ..
+            } => {
+                let Some(p) = node
+                    .mediated_devices
+                    .parents
+                    .iter()
+                    .find(|p| &p.id == parent)
+                else {
+                    missing(format!(
+                        "request {request}: vGPU parent {parent} is not on node {}",
+                        node.node
+                    ))?;
+                    continue;
+                };
+                if p.framework != *framework {
+                    fail!(
+                        Invalid,
+                        "request {request}: the allocation puts a {} vGPU on {parent}, but that \
+                         parent is {} on node {}",
+                        framework.as_str(),
+                        p.framework.as_str(),
+                        node.node
+                    );
+                }
             }
         }
     }
+    Ok(())
+}
+
+/// The QEMU arguments (`-device vfio-pci,...`) that hand an allocation's devices to a VM on
+/// `node`, the call the bindings' `qemu_args` makes: [`check_allocation`], then the arguments.
+///
+/// # Errors
+/// As [`check_allocation`].
+pub fn allocation_qemu_args(allocation: &Allocation, node: &NodeTopology) -> Result<Vec<String>> {
+    check_allocation(allocation, node)?;
     Ok(qemu_args(&allocation_devices(allocation)))
+}
+
+/// An allocation's devices, checked for a hand-off now: [`check_allocation`], then
+/// [`check_devices`]. Returns the devices and the warnings to show.
+///
+/// # Errors
+/// As [`check_allocation`] and [`check_devices`].
+pub fn allocation_handoff(
+    allocation: &Allocation,
+    node: &NodeTopology,
+    host: Option<&dyn Host>,
+    force: bool,
+) -> Result<(Vec<VmDevice>, Vec<String>)> {
+    let mut warnings = Vec::new();
+    check_allocation_into(allocation, node, force, &mut warnings)?;
+    let devices = allocation_devices(allocation);
+    warnings.extend(check_devices(node, &devices, host, force)?);
+    Ok((devices, warnings))
+}
+
+/// Whether `devices` can go to a VM now, by what `node` shows (and, with `host`, the processes
+/// that hold devices open): a device that does not exist (an mdev UUID that is no instance, an
+/// address that is neither a GPU, a companion function nor a VF, a VF without a vGPU type) or
+/// that another owner has (an open VFIO node, a GPU hosting vGPUs or SR-IOV VFs) is refused, or
+/// with `force` only warned about; a blocked GPU is always refused. A GPU that is not free for a
+/// VM yet (still on its host driver) is warned about. Returns the warnings.
+///
+/// # Errors
+/// [`IntegrationError::NotFound`] for a device that does not exist,
+/// [`IntegrationError::Host`] (`in-use`) for one another owner has,
+/// [`IntegrationError::Refused`] for a blocked GPU or a VF without a vGPU type.
+pub fn check_devices(
+    node: &NodeTopology,
+    devices: &[VmDevice],
+    host: Option<&dyn Host>,
+    force: bool,
+) -> Result<Vec<String>> {
+    let mut warnings = Vec::new();
+    let refuse = |e: IntegrationError, warnings: &mut Vec<String>| -> Result<()> {
+        if force {
+            warnings.push(format!("{e} (handed off anyway: --force)"));
+            Ok(())
+        } else {
+            Err(e)
+        }
+    };
+    let in_use = |what: String| IntegrationError::Host {
+        kind: gpu_core::ErrorKind::InUse,
+        message: what,
+    };
+    let holder = |dir: String| host.and_then(|h| gpu_sysfs::actuate::inuse::holder_of(h, &dir));
+    for d in devices {
+        match d {
+            VmDevice::Mdev { uuid } => {
+                let instance = node
+                    .mediated_devices
+                    .parents
+                    .iter()
+                    .flat_map(|p| p.instances.iter())
+                    .find(|i| i.uuid == Some(*uuid));
+                let Some(instance) = instance else {
+                    refuse(
+                        IntegrationError::NotFound(format!(
+                            "mdev {uuid} is not a vGPU instance on node {}; create it first \
+                             (gpuslice vgpu create)",
+                            node.node
+                        )),
+                        &mut warnings,
+                    )?;
+                    continue;
+                };
+                if let Some(h) = holder(format!("sys/bus/mdev/devices/{uuid}")) {
+                    refuse(
+                        in_use(format!(
+                            "mdev {uuid} is in use by {h} (its VFIO device {} is open): another \
+                             VM has it",
+                            h.node
+                        )),
+                        &mut warnings,
+                    )?;
+                } else if instance.in_use == Some(true) {
+                    refuse(
+                        in_use(format!("mdev {uuid} is in use: another VM has it open")),
+                        &mut warnings,
+                    )?;
+                }
+            }
+            VmDevice::Pci { address } => {
+                check_pci(
+                    node,
+                    address,
+                    &holder,
+                    &mut |e, w| refuse(e, w),
+                    &mut warnings,
+                )?;
+            }
+        }
+    }
+    Ok(warnings)
+}
+
+type Refuse<'a> = dyn FnMut(IntegrationError, &mut Vec<String>) -> Result<()> + 'a;
+
+fn check_pci(
+    node: &NodeTopology,
+    address: &PciAddress,
+    holder: &dyn Fn(String) -> Option<gpu_sysfs::actuate::inuse::Holder>,
+    refuse: &mut Refuse<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    let in_use = |what: String| IntegrationError::Host {
+        kind: gpu_core::ErrorKind::InUse,
+        message: what,
+    };
+    if let Some(h) = holder(format!("sys/bus/pci/devices/{address}")) {
+        refuse(
+            in_use(format!(
+                "{address} is in use by {h} ({} is open): another VM has it",
+                h.node
+            )),
+            warnings,
+        )?;
+    }
+    if let Some(gpu) = node.gpu_by_address(address) {
+        if gpu.state == gpu_core::GpuState::Blocked {
+            fail!(
+                Refused,
+                "GPU {} ({address}) cannot go to a VM: {}",
+                gpu.name,
+                gpu.state_reason.as_deref().unwrap_or("it is blocked")
+            );
+        }
+        let vgpus: usize = node
+            .mediated_devices
+            .parents
+            .iter()
+            .filter(|p| p.gpu == Some(*address))
+            .map(|p| p.instances.len())
+            .sum();
+        if vgpus > 0 {
+            refuse(
+                in_use(format!(
+                    "GPU {} ({address}) hosts {vgpus} live vGPU{}: passing it through whole would \
+                     take them from their VMs",
+                    gpu.name,
+                    if vgpus == 1 { "" } else { "s" }
+                )),
+                warnings,
+            )?;
+        } else if gpu.driver.as_deref() != Some("vfio-pci") {
+            let why = match gpu.state {
+                gpu_core::GpuState::InUse => gpu
+                    .state_reason
+                    .clone()
+                    .unwrap_or_else(|| "in use".to_owned()),
+                _ => format!(
+                    "on its host driver {}",
+                    gpu.driver.as_deref().unwrap_or("(none)")
+                ),
+            };
+            warnings.push(format!(
+                "GPU {} ({address}) is not free for a VM yet ({why}); bind it first (gpuslice gpu \
+                 bind {address})",
+                gpu.name
+            ));
+        }
+        return Ok(());
+    }
+    let companion = node
+        .gpus
+        .iter()
+        .any(|g| g.functions.iter().any(|f| f.address == *address));
+    if companion {
+        return Ok(());
+    }
+    let vf = node
+        .mediated_devices
+        .parents
+        .iter()
+        .find(|p| p.id == ParentId::Pci(*address) && p.framework == VgpuFramework::VendorVfio);
+    match vf {
+        None => refuse(
+            IntegrationError::NotFound(format!(
+                "{address} is neither a GPU nor a vendor-VFIO VF on node {}",
+                node.node
+            )),
+            warnings,
+        ),
+        Some(vf) if vf.instances.is_empty() => refuse(
+            IntegrationError::Refused(format!(
+                "VF {address} has no vGPU type set; create one first (gpuslice vgpu create)"
+            )),
+            warnings,
+        ),
+        Some(_) => Ok(()),
+    }
 }
 
 /// The devices for an address on `node`: a GPU with its companion functions, or a vendor-VFIO VF.

@@ -9,7 +9,8 @@
 //!
 //! The allocation must be for the node it is checked against, and each device must still be what
 //! the allocation says (same GPU, same parent in the same framework): an allocation made for
-//! another node or read against the wrong inventory is an error, never a guess.
+//! another node or read against the wrong inventory is an error, never a guess. That check is
+//! [`super::handoff::check_allocation`], the one every export shares.
 
 use crate::error::{IntegrationError, Result, fail};
 use gpu_core::{AllocatedDevice, Allocation, NodeTopology, Vendor};
@@ -194,15 +195,8 @@ pub fn virtual_machine(
     prefix: &str,
     licensing: Option<&CloudConfig>,
 ) -> Result<VirtualMachine> {
-    if allocation.node != node.node {
-        fail!(
-            Invalid,
-            "the allocation of Machine {} is for node {}, not {}",
-            allocation.machine,
-            allocation.node,
-            node.node
-        );
-    }
+    // The one hand-off check every export shares.
+    super::handoff::check_allocation(allocation, node)?;
     let name = object_name(name.unwrap_or(&allocation.machine))?;
     let mut gpus = Vec::new();
     let mut host_devices = Vec::new();
@@ -244,16 +238,6 @@ pub fn virtual_machine(
                             node.node
                         ))
                     })?;
-                if p.framework != *framework {
-                    fail!(
-                        Invalid,
-                        "request {request}: the allocation puts a {} vGPU on {parent}, but that \
-                         parent is {} on node {}",
-                        framework.as_str(),
-                        p.framework.as_str(),
-                        node.node
-                    );
-                }
                 let vendor = p
                     .gpu
                     .and_then(|g| node.gpu_by_address(&g))

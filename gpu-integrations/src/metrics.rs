@@ -44,6 +44,13 @@ struct ParentProfile {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuProfile {
+    node: String,
+    gpu: String,
+    profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GpuLabels {
     node: String,
     gpu: String,
@@ -113,6 +120,7 @@ pub fn render(
     let vram = Gauges::<NodeState>::default();
     let devices = Gauges::<NodeHealth>::default();
     let available = Gauges::<ParentProfile>::default();
+    let gpu_available = Gauges::<GpuProfile>::default();
     let gpu_state = Gauges::<GpuLabels>::default();
     let gpu_health = Gauges::<GpuHealthLabels>::default();
     let gpu_memory = Gauges::<NodeParent>::default();
@@ -201,6 +209,28 @@ pub fn render(
                 })
                 .set(gauge_value(parent.instances.len() as u64));
         }
+        // Per GPU (or virtual parent such as `mbochs`): the parents' counts capped by the pool
+        // they share, the figure that adds up across GPUs (`gpuslice topology`'s FREE column).
+        for (key, members) in gpu_core::pool::parents_by_pool(node) {
+            let gpu = key
+                .pci()
+                .and_then(|a| node.gpu_by_address(&a))
+                .map_or_else(|| key.to_string(), |g| g.name.clone());
+            let mut seen = BTreeSet::new();
+            for offer in gpu_core::pool::profile_offers(&members, node.pool(&key)) {
+                let label = profile_label(&offer.name);
+                if !seen.insert(label.clone()) {
+                    continue;
+                }
+                gpu_available
+                    .get_or_create(&GpuProfile {
+                        node: n(),
+                        gpu: esc(&gpu),
+                        profile: esc(&label),
+                    })
+                    .set(i64::from(offer.free));
+            }
+        }
         for pool in &node.mediated_devices.pools {
             for (state, v) in [("total", pool.total_mib), ("used", pool.used_mib)] {
                 pool_fb
@@ -262,8 +292,13 @@ pub fn render(
     );
     registry.register(
         "gpuslice_vgpu_available_instances",
-        "vGPU instances of a profile that can still be created on a parent (capped by the GPU's framebuffer pool)",
+        "vGPU instances of a profile that can still be created on one parent (capped by the GPU's framebuffer pool); the parents of one GPU share that pool, so these per-parent values do not add up: sum gpuslice_gpu_vgpu_available_instances for what the GPUs can still hold",
         available,
+    );
+    registry.register(
+        "gpuslice_gpu_vgpu_available_instances",
+        "vGPU instances of a profile that can still be created on one GPU (or virtual parent), all its parents together, capped by its framebuffer pool; these add up across GPUs",
+        gpu_available,
     );
     registry.register(
         "gpuslice_gpu_state",

@@ -241,7 +241,7 @@ impl RealHost {
                 format!("root {} is not a directory", root.display()),
             ));
         }
-        let is_machine = std::fs::canonicalize(&root).is_ok_and(|c| c == Path::new("/"));
+        let is_machine = crate::open::is_local_root(&root);
         let confined = if is_machine {
             None
         } else {

@@ -10,6 +10,8 @@
 //! Every access goes through the small [`Host`] trait over one injected root, so the same code
 //! runs against `/`, a directory tree, a replayed umockdev recording ([`umockdev`]), or the public
 //! fake kernel (`testing::FakeKernel`, feature `testing`) that reacts to writes as a real kernel does.
+//! The same fake kernel over a directory kept between processes is the sandbox host
+//! ([`sandbox`], feature `sandbox`; a root written `sandbox:DIR`).
 //! [`doctor`] checks whether the node is ready at all (IOMMU, vfio-pci, the vGPU manager, ...).
 
 pub mod actuate;
@@ -24,14 +26,16 @@ pub mod link;
 pub mod observed;
 pub mod open;
 pub mod resolver;
-#[cfg(feature = "testing")]
+#[cfg(feature = "sandbox")]
+pub mod sandbox;
+#[cfg(feature = "sandbox")]
 pub mod testing;
 pub mod umockdev;
 
 pub use confine::{OutsideRoot, is_outside_root};
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
-pub use open::{OpenedRoot, open_root};
+pub use open::{OpenedRoot, RootKind, is_local_root, open_root};
 
 /// The node name to use when none is given: this machine's hostname, else `localhost`.
 pub fn default_node_name() -> String {

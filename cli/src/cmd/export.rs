@@ -1,13 +1,14 @@
 //! `gpuslice export`: hand devices to QEMU, libvirt, KubeVirt, cloud-init or Kubernetes DRA.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use gpu_core::{Allocation, MdevUuid, NodeTopology, PciAddress};
+use gpu_core::{MdevUuid, PciAddress};
 
+use crate::cmd::handoff::{self as handoff_cmd, read_allocation};
 use crate::common::{Global, Output, load_nodes};
 use gpu_integrations::dra::{self, DraOptions, K8sVersion, model::Object};
 use gpu_integrations::{cloud_init, device_nodes, handoff, kubevirt, yaml};
@@ -29,7 +30,7 @@ pub enum ExportCommand {
     Kubevirt(KubevirtArgs),
     /// A KubeVirt VirtualMachine fragment for an allocation: `gpus`/`hostDevices` with the resource
     /// names `export kubevirt` permits, and the guest licensing files with --license-token.
-    Vm(VmArgs),
+    Vm(crate::cmd::export_vm::VmArgs),
     /// cloud-init `write_files` licensing an NVIDIA vGPU guest.
     CloudInit(CloudInitArgs),
     /// Kubernetes DRA ResourceSlices and DeviceClasses (YAML; `-o json` for a List).
@@ -53,10 +54,14 @@ pub struct HandoffArgs {
     /// With --allocation holding several: the Machine whose devices to hand off.
     #[arg(long, value_name = "NAME", requires = "allocation")]
     pub machine: Option<String>,
-    /// With --address: look the address up in this fleet file (node from --node) instead of
+    /// Check the devices against this fleet file's node (the allocation's, or --node) instead of
     /// this host.
-    #[arg(long, value_name = "FLEET", requires = "address")]
+    #[arg(long, value_name = "FLEET")]
     pub inventory: Option<PathBuf>,
+    /// Hand off a device that does not exist on the node or that another VM holds open (each
+    /// is then a warning on stderr instead of a refusal). A blocked GPU is always refused.
+    #[arg(long)]
+    pub force: bool,
     /// Print the device nodes the VM's process must be allowed to open instead (`/dev/vfio/vfio`,
     /// `/dev/vfio/<group>`, `/dev/iommu`, `/dev/vfio/devices/vfioN`), read from this host: one
     /// per line, or `-o json` per device.
@@ -75,29 +80,6 @@ pub struct KubevirtArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub configured_only: Option<bool>,
     /// The resource-name prefix of NVIDIA devices.
-    #[arg(long, value_name = "PREFIX", default_value = kubevirt::DEFAULT_PREFIX)]
-    pub resource_prefix: String,
-}
-
-/// `export vm` arguments.
-#[derive(Args, Debug)]
-pub struct VmArgs {
-    /// The allocation (the JSON/YAML `place` prints, one allocation or several).
-    #[arg(long, value_name = "FILE")]
-    pub allocation: PathBuf,
-    /// With an allocation file holding several: the Machine to describe.
-    #[arg(long, value_name = "NAME")]
-    pub machine: Option<String>,
-    /// The VirtualMachine's name (default: the Machine's).
-    #[arg(long, value_name = "NAME")]
-    pub name: Option<String>,
-    /// Add the guest licensing files (cloud-init) for this NVIDIA client configuration token.
-    #[arg(long, value_name = "FILE")]
-    pub license_token: Option<PathBuf>,
-    /// Look the allocation's node up in this fleet file instead of this host.
-    #[arg(long, value_name = "FLEET")]
-    pub inventory: Option<PathBuf>,
-    /// The resource-name prefix of NVIDIA devices (as given to `export kubevirt`).
     #[arg(long, value_name = "PREFIX", default_value = kubevirt::DEFAULT_PREFIX)]
     pub resource_prefix: String,
 }
@@ -210,56 +192,28 @@ fn print_device_nodes(g: &Global, devices: &[handoff::VmDevice]) -> anyhow::Resu
     Ok(())
 }
 
+/// The devices to hand off, checked against the node ([`crate::cmd::handoff`]): refused when
+/// one does not exist or another VM has it (unless `--force`), warned about when not free.
 fn handoff_devices(g: &Global, a: &HandoffArgs) -> anyhow::Result<Vec<handoff::VmDevice>> {
-    if let Some(uuid) = a.uuid {
-        return Ok(vec![handoff::VmDevice::Mdev { uuid }]);
-    }
     if let Some(path) = &a.allocation {
         let allocation = read_allocation(path, a.machine.as_deref())?;
-        return Ok(handoff::allocation_devices(&allocation));
+        let target = handoff_cmd::target(g, a.inventory.as_deref(), Some(&allocation.node))?;
+        return handoff_cmd::checked_allocation(&target, &allocation, a.force);
     }
-    let Some(address) = a.address else {
-        bail!("name the device with --uuid, --address or --allocation");
+    let target = handoff_cmd::target(g, a.inventory.as_deref(), None)?;
+    let devices = match (a.uuid, a.address) {
+        (Some(uuid), _) => vec![handoff::VmDevice::Mdev { uuid }],
+        (None, Some(address)) => match handoff::address_devices(&target.node, &address) {
+            Ok(d) => d,
+            // With --force the check below says what the address is not (and a blocked GPU
+            // is still refused there).
+            Err(_) if a.force => vec![handoff::VmDevice::Pci { address }],
+            Err(e) => return Err(e.into()),
+        },
+        (None, None) => bail!("name the device with --uuid, --address or --allocation"),
     };
-    let node = pick_node(g, a.inventory.as_deref())?;
-    Ok(handoff::address_devices(&node, &address)?)
-}
-
-/// The node to look an address up in: this host, or the `--node` of a fleet file.
-fn pick_node(g: &Global, inventory: Option<&Path>) -> anyhow::Result<NodeTopology> {
-    // This host is one node, named as `--node` says: the match finds it either way.
-    let (nodes, _) = load_nodes(g, inventory)?;
-    match (&g.node, nodes.len()) {
-        (Some(name), _) => nodes
-            .into_iter()
-            .find(|n| &n.node == name)
-            .with_context(|| format!("node {name} is not in the fleet")),
-        (None, 1) => nodes.into_iter().next().context("empty fleet"),
-        (None, n) => bail!("the fleet has {n} nodes; name one with --node"),
-    }
-}
-
-/// Reads the allocation of a file (see [`handoff::allocations_in`]): the only one, or
-/// `machine`'s.
-pub(crate) fn read_allocation(path: &Path, machine: Option<&str>) -> anyhow::Result<Allocation> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read allocation file {}", path.display()))?;
-    let mut allocations = handoff::allocations_in(&text, machine)
-        .with_context(|| format!("allocation file {}", path.display()))?;
-    match allocations.len() {
-        1 => Ok(allocations.remove(0)),
-        0 => bail!(
-            "allocation file {} holds no allocation{}",
-            path.display(),
-            machine
-                .map(|m| format!(" for machine {m}"))
-                .unwrap_or_default()
-        ),
-        n => bail!(
-            "allocation file {} holds {n} allocations; pick one with --machine",
-            path.display()
-        ),
-    }
+    handoff_cmd::checked_devices(&target, &devices, a.force)?;
+    Ok(devices)
 }
 
 fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {

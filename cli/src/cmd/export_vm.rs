@@ -1,13 +1,43 @@
 //! `gpuslice export vm`: a KubeVirt VirtualMachine fragment for an allocation.
 
-use anyhow::{Context, bail};
+use std::path::PathBuf;
 
-use crate::cmd::export::{VmArgs, read_allocation};
-use crate::common::load_nodes;
+use anyhow::Context;
+use clap::Args;
+
+use crate::cmd::handoff::{checked_allocation, read_allocation, target};
 use crate::common::{Global, Output};
-use gpu_integrations::{cloud_init, kubevirt_vm, yaml};
+use gpu_integrations::{cloud_init, kubevirt, kubevirt_vm, yaml};
 
-/// Runs `gpuslice export vm`. Everything is read and checked before anything is printed.
+/// `export vm` arguments.
+#[derive(Args, Debug)]
+pub struct VmArgs {
+    /// The allocation (the JSON/YAML `place` prints, one allocation or several).
+    #[arg(long, value_name = "FILE")]
+    pub allocation: PathBuf,
+    /// With an allocation file holding several: the Machine to describe.
+    #[arg(long, value_name = "NAME")]
+    pub machine: Option<String>,
+    /// The VirtualMachine's name (default: the Machine's).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Add the guest licensing files (cloud-init) for this NVIDIA client configuration token.
+    #[arg(long, value_name = "FILE")]
+    pub license_token: Option<PathBuf>,
+    /// Look the allocation's node up in this fleet file instead of this host.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: Option<PathBuf>,
+    /// Describe the VM even when one of its devices does not exist on the node or another VM
+    /// holds it open (each is then a warning on stderr instead of a refusal).
+    #[arg(long)]
+    pub force: bool,
+    /// The resource-name prefix of NVIDIA devices (as given to `export kubevirt`).
+    #[arg(long, value_name = "PREFIX", default_value = kubevirt::DEFAULT_PREFIX)]
+    pub resource_prefix: String,
+}
+
+/// Runs `gpuslice export vm`. Everything is read and checked (the one hand-off check every
+/// export shares) before anything is printed.
 ///
 /// # Errors
 /// When the allocation or token cannot be read, or the allocation does not fit the node.
@@ -25,35 +55,21 @@ pub fn run(g: &Global, a: &VmArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
-    let node = if a.inventory.is_some() {
-        let Some(n) = nodes.iter().find(|n| n.node == allocation.node) else {
-            bail!(
-                "the allocation of Machine {} is for node {}, which the fleet file has not",
+    let target = target(g, a.inventory.as_deref(), Some(&allocation.node)).map_err(|e| {
+        if a.inventory.is_some() {
+            anyhow::anyhow!(
+                "the allocation of Machine {} is for node {}, which the fleet file has not ({e})",
                 allocation.machine,
                 allocation.node
-            );
-        };
-        n
-    } else {
-        let Some(n) = nodes.first() else {
-            bail!("discovery returned no node");
-        };
-        if n.node != allocation.node {
-            bail!(
-                "the allocation of Machine {} is for node {}, but this host is node {} (pass \
-                 --node {} if that is this host's name, or --inventory FLEET)",
-                allocation.machine,
-                allocation.node,
-                n.node,
-                allocation.node
-            );
+            )
+        } else {
+            e
         }
-        n
-    };
+    })?;
+    checked_allocation(&target, &allocation, a.force)?;
     let vm = kubevirt_vm::virtual_machine(
         &allocation,
-        node,
+        &target.node,
         a.name.as_deref(),
         &a.resource_prefix,
         licensing.as_ref(),

@@ -25,7 +25,9 @@ pub struct PlaceArgs {
     /// The Machine to place: a JSON or YAML file (`-` reads standard input).
     #[arg(long, value_name = "SPEC")]
     pub machine: PathBuf,
-    /// How to choose among nodes and GPUs that fit.
+    /// How to choose among nodes and GPUs that fit: binpack (fill used nodes and GPUs first),
+    /// spread (the opposite), or firstfit (the first node in node order that fits, as the
+    /// Kubernetes DRA allocator does).
     #[arg(long, default_value = "binpack", value_parser = parse_policy, value_name = "POLICY")]
     pub policy: Policy,
     /// Write the fleet back to FLEET with the new allocation recorded as pending.

@@ -64,13 +64,16 @@ use parse::{
 };
 pub use presets::{
     A2_TYPES, L40S_TYPES, add_a2_mdev_gpu, add_passthrough_devices, add_sample_mdev_drivers,
+    sample_pools,
 };
 
 /// Where NVIDIA installs `sriov-manage`.
 const SRIOV_MANAGE: &str = "/usr/lib/nvidia/sriov-manage";
 
-/// A pool of capacity shared by types, and how it is counted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A pool of capacity shared by types, and how it is counted. Its serde form is what a
+/// sandbox keeps in its state file (`crate::sandbox`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
 pub enum FakePool {
     /// The kernel's sample drivers: each type costs some units of one parent's total
     /// (`mbochs`: 256 MB with 4/16/64 MB types; `mtty`: 24 ports; `mdpy`: 4 instances).
@@ -87,6 +90,7 @@ pub enum FakePool {
     /// NVIDIA mdev on one physical GPU: the card's framebuffer is `max_instance × framebuffer`
     /// from the types' `description`; all instances on the card have one size; each parent holds
     /// at most `per_parent` instances (1 for SR-IOV VFs).
+    #[serde(rename_all = "camelCase")]
     NvidiaMdev {
         /// Parent names under `sys/class/mdev_bus` (the VFs, or the PF on pre-Ampere cards).
         parents: Vec<String>,
@@ -94,6 +98,7 @@ pub enum FakePool {
         per_parent: Option<u32>,
     },
     /// NVIDIA vendor-specific VFIO on one physical GPU.
+    #[serde(rename_all = "camelCase")]
     VendorVfio {
         /// The physical function.
         pf: PciAddress,
@@ -219,6 +224,17 @@ impl FakeKernel {
             if let Some(drv) = link_last(&fs, &format!("sys/bus/pci/devices/{d}/driver")) {
                 if drv != "vfio-pci" {
                     state.host_drivers.insert(a, drv);
+                }
+            }
+        }
+        // A tree written by an earlier kernel (a sandbox's, in another process) already holds
+        // VFIO devices: their indices are taken.
+        for bus in ["sys/bus/pci/devices", "sys/bus/mdev/devices"] {
+            for d in fs.list(bus).unwrap_or_default() {
+                for e in fs.list(&format!("{bus}/{d}/vfio-dev")).unwrap_or_default() {
+                    if let Some(n) = e.strip_prefix("vfio").and_then(|n| n.parse().ok()) {
+                        state.vfio_devs.insert(n);
+                    }
                 }
             }
         }
@@ -353,6 +369,10 @@ impl FakeKernel {
         let pid = {
             let mut st = self.lock();
             st.next_pid += 1;
+            // Processes made by an earlier kernel over the same tree keep their numbers.
+            while self.root.join(format!("proc/{}", st.next_pid)).exists() {
+                st.next_pid += 1;
+            }
             st.next_pid
         };
         let node_file = self.root.join(node.trim_start_matches('/'));
@@ -398,6 +418,17 @@ impl FakeKernel {
     /// Every write so far, in order.
     pub fn writes(&self) -> Vec<WriteRecord> {
         self.lock().writes.clone()
+    }
+
+    /// The driver `drivers_probe` binds each device to when it has no override: those bound at
+    /// [`FakeKernel::new`] (vfio-pci aside) and those set by [`FakeKernel::with_host_driver`].
+    pub fn host_drivers(&self) -> BTreeMap<PciAddress, String> {
+        self.lock().host_drivers.clone()
+    }
+
+    /// The pools declared with [`FakeKernel::with_pool`].
+    pub fn pools(&self) -> &[FakePool] {
+        &self.pools
     }
 
     /// Every program run so far, with its arguments.

@@ -21,32 +21,7 @@ impl FakeKernel {
 
     /// Declares the pools of the sample drivers added by [`add_sample_mdev_drivers`].
     pub fn with_sample_pools(self) -> Self {
-        self.with_pool(FakePool::Units {
-            parent: "mbochs".to_owned(),
-            total: 256,
-            costs: vec![
-                ("mbochs-small".to_owned(), 4),
-                ("mbochs-medium".to_owned(), 16),
-                ("mbochs-large".to_owned(), 64),
-            ],
-            full_errno: errno::ENOSPC,
-        })
-        .with_pool(FakePool::Units {
-            parent: "mtty".to_owned(),
-            total: 24,
-            costs: vec![("mtty-1".to_owned(), 1), ("mtty-2".to_owned(), 2)],
-            full_errno: errno::ENOSPC,
-        })
-        .with_pool(FakePool::Units {
-            parent: "mdpy".to_owned(),
-            total: 4,
-            costs: vec![
-                ("mdpy-vga".to_owned(), 1),
-                ("mdpy-xga".to_owned(), 1),
-                ("mdpy-hd".to_owned(), 1),
-            ],
-            full_errno: errno::EUSERS,
-        })
+        sample_pools().into_iter().fold(self, FakeKernel::with_pool)
     }
 
     /// An NVIDIA A2 (16 GB) at `0000:08:00.0` in the mdev framework: 16 VFs `0000:08:00.4` …
@@ -384,4 +359,38 @@ pub fn add_passthrough_devices(b: &mut TreeBuilder) {
             .driver("snd_hda_intel")
             .group(5),
     );
+}
+
+/// The pools of the kernel's sample mdev drivers as observed on Linux 6.1: `mbochs` (256 MB,
+/// `mbochs-small`/`-medium`/`-large` = 4/16/64 MB), `mtty` (24 ports, `mtty-1`/`mtty-2`) and
+/// `mdpy` (4 instances, `EUSERS` when full).
+pub fn sample_pools() -> Vec<FakePool> {
+    vec![
+        FakePool::Units {
+            parent: "mbochs".to_owned(),
+            total: 256,
+            costs: vec![
+                ("mbochs-small".to_owned(), 4),
+                ("mbochs-medium".to_owned(), 16),
+                ("mbochs-large".to_owned(), 64),
+            ],
+            full_errno: errno::ENOSPC,
+        },
+        FakePool::Units {
+            parent: "mtty".to_owned(),
+            total: 24,
+            costs: vec![("mtty-1".to_owned(), 1), ("mtty-2".to_owned(), 2)],
+            full_errno: errno::ENOSPC,
+        },
+        FakePool::Units {
+            parent: "mdpy".to_owned(),
+            total: 4,
+            costs: vec![
+                ("mdpy-vga".to_owned(), 1),
+                ("mdpy-xga".to_owned(), 1),
+                ("mdpy-hd".to_owned(), 1),
+            ],
+            full_errno: errno::EUSERS,
+        },
+    ]
 }
