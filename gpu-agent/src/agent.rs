@@ -963,7 +963,7 @@ impl Agent {
             .await?;
         let mut value = serde_json::to_value(&report).unwrap_or_default();
         if !dry_run {
-            let left_alone: Vec<&gpu_core::layout::GpuPlan> = report.plan.refused().collect();
+            let left_alone: Vec<_> = report.plan.refused().collect();
             let rev = me.bus.publish(
                 EventKind::LayoutApplied,
                 serde_json::json!({

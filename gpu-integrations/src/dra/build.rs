@@ -178,12 +178,12 @@ fn counters(pairs: impl IntoIterator<Item = (String, String)>) -> BTreeMap<Strin
 
 /// The devices and counter set of one GPU.
 #[derive(Debug, Clone, Default)]
-struct GpuPlan {
+struct GpuDevices {
     counter_set: Option<CounterSet>,
     devices: Vec<Device>,
 }
 
-impl GpuPlan {
+impl GpuDevices {
     fn counter_count(&self) -> usize {
         self.counter_set.as_ref().map_or(0, |c| c.counters.len())
     }
@@ -244,7 +244,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn plan_gpu(&mut self, gpu: &Gpu) -> GpuPlan {
+    fn plan_gpu(&mut self, gpu: &Gpu) -> GpuDevices {
         let addr = gpu.address;
         if gpu.state == GpuState::Blocked {
             self.warnings.push(format!(
@@ -252,7 +252,7 @@ impl Ctx<'_> {
                 gpu.name,
                 gpu.state_reason.as_deref().unwrap_or("cannot go to a VM")
             ));
-            return GpuPlan::default();
+            return GpuDevices::default();
         }
         let parents: Vec<_> = self
             .node
@@ -343,7 +343,7 @@ impl Ctx<'_> {
                     .as_deref()
                     .unwrap_or("bound to vfio-pci or held by a VM")
             ));
-            return GpuPlan::default();
+            return GpuDevices::default();
         }
         // SR-IOV frameworks hold one vGPU per parent (VF); a PF mdev parent holds many.
         let one_per_parent =
@@ -351,7 +351,7 @@ impl Ctx<'_> {
 
         let common_gpu = self.common_attributes(gpu, "gpu");
         let taints = self.taints(gpu);
-        let mut plan = GpuPlan::default();
+        let mut plan = GpuDevices::default();
         let set_name = counter_set_name(&addr);
         // MIG-backed vGPUs made outside Kubernetes hold slots: where the pool knows each one's
         // start (NVML's placements), the placements beside them are published; otherwise none.
@@ -716,7 +716,7 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
     };
     let mut gpus: Vec<&Gpu> = node.gpus.iter().collect();
     gpus.sort_by_key(|g| g.address);
-    let plans: Vec<GpuPlan> = gpus.iter().map(|g| ctx.plan_gpu(g)).collect();
+    let plans: Vec<GpuDevices> = gpus.iter().map(|g| ctx.plan_gpu(g)).collect();
 
     let mut drafts: Vec<Draft> = Vec::new();
     if opts.version.splits_counters() {
