@@ -35,7 +35,9 @@ pub mod testing;
 
 pub use address::PciAddress;
 pub use allocation::{AllocatedDevice, Allocation, AllocationStatus};
-pub use error::{ConfigDocError, CoreError};
+pub use error::{
+    Classified, ClassifiedError, ConfigDocError, CoreError, ErrorDetail, Input, error_chain,
+};
 pub use fleet::Fleet;
 pub use health::{Health, HealthState};
 pub use ids::{MdevUuid, MiB, ParentId, VgpuTypeId};

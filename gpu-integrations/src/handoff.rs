@@ -5,7 +5,7 @@
 //! come from the actuation layer (`gpu_sysfs::actuate::handoff`), which also returns them from
 //! create and bind; this module picks the devices of an allocation or an address and joins them.
 
-use crate::error::{IntegrationError, Result, fail};
+use crate::error::{Result, error, fail};
 use gpu_core::{
     AllocatedDevice, Allocation, MdevUuid, NodeTopology, ParentId, PciAddress, VgpuFramework,
 };
@@ -123,7 +123,7 @@ pub fn allocations_in(
 pub fn allocation_qemu_args(allocation: &Allocation, node: &NodeTopology) -> Result<Vec<String>> {
     if allocation.node != node.node {
         fail!(
-            Invalid,
+            Invalid, allocation.machine;
             "the allocation of {} is on node {}, not {}",
             allocation.machine,
             allocation.node,
@@ -134,7 +134,7 @@ pub fn allocation_qemu_args(allocation: &Allocation, node: &NodeTopology) -> Res
         if let AllocatedDevice::Gpu { address, .. } = d {
             if node.gpu_by_address(address).is_none() {
                 fail!(
-                    NotFound,
+                    NotFound, address;
                     "the allocation of {} names GPU {address}, which node {} does not have",
                     allocation.machine,
                     node.node
@@ -153,7 +153,7 @@ pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> Result<Vec<
     if let Some(gpu) = node.gpu_by_address(address) {
         if gpu.state == gpu_core::GpuState::Blocked {
             fail!(
-                Refused,
+                Refused, address;
                 "GPU {} ({address}) cannot go to a VM: {}",
                 gpu.name,
                 gpu.state_reason.as_deref().unwrap_or("it is blocked")
@@ -174,14 +174,14 @@ pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> Result<Vec<
         .iter()
         .find(|p| p.id == ParentId::Pci(*address) && p.framework == VgpuFramework::VendorVfio)
         .ok_or_else(|| {
-            IntegrationError::NotFound(format!(
+            error!(NotFound, address;
                 "{address} is neither a GPU nor a vendor-VFIO VF on node {}",
                 node.node
-            ))
+            )
         })?;
     if vf.instances.is_empty() {
         fail!(
-            Refused,
+            Refused, address;
             "VF {address} has no vGPU type set; create one first (gpuslice vgpu create)"
         );
     }

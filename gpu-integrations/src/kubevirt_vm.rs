@@ -11,7 +11,7 @@
 //! the allocation says (same GPU, same parent in the same framework): an allocation made for
 //! another node or read against the wrong inventory is an error, never a guess.
 
-use crate::error::{IntegrationError, Result, fail};
+use crate::error::{Result, error, fail};
 use gpu_core::{AllocatedDevice, Allocation, NodeTopology, Vendor};
 use serde::Serialize;
 
@@ -174,7 +174,7 @@ fn object_name(name: &str) -> Result<String> {
             .is_some_and(|b| b.is_ascii_alphanumeric());
     if !ok {
         fail!(
-            Invalid,
+            Invalid, name;
             "{name:?} is not a Kubernetes object name (lower-case letters, digits, '-' and '.'; \
              pass --name)"
         );
@@ -196,7 +196,7 @@ pub fn virtual_machine(
 ) -> Result<VirtualMachine> {
     if allocation.node != node.node {
         fail!(
-            Invalid,
+            Invalid, allocation.machine;
             "the allocation of Machine {} is for node {}, not {}",
             allocation.machine,
             allocation.node,
@@ -213,10 +213,10 @@ pub fn virtual_machine(
                 request, address, ..
             } => {
                 let gpu = node.gpu_by_address(address).ok_or_else(|| {
-                    IntegrationError::NotFound(format!(
+                    error!(NotFound, address;
                         "request {request}: GPU {address} is not on node {}",
                         node.node
-                    ))
+                    )
                 })?;
                 let i = whole_index.entry(request.as_str()).or_insert(0);
                 host_devices.push(DeviceRef {
@@ -239,14 +239,14 @@ pub fn virtual_machine(
                     .iter()
                     .find(|p| &p.id == parent)
                     .ok_or_else(|| {
-                        IntegrationError::NotFound(format!(
+                        error!(NotFound, parent;
                             "request {request}: vGPU parent {parent} is not on node {}",
                             node.node
-                        ))
+                        )
                     })?;
                 if p.framework != *framework {
                     fail!(
-                        Invalid,
+                        Invalid, format!("request {request}");
                         "request {request}: the allocation puts a {} vGPU on {parent}, but that \
                          parent is {} on node {}",
                         framework.as_str(),

@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::error::{IntegrationError, Result, fail};
+use crate::error::{IntegrationError, Result, error, fail};
 use gpu_core::{
     Gpu, GpuState, HealthState, MigGeometry, MigOccupancy, NodeTopology, ParentId, PciAddress,
     Pool, Profile, nvidia,
@@ -696,14 +696,14 @@ impl Draft {
 pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices> {
     if !is_dns_subdomain(&node.node) {
         fail!(
-            Invalid,
+            Invalid, node.node;
             "node name {:?} is not a Kubernetes node name (a lowercase DNS subdomain)",
             node.node
         );
     }
     if !is_dns_subdomain(&opts.driver) {
         fail!(
-            Invalid,
+            Invalid, opts.driver;
             "driver name {:?} is not a lowercase DNS subdomain such as gpu.example.com",
             opts.driver
         );
@@ -749,7 +749,7 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
             if !fits(&current) {
                 if !fits(&Draft::default()) {
                     fail!(
-                        Refused,
+                        Refused, gpu.address;
                         "{} ({}) has {} devices and {} counters, more than one ResourceSlice holds under Kubernetes 1.34; use --k8s-version 1.35 or later",
                         gpu.name,
                         gpu.address,
@@ -771,7 +771,7 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
         drafts.push(Draft::default());
     }
     let count = i64::try_from(drafts.len())
-        .map_err(|_| IntegrationError::Refused("too many slices".into()))?;
+        .map_err(|_| error!(Refused, "ResourceSlices"; "too many slices"))?;
     let slices = drafts
         .into_iter()
         .enumerate()
@@ -798,7 +798,7 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
     for s in &slices {
         if !is_dns_subdomain(&s.metadata.name) {
             fail!(
-                Invalid,
+                Invalid, s.metadata.name;
                 "slice name {:?} is longer than 253 characters; use a shorter driver name",
                 s.metadata.name
             );
@@ -863,12 +863,11 @@ pub fn export(nodes: &[NodeTopology], opts: &DraOptions) -> Result<Export> {
         .collect();
     let violations = super::rules::check(&slices, opts.version);
     if !violations.is_empty() {
-        fail!(
-            Internal,
-            "the generated slices break Kubernetes {} rules (a gpuslice bug): {}",
-            opts.version,
-            violations.join("; ")
-        );
+        return Err(IntegrationError::RulesBroken {
+            what: "slices",
+            version: opts.version.to_string(),
+            violations,
+        });
     }
     Ok(Export { objects, warnings })
 }

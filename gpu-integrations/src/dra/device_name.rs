@@ -12,7 +12,7 @@ use std::str::FromStr;
 
 use gpu_core::PciAddress;
 
-use crate::error::IntegrationError;
+use crate::error::{IntegrationError, error};
 
 /// A device gpuslice publishes, named by the GPU that backs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -115,9 +115,9 @@ impl FromStr for DeviceName {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         parse(s).ok_or_else(|| {
-            IntegrationError::Invalid(format!(
+            error!(Invalid, s;
                 "{s:?} is not a gpuslice device name (gpu-DDDD-BB-DD-F, vgpu-DDDD-BB-DD-F-<MiB>mi, vgpu-DDDD-BB-DD-F-mixed or mig-DDDD-BB-DD-F-<n>g-<MiB>mi-s<start>)"
-            ))
+            )
         })
     }
 }

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::error::{IntegrationError, Result, fail};
+use crate::error::{Result, error, fail};
 use gpu_core::{
     GpuState, MdevUuid, NodeTopology, Parent, ParentId, PciAddress, VgpuFramework, VgpuTypeId,
     nvidia,
@@ -119,7 +119,7 @@ impl PrepareInput {
             .and_then(|s| s.allocation.as_ref())
             .map(|a| &a.devices)
             .or(self.devices.as_ref())
-            .ok_or_else(|| IntegrationError::Invalid("the input holds no allocation: expected a ResourceClaim with status.allocation, or an AllocationResult with devices.results".into()))
+            .ok_or_else(|| error!(Invalid, "allocation"; "the input holds no allocation: expected a ResourceClaim with status.allocation, or an AllocationResult with devices.results"))
     }
 
     /// The claim UID from the metadata.
@@ -202,7 +202,7 @@ pub fn parse_device_name(node: &NodeTopology, name: &str) -> Result<PublishedDev
     match name.parse::<DeviceName>() {
         Ok(d) if node.gpu_by_address(&d.gpu()).is_some() => Ok(d),
         _ => fail!(
-            NotFound,
+            NotFound, name;
             "device {name:?} is not published by any GPU of node {}",
             node.node
         ),
@@ -228,7 +228,7 @@ fn profile_for(config: &[AllocationConfig], driver: &str, request: &str) -> Resu
         match o.parameters.get("profile") {
             Some(serde_json::Value::String(p)) => found = Some(p.clone()),
             Some(other) => fail!(
-                Invalid,
+                Invalid, format!("request {request}");
                 "request {request}: profile must be a string, got {other}"
             ),
             None => {}
@@ -278,7 +278,7 @@ pub fn plan_prepare(
     for r in input.results.iter().filter(|r| r.driver == driver) {
         if r.pool != node.node {
             fail!(
-                Invalid,
+                Invalid, format!("request {}", r.request);
                 "request {}: device {} is in pool {}, this node is {}",
                 r.request,
                 r.device,
@@ -293,19 +293,19 @@ pub fn plan_prepare(
         let (gpu, size, mig) = match published {
             PublishedDevice::Gpu(address) => {
                 let g = node.gpu_by_address(&address).ok_or_else(|| {
-                    IntegrationError::NotFound(format!(
+                    error!(NotFound, address;
                         "GPU {address} is not on node {}",
                         node.node
-                    ))
+                    )
                 })?;
                 if g.state == GpuState::Blocked {
-                    fail!(Refused, "request {}: GPU {address} is blocked", r.request);
+                    fail!(Refused, format!("request {}", r.request); "request {}: GPU {address} is blocked", r.request);
                 }
                 // Only a free GPU is published whole. One already on vfio-pci may be another
                 // VM's: binding it would be a no-op that unprepare then undoes by releasing it.
                 if g.state != GpuState::Free {
                     fail!(
-                        Refused,
+                        Refused, format!("request {}", r.request);
                         "request {}: device {} (GPU {address}) is not published: it is {} ({}); \
                          nothing was changed",
                         r.request,
@@ -353,16 +353,16 @@ pub fn plan_prepare(
                 .find(|n| nvidia::names_match(n, &w))
                 .cloned()
                 .ok_or_else(|| {
-                    IntegrationError::NotFound(format!(
+                    error!(NotFound, format!("request {}", r.request);
                         "request {}: device {} does not offer profile {w} (it offers {})",
                         r.request,
                         r.device,
                         names.iter().cloned().collect::<Vec<_>>().join(", ")
-                    ))
+                    )
                 })?,
             None if names.len() == 1 => names.iter().next().cloned().unwrap_or_default(),
             None => fail!(
-                Invalid,
+                Invalid, format!("request {}", r.request);
                 "request {}: device {} offers {}; name one in the claim's opaque config (parameters.profile)",
                 r.request,
                 r.device,
@@ -379,7 +379,7 @@ pub fn plan_prepare(
             let have = super::names::parse_quantity(reserved);
             if need.is_none() || have.is_none() || need > have {
                 fail!(
-                    Refused,
+                    Refused, format!("request {}", r.request);
                     "request {}: profile {profile} does not fit the {reserved} of framebuffer the allocation reserved",
                     r.request
                 );
@@ -405,7 +405,7 @@ pub fn plan_prepare(
         });
         let Some((parent, t)) = choice else {
             fail!(
-                Refused,
+                Refused, format!("request {}", r.request);
                 "request {}: no free parent on GPU {gpu} offers {profile}",
                 r.request
             );
@@ -432,7 +432,7 @@ pub fn plan_prepare(
                 })
             }
             (VgpuFramework::VendorVfio, ParentId::Named(n)) => {
-                fail!(Invalid, "vendor-VFIO parent {n} is not a PCI function")
+                fail!(Invalid, n; "vendor-VFIO parent {n} is not a PCI function")
             }
         }
     }

@@ -22,10 +22,6 @@ pub const DEFAULT_STATE_DIR: &str = "var/lib/gpuslice/dra";
 /// The largest claim file read back.
 const MAX_CLAIM_BYTES: usize = 4 << 20;
 
-fn state_error(what: &str, path: &Path, e: impl std::fmt::Display) -> IntegrationError {
-    IntegrationError::State(format!("{what} {}: {e}", path.display()))
-}
-
 /// The claim store of a node.
 #[derive(Debug)]
 pub struct ClaimStore {
@@ -53,7 +49,7 @@ impl ClaimStore {
                     .and_then(|n| n.to_str())
                     .filter(|n| !n.is_empty() && *n != "..");
                 let Some(name) = name else {
-                    fail!(Invalid, "state directory {} has no name", d.display());
+                    fail!(Invalid, d.display(); "state directory {} has no name", d.display());
                 };
                 let parent = d
                     .parent()
@@ -80,7 +76,7 @@ impl ClaimStore {
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
             || uid.starts_with('.')
         {
-            fail!(Invalid, "claim UID {uid:?} is not a Kubernetes UID");
+            fail!(Invalid, uid; "claim UID {uid:?} is not a Kubernetes UID");
         }
         Ok(format!("{}/claims/{uid}.json", self.dir))
     }
@@ -98,11 +94,17 @@ impl ClaimStore {
         let bytes = match host.read_bounded(rel, MAX_CLAIM_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(state_error("cannot read prepared claim", &path, e)),
+            Err(e) => {
+                return Err(IntegrationError::state(
+                    "cannot read prepared claim",
+                    &path,
+                    e,
+                ));
+            }
         };
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| state_error("prepared claim", &path, e))
+            .map_err(|e| IntegrationError::state("prepared claim", &path, e))
     }
 
     /// The prepared claim `uid`, or `None` when it is not recorded.
@@ -130,7 +132,13 @@ impl ClaimStore {
         let names = match host.list(&claims) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(state_error("cannot list", &self.base.join(&claims), e)),
+            Err(e) => {
+                return Err(IntegrationError::state(
+                    "cannot list",
+                    self.base.join(&claims),
+                    e,
+                ));
+            }
         };
         for name in names.iter().filter(|n| n.ends_with(".json")) {
             let Some(claim) = self.read_rel(host, &format!("{claims}/{name}"))? else {
@@ -145,12 +153,10 @@ impl ClaimStore {
     }
 
     fn host(&self) -> Result<&RealHost> {
-        self.host.as_ref().ok_or_else(|| {
-            IntegrationError::State(format!(
-                "cannot create the DRA state directory {}: {} is not a directory",
-                self.dir().display(),
-                self.base.display()
-            ))
+        self.host.as_ref().ok_or_else(|| IntegrationError::State {
+            what: "cannot create the DRA state directory".to_owned(),
+            path: self.dir(),
+            source: Some(format!("{} is not a directory", self.base.display()).into()),
         })
     }
 
@@ -165,7 +171,7 @@ impl ClaimStore {
         self.host()?;
         gpu_sysfs::host::make_state_dir(&self.base, &claims)
             .map(|_| ())
-            .map_err(|e| state_error("cannot create", &self.base.join(&claims), e))
+            .map_err(|e| IntegrationError::state("cannot create", self.base.join(&claims), e))
     }
 
     /// Records a prepared claim, creating the store, with gpuslice's one atomic writer.
@@ -176,10 +182,10 @@ impl ClaimStore {
     pub fn write(&self, claim: &PreparedClaim) -> Result<()> {
         let rel = self.claim_rel(&claim.claim_uid)?;
         let text = serde_json::to_string_pretty(claim)
-            .map_err(|e| IntegrationError::Internal(format!("cannot render the claim: {e}")))?;
+            .map_err(|e| IntegrationError::render("the claim", e))?;
         self.host()?
             .write_atomic(&rel, text.as_bytes())
-            .map_err(|e| state_error("cannot write", &self.base.join(&rel), e))
+            .map_err(|e| IntegrationError::state("cannot write", self.base.join(&rel), e))
     }
 
     /// Forgets claim `uid` (after unprepare undid it). A claim not recorded is no error.
@@ -195,12 +201,16 @@ impl ClaimStore {
         }
         // The directory is checked component by component, so the file removed is in it.
         let dir = gpu_sysfs::host::make_state_dir(&self.base, &claims)
-            .map_err(|e| state_error("cannot open", &self.base.join(&claims), e))?;
+            .map_err(|e| IntegrationError::state("cannot open", self.base.join(&claims), e))?;
         let file = dir.join(format!("{uid}.json"));
         match std::fs::remove_file(&file) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(state_error("cannot remove", &self.base.join(rel), e)),
+            Err(e) => Err(IntegrationError::state(
+                "cannot remove",
+                self.base.join(rel),
+                e,
+            )),
         }
     }
 }

@@ -85,7 +85,7 @@ impl FromStr for K8sVersion {
             Some("36") => Ok(Self::V1_36),
             Some("37") => Ok(Self::V1_37),
             _ => fail!(
-                Invalid,
+                Invalid, "Kubernetes version";
                 "unsupported Kubernetes version {s:?}: use 1.34, 1.35, 1.36 or 1.37"
             ),
         }
