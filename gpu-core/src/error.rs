@@ -51,6 +51,14 @@ pub enum CoreError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// A GPU reference was neither a per-node name, a family nor a PCI address.
+    #[error(
+        "{input:?} is neither a GPU name (nvidia0), a family (nvidia, radeon, intel, matrox, aspeed, gpu) nor a PCI address"
+    )]
+    InvalidGpu {
+        /// The text that was given.
+        input: String,
+    },
     /// A node or machine name was not acceptable.
     #[error("invalid name {input:?}: {why}")]
     InvalidName {
