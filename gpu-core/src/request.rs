@@ -42,16 +42,20 @@ impl GpuRef {
     }
 
     /// Classifies the one GPU a command names (`gpuslice gpu bind GPU`, the agent's
-    /// `/v1/gpus/{gpu}`): as [`GpuRef::parse`], with a per-node name checked as a name.
+    /// `/v1/gpus/{gpu}`): a PCI address as [`GpuRef::parse`] reads it, or else a name to look up
+    /// among the node's GPUs ([`GpuRef::Name`] even when it has no index: the node says whether
+    /// it has such a GPU).
     ///
     /// # Errors
-    /// As [`GpuRef::parse`]; [`CoreError::InvalidName`] for a name that cannot be one.
+    /// [`CoreError::InvalidPciAddress`] for a malformed address; [`CoreError::InvalidName`] for
+    /// text that cannot be a name.
     pub fn parse_one(text: &str) -> Result<Self, CoreError> {
-        let r = Self::parse(text)?;
-        if let GpuRef::Name(n) = &r {
-            crate::validate_name(n)?;
+        let t = text.trim();
+        if t.contains(':') {
+            return Self::parse(t);
         }
-        Ok(r)
+        crate::validate_name(t)?;
+        Ok(GpuRef::Name(t.to_owned()))
     }
 
     /// True for a reference to one GPU (an address or a per-node name), false for a family.
@@ -367,6 +371,10 @@ devices:
             GpuRef::parse_one("a/b0"),
             Err(CoreError::InvalidName { .. })
         ));
+        assert_eq!(
+            GpuRef::parse_one("nosuch").unwrap(),
+            GpuRef::Name("nosuch".into())
+        );
     }
 
     #[test]

@@ -78,37 +78,13 @@ impl Failure {
         Failure::Typed(Classified::of_model(e, input))
     }
 
-    /// A vGPU layout error.
-    pub fn layout(e: &gpu_core::layout::LayoutError) -> Self {
-        Self::of(e)
-    }
-
-    /// An integrations error (DRA, metrics, KubeVirt, QEMU hand-off).
-    pub fn integration(e: &gpu_integrations::IntegrationError) -> Self {
-        Self::of(e)
-    }
-
-    /// A scheduler error.
-    pub fn sched(e: gpu_sched::SchedError) -> Self {
-        Self::of(&e)
-    }
-
-    /// A discovery error.
-    pub fn sysfs(e: &gpu_sysfs::SysfsError) -> Self {
-        Self::of(e)
-    }
-
-    /// A health error.
-    pub fn health(e: &gpu_health::HealthError) -> Self {
-        Self::of(e)
-    }
-
     fn parts(self) -> (ErrorKind, String, ErrorDetail) {
         match self {
             Failure::Typed(c) => (c.kind, c.message, c.detail),
             Failure::Other(message) => (ErrorKind::Other, message, ErrorDetail::None),
         }
     }
+
     /// Converts to the Python exception, attaching the structured attributes.
     pub fn into_pyerr(self, py: Python<'_>) -> PyErr {
         let (kind, message, detail) = self.parts();
