@@ -206,10 +206,9 @@ impl ClassifiedError for IntegrationError {
         }
     }
 
-    /// The claim store's path, or the actuation layer's errno.
+    /// The claim store's path.
     fn detail(&self) -> ErrorDetail {
         match self {
-            IntegrationError::Host { source, .. } => source.detail(),
             IntegrationError::State { path, .. } => ErrorDetail::Host {
                 path: Some(path.display().to_string()),
                 errno: None,

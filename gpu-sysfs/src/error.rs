@@ -129,14 +129,6 @@ impl gpu_core::ClassifiedError for crate::actuate::ActuateError {
     fn errno(&self) -> Option<i32> {
         self.errno()
     }
-
-    /// The errno (the path is in the message).
-    fn detail(&self) -> gpu_core::ErrorDetail {
-        gpu_core::ErrorDetail::Host {
-            path: None,
-            errno: self.errno(),
-        }
-    }
 }
 
 impl gpu_core::ClassifiedError for crate::apply::ApplyError {
