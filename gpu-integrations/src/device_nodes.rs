@@ -51,7 +51,7 @@ pub fn union(per_device: &[DeviceNodes]) -> Vec<String> {
 /// The nodes of each device, looked up on `host`, when every device has some.
 ///
 /// # Errors
-/// [`IntegrationError::NotFound`] naming the devices without an IOMMU group on `host` (no VM
+/// [`crate::IntegrationError::NotFound`] naming the devices without an IOMMU group on `host` (no VM
 /// can open them).
 pub fn require_for_devices(host: &dyn Host, devices: &[VmDevice]) -> Result<Vec<DeviceNodes>> {
     let per_device = for_devices(host, devices);
