@@ -369,7 +369,8 @@ export interface TypeDiff {
   want: number
 }
 
-export interface GpuPlan {
+/** The layout plan for one GPU (one entry of `VgpuPlan.gpus`). */
+export interface GpuLayoutPlan {
   /** The GPU's address, or a virtual mdev parent's name (`mbochs`). */
   gpu: string
   name: string
@@ -385,6 +386,9 @@ export interface GpuPlan {
   refused?: string
 }
 
+/** @deprecated The former name of `GpuLayoutPlan`. */
+export type GpuPlan = GpuLayoutPlan
+
 /** One write, in execution order; `gpu` is a GPU's address or a virtual mdev parent's name. */
 export type Step =
   | { op: 'remove'; gpu: string; instance: PlannedInstance }
@@ -396,7 +400,7 @@ export interface VgpuPlan {
   node: string
   config: string
   mode: 'apply' | 'clear'
-  gpus: GpuPlan[]
+  gpus: GpuLayoutPlan[]
   steps: Step[]
   warnings?: string[]
 }

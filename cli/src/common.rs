@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use gpu_core::ErrorKind;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -100,16 +99,10 @@ impl Global {
     }
 }
 
-/// Renders an error chain on one line: `outer: inner: innermost`.
+/// Renders an error chain on one line: `outer: inner: innermost` (gpuslice's one formatter,
+/// [`gpu_core::error_chain`]).
 pub fn render_error(e: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in e.chain() {
-        let s = cause.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-    }
-    parts.join(": ")
+    gpu_core::error_chain(e.as_ref())
 }
 
 /// Prints a serializable value as JSON or YAML per `out` (tables are the caller's job).
@@ -266,7 +259,7 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
 #[derive(serde::Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorReport {
-    /// Stable kind from [`ErrorKind::as_str`]: an actuation kind (`exists`, `exhausted`,
+    /// Stable kind from [`gpu_core::ErrorKind::as_str`]: an actuation kind (`exists`, `exhausted`,
     /// `in-use`, ...), a layout kind (`does-not-fit`, ...), `unsatisfiable`, `invalid-request`,
     /// `invalid-config`, `not-found`, `host-error`, `invalid-argument` or `error`.
     pub kind: String,
@@ -280,51 +273,24 @@ pub struct ErrorReport {
     pub errno_name: Option<String>,
 }
 
-/// The one table of the CLI's error kinds: the first error in the chain that gpuslice's libraries
-/// typed answers with its `kind()` (and errno, when the kernel gave one).
-fn classify(cause: &(dyn std::error::Error + 'static)) -> Option<(ErrorKind, Option<i32>)> {
-    if let Some(e) = cause.downcast_ref::<gpu_sysfs::actuate::ActuateError>() {
-        return Some((e.kind(), e.errno()));
-    }
-    if let Some(e) = cause.downcast_ref::<gpu_sysfs::SysfsError>() {
-        return Some((e.kind(), e.errno()));
-    }
-    if let Some(e) = cause.downcast_ref::<gpu_sysfs::apply::ApplyError>() {
-        return Some((e.kind(), None));
-    }
-    if let Some(e) = cause.downcast_ref::<gpu_sched::SchedError>() {
-        return Some((e.kind(), None));
-    }
-    if let Some(e) = cause.downcast_ref::<gpu_core::layout::LayoutError>() {
-        return Some((e.kind(), None));
-    }
-    if let Some(e) = cause.downcast_ref::<gpu_core::ConfigDocError>() {
-        return Some((e.kind(), None));
-    }
-    if let Some(e) = cause.downcast_ref::<gpu_core::CoreError>() {
-        return Some((e.kind(), None));
-    }
-    if let Some(e) = cause.downcast_ref::<gpu_health::HealthError>() {
-        return Some((e.kind(), None));
-    }
-    if let Some(e) = cause.downcast_ref::<gpu_integrations::IntegrationError>() {
-        return Some((e.kind(), None));
-    }
-    None
+/// The library error types an `anyhow` chain may hold: the agent's (which reaches health,
+/// discovery, the scheduler and the model) and the integrations'.
+fn classified<'a>(
+    cause: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a dyn gpu_core::ClassifiedError> {
+    gpu_agent::error::as_classified(cause).or_else(|| gpu_integrations::error::as_classified(cause))
 }
 
 impl ErrorReport {
-    /// Classifies an error chain.
+    /// Classifies an error chain: the first error in it that gpuslice's libraries typed gives the
+    /// kind and errno ([`gpu_core::Classified::of_chain`]).
     pub fn from_error(e: &anyhow::Error) -> Self {
-        let (kind, errno) = e
-            .chain()
-            .find_map(classify)
-            .unwrap_or((ErrorKind::Other, None));
+        let c = gpu_core::Classified::of_chain(e.as_ref(), classified);
         ErrorReport {
-            kind: kind.as_str().to_owned(),
-            message: render_error(e),
-            errno,
-            errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),
+            kind: c.kind.as_str().to_owned(),
+            message: c.message,
+            errno: c.errno,
+            errno_name: c.errno.map(gpu_sysfs::actuate::error::errno::name),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use gpu_core::{MdevUuid, NodeTopology, ParentId, PciAddress};
+use gpu_core::{GpuRef, MdevUuid, NodeTopology, ParentId, PciAddress};
 use gpu_health::{GpuHealthReport, HealthOptions};
 use gpu_sysfs::Host;
 use gpu_sysfs::actuate::{self, CreateTarget, Created, MdevCreate};
@@ -832,13 +832,13 @@ impl Agent {
 
     fn resolve_gpu(&self, gpu: &str) -> Result<PciAddress, ApiError> {
         no_path("gpu", gpu)?;
-        if let Ok(a) = gpu.parse::<PciAddress>() {
-            return Ok(a);
-        }
-        gpu_core::validate_name(gpu).map_err(|e| ApiError::from_core("gpu", &e))?;
+        let name = match GpuRef::parse_one(gpu).map_err(|e| ApiError::from_core("gpu", &e))? {
+            GpuRef::Address(a) => return Ok(a),
+            named => named.to_string(),
+        };
         let snap = self.snapshot();
         snap.topology
-            .gpu_address_by_name(gpu)
+            .gpu_address_by_name(&name)
             .map_err(ApiError::not_found)
     }
 
@@ -963,7 +963,7 @@ impl Agent {
             .await?;
         let mut value = serde_json::to_value(&report).unwrap_or_default();
         if !dry_run {
-            let left_alone: Vec<&gpu_core::layout::GpuPlan> = report.plan.refused().collect();
+            let left_alone: Vec<_> = report.plan.refused().collect();
             let rev = me.bus.publish(
                 EventKind::LayoutApplied,
                 serde_json::json!({

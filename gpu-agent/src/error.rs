@@ -1,7 +1,7 @@
 //! The agent's error documents: `{"error": {"kind", "message", "errno"?, "errnoName"?}}`, with the
 //! same `kind` strings as the CLI's `-o json` errors and the HTTP status that fits the kind.
 
-use gpu_core::ErrorKind;
+use gpu_core::{Classified, ClassifiedError, ErrorKind};
 use gpu_sysfs::SysfsError;
 use gpu_sysfs::actuate::ActuateError;
 use gpu_sysfs::apply::ApplyError;
@@ -71,62 +71,52 @@ impl ApiError {
         self
     }
 
-    /// An actuation failure, classified as the CLI classifies it.
-    pub fn from_actuate(e: &ActuateError) -> Self {
-        let errno = e.errno();
+    /// A library error, classified as every front-end classifies it ([`Classified::of`]).
+    pub fn from_error(e: &dyn ClassifiedError) -> Self {
+        let c = Classified::of(e);
         ApiError {
-            status: status_of(e.kind()),
-            kind: e.kind(),
-            message: chain(e),
-            errno,
-            errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),
+            status: status_of(c.kind),
+            kind: c.kind,
+            message: c.message,
+            errno: c.errno,
+            errno_name: c.errno.map(gpu_sysfs::actuate::error::errno::name),
         }
+    }
+
+    /// An actuation failure.
+    pub fn from_actuate(e: &ActuateError) -> Self {
+        Self::from_error(e)
     }
 
     /// A host read failure, or an actuation failure wrapped in one.
     pub fn from_sysfs(e: &SysfsError) -> Self {
-        if let SysfsError::Actuate(a) = e {
-            return Self::from_actuate(a);
-        }
-        let errno = e.errno();
-        let kind = e.kind();
-        ApiError {
-            status: status_of(kind),
-            kind,
-            message: chain(e),
-            errno,
-            errno_name: errno.map(gpu_sysfs::actuate::error::errno::name),
-        }
+        Self::from_error(e)
     }
 
-    /// A layout apply that did not happen or did not finish.
+    /// A layout apply that did not happen or did not finish: a layout that cannot be planned is
+    /// the request's fault (400), whatever its kind.
     pub fn from_apply(e: &ApplyError) -> Self {
         match e {
             ApplyError::Discover(s) => Self::from_sysfs(s),
-            ApplyError::Layout(l) => {
-                let mut a = Self::new(l.kind(), chain(l));
-                a.status = 400;
-                a
-            }
-            _ => Self::new(e.kind(), chain(e)),
+            ApplyError::Layout(l) => Self::from_error(l).with_status(400),
+            _ => Self::from_error(e),
         }
     }
 
     /// A discovery or health failure.
     pub fn from_health(e: &gpu_health::HealthError) -> Self {
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-        while let Some(c) = cur {
-            if let Some(s) = c.downcast_ref::<SysfsError>() {
-                return Self::from_sysfs(s).context("cannot discover the host");
-            }
-            cur = c.source();
+        use gpu_health::HealthError as H;
+        match e {
+            H::Root(s) => Self::from_sysfs(s).context("cannot discover the host"),
+            H::Discovery(s) => Self::from_sysfs(s).context("cannot discover the host"),
+            _ => Self::from_error(e),
         }
-        Self::new(e.kind(), chain(e))
     }
 
-    /// An invalid identity (UUID, address, name): `invalid-argument`, 400.
+    /// An invalid identity (UUID, address, name) or request given in `field`: the model error's
+    /// kind (`invalid-argument` for a malformed value).
     pub fn from_core(field: &str, e: &gpu_core::CoreError) -> Self {
-        Self::new(ErrorKind::InvalidArgument, format!("{field}: {}", chain(e)))
+        Self::from_error(e).context(field)
     }
 }
 
@@ -144,18 +134,38 @@ impl From<ActuateError> for ApiError {
     }
 }
 
-/// Renders an error and its sources on one line, skipping sources already in the text.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = c.source();
+/// Renders an error and its sources on one line: gpuslice's one formatter.
+pub use gpu_core::error_chain as chain;
+
+impl ClassifiedError for ApiError {
+    fn kind(&self) -> ErrorKind {
+        self.kind
     }
-    parts.join(": ")
+
+    fn errno(&self) -> Option<i32> {
+        self.errno
+    }
+}
+
+impl ClassifiedError for crate::uevent::UeventError {
+    /// A message on the kernel's uevent socket that is not a uevent.
+    fn kind(&self) -> ErrorKind {
+        ErrorKind::Unexpected
+    }
+}
+
+/// The agent's error types, or those of the crates it builds on (health, discovery, the
+/// scheduler, the model), when `e` is one: see [`gpu_core::error::as_classified`].
+pub fn as_classified<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a dyn ClassifiedError> {
+    if let Some(a) = e.downcast_ref::<ApiError>() {
+        return Some(a);
+    }
+    if let Some(u) = e.downcast_ref::<crate::uevent::UeventError>() {
+        return Some(u);
+    }
+    gpu_health::error::as_classified(e).or_else(|| gpu_sched::as_classified(e))
 }
 
 /// The HTTP status of an error kind: 400 for requests that can never succeed as written, 401
@@ -204,6 +214,27 @@ mod tests {
         assert_eq!(status_of(ErrorKind::TooLarge), 413);
         assert_eq!(status_of(ErrorKind::Exhausted), 503);
         assert_eq!(status_of(ErrorKind::HostError), 503);
+    }
+
+    #[test]
+    fn an_invalid_field_keeps_the_model_errors_kind() {
+        let unhealthy = gpu_core::CoreError::Unhealthy {
+            gpu: "0000:01:00.0".into(),
+            reasons: "AER fatal".into(),
+            force: "?force=true",
+        };
+        let e = ApiError::from_core("gpu", &unhealthy);
+        assert_eq!(e.kind, ErrorKind::Unhealthy);
+        assert_eq!(e.status, 409);
+        assert!(
+            e.message.starts_with("gpu: 0000:01:00.0 is Unhealthy"),
+            "{}",
+            e.message
+        );
+        let bad = gpu_core::CoreError::InvalidUuid { input: "x".into() };
+        let e = ApiError::from_core("uuid", &bad);
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert_eq!(e.status, 400);
     }
 
     #[test]

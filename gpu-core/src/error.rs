@@ -51,6 +51,14 @@ pub enum CoreError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// A GPU reference was neither a per-node name, a family nor a PCI address.
+    #[error(
+        "{input:?} is neither a GPU name (nvidia0), a family (nvidia, radeon, intel, matrox, aspeed, gpu) nor a PCI address"
+    )]
+    InvalidGpu {
+        /// The text that was given.
+        input: String,
+    },
     /// A node or machine name was not acceptable.
     #[error("invalid name {input:?}: {why}")]
     InvalidName {
@@ -127,3 +135,291 @@ impl ConfigDocError {
 
 /// Result type of this crate.
 pub type Result<T, E = CoreError> = std::result::Result<T, E>;
+
+/// An error that says what went wrong in gpuslice's one vocabulary: every library error type
+/// implements it, so the CLI, the agent and both bindings report any of them with one extractor
+/// ([`Classified::of`]).
+pub trait ClassifiedError: std::error::Error {
+    /// The kind, from [`crate::ErrorKind`].
+    fn kind(&self) -> crate::ErrorKind;
+
+    /// The kernel's errno, when the failure came from a system call that gave one.
+    fn errno(&self) -> Option<i32> {
+        None
+    }
+
+    /// Structured data a front-end exposes besides the message (a refusal, the name that was
+    /// not found, the path concerned).
+    fn detail(&self) -> ErrorDetail {
+        ErrorDetail::None
+    }
+}
+
+/// Structured data an error carries besides its kind and message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ErrorDetail {
+    /// Nothing more.
+    None,
+    /// Why no node can hold a Machine: the refusal document (`{"nodes": [...], ...}`).
+    Refusal(serde_json::Value),
+    /// What was asked for and is not there.
+    Missing {
+        /// `machine` or `node`.
+        what: &'static str,
+        /// The name asked for.
+        name: String,
+    },
+    /// Where on the host the failure happened.
+    Host {
+        /// The path concerned, when known.
+        path: Option<String>,
+        /// The errno, when the failure was an I/O error.
+        errno: Option<i32>,
+    },
+}
+
+impl ErrorDetail {
+    /// The refused nodes of a [`ErrorDetail::Refusal`] (its `nodes`; empty when it has none).
+    pub fn refused_nodes(refusal: &serde_json::Value) -> serde_json::Value {
+        refusal
+            .get("nodes")
+            .cloned()
+            .unwrap_or(serde_json::Value::Array(vec![]))
+    }
+}
+
+/// Which kind of document a model value came from: it decides between `invalid-request` /
+/// `invalid-argument` (what a caller asks for) and `invalid-config` (documents describing the
+/// fleet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// A Machine, a name, or another argument of a call.
+    Request,
+    /// A fleet, a node topology or another configuration document.
+    Config,
+}
+
+/// An error as every front-end reports it: the one extractor from a [`ClassifiedError`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Classified {
+    /// The kind.
+    pub kind: crate::ErrorKind,
+    /// The message with its sources, on one line ([`error_chain`]).
+    pub message: String,
+    /// The kernel's errno, when there is one.
+    pub errno: Option<i32>,
+    /// Structured data besides the message.
+    pub detail: ErrorDetail,
+}
+
+impl Classified {
+    /// An error of `kind` with nothing but its message.
+    pub fn new(kind: crate::ErrorKind, message: impl Into<String>) -> Self {
+        Classified {
+            kind,
+            message: message.into(),
+            errno: None,
+            detail: ErrorDetail::None,
+        }
+    }
+
+    /// Classifies a library error: its kind, errno and detail, and its message with its sources.
+    pub fn of(e: &dyn ClassifiedError) -> Self {
+        Classified {
+            kind: e.kind(),
+            message: error_chain(e),
+            errno: e.errno(),
+            detail: e.detail(),
+        }
+    }
+
+    /// Classifies a model error by where the value came from ([`Input`]).
+    pub fn of_model(e: &CoreError, input: Input) -> Self {
+        match input {
+            Input::Request => Self::of(e),
+            Input::Config => Self::of(&ConfigDocError(e.clone())),
+        }
+    }
+
+    /// Classifies an error chain whose types were erased (the CLI's `anyhow` errors): the kind,
+    /// errno and detail of the first error in the chain that `find` recognises ([`Other`] when
+    /// none is), and the message of the whole chain.
+    ///
+    /// [`Other`]: crate::ErrorKind::Other
+    pub fn of_chain<'a>(
+        e: &'a (dyn std::error::Error + 'static),
+        find: impl Fn(&'a (dyn std::error::Error + 'static)) -> Option<&'a dyn ClassifiedError>,
+    ) -> Self {
+        let typed = std::iter::successors(Some(e), |c| c.source()).find_map(find);
+        let message = error_chain(e);
+        match typed {
+            Some(t) => Classified {
+                message,
+                ..Self::of(t)
+            },
+            None => Self::new(crate::ErrorKind::Other, message),
+        }
+    }
+}
+
+/// The one rendering of an error and its sources on one line (`outer: inner: innermost`),
+/// skipping a source whose text an earlier part already holds: gpuslice's errors keep their own
+/// message short and put the cause in `source()`.
+pub fn error_chain(e: &(dyn std::error::Error + '_)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = c.source();
+    }
+    parts.join(": ")
+}
+
+/// The model's own error types, when `e` is one: the first link of every crate's
+/// `as_classified`, which the front-ends use to classify an error chain whose types were erased.
+pub fn as_classified<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a dyn ClassifiedError> {
+    if let Some(e) = e.downcast_ref::<CoreError>() {
+        return Some(e);
+    }
+    if let Some(e) = e.downcast_ref::<ConfigDocError>() {
+        return Some(e);
+    }
+    if let Some(e) = e.downcast_ref::<crate::layout::LayoutError>() {
+        return Some(e);
+    }
+    None
+}
+
+impl ClassifiedError for CoreError {
+    fn kind(&self) -> crate::ErrorKind {
+        self.kind()
+    }
+}
+
+impl ClassifiedError for ConfigDocError {
+    fn kind(&self) -> crate::ErrorKind {
+        self.kind()
+    }
+}
+
+impl ClassifiedError for crate::layout::LayoutError {
+    fn kind(&self) -> crate::ErrorKind {
+        self.kind()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    /// An error with a source, as the crates build them: a short message, the cause in `source()`.
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read {path}")]
+    struct ReadFailed {
+        path: &'static str,
+        #[source]
+        source: std::io::Error,
+    }
+
+    impl ClassifiedError for ReadFailed {
+        fn kind(&self) -> ErrorKind {
+            ErrorKind::ReadFailed
+        }
+        fn errno(&self) -> Option<i32> {
+            self.source.raw_os_error()
+        }
+    }
+
+    /// A context layer of a front-end that knows no kinds (the CLI's `anyhow` context).
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Context(&'static str, #[source] ReadFailed);
+
+    fn read_failed() -> ReadFailed {
+        ReadFailed {
+            path: "/sys/x",
+            source: std::io::Error::from_raw_os_error(13),
+        }
+    }
+
+    #[test]
+    fn an_error_chain_is_one_line_without_repeating_a_source() {
+        assert_eq!(
+            error_chain(&read_failed()),
+            "cannot read /sys/x: Permission denied (os error 13)"
+        );
+        let e = ConfigDocError(CoreError::InvalidName {
+            input: "A".into(),
+            why: "upper case",
+        });
+        // A transparent wrapper's source is its inner error's source: said once.
+        assert_eq!(error_chain(&e), "invalid name \"A\": upper case");
+    }
+
+    #[test]
+    fn a_classified_error_gives_its_kind_errno_and_whole_message() {
+        let c = Classified::of(&read_failed());
+        assert_eq!(c.kind, ErrorKind::ReadFailed);
+        assert_eq!(c.errno, Some(13));
+        assert_eq!(
+            c.message,
+            "cannot read /sys/x: Permission denied (os error 13)"
+        );
+        assert_eq!(c.detail, ErrorDetail::None);
+    }
+
+    #[test]
+    fn a_model_error_is_a_request_or_a_configuration_by_where_it_came_from() {
+        let e = CoreError::InvalidName {
+            input: "A".into(),
+            why: "upper case",
+        };
+        assert_eq!(
+            Classified::of_model(&e, Input::Request).kind,
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            Classified::of_model(&e, Input::Config).kind,
+            ErrorKind::InvalidConfig
+        );
+    }
+
+    fn find_read_failed<'a>(
+        c: &'a (dyn std::error::Error + 'static),
+    ) -> Option<&'a dyn ClassifiedError> {
+        c.downcast_ref::<ReadFailed>()
+            .map(|r| r as &dyn ClassifiedError)
+    }
+
+    #[test]
+    fn an_erased_chain_takes_the_first_typed_error_and_keeps_the_context() {
+        let e = Context("--root", read_failed());
+        let c = Classified::of_chain(&e, find_read_failed);
+        assert_eq!(c.kind, ErrorKind::ReadFailed);
+        assert_eq!(c.errno, Some(13));
+        assert_eq!(
+            c.message,
+            "--root: cannot read /sys/x: Permission denied (os error 13)"
+        );
+        let none = Classified::of_chain(&e, |_| None);
+        assert_eq!(none.kind, ErrorKind::Other);
+        assert_eq!(none.message, c.message);
+    }
+
+    #[test]
+    fn the_model_recognises_its_own_errors_in_an_erased_chain() {
+        let e = CoreError::InvalidRequest {
+            request: "vm".into(),
+            why: "clash".into(),
+        };
+        let found = as_classified(&e).map(ClassifiedError::kind);
+        assert_eq!(found, Some(ErrorKind::InvalidRequest));
+        assert!(as_classified(&read_failed()).is_none());
+    }
+}

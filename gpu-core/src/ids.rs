@@ -123,6 +123,12 @@ impl VgpuTypeId {
         }
     }
 
+    /// The ID of vendor-VFIO type number `n` (`1155`): a decimal number is always a valid ID, so
+    /// this cannot fail.
+    pub fn vendor_vfio(n: u32) -> Self {
+        Self(n.to_string())
+    }
+
     /// The numeric part after the last `-` (`nvidia-746` → 746), or the whole ID when numeric.
     pub fn number(&self) -> Option<u32> {
         self.vendor_vfio_number()
@@ -131,7 +137,8 @@ impl VgpuTypeId {
 }
 
 impl VgpuTypeId {
-    /// Builds an ID without validation; only for trusted constants in tests and builders.
+    /// Builds an ID without validation; only for trusted constants in tests. Production code
+    /// parses ([`FromStr`]) or builds a vendor-VFIO number ([`VgpuTypeId::vendor_vfio`]).
     #[doc(hidden)]
     pub fn from_str_unchecked(s: &str) -> Self {
         Self(s.to_owned())
@@ -325,6 +332,15 @@ pub(crate) mod quantity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vendor_vfio_type_number_is_the_id_parsing_gives() {
+        for n in [0, 7, 1155, u32::MAX] {
+            let built = VgpuTypeId::vendor_vfio(n);
+            assert_eq!(built, n.to_string().parse::<VgpuTypeId>().unwrap());
+            assert_eq!(built.vendor_vfio_number(), Some(n));
+        }
+    }
 
     #[test]
     fn uuid_is_lowercased_and_validated() {

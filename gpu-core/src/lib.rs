@@ -35,18 +35,20 @@ pub mod testing;
 
 pub use address::PciAddress;
 pub use allocation::{AllocatedDevice, Allocation, AllocationStatus};
-pub use error::{ConfigDocError, CoreError};
+pub use error::{
+    Classified, ClassifiedError, ConfigDocError, CoreError, ErrorDetail, Input, error_chain,
+};
 pub use fleet::Fleet;
 pub use health::{Health, HealthState};
 pub use ids::{MdevUuid, MiB, ParentId, VgpuTypeId};
 pub use kind::{ErrorFamily, ErrorKind};
 pub use mig::{MigGeometry, MigOccupancy, MigPlaced, MigProfile, MigSlots, SlotMisfit};
-pub use request::{Alignment, DeviceClass, DeviceRequest, Machine};
+pub use request::{Alignment, DeviceClass, DeviceRequest, GpuRef, Machine};
 pub use topology::{
     ClassCode, Function, Gpu, GpuState, Instance, Link, MediatedDevices, NodeTopology, Parent,
     PciId, Pool, Profile, Sriov, VgpuFramework,
 };
-pub use vendor::Vendor;
+pub use vendor::{Vendor, VendorRef};
 
 /// Decodes JSON or YAML text into `T`, naming `what` in the error.
 ///

@@ -2,8 +2,77 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::address::PciAddress;
 use crate::error::CoreError;
 use crate::ids::MiB;
+use crate::vendor::{Vendor, VendorRef};
+
+/// A GPU as a request's `gpus` or a command names it, classified once: the solver, the CLI and
+/// the agent all read GPU references through [`GpuRef::parse`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum GpuRef {
+    /// A PCI address (`0000:3b:00.0`): anything with a `:`.
+    Address(PciAddress),
+    /// A per-node name: a family and an index (`nvidia0`, `radeon12`).
+    Name(String),
+    /// A bare family (`nvidia`, `radeon`, `gpu`): in a request, any GPU of that family.
+    Family(Vendor),
+}
+
+impl GpuRef {
+    /// Classifies `text` (trimmed): a PCI address when it holds a `:`, a per-node name when it
+    /// ends in an index, a family when it is one.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidPciAddress`] for a malformed address; [`CoreError::InvalidGpu`] for
+    /// text that is none of the three.
+    pub fn parse(text: &str) -> Result<Self, CoreError> {
+        let t = text.trim();
+        if t.contains(':') {
+            return t.parse().map(GpuRef::Address);
+        }
+        if crate::vendor::split_name(t).is_some() {
+            return Ok(GpuRef::Name(t.to_owned()));
+        }
+        Vendor::from_family(t)
+            .map(GpuRef::Family)
+            .ok_or_else(|| CoreError::InvalidGpu {
+                input: t.to_owned(),
+            })
+    }
+
+    /// Classifies the one GPU a command names (`gpuslice gpu bind GPU`, the agent's
+    /// `/v1/gpus/{gpu}`): a PCI address as [`GpuRef::parse`] reads it, or else a name to look up
+    /// among the node's GPUs ([`GpuRef::Name`] even when it has no index: the node says whether
+    /// it has such a GPU).
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidPciAddress`] for a malformed address; [`CoreError::InvalidName`] for
+    /// text that cannot be a name.
+    pub fn parse_one(text: &str) -> Result<Self, CoreError> {
+        let t = text.trim();
+        if t.contains(':') {
+            return Self::parse(t);
+        }
+        crate::validate_name(t)?;
+        Ok(GpuRef::Name(t.to_owned()))
+    }
+
+    /// True for a reference to one GPU (an address or a per-node name), false for a family.
+    pub fn is_exact(&self) -> bool {
+        !matches!(self, GpuRef::Family(_))
+    }
+}
+
+impl std::fmt::Display for GpuRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuRef::Address(a) => a.fmt(f),
+            GpuRef::Name(n) => f.write_str(n),
+            GpuRef::Family(v) => f.write_str(v.family()),
+        }
+    }
+}
 
 /// The class of device asked for. `gpu` matches any GPU (display or accelerator class);
 /// `accelerator` matches headless compute devices only (3D controllers `0x0302` and processing
@@ -75,6 +144,31 @@ impl DeviceRequest {
         })
     }
 
+    /// The request's `gpus`, classified ([`GpuRef::parse`]).
+    ///
+    /// # Errors
+    /// The first entry that is not a GPU reference.
+    pub fn gpu_refs(&self) -> Result<Vec<GpuRef>, CoreError> {
+        self.gpus.iter().map(|g| GpuRef::parse(g)).collect()
+    }
+
+    /// The request's `vendor`, parsed ([`VendorRef::parse`]); `None` when it names none.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidRequest`] for a vendor that is neither a known name nor a PCI
+    /// vendor ID.
+    pub fn vendor_ref(&self) -> Result<Option<VendorRef>, CoreError> {
+        let Some(v) = &self.vendor else {
+            return Ok(None);
+        };
+        VendorRef::parse(v)
+            .map(Some)
+            .ok_or_else(|| CoreError::InvalidRequest {
+                request: self.name.clone(),
+                why: format!("unknown vendor {v:?} (use nvidia, amd, intel or a PCI vendor ID)"),
+            })
+    }
+
     /// True when the request asks for vGPUs rather than whole GPUs.
     pub fn is_vgpu(&self) -> bool {
         self.profile.is_some()
@@ -130,36 +224,36 @@ impl DeviceRequest {
                 return Err(bad(format!("`count` {c} is more than any node holds")));
             }
         }
-        if let (Some(c), false) = (self.count, self.gpus.is_empty()) {
-            let names_all_explicit = self
-                .gpus
+        if self.gpus.iter().any(|g| g.trim().is_empty()) {
+            return Err(bad("empty entry in `gpus`".into()));
+        }
+        // An entry that is no GPU reference at all is left to the solver, which says so with the
+        // request and the Machine (a Machine is checked on its own before a fleet is known).
+        let mut refs = Vec::with_capacity(self.gpus.len());
+        for g in &self.gpus {
+            match GpuRef::parse(g) {
+                Ok(r) => refs.push(Some(r)),
+                Err(CoreError::InvalidGpu { .. }) => refs.push(None),
+                Err(e) => return Err(bad(e.to_string())),
+            }
+        }
+        if let (Some(c), false) = (self.count, refs.is_empty()) {
+            let names_all_explicit = refs
                 .iter()
-                .all(|g| crate::vendor::split_name(g).is_some() || g.contains(':'));
-            if names_all_explicit && c as usize != self.gpus.len() {
+                .all(|r| r.as_ref().is_some_and(GpuRef::is_exact));
+            if names_all_explicit && c as usize != refs.len() {
                 return Err(bad(format!(
                     "`count` {c} does not match the {} GPUs named",
                     self.gpus.len()
                 )));
             }
         }
-        if let Some(v) = &self.vendor {
-            if crate::vendor::Vendor::parse_loose(v).is_none() {
-                return Err(bad(format!(
-                    "unknown vendor {v:?} (use nvidia, amd, intel or a PCI vendor ID)"
-                )));
-            }
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        for g in &self.gpus {
-            if g.trim().is_empty() {
-                return Err(bad("empty entry in `gpus`".into()));
-            }
-            if g.contains(':') {
-                g.parse::<crate::address::PciAddress>()
-                    .map_err(|e| bad(e.to_string()))?;
-            }
-            let is_family = crate::vendor::split_name(g).is_none() && !g.contains(':');
-            if !is_family && !seen.insert(g.as_str()) {
+        self.vendor_ref()?;
+        let mut seen = std::collections::HashSet::new();
+        for (g, r) in self.gpus.iter().zip(&refs) {
+            if let Some(r) = r.as_ref().filter(|r| r.is_exact())
+                && !seen.insert(r)
+            {
                 return Err(bad(format!("GPU {g:?} is named twice")));
             }
         }
@@ -248,6 +342,73 @@ devices:
         assert_eq!(m.devices[2].min_memory, Some(MiB(81920)));
         assert_eq!(m.devices[2].class, DeviceClass::Accelerator);
         assert_eq!(m.devices[1].alignment, Some(Alignment::Numa));
+    }
+
+    #[test]
+    fn a_gpu_reference_is_an_address_a_name_or_a_family() {
+        assert_eq!(
+            GpuRef::parse(" 0000:3b:00.0 ").unwrap(),
+            GpuRef::Address("0000:3b:00.0".parse().unwrap())
+        );
+        assert_eq!(
+            GpuRef::parse("radeon12").unwrap(),
+            GpuRef::Name("radeon12".into())
+        );
+        assert_eq!(
+            GpuRef::parse("radeon").unwrap(),
+            GpuRef::Family(Vendor::Amd)
+        );
+        assert_eq!(GpuRef::parse("gpu").unwrap(), GpuRef::Family(Vendor::Other));
+        assert!(matches!(
+            GpuRef::parse("0000:zz:00.0"),
+            Err(CoreError::InvalidPciAddress { .. })
+        ));
+        assert!(matches!(
+            GpuRef::parse("banana"),
+            Err(CoreError::InvalidGpu { .. })
+        ));
+        assert!(matches!(
+            GpuRef::parse_one("a/b0"),
+            Err(CoreError::InvalidName { .. })
+        ));
+        assert_eq!(
+            GpuRef::parse_one("nosuch").unwrap(),
+            GpuRef::Name("nosuch".into())
+        );
+    }
+
+    #[test]
+    fn a_request_entry_that_is_no_gpu_is_left_for_the_solver_to_refuse() {
+        let m =
+            Machine::from_text("name: m\ndevices: [{name: x, gpus: [nvidia0, banana]}]").unwrap();
+        let e = m.devices[0].gpu_refs().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "\"banana\" is neither a GPU name (nvidia0), a family (nvidia, radeon, intel, matrox, aspeed, gpu) nor a PCI address"
+        );
+    }
+
+    #[test]
+    fn one_address_written_twice_in_two_spellings_is_named_twice() {
+        let e = Machine::from_text(
+            "name: m\ndevices: [{name: x, gpus: ['0000:3b:00.0', '0000:3B:00.0']}]",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("is named twice"), "{e}");
+    }
+
+    #[test]
+    fn a_pci_vendor_id_is_kept_with_its_vendor() {
+        let d = |v: &str| DeviceRequest {
+            name: "x".into(),
+            vendor: Some(v.into()),
+            ..DeviceRequest::default()
+        };
+        let id = d("0x1AF4").vendor_ref().unwrap().unwrap();
+        assert_eq!((id.vendor, id.pci_id), (Vendor::Other, Some(0x1af4)));
+        let named = d("NVIDIA").vendor_ref().unwrap().unwrap();
+        assert_eq!((named.vendor, named.pci_id), (Vendor::Nvidia, None));
+        assert!(d("banana").vendor_ref().is_err());
     }
 
     #[test]

@@ -63,23 +63,7 @@ impl Vendor {
     /// Parses a vendor as users write it: `nvidia`, `amd`, `radeon`, `intel`, `matrox`, `aspeed`,
     /// or a PCI vendor ID (`10de`, `0x10de`). Case-insensitive.
     pub fn parse_loose(s: &str) -> Option<Self> {
-        let t = s.trim().to_ascii_lowercase();
-        match t.as_str() {
-            "nvidia" => Some(Vendor::Nvidia),
-            "amd" | "ati" | "radeon" => Some(Vendor::Amd),
-            "intel" => Some(Vendor::Intel),
-            "matrox" => Some(Vendor::Matrox),
-            "aspeed" => Some(Vendor::Aspeed),
-            "other" | "gpu" => Some(Vendor::Other),
-            _ => {
-                let hex = t.strip_prefix("0x").unwrap_or(&t);
-                if hex.len() == 4 {
-                    u16::from_str_radix(hex, 16).ok().map(Vendor::from_pci_id)
-                } else {
-                    None
-                }
-            }
-        }
+        VendorRef::parse(s).map(|r| r.vendor)
     }
 
     /// The vendor whose family prefix is `family` (`radeon` → AMD).
@@ -94,6 +78,49 @@ impl Vendor {
         ]
         .into_iter()
         .find(|v| v.family() == family)
+    }
+}
+
+/// A vendor as a request writes it, parsed once: the vendor, and the exact PCI vendor ID when one
+/// was written (`0x1af4` matches only that ID, though its vendor is [`Vendor::Other`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VendorRef {
+    /// The vendor.
+    pub vendor: Vendor,
+    /// The PCI vendor ID written, when the text was one.
+    pub pci_id: Option<u16>,
+}
+
+impl VendorRef {
+    /// Parses `nvidia`, `amd`, `ati`, `radeon`, `intel`, `matrox`, `aspeed`, `other`, `gpu`, or a
+    /// PCI vendor ID of four hexadecimal digits (`10de`, `0x10de`). Case-insensitive.
+    pub fn parse(s: &str) -> Option<Self> {
+        let t = s.trim().to_ascii_lowercase();
+        let named = |vendor| {
+            Some(VendorRef {
+                vendor,
+                pci_id: None,
+            })
+        };
+        match t.as_str() {
+            "nvidia" => named(Vendor::Nvidia),
+            "amd" | "ati" | "radeon" => named(Vendor::Amd),
+            "intel" => named(Vendor::Intel),
+            "matrox" => named(Vendor::Matrox),
+            "aspeed" => named(Vendor::Aspeed),
+            "other" | "gpu" => named(Vendor::Other),
+            _ => {
+                let hex = t.strip_prefix("0x").unwrap_or(&t);
+                if hex.len() != 4 {
+                    return None;
+                }
+                let id = u16::from_str_radix(hex, 16).ok()?;
+                Some(VendorRef {
+                    vendor: Vendor::from_pci_id(id),
+                    pci_id: Some(id),
+                })
+            }
+        }
     }
 }
 

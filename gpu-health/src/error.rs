@@ -62,3 +62,55 @@ impl HealthError {
         }
     }
 }
+
+impl gpu_core::ClassifiedError for HealthError {
+    fn kind(&self) -> gpu_core::ErrorKind {
+        self.kind()
+    }
+
+    /// Discovery's errno, or that of a policy or baseline file that cannot be read or written.
+    fn errno(&self) -> Option<i32> {
+        match self {
+            HealthError::Root(d) => d.errno(),
+            HealthError::Discovery(d) => d.errno(),
+            HealthError::PolicyRead { source, .. } | HealthError::BaselineWrite { source, .. } => {
+                source.raw_os_error()
+            }
+            HealthError::Policy { .. } | HealthError::NvmlLibrary { .. } => None,
+        }
+    }
+
+    /// Discovery's detail, or the file concerned.
+    fn detail(&self) -> gpu_core::ErrorDetail {
+        use gpu_core::ErrorDetail;
+        match self {
+            HealthError::Root(d) => d.detail(),
+            HealthError::Discovery(d) => d.detail(),
+            HealthError::PolicyRead { path, .. }
+            | HealthError::BaselineWrite { path, .. }
+            | HealthError::NvmlLibrary { path, .. } => ErrorDetail::Host {
+                path: Some(path.display().to_string()),
+                errno: self.errno(),
+            },
+            HealthError::Policy { .. } => ErrorDetail::None,
+        }
+    }
+}
+
+/// This crate's error type (or discovery's, or the model's), when `e` is one: see
+/// [`gpu_core::error::as_classified`].
+pub fn as_classified<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a dyn gpu_core::ClassifiedError> {
+    match e.downcast_ref::<HealthError>() {
+        Some(h) => Some(h),
+        None => gpu_sysfs::error::as_classified(e),
+    }
+}
+
+impl gpu_core::ClassifiedError for crate::aer::AerParseError {
+    /// An AER counter file the kernel wrote in a form gpuslice does not read.
+    fn kind(&self) -> gpu_core::ErrorKind {
+        gpu_core::ErrorKind::HostError
+    }
+}

@@ -4,7 +4,7 @@
 //! token in `/etc/nvidia/ClientConfigToken/` and `FeatureType=1` (NVIDIA vGPU) in
 //! `/etc/nvidia/gridd.conf`. NVIDIA's licensing guide asks for mode 0744 on the token.
 
-use crate::error::{IntegrationError, Result, fail};
+use crate::error::{Result, error, fail};
 use serde::Serialize;
 
 /// Where the guest driver looks for client configuration tokens.
@@ -83,11 +83,11 @@ pub fn token_file_name(source_name: Option<&str>) -> String {
 /// When the token is empty, larger than [`MAX_TOKEN_BYTES`], or not text.
 pub fn license_files(token: &[u8], source_name: Option<&str>) -> Result<CloudConfig> {
     if token.iter().all(u8::is_ascii_whitespace) {
-        fail!(Invalid, "the license token is empty");
+        fail!(Invalid, "license token"; "the license token is empty");
     }
     if token.len() > MAX_TOKEN_BYTES {
         fail!(
-            Invalid,
+            Invalid, "license token";
             "the license token is {} bytes, more than the {MAX_TOKEN_BYTES} a client configuration token can be",
             token.len()
         );
@@ -95,7 +95,7 @@ pub fn license_files(token: &[u8], source_name: Option<&str>) -> Result<CloudCon
     std::str::from_utf8(token)
         .ok()
         .filter(|t| t.chars().all(|c| !c.is_control() || c.is_ascii_whitespace()))
-        .ok_or_else(|| IntegrationError::Invalid("the license token is not text; expected the .tok file downloaded from the NVIDIA License System".into()))?;
+        .ok_or_else(|| error!(Invalid, "license token"; "the license token is not text; expected the .tok file downloaded from the NVIDIA License System"))?;
     Ok(CloudConfig {
         write_files: vec![
             WriteFile {

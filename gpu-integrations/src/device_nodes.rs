@@ -8,7 +8,7 @@ use gpu_sysfs::actuate::handoff;
 use serde::Serialize;
 
 use super::handoff::VmDevice;
-use crate::error::{IntegrationError, Result};
+use crate::error::{Result, error};
 
 /// One device's nodes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -51,7 +51,7 @@ pub fn union(per_device: &[DeviceNodes]) -> Vec<String> {
 /// The nodes of each device, looked up on `host`, when every device has some.
 ///
 /// # Errors
-/// [`IntegrationError::NotFound`] naming the devices without an IOMMU group on `host` (no VM
+/// [`crate::IntegrationError::NotFound`] naming the devices without an IOMMU group on `host` (no VM
 /// can open them).
 pub fn require_for_devices(host: &dyn Host, devices: &[VmDevice]) -> Result<Vec<DeviceNodes>> {
     let per_device = for_devices(host, devices);
@@ -64,11 +64,11 @@ pub fn require_for_devices(host: &dyn Host, devices: &[VmDevice]) -> Result<Vec<
         return Ok(per_device);
     }
     let one = missing.len() == 1;
-    Err(IntegrationError::NotFound(format!(
+    Err(error!(NotFound, missing.join(", ");
         "{} {} no IOMMU group on this host, so no VM can open {}; is it on this host, and is \
          the IOMMU on (gpuslice doctor)?",
         missing.join(", "),
         if one { "has" } else { "have" },
         if one { "it" } else { "them" }
-    )))
+    ))
 }

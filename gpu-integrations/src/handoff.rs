@@ -146,12 +146,15 @@ fn check_allocation_into(
             warnings.push(format!("{what} (handed off anyway: --force)"));
             Ok(())
         } else {
-            Err(IntegrationError::NotFound(what))
+            Err(crate::error::IntegrationError::NotFound {
+                what: "allocation".to_owned(),
+                why: what,
+            })
         }
     };
     if allocation.node != node.node {
         fail!(
-            Invalid,
+            Invalid, allocation.machine;
             "the allocation of Machine {} is on node {}, not {}",
             allocation.machine,
             allocation.node,
@@ -190,7 +193,7 @@ fn check_allocation_into(
                 };
                 if p.framework != *framework {
                     fail!(
-                        Invalid,
+                        Invalid, format!("request {request}");
                         "request {request}: the allocation puts a {} vGPU on {parent}, but that \
                          parent is {} on node {}",
                         framework.as_str(),
@@ -258,9 +261,9 @@ pub fn check_devices(
             Err(e)
         }
     };
-    let in_use = |what: String| IntegrationError::Host {
-        kind: gpu_core::ErrorKind::InUse,
-        message: what,
+    let in_use = |why: String| IntegrationError::InUse {
+        what: "device".to_owned(),
+        why,
     };
     let holder = |dir: String| host.and_then(|h| gpu_sysfs::actuate::inuse::holder_of(h, &dir));
     for d in devices {
@@ -274,11 +277,11 @@ pub fn check_devices(
                     .find(|i| i.uuid == Some(*uuid));
                 let Some(instance) = instance else {
                     refuse(
-                        IntegrationError::NotFound(format!(
+                        crate::error::error!(NotFound, uuid;
                             "mdev {uuid} is not a vGPU instance on node {}; create it first \
                              (gpuslice vgpu create)",
                             node.node
-                        )),
+                        ),
                         &mut warnings,
                     )?;
                     continue;
@@ -322,9 +325,9 @@ fn check_pci(
     refuse: &mut Refuse<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<()> {
-    let in_use = |what: String| IntegrationError::Host {
-        kind: gpu_core::ErrorKind::InUse,
-        message: what,
+    let in_use = |why: String| IntegrationError::InUse {
+        what: "device".to_owned(),
+        why,
     };
     if let Some(h) = holder(format!("sys/bus/pci/devices/{address}")) {
         refuse(
@@ -338,7 +341,7 @@ fn check_pci(
     if let Some(gpu) = node.gpu_by_address(address) {
         if gpu.state == gpu_core::GpuState::Blocked {
             fail!(
-                Refused,
+                Refused, address;
                 "GPU {} ({address}) cannot go to a VM: {}",
                 gpu.name,
                 gpu.state_reason.as_deref().unwrap_or("it is blocked")
@@ -394,16 +397,16 @@ fn check_pci(
         .find(|p| p.id == ParentId::Pci(*address) && p.framework == VgpuFramework::VendorVfio);
     match vf {
         None => refuse(
-            IntegrationError::NotFound(format!(
+            crate::error::error!(NotFound, address;
                 "{address} is neither a GPU nor a vendor-VFIO VF on node {}",
                 node.node
-            )),
+            ),
             warnings,
         ),
         Some(vf) if vf.instances.is_empty() => refuse(
-            IntegrationError::Refused(format!(
+            crate::error::error!(Refused, address;
                 "VF {address} has no vGPU type set; create one first (gpuslice vgpu create)"
-            )),
+            ),
             warnings,
         ),
         Some(_) => Ok(()),
@@ -418,7 +421,7 @@ pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> Result<Vec<
     if let Some(gpu) = node.gpu_by_address(address) {
         if gpu.state == gpu_core::GpuState::Blocked {
             fail!(
-                Refused,
+                Refused, address;
                 "GPU {} ({address}) cannot go to a VM: {}",
                 gpu.name,
                 gpu.state_reason.as_deref().unwrap_or("it is blocked")
@@ -439,14 +442,14 @@ pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> Result<Vec<
         .iter()
         .find(|p| p.id == ParentId::Pci(*address) && p.framework == VgpuFramework::VendorVfio)
         .ok_or_else(|| {
-            IntegrationError::NotFound(format!(
+            crate::error::error!(NotFound, address;
                 "{address} is neither a GPU nor a vendor-VFIO VF on node {}",
                 node.node
-            ))
+            )
         })?;
     if vf.instances.is_empty() {
         fail!(
-            Refused,
+            Refused, address;
             "VF {address} has no vGPU type set; create one first (gpuslice vgpu create)"
         );
     }

@@ -12,7 +12,7 @@
 //! another node or read against the wrong inventory is an error, never a guess. That check is
 //! [`super::handoff::check_allocation`], the one every export shares.
 
-use crate::error::{IntegrationError, Result, fail};
+use crate::error::{Result, fail};
 use gpu_core::{AllocatedDevice, Allocation, NodeTopology, Vendor};
 use serde::Serialize;
 
@@ -175,7 +175,7 @@ fn object_name(name: &str) -> Result<String> {
             .is_some_and(|b| b.is_ascii_alphanumeric());
     if !ok {
         fail!(
-            Invalid,
+            Invalid, name;
             "{name:?} is not a Kubernetes object name (lower-case letters, digits, '-' and '.'; \
              pass --name)"
         );
@@ -207,10 +207,10 @@ pub fn virtual_machine(
                 request, address, ..
             } => {
                 let gpu = node.gpu_by_address(address).ok_or_else(|| {
-                    IntegrationError::NotFound(format!(
+                    crate::error::error!(NotFound, format!("request {request}");
                         "request {request}: GPU {address} is not on node {}",
                         node.node
-                    ))
+                    )
                 })?;
                 let i = whole_index.entry(request.as_str()).or_insert(0);
                 host_devices.push(DeviceRef {
@@ -233,10 +233,10 @@ pub fn virtual_machine(
                     .iter()
                     .find(|p| &p.id == parent)
                     .ok_or_else(|| {
-                        IntegrationError::NotFound(format!(
+                        crate::error::error!(NotFound, format!("request {request}");
                             "request {request}: vGPU parent {parent} is not on node {}",
                             node.node
-                        ))
+                        )
                     })?;
                 let vendor = p
                     .gpu

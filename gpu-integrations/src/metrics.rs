@@ -378,5 +378,5 @@ fn sort_series(text: &str) -> String {
 /// Only an encoder formatting error.
 pub fn text(nodes: &[NodeTopology], allocations: &[Allocation]) -> crate::Result<String> {
     render(nodes, allocations)
-        .map_err(|e| crate::IntegrationError::Internal(format!("cannot render metrics: {e}")))
+        .map_err(|e| crate::IntegrationError::render("metrics", e.to_string()))
 }

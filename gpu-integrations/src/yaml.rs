@@ -146,8 +146,8 @@ fn emit_value(val: &Value, indent: usize, out: &mut String) {
 /// # Errors
 /// When `value` cannot be represented (a map with non-string keys of a complex kind).
 pub fn to_string<T: Serialize>(value: &T) -> crate::Result<String> {
-    let v = serde_yaml_ng::to_value(value)
-        .map_err(|e| crate::IntegrationError::Internal(format!("cannot render YAML: {e}")))?;
+    let v =
+        serde_yaml_ng::to_value(value).map_err(|e| crate::IntegrationError::render("YAML", e))?;
     let mut out = String::new();
     match scalar(&v) {
         Some(s) if !matches!(v, Value::Mapping(_) | Value::Sequence(_)) => {

@@ -67,3 +67,39 @@ impl SchedError {
         }
     }
 }
+
+impl gpu_core::ClassifiedError for SchedError {
+    fn kind(&self) -> gpu_core::ErrorKind {
+        self.kind()
+    }
+
+    /// The refusal of an unsatisfiable Machine; the Machine or node that is not there.
+    fn detail(&self) -> gpu_core::ErrorDetail {
+        use gpu_core::ErrorDetail as D;
+        match self {
+            SchedError::Unsatisfiable(refusal) => {
+                D::Refusal(serde_json::to_value(refusal).unwrap_or_default())
+            }
+            SchedError::UnknownMachine { machine } => D::Missing {
+                what: "machine",
+                name: machine.clone(),
+            },
+            SchedError::UnknownNode { node } => D::Missing {
+                what: "node",
+                name: node.clone(),
+            },
+            _ => D::None,
+        }
+    }
+}
+
+/// The scheduler's error type (or the model's), when `e` is one: see
+/// [`gpu_core::error::as_classified`].
+pub fn as_classified<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a dyn gpu_core::ClassifiedError> {
+    match e.downcast_ref::<SchedError>() {
+        Some(s) => Some(s),
+        None => gpu_core::error::as_classified(e),
+    }
+}

@@ -59,7 +59,7 @@ mod state;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use error::SchedError;
+pub use error::{SchedError, as_classified};
 pub use gpu_core::usage::{VramUsage, vram_usage};
 pub use plan::{
     AffectedDevice, DeviceMove, DrainPlan, Evacuation, EvacuationPlan, MigrationPlan, Stay,

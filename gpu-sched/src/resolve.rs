@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use gpu_core::nvidia::{VgpuTypeName, strip_prefix};
-use gpu_core::{DeviceClass, DeviceRequest, Machine, PciAddress, Profile, Vendor};
+use gpu_core::{DeviceClass, DeviceRequest, Machine, Profile, Vendor};
 
 use crate::error::SchedError;
 
@@ -69,23 +69,9 @@ impl Catalog {
     }
 }
 
-/// A GPU named exactly in a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum GpuRef {
-    /// Per-node name (`radeon0`).
-    Name(String),
-    /// PCI address.
-    Address(PciAddress),
-}
-
-impl std::fmt::Display for GpuRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GpuRef::Name(n) => f.write_str(n),
-            GpuRef::Address(a) => a.fmt(f),
-        }
-    }
-}
+/// A GPU named in a request: the model's one classification. `Kind::Whole::exact` holds only
+/// names and addresses; families go to `Kind::Whole::families`.
+pub(crate) use gpu_core::GpuRef;
 
 /// What a request asks for.
 #[derive(Debug, Clone)]
@@ -207,25 +193,19 @@ fn resolve_merged(m: &Machine, catalog: &Catalog) -> Result<Resolved, SchedError
 }
 
 fn resolve_request(machine: &str, d: &DeviceRequest, catalog: &Catalog) -> Result<Req, SchedError> {
-    let vendor = match &d.vendor {
-        None => None,
-        Some(v) => {
-            let parsed = Vendor::parse_loose(v).ok_or_else(|| {
-                invalid(
-                    machine,
-                    format!("device request {:?}: unknown vendor {v:?}", d.name),
-                )
-            })?;
-            let t = v.trim().to_ascii_lowercase();
-            let hex = t.strip_prefix("0x").unwrap_or(&t);
-            let raw = if hex.len() == 4 {
-                u16::from_str_radix(hex, 16).ok()
-            } else {
-                None
-            };
-            Some((parsed, raw))
-        }
-    };
+    let vendor = d
+        .vendor_ref()
+        .map_err(|_| {
+            invalid(
+                machine,
+                format!(
+                    "device request {:?}: unknown vendor {:?}",
+                    d.name,
+                    d.vendor.as_deref().unwrap_or_default()
+                ),
+            )
+        })?
+        .map(|v| (v.vendor, v.pci_id));
     let wanted = d.wanted();
     let kind = if let Some(p) = &d.profile {
         Kind::Vgpu {
@@ -235,25 +215,16 @@ fn resolve_request(machine: &str, d: &DeviceRequest, catalog: &Catalog) -> Resul
     } else {
         let mut exact = Vec::new();
         let mut families = Vec::new();
-        for g in &d.gpus {
-            let g = g.trim();
-            if g.contains(':') {
-                let a = g
-                    .parse::<PciAddress>()
-                    .map_err(|e| invalid(machine, e.to_string()))?;
-                exact.push(GpuRef::Address(a));
-            } else if gpu_core::vendor::split_name(g).is_some() {
-                exact.push(GpuRef::Name(g.to_owned()));
-            } else if Vendor::from_family(g).is_some() {
-                families.push(g.to_owned());
-            } else {
-                return Err(invalid(
-                    machine,
-                    format!(
-                        "device request {:?}: {g:?} is neither a GPU name (nvidia0), a family (nvidia, radeon, intel, matrox, aspeed, gpu) nor a PCI address",
-                        d.name
-                    ),
-                ));
+        let refs = d.gpu_refs().map_err(|e| match e {
+            gpu_core::CoreError::InvalidGpu { .. } => {
+                invalid(machine, format!("device request {:?}: {e}", d.name))
+            }
+            e => invalid(machine, e.to_string()),
+        })?;
+        for r in refs {
+            match r {
+                GpuRef::Family(v) => families.push(v.family().to_owned()),
+                exact_ref => exact.push(exact_ref),
             }
         }
         if exact.len() > wanted as usize {

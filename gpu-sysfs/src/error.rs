@@ -90,6 +90,86 @@ impl SysfsError {
     }
 }
 
+impl SysfsError {
+    /// The path (or file) a failed read concerns, when there is one.
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            SysfsError::Io { path, .. }
+            | SysfsError::InvalidRoot { path, .. }
+            | SysfsError::Model { path, .. } => Some(path),
+            SysfsError::Malformed { file, .. } => Some(file),
+            SysfsError::Actuate(_) => None,
+        }
+    }
+}
+
+impl gpu_core::ClassifiedError for SysfsError {
+    fn kind(&self) -> gpu_core::ErrorKind {
+        self.kind()
+    }
+
+    fn errno(&self) -> Option<i32> {
+        self.errno()
+    }
+
+    /// Where on the host: the path concerned and the errno.
+    fn detail(&self) -> gpu_core::ErrorDetail {
+        gpu_core::ErrorDetail::Host {
+            path: self.path().map(str::to_owned),
+            errno: self.errno(),
+        }
+    }
+}
+
+impl gpu_core::ClassifiedError for crate::actuate::ActuateError {
+    fn kind(&self) -> gpu_core::ErrorKind {
+        self.kind()
+    }
+
+    fn errno(&self) -> Option<i32> {
+        self.errno()
+    }
+}
+
+impl gpu_core::ClassifiedError for crate::apply::ApplyError {
+    fn kind(&self) -> gpu_core::ErrorKind {
+        self.kind()
+    }
+
+    /// Discovery's errno, when discovery failed.
+    fn errno(&self) -> Option<i32> {
+        match self {
+            crate::apply::ApplyError::Discover(e) => e.errno(),
+            _ => None,
+        }
+    }
+
+    /// Discovery's detail, when discovery failed.
+    fn detail(&self) -> gpu_core::ErrorDetail {
+        match self {
+            crate::apply::ApplyError::Discover(e) => gpu_core::ClassifiedError::detail(e),
+            _ => gpu_core::ErrorDetail::None,
+        }
+    }
+}
+
+/// This crate's error types (or the model's), when `e` is one: see
+/// [`gpu_core::error::as_classified`].
+pub fn as_classified<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a dyn gpu_core::ClassifiedError> {
+    if let Some(e) = e.downcast_ref::<crate::actuate::ActuateError>() {
+        return Some(e);
+    }
+    if let Some(e) = e.downcast_ref::<SysfsError>() {
+        return Some(e);
+    }
+    if let Some(e) = e.downcast_ref::<crate::apply::ApplyError>() {
+        return Some(e);
+    }
+    gpu_core::error::as_classified(e)
+}
+
 /// Result type of this crate.
 pub type Result<T, E = SysfsError> = std::result::Result<T, E>;
 

@@ -5,103 +5,52 @@
 //! has its own `code`; structured data travels as properties: `reasons` and `refusal` on
 //! `UNSATISFIABLE`, `path` and `errno` on `HOST_ERROR`, `kind` and `machine` or `node` on `NOT_FOUND`.
 
-use gpu_core::{CoreError, ErrorFamily, ErrorKind};
+use gpu_core::{Classified, ClassifiedError, CoreError, ErrorDetail, ErrorFamily, ErrorKind};
+
+pub use gpu_core::Input;
 use napi::bindgen_prelude::{JsValue, Object};
 use napi::{Env, Status};
 
-/// A library error on its way to JavaScript: its kind (from gpuslice's one vocabulary) decides
-/// the `code`; the structured data it carries becomes properties.
+/// A library error on its way to JavaScript: classified by gpuslice's one extractor
+/// ([`Classified::of`]); its kind decides the `code`, its detail the properties.
 #[derive(Debug, Clone)]
 pub enum Failure {
     /// An error of gpuslice's libraries.
-    Typed {
-        /// The kind (`unsatisfiable`, `invalid-config`, `does-not-fit`, ...).
-        kind: ErrorKind,
-        /// The rendered message.
-        message: String,
-        /// Structured data for attributes.
-        detail: Detail,
-    },
+    Typed(Classified),
     /// `INTERNAL`, for failures of the binding itself.
     Other(String),
-}
-
-/// Structured data an exception carries besides its message.
-#[derive(Debug, Clone)]
-pub enum Detail {
-    /// Nothing more.
-    None,
-    /// `refusal` / `reasons` of `UNSATISFIABLE`: the refusal as JSON.
-    Refusal(serde_json::Value),
-    /// `kind` (`machine` or `node`) of `NOT_FOUND`, and the name under that key.
-    Missing {
-        /// `machine` or `node`.
-        what: &'static str,
-        /// The name asked for.
-        name: String,
-    },
-    /// `path` and `errno` of `HOST_ERROR`.
-    Host {
-        /// The path concerned, when known.
-        path: Option<String>,
-        /// The errno, when the failure was an I/O error.
-        errno: Option<i32>,
-    },
-}
-
-/// Which kind of document a model error concerns: it decides between `INVALID_REQUEST` (what
-/// the caller asks for) and `CONFIG_ERROR` (documents describing the fleet).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Input {
-    /// A Machine, a name, or another argument of a call.
-    Request,
-    /// A fleet, a node topology or another configuration document.
-    Config,
 }
 
 impl Failure {
     /// An error of `kind` with nothing but its message.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Failure::Typed {
-            kind,
-            message: message.into(),
-            detail: Detail::None,
-        }
+        Failure::Typed(Classified::new(kind, message))
     }
 
-    /// Sorts a model error: requests are the caller's input, documents are configuration.
+    /// Any library error.
+    pub fn of(e: &dyn ClassifiedError) -> Self {
+        Failure::Typed(Classified::of(e))
+    }
+
+    /// A model error: requests are the caller's input, documents are configuration.
     pub fn core(e: &CoreError, input: Input) -> Self {
-        let kind = match input {
-            Input::Request => e.kind(),
-            Input::Config => e.kind_in_config(),
-        };
-        Failure::new(kind, e.to_string())
+        Failure::Typed(Classified::of_model(e, input))
     }
 
-    /// A vGPU layout error (`CONFIG_ERROR` with `kind`).
-    pub fn layout(e: &gpu_core::layout::LayoutError) -> Self {
-        Failure::new(e.kind(), e.to_string())
-    }
-
-    /// An integrations error (DRA, metrics, KubeVirt, QEMU hand-off).
-    pub fn integration(e: &gpu_integrations::IntegrationError) -> Self {
-        Failure::new(e.kind(), e.to_string())
-    }
-
-    fn parts(&self) -> (ErrorKind, &str, Option<&Detail>) {
+    fn parts(self) -> (ErrorKind, String, ErrorDetail) {
         match self {
-            Failure::Typed {
-                kind,
-                message,
-                detail,
-            } => (*kind, message, Some(detail)),
-            Failure::Other(message) => (ErrorKind::Other, message, None),
+            Failure::Typed(c) => (c.kind, c.message, c.detail),
+            Failure::Other(message) => (ErrorKind::Other, message, ErrorDetail::None),
         }
     }
 
     /// The stable `code` of the JS error: the one table from the kind's family.
     pub fn code(&self) -> &'static str {
-        match self.parts().0.family() {
+        let kind = match self {
+            Failure::Typed(c) => c.kind,
+            Failure::Other(_) => ErrorKind::Other,
+        };
+        match kind.family() {
             ErrorFamily::Unsatisfiable => "UNSATISFIABLE",
             ErrorFamily::InvalidRequest => "INVALID_REQUEST",
             ErrorFamily::NotFound => "NOT_FOUND",
@@ -112,7 +61,10 @@ impl Failure {
     }
 
     fn message(&self) -> &str {
-        self.parts().1
+        match self {
+            Failure::Typed(c) => &c.message,
+            Failure::Other(message) => message,
+        }
     }
 
     /// Builds the JS `Error` (with `code` and the structured properties) as a `napi::Error` that
@@ -127,124 +79,32 @@ impl Failure {
     }
 
     fn build(&self, env: &Env) -> napi::Result<napi::Error> {
-        let (kind, message, detail) = self.parts();
+        let code = self.code();
+        let (kind, message, detail) = self.clone().parts();
         let mut obj: Object<'_> =
-            env.create_error(napi::Error::new(Status::GenericFailure, message.to_owned()))?;
-        obj.set("code", self.code())?;
+            env.create_error(napi::Error::new(Status::GenericFailure, message))?;
+        obj.set("code", code)?;
         obj.set("errorKind", kind.as_str())?;
         if kind.is_layout() {
             obj.set("kind", kind.as_str())?;
         }
         match detail {
-            Some(Detail::Refusal(refusal)) => {
-                let reasons = refusal
-                    .get("nodes")
-                    .cloned()
-                    .unwrap_or(serde_json::Value::Array(vec![]));
+            ErrorDetail::Refusal(refusal) => {
+                let reasons = ErrorDetail::refused_nodes(&refusal);
                 obj.set("reasons", env.to_js_value(&reasons)?)?;
-                obj.set("refusal", env.to_js_value(refusal)?)?;
+                obj.set("refusal", env.to_js_value(&refusal)?)?;
             }
-            Some(Detail::Missing { what, name }) => {
+            ErrorDetail::Missing { what, name } => {
                 // `name` is taken by `Error.prototype.name`: the name goes under the kind.
-                obj.set("kind", *what)?;
-                obj.set(*what, name.as_str())?;
+                obj.set("kind", what)?;
+                obj.set(what, name.as_str())?;
             }
-            Some(Detail::Host { path, errno }) => {
+            ErrorDetail::Host { path, errno } => {
                 obj.set("path", path.as_deref())?;
-                obj.set("errno", *errno)?;
+                obj.set("errno", errno)?;
             }
-            Some(Detail::None) | None => {}
+            ErrorDetail::None => {}
         }
         Ok(napi::Error::from(obj.to_unknown()))
     }
-}
-
-impl Failure {
-    /// Sorts a scheduler error.
-    pub fn sched(e: gpu_sched::SchedError) -> Self {
-        use gpu_sched::SchedError as S;
-        let kind = e.kind();
-        let message = e.to_string();
-        let detail = match e {
-            S::Unsatisfiable(refusal) => {
-                Detail::Refusal(serde_json::to_value(&refusal).unwrap_or_default())
-            }
-            S::UnknownMachine { machine } => Detail::Missing {
-                what: "machine",
-                name: machine,
-            },
-            S::UnknownNode { node } => Detail::Missing {
-                what: "node",
-                name: node,
-            },
-            _ => Detail::None,
-        };
-        Failure::Typed {
-            kind,
-            message,
-            detail,
-        }
-    }
-
-    /// Sorts a discovery error: everything that went wrong reading the host is `HOST_ERROR`.
-    pub fn sysfs(e: &gpu_sysfs::SysfsError) -> Self {
-        use gpu_sysfs::SysfsError as S;
-        let path = match e {
-            S::Io { path, .. } | S::InvalidRoot { path, .. } | S::Model { path, .. } => {
-                Some(path.clone())
-            }
-            S::Malformed { file, .. } => Some(file.clone()),
-            _ => None,
-        };
-        Failure::Typed {
-            kind: e.kind(),
-            message: error_chain(e),
-            detail: Detail::Host {
-                path,
-                errno: e.errno(),
-            },
-        }
-    }
-
-    /// Sorts a health error.
-    pub fn health(e: &gpu_health::HealthError) -> Self {
-        use gpu_health::HealthError as H;
-        match e {
-            H::Root(d) => Failure::sysfs(d),
-            H::Discovery(d) => Failure::sysfs(d),
-            H::PolicyRead { path, source } | H::BaselineWrite { path, source } => Failure::Typed {
-                kind: e.kind(),
-                message: error_chain(e),
-                detail: Detail::Host {
-                    path: Some(path.display().to_string()),
-                    errno: source.raw_os_error(),
-                },
-            },
-            H::NvmlLibrary { path, .. } => Failure::Typed {
-                kind: e.kind(),
-                message: e.to_string(),
-                detail: Detail::Host {
-                    path: Some(path.display().to_string()),
-                    errno: None,
-                },
-            },
-            H::Policy { .. } => Failure::new(e.kind(), e.to_string()),
-        }
-    }
-}
-
-/// The message of an error followed by its sources (`path: No such file or directory`): the
-/// crates keep messages short and put the cause in `source()`.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = s.source();
-    }
-    out
 }

@@ -35,7 +35,7 @@ fn place_on(
     } else {
         s.place_detailed(machine, *policy)
     }
-    .map_err(Failure::sched)
+    .map_err(|e| Failure::of(&e))
 }
 
 type Shared = Arc<Mutex<FleetState>>;
@@ -57,7 +57,7 @@ fn place_input(
     let machine: Machine = document(machine)?;
     let options = options.unwrap_or_default();
     let policy = match options.policy {
-        Some(p) => p.parse().map_err(Failure::sched)?,
+        Some(p) => p.parse().map_err(|e| Failure::of(&e))?,
         None => Policy::default(),
     };
     Ok((machine, policy, options.dry_run.unwrap_or(false)))
@@ -99,7 +99,7 @@ impl Fleet {
     pub fn new(env: Env) -> napi::Result<Self> {
         FleetState::new(gpu_core::Fleet::default())
             .map(Fleet::from_state)
-            .map_err(|e| Failure::sched(e).into_js(&env))
+            .map_err(|e| Failure::of(&e).into_js(&env))
     }
 
     /// A fleet from its document (`{nodes: [...], allocations: [...]}`), or the JSON/YAML text of
@@ -113,7 +113,7 @@ impl Fleet {
     )]
     pub fn from_json(env: Env, doc: serde_json::Value) -> napi::Result<Self> {
         document::<gpu_core::Fleet>(doc)
-            .and_then(|f| FleetState::new(f).map_err(Failure::sched))
+            .and_then(|f| FleetState::new(f).map_err(|e| Failure::of(&e)))
             .map(Fleet::from_state)
             .map_err(|e| e.into_js(&env))
     }
@@ -125,7 +125,7 @@ impl Fleet {
     pub fn add_node(&self, env: Env, topology: serde_json::Value) -> napi::Result<()> {
         self.with(&env, |s| {
             let topology: NodeTopology = document(topology)?;
-            s.add_node(topology).map_err(Failure::sched)
+            s.add_node(topology).map_err(|e| Failure::of(&e))
         })
     }
 
@@ -136,7 +136,7 @@ impl Fleet {
     #[napi(ts_return_type = "NodeTopology")]
     pub fn remove_node(&self, env: Env, name: String) -> napi::Result<serde_json::Value> {
         self.with(&env, |s| {
-            let topology = s.remove_node(&name).map_err(Failure::sched)?;
+            let topology = s.remove_node(&name).map_err(|e| Failure::of(&e))?;
             to_json(&topology)
         })
     }
@@ -186,7 +186,7 @@ impl Fleet {
     #[napi(ts_return_type = "Allocation")]
     pub fn release(&self, env: Env, machine_name: String) -> napi::Result<serde_json::Value> {
         self.with(&env, |s| {
-            let allocation = s.release(&machine_name).map_err(Failure::sched)?;
+            let allocation = s.release(&machine_name).map_err(|e| Failure::of(&e))?;
             to_json(&allocation)
         })
     }
@@ -199,7 +199,7 @@ impl Fleet {
         self.with(&env, |s| {
             s.mark_created(&machine_name)
                 .map(drop)
-                .map_err(Failure::sched)
+                .map_err(|e| Failure::of(&e))
         })
     }
 
@@ -219,7 +219,7 @@ impl Fleet {
         self.with(&env, |s| {
             let plan = s
                 .plan_migration(&machine_name, &to, &gpus.unwrap_or_default())
-                .map_err(Failure::sched)?;
+                .map_err(|e| Failure::of(&e))?;
             to_json(&plan)
         })
     }
@@ -230,7 +230,7 @@ impl Fleet {
     #[napi(ts_return_type = "DrainPlan")]
     pub fn plan_drain(&self, env: Env, node: String) -> napi::Result<serde_json::Value> {
         self.with(&env, |s| {
-            let plan = s.plan_drain(&node).map_err(Failure::sched)?;
+            let plan = s.plan_drain(&node).map_err(|e| Failure::of(&e))?;
             to_json(&plan)
         })
     }

@@ -41,7 +41,7 @@ fn discover_node(root: &str, node: Option<String>) -> Result<NodeTopology, Failu
     gpu_core::validate_name(&node).map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
     gpu_health::open_node(Path::new(root), &NodeRequest::new(node))
         .map(|c| c.topology)
-        .map_err(|e| Failure::health(&e))
+        .map_err(|e| Failure::of(&e))
 }
 
 fn root_of(root: Option<String>) -> String {
@@ -94,7 +94,7 @@ impl Task for DiscoverTask {
 
 fn load_policy(options: &JsHealthOptions) -> Result<Policy, Failure> {
     if let Some(file) = &options.policy_file {
-        return Policy::from_file(&PathBuf::from(file)).map_err(|e| Failure::health(&e));
+        return Policy::from_file(&PathBuf::from(file)).map_err(|e| Failure::of(&e));
     }
     // JSON is YAML: one parser reads objects (as JSON) and text in either form.
     let text = match &options.policy {
@@ -102,7 +102,7 @@ fn load_policy(options: &JsHealthOptions) -> Result<Policy, Failure> {
         Some(serde_json::Value::String(text)) => text.clone(),
         Some(value) => value.to_string(),
     };
-    Policy::from_str_as(&text, PolicyFormat::Yaml, "<policy>").map_err(|e| Failure::health(&e))
+    Policy::from_str_as(&text, PolicyFormat::Yaml, "<policy>").map_err(|e| Failure::of(&e))
 }
 
 /// Assesses the health of every GPU of the host: one report per GPU with its verdict and the
@@ -120,7 +120,7 @@ pub fn health(env: Env, options: Option<JsHealthOptions>) -> napi::Result<serde_
         let mut req = NodeRequest::new(gpu_sysfs::default_node_name());
         req.policy = policy;
         let composed =
-            gpu_health::open_node(Path::new(&root), &req).map_err(|e| Failure::health(&e))?;
+            gpu_health::open_node(Path::new(&root), &req).map_err(|e| Failure::of(&e))?;
         to_json(&composed.reports)
     };
     run().map_err(|e| e.into_js(&env))

@@ -45,7 +45,7 @@ pub fn export_dra(
         let nodes: Vec<NodeTopology> = documents(nodes)?;
         let o = options.unwrap_or_default();
         let version: K8sVersion = match &o.k8s_version {
-            Some(v) => v.parse().map_err(|e| Failure::integration(&e))?,
+            Some(v) => v.parse().map_err(|e| Failure::of(&e))?,
             None => K8sVersion::default(),
         };
         let opts = DraOptions {
@@ -54,7 +54,7 @@ pub fn export_dra(
             generation: o.generation.unwrap_or(1),
             ..DraOptions::default()
         };
-        let export = dra::export(&nodes, &opts).map_err(|e| Failure::integration(&e))?;
+        let export = dra::export(&nodes, &opts).map_err(|e| Failure::of(&e))?;
         to_json(&serde_json::json!({ "objects": export.objects, "warnings": export.warnings }))
     };
     run().map_err(|f| f.into_js(&env))
@@ -73,7 +73,7 @@ pub fn metrics_text(
     let run = || -> Result<String, Failure> {
         let nodes: Vec<NodeTopology> = documents(nodes)?;
         let allocations: Vec<Allocation> = documents(allocations.unwrap_or_default())?;
-        metrics::text(&nodes, &allocations).map_err(|e| Failure::integration(&e))
+        metrics::text(&nodes, &allocations).map_err(|e| Failure::of(&e))
     };
     run().map_err(|f| f.into_js(&env))
 }
@@ -103,7 +103,7 @@ pub fn qemu_args(
     let run = || -> Result<Vec<String>, Failure> {
         let allocation: Allocation = document(allocation)?;
         let node: NodeTopology = document(node)?;
-        handoff::allocation_qemu_args(&allocation, &node).map_err(|e| Failure::integration(&e))
+        handoff::allocation_qemu_args(&allocation, &node).map_err(|e| Failure::of(&e))
     };
     run().map_err(|f| f.into_js(&env))
 }

@@ -29,7 +29,7 @@ pub fn plan_vgpu_config(
     let run = || -> Result<serde_json::Value, Failure> {
         let topology: NodeTopology = document(topology)?;
         let plan = gpu_core::layout::plan_vgpu_config(&config_text, &name, &topology)
-            .map_err(|e| Failure::layout(&e))?;
+            .map_err(|e| Failure::of(&e))?;
         to_json(&plan)
     };
     run().map_err(|f| f.into_js(&env))

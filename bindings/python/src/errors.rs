@@ -4,7 +4,9 @@
 //! `Python::detach`), which becomes a Python exception only once the GIL is held again. Structured
 //! data travels as attributes: `Unsatisfiable.reasons`, `HostError.path` / `.errno`.
 
-use gpu_core::{CoreError, ErrorFamily, ErrorKind};
+use gpu_core::{Classified, ClassifiedError, CoreError, ErrorDetail, ErrorFamily, ErrorKind};
+
+pub use gpu_core::Input;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
@@ -50,95 +52,42 @@ pyo3::create_exception!(
      `does-not-fit`, ...)."
 );
 
-/// A library error on its way to Python: its kind (from gpuslice's one vocabulary) decides the
-/// exception class; the structured data it carries becomes attributes.
+/// A library error on its way to Python: classified by gpuslice's one extractor
+/// ([`Classified::of`]); its kind decides the exception class, its detail the attributes.
 #[derive(Debug, Clone)]
 pub enum Failure {
     /// An error of gpuslice's libraries.
-    Typed {
-        /// The kind (`unsatisfiable`, `invalid-config`, `does-not-fit`, ...).
-        kind: ErrorKind,
-        /// The rendered message.
-        message: String,
-        /// Structured data for attributes.
-        detail: Detail,
-    },
+    Typed(Classified),
     /// The base [`Error`], for failures of the binding itself.
     Other(String),
-}
-
-/// Structured data an exception carries besides its message.
-#[derive(Debug, Clone)]
-pub enum Detail {
-    /// Nothing more.
-    None,
-    /// `Unsatisfiable.refusal` / `.reasons`: the refusal as JSON.
-    Refusal(serde_json::Value),
-    /// `NotFound.kind` (`machine` or `node`) and `.name`.
-    Missing {
-        /// `machine` or `node`.
-        what: &'static str,
-        /// The name asked for.
-        name: String,
-    },
-    /// `HostError.path` and `.errno`.
-    Host {
-        /// The path concerned, when known.
-        path: Option<String>,
-        /// The errno, when the failure was an I/O error.
-        errno: Option<i32>,
-    },
-}
-
-/// Which kind of document a model error concerns: it decides between `InvalidRequest` (what the
-/// caller asks for) and `ConfigError` (documents describing the fleet).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Input {
-    /// A Machine, a name, or another argument of a call.
-    Request,
-    /// A fleet, a node topology or another configuration document.
-    Config,
 }
 
 impl Failure {
     /// An error of `kind` with nothing but its message.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Failure::Typed {
-            kind,
-            message: message.into(),
-            detail: Detail::None,
-        }
+        Failure::Typed(Classified::new(kind, message))
     }
 
-    /// Sorts a model error: requests are the caller's input, documents are configuration.
+    /// Any library error.
+    pub fn of(e: &dyn ClassifiedError) -> Self {
+        Failure::Typed(Classified::of(e))
+    }
+
+    /// A model error: requests are the caller's input, documents are configuration.
     pub fn core(e: &CoreError, input: Input) -> Self {
-        let kind = match input {
-            Input::Request => e.kind(),
-            Input::Config => e.kind_in_config(),
-        };
-        Failure::new(kind, e.to_string())
+        Failure::Typed(Classified::of_model(e, input))
     }
 
-    /// A vGPU layout error (`ConfigError` with `.kind`).
-    pub fn layout(e: &gpu_core::layout::LayoutError) -> Self {
-        Failure::new(e.kind(), e.to_string())
-    }
-
-    /// An integrations error (DRA, metrics, KubeVirt, QEMU hand-off).
-    pub fn integration(e: &gpu_integrations::IntegrationError) -> Self {
-        Failure::new(e.kind(), e.to_string())
+    fn parts(self) -> (ErrorKind, String, ErrorDetail) {
+        match self {
+            Failure::Typed(c) => (c.kind, c.message, c.detail),
+            Failure::Other(message) => (ErrorKind::Other, message, ErrorDetail::None),
+        }
     }
 
     /// Converts to the Python exception, attaching the structured attributes.
     pub fn into_pyerr(self, py: Python<'_>) -> PyErr {
-        let (kind, message, detail) = match self {
-            Failure::Typed {
-                kind,
-                message,
-                detail,
-            } => (kind, message, detail),
-            Failure::Other(message) => (ErrorKind::Other, message, Detail::None),
-        };
+        let (kind, message, detail) = self.parts();
         // The one table: the kind's family decides the class.
         let err = match kind.family() {
             ErrorFamily::Unsatisfiable => PyErr::new::<Unsatisfiable, _>(message),
@@ -153,20 +102,17 @@ impl Failure {
             set_attr(py, &err, "kind", &kind.as_str());
         }
         match detail {
-            Detail::None => {}
-            Detail::Refusal(refusal) => {
-                let reasons = refusal
-                    .get("nodes")
-                    .cloned()
-                    .unwrap_or(serde_json::Value::Array(vec![]));
+            ErrorDetail::None => {}
+            ErrorDetail::Refusal(refusal) => {
+                let reasons = ErrorDetail::refused_nodes(&refusal);
                 set_attr(py, &err, "reasons", &reasons);
                 set_attr(py, &err, "refusal", &refusal);
             }
-            Detail::Missing { what, name } => {
+            ErrorDetail::Missing { what, name } => {
                 set_attr(py, &err, "kind", &what);
                 set_attr(py, &err, "name", &name);
             }
-            Detail::Host { path, errno } => {
+            ErrorDetail::Host { path, errno } => {
                 set_attr(py, &err, "path", &path);
                 set_attr(py, &err, "errno", &errno);
             }
@@ -213,94 +159,4 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     config.setattr("kind", py.None())?;
     m.add("ConfigError", config)?;
     Ok(())
-}
-
-impl Failure {
-    /// Sorts a scheduler error.
-    pub fn sched(e: gpu_sched::SchedError) -> Self {
-        use gpu_sched::SchedError as S;
-        let kind = e.kind();
-        let message = e.to_string();
-        let detail = match e {
-            S::Unsatisfiable(refusal) => {
-                Detail::Refusal(serde_json::to_value(&refusal).unwrap_or_default())
-            }
-            S::UnknownMachine { machine } => Detail::Missing {
-                what: "machine",
-                name: machine,
-            },
-            S::UnknownNode { node } => Detail::Missing {
-                what: "node",
-                name: node,
-            },
-            _ => Detail::None,
-        };
-        Failure::Typed {
-            kind,
-            message,
-            detail,
-        }
-    }
-
-    /// Sorts a discovery error: everything that went wrong reading the host is a `HostError`.
-    pub fn sysfs(e: &gpu_sysfs::SysfsError) -> Self {
-        use gpu_sysfs::SysfsError as S;
-        let path = match e {
-            S::Io { path, .. } | S::InvalidRoot { path, .. } | S::Model { path, .. } => {
-                Some(path.clone())
-            }
-            S::Malformed { file, .. } => Some(file.clone()),
-            _ => None,
-        };
-        Failure::Typed {
-            kind: e.kind(),
-            message: error_chain(e),
-            detail: Detail::Host {
-                path,
-                errno: e.errno(),
-            },
-        }
-    }
-
-    /// Sorts a health error.
-    pub fn health(e: &gpu_health::HealthError) -> Self {
-        use gpu_health::HealthError as H;
-        match e {
-            H::Root(d) => Failure::sysfs(d),
-            H::Discovery(d) => Failure::sysfs(d),
-            H::PolicyRead { path, source } | H::BaselineWrite { path, source } => Failure::Typed {
-                kind: e.kind(),
-                message: error_chain(e),
-                detail: Detail::Host {
-                    path: Some(path.display().to_string()),
-                    errno: source.raw_os_error(),
-                },
-            },
-            H::NvmlLibrary { path, .. } => Failure::Typed {
-                kind: e.kind(),
-                message: e.to_string(),
-                detail: Detail::Host {
-                    path: Some(path.display().to_string()),
-                    errno: None,
-                },
-            },
-            H::Policy { .. } => Failure::new(e.kind(), e.to_string()),
-        }
-    }
-}
-
-/// The message of an error followed by its sources (`path: No such file or directory`): the
-/// crates keep messages short and put the cause in `source()`.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = s.source();
-    }
-    out
 }

@@ -58,7 +58,7 @@ impl Fleet {
     /// An empty fleet: no nodes, no allocations.
     #[new]
     fn new() -> Result<Self, Failure> {
-        let state = FleetState::new(gpu_core::Fleet::default()).map_err(Failure::sched)?;
+        let state = FleetState::new(gpu_core::Fleet::default()).map_err(|e| Failure::of(&e))?;
         Ok(Fleet::from_state(state))
     }
 
@@ -75,7 +75,7 @@ impl Fleet {
         let fleet: gpu_core::Fleet = document(data)?;
         let state = py
             .detach(|| FleetState::new(fleet))
-            .map_err(Failure::sched)?;
+            .map_err(|e| Failure::of(&e))?;
         Ok(Fleet::from_state(state))
     }
 
@@ -85,7 +85,7 @@ impl Fleet {
     fn add_node(&self, py: Python<'_>, topology: &Bound<'_, PyAny>) -> Result<(), Failure> {
         let topology: NodeTopology = document(topology)?;
         self.with(py, |s| s.add_node(topology))?
-            .map_err(Failure::sched)
+            .map_err(|e| Failure::of(&e))
     }
 
     /// Removes a node and returns its topology. Allocations on it stay recorded (their
@@ -95,7 +95,7 @@ impl Fleet {
     fn remove_node<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let topology = self
             .with(py, |s| s.remove_node(name))?
-            .map_err(Failure::sched)?;
+            .map_err(|e| Failure::of(&e))?;
         to_py(py, &topology)
     }
 
@@ -118,7 +118,7 @@ impl Fleet {
         let machine: Machine = document(machine)?;
         let policy = match policy {
             "binpack" => Policy::Binpack,
-            other => other.parse().map_err(Failure::sched)?,
+            other => other.parse().map_err(|e| Failure::of(&e))?,
         };
         let allocation = self
             .with(py, |s| {
@@ -128,7 +128,7 @@ impl Fleet {
                     s.place_detailed(&machine, policy)
                 }
             })?
-            .map_err(Failure::sched)?;
+            .map_err(|e| Failure::of(&e))?;
         to_py(py, &allocation)
     }
 
@@ -138,7 +138,7 @@ impl Fleet {
     fn release<'py>(&self, py: Python<'py>, machine_name: &str) -> PyResult<Bound<'py, PyAny>> {
         let allocation = self
             .with(py, |s| s.release(machine_name))?
-            .map_err(Failure::sched)?;
+            .map_err(|e| Failure::of(&e))?;
         to_py(py, &allocation)
     }
 
@@ -148,7 +148,7 @@ impl Fleet {
     fn mark_created(&self, py: Python<'_>, machine_name: &str) -> Result<(), Failure> {
         self.with(py, |s| s.mark_created(machine_name))?
             .map(drop)
-            .map_err(Failure::sched)
+            .map_err(|e| Failure::of(&e))
     }
 
     /// Plans moving a placed Machine to node `to` (optionally onto the named `gpus`); a dry run
@@ -166,7 +166,7 @@ impl Fleet {
         let gpus = gpus.unwrap_or_default();
         let plan = self
             .with(py, |s| s.plan_migration(machine_name, to, &gpus))?
-            .map_err(Failure::sched)?;
+            .map_err(|e| Failure::of(&e))?;
         to_py(py, &plan)
     }
 
@@ -176,7 +176,7 @@ impl Fleet {
     fn plan_drain<'py>(&self, py: Python<'py>, node: &str) -> PyResult<Bound<'py, PyAny>> {
         let plan = self
             .with(py, |s| s.plan_drain(node))?
-            .map_err(Failure::sched)?;
+            .map_err(|e| Failure::of(&e))?;
         to_py(py, &plan)
     }
 

@@ -30,7 +30,7 @@ pub fn discover<'py>(
             .map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
         gpu_health::open_node(&root, &NodeRequest::new(node))
             .map(|c| c.topology)
-            .map_err(|e| Failure::health(&e))
+            .map_err(|e| Failure::of(&e))
     })?;
     to_py(py, &topology)
 }
@@ -65,9 +65,9 @@ impl PolicySource {
             // JSON is YAML: one parser reads dicts (as JSON) and text in either form.
             PolicySource::Text(text) => {
                 Policy::from_str_as(&text, gpu_health::policy::PolicyFormat::Yaml, "<policy>")
-                    .map_err(|e| Failure::health(&e))
+                    .map_err(|e| Failure::of(&e))
             }
-            PolicySource::File(path) => Policy::from_file(&path).map_err(|e| Failure::health(&e)),
+            PolicySource::File(path) => Policy::from_file(&path).map_err(|e| Failure::of(&e)),
         }
     }
 }
@@ -99,7 +99,7 @@ pub fn health<'py>(
         let policy = source.load()?;
         let mut req = NodeRequest::new(gpu_sysfs::default_node_name());
         req.policy = policy;
-        let composed = gpu_health::open_node(&root, &req).map_err(|e| Failure::health(&e))?;
+        let composed = gpu_health::open_node(&root, &req).map_err(|e| Failure::of(&e))?;
         Ok::<_, Failure>(composed.reports)
     })?;
     to_py(py, &reports)

@@ -33,7 +33,7 @@ pub fn export_dra<'py>(
     generation: i64,
 ) -> PyResult<Bound<'py, PyAny>> {
     let nodes: Vec<NodeTopology> = documents(&nodes)?;
-    let version: K8sVersion = k8s_version.parse().map_err(|e| Failure::integration(&e))?;
+    let version: K8sVersion = k8s_version.parse().map_err(|e| Failure::of(&e))?;
     let opts = DraOptions {
         driver: driver.unwrap_or_else(|| dra::DEFAULT_DRIVER.to_owned()),
         version,
@@ -42,7 +42,7 @@ pub fn export_dra<'py>(
     };
     let export = py
         .detach(|| dra::export(&nodes, &opts))
-        .map_err(|e| Failure::integration(&e))?;
+        .map_err(|e| Failure::of(&e))?;
     to_py(
         py,
         &serde_json::json!({ "objects": export.objects, "warnings": export.warnings }),
@@ -62,7 +62,7 @@ pub fn metrics_text<'py>(
     let allocations: Vec<Allocation> = documents(&allocations)?;
     Ok(py
         .detach(|| metrics::text(&nodes, &allocations))
-        .map_err(|e| Failure::integration(&e))?)
+        .map_err(|e| Failure::of(&e))?)
 }
 
 /// The KubeVirt `permittedHostDevices` patch for the GPUs and vGPU types of `nodes`, as
@@ -90,5 +90,5 @@ pub fn qemu_args<'py>(
 ) -> PyResult<Vec<String>> {
     let allocation: Allocation = document(allocation)?;
     let node: NodeTopology = document(node)?;
-    Ok(handoff::allocation_qemu_args(&allocation, &node).map_err(|e| Failure::integration(&e))?)
+    Ok(handoff::allocation_qemu_args(&allocation, &node).map_err(|e| Failure::of(&e))?)
 }

@@ -25,6 +25,6 @@ pub fn plan_vgpu_config<'py>(
     let topology: NodeTopology = document(topology)?;
     let plan = py
         .detach(|| gpu_core::layout::plan_vgpu_config(config_text, name, &topology))
-        .map_err(|e| Failure::layout(&e))?;
+        .map_err(|e| Failure::of(&e))?;
     to_py(py, &plan)
 }

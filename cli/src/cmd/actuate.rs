@@ -31,14 +31,15 @@ fn open_host(g: &Global, changes: bool) -> anyhow::Result<gpu_health::OpenedNode
 
 /// A GPU given as a PCI address or a per-node name (`nvidia0`), resolved through discovery.
 fn resolve_gpu(opened: &gpu_health::OpenedNode, gpu: &str) -> anyhow::Result<PciAddress> {
-    if let Ok(a) = gpu.parse::<PciAddress>() {
-        return Ok(a);
-    }
-    gpu_core::validate_name(gpu)
-        .with_context(|| format!("{gpu:?} is neither a PCI address nor a GPU name"))?;
+    let name = match gpu_core::GpuRef::parse_one(gpu)
+        .with_context(|| format!("{gpu:?} is neither a PCI address nor a GPU name"))?
+    {
+        gpu_core::GpuRef::Address(a) => return Ok(a),
+        named => named.to_string(),
+    };
     let topo = gpu_sysfs::discover::discover(opened.host.host(), &opened.discover)
         .context("cannot discover this host's GPUs to resolve the name")?;
-    topo.gpu_address_by_name(gpu).map_err(anyhow::Error::msg)
+    topo.gpu_address_by_name(&name).map_err(anyhow::Error::msg)
 }
 
 fn print_handoff(h: &Handoff) {

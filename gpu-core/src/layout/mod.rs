@@ -23,7 +23,7 @@ pub use config::{
     nvidia_indices,
 };
 pub use plan::{
-    Assertion, GpuPlan, Mode, Plan, PlanOptions, PlannedInstance, Step, TypeDiff, TypeNames,
+    Assertion, GpuLayoutPlan, Mode, Plan, PlanOptions, PlannedInstance, Step, TypeDiff, TypeNames,
     assert_layout, assert_layout_named, plan_layout, plan_layout_named,
 };
 

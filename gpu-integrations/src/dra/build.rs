@@ -983,14 +983,14 @@ impl Draft {
 pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices> {
     if !is_dns_subdomain(&node.node) {
         fail!(
-            Invalid,
+            Invalid, node.node;
             "node name {:?} is not a Kubernetes node name (a lowercase DNS subdomain)",
             node.node
         );
     }
     if !is_dns_subdomain(&opts.driver) {
         fail!(
-            Invalid,
+            Invalid, opts.driver;
             "driver name {:?} is not a lowercase DNS subdomain such as gpu.example.com",
             opts.driver
         );
@@ -1036,7 +1036,7 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
             if !fits(&current) {
                 if !fits(&Draft::default()) {
                     fail!(
-                        Refused,
+                        Refused, gpu.address;
                         "{} ({}) has {} devices and {} counters, more than one ResourceSlice holds under Kubernetes 1.34; use --k8s-version 1.35 or later",
                         gpu.name,
                         gpu.address,
@@ -1057,8 +1057,10 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
         // An empty pool still tells the scheduler the node has been seen by the driver.
         drafts.push(Draft::default());
     }
-    let count = i64::try_from(drafts.len())
-        .map_err(|_| IntegrationError::Refused("too many slices".into()))?;
+    let count = i64::try_from(drafts.len()).map_err(|_| IntegrationError::Refused {
+        what: ("slices").to_string(),
+        why: "too many slices".to_owned(),
+    })?;
     let slices = drafts
         .into_iter()
         .enumerate()
@@ -1085,7 +1087,7 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
     for s in &slices {
         if !is_dns_subdomain(&s.metadata.name) {
             fail!(
-                Invalid,
+                Invalid, s.metadata.name;
                 "slice name {:?} is longer than 253 characters; use a shorter driver name",
                 s.metadata.name
             );
@@ -1152,12 +1154,11 @@ pub fn export(nodes: &[NodeTopology], opts: &DraOptions) -> Result<Export> {
         .collect();
     let violations = super::rules::check(&slices, opts.version);
     if !violations.is_empty() {
-        fail!(
-            Internal,
-            "the generated slices break Kubernetes {} rules (a gpuslice bug): {}",
-            opts.version,
-            violations.join("; ")
-        );
+        return Err(IntegrationError::RulesBroken {
+            what: "slices",
+            version: opts.version.to_string(),
+            violations,
+        });
     }
     Ok(Export {
         objects,

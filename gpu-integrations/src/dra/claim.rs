@@ -44,7 +44,7 @@ impl Claim {
         let allocation = input.allocation()?.clone();
         let meta = input.metadata.unwrap_or_default();
         let Some(uid) = uid.or(meta.uid) else {
-            fail!(Invalid, "the claim has no metadata.uid; pass --claim-uid");
+            fail!(Invalid, "claim"; "the claim has no metadata.uid; pass --claim-uid");
         };
         Ok(Claim {
             uid,
@@ -79,7 +79,7 @@ impl std::fmt::Debug for DraNode<'_> {
 fn writable(recording: bool) -> Result<()> {
     if recording {
         fail!(
-            Invalid,
+            Invalid, "--root";
             "prepare and unprepare change the host: --root must be a directory, not a recording"
         );
     }

@@ -136,9 +136,9 @@ impl FromStr for DeviceName {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         parse(s).ok_or_else(|| {
-            IntegrationError::Invalid(format!(
+            crate::error::error!(Invalid, s;
                 "{s:?} is not a gpuslice device name (gpu-DDDD-BB-DD-F, vgpu-DDDD-BB-DD-F-<MiB>mi, vgpu-DDDD-BB-DD-F-<MiB>mi-<n>, vgpu-DDDD-BB-DD-F-mixed or mig-DDDD-BB-DD-F-<n>g-<MiB>mi-s<start>)"
-            ))
+            )
         })
     }
 }

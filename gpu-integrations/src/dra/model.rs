@@ -20,8 +20,10 @@ pub fn parse_slices(text: &str) -> crate::Result<Vec<ResourceSlice>> {
     use crate::IntegrationError;
     let mut docs: Vec<serde_json::Value> = Vec::new();
     for (i, d) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let v = serde_json::Value::deserialize(d)
-            .map_err(|e| IntegrationError::Invalid(format!("document {}: {e}", i + 1)))?;
+        let v = serde_json::Value::deserialize(d).map_err(|e| IntegrationError::Decode {
+            what: format!("document {}", i + 1),
+            source: Box::new(e),
+        })?;
         match v.get("items").and_then(|x| x.as_array()) {
             Some(items) if v.get("kind").and_then(|k| k.as_str()) == Some("List") => {
                 docs.extend(items.iter().cloned())
@@ -34,8 +36,10 @@ pub fn parse_slices(text: &str) -> crate::Result<Vec<ResourceSlice>> {
         .filter(|d| d.get("kind").and_then(|k| k.as_str()) == Some("ResourceSlice"))
         .enumerate()
         .map(|(i, d)| {
-            serde_json::from_value(d)
-                .map_err(|e| IntegrationError::Invalid(format!("ResourceSlice {}: {e}", i + 1)))
+            serde_json::from_value(d).map_err(|e| IntegrationError::Decode {
+                what: format!("ResourceSlice {}", i + 1),
+                source: Box::new(e),
+            })
         })
         .collect()
 }
@@ -529,7 +533,7 @@ impl PrepareInput {
             .and_then(|s| s.allocation.as_ref())
             .map(|a| &a.devices)
             .or(self.devices.as_ref())
-            .ok_or_else(|| crate::IntegrationError::Invalid("the input holds no allocation: expected a ResourceClaim with status.allocation, or an AllocationResult with devices.results".into()))
+            .ok_or_else(|| crate::error::IntegrationError::Invalid { what: ("allocation").to_string(), why: "the input holds no allocation: expected a ResourceClaim with status.allocation, or an AllocationResult with devices.results".to_owned() })
     }
 
     /// The claim UID from the metadata.

@@ -12,29 +12,8 @@ use gpu_sysfs::actuate::{self, ActuateError};
 use serde::Serialize;
 
 use super::prepare::{PrepareAction, PreparedClaim};
-use crate::error::{IntegrationError, Result};
+use crate::error::{IntegrationError, Result, error};
 use crate::handoff::{self, VmDevice, VmHandoff};
-
-/// An actuation failure and its sources on one line, skipping sources already in the text.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur = Some(e);
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = c.source();
-    }
-    parts.join(": ")
-}
-
-fn host_error(e: &ActuateError, message: String) -> IntegrationError {
-    IntegrationError::Host {
-        kind: e.kind(),
-        message,
-    }
-}
 
 /// Carries out one action; true when it changed the host (false: already in that state).
 ///
@@ -44,7 +23,7 @@ pub fn apply(host: &dyn Host, a: &PrepareAction) -> Result<bool> {
     let changed = match a {
         PrepareAction::BindGpu { address, .. } => actuate::bind_gpu(host, address)
             .map(|b| b.changed())
-            .map_err(|e| host_error(&e, chain(&e)))?,
+            .map_err(|e| IntegrationError::host(address, e))?,
         PrepareAction::CreateMdev {
             parent,
             type_id,
@@ -58,17 +37,17 @@ pub fn apply(host: &dyn Host, a: &PrepareAction) -> Result<bool> {
             };
             actuate::create_mdev(host, &req)
                 .map(|m| m.changed)
-                .map_err(|e| host_error(&e, chain(&e)))?
+                .map_err(|e| IntegrationError::host(uuid, e))?
         }
         PrepareAction::SetVfType { vf, type_id, .. } => {
             let Some(num) = type_id.vendor_vfio_number() else {
-                return Err(IntegrationError::Invalid(format!(
+                return Err(error!(Invalid, type_id;
                     "type {type_id} of VF {vf} is not a vendor-VFIO number"
-                )));
+                ));
             };
             actuate::set_vf_type(host, vf, num, false)
                 .map(|s| s.changed)
-                .map_err(|e| host_error(&e, chain(&e)))?
+                .map_err(|e| IntegrationError::host(vf, e))?
         }
     };
     Ok(changed)
@@ -118,14 +97,16 @@ pub fn prepare(host: &dyn Host, planned: PreparedClaim) -> Result<PreparedClaim>
             Ok(false) => found.push(action.clone()),
             Err(e) => {
                 let undo_errors = undo(host, &done, false);
-                let mut e = e.context(format!("claim {}", planned.claim_uid));
-                if !undo_errors.is_empty() {
-                    e = e.suffix(format!(
-                        "; undoing the earlier steps also failed: {}",
-                        joined(&undo_errors)
-                    ));
+                let mut e = e;
+                if let IntegrationError::Host { also, .. } = &mut e {
+                    if !undo_errors.is_empty() {
+                        *also = format!(
+                            "; undoing the earlier steps also failed: {}",
+                            joined(&undo_errors)
+                        );
+                    }
                 }
-                return Err(e);
+                return Err(e.context(format!("claim {}", planned.claim_uid)));
             }
         }
     }
@@ -142,12 +123,15 @@ pub fn prepare(host: &dyn Host, planned: PreparedClaim) -> Result<PreparedClaim>
 /// # Errors
 /// Every undo that failed (the others are still undone), prefixed `claim <uid>: `.
 pub fn unprepare(host: &dyn Host, claim: &PreparedClaim, force: bool) -> Result<Vec<String>> {
-    let errors = undo(host, &claim.actions, force);
-    if let Some(first) = errors.first() {
-        return Err(host_error(
-            first,
-            format!("claim {}: {}", claim.claim_uid, joined(&errors)),
-        ));
+    let mut errors = undo(host, &claim.actions, force).into_iter();
+    if let Some(first) = errors.next() {
+        let rest: Vec<ActuateError> = errors.collect();
+        return Err(IntegrationError::Host {
+            what: format!("claim {}", claim.claim_uid),
+            context: format!("claim {}: ", claim.claim_uid),
+            source: Box::new(first),
+            also: rest.iter().map(|e| format!("; {e}")).collect(),
+        });
     }
     Ok(claim
         .actions

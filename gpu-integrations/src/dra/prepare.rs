@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::error::{IntegrationError, Result, fail};
+use crate::error::{Result, fail};
 use gpu_core::{
     GpuState, MdevUuid, NodeTopology, Parent, ParentId, PciAddress, Profile, VgpuFramework,
     VgpuTypeId, nvidia,
@@ -112,7 +112,7 @@ pub fn parse_device_name(node: &NodeTopology, name: &str) -> Result<PublishedDev
     match name.parse::<DeviceName>() {
         Ok(d) if node.gpu_by_address(&d.gpu()).is_some() => Ok(d),
         _ => fail!(
-            NotFound,
+            NotFound, name;
             "device {name:?} is not published by any GPU of node {}",
             node.node
         ),
@@ -138,7 +138,7 @@ fn profile_for(config: &[AllocationConfig], driver: &str, request: &str) -> Resu
         match o.parameters.get("profile") {
             Some(serde_json::Value::String(p)) => found = Some(p.clone()),
             Some(other) => fail!(
-                Invalid,
+                Invalid, format!("request {request}");
                 "request {request}: profile must be a string, got {other}"
             ),
             None => {}
@@ -265,7 +265,7 @@ pub fn profile_size(p: &Profile) -> (Option<u64>, Option<u8>) {
 pub fn check_pool(r: &DeviceResult, node: &NodeTopology) -> Result<()> {
     if r.pool != node.node {
         fail!(
-            Invalid,
+            Invalid, format!("request {}", r.request);
             "request {}: device {} is in pool {}, this node is {}",
             r.request,
             r.device,
@@ -285,17 +285,17 @@ pub fn plan_whole_gpu(
     address: PciAddress,
     node: &NodeTopology,
 ) -> Result<PrepareAction> {
-    let g = node.gpu_by_address(&address).ok_or_else(|| {
-        IntegrationError::NotFound(format!("GPU {address} is not on node {}", node.node))
-    })?;
+    let g = node.gpu_by_address(&address).ok_or_else(
+        || crate::error::error!(NotFound, address; "GPU {address} is not on node {}", node.node),
+    )?;
     if g.state == GpuState::Blocked {
-        fail!(Refused, "request {}: GPU {address} is blocked", r.request);
+        fail!(Refused, format!("request {}", r.request); "request {}: GPU {address} is blocked", r.request);
     }
     // One already on vfio-pci may be another VM's: binding it would be a no-op that unprepare
     // then undoes by releasing it.
     if g.state != GpuState::Free {
         fail!(
-            Refused,
+            Refused, format!("request {}", r.request);
             "request {}: device {} (GPU {address}) is not published: it is {} ({}); \
              nothing was changed",
             r.request,
@@ -336,16 +336,16 @@ fn choose_profile(
             .find(|n| nvidia::names_match(n, &w))
             .cloned()
             .ok_or_else(|| {
-                IntegrationError::NotFound(format!(
+                crate::error::error!(NotFound, format!("request {}", r.request);
                     "request {}: device {} does not offer profile {w} (it offers {})",
                     r.request,
                     r.device,
                     offered()
-                ))
+                )
             }),
         None if names.len() == 1 => Ok(names.iter().next().cloned().unwrap_or_default()),
         None => fail!(
-            Invalid,
+            Invalid, format!("request {}", r.request);
             "request {}: device {} offers {}; name one in the claim's opaque config (parameters.profile)",
             r.request,
             r.device,
@@ -365,7 +365,7 @@ fn check_reservation(r: &DeviceResult, profile: &str) -> Result<()> {
     let have = super::names::parse_quantity(reserved);
     if need.is_none() || have.is_none() || need > have {
         fail!(
-            Refused,
+            Refused, format!("request {}", r.request);
             "request {}: profile {profile} does not fit the {reserved} of framebuffer the allocation reserved",
             r.request
         );
@@ -403,10 +403,10 @@ fn choose_parent<'n>(
             Some((*p, t))
         })
         .ok_or_else(|| {
-            IntegrationError::Refused(format!(
+            crate::error::error!(Refused, format!("request {}", r.request);
                 "request {}: no free parent on GPU {gpu} offers {profile}",
                 r.request
-            ))
+            )
         })
 }
 
@@ -436,7 +436,7 @@ fn action_for(
             profile,
         }),
         (VgpuFramework::VendorVfio, ParentId::Named(n)) => {
-            fail!(Invalid, "vendor-VFIO parent {n} is not a PCI function")
+            fail!(Invalid, n; "vendor-VFIO parent {n} is not a PCI function")
         }
     }
 }
@@ -456,7 +456,7 @@ fn check_locked_size(
         Some(p) if !p.mixed_size && p.size_locked_mib.is_some_and(|l| l != size) => {
             let locked = p.size_locked_mib.unwrap_or_default();
             fail!(
-                Refused,
+                Refused, format!("request {}", r.request);
                 "{}",
                 two_sizes(&r.request, gpu, size, locked, "the vGPUs it holds")
             )
@@ -513,7 +513,9 @@ pub fn check_one_size(actions: &[PrepareAction], node: &NodeTopology) -> Result<
         let request = a.request_and_device().0.to_owned();
         match sizes.get(&gpu) {
             Some((s, _)) if *s == size => {}
-            Some((s, by)) => fail!(Refused, "{}", two_sizes(&request, gpu, size, *s, by)),
+            Some((s, by)) => {
+                fail!(Refused, format!("request {request}"); "{}", two_sizes(&request, gpu, size, *s, by))
+            }
             None => {
                 sizes.insert(gpu, (size, format!("request {request}")));
             }

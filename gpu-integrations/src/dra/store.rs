@@ -22,8 +22,8 @@ pub const DEFAULT_STATE_DIR: &str = "var/lib/gpuslice/dra";
 /// The largest claim file read back.
 const MAX_CLAIM_BYTES: usize = 4 << 20;
 
-fn state_error(what: &str, path: &Path, e: impl std::fmt::Display) -> IntegrationError {
-    IntegrationError::State(format!("{what} {}: {e}", path.display()))
+fn state_error(what: &str, path: &Path, e: impl Into<crate::error::Cause>) -> IntegrationError {
+    IntegrationError::state(what, path, e)
 }
 
 /// The one seam between the claim store and the file system: every read, list, directory
@@ -128,7 +128,7 @@ impl ClaimStore {
                     .and_then(|n| n.to_str())
                     .filter(|n| !n.is_empty() && *n != "..");
                 let Some(name) = name else {
-                    fail!(Invalid, "state directory {} has no name", d.display());
+                    fail!(Invalid, "state directory"; "state directory {} has no name", d.display());
                 };
                 let parent = d
                     .parent()
@@ -157,7 +157,7 @@ impl ClaimStore {
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
             || uid.starts_with('.')
         {
-            fail!(Invalid, "claim UID {uid:?} is not a Kubernetes UID");
+            fail!(Invalid, "claim UID"; "claim UID {uid:?} is not a Kubernetes UID");
         }
         Ok(format!("{}/claims/{uid}.json", self.dir))
     }
@@ -217,11 +217,11 @@ impl ClaimStore {
 
     fn unwritable(&self, e: std::io::Error, what: &str, rel: &str) -> IntegrationError {
         if self.files.host.is_none() {
-            return IntegrationError::State(format!(
-                "cannot create the DRA state directory {}: {} is not a directory",
-                self.dir().display(),
-                self.files.base.display()
-            ));
+            return IntegrationError::State {
+                what: "cannot create the DRA state directory".to_owned(),
+                path: self.dir(),
+                source: Some(format!("{} is not a directory", self.files.base.display()).into()),
+            };
         }
         state_error(what, &self.files.base.join(rel), e)
     }
@@ -248,7 +248,7 @@ impl ClaimStore {
     pub fn write(&self, claim: &PreparedClaim) -> Result<()> {
         let rel = self.claim_rel(&claim.claim_uid)?;
         let text = serde_json::to_string_pretty(claim)
-            .map_err(|e| IntegrationError::Internal(format!("cannot render the claim: {e}")))?;
+            .map_err(|e| IntegrationError::render("the claim", e))?;
         self.files
             .write(&rel, text.as_bytes())
             .map_err(|e| self.unwritable(e, "cannot write", &rel))

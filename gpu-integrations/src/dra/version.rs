@@ -159,7 +159,7 @@ impl FromStr for K8sVersion {
         match parsed {
             Some(v) => Ok(v),
             None => fail!(
-                Invalid,
+                Invalid, s;
                 "unsupported Kubernetes version {s:?}: use 1.34, 1.35, 1.36 or 1.37, or a patch \
                  release of one (1.36.2); a minor alone means its oldest patch"
             ),

@@ -490,6 +490,7 @@ impl NodeState {
             self.topo.gpus.iter().position(|g| match e {
                 GpuRef::Name(n) => g.name == *n,
                 GpuRef::Address(a) => g.address == *a,
+                GpuRef::Family(_) => false,
             })
         };
         let mut exact_ix = Vec::with_capacity(exact.len());

@@ -148,10 +148,6 @@ fn list(types: &[(u32, String)]) -> String {
         .join(", ")
 }
 
-fn type_id(n: u32) -> VgpuTypeId {
-    VgpuTypeId::from_str_unchecked(&n.to_string())
-}
-
 /// Gives `vf` the vGPU type `type_num`.
 ///
 /// Idempotent when the VF already has this type. A VF with another type is re-typed (cleared,
@@ -180,11 +176,11 @@ pub fn set_vf_type(
     }
     let path = current_path(vf);
     let current = current_type(host, vf)?;
-    let previous = (current != 0).then(|| type_id(current));
+    let previous = (current != 0).then(|| VgpuTypeId::vendor_vfio(current));
     if current == type_num {
         return Ok(VfTypeSet {
             vf: *vf,
-            type_id: type_id(type_num),
+            type_id: VgpuTypeId::vendor_vfio(type_num),
             type_name: name_of_current(host, vf),
             previous,
             changed: false,
@@ -233,7 +229,7 @@ pub fn set_vf_type(
     }
     Ok(VfTypeSet {
         vf: *vf,
-        type_id: type_id(type_num),
+        type_id: VgpuTypeId::vendor_vfio(type_num),
         type_name: Some(name),
         previous,
         changed: true,
@@ -281,7 +277,7 @@ pub fn clear_vf(host: &dyn Host, vf: &PciAddress, force: bool) -> Result<VfClear
     }
     Ok(VfCleared {
         vf: *vf,
-        previous: Some(type_id(current)),
+        previous: Some(VgpuTypeId::vendor_vfio(current)),
         changed: true,
     })
 }
@@ -379,7 +375,7 @@ pub fn list_vf_instances(host: &dyn Host) -> Result<Vec<VfInstance>> {
             handoff: Handoff::pci_on(host, &vf),
             vf,
             pf,
-            type_id: type_id(t),
+            type_id: VgpuTypeId::vendor_vfio(t),
             type_name,
         });
     }

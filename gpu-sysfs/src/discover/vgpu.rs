@@ -212,7 +212,7 @@ impl VgpuScan {
                         .and_then(|r| r.resolve(&g.address, *id))
                         .and_then(|i| i.max_instances);
                     profiles.push(Profile {
-                        id: VgpuTypeId::from_str_unchecked(&id.to_string()),
+                        id: VgpuTypeId::vendor_vfio(*id),
                         name: name.clone(),
                         framebuffer_mib: fb,
                         max_instances,
@@ -259,7 +259,7 @@ impl VgpuScan {
             parent.instances.push(Instance {
                 uuid: None,
                 address: vf,
-                profile: VgpuTypeId::from_str_unchecked(&id.to_string()),
+                profile: VgpuTypeId::vendor_vfio(id),
                 profile_name: info.as_ref().map(|i| i.name.clone()),
                 framebuffer_mib: info.as_ref().and_then(|i| {
                     i.framebuffer_mib

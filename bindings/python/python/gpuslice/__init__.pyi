@@ -319,7 +319,7 @@ class TypeDiff(TypedDict):
     have: int
     want: int
 
-class GpuPlan(TypedDict):
+class GpuLayoutPlan(TypedDict):
     gpu: str
     name: str
     index: NotRequired[int]
@@ -332,6 +332,9 @@ class GpuPlan(TypedDict):
     enableSriov: NotRequired[bool]
     refused: NotRequired[str]
 
+# The former name of GpuLayoutPlan.
+GpuPlan = GpuLayoutPlan
+
 class Step(TypedDict):
     op: Literal["remove", "enable-sriov", "create"]
     gpu: str
@@ -341,7 +344,7 @@ class VgpuPlan(TypedDict):
     node: str
     config: str
     mode: Literal["apply", "clear"]
-    gpus: List[GpuPlan]
+    gpus: List[GpuLayoutPlan]
     steps: List[Step]
     warnings: NotRequired[List[str]]
 

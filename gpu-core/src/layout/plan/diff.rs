@@ -128,8 +128,8 @@ pub(super) fn build(
     })
 }
 
-pub(super) fn empty_plan(view: &View<'_>) -> GpuPlan {
-    GpuPlan {
+pub(super) fn empty_plan(view: &View<'_>) -> GpuLayoutPlan {
+    GpuLayoutPlan {
         gpu: view.key.clone(),
         name: view.name.clone(),
         index: None,
@@ -155,7 +155,7 @@ pub(super) fn plan_counts(
     view: &View<'_>,
     types: &[TypeCount],
     options: PlanOptions,
-) -> Result<GpuPlan, LayoutError> {
+) -> Result<GpuLayoutPlan, LayoutError> {
     let mut gp = empty_plan(view);
     let instances: Vec<(&Parent, &Instance)> = view.instances().collect();
     if view.needs_sriov() {
@@ -250,7 +250,7 @@ pub(super) fn plan_counts(
 /// A live vendor-VFIO type whose name no source knows (not NVML, not the remembered names, not
 /// the creatable lists) cannot be compared with names: the GPU is left as it is, naming the VF
 /// and the type ID. Clearing, and layouts that pin types by ID, need no names.
-pub(super) fn refuse_unknown(gp: &mut GpuPlan, options: PlanOptions) {
+pub(super) fn refuse_unknown(gp: &mut GpuLayoutPlan, options: PlanOptions) {
     if options.mode == Mode::Clear {
         return;
     }
@@ -276,7 +276,7 @@ pub(super) fn plan_pins(
     view: &View<'_>,
     pins: &[(PciAddress, Option<TypeRef>)],
     options: PlanOptions,
-) -> Result<GpuPlan, LayoutError> {
+) -> Result<GpuLayoutPlan, LayoutError> {
     let mut gp = empty_plan(view);
     let mut tally: BTreeMap<String, (Option<VgpuTypeId>, u32, u32)> = BTreeMap::new();
     for (vf, want) in pins {
@@ -339,7 +339,7 @@ pub(super) fn plan_pins(
     Ok(gp)
 }
 
-pub(super) fn refuse_in_use(gp: &mut GpuPlan, options: PlanOptions) {
+pub(super) fn refuse_in_use(gp: &mut GpuLayoutPlan, options: PlanOptions) {
     if options.force {
         return;
     }

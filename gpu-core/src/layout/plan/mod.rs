@@ -24,7 +24,9 @@ use diff::*;
 use place::*;
 use resolve::*;
 use select::*;
-pub use types::{Assertion, GpuPlan, Mode, Plan, PlanOptions, PlannedInstance, Step, TypeDiff};
+pub use types::{
+    Assertion, GpuLayoutPlan, Mode, Plan, PlanOptions, PlannedInstance, Step, TypeDiff,
+};
 
 /// Checks whether the host holds what `config` wants, comparing normalized type names, on the
 /// selected GPUs only. Capacity and in-use state are not considered.

@@ -6,7 +6,7 @@ use super::*;
 /// parent for each creation that has no fixed one.
 pub(super) fn place(
     view: &View<'_>,
-    gp: &mut GpuPlan,
+    gp: &mut GpuLayoutPlan,
     pool: Option<&Pool>,
 ) -> Result<(), LayoutError> {
     let mut pool = pool.cloned();
@@ -64,7 +64,7 @@ pub(super) fn place(
                 }),
             None => {
                 let mut p = synth_profile(
-                    &VgpuTypeId::from_str_unchecked("0"),
+                    &VgpuTypeId::vendor_vfio(0),
                     c.type_name.as_deref().unwrap_or(""),
                     c.framebuffer_mib,
                 );
@@ -288,7 +288,7 @@ pub(super) fn common_multiple(values: impl Iterator<Item = u32>) -> Option<u128>
 /// each create and rolls back on a misfit.
 pub(super) fn place_by_driver_counts(
     view: &View<'_>,
-    gp: &mut GpuPlan,
+    gp: &mut GpuLayoutPlan,
 ) -> Result<Option<String>, LayoutError> {
     let Some(parent) = view.parents.first() else {
         return Ok(None);

@@ -112,7 +112,7 @@ impl<'a> View<'a> {
             return self;
         }
         for (n, name) in names {
-            let id = VgpuTypeId::from_str_unchecked(&n.to_string());
+            let id = VgpuTypeId::vendor_vfio(*n);
             if self.known.iter().any(|k| k.id == id) {
                 continue;
             }
@@ -294,7 +294,7 @@ impl<'a> View<'a> {
             }
         }
         let mut profile = synth_profile(
-            &VgpuTypeId::from_str_unchecked("0"),
+            &VgpuTypeId::vendor_vfio(0),
             requested,
             Some(parsed.framebuffer_mib()),
         );

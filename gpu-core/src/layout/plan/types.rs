@@ -93,10 +93,11 @@ pub struct TypeDiff {
     pub want: u32,
 }
 
-/// The plan for one GPU.
+/// The layout plan for one GPU: have and want per type, and the instances kept, removed and
+/// created on it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GpuPlan {
+pub struct GpuLayoutPlan {
     /// The GPU's address, or a virtual mdev parent's name (`mbochs`).
     pub gpu: ParentId,
     /// Its per-node name (`nvidia0`; a virtual parent's own name).
@@ -125,7 +126,7 @@ pub struct GpuPlan {
     pub refused: Option<String>,
 }
 
-impl GpuPlan {
+impl GpuLayoutPlan {
     /// `nvidia0 (0000:08:00.0)`, or a virtual parent's name (`mbochs`).
     pub fn label(&self) -> String {
         match &self.gpu {
@@ -176,7 +177,7 @@ pub struct Plan {
     /// Apply or clear.
     pub mode: Mode,
     /// Per selected GPU, in address order.
-    pub gpus: Vec<GpuPlan>,
+    pub gpus: Vec<GpuLayoutPlan>,
     /// Writes in order: removals, SR-IOV enables, then creations (largest framebuffer first).
     pub steps: Vec<Step>,
     /// Things worth saying that did not stop the plan.
@@ -198,7 +199,7 @@ impl Plan {
     }
 
     /// GPUs left unchanged because instances on them are in use.
-    pub fn refused(&self) -> impl Iterator<Item = &GpuPlan> {
+    pub fn refused(&self) -> impl Iterator<Item = &GpuLayoutPlan> {
         self.gpus.iter().filter(|g| g.refused.is_some())
     }
 }
@@ -214,7 +215,7 @@ pub struct Assertion {
     /// True when every selected GPU matches.
     pub applied: bool,
     /// Per selected GPU.
-    pub gpus: Vec<GpuPlan>,
+    pub gpus: Vec<GpuLayoutPlan>,
     /// Human-readable differences, one per GPU and type.
     pub diff: Vec<String>,
 }
