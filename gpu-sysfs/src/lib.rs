@@ -24,6 +24,7 @@ pub mod link;
 pub mod observed;
 pub mod open;
 pub mod resolver;
+pub mod state_dir;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod umockdev;
@@ -32,6 +33,7 @@ pub use confine::{OutsideRoot, is_outside_root};
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
 pub use open::{OpenedRoot, open_root};
+pub use state_dir::StateDir;
 
 /// The node name to use when none is given: this machine's hostname, else `localhost`.
 pub fn default_node_name() -> String {
