@@ -122,26 +122,16 @@ async fn healthz(State(a): State<Arc<Agent>>) -> Response {
 }
 
 async fn metrics(State(a): State<Arc<Agent>>) -> Response {
-    let Some(hook) = a.config().hooks.metrics.clone() else {
-        return ApiError::not_found("this agent serves no metrics").into_response();
-    };
-    let snap = a.snapshot();
-    match hook(&snap.topology) {
-        Ok(mut text) => {
-            text.push_str(&a.stats().render(a.events().revision(), a.events().sent()));
-            let ct = a
-                .config()
-                .hooks
-                .metrics_content_type
-                .clone()
-                .unwrap_or_else(|| "text/plain; version=0.0.4; charset=utf-8".to_owned());
+    match a.metrics_text() {
+        None => ApiError::not_found("this agent serves no metrics").into_response(),
+        Some(Err(e)) => e.into_response(),
+        Some(Ok((text, ct))) => {
             let mut r = Response::new(Body::from(text));
             if let Ok(v) = HeaderValue::from_str(&ct) {
                 r.headers_mut().insert(header::CONTENT_TYPE, v);
             }
             r
         }
-        Err(e) => ApiError::new(ErrorKind::Other, e).into_response(),
     }
 }
 

@@ -23,7 +23,6 @@ pub mod agent;
 pub mod doc;
 pub mod error;
 pub mod events;
-mod gpu_events;
 pub mod http;
 pub mod serve;
 pub mod sources;
@@ -32,7 +31,7 @@ pub mod uevent;
 pub mod watch;
 
 pub use agent::{
-    Agent, AgentConfig, CreateRequest, HandoffHook, HandoffTarget, Hooks, MetricsHook, Outcome,
+    Agent, AgentConfig, CreateRequest, HandoffTarget, Hooks, MIN_TOKEN_LEN, MetricsHook, Outcome,
     Reconciled, Snapshot, compose_topology, config_for_root, parse_token,
 };
 pub use error::ApiError;

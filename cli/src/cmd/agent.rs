@@ -1,7 +1,7 @@
 //! `gpuslice agent`: the node agent, serving this host's GPUs over a versioned HTTP API (the
-//! `gpu-agent` crate) until SIGTERM. This module parses the options, fills the agent's hooks from
-//! the CLI's integrations (metrics renderer, QEMU/libvirt hand-off), starts the watchers (kernel
-//! uevents, the periodic resync, a watched layout file) and runs the server.
+//! `gpu-agent` crate) until SIGTERM. This module parses and checks the options, opens the agent,
+//! starts the watchers (kernel uevents, the periodic resync, a watched layout file) and runs the
+//! server.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use gpu_agent::{Access, Agent, HandoffTarget, Hooks, Listen, Listener};
+use gpu_agent::{Access, Agent, Listen, Listener};
 
 use crate::common::Global;
-use gpu_integrations::{handoff, metrics};
 
 /// The socket a default agent listens on.
 pub const DEFAULT_SOCKET: &str = "/run/gpuslice/agent.sock";
@@ -74,26 +73,6 @@ pub enum Uevents {
     Off,
 }
 
-fn hooks() -> Hooks {
-    Hooks {
-        metrics: Some(Arc::new(|t: &gpu_core::NodeTopology| {
-            metrics::render(std::slice::from_ref(t), &[]).map_err(|e| e.to_string())
-        })),
-        metrics_content_type: Some(metrics::CONTENT_TYPE.to_owned()),
-        handoff: Some(Arc::new(
-            |t: &gpu_core::NodeTopology, target: &HandoffTarget| {
-                let devices = match target {
-                    HandoffTarget::Mdev(uuid) => vec![handoff::VmDevice::Mdev { uuid: *uuid }],
-                    HandoffTarget::Pci(a) => {
-                        handoff::address_devices(t, a).map_err(|e| e.to_string())?
-                    }
-                };
-                serde_json::to_value(handoff::VmHandoff::of(&devices)).map_err(|e| e.to_string())
-            },
-        )),
-    }
-}
-
 fn read_token(path: &std::path::Path) -> anyhow::Result<Arc<[u8]>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --token-file {}", path.display()))?;
@@ -133,7 +112,6 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("--root {}", g.root.display()))?;
     config.state_dir = a.state_dir.clone();
     config.lock_timeout = Duration::from_secs(a.lock_timeout);
-    config.hooks = hooks();
     let live = gpu_health::is_local_root(&g.root);
     if let Some(l) = &a.layout {
         // A layout that does not parse is refused before anything starts.
