@@ -165,8 +165,26 @@ async fn list_vgpus(State(a): State<Arc<Agent>>) -> Result<Response, ApiError> {
     Ok(json_value(StatusCode::OK, &v))
 }
 
-/// Reads a whole body within [`MAX_BODY`] and [`BODY_TIMEOUT`].
-async fn read_body(body: Body) -> Result<axum::body::Bytes, ApiError> {
+/// Refuses a body its `Content-Length` announces larger than [`MAX_BODY`], before any of it
+/// is read (an immediate 413, not a wait for a body that would be refused anyway).
+fn check_length(headers: &HeaderMap) -> Result<(), ApiError> {
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match announced {
+        Some(n) if n > MAX_BODY as u64 => Err(ApiError::new(
+            ErrorKind::TooLarge,
+            format!("the request body is {n} bytes; at most {MAX_BODY} are accepted"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Reads a whole body within [`MAX_BODY`] and [`BODY_TIMEOUT`], refusing one announced larger
+/// before reading it.
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    check_length(headers)?;
     match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
         Err(_) => Err(ApiError::new(
             ErrorKind::Timeout,
@@ -213,10 +231,11 @@ struct NoQuery {}
 async fn create_vgpu(
     State(a): State<Arc<Agent>>,
     q: Result<Query<NoQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     query(q)?;
-    let bytes = read_body(body).await?;
+    let bytes = read_body(&headers, body).await?;
     let req: CreateRequest = parse_json(&bytes)?;
     let v = a.create(req).await?;
     let status = if v.get("changed").and_then(serde_json::Value::as_bool) == Some(false) {
@@ -285,10 +304,11 @@ struct LayoutQuery {
 async fn put_layout(
     State(a): State<Arc<Agent>>,
     q: Result<Query<LayoutQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    let bytes = read_body(body).await?;
+    let bytes = read_body(&headers, body).await?;
     let text = String::from_utf8(bytes.to_vec())
         .map_err(|_| ApiError::invalid("the layout document is not UTF-8"))?;
     let v = a.apply_layout(text, q.config, q.dry_run, q.force).await?;

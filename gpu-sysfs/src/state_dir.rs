@@ -334,14 +334,22 @@ impl StateDir {
         self.check_rel(&self.rel_of(LOCK_FILE)?)?;
         let start = Instant::now();
         loop {
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(0o600)
+            // Read-only when it is there: a lock is taken on a read-only disk too.
+            let file = match OpenOptions::new()
+                .read(true)
                 .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
                 .open(&path)
-                .map_err(|e| at_path(&path, e))?;
+            {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .mode(0o600)
+                    .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+                    .open(&path),
+                other => other,
+            }
+            .map_err(|e| at_path(&path, e))?;
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(lock) => return Ok(StateLock { _lock: lock }),
                 Err((_, Errno::EWOULDBLOCK | Errno::EINTR)) => {}

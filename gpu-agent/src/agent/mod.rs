@@ -66,16 +66,18 @@ impl Agent {
     /// # Errors
     /// A host without a root directory, a malformed state file, a host that cannot be discovered.
     pub fn open(host: Arc<dyn Host>, config: AgentConfig) -> Result<Arc<Self>, ApiError> {
-        let root = host
-            .root_dir()
-            .ok_or_else(|| ApiError::new(ErrorKind::HostError, "the host has no root directory"))?
-            .to_path_buf();
-        let dir = config
-            .state_dir
-            .clone()
-            .unwrap_or_else(|| root.join(crate::state::DEFAULT_STATE_DIR));
-        let store = StateStore::new(dir);
-        store.load()?;
+        if host.root_dir().is_none() {
+            return Err(ApiError::new(
+                ErrorKind::HostError,
+                "the host has no root directory",
+            ));
+        }
+        // The state is reached through the host, confined to its root like every host file.
+        let store = match &config.state_dir {
+            None => StateStore::in_root(Arc::clone(&host), crate::state::DEFAULT_STATE_DIR)?,
+            Some(dir) => StateStore::new(dir.clone()),
+        };
+        store.check()?;
         // Every read goes through the tracker, so a file that does not answer is named.
         let tracked = Arc::new(TrackedHost::wrap(host, InFlightReads::default()));
         let host: Arc<dyn Host> = Arc::clone(&tracked) as Arc<dyn Host>;

@@ -22,6 +22,9 @@ pub enum Outcome {
     Conflict,
     /// An interrupted create that could not be finished; the promise was dropped.
     Dropped,
+    /// A removal recorded as `removing` whose device is gone: the promise was forgotten (a
+    /// device the user asked to remove is never re-created).
+    Removed,
 }
 
 impl Outcome {
@@ -33,6 +36,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Conflict => "conflict",
             Outcome::Dropped => "dropped",
+            Outcome::Removed => "removed",
         }
     }
 }
@@ -51,17 +55,35 @@ pub struct Reconciled {
 }
 
 impl Agent {
-    /// Re-creates the recorded devices that are missing, under the layout lock. Blocking.
+    /// Re-creates the recorded devices that are missing, and finishes the records of
+    /// interrupted creates and removals, under the layout lock. Blocking. A state file that
+    /// cannot be written now is left as it is (logged): the next start finishes it, and a
+    /// device recorded as `removing` is never re-created.
     ///
     /// # Errors
-    /// The lock or the state file failing; each promise's own failure is in the report.
+    /// The lock or the state file's read failing; each promise's own failure is in the report.
     pub fn reconcile_blocking(&self) -> Result<Vec<Reconciled>, ApiError> {
         let _lock = self.layout_lock()?;
+        let _state = self.store.lock()?;
         let mut state = self.load()?;
+        let before = state.clone();
         let host = self.host.as_ref();
         let mut report = Vec::new();
         let mut keep = Vec::new();
         for mut p in std::mem::take(&mut state.promises) {
+            if p.phase == Phase::Removing {
+                let (outcome, message) = finish_removal(host, &p.device);
+                if outcome == Outcome::Present {
+                    p.phase = Phase::Created;
+                    keep.push(p.clone());
+                }
+                report.push(Reconciled {
+                    promise: p,
+                    outcome,
+                    message,
+                });
+                continue;
+            }
             let (outcome, message) = match &p.device {
                 Device::Mdev {
                     uuid,
@@ -159,8 +181,40 @@ impl Agent {
             });
         }
         state.promises = keep;
-        self.store.save(&state)?;
+        if state != before {
+            if let Err(e) = self.store.save(&state) {
+                crate::log!(
+                    "gpuslice agent: reconcile: {}; the next start finishes the records",
+                    e.message
+                );
+            }
+        }
         Ok(report)
+    }
+}
+
+/// A removal recorded before it was done: the device gone is the removal done (`removed`); the
+/// device still there is a removal that did not happen (`present`, the promise kept).
+fn finish_removal(host: &dyn gpu_sysfs::Host, device: &Device) -> (Outcome, Option<String>) {
+    let still_there = match device {
+        Device::Mdev { uuid, .. } => actuate::list_instances(host)
+            .map(|l| l.iter().any(|i| i.uuid == *uuid))
+            .unwrap_or_else(|_| host.exists(&format!("sys/bus/mdev/devices/{uuid}"))),
+        Device::VendorVfio { vf, type_num } => {
+            actuate::current_type(host, vf).is_ok_and(|t| t == *type_num)
+        }
+    };
+    if still_there {
+        (
+            Outcome::Present,
+            Some(format!(
+                "{} was being removed when the agent stopped, and is still there; its promise \
+                 is kept (remove it again to remove it)",
+                device.id()
+            )),
+        )
+    } else {
+        (Outcome::Removed, None)
     }
 }
 
@@ -198,6 +252,7 @@ mod tests {
             Outcome::Failed,
             Outcome::Conflict,
             Outcome::Dropped,
+            Outcome::Removed,
         ] {
             assert_eq!(serde_json::to_value(&o).ok(), Some(o.as_str().into()));
         }

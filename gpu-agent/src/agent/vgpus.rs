@@ -120,7 +120,7 @@ impl Agent {
             }
         };
         let id = device.id();
-        let made = self.with_promise(device.clone(), owner, &req.profile, || {
+        let (made, warning) = self.with_promise(device.clone(), owner, &req.profile, || {
             let made = actuate::create_vgpu(host, &target, uuid, &req.profile, req.force)
                 .map_err(|e| ApiError::from_actuate(&e).context(&context))?;
             let actual = match &made {
@@ -136,6 +136,9 @@ impl Agent {
         let mut body = serde_json::to_value(&made).unwrap_or_default();
         if let Some(o) = body.as_object_mut() {
             o.insert("vmHandoff".to_owned(), self.vm_handoff(&handoff));
+            if let Some(w) = warning {
+                o.insert("warnings".to_owned(), vec![w].into());
+            }
         }
         Ok((kind, id, body))
     }
@@ -151,40 +154,59 @@ impl Agent {
         force: bool,
     ) -> Result<serde_json::Value, ApiError> {
         no_path("target", &target)?;
+        enum Target {
+            Mdev(MdevUuid),
+            Vf(PciAddress),
+        }
+        let (id, what) = if let Ok(u) = target.parse::<MdevUuid>() {
+            (u.to_string(), Target::Mdev(u))
+        } else if let Ok(vf) = target.parse::<PciAddress>() {
+            (vf.to_string(), Target::Vf(vf))
+        } else {
+            return Err(ApiError::invalid(format!(
+                "{target:?} is neither an mdev UUID nor a PCI address"
+            )));
+        };
         let me = Arc::clone(self);
-        let body = self
+        let (value, warning) = self
             .write(true, move |a| {
                 let host = a.host.as_ref();
-                let (id, value) = if let Ok(u) = target.parse::<MdevUuid>() {
-                    let r = actuate::remove_mdev(host, &u, force).map_err(|e| {
-                        ApiError::from_actuate(&e).context(format!("cannot remove mdev {u}"))
-                    })?;
-                    (u.to_string(), serde_json::to_value(&r).unwrap_or_default())
-                } else if let Ok(vf) = target.parse::<PciAddress>() {
-                    let r = actuate::clear_vf(host, &vf, force).map_err(|e| {
-                        ApiError::from_actuate(&e).context(format!("cannot clear VF {vf}"))
-                    })?;
-                    (vf.to_string(), serde_json::to_value(&r).unwrap_or_default())
-                } else {
-                    return Err(ApiError::invalid(format!(
-                        "{target:?} is neither an mdev UUID nor a PCI address"
+                let (removed, warning, promised) = a.with_removal(&id, || {
+                    let (value, changed) = match &what {
+                        Target::Mdev(u) => {
+                            let r = actuate::remove_mdev(host, u, force).map_err(|e| {
+                                ApiError::from_actuate(&e)
+                                    .context(format!("cannot remove mdev {u}"))
+                            })?;
+                            (serde_json::to_value(&r).unwrap_or_default(), r.changed)
+                        }
+                        Target::Vf(vf) => {
+                            let r = actuate::clear_vf(host, vf, force).map_err(|e| {
+                                ApiError::from_actuate(&e).context(format!("cannot clear VF {vf}"))
+                            })?;
+                            (serde_json::to_value(&r).unwrap_or_default(), r.changed)
+                        }
+                    };
+                    Ok((value, changed))
+                })?;
+                let (value, changed) = removed;
+                if !changed && !promised {
+                    return Err(ApiError::not_found(format!(
+                        "no vGPU {id} on this host, and none promised"
                     )));
-                };
-                let mut state = a.load()?;
-                let before = state.promises.len();
-                state.promises.retain(|p| p.device.id() != id);
-                if state.promises.len() != before {
-                    a.store.save(&state)?;
                 }
-                Ok((id, value))
+                Ok(((id, value), warning))
             })
             .await?;
-        let (id, mut value) = body;
+        let ((id, mut value), warning) = (value, warning);
         let rev = me
             .bus
             .publish(EventKind::VgpuRemoved, serde_json::json!({ "id": id }));
         if let Some(o) = value.as_object_mut() {
             o.insert("revision".to_owned(), rev.into());
+            if let Some(w) = warning {
+                o.insert("warnings".to_owned(), vec![w].into());
+            }
         }
         Ok(value)
     }

@@ -1,7 +1,7 @@
 //! The watched layout file: applied at start and whenever its directory says it changed.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -96,6 +96,31 @@ impl LayoutWatch {
     }
 }
 
+/// Reads a layout file as the host layer reads every file it does not trust: opened without
+/// blocking, refused when it is not a regular file (a FIFO, a device), never read past
+/// [`gpu_core::limits::MAX_DOCUMENT_BYTES`]. Links are followed to the file they name.
+///
+/// # Errors
+/// `NotFound` when there is no file; `InvalidData` for a file that is not regular or is too
+/// large; the I/O error otherwise.
+pub fn read_layout_file(path: &Path) -> io::Result<Vec<u8>> {
+    // The link chain is resolved without opening the file (a FIFO would block an open).
+    let real = std::fs::canonicalize(path)?;
+    let (Some(dir), Some(name)) = (real.parent(), real.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} names no file", path.display()),
+        ));
+    };
+    let host = gpu_sysfs::RealHost::new(dir)?;
+    gpu_sysfs::Host::read_bounded(
+        &host,
+        &name.to_string_lossy(),
+        gpu_core::limits::MAX_DOCUMENT_BYTES,
+    )
+    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
 /// How long a watched layout the host refused waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(10);
 
@@ -109,7 +134,7 @@ fn apply_file(
     last: &mut Option<Vec<u8>>,
 ) -> bool {
     let source = layout.path.display().to_string();
-    let bytes = match std::fs::read(&layout.path) {
+    let bytes = match read_layout_file(&layout.path) {
         Ok(b) => b,
         // Mid-swap or removed: the next change brings it back.
         Err(e) if e.kind() == io::ErrorKind::NotFound => return true,

@@ -18,7 +18,7 @@ mod layout;
 mod uevents;
 
 use layout::LayoutWatch;
-pub use layout::WatchedLayout;
+pub use layout::{WatchedLayout, read_layout_file};
 use uevents::uevent_loop;
 
 /// What [`start`] runs.
