@@ -311,9 +311,13 @@ impl FakeKernel {
     }
 
     /// From now on every state-file write fails with `errno` (`Some`: the disk filled up or
-    /// turned read-only), or none does (`None`).
+    /// turned read-only), or none does (`None`, which also disarms the numbered failures).
     pub fn set_state_failing(&self, errno: Option<i32>) {
-        self.lock().state_failing = errno;
+        let mut st = self.lock();
+        st.state_failing = errno;
+        if errno.is_none() {
+            st.state_fail_at.clear();
+        }
     }
 
     /// How many state-file writes were asked for so far (failed ones included).
