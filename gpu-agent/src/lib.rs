@@ -37,7 +37,7 @@ pub use agent::{
 pub use error::ApiError;
 pub use events::{Event, EventBus, EventKind};
 pub use serve::{Access, Listen, Listener, ServeOptions, serve, serve_router};
-pub use sources::{UeventMode, open_gpu_events, open_uevents};
+pub use sources::{UeventMode, open_gpu_events, open_uevents, read_file};
 pub use state::{Device, Owner, Phase, Promise, StateFile, StateStore};
 pub use uevent::{ChannelSource, NetlinkSource, Uevent, UeventSource};
 pub use watch::{WatchOptions, WatchedLayout, Watchers};

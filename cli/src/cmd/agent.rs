@@ -19,11 +19,14 @@ pub const DEFAULT_SOCKET: &str = "/run/gpuslice/agent.sock";
 /// Arguments of `gpuslice agent`.
 #[derive(clap::Args, Debug)]
 pub struct AgentArgs {
-    /// Where to listen: `unix:PATH` or `tcp:ADDR:PORT` (repeatable; default
-    /// `unix:/run/gpuslice/agent.sock`). TCP needs --token-file or --insecure-read-only.
+    /// Where to listen: `unix:PATH` or `tcp:ADDR:PORT` (repeatable). Default:
+    /// `unix:/run/gpuslice/agent.sock` with `--root /`; under any other root the same path
+    /// inside it (`ROOT/run/gpuslice/agent.sock`), never the real host's. TCP needs
+    /// --token-file or --insecure-read-only.
     #[arg(long, value_name = "unix:PATH|tcp:ADDR:PORT")]
     pub listen: Vec<String>,
-    /// A file holding the bearer token TCP clients must send (`Authorization: Bearer ...`).
+    /// A file holding the bearer token TCP clients must send (`Authorization: Bearer ...`): at
+    /// least 16 characters, surrounding whitespace ignored.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Serve TCP without a token, GETs only (every write is refused with 403).
@@ -73,14 +76,34 @@ pub enum Uevents {
     Off,
 }
 
+/// The most a token file may hold.
+const MAX_TOKEN_FILE: usize = 4096;
+
 fn read_token(path: &std::path::Path) -> anyhow::Result<Arc<[u8]>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read --token-file {}", path.display()))?;
+    let bytes = gpu_agent::read_file(path, MAX_TOKEN_FILE).context("cannot read --token-file")?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("--token-file {}: not UTF-8 text", path.display()))?;
     gpu_agent::parse_token(&text)
         .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", path.display()))
 }
 
+/// Where the agent listens when `--listen` is not given: [`DEFAULT_SOCKET`] on the live host,
+/// the same path inside the root for any other root (a tree or a sandbox is never served on
+/// the real host's socket).
+fn default_listen(root: &std::path::Path, live: bool) -> Listen {
+    if live {
+        Listen::Unix(PathBuf::from(DEFAULT_SOCKET))
+    } else {
+        Listen::Unix(root.join(DEFAULT_SOCKET.trim_start_matches('/')))
+    }
+}
+
 /// Runs the agent until SIGTERM or Ctrl-C.
+///
+/// Every option and file is checked before anything touches the host: the node name, the
+/// listen addresses (and that TCP has a token or `--insecure-read-only`), the token file and its
+/// length, the root, the state directory and its file, the layout file. Then the listeners are
+/// bound (a bind that fails stops it here), and only then does reconcile run.
 ///
 /// # Errors
 /// Invalid options, a host that cannot be opened, a malformed state file, a listener that cannot
@@ -88,8 +111,9 @@ fn read_token(path: &std::path::Path) -> anyhow::Result<Arc<[u8]>> {
 pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let node = g.node_name();
     gpu_core::validate_name(&node).context("--node")?;
+    let live = gpu_health::is_local_root(&g.root);
     let listens: Vec<Listen> = if a.listen.is_empty() {
-        vec![Listen::Unix(PathBuf::from(DEFAULT_SOCKET))]
+        vec![default_listen(&g.root, live)]
     } else {
         a.listen
             .iter()
@@ -98,6 +122,13 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
             .context("--listen")?
     };
     let token = a.token_file.as_deref().map(read_token).transpose()?;
+    if token.is_none() && !a.insecure_read_only {
+        if let Some(Listen::Tcp(addr)) = listens.iter().find(|l| matches!(l, Listen::Tcp(_))) {
+            bail!(
+                "--listen tcp:{addr} needs --token-file (or --insecure-read-only to serve GETs only)"
+            );
+        }
+    }
     if g.root.is_file() {
         bail!(
             "--root {}: the agent needs a directory tree it can change, not a recording",
@@ -112,11 +143,13 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("--root {}", g.root.display()))?;
     config.state_dir = a.state_dir.clone();
     config.lock_timeout = Duration::from_secs(a.lock_timeout);
-    let live = gpu_health::is_local_root(&g.root);
+    Agent::check_state(&host, &config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     if let Some(l) = &a.layout {
         // A layout that does not parse is refused before anything starts.
-        let text = std::fs::read_to_string(l)
+        let bytes = gpu_agent::watch::read_layout_file(l)
             .with_context(|| format!("cannot read --layout {}", l.display()))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| anyhow::anyhow!("--layout {}: not UTF-8 text", l.display()))?;
         let file = gpu_core::layout::LayoutFile::parse(&text)
             .with_context(|| format!("--layout {}", l.display()))?;
         file.select(a.config.as_deref())
@@ -132,17 +165,10 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let uevents = gpu_agent::open_uevents(mode, live)
         .context("--uevents on: cannot open the kernel's uevent socket")?;
     let gpu_events = gpu_agent::open_gpu_events(live, a.no_nvml, &mut config.health);
-    let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    for r in agent.reconciled() {
-        eprintln!(
-            "gpuslice agent: promise {}: {}{}",
-            r.promise.device.id(),
-            r.outcome.as_str(),
-            r.message.map(|m| format!(" ({m})")).unwrap_or_default()
-        );
-    }
     let rt = gpu_agent::runtime().context("cannot start the agent's runtime")?;
     rt.block_on(async move {
+        // Bound before reconcile: an address that cannot be served stops the agent before it
+        // changes anything. Nothing is answered until the agent is open.
         let mut listeners = Vec::new();
         for l in &listens {
             let bound = match l {
@@ -155,8 +181,30 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
                     },
                 )?,
             };
-            eprintln!("gpuslice agent: serving on {}", bound.address());
             listeners.push(bound);
+        }
+        let agent = match Agent::open(host, config) {
+            Ok(agent) => agent,
+            Err(e) => {
+                // The sockets bound above are this agent's: none is left behind.
+                for l in &listens {
+                    if let Listen::Unix(p) = l {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
+                bail!("{}", e.message);
+            }
+        };
+        for r in agent.reconciled() {
+            eprintln!(
+                "gpuslice agent: promise {}: {}{}",
+                r.promise.device.id(),
+                r.outcome.as_str(),
+                r.message.map(|m| format!(" ({m})")).unwrap_or_default()
+            );
+        }
+        for l in &listeners {
+            eprintln!("gpuslice agent: serving on {}", l.address());
         }
         let watch = gpu_agent::WatchOptions {
             resync: (a.resync > 0).then(|| Duration::from_secs(a.resync)),

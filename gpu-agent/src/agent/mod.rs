@@ -66,17 +66,7 @@ impl Agent {
     /// # Errors
     /// A host without a root directory, a malformed state file, a host that cannot be discovered.
     pub fn open(host: Arc<dyn Host>, config: AgentConfig) -> Result<Arc<Self>, ApiError> {
-        if host.root_dir().is_none() {
-            return Err(ApiError::new(
-                ErrorKind::HostError,
-                "the host has no root directory",
-            ));
-        }
-        // The state is reached through the host, confined to its root like every host file.
-        let store = match &config.state_dir {
-            None => StateStore::in_root(Arc::clone(&host), crate::state::DEFAULT_STATE_DIR)?,
-            Some(dir) => StateStore::new(dir.clone()),
-        };
+        let store = Self::state_store(&host, &config)?;
         store.check()?;
         // Every read goes through the tracker, so a file that does not answer is named.
         let tracked = Arc::new(TrackedHost::wrap(host, InFlightReads::default()));
@@ -114,6 +104,33 @@ impl Agent {
     /// The agent's own counters (`/metrics`).
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Checks what the agent would keep its promises in, without changing anything: the state
+    /// directory reached without a link (one leading out of the root is named) and its state
+    /// file readable. [`Agent::open`] runs the same check first; a front-end runs it before it
+    /// binds its listeners.
+    ///
+    /// # Errors
+    /// A host without a root directory; a state directory reached through a link; a state file
+    /// that cannot be read, is too large or malformed.
+    pub fn check_state(host: &Arc<dyn Host>, config: &AgentConfig) -> Result<(), ApiError> {
+        Self::state_store(host, config)?.check()
+    }
+
+    /// The promise store `config` names: `--state-dir` as given, else the default directory
+    /// inside the host's root, reached through the host like every host file.
+    fn state_store(host: &Arc<dyn Host>, config: &AgentConfig) -> Result<StateStore, ApiError> {
+        if host.root_dir().is_none() {
+            return Err(ApiError::new(
+                ErrorKind::HostError,
+                "the host has no root directory",
+            ));
+        }
+        Ok(match &config.state_dir {
+            None => StateStore::in_root(Arc::clone(host), crate::state::DEFAULT_STATE_DIR)?,
+            Some(dir) => StateStore::new(dir.clone()),
+        })
     }
 
     /// The host.

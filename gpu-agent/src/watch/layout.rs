@@ -96,29 +96,13 @@ impl LayoutWatch {
     }
 }
 
-/// Reads a layout file as the host layer reads every file it does not trust: opened without
-/// blocking, refused when it is not a regular file (a FIFO, a device), never read past
-/// [`gpu_core::limits::MAX_DOCUMENT_BYTES`]. Links are followed to the file they name.
+/// Reads a layout file ([`crate::sources::read_file`]: without blocking, regular files only)
+/// of at most [`gpu_core::limits::MAX_DOCUMENT_BYTES`].
 ///
 /// # Errors
-/// `NotFound` when there is no file; `InvalidData` for a file that is not regular or is too
-/// large; the I/O error otherwise.
+/// As [`crate::sources::read_file`].
 pub fn read_layout_file(path: &Path) -> io::Result<Vec<u8>> {
-    // The link chain is resolved without opening the file (a FIFO would block an open).
-    let real = std::fs::canonicalize(path)?;
-    let (Some(dir), Some(name)) = (real.parent(), real.file_name()) else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} names no file", path.display()),
-        ));
-    };
-    let host = gpu_sysfs::RealHost::new(dir)?;
-    gpu_sysfs::Host::read_bounded(
-        &host,
-        &name.to_string_lossy(),
-        gpu_core::limits::MAX_DOCUMENT_BYTES,
-    )
-    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+    crate::sources::read_file(path, gpu_core::limits::MAX_DOCUMENT_BYTES)
 }
 
 /// How long a watched layout the host refused waits before it is tried again.
