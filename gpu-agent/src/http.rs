@@ -181,10 +181,34 @@ fn check_length(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// How much of a refused body is read and thrown away while the refusal is answered, so a
+/// client that sends it anyway sees the answer instead of a broken pipe.
+const DRAIN_MAX: usize = 4 * MAX_BODY;
+
+/// Reads and discards `body` for at most [`BODY_TIMEOUT`] and [`DRAIN_MAX`] bytes, then lets
+/// the connection close.
+async fn drain(body: Body) {
+    let mut stream = body.into_data_stream();
+    let mut seen = 0usize;
+    let _ = tokio::time::timeout(BODY_TIMEOUT, async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len();
+            if seen > DRAIN_MAX {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
 /// Reads a whole body within [`MAX_BODY`] and [`BODY_TIMEOUT`], refusing one announced larger
-/// before reading it.
+/// at once: the answer goes out before any of the body is read (what arrives meanwhile is
+/// thrown away, bounded).
 async fn read_body(headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
-    check_length(headers)?;
+    if let Err(e) = check_length(headers) {
+        tokio::spawn(drain(body));
+        return Err(e);
+    }
     match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
         Err(_) => Err(ApiError::new(
             ErrorKind::Timeout,

@@ -272,3 +272,21 @@ fn a_fifo_renamed_over_the_watched_layout_is_refused_and_the_watcher_keeps_watch
     .expect("the valid layout renamed in later is applied");
     assert_eq!(applied.data["status"], "applied", "{}", applied.data);
 }
+
+#[test]
+fn an_instance_linked_out_of_the_root_is_named_not_reported_absent() {
+    let k = kernel();
+    let outside = tempfile::tempdir().unwrap();
+    let link = k.root().join(format!("sys/bus/mdev/devices/{U1}"));
+    std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+    let a = start(Arc::clone(&k));
+    let l = get(&a.socket, "/v1/vgpus").json();
+    assert!(l["warnings"][0].as_str().unwrap().contains(U1), "{l}");
+    let d = request(&a.socket, "DELETE", &format!("/v1/vgpus/{U1}"), None);
+    assert_eq!(d.status, 404, "{}", d.body);
+    assert!(d.body.contains("cannot be followed"), "{}", d.body);
+    assert!(
+        std::fs::symlink_metadata(&link).is_ok(),
+        "nothing was removed"
+    );
+}

@@ -114,26 +114,27 @@ impl Agent {
                             )),
                         ),
                         None => {
-                            let r = if host.exists(&format!("sys/class/mdev_bus/{parent}")) {
-                                actuate::create_mdev(
+                            // A GPU that is no mdev parent itself: one of its VFs takes it.
+                            let on_gpu = match parent {
+                                ParentId::Pci(gpu)
+                                    if !host.exists(&format!("sys/class/mdev_bus/{parent}")) =>
+                                {
+                                    Some(gpu)
+                                }
+                                _ => None,
+                            };
+                            let r = match on_gpu {
+                                Some(gpu) => {
+                                    actuate::create_mdev_on_gpu(host, gpu, type_id.as_str(), *uuid)
+                                }
+                                None => actuate::create_mdev(
                                     host,
                                     &MdevCreate {
                                         parent: parent.clone(),
                                         type_id: type_id.clone(),
                                         uuid: *uuid,
                                     },
-                                )
-                            } else if let ParentId::Pci(gpu) = parent {
-                                actuate::create_mdev_on_gpu(host, gpu, type_id.as_str(), *uuid)
-                            } else {
-                                actuate::create_mdev(
-                                    host,
-                                    &MdevCreate {
-                                        parent: parent.clone(),
-                                        type_id: type_id.clone(),
-                                        uuid: *uuid,
-                                    },
-                                )
+                                ),
                             };
                             match r {
                                 Ok(_) => (Outcome::Recreated, None),

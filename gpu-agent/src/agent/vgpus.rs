@@ -172,27 +172,39 @@ impl Agent {
             .write(true, move |a| {
                 let host = a.host.as_ref();
                 let (removed, warning, promised) = a.with_removal(&id, || {
-                    let (value, changed) = match &what {
+                    let (value, changed, missing) = match &what {
                         Target::Mdev(u) => {
                             let r = actuate::remove_mdev(host, u, force).map_err(|e| {
                                 ApiError::from_actuate(&e)
                                     .context(format!("cannot remove mdev {u}"))
                             })?;
-                            (serde_json::to_value(&r).unwrap_or_default(), r.changed)
+                            let missing = match (&r.warning, r.changed) {
+                                (Some(w), false) => format!(" ({w})"),
+                                _ => String::new(),
+                            };
+                            (
+                                serde_json::to_value(&r).unwrap_or_default(),
+                                r.changed,
+                                missing,
+                            )
                         }
                         Target::Vf(vf) => {
                             let r = actuate::clear_vf(host, vf, force).map_err(|e| {
                                 ApiError::from_actuate(&e).context(format!("cannot clear VF {vf}"))
                             })?;
-                            (serde_json::to_value(&r).unwrap_or_default(), r.changed)
+                            (
+                                serde_json::to_value(&r).unwrap_or_default(),
+                                r.changed,
+                                String::new(),
+                            )
                         }
                     };
-                    Ok((value, changed))
+                    Ok((value, changed, missing))
                 })?;
-                let (value, changed) = removed;
+                let (value, changed, missing) = removed;
                 if !changed && !promised {
                     return Err(ApiError::not_found(format!(
-                        "no vGPU {id} on this host, and none promised"
+                        "no vGPU {id} on this host, and none promised{missing}"
                     )));
                 }
                 Ok(((id, value), warning))
@@ -219,12 +231,16 @@ impl Agent {
         let host = self.host.as_ref();
         let listing = actuate::list_vgpus(host)?;
         let state = self.load()?;
-        Ok(serde_json::json!({
+        let mut v = serde_json::json!({
             "revision": self.bus.revision(),
             "mdevs": listing.mdevs,
             "vendorVfio": listing.vendor_vfio,
             "promises": state.promises,
-        }))
+        });
+        if let (Some(o), false) = (v.as_object_mut(), listing.warnings.is_empty()) {
+            o.insert("warnings".to_owned(), listing.warnings.into());
+        }
+        Ok(v)
     }
 }
 
