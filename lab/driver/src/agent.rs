@@ -102,20 +102,22 @@ fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(why()) }
 }
 
+/// Creates an mbochs-small instance for `machine` through the socket; its UUID.
+fn create_small(machine: &str) -> Result<String, String> {
+    let body = format!(r#"{{"parent":"mbochs","profile":"mbochs-small","machine":"{machine}"}}"#);
+    let (status, created) = call("POST", "/v1/vgpus", &body)?;
+    ensure(status == 201, || {
+        format!("create answered {status}: {created}")
+    })?;
+    Ok(created["uuid"].as_str().unwrap_or("").to_owned())
+}
+
 /// Create through the socket, DELETE refused with 409 naming the holder's pid, restart after a
 /// `kill -9` and a removal by hand restores the same UUID, DELETE removes it.
 pub fn agent_socket(_lab: &mut Lab) -> Outcome {
     let _ = fs::remove_dir_all(STATE);
     let agent = start()?;
-    let (status, created) = call(
-        "POST",
-        "/v1/vgpus",
-        r#"{"parent":"mbochs","profile":"mbochs-small","machine":"lab-vm"}"#,
-    )?;
-    ensure(status == 201, || {
-        format!("create answered {status}: {created}")
-    })?;
-    let uuid = created["uuid"].as_str().unwrap_or("").to_owned();
+    let uuid = create_small("lab-vm")?;
     ensure(sys::mdev_instances()?.contains_key(&uuid), || {
         format!("the kernel has no mdev {uuid} after the create")
     })?;
@@ -500,15 +502,7 @@ pub fn agent_state_full_and_read_only(_lab: &mut Lab) -> Outcome {
     let state = format!("{SMALL}/agent");
     let result = (|| {
         let agent = start_in(&state, &[])?;
-        let (status, created) = call(
-            "POST",
-            "/v1/vgpus",
-            r#"{"parent":"mbochs","profile":"mbochs-small","machine":"lab-small"}"#,
-        )?;
-        ensure(status == 201, || {
-            format!("create answered {status}: {created}")
-        })?;
-        let uuid = created["uuid"].as_str().unwrap_or("").to_owned();
+        let uuid = create_small("lab-small")?;
         fill(SMALL)?;
         let (status, refused) = call("DELETE", &format!("/v1/vgpus/{uuid}"), "")?;
         ensure(status == 503, || {
