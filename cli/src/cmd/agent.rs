@@ -101,9 +101,9 @@ fn default_listen(root: &std::path::Path, live: bool) -> Listen {
 /// Runs the agent until SIGTERM or Ctrl-C.
 ///
 /// Every option and file is checked before anything touches the host: the node name, the
-/// listen addresses (and that TCP has a token or `--insecure-read-only`), the token file and its
-/// length, the root, the state directory and its file, the layout file. Then the listeners are
-/// bound (a bind that fails stops it here), and only then does reconcile run.
+/// listen addresses (and that TCP has a token or `--insecure-read-only`; unix paths checked, TCP
+/// bound), the token file and its length, the root, the state directory and its file, the layout
+/// file. Only then does reconcile run; the unix sockets are bound after it.
 ///
 /// # Errors
 /// Invalid options, a host that cannot be opened, a malformed state file, a listener that cannot
@@ -167,34 +167,26 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let gpu_events = gpu_agent::open_gpu_events(live, a.no_nvml, &mut config.health);
     let rt = gpu_agent::runtime().context("cannot start the agent's runtime")?;
     rt.block_on(async move {
-        // Bound before reconcile: an address that cannot be served stops the agent before it
-        // changes anything. Nothing is answered until the agent is open.
-        let mut listeners = Vec::new();
+        // Checked before reconcile: a unix path that cannot be served is refused here, and TCP
+        // addresses are bound now (a bind that fails stops the agent before it changes
+        // anything). Unix sockets are bound once the agent is open, so a client that finds the
+        // socket finds the promises reconciled.
+        let mut tcp = Vec::new();
         for l in &listens {
-            let bound = match l {
-                Listen::Unix(p) => Listener::bind_unix(p, a.socket_group.as_deref())?,
-                Listen::Tcp(addr) => Listener::bind_tcp(
+            match l {
+                Listen::Unix(p) => {
+                    Listener::check_unix(p, a.socket_group.as_deref())?;
+                }
+                Listen::Tcp(addr) => tcp.push(Listener::bind_tcp(
                     addr,
                     Access {
                         token: token.clone(),
                         read_only: token.is_none() && a.insecure_read_only,
                     },
-                )?,
-            };
-            listeners.push(bound);
-        }
-        let agent = match Agent::open(host, config) {
-            Ok(agent) => agent,
-            Err(e) => {
-                // The sockets bound above are this agent's: none is left behind.
-                for l in &listens {
-                    if let Listen::Unix(p) = l {
-                        let _ = std::fs::remove_file(p);
-                    }
-                }
-                bail!("{}", e.message);
+                )?),
             }
-        };
+        }
+        let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
         for r in agent.reconciled() {
             eprintln!(
                 "gpuslice agent: promise {}: {}{}",
@@ -203,8 +195,18 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
                 r.message.map(|m| format!(" ({m})")).unwrap_or_default()
             );
         }
-        for l in &listeners {
-            eprintln!("gpuslice agent: serving on {}", l.address());
+        let mut tcp = tcp.into_iter();
+        let mut listeners = Vec::new();
+        for l in &listens {
+            let bound = match l {
+                Listen::Unix(p) => Listener::bind_unix(p, a.socket_group.as_deref())?,
+                Listen::Tcp(_) => match tcp.next() {
+                    Some(t) => t,
+                    None => bail!("internal: a TCP listener went missing"),
+                },
+            };
+            eprintln!("gpuslice agent: serving on {}", bound.address());
+            listeners.push(bound);
         }
         let watch = gpu_agent::WatchOptions {
             resync: (a.resync > 0).then(|| Duration::from_secs(a.resync)),
