@@ -122,26 +122,16 @@ async fn healthz(State(a): State<Arc<Agent>>) -> Response {
 }
 
 async fn metrics(State(a): State<Arc<Agent>>) -> Response {
-    let Some(hook) = a.config().hooks.metrics.clone() else {
-        return ApiError::not_found("this agent serves no metrics").into_response();
-    };
-    let snap = a.snapshot();
-    match hook(&snap.topology) {
-        Ok(mut text) => {
-            text.push_str(&a.stats().render(a.events().revision(), a.events().sent()));
-            let ct = a
-                .config()
-                .hooks
-                .metrics_content_type
-                .clone()
-                .unwrap_or_else(|| "text/plain; version=0.0.4; charset=utf-8".to_owned());
+    match a.metrics_text() {
+        None => ApiError::not_found("this agent serves no metrics").into_response(),
+        Some(Err(e)) => e.into_response(),
+        Some(Ok((text, ct))) => {
             let mut r = Response::new(Body::from(text));
             if let Ok(v) = HeaderValue::from_str(&ct) {
                 r.headers_mut().insert(header::CONTENT_TYPE, v);
             }
             r
         }
-        Err(e) => ApiError::new(ErrorKind::Other, e).into_response(),
     }
 }
 
@@ -175,8 +165,50 @@ async fn list_vgpus(State(a): State<Arc<Agent>>) -> Result<Response, ApiError> {
     Ok(json_value(StatusCode::OK, &v))
 }
 
-/// Reads a whole body within [`MAX_BODY`] and [`BODY_TIMEOUT`].
-async fn read_body(body: Body) -> Result<axum::body::Bytes, ApiError> {
+/// Refuses a body its `Content-Length` announces larger than [`MAX_BODY`], before any of it
+/// is read (an immediate 413, not a wait for a body that would be refused anyway).
+fn check_length(headers: &HeaderMap) -> Result<(), ApiError> {
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match announced {
+        Some(n) if n > MAX_BODY as u64 => Err(ApiError::new(
+            ErrorKind::TooLarge,
+            format!("the request body is {n} bytes; at most {MAX_BODY} are accepted"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// How much of a refused body is read and thrown away while the refusal is answered, so a
+/// client that sends it anyway sees the answer instead of a broken pipe.
+const DRAIN_MAX: usize = 4 * MAX_BODY;
+
+/// Reads and discards `body` for at most [`BODY_TIMEOUT`] and [`DRAIN_MAX`] bytes, then lets
+/// the connection close.
+async fn drain(body: Body) {
+    let mut stream = body.into_data_stream();
+    let mut seen = 0usize;
+    let _ = tokio::time::timeout(BODY_TIMEOUT, async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len();
+            if seen > DRAIN_MAX {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// Reads a whole body within [`MAX_BODY`] and [`BODY_TIMEOUT`], refusing one announced larger
+/// at once: the answer goes out before any of the body is read (what arrives meanwhile is
+/// thrown away, bounded).
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    if let Err(e) = check_length(headers) {
+        tokio::spawn(drain(body));
+        return Err(e);
+    }
     match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
         Err(_) => Err(ApiError::new(
             ErrorKind::Timeout,
@@ -223,10 +255,11 @@ struct NoQuery {}
 async fn create_vgpu(
     State(a): State<Arc<Agent>>,
     q: Result<Query<NoQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     query(q)?;
-    let bytes = read_body(body).await?;
+    let bytes = read_body(&headers, body).await?;
     let req: CreateRequest = parse_json(&bytes)?;
     let v = a.create(req).await?;
     let status = if v.get("changed").and_then(serde_json::Value::as_bool) == Some(false) {
@@ -295,10 +328,11 @@ struct LayoutQuery {
 async fn put_layout(
     State(a): State<Arc<Agent>>,
     q: Result<Query<LayoutQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    let bytes = read_body(body).await?;
+    let bytes = read_body(&headers, body).await?;
     let text = String::from_utf8(bytes.to_vec())
         .map_err(|_| ApiError::invalid("the layout document is not UTF-8"))?;
     let v = a.apply_layout(text, q.config, q.dry_run, q.force).await?;

@@ -23,7 +23,6 @@ pub mod agent;
 pub mod doc;
 pub mod error;
 pub mod events;
-mod gpu_events;
 pub mod http;
 pub mod serve;
 pub mod sources;
@@ -32,13 +31,13 @@ pub mod uevent;
 pub mod watch;
 
 pub use agent::{
-    Agent, AgentConfig, CreateRequest, HandoffHook, HandoffTarget, Hooks, MetricsHook, Outcome,
+    Agent, AgentConfig, CreateRequest, HandoffTarget, Hooks, MIN_TOKEN_LEN, MetricsHook, Outcome,
     Reconciled, Snapshot, compose_topology, config_for_root, parse_token,
 };
 pub use error::ApiError;
 pub use events::{Event, EventBus, EventKind};
 pub use serve::{Access, Listen, Listener, ServeOptions, serve, serve_router};
-pub use sources::{UeventMode, open_gpu_events, open_uevents};
+pub use sources::{UeventMode, open_gpu_events, open_uevents, read_file};
 pub use state::{Device, Owner, Phase, Promise, StateFile, StateStore};
 pub use uevent::{ChannelSource, NetlinkSource, Uevent, UeventSource};
 pub use watch::{WatchOptions, WatchedLayout, Watchers};

@@ -152,13 +152,14 @@ fn io_err(what: String) -> impl FnOnce(std::io::Error) -> std::io::Error {
 }
 
 impl Listener {
-    /// Binds a unix socket at `path`, mode 0660, owned by `group` (a name or a number) when
-    /// given. A stale socket left by a killed agent is replaced; a socket another process still
-    /// answers on, or a file that is not a socket, is refused. Needs a Tokio runtime.
+    /// Checks, changing nothing, that a unix socket can be served at `path` for `group`: what
+    /// [`Listener::bind_unix`] refuses (a file that is not a socket, a socket another process
+    /// still answers on, an unknown group) is refused here, so a front-end can check it before
+    /// anything else starts. Returns the group's number.
     ///
     /// # Errors
-    /// The path in use, an unknown group, a failing bind, chmod or chown.
-    pub fn bind_unix(path: &Path, group: Option<&str>) -> std::io::Result<Self> {
+    /// The path in use, an unknown group.
+    pub fn check_unix(path: &Path, group: Option<&str>) -> std::io::Result<Option<u32>> {
         let shown = path.display().to_string();
         if let Ok(meta) = std::fs::symlink_metadata(path) {
             if !meta.file_type().is_socket() {
@@ -173,16 +174,28 @@ impl Listener {
                     format!("{shown}: another agent is serving on this socket"),
                 ));
             }
+        }
+        group.map(resolve_group).transpose()
+    }
+
+    /// Binds a unix socket at `path`, mode 0660, owned by `group` (a name or a number) when
+    /// given. A stale socket left by a killed agent is replaced; a socket another process still
+    /// answers on, or a file that is not a socket, is refused ([`Listener::check_unix`]). Needs
+    /// a Tokio runtime.
+    ///
+    /// # Errors
+    /// The path in use, an unknown group, a failing bind, chmod or chown.
+    pub fn bind_unix(path: &Path, group: Option<&str>) -> std::io::Result<Self> {
+        let shown = path.display().to_string();
+        let gid = Self::check_unix(path, group)?;
+        if std::fs::symlink_metadata(path).is_ok() {
+            // A stale socket (checked above: no one answers on it).
             std::fs::remove_file(path).map_err(io_err(format!("cannot remove stale {shown}")))?;
         }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(io_err(format!("cannot create {}", dir.display())))?;
         }
-        let gid = match group {
-            None => None,
-            Some(g) => Some(resolve_group(g)?),
-        };
         let l = tokio::net::UnixListener::bind(path)
             .map_err(io_err(format!("cannot listen on {shown}")))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))

@@ -1,7 +1,10 @@
-//! Opening the agent's event sources: the kernel's uevent socket and NVML's XID / double-bit ECC
-//! events, with the rules for when each is used. The front-end (`gpuslice agent`) only says what
+//! Opening what the agent reads from outside its host: the kernel's uevent socket and NVML's
+//! XID / double-bit ECC events (with the rules for when each is used), and the files the user
+//! names (the token file, the watched layout). The front-end (`gpuslice agent`) only says what
 //! the user asked for.
 
+use std::io;
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::uevent::{NetlinkSource, UeventSource};
@@ -69,4 +72,25 @@ pub fn open_gpu_events(
             None
         }
     }
+}
+
+/// Reads a file the user named as the host layer reads every file it does not trust: links
+/// followed to the file they name, opened without blocking, refused when it is not a regular
+/// file (a FIFO would block for good, a device never ends), never read past `max` bytes.
+///
+/// # Errors
+/// `NotFound` when there is no file; `InvalidData` for a file that is not regular or is larger
+/// than `max`; the I/O error otherwise. Each names the file.
+pub fn read_file(path: &Path, max: usize) -> io::Result<Vec<u8>> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    // The link chain is resolved without opening the file (opening a FIFO would block).
+    let real = std::fs::canonicalize(path).map_err(named)?;
+    let (Some(dir), Some(name)) = (real.parent(), real.file_name()) else {
+        return Err(named(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "names no file",
+        )));
+    };
+    let host = gpu_sysfs::RealHost::new(dir).map_err(named)?;
+    gpu_sysfs::Host::read_bounded(&host, &name.to_string_lossy(), max).map_err(named)
 }

@@ -1,15 +1,23 @@
 //! The agent's promises: what it created for whom, kept in its state directory so a restarted
 //! agent (or one on a rebooted host) can re-create it.
 //!
-//! The file is replaced atomically (written to a temporary file in the same directory, synced,
-//! renamed over the old one, the directory synced), so a `kill -9` at any point leaves either the
-//! old or the new file, never a torn one. A create is recorded as `pending` before the kernel is
-//! asked and marked `created` after; a pending record found on start is an interrupted create,
-//! which reconcile finishes (or drops, when it cannot be done).
+//! The file lives in a [`gpu_sysfs::StateDir`], the state directory every gpuslice state file
+//! shares: confined to the root (a directory linked out of it is refused, the link named),
+//! replaced atomically (a `kill -9` at any point leaves the old or the new file, never a torn
+//! one, and never writes through a planted link) and read bounded ([`MAX_STATE_BYTES`], regular
+//! files only).
+//!
+//! Every change is recorded before the host changes: a create as `pending` before the kernel is
+//! asked and `created` after; a removal as `removing` before and dropped after. A `pending`
+//! record found on start is an interrupted create, which reconcile finishes (or drops, when it
+//! cannot be done); a `removing` one is a removal that reconcile finishes, never undoes.
 
 use gpu_core::ErrorKind;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpu_sysfs::{Host, StateDir};
 
 use gpu_core::{MdevUuid, ParentId, PciAddress, VgpuTypeId};
 use serde::{Deserialize, Serialize};
@@ -22,6 +30,10 @@ pub const STATE_FILE: &str = "promises.json";
 pub const DEFAULT_STATE_DIR: &str = "var/lib/gpuslice/agent";
 /// The version of the state file's format.
 pub const STATE_VERSION: u32 = 1;
+/// The largest state file read: larger is refused before it is read whole.
+pub const MAX_STATE_BYTES: usize = 16 << 20;
+/// How long a change of the state waits for another holder of the state directory's lock.
+pub const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// Who a device was made for: a Machine's request, or a caller-given UUID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +58,9 @@ pub enum Phase {
     Pending,
     /// Created and confirmed.
     Created,
+    /// Its removal was asked for and is recorded; the device is gone or about to be. A restart
+    /// finishes the removal's record and never re-creates it.
+    Removing,
 }
 
 /// The device a promise stands for.
@@ -110,62 +125,96 @@ pub struct StateFile {
 /// The state directory and its file.
 #[derive(Debug, Clone)]
 pub struct StateStore {
-    dir: PathBuf,
+    /// The directory on this machine, for messages.
+    path: PathBuf,
+    /// The directory, or why it cannot be used.
+    dir: Result<StateDir, String>,
+}
+
+fn host_error(message: String) -> ApiError {
+    ApiError::new(ErrorKind::HostError, message)
 }
 
 impl StateStore {
-    /// A store in `dir` (created on the first write).
+    /// A store in the directory `dir` on this machine (created on the first write).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        StateStore { dir: dir.into() }
+        let path = dir.into();
+        let dir =
+            StateDir::at(&path).map_err(|e| format!("state directory {}: {e}", path.display()));
+        StateStore { path, dir }
+    }
+
+    /// The store in `rel` (`var/lib/gpuslice/agent`) inside `host`'s root, reached through the
+    /// host like every other file of it.
+    ///
+    /// # Errors
+    /// A host without a root directory.
+    pub fn in_root(host: Arc<dyn Host>, rel: &str) -> Result<Self, ApiError> {
+        let dir = StateDir::in_root(host, rel)
+            .map_err(|e| host_error(format!("state directory {rel}: {e}")))?;
+        Ok(StateStore {
+            path: dir.path(),
+            dir: Ok(dir),
+        })
     }
 
     /// The state directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.path
     }
 
     /// The state file.
     pub fn file(&self) -> PathBuf {
-        self.dir.join(STATE_FILE)
+        self.path.join(STATE_FILE)
+    }
+
+    fn state_dir(&self) -> Result<&StateDir, ApiError> {
+        self.dir.as_ref().map_err(|e| host_error(e.clone()))
+    }
+
+    /// Checks, before anything starts, that the state can be kept: no component of the
+    /// directory is a link (one leading out of the root is named), and the state file, when
+    /// there, reads.
+    ///
+    /// # Errors
+    /// As [`StateStore::load`], and a directory reached through a link.
+    pub fn check(&self) -> Result<(), ApiError> {
+        self.state_dir()?
+            .check()
+            .map_err(|e| host_error(format!("state directory {}: {e}", self.path.display())))?;
+        self.load().map(|_| ())
     }
 
     /// Reads the promises; no file is no promises.
     ///
     /// # Errors
-    /// An unreadable or malformed file (named, with the decoder's message): the agent refuses to
+    /// An unreadable, oversized or malformed file (named, with the reason): the agent refuses to
     /// start rather than forget promises.
     pub fn load(&self) -> Result<StateFile, ApiError> {
         let path = self.file();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let bytes = match self.state_dir()?.read(STATE_FILE, MAX_STATE_BYTES) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
                 return Ok(StateFile {
                     version: STATE_VERSION,
                     promises: vec![],
                 });
             }
             Err(e) => {
-                return Err(ApiError::new(
-                    ErrorKind::HostError,
-                    format!("cannot read state file {}: {e}", path.display()),
-                ));
+                return Err(host_error(format!(
+                    "cannot read state file {}: {e}",
+                    path.display()
+                )));
             }
         };
-        let state: StateFile = serde_json::from_str(&text).map_err(|e| {
-            ApiError::new(
-                ErrorKind::HostError,
-                format!("state file {} is malformed: {e}", path.display()),
-            )
-        })?;
+        let state: StateFile = serde_json::from_slice(&bytes)
+            .map_err(|e| host_error(format!("state file {} is malformed: {e}", path.display())))?;
         if state.version != STATE_VERSION {
-            return Err(ApiError::new(
-                ErrorKind::HostError,
-                format!(
-                    "state file {} has version {}; this agent reads version {STATE_VERSION}",
-                    path.display(),
-                    state.version
-                ),
-            ));
+            return Err(host_error(format!(
+                "state file {} has version {}; this agent reads version {STATE_VERSION}",
+                path.display(),
+                state.version
+            )));
         }
         Ok(state)
     }
@@ -173,36 +222,40 @@ impl StateStore {
     /// Replaces the file atomically with `state`; returns once it is on disk.
     ///
     /// # Errors
-    /// A directory or file that cannot be created, written, synced or renamed.
+    /// A directory reached through a link, or a file that cannot be written, synced or renamed
+    /// (a full or read-only disk): the file is then as it was. The errno is kept.
     pub fn save(&self, state: &StateFile) -> Result<(), ApiError> {
-        let io = |what: &str, e: std::io::Error| {
-            ApiError::new(
-                ErrorKind::HostError,
-                format!(
-                    "cannot {what} in state directory {}: {e}",
-                    self.dir.display()
-                ),
-            )
-        };
-        std::fs::create_dir_all(&self.dir).map_err(|e| io("create it", e))?;
-        let text = serde_json::to_string_pretty(state).map_err(|e| {
+        let mut text = serde_json::to_string_pretty(state).map_err(|e| {
             ApiError::new(ErrorKind::Other, format!("cannot encode the state: {e}"))
         })?;
-        let tmp = self.dir.join(format!(".{STATE_FILE}.tmp"));
-        {
-            let mut f = std::fs::File::create(&tmp).map_err(|e| io("create a file", e))?;
-            f.write_all(text.as_bytes())
-                .map_err(|e| io("write the state", e))?;
-            f.write_all(b"\n").map_err(|e| io("write the state", e))?;
-            f.sync_all().map_err(|e| io("sync the state", e))?;
-        }
-        std::fs::rename(&tmp, self.file()).map_err(|e| io("rename the state file", e))?;
-        if let Ok(d) = std::fs::File::open(&self.dir) {
-            // Makes the rename itself durable; a filesystem that cannot sync a directory still
-            // has the rename, so a failure here is not an error.
-            let _ = d.sync_all();
-        }
-        Ok(())
+        text.push('\n');
+        self.state_dir()?
+            .write(STATE_FILE, text.as_bytes())
+            .map_err(|e| {
+                let mut a = host_error(format!("cannot record the promises: {e}"));
+                a.errno = gpu_sysfs::state_dir::errno_of(&e);
+                a.errno_name = a.errno.map(gpu_sysfs::actuate::error::errno::name);
+                a
+            })
+    }
+
+    /// Holds the state directory's lock while a change is read, decided and written, so two
+    /// agents given one directory never interleave.
+    ///
+    /// # Errors
+    /// The lock not taken within [`LOCK_WAIT`] (`busy`), or its file not opened.
+    pub fn lock(&self) -> Result<gpu_sysfs::state_dir::StateLock, ApiError> {
+        self.state_dir()?.lock(LOCK_WAIT).map_err(|e| {
+            let kind = if e.kind() == std::io::ErrorKind::TimedOut {
+                ErrorKind::Busy
+            } else {
+                ErrorKind::HostError
+            };
+            ApiError::new(
+                kind,
+                format!("cannot lock state directory {}: {e}", self.path.display()),
+            )
+        })
     }
 }
 
@@ -238,7 +291,12 @@ mod tests {
         };
         store.save(&state)?;
         assert_eq!(store.load()?, state);
-        assert!(!dir.path().join("agent").join(".promises.json.tmp").exists());
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("agent"))?
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(names.is_empty(), "{names:?}");
         Ok(())
     }
 

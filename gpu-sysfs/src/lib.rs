@@ -28,6 +28,7 @@ pub mod open;
 pub mod resolver;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
+pub mod state_dir;
 #[cfg(feature = "sandbox")]
 pub mod testing;
 pub mod umockdev;
@@ -36,6 +37,7 @@ pub use confine::{OutsideRoot, is_outside_root};
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
 pub use open::{OpenedRoot, RootKind, is_local_root, open_root};
+pub use state_dir::StateDir;
 
 /// The node name to use when none is given: this machine's hostname, else `localhost`.
 pub fn default_node_name() -> String {

@@ -280,10 +280,13 @@ pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
     let (text, value) = if let Ok(u) = a.target.parse::<MdevUuid>() {
         let r = actuate::remove_mdev(host, &u, a.force)
             .with_context(|| format!("cannot remove mdev {u}"))?;
-        let text = if r.changed {
-            format!("removed mdev {u}")
-        } else {
-            format!("no mdev {u} (nothing to remove)")
+        let text = match &r.warning {
+            _ if r.changed => format!("removed mdev {u}"),
+            Some(w) => {
+                eprintln!("warning: {w}");
+                format!("mdev {u} cannot be reached (nothing removed)")
+            }
+            None => format!("no mdev {u} (nothing to remove)"),
         };
         (text, serde_json::to_value(&r)?)
     } else if let Ok(vf) = a.target.parse::<PciAddress>() {
@@ -319,6 +322,9 @@ pub fn list(g: &Global, _a: ListArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, false)?;
     let host = opened.host.host();
     let listing = actuate::list_vgpus(host)?;
+    for w in &listing.warnings {
+        eprintln!("warning: {w}");
+    }
     match g.output {
         Output::Table => {
             println!(

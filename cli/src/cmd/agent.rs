@@ -1,7 +1,7 @@
 //! `gpuslice agent`: the node agent, serving this host's GPUs over a versioned HTTP API (the
-//! `gpu-agent` crate) until SIGTERM. This module parses the options, fills the agent's hooks from
-//! the CLI's integrations (metrics renderer, QEMU/libvirt hand-off), starts the watchers (kernel
-//! uevents, the periodic resync, a watched layout file) and runs the server.
+//! `gpu-agent` crate) until SIGTERM. This module parses and checks the options, opens the agent,
+//! starts the watchers (kernel uevents, the periodic resync, a watched layout file) and runs the
+//! server.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use gpu_agent::{Access, Agent, HandoffTarget, Hooks, Listen, Listener};
+use gpu_agent::{Access, Agent, Listen, Listener};
 
 use crate::common::Global;
-use gpu_integrations::{handoff, metrics};
 
 /// The socket a default agent listens on.
 pub const DEFAULT_SOCKET: &str = "/run/gpuslice/agent.sock";
@@ -20,11 +19,14 @@ pub const DEFAULT_SOCKET: &str = "/run/gpuslice/agent.sock";
 /// Arguments of `gpuslice agent`.
 #[derive(clap::Args, Debug)]
 pub struct AgentArgs {
-    /// Where to listen: `unix:PATH` or `tcp:ADDR:PORT` (repeatable; default
-    /// `unix:/run/gpuslice/agent.sock`). TCP needs --token-file or --insecure-read-only.
+    /// Where to listen: `unix:PATH` or `tcp:ADDR:PORT` (repeatable). Default:
+    /// `unix:/run/gpuslice/agent.sock` with `--root /`; under any other root the same path
+    /// inside it (`ROOT/run/gpuslice/agent.sock`), never the real host's. TCP needs
+    /// --token-file or --insecure-read-only.
     #[arg(long, value_name = "unix:PATH|tcp:ADDR:PORT")]
     pub listen: Vec<String>,
-    /// A file holding the bearer token TCP clients must send (`Authorization: Bearer ...`).
+    /// A file holding the bearer token TCP clients must send (`Authorization: Bearer ...`): at
+    /// least 16 characters, surrounding whitespace ignored.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Serve TCP without a token, GETs only (every write is refused with 403).
@@ -74,34 +76,34 @@ pub enum Uevents {
     Off,
 }
 
-fn hooks() -> Hooks {
-    Hooks {
-        metrics: Some(Arc::new(|t: &gpu_core::NodeTopology| {
-            metrics::render(std::slice::from_ref(t), &[]).map_err(|e| e.to_string())
-        })),
-        metrics_content_type: Some(metrics::CONTENT_TYPE.to_owned()),
-        handoff: Some(Arc::new(
-            |t: &gpu_core::NodeTopology, target: &HandoffTarget| {
-                let devices = match target {
-                    HandoffTarget::Mdev(uuid) => vec![handoff::VmDevice::Mdev { uuid: *uuid }],
-                    HandoffTarget::Pci(a) => {
-                        handoff::address_devices(t, a).map_err(|e| e.to_string())?
-                    }
-                };
-                serde_json::to_value(handoff::VmHandoff::of(&devices)).map_err(|e| e.to_string())
-            },
-        )),
-    }
-}
+/// The most a token file may hold.
+const MAX_TOKEN_FILE: usize = 4096;
 
 fn read_token(path: &std::path::Path) -> anyhow::Result<Arc<[u8]>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read --token-file {}", path.display()))?;
+    let bytes = gpu_agent::read_file(path, MAX_TOKEN_FILE).context("cannot read --token-file")?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("--token-file {}: not UTF-8 text", path.display()))?;
     gpu_agent::parse_token(&text)
         .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", path.display()))
 }
 
+/// Where the agent listens when `--listen` is not given: [`DEFAULT_SOCKET`] on the live host,
+/// the same path inside the root for any other root (a tree or a sandbox is never served on
+/// the real host's socket).
+fn default_listen(root: &std::path::Path, live: bool) -> Listen {
+    if live {
+        Listen::Unix(PathBuf::from(DEFAULT_SOCKET))
+    } else {
+        Listen::Unix(root.join(DEFAULT_SOCKET.trim_start_matches('/')))
+    }
+}
+
 /// Runs the agent until SIGTERM or Ctrl-C.
+///
+/// Every option and file is checked before anything touches the host: the node name, the
+/// listen addresses (and that TCP has a token or `--insecure-read-only`; unix paths checked, TCP
+/// bound), the token file and its length, the root, the state directory and its file, the layout
+/// file. Only then does reconcile run; the unix sockets are bound after it.
 ///
 /// # Errors
 /// Invalid options, a host that cannot be opened, a malformed state file, a listener that cannot
@@ -109,8 +111,9 @@ fn read_token(path: &std::path::Path) -> anyhow::Result<Arc<[u8]>> {
 pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let node = g.node_name();
     gpu_core::validate_name(&node).context("--node")?;
+    let live = gpu_health::is_local_root(&g.root);
     let listens: Vec<Listen> = if a.listen.is_empty() {
-        vec![Listen::Unix(PathBuf::from(DEFAULT_SOCKET))]
+        vec![default_listen(&g.root, live)]
     } else {
         a.listen
             .iter()
@@ -119,6 +122,13 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
             .context("--listen")?
     };
     let token = a.token_file.as_deref().map(read_token).transpose()?;
+    if token.is_none() && !a.insecure_read_only {
+        if let Some(Listen::Tcp(addr)) = listens.iter().find(|l| matches!(l, Listen::Tcp(_))) {
+            bail!(
+                "--listen tcp:{addr} needs --token-file (or --insecure-read-only to serve GETs only)"
+            );
+        }
+    }
     if g.root.is_file() {
         bail!(
             "--root {}: the agent needs a directory tree it can change, not a recording",
@@ -133,12 +143,13 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("--root {}", g.root.display()))?;
     config.state_dir = a.state_dir.clone();
     config.lock_timeout = Duration::from_secs(a.lock_timeout);
-    config.hooks = hooks();
-    let live = gpu_health::is_local_root(&g.root);
+    Agent::check_state(&host, &config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     if let Some(l) = &a.layout {
         // A layout that does not parse is refused before anything starts.
-        let text = std::fs::read_to_string(l)
+        let bytes = gpu_agent::watch::read_layout_file(l)
             .with_context(|| format!("cannot read --layout {}", l.display()))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| anyhow::anyhow!("--layout {}: not UTF-8 text", l.display()))?;
         let file = gpu_core::layout::LayoutFile::parse(&text)
             .with_context(|| format!("--layout {}", l.display()))?;
         file.select(a.config.as_deref())
@@ -154,28 +165,45 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let uevents = gpu_agent::open_uevents(mode, live)
         .context("--uevents on: cannot open the kernel's uevent socket")?;
     let gpu_events = gpu_agent::open_gpu_events(live, a.no_nvml, &mut config.health);
-    let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    for r in agent.reconciled() {
-        eprintln!(
-            "gpuslice agent: promise {}: {}{}",
-            r.promise.device.id(),
-            r.outcome.as_str(),
-            r.message.map(|m| format!(" ({m})")).unwrap_or_default()
-        );
-    }
     let rt = gpu_agent::runtime().context("cannot start the agent's runtime")?;
     rt.block_on(async move {
-        let mut listeners = Vec::new();
+        // Checked before reconcile: a unix path that cannot be served is refused here, and TCP
+        // addresses are bound now (a bind that fails stops the agent before it changes
+        // anything). Unix sockets are bound once the agent is open, so a client that finds the
+        // socket finds the promises reconciled.
+        let mut tcp = Vec::new();
         for l in &listens {
-            let bound = match l {
-                Listen::Unix(p) => Listener::bind_unix(p, a.socket_group.as_deref())?,
-                Listen::Tcp(addr) => Listener::bind_tcp(
+            match l {
+                Listen::Unix(p) => {
+                    Listener::check_unix(p, a.socket_group.as_deref())?;
+                }
+                Listen::Tcp(addr) => tcp.push(Listener::bind_tcp(
                     addr,
                     Access {
                         token: token.clone(),
                         read_only: token.is_none() && a.insecure_read_only,
                     },
-                )?,
+                )?),
+            }
+        }
+        let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        for r in agent.reconciled() {
+            eprintln!(
+                "gpuslice agent: promise {}: {}{}",
+                r.promise.device.id(),
+                r.outcome.as_str(),
+                r.message.map(|m| format!(" ({m})")).unwrap_or_default()
+            );
+        }
+        let mut tcp = tcp.into_iter();
+        let mut listeners = Vec::new();
+        for l in &listens {
+            let bound = match l {
+                Listen::Unix(p) => Listener::bind_unix(p, a.socket_group.as_deref())?,
+                Listen::Tcp(_) => match tcp.next() {
+                    Some(t) => t,
+                    None => bail!("internal: a TCP listener went missing"),
+                },
             };
             eprintln!("gpuslice agent: serving on {}", bound.address());
             listeners.push(bound);

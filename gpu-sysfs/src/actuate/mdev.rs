@@ -64,6 +64,10 @@ pub struct MdevRemoved {
     pub type_id: Option<VgpuTypeId>,
     /// True when this call removed it; false when there was no such instance.
     pub changed: bool,
+    /// Why an instance of that UUID could not be reached when there is an entry for it (a link
+    /// leading outside the root, a parent that cannot be read): it is not reported as absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 fn instance_link(uuid: &MdevUuid) -> String {
@@ -304,6 +308,7 @@ pub fn remove_mdev(host: &dyn Host, uuid: &MdevUuid, force: bool) -> Result<Mdev
             parent: None,
             type_id: None,
             changed: false,
+            warning: unreachable_instance(host, uuid),
         });
     }
     let (parent, type_id) = match locate(host, uuid) {
@@ -324,6 +329,36 @@ pub fn remove_mdev(host: &dyn Host, uuid: &MdevUuid, force: bool) -> Result<Mdev
         parent,
         type_id,
         changed: true,
+        warning: None,
+    })
+}
+
+/// Why the entry `sys/bus/mdev/devices/<uuid>` is there but names no instance that can be read:
+/// a link leading outside the root (named, with its target), a dangling link, or a parent or type
+/// that cannot be read. `None` when there is no entry at all, or the instance reads fine.
+pub fn unreachable_instance(host: &dyn Host, uuid: &MdevUuid) -> Option<String> {
+    let link = instance_link(uuid);
+    let target = host.read_link(&link).ok();
+    if host.exists(&link) {
+        if locate(host, uuid).is_some() {
+            return None;
+        }
+        return Some(format!(
+            "/{link} is there, but its parent or type cannot be read (a link in its path is \
+             broken or leads outside the root); not reported as absent"
+        ));
+    }
+    let target = target?.to_string_lossy().into_owned();
+    Some(match host.canonicalize(&link) {
+        Err(e) if crate::is_outside_root(&e) => {
+            format!("/{link} -> {target} cannot be followed: {e}; not reported as absent")
+        }
+        // Absolute: the host's `/` under a root, but the machine's for the OS.
+        _ if target.starts_with('/') => format!(
+            "/{link} -> {target} cannot be followed: an absolute link leads outside the root; \
+             not reported as absent"
+        ),
+        _ => format!("/{link} -> {target} leads nowhere that can be read; not reported as absent"),
     })
 }
 

@@ -40,7 +40,7 @@ pub use handoff::Handoff;
 pub use inuse::{Holder, holder_of};
 pub use mdev::{
     MdevCreate, MdevInstance, MdevRemoved, create_mdev, create_mdev_on_gpu, create_mdevs,
-    list_instances, mdev_types, remove_mdev, resolve_mdev_profile,
+    list_instances, mdev_types, remove_mdev, resolve_mdev_profile, unreachable_instance,
 };
 pub use sriov::{SRIOV_MANAGE, SriovEnabled, SriovOptions, enable_sriov};
 pub use vendor::{
@@ -60,6 +60,10 @@ pub struct VgpuListing {
     pub mdevs: Vec<MdevInstance>,
     /// The vendor-VFIO VFs that have a type.
     pub vendor_vfio: Vec<VfInstance>,
+    /// Entries that name an instance which cannot be reached (a link leading outside the root,
+    /// a parent that cannot be read): said, not left out silently.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Lists every vGPU instance on `host`.
@@ -67,9 +71,19 @@ pub struct VgpuListing {
 /// # Errors
 /// The errors of [`list_instances`] and [`list_vf_instances`].
 pub fn list_vgpus(host: &dyn Host) -> Result<VgpuListing> {
+    let mdevs = list_instances(host)?;
+    let warnings = host
+        .list("sys/bus/mdev/devices")
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| e.parse::<gpu_core::MdevUuid>().ok())
+        .filter(|u| !mdevs.iter().any(|m| m.uuid == *u))
+        .filter_map(|u| unreachable_instance(host, &u))
+        .collect();
     Ok(VgpuListing {
-        mdevs: list_instances(host)?,
+        mdevs,
         vendor_vfio: list_vf_instances(host)?,
+        warnings,
     })
 }
 

@@ -35,6 +35,10 @@ fn start() -> Result<Agent, String> {
 }
 
 fn start_with(extra: &[&str]) -> Result<Agent, String> {
+    start_in(STATE, extra)
+}
+
+fn start_in(state: &str, extra: &[&str]) -> Result<Agent, String> {
     let log = fs::File::create(AGENT_LOG).map_err(|e| format!("cannot create {AGENT_LOG}: {e}"))?;
     let child = Command::new(GPUSLICE)
         .args([
@@ -44,7 +48,7 @@ fn start_with(extra: &[&str]) -> Result<Agent, String> {
             "--listen",
             &format!("unix:{SOCKET}"),
             "--state-dir",
-            STATE,
+            state,
             "--resync",
             "0",
             "--no-nvml",
@@ -98,20 +102,22 @@ fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(why()) }
 }
 
+/// Creates an mbochs-small instance for `machine` through the socket; its UUID.
+fn create_small(machine: &str) -> Result<String, String> {
+    let body = format!(r#"{{"parent":"mbochs","profile":"mbochs-small","machine":"{machine}"}}"#);
+    let (status, created) = call("POST", "/v1/vgpus", &body)?;
+    ensure(status == 201, || {
+        format!("create answered {status}: {created}")
+    })?;
+    Ok(created["uuid"].as_str().unwrap_or("").to_owned())
+}
+
 /// Create through the socket, DELETE refused with 409 naming the holder's pid, restart after a
 /// `kill -9` and a removal by hand restores the same UUID, DELETE removes it.
 pub fn agent_socket(_lab: &mut Lab) -> Outcome {
     let _ = fs::remove_dir_all(STATE);
     let agent = start()?;
-    let (status, created) = call(
-        "POST",
-        "/v1/vgpus",
-        r#"{"parent":"mbochs","profile":"mbochs-small","machine":"lab-vm"}"#,
-    )?;
-    ensure(status == 201, || {
-        format!("create answered {status}: {created}")
-    })?;
-    let uuid = created["uuid"].as_str().unwrap_or("").to_owned();
+    let uuid = create_small("lab-vm")?;
     ensure(sys::mdev_instances()?.contains_key(&uuid), || {
         format!("the kernel has no mdev {uuid} after the create")
     })?;
@@ -453,4 +459,88 @@ pub fn agent_sees_hand_changes(_lab: &mut Lab) -> Outcome {
         figure("gpuslice_agent_resyncs_total"),
         figure("gpuslice_agent_narrow_rereads_total"),
     ))
+}
+
+/// A small tmpfs for the agent's state, mounted inside the guest.
+const SMALL: &str = "/tmp/lab-agent-small";
+
+fn sh(args: &[&str]) -> Result<(), String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+    ensure(out.status.success(), || {
+        format!(
+            "{} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
+}
+
+/// Fills the filesystem of `dir` until a write fails with ENOSPC.
+fn fill(dir: &str) -> Result<(), String> {
+    let mut f = fs::File::create(format!("{dir}/filler"))
+        .map_err(|e| format!("cannot create {dir}/filler: {e}"))?;
+    let chunk = vec![0u8; 4096];
+    for _ in 0..100_000 {
+        if let Err(e) = f.write_all(&chunk) {
+            return ensure(e.raw_os_error() == Some(28), || {
+                format!("filling {dir}: {e}")
+            });
+        }
+    }
+    Err(format!("{dir} never filled up"))
+}
+
+/// The agent's promises on a real full tmpfs and a real read-only remount: a DELETE whose
+/// `removing` record cannot be written answers 503 and removes nothing; a restart on the
+/// read-only state keeps the instance; once writable, the DELETE goes through.
+pub fn agent_state_full_and_read_only(_lab: &mut Lab) -> Outcome {
+    fs::create_dir_all(SMALL).map_err(|e| format!("cannot create {SMALL}: {e}"))?;
+    sh(&["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", SMALL])?;
+    let state = format!("{SMALL}/agent");
+    let result = (|| {
+        let agent = start_in(&state, &[])?;
+        let uuid = create_small("lab-small")?;
+        fill(SMALL)?;
+        let (status, refused) = call("DELETE", &format!("/v1/vgpus/{uuid}"), "")?;
+        ensure(status == 503, || {
+            format!("DELETE on a full disk answered {status}: {refused}")
+        })?;
+        ensure(sys::mdev_instances()?.contains_key(&uuid), || {
+            format!("mdev {uuid} was removed although its removal could not be recorded")
+        })?;
+        fs::remove_file(format!("{SMALL}/filler")).map_err(|e| e.to_string())?;
+        sh(&["mount", "-o", "remount,ro", SMALL])?;
+        let (status, refused) = call("DELETE", &format!("/v1/vgpus/{uuid}"), "")?;
+        ensure(status == 503, || {
+            format!("DELETE on a read-only state dir answered {status}: {refused}")
+        })?;
+        ensure(sys::mdev_instances()?.contains_key(&uuid), || {
+            format!("mdev {uuid} was removed on a read-only state dir")
+        })?;
+        // kill -9 and a restart on the read-only state: the instance stays, nothing is lost.
+        drop(agent);
+        let agent = start_in(&state, &[])?;
+        ensure(sys::mdev_instances()?.contains_key(&uuid), || {
+            format!("mdev {uuid} gone after a restart on a read-only state dir")
+        })?;
+        sh(&["mount", "-o", "remount,rw", SMALL])?;
+        let (status, removed) = call("DELETE", &format!("/v1/vgpus/{uuid}"), "")?;
+        ensure(status == 200, || {
+            format!("DELETE answered {status}: {removed}")
+        })?;
+        drop(agent);
+        let _agent = start_in(&state, &[])?;
+        ensure(!sys::mdev_instances()?.contains_key(&uuid), || {
+            format!("mdev {uuid} came back after its DELETE and a restart")
+        })?;
+        Ok(format!(
+            "{uuid}: DELETE 503 on a full and on a read-only state dir, nothing removed; kept \
+             across a restart; removed once writable, not re-created"
+        ))
+    })();
+    let _ = sh(&["umount", SMALL]);
+    result
 }

@@ -42,6 +42,10 @@ const WITH_IOMMU: &[Check] = &[
     ("agent-socket-restart-in-use", agent::agent_socket),
     ("hostile-root", checks::hostile_root),
     ("agent-sees-hand-changes", agent::agent_sees_hand_changes),
+    (
+        "agent-state-full-and-read-only",
+        agent::agent_state_full_and_read_only,
+    ),
 ];
 
 const WITHOUT_IOMMU: &[Check] = &[
@@ -63,6 +67,7 @@ const RESET_AFTER: &[&str] = &[
     "gpu-bind-blocked-refused",
     "agent-socket-restart-in-use",
     "agent-sees-hand-changes",
+    "agent-state-full-and-read-only",
 ];
 
 /// One line, bounded, for the console protocol.

@@ -181,6 +181,11 @@ pub fn snapshot(root: &Path) -> io::Result<BTreeMap<String, Entry>> {
 struct State {
     writes: Vec<WriteRecord>,
     fail_at: Option<(usize, i32)>,
+    /// State-file writes ([`Host::write_atomic`]) so far, and the ones that fail, with errno.
+    state_writes: usize,
+    state_fail_at: BTreeMap<usize, i32>,
+    /// Every state-file write fails with this errno while set (a full or read-only disk).
+    state_failing: Option<i32>,
     hanging: BTreeSet<String>,
     sriov_manage: SriovManage,
     silent_probe: BTreeSet<PciAddress>,
@@ -303,6 +308,37 @@ impl FakeKernel {
     pub fn failing_at(self, k: usize, errno: i32) -> Self {
         self.lock().fail_at = Some((k, errno));
         self
+    }
+
+    /// Fails the state-file writes ([`Host::write_atomic`], counting from 1 over the kernel's
+    /// life) numbered in `at` with `errno` (`ENOSPC`: a full disk; `EROFS`: a read-only one),
+    /// leaving the file as it was.
+    pub fn failing_state_writes(self, at: impl IntoIterator<Item = usize>, errno: i32) -> Self {
+        self.fail_state_writes(at, errno);
+        self
+    }
+
+    /// As [`FakeKernel::failing_state_writes`], on a running kernel (numbers as
+    /// [`FakeKernel::state_writes`] counts them: the next write is `state_writes() + 1`).
+    pub fn fail_state_writes(&self, at: impl IntoIterator<Item = usize>, errno: i32) {
+        self.lock()
+            .state_fail_at
+            .extend(at.into_iter().map(|k| (k, errno)));
+    }
+
+    /// From now on every state-file write fails with `errno` (`Some`: the disk filled up or
+    /// turned read-only), or none does (`None`, which also disarms the numbered failures).
+    pub fn set_state_failing(&self, errno: Option<i32>) {
+        let mut st = self.lock();
+        st.state_failing = errno;
+        if errno.is_none() {
+            st.state_fail_at.clear();
+        }
+    }
+
+    /// How many state-file writes were asked for so far (failed ones included).
+    pub fn state_writes(&self) -> usize {
+        self.lock().state_writes
     }
 
     /// Makes `program` hang when run (reported as killed at the caller's timeout).
@@ -523,6 +559,16 @@ impl Host for FakeKernel {
     }
 
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        let fail = {
+            let mut st = self.lock();
+            st.state_writes += 1;
+            let n = st.state_writes;
+            st.state_failing
+                .or_else(|| st.state_fail_at.get(&n).copied())
+        };
+        if let Some(errno) = fail {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
         self.fs.write_atomic(path, data)
     }
 

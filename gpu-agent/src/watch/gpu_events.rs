@@ -16,7 +16,7 @@ const WAIT: Duration = Duration::from_millis(200);
 
 /// Reads `source` until the agent shuts down or the source ends; `refresh` asks for a read of
 /// the whole host.
-pub(crate) fn run(agent: &Arc<Agent>, source: &mut dyn GpuEventSource, refresh: &dyn Fn()) {
+pub(super) fn run(agent: &Arc<Agent>, source: &mut dyn GpuEventSource, refresh: &dyn Fn()) {
     let Some(verdicts) = agent.config().health.events.clone() else {
         crate::log!(
             "gpuslice agent: GPU events ignored: the health options keep no event verdicts"

@@ -1,0 +1,95 @@
+//! `POST /v1/gpus/{gpu}/bind` and `/release`: whole GPUs for passthrough.
+
+use std::sync::Arc;
+
+use gpu_core::{GpuRef, PciAddress};
+use gpu_sysfs::actuate;
+
+use super::Agent;
+use super::handoff::HandoffTarget;
+use super::request::no_path;
+use crate::error::ApiError;
+use crate::events::EventKind;
+
+impl Agent {
+    fn resolve_gpu(&self, gpu: &str) -> Result<PciAddress, ApiError> {
+        no_path("gpu", gpu)?;
+        let name = match GpuRef::parse_one(gpu).map_err(|e| ApiError::from_core("gpu", &e))? {
+            GpuRef::Address(a) => return Ok(a),
+            named => named.to_string(),
+        };
+        let snap = self.snapshot();
+        snap.topology
+            .gpu_address_by_name(&name)
+            .map_err(ApiError::not_found)
+    }
+
+    /// `POST /v1/gpus/{name|bdf}/bind` and `/release`. A bind of a GPU the served topology
+    /// grades Unhealthy is refused unless `force` (`?force=true`), as `gpuslice gpu bind` does
+    /// ([`gpu_core::Health::check_handout`]); a Degraded one is bound with a warning in the
+    /// answer's `warnings`. For a release, `force` releases a GPU a process holds.
+    ///
+    /// # Errors
+    /// Unknown GPUs, an Unhealthy GPU (`unhealthy`, 409), refusals of the actuation layer.
+    pub async fn bind(
+        self: &Arc<Self>,
+        gpu: String,
+        bind: bool,
+        force: bool,
+    ) -> Result<serde_json::Value, ApiError> {
+        let addr = self.resolve_gpu(&gpu)?;
+        let health_warning = if bind {
+            let snap = self.snapshot();
+            match snap.topology.gpu_by_address(&addr) {
+                Some(g) => g
+                    .health
+                    .check_handout(&addr.to_string(), force, "?force=true")
+                    .map_err(|e| ApiError::new(e.kind(), e.to_string()))?,
+                None => None,
+            }
+        } else {
+            None
+        };
+        let me = Arc::clone(self);
+        let mut value = self
+            .write(true, move |a| {
+                let r = if bind {
+                    actuate::bind_gpu(a.host.as_ref(), &addr)
+                } else {
+                    actuate::release_gpu(a.host.as_ref(), &addr, force)
+                }
+                .map_err(|e| ApiError::from_actuate(&e).context(addr))?;
+                Ok(serde_json::to_value(&r).unwrap_or_default())
+            })
+            .await?;
+        let kind = if bind {
+            EventKind::GpuBound
+        } else {
+            EventKind::GpuReleased
+        };
+        let rev = me
+            .bus
+            .publish(kind, serde_json::json!({ "gpu": addr.to_string() }));
+        if let Some(o) = value.as_object_mut() {
+            o.insert("revision".to_owned(), rev.into());
+            if let Some(w) = health_warning {
+                match o
+                    .get_mut("warnings")
+                    .and_then(serde_json::Value::as_array_mut)
+                {
+                    Some(list) => list.push(w.into()),
+                    None => {
+                        o.insert("warnings".to_owned(), vec![w].into());
+                    }
+                }
+            }
+            if bind {
+                o.insert(
+                    "vmHandoff".to_owned(),
+                    me.vm_handoff(&HandoffTarget::Pci(addr)),
+                );
+            }
+        }
+        Ok(value)
+    }
+}

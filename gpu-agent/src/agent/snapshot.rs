@@ -1,0 +1,75 @@
+//! The host as the agent last read it, rendered once per revision for the read routes.
+
+use std::sync::Arc;
+
+use gpu_core::NodeTopology;
+use gpu_health::GpuHealthReport;
+use gpu_sysfs::Host;
+use serde::Serialize;
+
+use super::AgentConfig;
+use crate::doc::Rendered;
+use crate::error::ApiError;
+
+/// The host as the agent last read it, with the revision it reflects.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The revision of the last change this snapshot includes.
+    pub revision: u64,
+    /// The topology.
+    pub topology: NodeTopology,
+    /// Each GPU's health report.
+    pub health: Vec<GpuHealthReport>,
+    /// `GET /v1/topology`'s body, rendered once (JSON, gzip and entity tag).
+    pub topology_doc: Rendered,
+    /// `GET /v1/health`'s body, rendered once.
+    pub health_doc: Rendered,
+}
+
+/// A narrow re-read for [`Agent::refresh_with`]: the new topology and health reports composed
+/// from the cached snapshot, or `None` to read the whole host.
+pub type NarrowRead<'a> =
+    dyn Fn(&dyn Host, &AgentConfig, &Snapshot) -> Option<(NodeTopology, Vec<GpuHealthReport>)> + 'a;
+
+/// The one composition of a node's topology the agent serves: discovery with every GPU's health
+/// graded (the same call as `gpuslice topology`).
+///
+/// # Errors
+/// Discovery failing (a root without `sys/bus/pci/devices`).
+pub fn compose_topology(
+    host: &dyn Host,
+    config: &AgentConfig,
+) -> Result<(NodeTopology, Vec<GpuHealthReport>), ApiError> {
+    gpu_health::node_topology_with_reports(host, &config.discover, &config.health)
+        .map_err(|e| ApiError::from_health(&e))
+}
+
+fn with_revision<T: Serialize>(value: &T, revision: u64) -> String {
+    let mut v = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.insert("revision".to_owned(), revision.into());
+    }
+    v.to_string()
+}
+
+pub(crate) fn rendered(
+    revision: u64,
+    topology: NodeTopology,
+    health: Vec<GpuHealthReport>,
+) -> Arc<Snapshot> {
+    let topology_doc = Rendered::new(with_revision(&topology, revision), revision);
+    let health_doc = Rendered::new(
+        with_revision(
+            &serde_json::json!({ "node": topology.node, "gpus": health }),
+            revision,
+        ),
+        revision,
+    );
+    Arc::new(Snapshot {
+        revision,
+        topology,
+        health,
+        topology_doc,
+        health_doc,
+    })
+}

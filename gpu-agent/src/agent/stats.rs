@@ -1,0 +1,163 @@
+//! The agent's own figures, served at the end of `/metrics`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The agent's own figures, served at the end of `/metrics`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub(crate) resyncs: AtomicU64,
+    pub(crate) resync_failures: AtomicU64,
+    pub(crate) resync_nanos_total: AtomicU64,
+    pub(crate) resync_nanos_last: AtomicU64,
+    pub(crate) uevents_seen: AtomicU64,
+    pub(crate) uevents_relevant: AtomicU64,
+    pub(crate) uevents_malformed: AtomicU64,
+    pub(crate) reads_timed_out: AtomicU64,
+    pub(crate) layouts_applied: AtomicU64,
+    pub(crate) layouts_refused: AtomicU64,
+    pub(crate) narrow_rereads: AtomicU64,
+    pub(crate) gpu_events: AtomicU64,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Stats {
+    pub(crate) fn record_resync(&self, took: Duration, ok: bool) {
+        self.resyncs.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.resync_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        self.resync_nanos_total
+            .fetch_add(nanos(took), Ordering::Relaxed);
+        self.resync_nanos_last.store(nanos(took), Ordering::Relaxed);
+    }
+
+    pub(crate) fn read_timed_out(&self) {
+        self.reads_timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads of the host that did not answer within the read deadline.
+    pub fn reads_timed_out(&self) -> u64 {
+        self.reads_timed_out.load(Ordering::Relaxed)
+    }
+
+    /// GPU events received (NVML XIDs, double-bit ECC).
+    pub fn gpu_events(&self) -> u64 {
+        self.gpu_events.load(Ordering::Relaxed)
+    }
+
+    /// Uevents received (relevant or not).
+    pub fn uevents_seen(&self) -> u64 {
+        self.uevents_seen.load(Ordering::Relaxed)
+    }
+
+    /// Refreshes after uevents that re-read only the devices named.
+    pub fn narrow_rereads(&self) -> u64 {
+        self.narrow_rereads.load(Ordering::Relaxed)
+    }
+
+    /// Host reads (refreshes) done.
+    pub fn resyncs(&self) -> u64 {
+        self.resyncs.load(Ordering::Relaxed)
+    }
+
+    /// The Prometheus text of these figures and the bus's.
+    pub fn render(&self, published: u64, delivered: u64) -> String {
+        let secs = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64 / 1e9;
+        let n = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+            ));
+        };
+        metric(
+            "gpuslice_agent_events_published_total",
+            "counter",
+            "Events the agent published on /v1/events (the latest revision).",
+            published.to_string(),
+        );
+        metric(
+            "gpuslice_agent_events_sent_total",
+            "counter",
+            "Events delivered to live /v1/events subscribers, once per subscriber.",
+            delivered.to_string(),
+        );
+        metric(
+            "gpuslice_agent_resyncs_total",
+            "counter",
+            "Reads of the host (resync, uevent, after a write), narrow ones included.",
+            n(&self.resyncs).to_string(),
+        );
+        metric(
+            "gpuslice_agent_resync_failures_total",
+            "counter",
+            "Reads of the host that failed (the cached topology was kept).",
+            n(&self.resync_failures).to_string(),
+        );
+        metric(
+            "gpuslice_agent_resync_duration_seconds_sum",
+            "counter",
+            "Time spent reading the host, all reads together.",
+            format!("{}", secs(&self.resync_nanos_total)),
+        );
+        metric(
+            "gpuslice_agent_resync_last_duration_seconds",
+            "gauge",
+            "How long the last read of the host took.",
+            format!("{}", secs(&self.resync_nanos_last)),
+        );
+        metric(
+            "gpuslice_agent_gpu_events_total",
+            "counter",
+            "GPU events received from NVML (critical XIDs, double-bit ECC errors).",
+            n(&self.gpu_events).to_string(),
+        );
+        metric(
+            "gpuslice_agent_narrow_rereads_total",
+            "counter",
+            "Refreshes after uevents that re-read only the changed devices (the rest are full reads).",
+            n(&self.narrow_rereads).to_string(),
+        );
+        metric(
+            "gpuslice_agent_uevents_seen_total",
+            "counter",
+            "Kernel uevents received.",
+            n(&self.uevents_seen).to_string(),
+        );
+        metric(
+            "gpuslice_agent_uevents_relevant_total",
+            "counter",
+            "Kernel uevents about PCI devices or mdevs (each starts a refresh).",
+            n(&self.uevents_relevant).to_string(),
+        );
+        metric(
+            "gpuslice_agent_uevents_malformed_total",
+            "counter",
+            "Messages on the uevent socket that did not parse.",
+            n(&self.uevents_malformed).to_string(),
+        );
+        metric(
+            "gpuslice_agent_reads_timed_out_total",
+            "counter",
+            "Reads of sysfs files that did not answer within the read deadline.",
+            n(&self.reads_timed_out).to_string(),
+        );
+        metric(
+            "gpuslice_agent_layouts_applied_total",
+            "counter",
+            "Applies of the watched layout file.",
+            n(&self.layouts_applied).to_string(),
+        );
+        metric(
+            "gpuslice_agent_layouts_refused_total",
+            "counter",
+            "Versions of the watched layout file that could not be read or applied.",
+            n(&self.layouts_refused).to_string(),
+        );
+        out
+    }
+}

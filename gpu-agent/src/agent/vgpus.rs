@@ -1,0 +1,249 @@
+//! `POST /v1/vgpus`, `DELETE /v1/vgpus/{id}`, `GET /v1/vgpus`: vGPU instances and their hand-off.
+
+use std::sync::Arc;
+
+use gpu_core::{MdevUuid, ParentId, PciAddress};
+use gpu_sysfs::actuate::{self, CreateTarget, Created};
+
+use super::Agent;
+use super::handoff::HandoffTarget;
+use super::request::{CreateRequest, no_path};
+use crate::error::ApiError;
+use crate::events::EventKind;
+use crate::state::{Device, Owner};
+
+impl Agent {
+    /// `POST /v1/vgpus`.
+    ///
+    /// # Errors
+    /// Invalid requests (nothing written), conflicts, exhausted pools, host errors.
+    pub async fn create(
+        self: &Arc<Self>,
+        req: CreateRequest,
+    ) -> Result<serde_json::Value, ApiError> {
+        no_path("parent", &req.parent)?;
+        no_path("profile", &req.profile)?;
+        let parent: ParentId = req
+            .parent
+            .parse()
+            .map_err(|e| ApiError::from_core("parent", &e))?;
+        let owner = Owner {
+            machine: req.machine.clone(),
+            request: req
+                .machine
+                .as_ref()
+                .map(|_| req.request.clone().unwrap_or_else(|| "gpu".to_owned())),
+            index: req.machine.as_ref().map(|_| req.index.unwrap_or(0)),
+        };
+        let uuid = match (&req.uuid, &req.machine) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid("give either uuid or machine, not both"));
+            }
+            (Some(u), None) => {
+                no_path("uuid", u)?;
+                if req.request.is_some() || req.index.is_some() {
+                    return Err(ApiError::invalid("request and index go with machine"));
+                }
+                Some(
+                    u.parse::<MdevUuid>()
+                        .map_err(|e| ApiError::from_core("uuid", &e))?,
+                )
+            }
+            (None, Some(m)) => {
+                let r = owner.request.as_deref().unwrap_or("gpu");
+                let u = actuate::machine_uuid(m, r, owner.index.unwrap_or(0))
+                    .map_err(|(field, e)| ApiError::from_core(field, &e))?;
+                Some(u)
+            }
+            (None, None) => None,
+        };
+        let me = Arc::clone(self);
+        let out = self
+            .write(true, move |a| a.create_locked(&req, parent, uuid, owner))
+            .await?;
+        let (kind, id, body) = out;
+        let rev = me
+            .bus
+            .publish(kind_created(), serde_json::json!({ "id": id }));
+        let mut body = body;
+        if let Some(o) = body.as_object_mut() {
+            o.insert("revision".to_owned(), rev.into());
+        }
+        let _ = kind;
+        Ok(body)
+    }
+
+    fn create_locked(
+        &self,
+        req: &CreateRequest,
+        parent: ParentId,
+        uuid: Option<MdevUuid>,
+        owner: Owner,
+    ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
+        let host = self.host.as_ref();
+        let target = actuate::create_target(host, &parent, &req.profile, |n| {
+            self.snapshot()
+                .topology
+                .gpu_by_name(n)
+                .map(|g| g.address)
+                .ok_or_else(|| {
+                    ApiError::not_found(format!(
+                        "{n:?} is neither an mdev parent nor a GPU of this host"
+                    ))
+                })
+        })?;
+        let (device, context, handoff, kind) = match &target {
+            CreateTarget::Mdev { type_id, .. } | CreateTarget::MdevOnGpu { type_id, .. } => {
+                let uuid = uuid.ok_or_else(|| {
+                    ApiError::invalid("an mdev instance needs a name: give uuid or machine")
+                })?;
+                let device = Device::Mdev {
+                    uuid,
+                    parent: parent.clone(),
+                    type_id: type_id.clone(),
+                };
+                let context = format!("cannot create mdev {uuid}");
+                (device, context, HandoffTarget::Mdev(uuid), "mdev")
+            }
+            CreateTarget::VendorVfio { vf, type_num } => {
+                if uuid.is_some() && req.machine.is_none() {
+                    return Err(ApiError::invalid(
+                        "uuid names mdev instances; a vendor-VFIO vGPU is named by its VF",
+                    ));
+                }
+                let device = Device::VendorVfio {
+                    vf: *vf,
+                    type_num: *type_num,
+                };
+                let context = format!("cannot give VF {vf} type {type_num}");
+                (device, context, HandoffTarget::Pci(*vf), "vendorVfio")
+            }
+        };
+        let id = device.id();
+        let (made, warning) = self.with_promise(device.clone(), owner, &req.profile, || {
+            let made = actuate::create_vgpu(host, &target, uuid, &req.profile, req.force)
+                .map_err(|e| ApiError::from_actuate(&e).context(&context))?;
+            let actual = match &made {
+                Created::Mdev(m) => Device::Mdev {
+                    uuid: m.uuid,
+                    parent: m.parent.clone(),
+                    type_id: m.type_id.clone(),
+                },
+                Created::VendorVfio(_) => device.clone(),
+            };
+            Ok((made, actual))
+        })?;
+        let mut body = serde_json::to_value(&made).unwrap_or_default();
+        if let Some(o) = body.as_object_mut() {
+            o.insert("vmHandoff".to_owned(), self.vm_handoff(&handoff));
+            if let Some(w) = warning {
+                o.insert("warnings".to_owned(), vec![w].into());
+            }
+        }
+        Ok((kind, id, body))
+    }
+
+    /// `DELETE /v1/vgpus/{uuid|vf}`: removes the instance (refused while a VM holds it, unless
+    /// `force`) and forgets its promise.
+    ///
+    /// # Errors
+    /// A target that is neither a UUID nor an address, `in-use`, host errors.
+    pub async fn remove(
+        self: &Arc<Self>,
+        target: String,
+        force: bool,
+    ) -> Result<serde_json::Value, ApiError> {
+        no_path("target", &target)?;
+        enum Target {
+            Mdev(MdevUuid),
+            Vf(PciAddress),
+        }
+        let (id, what) = if let Ok(u) = target.parse::<MdevUuid>() {
+            (u.to_string(), Target::Mdev(u))
+        } else if let Ok(vf) = target.parse::<PciAddress>() {
+            (vf.to_string(), Target::Vf(vf))
+        } else {
+            return Err(ApiError::invalid(format!(
+                "{target:?} is neither an mdev UUID nor a PCI address"
+            )));
+        };
+        let me = Arc::clone(self);
+        let (value, warning) = self
+            .write(true, move |a| {
+                let host = a.host.as_ref();
+                let (removed, warning, promised) = a.with_removal(&id, || {
+                    let (value, changed, missing) = match &what {
+                        Target::Mdev(u) => {
+                            let r = actuate::remove_mdev(host, u, force).map_err(|e| {
+                                ApiError::from_actuate(&e)
+                                    .context(format!("cannot remove mdev {u}"))
+                            })?;
+                            let missing = match (&r.warning, r.changed) {
+                                (Some(w), false) => format!(" ({w})"),
+                                _ => String::new(),
+                            };
+                            (
+                                serde_json::to_value(&r).unwrap_or_default(),
+                                r.changed,
+                                missing,
+                            )
+                        }
+                        Target::Vf(vf) => {
+                            let r = actuate::clear_vf(host, vf, force).map_err(|e| {
+                                ApiError::from_actuate(&e).context(format!("cannot clear VF {vf}"))
+                            })?;
+                            (
+                                serde_json::to_value(&r).unwrap_or_default(),
+                                r.changed,
+                                String::new(),
+                            )
+                        }
+                    };
+                    Ok((value, changed, missing))
+                })?;
+                let (value, changed, missing) = removed;
+                if !changed && !promised {
+                    return Err(ApiError::not_found(format!(
+                        "no vGPU {id} on this host, and none promised{missing}"
+                    )));
+                }
+                Ok(((id, value), warning))
+            })
+            .await?;
+        let ((id, mut value), warning) = (value, warning);
+        let rev = me
+            .bus
+            .publish(EventKind::VgpuRemoved, serde_json::json!({ "id": id }));
+        if let Some(o) = value.as_object_mut() {
+            o.insert("revision".to_owned(), rev.into());
+            if let Some(w) = warning {
+                o.insert("warnings".to_owned(), vec![w].into());
+            }
+        }
+        Ok(value)
+    }
+
+    /// `GET /v1/vgpus`: the instances on the host now, and the agent's promises.
+    ///
+    /// # Errors
+    /// An unreadable host.
+    pub fn list_blocking(&self) -> Result<serde_json::Value, ApiError> {
+        let host = self.host.as_ref();
+        let listing = actuate::list_vgpus(host)?;
+        let state = self.load()?;
+        let mut v = serde_json::json!({
+            "revision": self.bus.revision(),
+            "mdevs": listing.mdevs,
+            "vendorVfio": listing.vendor_vfio,
+            "promises": state.promises,
+        });
+        if let (Some(o), false) = (v.as_object_mut(), listing.warnings.is_empty()) {
+            o.insert("warnings".to_owned(), listing.warnings.into());
+        }
+        Ok(v)
+    }
+}
+
+fn kind_created() -> EventKind {
+    EventKind::VgpuCreated
+}

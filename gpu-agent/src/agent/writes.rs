@@ -1,0 +1,219 @@
+//! The one writer: every change to the host runs here, after the agent's writer lock and the
+//! host's layout lock, and every change is recorded in the promises before and after.
+
+use std::sync::Arc;
+
+use gpu_core::ErrorKind;
+use gpu_sysfs::apply::LayoutLock;
+
+use super::Agent;
+use crate::error::ApiError;
+use crate::state::{Device, Owner, Phase, Promise, StateFile};
+
+impl Agent {
+    /// Runs `f` as the one writer: after the agent's writer lock (async) and, when `host_lock`,
+    /// the host's layout lock (on the blocking thread), then refreshes the snapshot.
+    pub(super) async fn write<T, F>(self: &Arc<Self>, host_lock: bool, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Agent) -> Result<T, ApiError> + Send + 'static,
+    {
+        let _w = self.writer.lock().await;
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let _lock = if host_lock {
+                Some(me.layout_lock()?)
+            } else {
+                None
+            };
+            let out = f(&me);
+            if let Err(e) = me.refresh() {
+                crate::log!("gpuslice agent: cannot read the host after a write: {e}");
+            }
+            out
+        })
+        .await
+        .map_err(|e| ApiError::new(ErrorKind::Other, format!("the write did not finish: {e}")))?
+    }
+
+    pub(super) fn layout_lock(&self) -> Result<LayoutLock, ApiError> {
+        let root = self
+            .host
+            .root_dir()
+            .ok_or_else(|| ApiError::new(ErrorKind::HostError, "the host has no root directory"))?;
+        LayoutLock::acquire(root, Some(self.config.lock_timeout), &mut |p| {
+            crate::log!(
+                "gpuslice agent: waiting for {} (another gpuslice vgpu apply)",
+                p.display()
+            );
+        })
+        .map_err(|e| ApiError::from_apply(&e))
+    }
+
+    pub(super) fn load(&self) -> Result<StateFile, ApiError> {
+        self.store.load()
+    }
+
+    /// Records `device` as pending, runs `create`, then records what was made as created.
+    ///
+    /// The intent is durable before the host changes: when `pending` cannot be recorded the
+    /// create is refused with nothing changed. A failed create takes its pending record back
+    /// out (when even that fails, the error says the next start will try the create again). A
+    /// `created` record that fails does not make the answer lie: the device exists, the answer
+    /// says so with a warning (the second value), and the next start finishes the record. A
+    /// recorded device of the same identity but another parent or type is refused before
+    /// anything is written.
+    pub(super) fn with_promise<T>(
+        &self,
+        device: Device,
+        owner: Owner,
+        profile: &str,
+        create: impl FnOnce() -> Result<(T, Device), ApiError>,
+    ) -> Result<(T, Option<String>), ApiError> {
+        let _state = self.store.lock()?;
+        let mut state = self.load()?;
+        let id = device.id();
+        let existing = state.promises.iter().position(|p| p.device.id() == id);
+        if let Some(i) = existing {
+            let p = &state.promises[i];
+            if !same_target(&p.device, &device) && !self.picked_on_gpu(&p.device, &device) {
+                return Err(ApiError::new(
+                    ErrorKind::ExistsOtherType,
+                    format!(
+                        "{id} is already promised as {} (profile {}); remove it first",
+                        describe(&p.device),
+                        p.profile
+                    ),
+                ));
+            }
+        } else {
+            state.promises.push(Promise {
+                device,
+                owner,
+                profile: profile.to_owned(),
+                phase: Phase::Pending,
+            });
+            self.store
+                .save(&state)
+                .map_err(|e| e.context(format!("{id}: nothing was created")))?;
+        }
+        match create() {
+            Ok((made, actual)) => {
+                if let Some(p) = state.promises.iter_mut().find(|p| p.device.id() == id) {
+                    p.device = actual;
+                    p.phase = Phase::Created;
+                }
+                let warning = self.store.save(&state).err().map(|e| {
+                    crate::log!("gpuslice agent: {id} was created; {}", e.message);
+                    format!(
+                        "{id} was created, but its record could not be updated ({}); the next \
+                         start of the agent finishes it",
+                        e.message
+                    )
+                });
+                Ok((made, warning))
+            }
+            Err(e) => {
+                if existing.is_none() {
+                    state.promises.retain(|p| p.device.id() != id);
+                    if let Err(s) = self.store.save(&state) {
+                        crate::log!("gpuslice agent: {id}: {}", s.message);
+                        return Err(e.context(format!(
+                            "{id}: nothing was created, but its pending record could not be \
+                             taken back ({}); the next start of the agent tries this create again",
+                            s.message
+                        )));
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Records the removal of `id` (when promised) as `removing`, runs `remove`, then forgets
+    /// the promise. Returns what `remove` gave, a warning, and whether `id` was promised.
+    ///
+    /// The intent is durable before the host changes: when `removing` cannot be recorded (a
+    /// full or read-only disk) the removal is refused with nothing changed. A failed removal
+    /// puts the promise back as it was. When the promise cannot be forgotten after the device
+    /// is gone, the answer says the removal happened (the warning) and the next start finishes
+    /// the record; a restart never re-creates a device recorded as `removing`.
+    pub(super) fn with_removal<T>(
+        &self,
+        id: &str,
+        remove: impl FnOnce() -> Result<T, ApiError>,
+    ) -> Result<(T, Option<String>, bool), ApiError> {
+        let _state = self.store.lock()?;
+        let mut state = self.load()?;
+        let promised = state.promises.iter().position(|p| p.device.id() == id);
+        let previous = promised.map(|i| state.promises[i].phase);
+        if let Some(i) = promised {
+            state.promises[i].phase = Phase::Removing;
+            self.store.save(&state).map_err(|e| {
+                e.context(format!(
+                    "cannot record the removal of {id}; nothing was removed"
+                ))
+            })?;
+        }
+        match remove() {
+            Ok(out) => {
+                let mut warning = None;
+                if promised.is_some() {
+                    state.promises.retain(|p| p.device.id() != id);
+                    if let Err(e) = self.store.save(&state) {
+                        crate::log!("gpuslice agent: {id} was removed; {}", e.message);
+                        warning = Some(format!(
+                            "{id} was removed, but its promise could not be forgotten ({}); it \
+                             is recorded as removing, and the next start of the agent finishes it \
+                             (it is never re-created)",
+                            e.message
+                        ));
+                    }
+                }
+                Ok((out, warning, promised.is_some()))
+            }
+            Err(e) => {
+                if let (Some(i), Some(phase)) = (promised, previous) {
+                    state.promises[i].phase = phase;
+                    if let Err(s) = self.store.save(&state) {
+                        crate::log!("gpuslice agent: {id}: {}", s.message);
+                        return Err(e.context(format!(
+                            "{id} was not removed, but its record stays `removing` ({}); the next \
+                             start of the agent finds it still there and keeps its promise",
+                            s.message
+                        )));
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+fn same_target(a: &Device, b: &Device) -> bool {
+    match (a, b) {
+        (
+            Device::Mdev {
+                type_id: t1,
+                parent: p1,
+                ..
+            },
+            Device::Mdev {
+                type_id: t2,
+                parent: p2,
+                ..
+            },
+        ) => t1 == t2 && p1 == p2,
+        (Device::VendorVfio { type_num: a, .. }, Device::VendorVfio { type_num: b, .. }) => a == b,
+        _ => false,
+    }
+}
+
+fn describe(d: &Device) -> String {
+    match d {
+        Device::Mdev {
+            parent, type_id, ..
+        } => format!("{type_id} on {parent}"),
+        Device::VendorVfio { vf, type_num } => format!("type {type_num} on VF {vf}"),
+    }
+}

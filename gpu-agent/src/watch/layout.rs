@@ -1,0 +1,180 @@
+//! The watched layout file: applied at start and whenever its directory says it changed.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{TICK, stopping};
+use crate::agent::Agent;
+use crate::events::EventKind;
+
+/// A layout file the agent keeps applied.
+#[derive(Debug, Clone)]
+pub struct WatchedLayout {
+    /// The file (a mounted ConfigMap key, typically a symlink into `..data`).
+    pub path: PathBuf,
+    /// The config to apply (`-c NAME`); the file's only config when `None`.
+    pub config: Option<String>,
+}
+
+pub(super) struct LayoutWatch {
+    inotify: nix::sys::inotify::Inotify,
+}
+
+impl LayoutWatch {
+    pub(super) fn open(layout: &WatchedLayout) -> io::Result<Self> {
+        use nix::sys::inotify::{AddWatchFlags as F, InitFlags, Inotify};
+        let dir = match layout.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)?;
+        // The directory, not the file: a ConfigMap update renames `..data` over the old
+        // symlink, and an editor writes a new file and renames it into place.
+        inotify
+            .add_watch(
+                &dir,
+                F::IN_CLOSE_WRITE
+                    | F::IN_MOVED_TO
+                    | F::IN_MOVED_FROM
+                    | F::IN_CREATE
+                    | F::IN_DELETE
+                    | F::IN_MODIFY
+                    | F::IN_ATTRIB,
+            )
+            .map_err(|e| {
+                io::Error::new(
+                    io::Error::from(e).kind(),
+                    format!("cannot watch {}: {e}", dir.display()),
+                )
+            })?;
+        Ok(LayoutWatch { inotify })
+    }
+
+    fn changed(&self, timeout: Duration) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd as _;
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN)];
+        if !matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0) {
+            return false;
+        }
+        let mut any = false;
+        while let Ok(events) = self.inotify.read_events() {
+            if events.is_empty() {
+                break;
+            }
+            any = true;
+        }
+        any
+    }
+
+    pub(super) fn run(
+        self,
+        agent: &Arc<Agent>,
+        layout: &WatchedLayout,
+        runtime: &tokio::runtime::Handle,
+    ) {
+        let mut last: Option<Vec<u8>> = None;
+        let mut due = Some(Instant::now());
+        while !stopping(agent) {
+            if self.changed(TICK) {
+                // Let the writer finish (an editor's write and rename, the kubelet's swap).
+                due = Some(Instant::now() + Duration::from_millis(50));
+            }
+            if due.is_some_and(|d| Instant::now() >= d) {
+                due = None;
+                if !apply_file(agent, layout, runtime, &mut last) {
+                    // The host refused for now (the lock is busy, a write failed and was rolled
+                    // back): the same version is tried again later.
+                    due = Some(Instant::now() + RETRY);
+                }
+            }
+        }
+    }
+}
+
+/// Reads a layout file ([`crate::sources::read_file`]: without blocking, regular files only)
+/// of at most [`gpu_core::limits::MAX_DOCUMENT_BYTES`].
+///
+/// # Errors
+/// As [`crate::sources::read_file`].
+pub fn read_layout_file(path: &Path) -> io::Result<Vec<u8>> {
+    crate::sources::read_file(path, gpu_core::limits::MAX_DOCUMENT_BYTES)
+}
+
+/// How long a watched layout the host refused waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(10);
+
+/// Applies the layout file when its content differs from the last one seen. False when the
+/// host refused it for a reason that may pass (to be tried again); a document that does not
+/// parse or select waits for the next edit.
+fn apply_file(
+    agent: &Arc<Agent>,
+    layout: &WatchedLayout,
+    runtime: &tokio::runtime::Handle,
+    last: &mut Option<Vec<u8>>,
+) -> bool {
+    let source = layout.path.display().to_string();
+    let bytes = match read_layout_file(&layout.path) {
+        Ok(b) => b,
+        // Mid-swap or removed: the next change brings it back.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
+        Err(e) => {
+            refuse(agent, &source, format!("cannot read {source}: {e}"));
+            return true;
+        }
+    };
+    if last.as_ref() == Some(&bytes) {
+        return true;
+    }
+    *last = Some(bytes.clone());
+    let Ok(text) = String::from_utf8(bytes) else {
+        refuse(agent, &source, format!("{source} is not UTF-8 text"));
+        return true;
+    };
+    let out = runtime.block_on(agent.apply_layout_from(
+        text,
+        layout.config.clone(),
+        false,
+        false,
+        Some(source.clone()),
+    ));
+    match out {
+        Ok(report) => {
+            agent
+                .stats()
+                .layouts_applied
+                .fetch_add(1, Ordering::Relaxed);
+            let status = report["status"].as_str().unwrap_or("?");
+            crate::log!("gpuslice agent: layout {source}: {status}");
+            if matches!(status, "rolled-back" | "rollback-incomplete") {
+                *last = None;
+                return false;
+            }
+            true
+        }
+        Err(e) => {
+            let lasting = e.status == 400;
+            refuse(agent, &source, e.message);
+            if !lasting {
+                *last = None;
+            }
+            lasting
+        }
+    }
+}
+
+fn refuse(agent: &Agent, source: &str, message: String) {
+    agent
+        .stats()
+        .layouts_refused
+        .fetch_add(1, Ordering::Relaxed);
+    crate::log!("gpuslice agent: layout {source}: {message}; nothing was changed");
+    agent.events().publish(
+        EventKind::LayoutRefused,
+        serde_json::json!({ "source": source, "message": message }),
+    );
+}

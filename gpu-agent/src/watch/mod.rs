@@ -1,0 +1,273 @@
+//! Keeping the served picture current: a refresh worker (one refresh at a time, off the request
+//! path), the periodic resync, kernel uevents, a watched layout file, and a watchdog that names a
+//! sysfs file that does not answer. Started with [`start`] next to the server; every thread ends
+//! when the agent shuts down.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use gpu_sysfs::discover::Change;
+
+use crate::agent::Agent;
+use crate::uevent::UeventSource;
+
+mod gpu_events;
+mod layout;
+mod uevents;
+
+use layout::LayoutWatch;
+pub use layout::{WatchedLayout, read_layout_file};
+use uevents::uevent_loop;
+
+/// What [`start`] runs.
+pub struct WatchOptions {
+    /// Read the whole host every this often (`None`: never).
+    pub resync: Option<Duration>,
+    /// Kernel uevents; each relevant one (debounced) re-reads the device it names.
+    pub uevents: Option<Box<dyn UeventSource>>,
+    /// How long to wait after a uevent for the rest of its burst before refreshing.
+    pub debounce: Duration,
+    /// GPU events (NVML XIDs, double-bit ECC), graded as they come; their verdicts are kept in
+    /// the agent's `health.events`, which must be set for them to count.
+    pub gpu_events: Option<Box<dyn gpu_health::GpuEventSource>>,
+    /// A layout file applied at start and whenever it changes.
+    pub layout: Option<WatchedLayout>,
+    /// A read of the host taking longer than this is reported (event, metric, GPU Unknown).
+    pub read_deadline: Duration,
+}
+
+impl std::fmt::Debug for WatchOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchOptions")
+            .field("resync", &self.resync)
+            .field("uevents", &self.uevents.is_some())
+            .field("gpu_events", &self.gpu_events.is_some())
+            .field("debounce", &self.debounce)
+            .field("layout", &self.layout)
+            .field("read_deadline", &self.read_deadline)
+            .finish()
+    }
+}
+
+impl Default for WatchOptions {
+    /// A resync every 60 s, no uevents, no GPU events, 20 ms debounce, no layout, 5 s read deadline.
+    fn default() -> Self {
+        WatchOptions {
+            resync: Some(Duration::from_secs(60)),
+            uevents: None,
+            gpu_events: None,
+            debounce: Duration::from_millis(20),
+            layout: None,
+            read_deadline: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What the refresher is asked to read: everything, or only the devices uevents named.
+#[derive(Debug, Default)]
+struct Pending {
+    asked: bool,
+    everything: bool,
+    changes: std::collections::BTreeSet<Change>,
+}
+
+/// Coalesces refresh requests: any number of requests while a refresh runs make one more, which
+/// reads everything when any request asked for everything.
+#[derive(Debug, Default)]
+struct Requests {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+impl Requests {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Asks for a read of the whole host.
+    fn request(&self) {
+        let mut p = self.lock();
+        p.asked = true;
+        p.everything = true;
+        self.wake.notify_one();
+    }
+
+    /// Asks for a read of these devices only.
+    fn request_narrow(&self, changes: impl IntoIterator<Item = Change>) {
+        let mut p = self.lock();
+        p.asked = true;
+        p.changes.extend(changes);
+        self.wake.notify_one();
+    }
+
+    /// Waits up to `timeout` for a request and takes it: `Some(changes)` to read only these
+    /// devices, `Some(empty)` to read everything.
+    fn take(&self, timeout: Duration) -> Option<Vec<Change>> {
+        let guard = self.lock();
+        let (mut guard, _) = self
+            .wake
+            .wait_timeout_while(guard, timeout, |p| !p.asked)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let p = std::mem::take(&mut *guard);
+        if !p.asked {
+            return None;
+        }
+        Some(if p.everything {
+            Vec::new()
+        } else {
+            p.changes.into_iter().collect()
+        })
+    }
+}
+
+/// Refreshes the agent: the devices in `changes` only when the narrow read can place them
+/// (health re-graded when a PCI function changed, carried over otherwise), else everything.
+fn refresh(agent: &Agent, changes: &[Change]) -> Result<u64, crate::ApiError> {
+    if changes.is_empty() {
+        return agent.refresh();
+    }
+    agent.refresh_with(&|host, config, cached| {
+        let mut topology =
+            gpu_sysfs::discover::rediscover(host, &config.discover, &cached.topology, changes)?;
+        let health = if changes.iter().any(|c| matches!(c, Change::Pci(_))) {
+            gpu_health::grade_topology(host, &mut topology, &config.health)
+        } else {
+            cached.health.clone()
+        };
+        agent.stats().narrow_rereads.fetch_add(1, Ordering::Relaxed);
+        Some((topology, health))
+    })
+}
+
+/// The running watchers.
+#[derive(Debug)]
+pub struct Watchers {
+    requests: Arc<Requests>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Watchers {
+    /// Asks for a refresh now (coalesced with any already asked for).
+    pub fn refresh_soon(&self) {
+        self.requests.request();
+    }
+
+    /// Waits for the threads to end (after the agent's shutdown). A thread stuck in a read
+    /// that never answers is left behind.
+    pub fn join(self, within: Duration) {
+        let end = Instant::now() + within;
+        for t in self.threads {
+            while !t.is_finished() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn stopping(agent: &Agent) -> bool {
+    *agent.shutdown_signal().borrow()
+}
+
+const TICK: Duration = Duration::from_millis(100);
+
+/// Starts the watchers on `agent`. `runtime` runs the layout applies (they use the agent's
+/// async writer).
+///
+/// # Errors
+/// The layout file's directory cannot be watched.
+pub fn start(
+    agent: &Arc<Agent>,
+    opts: WatchOptions,
+    runtime: tokio::runtime::Handle,
+) -> io::Result<Watchers> {
+    let requests = Arc::new(Requests::default());
+    let mut threads = Vec::new();
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .name(format!("gpuslice-{name}"))
+            .spawn(f)
+    };
+    // The refresher: the only place background refreshes run, one at a time.
+    {
+        let (a, r) = (Arc::clone(agent), Arc::clone(&requests));
+        threads.push(spawn(
+            "refresh",
+            Box::new(move || {
+                while !stopping(&a) {
+                    if let Some(changes) = r.take(TICK) {
+                        if let Err(e) = refresh(&a, &changes) {
+                            crate::log!("gpuslice agent: refresh: {e}");
+                        }
+                    }
+                }
+            }),
+        )?);
+    }
+    // The watchdog of slow reads.
+    {
+        let a = Arc::clone(agent);
+        let deadline = opts.read_deadline;
+        threads.push(spawn(
+            "watchdog",
+            Box::new(move || {
+                while !stopping(&a) {
+                    for (path, waited) in a.tracked().observer().overdue(deadline) {
+                        crate::log!(
+                            "gpuslice agent: {path} did not answer within {} ms",
+                            waited.as_millis()
+                        );
+                        a.mark_stalled(&path, waited);
+                    }
+                    std::thread::sleep(TICK.min(deadline / 4).max(Duration::from_millis(5)));
+                }
+            }),
+        )?);
+    }
+    if let Some(period) = opts.resync {
+        let (a, r) = (Arc::clone(agent), Arc::clone(&requests));
+        threads.push(spawn(
+            "resync",
+            Box::new(move || {
+                let mut next = Instant::now() + period;
+                while !stopping(&a) {
+                    std::thread::sleep(TICK.min(period));
+                    if Instant::now() >= next {
+                        r.request();
+                        next = Instant::now() + period;
+                    }
+                }
+            }),
+        )?);
+    }
+    if let Some(mut source) = opts.uevents {
+        let (a, r) = (Arc::clone(agent), Arc::clone(&requests));
+        let debounce = opts.debounce;
+        threads.push(spawn(
+            "uevents",
+            Box::new(move || uevent_loop(&a, source.as_mut(), &r, debounce)),
+        )?);
+    }
+    if let Some(mut source) = opts.gpu_events {
+        let (a, r) = (Arc::clone(agent), Arc::clone(&requests));
+        threads.push(spawn(
+            "gpu-events",
+            Box::new(move || gpu_events::run(&a, source.as_mut(), &|| r.request())),
+        )?);
+    }
+    if let Some(layout) = opts.layout {
+        let w = LayoutWatch::open(&layout)?;
+        let a = Arc::clone(agent);
+        threads.push(spawn(
+            "layout",
+            Box::new(move || w.run(&a, &layout, &runtime)),
+        )?);
+    }
+    Ok(Watchers { requests, threads })
+}
