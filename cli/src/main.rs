@@ -98,6 +98,7 @@ fn exit_quietly_on_closed_stdout() {
 fn main() -> ExitCode {
     exit_quietly_on_closed_stdout();
     let cli = Cli::parse();
+    common::set_document_limit(&cli.global);
     let g = &cli.global;
     let result = match cli.command {
         Command::Gpu(GpuCommand::List(a)) => cmd::inventory::gpu_list(g, a),

@@ -18,6 +18,7 @@ pub mod atomic;
 pub mod confine;
 pub mod discover;
 pub mod doctor;
+pub mod document;
 pub mod error;
 pub mod host;
 pub mod link;
@@ -29,6 +30,7 @@ pub mod testing;
 pub mod umockdev;
 
 pub use confine::{OutsideRoot, is_outside_root};
+pub use document::{DocumentLimit, read_document};
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
 pub use open::{OpenedRoot, open_root};

@@ -137,8 +137,7 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let live = gpu_health::is_local_root(&g.root);
     if let Some(l) = &a.layout {
         // A layout that does not parse is refused before anything starts.
-        let text = std::fs::read_to_string(l)
-            .with_context(|| format!("cannot read --layout {}", l.display()))?;
+        let text = crate::common::read_input(l, "--layout")?;
         let file = gpu_core::layout::LayoutFile::parse(&text)
             .with_context(|| format!("--layout {}", l.display()))?;
         file.select(a.config.as_deref())

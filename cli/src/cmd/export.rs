@@ -235,8 +235,7 @@ fn pick_node(g: &Global, inventory: Option<&Path>) -> anyhow::Result<NodeTopolog
 /// Reads the allocation of a file (see [`handoff::allocations_in`]): the only one, or
 /// `machine`'s.
 pub(crate) fn read_allocation(path: &Path, machine: Option<&str>) -> anyhow::Result<Allocation> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read allocation file {}", path.display()))?;
+    let text = crate::common::read_input(path, "allocation")?;
     let mut allocations = handoff::allocations_in(&text, machine)
         .with_context(|| format!("allocation file {}", path.display()))?;
     match allocations.len() {

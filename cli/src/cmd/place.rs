@@ -89,11 +89,9 @@ pub struct EvacuateArgs {
 }
 
 fn load_fleet(path: &Path) -> anyhow::Result<(FleetState, bool)> {
-    let text = read_input(path, "fleet")?;
+    let (fleet, text) = crate::common::read_fleet(path)?;
     let json = text.trim_start().starts_with('{');
-    let fleet = Fleet::from_text(&text)
-        .map_err(gpu_core::ConfigDocError)
-        .with_context(|| format!("fleet file {}", path.display()))?;
+    drop(text);
     let state = FleetState::new(fleet).with_context(|| format!("fleet file {}", path.display()))?;
     Ok((state, json))
 }
