@@ -1122,3 +1122,66 @@ proptest! {
         }
     }
 }
+
+// ------------------------------------------------------------------ compact fleet documents
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn a_compact_fleet_reads_back_as_the_same_fleet_state_as_the_full_one(
+        nodes in replicated_nodes(), life in steps(), policy in policy(), json in any::<bool>()
+    ) {
+        let mut s = state(nodes);
+        for step in &life {
+            match step {
+                Step::Place(m) => {
+                    let _ = s.place(m, policy);
+                }
+                Step::Release(k) => {
+                    let placed = s.allocations();
+                    if !placed.is_empty() {
+                        s.release(&placed[k % placed.len()].machine).unwrap();
+                    }
+                }
+            }
+        }
+        let fleet = s.to_fleet();
+        let compact = fleet.to_text(json).unwrap();
+        let full = fleet.to_text_full(json).unwrap();
+        let from_compact = Fleet::from_text(&compact).unwrap();
+        let from_full = Fleet::from_text(&full).unwrap();
+        prop_assert_eq!(&from_compact, &fleet);
+        prop_assert_eq!(&from_compact, &from_full);
+        let a = FleetState::new(from_compact).unwrap().to_fleet();
+        let b = FleetState::new(from_full).unwrap().to_fleet();
+        prop_assert_eq!(&a, &b);
+        // Nodes that share a topology are written once.
+        let shared = fleet.nodes.len() - {
+            let mut seen: Vec<&NodeTopology> = Vec::new();
+            for n in &fleet.nodes {
+                if !seen.iter().any(|m| m.gpus == n.gpus && m.mediated_devices == n.mediated_devices && m.warnings == n.warnings) {
+                    seen.push(n);
+                }
+            }
+            seen.len()
+        };
+        if shared > 0 {
+            prop_assert!(compact.contains("shapes"), "{}", compact);
+            prop_assert!(compact.len() < full.len());
+        }
+    }
+}
+
+#[test]
+fn a_node_naming_an_unknown_shape_is_refused_with_its_name() {
+    let doc = r#"{"shapes": {"a2": {"gpus": []}}, "nodes": [{"node": "n1", "shape": "l40s"}]}"#;
+    let e = Fleet::from_text(doc).unwrap_err().to_string();
+    assert!(
+        e.contains(r#"node "n1""#) && e.contains(r#"no shape "l40s""#),
+        "{e}"
+    );
+    let doc = r#"{"shapes": {"a2": {}}, "nodes": [{"node": "n1", "shape": "a2", "gpus": []}]}"#;
+    let e = Fleet::from_text(doc).unwrap_err().to_string();
+    assert!(e.contains("gives no gpus"), "{e}");
+}
