@@ -62,6 +62,21 @@ fn document_limit_of(g: &Global) -> gpu_sysfs::DocumentLimit {
     )
 }
 
+/// Guards this command's host reads with the one watchdog of the process: a read of the host
+/// that does not answer within [`gpu_sysfs::confine::READ_DEADLINE`] ends the command (exit 2)
+/// naming the file, instead of hanging it. Reads run inline; the agent keeps its own watchdog.
+pub fn start_read_watchdog() {
+    let deadline = gpu_sysfs::confine::READ_DEADLINE;
+    let _ = gpu_sysfs::confine::start_read_watchdog(deadline, move |path, waited| {
+        eprintln!(
+            "gpuslice: {path}: no answer within {} s ({} ms waited); the command stops here",
+            deadline.as_secs(),
+            waited.as_millis()
+        );
+        std::process::exit(2);
+    });
+}
+
 /// The document cap of this command.
 pub fn document_limit() -> gpu_sysfs::DocumentLimit {
     DOCUMENT_LIMIT.get().copied().unwrap_or_default()

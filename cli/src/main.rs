@@ -99,6 +99,9 @@ fn main() -> ExitCode {
     exit_quietly_on_closed_stdout();
     let cli = Cli::parse();
     common::set_document_limit(&cli.global);
+    if !matches!(cli.command, Command::Agent(_)) {
+        common::start_read_watchdog();
+    }
     let g = &cli.global;
     let result = match cli.command {
         Command::Gpu(GpuCommand::List(a)) => cmd::inventory::gpu_list(g, a),
