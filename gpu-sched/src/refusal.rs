@@ -379,6 +379,126 @@ impl Refusal {
     }
 }
 
+/// How many node names a [`RefusalGroup`] lists.
+pub const FIRST_NODES: usize = 5;
+
+/// Nodes that refused for the same reasons: how many, the first few in node order, and the
+/// reasons (each with its kind, what was asked, needed and free). The grouped summary costs in
+/// proportion to the number of different reasons, not to the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusalGroup {
+    /// Nodes in the group.
+    pub node_count: usize,
+    /// The first [`FIRST_NODES`] of them, in node order.
+    pub first_nodes: Vec<String>,
+    /// The reasons every node of the group gave.
+    pub reasons: Vec<Reason>,
+}
+
+/// A refusal as reported: the grouped summary, and the per-node detail only when asked for.
+/// JSON: `{"machine", "nodesTotal", "nodesRefused", "message", "groups": [{"nodeCount",
+/// "firstNodes", "reasons"}], "nodes"?: [{"node", "reasons"}]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusalReport {
+    /// The Machine.
+    pub machine: String,
+    /// Nodes in the fleet.
+    pub nodes_total: usize,
+    /// Nodes that were considered and refused.
+    pub nodes_refused: usize,
+    /// The one-line message ([`Refusal::render`]).
+    pub message: String,
+    /// Nodes with the same reasons, most nodes first.
+    pub groups: Vec<RefusalGroup>,
+    /// Every refused node with its reasons, in node order (with `detail` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<NodeRefusal>>,
+}
+
+impl Refusal {
+    /// The internal groups merged by equal reasons: (reasons, node positions and names).
+    fn merged(&self) -> Vec<(&Vec<Reason>, Vec<&(u32, Arc<str>)>)> {
+        let mut out: Vec<(&Vec<Reason>, Vec<&(u32, Arc<str>)>)> = Vec::new();
+        let mut at: HashMap<&Vec<Reason>, usize> = HashMap::new();
+        for g in &self.groups {
+            if g.nodes.is_empty() {
+                continue;
+            }
+            match at.get(&g.reasons) {
+                Some(&i) => out[i].1.extend(g.nodes.iter()),
+                None => {
+                    at.insert(&g.reasons, out.len());
+                    out.push((&g.reasons, g.nodes.iter().collect()));
+                }
+            }
+        }
+        out
+    }
+
+    /// The grouped summary: one [`RefusalGroup`] per set of reasons, most nodes first (ties:
+    /// the group whose first node comes first). Costs one pass over the refused nodes' places,
+    /// no per-node allocation.
+    pub fn summary(&self) -> Vec<RefusalGroup> {
+        let mut groups: Vec<(u32, RefusalGroup)> = self
+            .merged()
+            .into_iter()
+            .map(|(reasons, nodes)| {
+                // The first few by place, without sorting the group.
+                let mut first: Vec<&(u32, Arc<str>)> = Vec::with_capacity(FIRST_NODES + 1);
+                for n in &nodes {
+                    if first.len() == FIRST_NODES && first.last().is_some_and(|l| l.0 < n.0) {
+                        continue;
+                    }
+                    let i = first.partition_point(|f| f.0 < n.0);
+                    first.insert(i, n);
+                    first.truncate(FIRST_NODES);
+                }
+                let lead = first.first().map_or(u32::MAX, |f| f.0);
+                (
+                    lead,
+                    RefusalGroup {
+                        node_count: nodes.len(),
+                        first_nodes: first.iter().map(|f| f.1.to_string()).collect(),
+                        reasons: reasons.clone(),
+                    },
+                )
+            })
+            .collect();
+        groups.sort_by(|a, b| b.1.node_count.cmp(&a.1.node_count).then(a.0.cmp(&b.0)));
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+
+    /// Every node of the `i`-th group of [`Refusal::summary`], in node order.
+    pub fn group_nodes(&self, i: usize) -> Vec<String> {
+        let summary = self.summary();
+        let Some(want) = summary.get(i) else {
+            return Vec::new();
+        };
+        let mut nodes: Vec<&(u32, Arc<str>)> = self
+            .merged()
+            .into_iter()
+            .find(|(r, _)| **r == want.reasons)
+            .map(|(_, n)| n)
+            .unwrap_or_default();
+        nodes.sort_by_key(|n| n.0);
+        nodes.iter().map(|n| n.1.to_string()).collect()
+    }
+
+    /// The refusal as reported: the summary, and with `detail` every node's reasons.
+    pub fn report(&self, detail: bool) -> RefusalReport {
+        RefusalReport {
+            machine: self.machine.clone(),
+            nodes_total: self.nodes_total,
+            nodes_refused: self.refused_count(),
+            message: self.render(),
+            groups: self.summary(),
+            nodes: detail.then(|| self.nodes()),
+        }
+    }
+}
+
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.render())
