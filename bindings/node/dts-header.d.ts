@@ -304,6 +304,23 @@ export interface Refusal {
   nodes: NodeRefusal[]
 }
 
+/** Nodes that refused for the same reasons: how many, the first five in node order, why. */
+export interface RefusalGroup {
+  nodeCount: number
+  firstNodes: string[]
+  reasons: Reason[]
+}
+
+/**
+ * The `refusal` of an `UNSATISFIABLE` error: the grouped summary, built at once, and `nodes`, a
+ * getter that builds every refused node's reasons when read (each read builds a new array).
+ */
+export interface RefusalReport extends Refusal {
+  nodesRefused: number
+  message: string
+  groups: RefusalGroup[]
+}
+
 // ---------------------------------------------------------------------------------------------
 // Plans (dry runs).
 
@@ -495,9 +512,11 @@ export interface UnsatisfiableError extends Error {
   code: 'UNSATISFIABLE'
   /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
   errorKind: string
-  /** Each refused node with its structured reasons. */
+  /** Each refused node with its structured reasons (a getter: built when read). */
   reasons: NodeRefusal[]
-  refusal: Refusal
+  /** The grouped summary: per set of reasons, the node count and the first node names. */
+  groups: RefusalGroup[]
+  refusal: RefusalReport
 }
 
 /** `code: 'NOT_FOUND'`: no Machine or node of that name is in the fleet. */

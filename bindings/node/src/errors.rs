@@ -31,8 +31,8 @@ pub enum Failure {
 pub enum Detail {
     /// Nothing more.
     None,
-    /// `refusal` / `reasons` of `UNSATISFIABLE`: the refusal as JSON.
-    Refusal(serde_json::Value),
+    /// `refusal` / `reasons` / `groups` of `UNSATISFIABLE` ([`crate::refusal`]).
+    Refusal(std::sync::Arc<gpu_sched::Refusal>),
     /// `kind` (`machine` or `node`) of `NOT_FOUND`, and the name under that key.
     Missing {
         /// `machine` or `node`.
@@ -136,14 +136,7 @@ impl Failure {
             obj.set("kind", kind.as_str())?;
         }
         match detail {
-            Some(Detail::Refusal(refusal)) => {
-                let reasons = refusal
-                    .get("nodes")
-                    .cloned()
-                    .unwrap_or(serde_json::Value::Array(vec![]));
-                obj.set("reasons", env.to_js_value(&reasons)?)?;
-                obj.set("refusal", env.to_js_value(refusal)?)?;
-            }
+            Some(Detail::Refusal(refusal)) => crate::refusal::attach(env, &mut obj, refusal)?,
             Some(Detail::Missing { what, name }) => {
                 // `name` is taken by `Error.prototype.name`: the name goes under the kind.
                 obj.set("kind", *what)?;
@@ -166,9 +159,7 @@ impl Failure {
         let kind = e.kind();
         let message = e.to_string();
         let detail = match e {
-            S::Unsatisfiable(refusal) => {
-                Detail::Refusal(serde_json::to_value(&refusal).unwrap_or_default())
-            }
+            S::Unsatisfiable(refusal) => Detail::Refusal(std::sync::Arc::new(refusal)),
             S::UnknownMachine { machine } => Detail::Missing {
                 what: "machine",
                 name: machine,

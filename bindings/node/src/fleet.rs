@@ -23,6 +23,14 @@ pub struct PlaceOptions {
     pub dry_run: Option<bool>,
 }
 
+/// Options of `Fleet.fromJSON`.
+#[napi(object)]
+#[derive(Debug, Clone, Default)]
+pub struct FleetOptions {
+    /// The largest fleet text read, in MiB (default: `GPUSLICE_MAX_DOCUMENT_MIB`, else 64).
+    pub max_document_mib: Option<u32>,
+}
+
 /// A decoded `place` call: the Machine, the policy, and whether it is a dry run.
 type PlaceInput = (Machine, Policy, bool);
 
@@ -103,16 +111,34 @@ impl Fleet {
     }
 
     /// A fleet from its document (`{nodes: [...], allocations: [...]}`), or the JSON/YAML text of
-    /// one, as `toJSON` and `gpuslice fleet` write it.
+    /// one, as `toJSON`, `toText` and `gpuslice fleet` write it. Nodes may name a host shape
+    /// stated once under `shapes` (`{node: 'n1', shape: 'l40s'}`). Text is read up to
+    /// `options.maxDocumentMib` MiB (default: `GPUSLICE_MAX_DOCUMENT_MIB`, else 64).
     ///
     /// Throws `CONFIG_ERROR` when the document is malformed or inconsistent.
     #[napi(
         factory,
         js_name = "fromJSON",
-        ts_args_type = "doc: FleetDocument | string"
+        ts_args_type = "doc: FleetDocument | string, options?: FleetOptions"
     )]
-    pub fn from_json(env: Env, doc: serde_json::Value) -> napi::Result<Self> {
-        document::<gpu_core::Fleet>(doc)
+    pub fn from_json(
+        env: Env,
+        doc: serde_json::Value,
+        options: Option<FleetOptions>,
+    ) -> napi::Result<Self> {
+        let fleet = match &doc {
+            serde_json::Value::String(text) => {
+                let mib = options.and_then(|o| o.max_document_mib).map(u64::from);
+                gpu_sysfs::DocumentLimit::from_env_or(mib)
+                    .map_err(|e| Failure::new(gpu_core::ErrorKind::InvalidRequest, e.to_string()))
+                    .and_then(|limit| {
+                        gpu_core::Fleet::from_text_max(text, limit.bytes())
+                            .map_err(|e| Failure::core(&e, crate::errors::Input::Config))
+                    })
+            }
+            _ => document::<gpu_core::Fleet>(doc),
+        };
+        fleet
             .and_then(|f| FleetState::new(f).map_err(Failure::sched))
             .map(Fleet::from_state)
             .map_err(|e| e.into_js(&env))
@@ -126,6 +152,31 @@ impl Fleet {
         self.with(&env, |s| {
             let topology: NodeTopology = document(topology)?;
             s.add_node(topology).map_err(Failure::sched)
+        })
+    }
+
+    /// Adds one node per name in `names`, each with the topology `topology` (converted once,
+    /// not once per node), replacing nodes of those names.
+    ///
+    /// Throws `CONFIG_ERROR` when the topology is malformed, `INVALID_REQUEST` for a bad name.
+    #[napi(ts_args_type = "topology: NodeTopology | string, names: string[]")]
+    pub fn add_nodes(
+        &self,
+        env: Env,
+        topology: serde_json::Value,
+        names: Vec<String>,
+    ) -> napi::Result<()> {
+        self.with(&env, |s| {
+            let topology: NodeTopology = document(topology)?;
+            for n in &names {
+                gpu_core::validate_name(n)
+                    .map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
+            }
+            let shape = gpu_core::HostShape::of(&topology);
+            for n in names {
+                s.add_node(shape.clone().named(n)).map_err(Failure::sched)?;
+            }
+            Ok(())
         })
     }
 
@@ -245,6 +296,17 @@ impl Fleet {
     #[napi(ts_return_type = "Allocation[]")]
     pub fn allocations(&self, env: Env) -> napi::Result<serde_json::Value> {
         self.with(&env, |s| to_json(&s.allocations()))
+    }
+
+    /// The fleet document as text in the compact form (a topology several nodes share is
+    /// written once under `shapes`): YAML, or JSON with `json: true`. `Fleet.fromJSON` reads it.
+    #[napi]
+    pub fn to_text(&self, env: Env, json: Option<bool>) -> napi::Result<String> {
+        self.with(&env, |s| {
+            s.to_fleet()
+                .to_text(json.unwrap_or(false))
+                .map_err(|e| Failure::core(&e, crate::errors::Input::Config))
+        })
     }
 
     /// The whole fleet document (`{nodes: [...], allocations: [...]}`), which `Fleet.fromJSON`

@@ -72,8 +72,8 @@ pub enum Failure {
 pub enum Detail {
     /// Nothing more.
     None,
-    /// `Unsatisfiable.refusal` / `.reasons`: the refusal as JSON.
-    Refusal(serde_json::Value),
+    /// `Unsatisfiable.refusal` / `.reasons` / `.groups` ([`crate::refusal`]).
+    Refusal(std::sync::Arc<gpu_sched::Refusal>),
     /// `NotFound.kind` (`machine` or `node`) and `.name`.
     Missing {
         /// `machine` or `node`.
@@ -154,14 +154,7 @@ impl Failure {
         }
         match detail {
             Detail::None => {}
-            Detail::Refusal(refusal) => {
-                let reasons = refusal
-                    .get("nodes")
-                    .cloned()
-                    .unwrap_or(serde_json::Value::Array(vec![]));
-                set_attr(py, &err, "reasons", &reasons);
-                set_attr(py, &err, "refusal", &refusal);
-            }
+            Detail::Refusal(refusal) => crate::refusal::attach(py, &err, refusal),
             Detail::Missing { what, name } => {
                 set_attr(py, &err, "kind", &what);
                 set_attr(py, &err, "name", &name);
@@ -222,9 +215,7 @@ impl Failure {
         let kind = e.kind();
         let message = e.to_string();
         let detail = match e {
-            S::Unsatisfiable(refusal) => {
-                Detail::Refusal(serde_json::to_value(&refusal).unwrap_or_default())
-            }
+            S::Unsatisfiable(refusal) => Detail::Refusal(std::sync::Arc::new(refusal)),
             S::UnknownMachine { machine } => Detail::Missing {
                 what: "machine",
                 name: machine,
