@@ -274,6 +274,7 @@ export type Filter =
   | 'mode-conflict'
   | 'pool-full'
   | 'no-free-parent'
+  | 'other-family'
 
 export interface Exclusion {
   filter: Filter
@@ -286,6 +287,8 @@ export interface Reason {
   request: string
   profile?: string
   gpu?: string
+  /** The GPU names and families the request lists (`InsufficientGpus`). */
+  gpus?: string[]
   needed: number
   free: number
   numaAligned?: boolean
@@ -301,6 +304,8 @@ export interface NodeRefusal {
 export interface Refusal {
   machine: string
   nodesTotal: number
+  /** The one node the Machine was asked to go to (`targetNode`, a migration's destination). */
+  target?: string
   nodes: NodeRefusal[]
 }
 

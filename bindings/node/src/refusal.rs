@@ -43,6 +43,9 @@ pub fn attach(
         "nodesRefused",
         u32::try_from(refusal.refused_count()).unwrap_or(u32::MAX),
     )?;
+    if let Some(t) = &refusal.target {
+        r.set("target", t.as_str())?;
+    }
     r.set("message", refusal.render())?;
     r.set("groups", groups)?;
     r.define_properties(&[nodes_getter("nodes", refusal)?])?;

@@ -111,6 +111,12 @@ impl Refusal {
         self.refusal.refused_count()
     }
 
+    /// The one node the Machine was asked to go to, when it was.
+    #[getter]
+    fn target(&self) -> Option<&str> {
+        self.refusal.target.as_deref()
+    }
+
     /// The one-line message.
     #[getter]
     fn message(&self) -> String {

@@ -245,6 +245,7 @@ Reason = TypedDict(
         "request": str,
         "profile": NotRequired[str],
         "gpu": NotRequired[str],
+        "gpus": NotRequired[List[str]],
         "needed": int,
         "free": int,
         "numaAligned": NotRequired[bool],
@@ -260,6 +261,7 @@ class NodeRefusal(TypedDict):
 class RefusalDocument(TypedDict):
     machine: str
     nodesTotal: int
+    target: NotRequired[str]
     nodes: List[NodeRefusal]
 
 class RefusalGroup(TypedDict):
@@ -286,6 +288,8 @@ class Refusal:
     machine: str
     nodes_total: int
     nodes_refused: int
+    target: Optional[str]
+    """The one node the Machine was asked to go to, when it was."""
     message: str
     groups: List[RefusalGroup]
     """The grouped summary, most nodes first."""
