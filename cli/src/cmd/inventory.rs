@@ -98,7 +98,10 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let (fleet, _) = crate::common::read_fleet(path)
+    let text = crate::common::read_input(path, "fleet")
+        .with_context(|| format!("--inventory {}", path.display()))?;
+    let fleet = gpu_core::Fleet::from_text_max(&text, crate::common::document_limit().bytes())
+        .map_err(gpu_core::ConfigDocError)
         .with_context(|| format!("--inventory {}", path.display()))?;
     let nodes: Vec<&NodeTopology> = match &g.node {
         Some(n) => {
