@@ -274,6 +274,7 @@ export type Filter =
   | 'mode-conflict'
   | 'pool-full'
   | 'no-free-parent'
+  | 'other-family'
 
 export interface Exclusion {
   filter: Filter
@@ -286,6 +287,8 @@ export interface Reason {
   request: string
   profile?: string
   gpu?: string
+  /** The GPU names and families the request lists (`InsufficientGpus`). */
+  gpus?: string[]
   needed: number
   free: number
   numaAligned?: boolean
@@ -301,7 +304,26 @@ export interface NodeRefusal {
 export interface Refusal {
   machine: string
   nodesTotal: number
+  /** The one node the Machine was asked to go to (`targetNode`, a migration's destination). */
+  target?: string
   nodes: NodeRefusal[]
+}
+
+/** Nodes that refused for the same reasons: how many, the first five in node order, why. */
+export interface RefusalGroup {
+  nodeCount: number
+  firstNodes: string[]
+  reasons: Reason[]
+}
+
+/**
+ * The `refusal` of an `UNSATISFIABLE` error: the grouped summary, built at once, and `nodes`, a
+ * getter that builds every refused node's reasons when read (each read builds a new array).
+ */
+export interface RefusalReport extends Refusal {
+  nodesRefused: number
+  message: string
+  groups: RefusalGroup[]
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -499,9 +521,11 @@ export interface UnsatisfiableError extends Error {
   code: 'UNSATISFIABLE'
   /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
   errorKind: string
-  /** Each refused node with its structured reasons. */
+  /** Each refused node with its structured reasons (a getter: built when read). */
   reasons: NodeRefusal[]
-  refusal: Refusal
+  /** The grouped summary: per set of reasons, the node count and the first node names. */
+  groups: RefusalGroup[]
+  refusal: RefusalReport
 }
 
 /** `code: 'NOT_FOUND'`: no Machine or node of that name is in the fleet. */

@@ -274,6 +274,7 @@ export type Filter =
   | 'mode-conflict'
   | 'pool-full'
   | 'no-free-parent'
+  | 'other-family'
 
 export interface Exclusion {
   filter: Filter
@@ -286,6 +287,8 @@ export interface Reason {
   request: string
   profile?: string
   gpu?: string
+  /** The GPU names and families the request lists (`InsufficientGpus`). */
+  gpus?: string[]
   needed: number
   free: number
   numaAligned?: boolean
@@ -301,7 +304,26 @@ export interface NodeRefusal {
 export interface Refusal {
   machine: string
   nodesTotal: number
+  /** The one node the Machine was asked to go to (`targetNode`, a migration's destination). */
+  target?: string
   nodes: NodeRefusal[]
+}
+
+/** Nodes that refused for the same reasons: how many, the first five in node order, why. */
+export interface RefusalGroup {
+  nodeCount: number
+  firstNodes: string[]
+  reasons: Reason[]
+}
+
+/**
+ * The `refusal` of an `UNSATISFIABLE` error: the grouped summary, built at once, and `nodes`, a
+ * getter that builds every refused node's reasons when read (each read builds a new array).
+ */
+export interface RefusalReport extends Refusal {
+  nodesRefused: number
+  message: string
+  groups: RefusalGroup[]
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -499,9 +521,11 @@ export interface UnsatisfiableError extends Error {
   code: 'UNSATISFIABLE'
   /** The kind from gpuslice's one vocabulary: the `kind` the CLI prints in `-o json` errors. */
   errorKind: string
-  /** Each refused node with its structured reasons. */
+  /** Each refused node with its structured reasons (a getter: built when read). */
   reasons: NodeRefusal[]
-  refusal: Refusal
+  /** The grouped summary: per set of reasons, the node count and the first node names. */
+  groups: RefusalGroup[]
+  refusal: RefusalReport
 }
 
 /** `code: 'NOT_FOUND'`: no Machine or node of that name is in the fleet. */
@@ -645,17 +669,26 @@ export declare class Fleet {
   constructor()
   /**
    * A fleet from its document (`{nodes: [...], allocations: [...]}`), or the JSON/YAML text of
-   * one, as `toJSON` and `gpuslice fleet` write it.
+   * one, as `toJSON`, `toText` and `gpuslice fleet` write it. Nodes may name a host shape
+   * stated once under `shapes` (`{node: 'n1', shape: 'l40s'}`). Text is read up to
+   * `options.maxDocumentMib` MiB (default: `GPUSLICE_MAX_DOCUMENT_MIB`, else 64).
    *
    * Throws `CONFIG_ERROR` when the document is malformed or inconsistent.
    */
-  static fromJSON(doc: FleetDocument | string): Fleet
+  static fromJSON(doc: FleetDocument | string, options?: FleetOptions): Fleet
   /**
    * Adds a node's topology (as `discover` returns it), or replaces the node of that name.
    *
    * Throws `CONFIG_ERROR` when the topology is malformed.
    */
   addNode(topology: NodeTopology | string): void
+  /**
+   * Adds one node per name in `names`, each with the topology `topology` (converted once,
+   * not once per node), replacing nodes of those names.
+   *
+   * Throws `CONFIG_ERROR` when the topology is malformed, `INVALID_REQUEST` for a bad name.
+   */
+  addNodes(topology: NodeTopology | string, names: string[]): void
   /**
    * Removes a node and returns its topology. Allocations on it stay recorded (their devices
    * are gone: `planEvacuation` lists them) until released.
@@ -708,6 +741,11 @@ export declare class Fleet {
   /** The allocations, in Machine-name order. */
   allocations(): Allocation[]
   /**
+   * The fleet document as text in the compact form (a topology several nodes share is
+   * written once under `shapes`): YAML, or JSON with `json: true`. `Fleet.fromJSON` reads it.
+   */
+  toText(json?: boolean | undefined | null): string
+  /**
    * The whole fleet document (`{nodes: [...], allocations: [...]}`), which `Fleet.fromJSON`
    * reads back; `JSON.stringify(fleet)` calls it.
    */
@@ -759,6 +797,12 @@ export declare function exportDra(nodes: Array<NodeTopology | string>, options?:
 
 /** The KubeVirt `permittedHostDevices` patch for the GPUs and vGPU types of `nodes`. */
 export declare function exportKubevirt(nodes: Array<NodeTopology | string>): Record<string, unknown>
+
+/** Options of `Fleet.fromJSON`. */
+export interface FleetOptions {
+  /** The largest fleet text read, in MiB (default: `GPUSLICE_MAX_DOCUMENT_MIB`, else 64). */
+  maxDocumentMib?: number
+}
 
 /**
  * Assesses the health of every GPU of the host: one report per GPU with its verdict and the

@@ -37,6 +37,51 @@ pub struct Global {
     /// "message", "errno"?, "errnoName"?}}`, written to stderr (stdout stays empty) with exit 2.
     #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// The largest document (fleet, Machine, claim, layout, policy, standard input) read, in MiB
+    /// (default 64): a larger one is refused before it is read.
+    #[arg(
+        long,
+        global = true,
+        env = "GPUSLICE_MAX_DOCUMENT_MIB",
+        value_name = "MIB",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub max_document_mib: Option<u64>,
+}
+
+/// The document cap of this command, set once from `--max-document-mib` by `main`.
+static DOCUMENT_LIMIT: std::sync::OnceLock<gpu_sysfs::DocumentLimit> = std::sync::OnceLock::new();
+
+/// Sets the document cap every [`read_input`] of this command uses (the first call wins).
+pub fn set_document_limit(g: &Global) {
+    let _ = DOCUMENT_LIMIT.set(document_limit_of(g));
+}
+
+fn document_limit_of(g: &Global) -> gpu_sysfs::DocumentLimit {
+    g.max_document_mib.map_or_else(
+        gpu_sysfs::DocumentLimit::default,
+        gpu_sysfs::DocumentLimit::from_mib,
+    )
+}
+
+/// Guards this command's host reads with the one watchdog of the process: a read of the host
+/// that does not answer within [`gpu_sysfs::confine::READ_DEADLINE`] ends the command (exit 2)
+/// naming the file, instead of hanging it. Reads run inline; the agent keeps its own watchdog.
+pub fn start_read_watchdog() {
+    let deadline = gpu_sysfs::confine::READ_DEADLINE;
+    let _ = gpu_sysfs::confine::start_read_watchdog(deadline, move |path, waited| {
+        eprintln!(
+            "gpuslice: {path}: no answer within {} s ({} ms waited); the command stops here",
+            deadline.as_secs(),
+            waited.as_millis()
+        );
+        std::process::exit(2);
+    });
+}
+
+/// The document cap of this command.
+pub fn document_limit() -> gpu_sysfs::DocumentLimit {
+    DOCUMENT_LIMIT.get().copied().unwrap_or_default()
 }
 
 impl Global {
@@ -151,18 +196,33 @@ pub fn open_node_host(
     gpu_health::open_node_host(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
 }
 
-/// Reads a file named on the command line; `-` reads standard input.
+/// Reads a document named on the command line; `-` reads standard input. Every document goes
+/// through [`gpu_sysfs::read_document`]: at most [`document_limit`] bytes, a named file only if
+/// it is a regular file.
 ///
 /// # Errors
-/// The file (named, with `what` it should hold) cannot be read.
+/// The file (named, with `what` it should hold) cannot be read, is not a regular file, or is
+/// larger than the cap (the message says how to raise it).
 pub fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
     use anyhow::Context;
+    let text = gpu_sysfs::read_document(path, what, document_limit());
     if path.as_os_str() == "-" {
-        return std::io::read_to_string(std::io::stdin())
-            .with_context(|| format!("cannot read {what} from standard input"));
+        return text.with_context(|| format!("cannot read {what} from standard input"));
     }
-    std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {what} file {}", path.display()))
+    text.with_context(|| format!("cannot read {what} file {}", path.display()))
+}
+
+/// Reads and decodes a fleet document (`-` for standard input), with the command's cap.
+///
+/// # Errors
+/// As [`read_input`], plus a fleet that does not decode or is inconsistent.
+pub fn read_fleet(path: &Path) -> anyhow::Result<(gpu_core::Fleet, String)> {
+    use anyhow::Context;
+    let text = read_input(path, "fleet")?;
+    let fleet = gpu_core::Fleet::from_text_max(&text, document_limit().bytes())
+        .map_err(gpu_core::ConfigDocError)
+        .with_context(|| format!("fleet file {}", path.display()))?;
+    Ok((fleet, text))
 }
 
 /// This host's topology with health graded, from `--root` (a directory or a `*.umockdev`
@@ -208,14 +268,10 @@ pub fn load_nodes(
     g: &Global,
     inventory: Option<&Path>,
 ) -> anyhow::Result<(Vec<gpu_core::NodeTopology>, Vec<gpu_core::Allocation>)> {
-    use anyhow::Context;
     let Some(path) = inventory else {
         return Ok((vec![local_topology(g, None, false)?], vec![]));
     };
-    let text = read_input(path, "fleet")?;
-    let fleet = gpu_core::Fleet::from_text(&text)
-        .map_err(gpu_core::ConfigDocError)
-        .with_context(|| format!("fleet file {}", path.display()))?;
+    let (fleet, _) = read_fleet(path)?;
     Ok((fleet.nodes, fleet.allocations))
 }
 

@@ -102,6 +102,10 @@ fn exit_quietly_on_closed_stdout() {
 fn main() -> ExitCode {
     exit_quietly_on_closed_stdout();
     let cli = Cli::parse();
+    common::set_document_limit(&cli.global);
+    if !matches!(cli.command, Command::Agent(_)) {
+        common::start_read_watchdog();
+    }
     let g = &cli.global;
     g.announce_sandbox();
     let result = match cli.command {

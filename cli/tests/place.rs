@@ -112,6 +112,24 @@ fn place_exits_3_with_the_refusal_on_stderr() {
 }
 
 #[test]
+fn place_detail_adds_every_refused_node_to_the_json_refusal() {
+    check(
+        "place-refused-json-detail",
+        &[
+            "place",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "too-big.yaml",
+            "-o",
+            "json",
+            "--detail",
+        ],
+        3,
+    );
+}
+
+#[test]
 fn place_rejects_an_invalid_machine_with_exit_2() {
     check(
         "place-invalid",

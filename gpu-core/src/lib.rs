@@ -38,7 +38,7 @@ pub use allocation::{AllocatedDevice, Allocation, AllocationStatus};
 pub use error::{
     Classified, ClassifiedError, ConfigDocError, CoreError, ErrorDetail, Input, error_chain,
 };
-pub use fleet::Fleet;
+pub use fleet::{Fleet, HostShape};
 pub use health::{Health, HealthState};
 pub use ids::{MdevUuid, MiB, ParentId, VgpuTypeId};
 pub use kind::{ErrorFamily, ErrorKind};
@@ -59,11 +59,23 @@ pub use vendor::{Vendor, VendorRef};
 /// # Errors
 /// [`CoreError::Decode`] with the field path and the decoder's message (line and column included).
 pub fn decode_text<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, CoreError> {
+    decode_text_max(what, text, limits::MAX_DOCUMENT_BYTES)
+}
+
+/// [`decode_text`] with a size cap of `max_bytes` ([`limits::check_document_max`]).
+///
+/// # Errors
+/// As [`decode_text`].
+pub fn decode_text_max<T: serde::de::DeserializeOwned>(
+    what: &str,
+    text: &str,
+    max_bytes: usize,
+) -> Result<T, CoreError> {
     let fail = |message| CoreError::Decode {
         what: what.to_owned(),
         message,
     };
-    limits::check_document(text).map_err(fail)?;
+    limits::check_document_max(text, max_bytes).map_err(fail)?;
     fn located<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
         let path = e.path().to_string();
         let inner = e.inner().to_string();

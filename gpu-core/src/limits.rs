@@ -9,8 +9,10 @@
 /// (NVIDIA's smallest profiles give 32–48 per board); the sample drivers' limits are smaller.
 pub const MAX_INSTANCES: u32 = 1024;
 
-/// The largest document (layout, fleet, Machine, topology) read as text: a 10 000-node fleet
-/// is a few MB.
+/// The largest document (layout, fleet, Machine, topology) read as text by default: a 10 000-node
+/// fleet of A2-like nodes is a few MB, of L40S hosts with 16 VFs each about 200 MB in the full
+/// form (a few MB in the compact form). An operator raises it per command
+/// ([`check_document_max`]).
 pub const MAX_DOCUMENT_BYTES: usize = 64 << 20;
 
 /// The deepest nesting of sequences and mappings in a document. Real documents nest fewer than
@@ -26,10 +28,21 @@ pub const MAX_NESTING: usize = 64;
 /// # Errors
 /// A message naming the bound that was exceeded (and the line, for nesting).
 pub fn check_document(text: &str) -> Result<(), String> {
-    if text.len() > MAX_DOCUMENT_BYTES {
+    check_document_max(text, MAX_DOCUMENT_BYTES)
+}
+
+/// [`check_document`] with a size cap of `max_bytes` instead of [`MAX_DOCUMENT_BYTES`] (the
+/// operator raised it: `--max-document-mib`, `GPUSLICE_MAX_DOCUMENT_MIB`, a binding argument).
+///
+/// # Errors
+/// As [`check_document`]; the size message says how to raise the cap.
+pub fn check_document_max(text: &str, max_bytes: usize) -> Result<(), String> {
+    if text.len() > max_bytes {
         return Err(format!(
-            "document is {} bytes; at most {MAX_DOCUMENT_BYTES} are read",
-            text.len()
+            "document is {} bytes; at most {} MiB are read (raise the cap with \
+             --max-document-mib or GPUSLICE_MAX_DOCUMENT_MIB)",
+            text.len(),
+            max_bytes >> 20
         ));
     }
     let mut flow: usize = 0;
@@ -157,7 +170,12 @@ mod tests {
     #[test]
     fn a_huge_document_is_refused_by_size() {
         let doc = " ".repeat(MAX_DOCUMENT_BYTES + 1);
-        assert!(check_document(&doc).unwrap_err().contains("bytes"));
+        let e = check_document(&doc).unwrap_err();
+        assert!(
+            e.contains("bytes") && e.contains("--max-document-mib"),
+            "{e}"
+        );
+        check_document_max(&doc, MAX_DOCUMENT_BYTES + (1 << 20)).unwrap();
     }
 
     #[test]

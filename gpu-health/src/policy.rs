@@ -366,9 +366,12 @@ impl Policy {
                 });
             }
         };
-        let text = std::fs::read_to_string(path).map_err(|source| HealthError::PolicyRead {
-            path: path.to_path_buf(),
-            source,
+        let limit = gpu_sysfs::DocumentLimit::from_env().unwrap_or_default();
+        let text = gpu_sysfs::read_document(path, "policy", limit).map_err(|source| {
+            HealthError::PolicyRead {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         Self::from_str_as(&text, format, &shown)
     }

@@ -65,5 +65,8 @@ pub use plan::{
     AffectedDevice, DeviceMove, DrainPlan, Evacuation, EvacuationPlan, MigrationPlan, Stay,
 };
 pub use policy::Policy;
-pub use refusal::{Exclusion, Filter, NodeRefusal, Reason, ReasonKind, Refusal};
+pub use refusal::{
+    Exclusion, FIRST_NODES, Filter, NodeRefusal, Reason, ReasonKind, Refusal, RefusalGroup,
+    RefusalReport,
+};
 pub use state::{DegradedDevice, FleetState, Placement};

@@ -260,7 +260,7 @@ impl FleetState {
         let m = self.move_request(&r.alloc, gpus)?;
         let (slot, picks) = self
             .search(&m, Policy::Binpack, Some(slot), None)
-            .map_err(SchedError::Unsatisfiable)?;
+            .map_err(|r| SchedError::Unsatisfiable(r.targeted(to_node)))?;
         Ok(self.plan_for(&r.alloc, slot, &m, &picks))
     }
 

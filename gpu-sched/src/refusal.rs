@@ -69,6 +69,8 @@ pub enum Filter {
     PoolFull,
     /// Every parent (VF) offering the profile already holds an instance.
     NoFreeParent,
+    /// Not of a GPU family the request lists (`gpus: [nvidia]` and the card is a `radeon`).
+    OtherFamily,
 }
 
 impl Filter {
@@ -87,6 +89,7 @@ impl Filter {
             Filter::ModeConflict => "mode conflict",
             Filter::PoolFull => "pool full",
             Filter::NoFreeParent => "no free parent",
+            Filter::OtherFamily => "other family",
         }
     }
 }
@@ -115,6 +118,10 @@ pub struct Reason {
     /// The GPU named in the request that is missing ([`ReasonKind::GpuNotFound`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
+    /// The GPU names and families the request lists, as written (`nvidia`, `nvidia0`), for
+    /// [`ReasonKind::InsufficientGpus`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<String>,
     /// Devices needed.
     pub needed: u32,
     /// Devices free for this request on the node (for NUMA-aligned requests: on the best NUMA
@@ -138,6 +145,7 @@ impl Reason {
             request: request.to_owned(),
             profile: None,
             gpu: None,
+            gpus: vec![],
             needed,
             free,
             numa_aligned: false,
@@ -171,7 +179,12 @@ impl fmt::Display for Reason {
                 } else {
                     ""
                 };
-                write!(f, "needs {n} {req} GPU(s){numa}, {} free", self.free)?;
+                let of = if self.gpus.is_empty() {
+                    String::new()
+                } else {
+                    format!(" of {}", self.gpus.join(", "))
+                };
+                write!(f, "needs {n} {req} GPU(s){of}{numa}, {} free", self.free)?;
             }
             ReasonKind::GpuNotFound => {
                 let g = self.gpu.as_deref().unwrap_or("?");
@@ -222,6 +235,9 @@ pub struct Refusal {
     pub machine: String,
     /// Nodes in the fleet.
     pub nodes_total: usize,
+    /// The one node the Machine was asked to go to (`targetNode`, `--target-node`, a
+    /// migration's destination): the message then names it.
+    pub target: Option<String>,
     /// Nodes with the same reasons, each node with its place in node order.
     groups: Vec<RefusedGroup>,
 }
@@ -238,6 +254,8 @@ pub(crate) struct RefusedGroup {
 struct RefusalDoc {
     machine: String,
     nodes_total: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    target: Option<String>,
     nodes: Vec<NodeRefusal>,
 }
 
@@ -247,13 +265,16 @@ impl From<Refusal> for RefusalDoc {
             nodes: r.nodes(),
             machine: r.machine,
             nodes_total: r.nodes_total,
+            target: r.target,
         }
     }
 }
 
 impl From<RefusalDoc> for Refusal {
     fn from(d: RefusalDoc) -> Self {
-        Refusal::from_nodes(d.machine, d.nodes_total, d.nodes)
+        let mut r = Refusal::from_nodes(d.machine, d.nodes_total, d.nodes);
+        r.target = d.target;
+        r
     }
 }
 
@@ -261,6 +282,7 @@ impl PartialEq for Refusal {
     fn eq(&self, other: &Self) -> bool {
         self.machine == other.machine
             && self.nodes_total == other.nodes_total
+            && self.target == other.target
             && self.refused_count() == other.refused_count()
             && self.nodes() == other.nodes()
     }
@@ -290,8 +312,15 @@ impl Refusal {
         Refusal {
             machine,
             nodes_total,
+            target: None,
             groups,
         }
+    }
+
+    /// The refusal of a Machine that was asked to go to `node` only.
+    pub(crate) fn targeted(mut self, node: &str) -> Self {
+        self.target = Some(node.to_owned());
+        self
     }
 
     pub(crate) fn from_groups(
@@ -302,6 +331,7 @@ impl Refusal {
         Refusal {
             machine,
             nodes_total,
+            target: None,
             groups,
         }
     }
@@ -372,10 +402,141 @@ impl Refusal {
         s.push_str(": ");
         let parts: Vec<String> = groups
             .iter()
-            .map(|(c, t)| format!("{c} node(s): {t}"))
+            .map(|(c, t)| match &self.target {
+                // The one node asked for is named, not counted.
+                Some(node) if *c == 1 => format!("node {node}: {t}"),
+                _ => format!("{c} node(s): {t}"),
+            })
             .collect();
         s.push_str(&parts.join("; "));
         s
+    }
+}
+
+/// One set of reasons with the nodes (place in node order, name) that gave it.
+type Merged<'a> = (&'a Vec<Reason>, Vec<&'a (u32, Arc<str>)>);
+
+/// How many node names a [`RefusalGroup`] lists.
+pub const FIRST_NODES: usize = 5;
+
+/// Nodes that refused for the same reasons: how many, the first few in node order, and the
+/// reasons (each with its kind, what was asked, needed and free). The grouped summary costs in
+/// proportion to the number of different reasons, not to the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusalGroup {
+    /// Nodes in the group.
+    pub node_count: usize,
+    /// The first [`FIRST_NODES`] of them, in node order.
+    pub first_nodes: Vec<String>,
+    /// The reasons every node of the group gave.
+    pub reasons: Vec<Reason>,
+}
+
+/// A refusal as reported: the grouped summary, and the per-node detail only when asked for.
+/// JSON: `{"machine", "nodesTotal", "nodesRefused", "message", "groups": [{"nodeCount",
+/// "firstNodes", "reasons"}], "nodes"?: [{"node", "reasons"}]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusalReport {
+    /// The Machine.
+    pub machine: String,
+    /// Nodes in the fleet.
+    pub nodes_total: usize,
+    /// The one node the Machine was asked to go to, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Nodes that were considered and refused.
+    pub nodes_refused: usize,
+    /// The one-line message ([`Refusal::render`]).
+    pub message: String,
+    /// Nodes with the same reasons, most nodes first.
+    pub groups: Vec<RefusalGroup>,
+    /// Every refused node with its reasons, in node order (with `detail` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<NodeRefusal>>,
+}
+
+impl Refusal {
+    /// The internal groups merged by equal reasons: (reasons, node positions and names).
+    fn merged(&self) -> Vec<Merged<'_>> {
+        let mut out: Vec<Merged<'_>> = Vec::new();
+        let mut at: HashMap<&Vec<Reason>, usize> = HashMap::new();
+        for g in &self.groups {
+            if g.nodes.is_empty() {
+                continue;
+            }
+            match at.get(&g.reasons) {
+                Some(&i) => out[i].1.extend(g.nodes.iter()),
+                None => {
+                    at.insert(&g.reasons, out.len());
+                    out.push((&g.reasons, g.nodes.iter().collect()));
+                }
+            }
+        }
+        out
+    }
+
+    /// The grouped summary: one [`RefusalGroup`] per set of reasons, most nodes first (ties:
+    /// the group whose first node comes first). Costs one pass over the refused nodes' places,
+    /// no per-node allocation.
+    pub fn summary(&self) -> Vec<RefusalGroup> {
+        let mut groups: Vec<(u32, RefusalGroup)> = self
+            .merged()
+            .into_iter()
+            .map(|(reasons, nodes)| {
+                // The first few by place, without sorting the group.
+                let mut first: Vec<&(u32, Arc<str>)> = Vec::with_capacity(FIRST_NODES + 1);
+                for n in &nodes {
+                    if first.len() == FIRST_NODES && first.last().is_some_and(|l| l.0 < n.0) {
+                        continue;
+                    }
+                    let i = first.partition_point(|f| f.0 < n.0);
+                    first.insert(i, n);
+                    first.truncate(FIRST_NODES);
+                }
+                let lead = first.first().map_or(u32::MAX, |f| f.0);
+                (
+                    lead,
+                    RefusalGroup {
+                        node_count: nodes.len(),
+                        first_nodes: first.iter().map(|f| f.1.to_string()).collect(),
+                        reasons: reasons.clone(),
+                    },
+                )
+            })
+            .collect();
+        groups.sort_by(|a, b| b.1.node_count.cmp(&a.1.node_count).then(a.0.cmp(&b.0)));
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+
+    /// Every node of the `i`-th group of [`Refusal::summary`], in node order.
+    pub fn group_nodes(&self, i: usize) -> Vec<String> {
+        let summary = self.summary();
+        let Some(want) = summary.get(i) else {
+            return Vec::new();
+        };
+        let mut nodes: Vec<&(u32, Arc<str>)> = self
+            .merged()
+            .into_iter()
+            .find(|(r, _)| **r == want.reasons)
+            .map(|(_, n)| n)
+            .unwrap_or_default();
+        nodes.sort_by_key(|n| n.0);
+        nodes.iter().map(|n| n.1.to_string()).collect()
+    }
+
+    /// The refusal as reported: the summary, and with `detail` every node's reasons.
+    pub fn report(&self, detail: bool) -> RefusalReport {
+        RefusalReport {
+            machine: self.machine.clone(),
+            nodes_total: self.nodes_total,
+            target: self.target.clone(),
+            nodes_refused: self.refused_count(),
+            message: self.render(),
+            groups: self.summary(),
+            nodes: detail.then(|| self.nodes()),
+        }
     }
 }
 

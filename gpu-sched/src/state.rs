@@ -412,9 +412,12 @@ impl FleetState {
             ),
             None => None,
         };
-        let (slot, picks) = self
-            .search(&resolved, policy, only, None)
-            .map_err(SchedError::Unsatisfiable)?;
+        let (slot, picks) =
+            self.search(&resolved, policy, only, None)
+                .map_err(|r| match &resolved.target {
+                    Some(node) => SchedError::Unsatisfiable(r.targeted(node)),
+                    None => SchedError::Unsatisfiable(r),
+                })?;
         Ok((slot, picks, resolved))
     }
 

@@ -460,7 +460,11 @@ fn named_gpus_families_and_addresses_are_honoured() {
     let e = s
         .try_place(&whole("m", ", gpus: [radeon]"), Policy::Binpack)
         .unwrap_err();
-    assert!(refusal_text(e).ends_with("needs 1 gpu GPU(s), 0 free"));
+    let text = refusal_text(e);
+    assert!(
+        text.ends_with("needs 1 gpu GPU(s) of radeon, 0 free (excluded: 4 other family)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -805,11 +809,11 @@ fn a_target_node_places_there_or_refuses_with_that_nodes_reasons() {
     let e = s.try_place(&m("c", 1), Policy::Binpack).unwrap_err();
     assert_eq!(
         refusal_text(e),
-        "0/1 nodes available: 1 node(s): ProfileNotOffered: needs 1 gpu profile A2-4Q, not offered"
+        "0/1 nodes available: node c: ProfileNotOffered: needs 1 gpu profile A2-4Q, not offered"
     );
     let e = s.try_place(&m("b", 5), Policy::Binpack).unwrap_err();
     assert!(refusal_text(e).starts_with(
-        "0/1 nodes available: 1 node(s): TopologyUnsatisfiable: needs 5 gpu profile A2-4Q, 4 free"
+        "0/1 nodes available: node b: TopologyUnsatisfiable: needs 5 gpu profile A2-4Q, 4 free"
     ));
     assert!(matches!(
         s.try_place(&m("zz", 1), Policy::Binpack),

@@ -211,3 +211,56 @@ fn evacuation_lists_machines_whose_gpu_left_the_inventory() {
         ["nvidia0"]
     );
 }
+
+/// A node with one free AMD card.
+fn radeon_node(node: &str) -> NodeTopology {
+    let mut n = NodeTopology::new(node);
+    let a: gpu_core::PciAddress = "0000:41:00.0".parse().unwrap();
+    let mut g = gpu_core::Gpu::new("radeon0", a, 0x1002, 0x73bf, 0x030000);
+    g.model = "Navi 21".to_owned();
+    g.driver = Some("vfio-pci".to_owned());
+    g.state = gpu_core::GpuState::Free;
+    g.health = gpu_core::Health::healthy();
+    n.gpus.push(g);
+    n
+}
+
+#[test]
+fn a_drain_refusal_names_the_family_asked_for_and_the_card_of_another_family() {
+    let mut s = fleet(vec![whole_node("a", 1), radeon_node("b")]);
+    s.place(&machine("name: vm\ndevices: [{name: g}]"), Policy::Binpack)
+        .unwrap();
+    let plan = s.plan_drain("a").unwrap();
+    assert_eq!(plan.stay.len(), 1);
+    let why = &plan.stay[0].reason;
+    assert!(
+        why.contains("needs 1 g GPU(s) of nvidia, 0 free (excluded: 1 other family)"),
+        "{why}"
+    );
+    let refusal = plan.stay[0].refusal.as_ref().unwrap();
+    let reason = &refusal.reasons_of("b").unwrap()[0];
+    assert_eq!(reason.gpus, ["nvidia"]);
+    assert_eq!(reason.excluded[0].filter, gpu_sched::Filter::OtherFamily);
+}
+
+#[test]
+fn a_refusal_on_the_one_target_node_names_it() {
+    let mut s = fleet(vec![
+        whole_node("a", 1),
+        a2_node("b", 1, 2),
+        whole_node("c", 1),
+    ]);
+    let m = machine("name: vm\ndevices: [{name: gpu, profile: A100-4C}]\ntargetNode: b");
+    let e = s.place(&m, Policy::Binpack).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains(": node b: ProfileNotOffered"), "{text}");
+    assert!(!text.contains("1 node(s)"), "{text}");
+    assert_eq!(e.refusal().unwrap().target.as_deref(), Some("b"));
+    s.place(
+        &machine("name: vm2\ndevices: [{name: gpu, vendor: nvidia, model: H100}]"),
+        Policy::Binpack,
+    )
+    .unwrap();
+    let e = s.plan_migration("vm2", "b", &[]).unwrap_err();
+    assert!(e.to_string().contains("node b: InsufficientGpus"), "{e}");
+}

@@ -1122,3 +1122,118 @@ proptest! {
         }
     }
 }
+
+// ------------------------------------------------------------------ compact fleet documents
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn a_compact_fleet_reads_back_as_the_same_fleet_state_as_the_full_one(
+        nodes in replicated_nodes(), life in steps(), policy in policy(), json in any::<bool>()
+    ) {
+        let mut s = state(nodes);
+        for step in &life {
+            match step {
+                Step::Place(m) => {
+                    let _ = s.place(m, policy);
+                }
+                Step::Release(k) => {
+                    let placed = s.allocations();
+                    if !placed.is_empty() {
+                        s.release(&placed[k % placed.len()].machine).unwrap();
+                    }
+                }
+            }
+        }
+        let fleet = s.to_fleet();
+        let compact = fleet.to_text(json).unwrap();
+        let full = fleet.to_text_full(json).unwrap();
+        let from_compact = Fleet::from_text(&compact).unwrap();
+        let from_full = Fleet::from_text(&full).unwrap();
+        prop_assert_eq!(&from_compact, &fleet);
+        prop_assert_eq!(&from_compact, &from_full);
+        let a = FleetState::new(from_compact).unwrap().to_fleet();
+        let b = FleetState::new(from_full).unwrap().to_fleet();
+        prop_assert_eq!(&a, &b);
+        // Nodes that share a topology are written once.
+        let shared = fleet.nodes.len() - {
+            let mut seen: Vec<&NodeTopology> = Vec::new();
+            for n in &fleet.nodes {
+                if !seen.iter().any(|m| m.gpus == n.gpus && m.mediated_devices == n.mediated_devices && m.warnings == n.warnings) {
+                    seen.push(n);
+                }
+            }
+            seen.len()
+        };
+        if shared > 0 {
+            prop_assert!(compact.contains("shapes"), "{}", compact);
+            prop_assert!(compact.len() < full.len());
+        }
+    }
+}
+
+#[test]
+fn a_node_naming_an_unknown_shape_is_refused_with_its_name() {
+    let doc = r#"{"shapes": {"a2": {"gpus": []}}, "nodes": [{"node": "n1", "shape": "l40s"}]}"#;
+    let e = Fleet::from_text(doc).unwrap_err().to_string();
+    assert!(
+        e.contains(r#"node "n1""#) && e.contains(r#"no shape "l40s""#),
+        "{e}"
+    );
+    let doc = r#"{"shapes": {"a2": {}}, "nodes": [{"node": "n1", "shape": "a2", "gpus": []}]}"#;
+    let e = Fleet::from_text(doc).unwrap_err().to_string();
+    assert!(e.contains("gives no gpus"), "{e}");
+}
+
+// ------------------------------------------------------------------ grouped refusals
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn a_grouped_refusal_expands_to_the_full_per_node_one(
+        nodes in replicated_nodes(), life in steps(), probes in proptest::collection::vec(machine(500), 1..4),
+        policy in policy()
+    ) {
+        let mut s = state(nodes);
+        for step in &life {
+            if let Step::Place(m) = step {
+                let _ = s.place(m, policy);
+            }
+        }
+        for m in &probes {
+            let Err(gpu_sched::SchedError::Unsatisfiable(r)) = s.try_place(m, policy) else {
+                continue;
+            };
+            let full = s.refusal_by_full_scan(m, policy).unwrap();
+            let summary = r.summary();
+            // Expanding every group gives back every node with its reasons, in node order.
+            let mut expanded: Vec<gpu_sched::NodeRefusal> = Vec::new();
+            for (i, g) in summary.iter().enumerate() {
+                let names = r.group_nodes(i);
+                prop_assert_eq!(names.len(), g.node_count);
+                prop_assert_eq!(&names[..g.first_nodes.len()], &g.first_nodes[..]);
+                prop_assert_eq!(g.first_nodes.len(), g.node_count.min(gpu_sched::FIRST_NODES));
+                expanded.extend(names.into_iter().map(|node| gpu_sched::NodeRefusal {
+                    node,
+                    reasons: g.reasons.clone(),
+                }));
+            }
+            let order: Vec<String> = s.nodes().map(|n| n.node).collect();
+            expanded.sort_by_key(|n| order.iter().position(|o| *o == n.node));
+            prop_assert_eq!(&expanded, &full.nodes());
+            // Groups are distinct, most nodes first; the report carries them and, on request only,
+            // the nodes.
+            for w in summary.windows(2) {
+                prop_assert!(w[0].node_count >= w[1].node_count);
+                prop_assert_ne!(&w[0].reasons, &w[1].reasons);
+            }
+            let brief = r.report(false);
+            prop_assert!(brief.nodes.is_none());
+            prop_assert_eq!(brief.nodes_refused, full.refused_count());
+            prop_assert_eq!(&brief.groups, &summary);
+            prop_assert_eq!(r.report(true).nodes, Some(full.nodes()));
+        }
+    }
+}

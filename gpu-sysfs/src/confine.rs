@@ -14,9 +14,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat, openat2, readlinkat};
@@ -235,7 +234,8 @@ impl Root {
 /// The most an attribute read returns: sysfs attributes are at most a page, four are allowed.
 pub const ATTRIBUTE_MAX: usize = 16 * 1024;
 
-/// How long one read may take before it is given up (a hung driver, a stuck network file).
+/// How long one read may take before the watchdog reports it ([`start_read_watchdog`]: a hung
+/// driver, a stuck network file).
 pub const READ_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Refuses what is not a regular file: a FIFO would block, a device or socket is no attribute.
@@ -283,71 +283,122 @@ fn read_capped(mut file: std::fs::File, max: usize, path: &str) -> io::Result<Ve
     Ok(buf)
 }
 
-struct Job {
-    file: std::fs::File,
-    max: usize,
+/// A read in progress, for the watchdog.
+struct InFlight {
+    id: u64,
+    started: Instant,
     path: String,
-    reply: mpsc::SyncSender<io::Result<Vec<u8>>>,
+    reported: bool,
 }
 
-/// The reading thread: reads run there so that a read the kernel never answers is given up at
-/// its deadline; a stuck thread is abandoned and the next read starts a new one.
-static READER: Mutex<Option<mpsc::Sender<Job>>> = Mutex::new(None);
+/// Whether a watchdog runs ([`start_read_watchdog`]): reads are tracked only then.
+static WATCHED: AtomicBool = AtomicBool::new(false);
+static NEXT_READ: AtomicU64 = AtomicU64::new(0);
+static IN_FLIGHT: Mutex<Vec<InFlight>> = Mutex::new(Vec::new());
 
-fn reader() -> Option<mpsc::Sender<Job>> {
-    let mut slot = READER
+fn in_flight() -> std::sync::MutexGuard<'static, Vec<InFlight>> {
+    IN_FLIGHT
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(s) = slot.as_ref() {
-        return Some(s.clone());
-    }
-    let (tx, rx) = mpsc::channel::<Job>();
-    std::thread::Builder::new()
-        .name("gpuslice-reader".into())
-        .spawn(move || {
-            while let Ok(job) = rx.recv() {
-                let _ = job.reply.send(read_capped(job.file, job.max, &job.path));
-            }
-        })
-        .ok()?;
-    *slot = Some(tx.clone());
-    Some(tx)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Reads `file` (already checked to be regular) with the size cap and [`READ_DEADLINE`].
-pub(crate) fn read_bounded(file: std::fs::File, max: usize, path: &str) -> io::Result<Vec<u8>> {
-    let Some(worker) = reader() else {
-        // No thread could be started: read here, still capped.
-        return read_capped(file, max, path);
-    };
-    let (reply, answer) = mpsc::sync_channel(1);
-    let job = Job {
-        file,
-        max,
-        path: path.to_owned(),
-        reply,
-    };
-    if let Err(mpsc::SendError(job)) = worker.send(job) {
-        // The thread is gone (it cannot be, short of a panic): read here.
-        *READER
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-        return read_capped(job.file, job.max, path);
-    }
-    match answer.recv_timeout(READ_DEADLINE) {
-        Ok(r) => r,
-        Err(_) => {
-            // Abandon the stuck thread; the next read starts a fresh one.
-            *READER
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-            Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "{path}: no answer within {} s; not read",
-                    READ_DEADLINE.as_secs()
-                ),
-            ))
+/// Removes its read from the in-flight list when the read ends, however it ends.
+struct Tracked(Option<u64>);
+
+impl Tracked {
+    fn start(path: &str) -> Self {
+        if !WATCHED.load(Ordering::Relaxed) {
+            return Tracked(None);
         }
+        let id = NEXT_READ.fetch_add(1, Ordering::Relaxed);
+        in_flight().push(InFlight {
+            id,
+            started: Instant::now(),
+            path: path.to_owned(),
+            reported: false,
+        });
+        Tracked(Some(id))
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let Some(id) = self.0 {
+            in_flight().retain(|r| r.id != id);
+        }
+    }
+}
+
+/// Starts this process's one watchdog of attribute reads: every `deadline / 4` it looks at the
+/// reads in progress and calls `on_stall(path, waited)` once for each that has waited longer
+/// than `deadline` (a hung driver, a stuck network file). Reads themselves run inline, on the
+/// caller's thread, with no hand-off: a command passes an `on_stall` that ends it with an error
+/// naming the file; a long-running caller marks what the file concerns as unknown. A second call
+/// changes nothing.
+///
+/// # Errors
+/// The watchdog thread cannot be started.
+pub fn start_read_watchdog(
+    deadline: Duration,
+    on_stall: impl Fn(&str, Duration) + Send + 'static,
+) -> io::Result<()> {
+    if WATCHED.swap(true, Ordering::SeqCst) {
+        return Ok(());
+    }
+    let tick = (deadline / 4).max(Duration::from_millis(5));
+    let spawned = std::thread::Builder::new()
+        .name("gpuslice-read-watchdog".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(tick);
+                let stalled: Vec<(String, Duration)> = in_flight()
+                    .iter_mut()
+                    .filter(|r| !r.reported && r.started.elapsed() > deadline)
+                    .map(|r| {
+                        r.reported = true;
+                        (r.path.clone(), r.started.elapsed())
+                    })
+                    .collect();
+                for (path, waited) in stalled {
+                    on_stall(&path, waited);
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        WATCHED.store(false, Ordering::SeqCst);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Reads `file` (already checked to be regular, with `fstat` on the open descriptor) with the
+/// size cap, inline: a regular sysfs attribute answers at once, and the one watchdog of the
+/// process ([`start_read_watchdog`]) stands guard over a read that does not.
+pub(crate) fn read_bounded(file: std::fs::File, max: usize, path: &str) -> io::Result<Vec<u8>> {
+    let _tracked = Tracked::start(path);
+    read_capped(file, max, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_reports_a_read_that_does_not_answer_once() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        start_read_watchdog(Duration::from_millis(40), move |path, waited| {
+            let _ = tx.send((path.to_owned(), waited));
+        })
+        .unwrap();
+        {
+            // A read that hangs, as the watchdog sees it: tracked and not finished.
+            let _stuck = Tracked::start("sys/bus/pci/devices/0000:01:00.0/stuck");
+            let (path, waited) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            assert_eq!(path, "sys/bus/pci/devices/0000:01:00.0/stuck");
+            assert!(waited >= Duration::from_millis(40));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(rx.try_recv().is_err(), "reported twice");
+        assert!(in_flight().is_empty(), "a finished read stays tracked");
     }
 }

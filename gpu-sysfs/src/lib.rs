@@ -20,6 +20,7 @@ pub mod atomic;
 pub mod confine;
 pub mod discover;
 pub mod doctor;
+pub mod document;
 pub mod error;
 pub mod host;
 pub mod link;
@@ -34,6 +35,7 @@ pub mod testing;
 pub mod umockdev;
 
 pub use confine::{OutsideRoot, is_outside_root};
+pub use document::{DocumentLimit, read_document};
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
 pub use open::{OpenedRoot, RootKind, is_local_root, open_root};

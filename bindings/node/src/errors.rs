@@ -17,6 +17,17 @@ use napi::{Env, Status};
 pub enum Failure {
     /// An error of gpuslice's libraries.
     Typed(Classified),
+    /// A refusal of the solver, kept as its value: the grouped summary is attached at once and
+    /// the per-node detail only when read ([`crate::refusal`]), so a refusal on a large fleet
+    /// costs what it says, not what the fleet holds.
+    Refused {
+        /// The error's kind.
+        kind: ErrorKind,
+        /// The message (the grouped summary).
+        message: String,
+        /// The refusal.
+        refusal: std::sync::Arc<gpu_sched::Refusal>,
+    },
     /// `INTERNAL`, for failures of the binding itself.
     Other(String),
 }
@@ -37,9 +48,23 @@ impl Failure {
         Failure::Typed(Classified::of_model(e, input))
     }
 
+    /// A scheduler error; a refusal keeps the solver's value (see [`Failure::Refused`]).
+    pub fn sched(e: gpu_sched::SchedError) -> Self {
+        let kind = e.kind();
+        match e {
+            gpu_sched::SchedError::Unsatisfiable(refusal) => Failure::Refused {
+                kind,
+                message: refusal.to_string(),
+                refusal: std::sync::Arc::new(refusal),
+            },
+            other => Failure::of(&other),
+        }
+    }
+
     fn parts(self) -> (ErrorKind, String, ErrorDetail) {
         match self {
             Failure::Typed(c) => (c.kind, c.message, c.detail),
+            Failure::Refused { kind, message, .. } => (kind, message, ErrorDetail::None),
             Failure::Other(message) => (ErrorKind::Other, message, ErrorDetail::None),
         }
     }
@@ -48,6 +73,7 @@ impl Failure {
     pub fn code(&self) -> &'static str {
         let kind = match self {
             Failure::Typed(c) => c.kind,
+            Failure::Refused { kind, .. } => *kind,
             Failure::Other(_) => ErrorKind::Other,
         };
         match kind.family() {
@@ -63,6 +89,7 @@ impl Failure {
     fn message(&self) -> &str {
         match self {
             Failure::Typed(c) => &c.message,
+            Failure::Refused { message, .. } => message,
             Failure::Other(message) => message,
         }
     }
@@ -104,6 +131,9 @@ impl Failure {
                 obj.set("errno", errno)?;
             }
             ErrorDetail::None => {}
+        }
+        if let Failure::Refused { refusal, .. } = self {
+            crate::refusal::attach(env, &mut obj, refusal)?;
         }
         Ok(napi::Error::from(obj.to_unknown()))
     }

@@ -23,6 +23,14 @@ pub struct PlaceOptions {
     pub dry_run: Option<bool>,
 }
 
+/// Options of `Fleet.fromJSON`.
+#[napi(object)]
+#[derive(Debug, Clone, Default)]
+pub struct FleetOptions {
+    /// The largest fleet text read, in MiB (default: `GPUSLICE_MAX_DOCUMENT_MIB`, else 64).
+    pub max_document_mib: Option<u32>,
+}
+
 /// A decoded `place` call: the Machine, the policy, and whether it is a dry run.
 type PlaceInput = (Machine, Policy, bool);
 
@@ -35,7 +43,7 @@ fn place_on(
     } else {
         s.place_detailed(machine, *policy)
     }
-    .map_err(|e| Failure::of(&e))
+    .map_err(Failure::sched)
 }
 
 type Shared = Arc<Mutex<FleetState>>;
@@ -57,7 +65,7 @@ fn place_input(
     let machine: Machine = document(machine)?;
     let options = options.unwrap_or_default();
     let policy = match options.policy {
-        Some(p) => p.parse().map_err(|e| Failure::of(&e))?,
+        Some(p) => p.parse().map_err(Failure::sched)?,
         None => Policy::default(),
     };
     Ok((machine, policy, options.dry_run.unwrap_or(false)))
@@ -99,21 +107,39 @@ impl Fleet {
     pub fn new(env: Env) -> napi::Result<Self> {
         FleetState::new(gpu_core::Fleet::default())
             .map(Fleet::from_state)
-            .map_err(|e| Failure::of(&e).into_js(&env))
+            .map_err(|e| Failure::sched(e).into_js(&env))
     }
 
     /// A fleet from its document (`{nodes: [...], allocations: [...]}`), or the JSON/YAML text of
-    /// one, as `toJSON` and `gpuslice fleet` write it.
+    /// one, as `toJSON`, `toText` and `gpuslice fleet` write it. Nodes may name a host shape
+    /// stated once under `shapes` (`{node: 'n1', shape: 'l40s'}`). Text is read up to
+    /// `options.maxDocumentMib` MiB (default: `GPUSLICE_MAX_DOCUMENT_MIB`, else 64).
     ///
     /// Throws `CONFIG_ERROR` when the document is malformed or inconsistent.
     #[napi(
         factory,
         js_name = "fromJSON",
-        ts_args_type = "doc: FleetDocument | string"
+        ts_args_type = "doc: FleetDocument | string, options?: FleetOptions"
     )]
-    pub fn from_json(env: Env, doc: serde_json::Value) -> napi::Result<Self> {
-        document::<gpu_core::Fleet>(doc)
-            .and_then(|f| FleetState::new(f).map_err(|e| Failure::of(&e)))
+    pub fn from_json(
+        env: Env,
+        doc: serde_json::Value,
+        options: Option<FleetOptions>,
+    ) -> napi::Result<Self> {
+        let fleet = match &doc {
+            serde_json::Value::String(text) => {
+                let mib = options.and_then(|o| o.max_document_mib).map(u64::from);
+                gpu_sysfs::DocumentLimit::from_env_or(mib)
+                    .map_err(|e| Failure::new(gpu_core::ErrorKind::InvalidRequest, e.to_string()))
+                    .and_then(|limit| {
+                        gpu_core::Fleet::from_text_max(text, limit.bytes())
+                            .map_err(|e| Failure::core(&e, crate::errors::Input::Config))
+                    })
+            }
+            _ => document::<gpu_core::Fleet>(doc),
+        };
+        fleet
+            .and_then(|f| FleetState::new(f).map_err(Failure::sched))
             .map(Fleet::from_state)
             .map_err(|e| e.into_js(&env))
     }
@@ -125,7 +151,32 @@ impl Fleet {
     pub fn add_node(&self, env: Env, topology: serde_json::Value) -> napi::Result<()> {
         self.with(&env, |s| {
             let topology: NodeTopology = document(topology)?;
-            s.add_node(topology).map_err(|e| Failure::of(&e))
+            s.add_node(topology).map_err(Failure::sched)
+        })
+    }
+
+    /// Adds one node per name in `names`, each with the topology `topology` (converted once,
+    /// not once per node), replacing nodes of those names.
+    ///
+    /// Throws `CONFIG_ERROR` when the topology is malformed, `INVALID_REQUEST` for a bad name.
+    #[napi(ts_args_type = "topology: NodeTopology | string, names: string[]")]
+    pub fn add_nodes(
+        &self,
+        env: Env,
+        topology: serde_json::Value,
+        names: Vec<String>,
+    ) -> napi::Result<()> {
+        self.with(&env, |s| {
+            let topology: NodeTopology = document(topology)?;
+            for n in &names {
+                gpu_core::validate_name(n)
+                    .map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
+            }
+            let shape = gpu_core::HostShape::of(&topology);
+            for n in names {
+                s.add_node(shape.clone().named(n)).map_err(Failure::sched)?;
+            }
+            Ok(())
         })
     }
 
@@ -136,7 +187,7 @@ impl Fleet {
     #[napi(ts_return_type = "NodeTopology")]
     pub fn remove_node(&self, env: Env, name: String) -> napi::Result<serde_json::Value> {
         self.with(&env, |s| {
-            let topology = s.remove_node(&name).map_err(|e| Failure::of(&e))?;
+            let topology = s.remove_node(&name).map_err(Failure::sched)?;
             to_json(&topology)
         })
     }
@@ -186,7 +237,7 @@ impl Fleet {
     #[napi(ts_return_type = "Allocation")]
     pub fn release(&self, env: Env, machine_name: String) -> napi::Result<serde_json::Value> {
         self.with(&env, |s| {
-            let allocation = s.release(&machine_name).map_err(|e| Failure::of(&e))?;
+            let allocation = s.release(&machine_name).map_err(Failure::sched)?;
             to_json(&allocation)
         })
     }
@@ -199,7 +250,7 @@ impl Fleet {
         self.with(&env, |s| {
             s.mark_created(&machine_name)
                 .map(drop)
-                .map_err(|e| Failure::of(&e))
+                .map_err(Failure::sched)
         })
     }
 
@@ -219,7 +270,7 @@ impl Fleet {
         self.with(&env, |s| {
             let plan = s
                 .plan_migration(&machine_name, &to, &gpus.unwrap_or_default())
-                .map_err(|e| Failure::of(&e))?;
+                .map_err(Failure::sched)?;
             to_json(&plan)
         })
     }
@@ -230,7 +281,7 @@ impl Fleet {
     #[napi(ts_return_type = "DrainPlan")]
     pub fn plan_drain(&self, env: Env, node: String) -> napi::Result<serde_json::Value> {
         self.with(&env, |s| {
-            let plan = s.plan_drain(&node).map_err(|e| Failure::of(&e))?;
+            let plan = s.plan_drain(&node).map_err(Failure::sched)?;
             to_json(&plan)
         })
     }
@@ -245,6 +296,17 @@ impl Fleet {
     #[napi(ts_return_type = "Allocation[]")]
     pub fn allocations(&self, env: Env) -> napi::Result<serde_json::Value> {
         self.with(&env, |s| to_json(&s.allocations()))
+    }
+
+    /// The fleet document as text in the compact form (a topology several nodes share is
+    /// written once under `shapes`): YAML, or JSON with `json: true`. `Fleet.fromJSON` reads it.
+    #[napi]
+    pub fn to_text(&self, env: Env, json: Option<bool>) -> napi::Result<String> {
+        self.with(&env, |s| {
+            s.to_fleet()
+                .to_text(json.unwrap_or(false))
+                .map_err(|e| Failure::core(&e, crate::errors::Input::Config))
+        })
     }
 
     /// The whole fleet document (`{nodes: [...], allocations: [...]}`), which `Fleet.fromJSON`

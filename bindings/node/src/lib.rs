@@ -15,6 +15,7 @@ mod fleet;
 mod host;
 mod integrations;
 mod layout;
+mod refusal;
 
 use napi_derive::napi;
 

@@ -58,6 +58,17 @@ pyo3::create_exception!(
 pub enum Failure {
     /// An error of gpuslice's libraries.
     Typed(Classified),
+    /// A refusal of the solver, kept as its value: the grouped summary is attached at once and
+    /// the per-node detail only when read ([`crate::refusal`]), so a refusal on a large fleet
+    /// costs what it says, not what the fleet holds.
+    Refused {
+        /// The error's kind.
+        kind: ErrorKind,
+        /// The message (the grouped summary).
+        message: String,
+        /// The refusal.
+        refusal: std::sync::Arc<gpu_sched::Refusal>,
+    },
     /// The base [`Error`], for failures of the binding itself.
     Other(String),
 }
@@ -78,16 +89,42 @@ impl Failure {
         Failure::Typed(Classified::of_model(e, input))
     }
 
-    fn parts(self) -> (ErrorKind, String, ErrorDetail) {
+    /// A scheduler error; a refusal keeps the solver's value (see [`Failure::Refused`]).
+    pub fn sched(e: gpu_sched::SchedError) -> Self {
+        let kind = e.kind();
+        match e {
+            gpu_sched::SchedError::Unsatisfiable(refusal) => Failure::Refused {
+                kind,
+                message: refusal.to_string(),
+                refusal: std::sync::Arc::new(refusal),
+            },
+            other => Failure::of(&other),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn parts(
+        self,
+    ) -> (
+        ErrorKind,
+        String,
+        ErrorDetail,
+        Option<std::sync::Arc<gpu_sched::Refusal>>,
+    ) {
         match self {
-            Failure::Typed(c) => (c.kind, c.message, c.detail),
-            Failure::Other(message) => (ErrorKind::Other, message, ErrorDetail::None),
+            Failure::Typed(c) => (c.kind, c.message, c.detail, None),
+            Failure::Refused {
+                kind,
+                message,
+                refusal,
+            } => (kind, message, ErrorDetail::None, Some(refusal)),
+            Failure::Other(message) => (ErrorKind::Other, message, ErrorDetail::None, None),
         }
     }
 
     /// Converts to the Python exception, attaching the structured attributes.
     pub fn into_pyerr(self, py: Python<'_>) -> PyErr {
-        let (kind, message, detail) = self.parts();
+        let (kind, message, detail, refusal) = self.parts();
         // The one table: the kind's family decides the class.
         let err = match kind.family() {
             ErrorFamily::Unsatisfiable => PyErr::new::<Unsatisfiable, _>(message),
@@ -116,6 +153,9 @@ impl Failure {
                 set_attr(py, &err, "path", &path);
                 set_attr(py, &err, "errno", &errno);
             }
+        }
+        if let Some(refusal) = refusal {
+            crate::refusal::attach(py, &err, refusal);
         }
         err
     }

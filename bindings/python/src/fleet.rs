@@ -58,24 +58,43 @@ impl Fleet {
     /// An empty fleet: no nodes, no allocations.
     #[new]
     fn new() -> Result<Self, Failure> {
-        let state = FleetState::new(gpu_core::Fleet::default()).map_err(|e| Failure::of(&e))?;
+        let state = FleetState::new(gpu_core::Fleet::default()).map_err(Failure::sched)?;
         Ok(Fleet::from_state(state))
     }
 
     /// A fleet from its document: a dict (`{"nodes": [...], "allocations": [...]}`), or the
     /// JSON/YAML text of one, as `to_dict` and `gpuslice fleet` write it.
     ///
-    /// Raises `ConfigError` when the document is malformed or inconsistent.
+    /// The document may state a host shape once under `shapes` and name it from nodes
+    /// (`{"node": "n1", "shape": "l40s"}`), as `to_text` writes it. Text is read up to
+    /// `max_document_mib` MiB (default: `GPUSLICE_MAX_DOCUMENT_MIB`, else 64).
+    ///
+    /// Raises `ConfigError` when the document is malformed, inconsistent or over the cap.
     #[classmethod]
+    #[pyo3(signature = (data, max_document_mib = None))]
     fn from_dict(
         _cls: &Bound<'_, PyType>,
         py: Python<'_>,
         data: &Bound<'_, PyAny>,
+        max_document_mib: Option<u64>,
     ) -> Result<Self, Failure> {
-        let fleet: gpu_core::Fleet = document(data)?;
+        let fleet: gpu_core::Fleet = match data.cast::<pyo3::types::PyString>() {
+            Ok(text) => {
+                let limit =
+                    gpu_sysfs::DocumentLimit::from_env_or(max_document_mib).map_err(|e| {
+                        Failure::new(gpu_core::ErrorKind::InvalidRequest, e.to_string())
+                    })?;
+                let text = text
+                    .to_cow()
+                    .map_err(|e| Failure::new(gpu_core::ErrorKind::InvalidConfig, e.to_string()))?;
+                py.detach(|| gpu_core::Fleet::from_text_max(&text, limit.bytes()))
+                    .map_err(|e| Failure::core(&e, crate::errors::Input::Config))?
+            }
+            Err(_) => document(data)?,
+        };
         let state = py
             .detach(|| FleetState::new(fleet))
-            .map_err(|e| Failure::of(&e))?;
+            .map_err(Failure::sched)?;
         Ok(Fleet::from_state(state))
     }
 
@@ -85,7 +104,32 @@ impl Fleet {
     fn add_node(&self, py: Python<'_>, topology: &Bound<'_, PyAny>) -> Result<(), Failure> {
         let topology: NodeTopology = document(topology)?;
         self.with(py, |s| s.add_node(topology))?
-            .map_err(|e| Failure::of(&e))
+            .map_err(Failure::sched)
+    }
+
+    /// Adds one node per name in `names`, each with the topology `topology` (the host shape is
+    /// converted once, not once per node), replacing nodes of those names.
+    ///
+    /// Raises `ConfigError` when the topology is malformed, `InvalidRequest` for a bad name.
+    fn add_nodes(
+        &self,
+        py: Python<'_>,
+        topology: &Bound<'_, PyAny>,
+        names: Vec<String>,
+    ) -> Result<(), Failure> {
+        let topology: NodeTopology = document(topology)?;
+        for n in &names {
+            gpu_core::validate_name(n)
+                .map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
+        }
+        let shape = gpu_core::HostShape::of(&topology);
+        self.with(py, |s| {
+            for n in names {
+                s.add_node(shape.clone().named(n))?;
+            }
+            Ok(())
+        })?
+        .map_err(Failure::sched)
     }
 
     /// Removes a node and returns its topology. Allocations on it stay recorded (their
@@ -95,7 +139,7 @@ impl Fleet {
     fn remove_node<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let topology = self
             .with(py, |s| s.remove_node(name))?
-            .map_err(|e| Failure::of(&e))?;
+            .map_err(Failure::sched)?;
         to_py(py, &topology)
     }
 
@@ -118,7 +162,7 @@ impl Fleet {
         let machine: Machine = document(machine)?;
         let policy = match policy {
             "binpack" => Policy::Binpack,
-            other => other.parse().map_err(|e| Failure::of(&e))?,
+            other => other.parse().map_err(Failure::sched)?,
         };
         let allocation = self
             .with(py, |s| {
@@ -128,7 +172,7 @@ impl Fleet {
                     s.place_detailed(&machine, policy)
                 }
             })?
-            .map_err(|e| Failure::of(&e))?;
+            .map_err(Failure::sched)?;
         to_py(py, &allocation)
     }
 
@@ -138,7 +182,7 @@ impl Fleet {
     fn release<'py>(&self, py: Python<'py>, machine_name: &str) -> PyResult<Bound<'py, PyAny>> {
         let allocation = self
             .with(py, |s| s.release(machine_name))?
-            .map_err(|e| Failure::of(&e))?;
+            .map_err(Failure::sched)?;
         to_py(py, &allocation)
     }
 
@@ -148,7 +192,7 @@ impl Fleet {
     fn mark_created(&self, py: Python<'_>, machine_name: &str) -> Result<(), Failure> {
         self.with(py, |s| s.mark_created(machine_name))?
             .map(drop)
-            .map_err(|e| Failure::of(&e))
+            .map_err(Failure::sched)
     }
 
     /// Plans moving a placed Machine to node `to` (optionally onto the named `gpus`); a dry run
@@ -166,7 +210,7 @@ impl Fleet {
         let gpus = gpus.unwrap_or_default();
         let plan = self
             .with(py, |s| s.plan_migration(machine_name, to, &gpus))?
-            .map_err(|e| Failure::of(&e))?;
+            .map_err(Failure::sched)?;
         to_py(py, &plan)
     }
 
@@ -176,7 +220,7 @@ impl Fleet {
     fn plan_drain<'py>(&self, py: Python<'py>, node: &str) -> PyResult<Bound<'py, PyAny>> {
         let plan = self
             .with(py, |s| s.plan_drain(node))?
-            .map_err(|e| Failure::of(&e))?;
+            .map_err(Failure::sched)?;
         to_py(py, &plan)
     }
 
@@ -197,6 +241,14 @@ impl Fleet {
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let fleet = self.with(py, |s| s.to_fleet())?;
         to_py(py, &fleet)
+    }
+
+    /// The fleet document as text in the compact form (a topology several nodes share is
+    /// written once under `shapes`): YAML, or JSON with `json=True`. `from_dict` reads it back.
+    #[pyo3(signature = (json = false))]
+    fn to_text(&self, py: Python<'_>, json: bool) -> Result<String, Failure> {
+        self.with(py, |s| s.to_fleet().to_text(json))?
+            .map_err(|e| Failure::core(&e, crate::errors::Input::Config))
     }
 
     fn __repr__(&self, py: Python<'_>) -> Result<String, Failure> {

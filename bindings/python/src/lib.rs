@@ -14,6 +14,7 @@ mod integrations;
 mod layout;
 mod pyde;
 mod pyserde;
+mod refusal;
 
 use pyo3::prelude::*;
 
@@ -30,6 +31,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
+    refusal::register(m)?;
     m.add_class::<fleet::Fleet>()?;
     m.add_function(wrap_pyfunction!(host::discover, m)?)?;
     m.add_function(wrap_pyfunction!(host::health, m)?)?;

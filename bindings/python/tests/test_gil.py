@@ -2,7 +2,9 @@
 a sysfs file is refused (gpuslice opens attributes non-blocking and reads only regular files), the
 call returns with the rest of the host, and the main thread keeps running Python meanwhile (it
 tries to feed the FIFO in a loop until the worker is done). A binding that held the GIL, or a read
-that blocked on the FIFO, would hang, which the subprocess timeout turns into a failure."""
+that blocked on the FIFO, would hang, which the subprocess timeout turns into a failure; with
+forced GIL switches turned off, a binding that held the GIL would leave the main thread no turn
+while the worker runs (zero spins)."""
 
 import subprocess
 import sys
@@ -25,7 +27,11 @@ SCRIPT = textwrap.dedent(
         fifo.unlink()
     os.mkfifo(fifo)
     result = {{}}
-    worker = threading.Thread(target=lambda: result.update(out={call}))
+    # No forced switches: the main thread runs only while the worker is outside the GIL, so it
+    # spins only if the binding releases it. Fifty calls keep the worker busy long enough for the
+    # main thread to be scheduled on a loaded machine (one discovery takes about a millisecond).
+    sys.setswitchinterval(100)
+    worker = threading.Thread(target=lambda: result.update(out=[{call} for _ in range(50)][-1]))
     worker.start()
     spins = 0
     while worker.is_alive():

@@ -146,10 +146,7 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     Agent::check_state(&host, &config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     if let Some(l) = &a.layout {
         // A layout that does not parse is refused before anything starts.
-        let bytes = gpu_agent::watch::read_layout_file(l)
-            .with_context(|| format!("cannot read --layout {}", l.display()))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| anyhow::anyhow!("--layout {}: not UTF-8 text", l.display()))?;
+        let text = crate::common::read_input(l, "--layout")?;
         let file = gpu_core::layout::LayoutFile::parse(&text)
             .with_context(|| format!("--layout {}", l.display()))?;
         file.select(a.config.as_deref())

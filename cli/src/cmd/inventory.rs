@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpu_core::{Fleet, Gpu, NodeTopology, ParentId, PciAddress};
+use gpu_core::{Gpu, NodeTopology, ParentId, PciAddress};
 
 use crate::common::{
     Global, Output, local_topology, local_topology_with, print_data, render_table,
@@ -98,9 +98,9 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("--inventory {}", path.display()))?;
-    let fleet = Fleet::from_text(&text)
+    let text = crate::common::read_input(path, "fleet")
+        .with_context(|| format!("--inventory {}", path.display()))?;
+    let fleet = gpu_core::Fleet::from_text_max(&text, crate::common::document_limit().bytes())
         .map_err(gpu_core::ConfigDocError)
         .with_context(|| format!("--inventory {}", path.display()))?;
     let nodes: Vec<&NodeTopology> = match &g.node {

@@ -39,6 +39,10 @@ pub struct PlaceArgs {
     /// Place on this node only, or refuse with its reasons (overrides the Machine's `targetNode`).
     #[arg(long, value_name = "NODE")]
     pub target_node: Option<String>,
+    /// With `-o json`/`-o yaml`, a refusal lists every refused node with its reasons under
+    /// `refusal.nodes` (by default only the grouped summary, `refusal.groups`).
+    #[arg(long)]
+    pub detail: bool,
 }
 
 fn parse_policy(s: &str) -> Result<Policy, String> {
@@ -72,6 +76,9 @@ pub struct MigrateArgs {
     /// A destination GPU for each whole GPU the Machine holds, in the order it holds them.
     #[arg(long = "gpu", value_name = "NAME")]
     pub gpus: Vec<String>,
+    /// With `-o json`/`-o yaml`, a refusal lists every refused node with its reasons.
+    #[arg(long)]
+    pub detail: bool,
 }
 
 /// `gpuslice plan drain` arguments (the node comes from the global `--node`).
@@ -91,11 +98,9 @@ pub struct EvacuateArgs {
 }
 
 fn load_fleet(path: &Path) -> anyhow::Result<(FleetState, bool)> {
-    let text = read_input(path, "fleet")?;
+    let (fleet, text) = crate::common::read_fleet(path)?;
     let json = text.trim_start().starts_with('{');
-    let fleet = Fleet::from_text(&text)
-        .map_err(gpu_core::ConfigDocError)
-        .with_context(|| format!("fleet file {}", path.display()))?;
+    drop(text);
     let state = FleetState::new(fleet).with_context(|| format!("fleet file {}", path.display()))?;
     Ok((state, json))
 }
@@ -107,34 +112,38 @@ fn save_fleet(path: &Path, fleet: &Fleet, json: bool) -> anyhow::Result<()> {
 
 /// A refusal as printed with `-o json` / `-o yaml`.
 #[derive(serde::Serialize)]
-struct RefusalOut<'a> {
+struct RefusalOut {
     error: &'static str,
     /// The kind, from the one vocabulary (`unsatisfiable`).
     kind: &'static str,
     message: String,
-    refusal: &'a Refusal,
+    /// The grouped summary; every node's reasons too with `--detail`.
+    refusal: gpu_sched::RefusalReport,
 }
 
 /// Prints a refusal on stderr (text, or JSON/YAML with `-o`) and returns exit status 3.
-fn refused(out: Output, refusal: &Refusal) -> anyhow::Result<ExitCode> {
+fn refused(out: Output, refusal: &Refusal, detail: bool) -> anyhow::Result<ExitCode> {
     match out {
         Output::Table => eprintln!(
             "gpuslice: cannot place Machine {:?}: {}",
             refusal.machine,
             refusal.render()
         ),
-        Output::Json => eprintln!("{}", serde_json::to_string_pretty(&out_of(refusal))?),
-        Output::Yaml => eprint!("{}", serde_yaml_ng::to_string(&out_of(refusal))?),
+        Output::Json => eprintln!(
+            "{}",
+            serde_json::to_string_pretty(&out_of(refusal, detail))?
+        ),
+        Output::Yaml => eprint!("{}", serde_yaml_ng::to_string(&out_of(refusal, detail))?),
     }
     Ok(ExitCode::from(EXIT_REFUSED))
 }
 
-fn out_of(refusal: &Refusal) -> RefusalOut<'_> {
+fn out_of(refusal: &Refusal, detail: bool) -> RefusalOut {
     RefusalOut {
         error: "Unsatisfiable",
         kind: gpu_core::ErrorKind::Unsatisfiable.as_str(),
         message: refusal.render(),
-        refusal,
+        refusal: refusal.report(detail),
     }
 }
 
@@ -160,7 +169,7 @@ pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
     };
     let placed = match result {
         Ok(p) => p,
-        Err(SchedError::Unsatisfiable(r)) => return refused(g.output, &r),
+        Err(SchedError::Unsatisfiable(r)) => return refused(g.output, &r, a.detail),
         Err(e) => return Err(e.into()),
     };
     if a.save {
@@ -183,7 +192,7 @@ pub fn plan(g: &Global, c: PlanCommand) -> anyhow::Result<ExitCode> {
             let (state, _) = load_fleet(&a.inventory)?;
             let plan = match state.plan_migration(&a.machine, &a.to, &a.gpus) {
                 Ok(p) => p,
-                Err(SchedError::Unsatisfiable(r)) => return refused(g.output, &r),
+                Err(SchedError::Unsatisfiable(r)) => return refused(g.output, &r, a.detail),
                 Err(e) => return Err(e.into()),
             };
             match g.output {

@@ -512,6 +512,7 @@ impl NodeState {
             if listed && !is_exact {
                 let fam = g.name.trim_end_matches(|c: char| c.is_ascii_digit());
                 if !families.iter().any(|f| f == fam) {
+                    excluded.add(Filter::OtherFamily);
                     continue;
                 }
             }
@@ -543,6 +544,11 @@ impl NodeState {
             );
             reason.numa_aligned = numa;
             reason.excluded = excluded.into_sorted();
+            reason.gpus = exact
+                .iter()
+                .map(ToString::to_string)
+                .chain(families.iter().cloned())
+                .collect();
             reason
         };
         let exact_ok = exact_ix.iter().all(|e| cands.iter().any(|c| c.0 == *e));

@@ -1,7 +1,7 @@
 """Type stubs of gpuslice: the document shapes (camelCase keys, as in JSON) and the API."""
 
 import os
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union, overload
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -245,6 +245,7 @@ Reason = TypedDict(
         "request": str,
         "profile": NotRequired[str],
         "gpu": NotRequired[str],
+        "gpus": NotRequired[List[str]],
         "needed": int,
         "free": int,
         "numaAligned": NotRequired[bool],
@@ -257,10 +258,51 @@ class NodeRefusal(TypedDict):
     node: str
     reasons: List[Reason]
 
-class Refusal(TypedDict):
+class RefusalDocument(TypedDict):
     machine: str
     nodesTotal: int
+    target: NotRequired[str]
     nodes: List[NodeRefusal]
+
+class RefusalGroup(TypedDict):
+    """Nodes that refused for the same reasons: how many, the first five in node order, why."""
+
+    nodeCount: int
+    firstNodes: List[str]
+    reasons: List[Reason]
+
+class RefusedNodes(Sequence[NodeRefusal]):
+    """Every refused node with its reasons, in node order; built when first read (``len`` costs
+    nothing)."""
+
+    @overload
+    def __getitem__(self, index: int) -> NodeRefusal: ...
+    @overload
+    def __getitem__(self, index: slice) -> List[NodeRefusal]: ...
+    def __len__(self) -> int: ...
+
+class Refusal:
+    """Why a Machine could not be placed: read as attributes or by key, as the JSON document
+    (``refusal["nodesTotal"]``)."""
+
+    machine: str
+    nodes_total: int
+    nodes_refused: int
+    target: Optional[str]
+    """The one node the Machine was asked to go to, when it was."""
+    message: str
+    groups: List[RefusalGroup]
+    """The grouped summary, most nodes first."""
+    nodes: RefusedNodes
+    def detail(self) -> List[NodeRefusal]:
+        """Every refused node with its reasons, as plain data."""
+    def to_dict(self, detail: bool = False) -> Dict[str, Any]:
+        """``{machine, nodesTotal, nodesRefused, message, groups}``, plus ``nodes`` with
+        ``detail=True``."""
+    def __getitem__(self, key: str) -> Any: ...
+    def __contains__(self, key: str) -> bool: ...
+    def keys(self) -> List[str]: ...
+    def get(self, key: str, default: Any = None) -> Any: ...
 
 # ----------------------------------------------------------------------------------------------
 # Plans (dry runs)
@@ -281,7 +323,7 @@ MigrationPlan = TypedDict(
 class Stay(TypedDict):
     machine: str
     reason: str
-    refusal: NotRequired[Refusal]
+    refusal: NotRequired[RefusalDocument]
 
 class DrainPlan(TypedDict):
     node: str
@@ -299,7 +341,7 @@ class Evacuation(TypedDict):
     node: str
     affected: List[AffectedDevice]
     plan: NotRequired[MigrationPlan]
-    refusal: NotRequired[Refusal]
+    refusal: NotRequired[RefusalDocument]
 
 class EvacuationPlan(TypedDict):
     machines: List[Evacuation]
@@ -363,10 +405,12 @@ class Error(Exception):
 class Unsatisfiable(Error):
     """No node can hold the Machine."""
 
-    reasons: List[NodeRefusal]
-    """Each refused node with its structured reasons."""
+    reasons: RefusedNodes
+    """Each refused node with its structured reasons (a lazy sequence)."""
+    groups: List[RefusalGroup]
+    """The grouped summary: per set of reasons, the node count and the first node names."""
     refusal: Refusal
-    """The whole refusal document."""
+    """The refusal: the summary, and the per-node detail when read."""
 
 class InvalidRequest(Error):
     """The Machine, a name, a policy or another argument is malformed or clashes with the fleet."""
@@ -476,10 +520,18 @@ class Fleet:
     def __init__(self) -> None: ...
     def __repr__(self) -> str: ...
     @classmethod
-    def from_dict(cls, data: FleetInput) -> "Fleet":
-        """A fleet from its document (dict or JSON/YAML text). Raises :class:`ConfigError`."""
+    def from_dict(cls, data: FleetInput, max_document_mib: Optional[int] = None) -> "Fleet":
+        """A fleet from its document (dict or JSON/YAML text, full or compact with ``shapes``);
+        text is read up to ``max_document_mib`` MiB (default ``GPUSLICE_MAX_DOCUMENT_MIB``, else
+        64). Raises :class:`ConfigError`."""
     def add_node(self, topology: TopologyInput) -> None:
         """Adds (or replaces) a node's topology. Raises :class:`ConfigError`."""
+    def add_nodes(self, topology: TopologyInput, names: Sequence[str]) -> None:
+        """Adds (or replaces) one node per name, each with ``topology`` (converted once).
+        Raises :class:`ConfigError` or :class:`InvalidRequest`."""
+    def to_text(self, json: bool = False) -> str:
+        """The fleet as YAML (or JSON) text in the compact form: a topology several nodes share
+        is written once under ``shapes``. ``from_dict`` reads it back."""
     def remove_node(self, name: str) -> NodeTopology:
         """Removes a node and returns its topology. Raises :class:`NotFound`."""
     def place(

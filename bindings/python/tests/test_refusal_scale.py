@@ -1,0 +1,79 @@
+"""Refusals cost what they say; fleets share what is the same (issue 31)."""
+
+import pytest
+
+import gpuslice
+
+T4 = {"name": "vm", "devices": [{"name": "gpu", "profile": "T4-8Q", "count": 99}]}
+
+
+@pytest.fixture
+def topology(host):
+    return gpuslice.discover(str(host.root), node="proto")
+
+
+@pytest.fixture
+def many(topology):
+    fleet = gpuslice.Fleet()
+    fleet.add_nodes(topology, [f"n{i:03}" for i in range(200)])
+    return fleet
+
+
+def test_a_refusal_carries_the_grouped_summary_and_its_documented_fields(many):
+    with pytest.raises(gpuslice.Unsatisfiable) as info:
+        many.place(T4)
+
+    err = info.value
+    [group] = err.groups
+    assert group["nodeCount"] == 200
+    assert group["firstNodes"] == ["n000", "n001", "n002", "n003", "n004"]
+    assert group["reasons"][0]["kind"] == "TopologyUnsatisfiable"
+    assert group["reasons"][0]["needed"] == 99
+    refusal = err.refusal
+    assert isinstance(refusal, gpuslice.Refusal)
+    assert refusal["machine"] == refusal.machine == "vm"
+    assert refusal["nodesTotal"] == refusal.nodes_total == 200
+    assert refusal["nodesRefused"] == refusal.nodes_refused == 200
+    assert refusal["groups"] == refusal.groups == err.groups
+    assert refusal["message"] == str(err)
+    assert set(refusal.keys()) == {"machine", "nodesTotal", "nodesRefused", "message", "groups", "nodes"}
+    assert refusal.get("nope", 7) == 7
+    with pytest.raises(KeyError):
+        refusal["nope"]
+
+
+def test_the_per_node_reasons_are_a_lazy_sequence_equal_to_the_detail(many):
+    with pytest.raises(gpuslice.Unsatisfiable) as info:
+        many.place(T4)
+
+    err = info.value
+    assert len(err.reasons) == 200
+    assert err.reasons[0]["node"] == "n000"
+    assert err.reasons[-1]["node"] == "n199"
+    assert [n["node"] for n in err.reasons[:2]] == ["n000", "n001"]
+    detail = err.refusal.detail()
+    assert isinstance(detail, list)
+    assert err.reasons == detail
+    assert err.refusal["nodes"] == err.reasons
+    assert list(err.reasons) == detail
+    assert err.refusal.to_dict(detail=True)["nodes"] == detail
+    assert "nodes" not in err.refusal.to_dict()
+    with pytest.raises(IndexError):
+        err.reasons[200]
+
+
+def test_many_nodes_of_one_shape_are_written_once(many, topology):
+    text = many.to_text()
+    assert "shapes:" in text
+    assert text.count("mediatedDevices") == 1
+    back = gpuslice.Fleet.from_dict(text)
+    assert back.to_dict() == many.to_dict()
+    assert gpuslice.Fleet.from_dict(many.to_text(json=True)).to_dict() == many.to_dict()
+
+
+def test_the_document_cap_is_a_binding_argument(many):
+    text = many.to_text() + "#" * (2 << 20)
+    with pytest.raises(gpuslice.ConfigError) as info:
+        gpuslice.Fleet.from_dict(text, max_document_mib=1)
+    assert "max-document-mib" in str(info.value)
+    assert gpuslice.Fleet.from_dict(text, max_document_mib=3).to_dict() == many.to_dict()

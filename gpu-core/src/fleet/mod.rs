@@ -1,0 +1,240 @@
+//! A fleet: node topologies plus existing allocations.
+//!
+//! A fleet document may state a host shape once and name it from many nodes: `shapes` maps a
+//! key to a topology without a node name (`gpus`, `mediatedDevices`, `warnings`), and a node
+//! written `{node: NAME, shape: KEY}` has that topology under its own name. A node that differs
+//! from every shape (its health, its instances) is written in full. [`Fleet::to_text`] writes
+//! this compact form: every topology that two or more nodes share becomes a shape. Reading
+//! either form gives the same [`Fleet`]. The document form lives in [`wire`].
+
+mod wire;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::allocation::Allocation;
+use crate::error::CoreError;
+use crate::request::DeviceRequest;
+use crate::topology::{Gpu, MediatedDevices, NodeTopology};
+
+pub use wire::ShortVgpu;
+
+/// The scheduler's input and state, as exchanged between nodes and a scheduler.
+/// JSON/YAML: `{nodes: [NodeTopology...], allocations: [...], templates: {...}}`.
+///
+/// An allocated vGPU may be given in the platform guide's short shape,
+/// `{parent, profile, framebufferMiB, uuid}` (plus an optional `request`, default `gpu`): its
+/// `kind`, `index`, `framework`, `gpu`, `profileName` and `migSlices` are then taken from the
+/// node's topology in the same document ([`ShortVgpu`]). Nodes may name a shared `shapes`
+/// entry (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", try_from = "wire::FleetDoc")]
+pub struct Fleet {
+    /// Node topologies.
+    #[serde(default)]
+    pub nodes: Vec<NodeTopology>,
+    /// Existing allocations.
+    #[serde(default)]
+    pub allocations: Vec<Allocation>,
+    /// Reusable named device requests, referenced by `use:` in a device request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub templates: BTreeMap<String, DeviceRequest>,
+}
+
+impl Fleet {
+    /// Parses a fleet from JSON or YAML.
+    ///
+    /// # Errors
+    /// [`CoreError::Decode`] for malformed text; [`CoreError::InvalidName`] for duplicate nodes.
+    pub fn from_text(text: &str) -> Result<Self, CoreError> {
+        Self::from_text_max(text, crate::limits::MAX_DOCUMENT_BYTES)
+    }
+
+    /// [`Fleet::from_text`] with a document cap of `max_bytes` (raised by the operator).
+    ///
+    /// # Errors
+    /// As [`Fleet::from_text`].
+    pub fn from_text_max(text: &str, max_bytes: usize) -> Result<Self, CoreError> {
+        let f: Fleet = crate::decode_text_max("fleet", text, max_bytes)?;
+        f.validate()?;
+        Ok(f)
+    }
+
+    /// The fleet as text for a file, in the compact form (a topology two or more nodes share is
+    /// written once under `shapes`): pretty JSON (with a final newline) or YAML.
+    ///
+    /// # Errors
+    /// [`CoreError::Decode`] when a value cannot be rendered (not expected for a valid fleet).
+    pub fn to_text(&self, json: bool) -> Result<String, CoreError> {
+        self.render(json, &self.compact()?)
+    }
+
+    /// The fleet as text with every node's topology written in full.
+    ///
+    /// # Errors
+    /// As [`Fleet::to_text`].
+    pub fn to_text_full(&self, json: bool) -> Result<String, CoreError> {
+        self.render(json, self)
+    }
+
+    /// The compact document: shapes named `shape-1`, `shape-2`, ... in order of first use.
+    fn compact(&self) -> Result<CompactFleet<'_>, CoreError> {
+        let fail = |e: serde_json::Error| CoreError::Decode {
+            what: "fleet".to_owned(),
+            message: e.to_string(),
+        };
+        // Nodes are grouped by their topology's rendering without the name: equal text, equal
+        // topology.
+        let mut keys: Vec<String> = Vec::with_capacity(self.nodes.len());
+        let mut uses: HashMap<&str, usize> = HashMap::new();
+        for n in &self.nodes {
+            keys.push(serde_json::to_string(&ShapeRef::of(n)).map_err(fail)?);
+        }
+        for k in &keys {
+            *uses.entry(k.as_str()).or_default() += 1;
+        }
+        let mut names: HashMap<&str, String> = HashMap::new();
+        let mut shapes: BTreeMap<String, ShapeRef<'_>> = BTreeMap::new();
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for (n, k) in self.nodes.iter().zip(&keys) {
+            if uses.get(k.as_str()).copied().unwrap_or(0) < 2 {
+                nodes.push(CompactNode::Full(n));
+                continue;
+            }
+            let next = names.len() + 1;
+            let name = names.entry(k.as_str()).or_insert_with(|| {
+                let name = format!("shape-{next}");
+                shapes.insert(name.clone(), ShapeRef::of(n));
+                name
+            });
+            nodes.push(CompactNode::Shaped {
+                node: &n.node,
+                shape: name.clone(),
+            });
+        }
+        Ok(CompactFleet {
+            shapes,
+            nodes,
+            allocations: &self.allocations,
+            templates: &self.templates,
+        })
+    }
+
+    fn render<T: Serialize>(&self, json: bool, doc: &T) -> Result<String, CoreError> {
+        let rendered = if json {
+            serde_json::to_string_pretty(doc)
+                .map(|t| t + "\n")
+                .map_err(|e| e.to_string())
+        } else {
+            serde_yaml_ng::to_string(doc).map_err(|e| e.to_string())
+        };
+        rendered.map_err(|message| CoreError::Decode {
+            what: "fleet".to_owned(),
+            message,
+        })
+    }
+
+    /// Checks that node and machine names are valid names ([`crate::validate_name`]) and unique.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidName`] naming the duplicate.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        let mut nodes = std::collections::BTreeSet::new();
+        for n in &self.nodes {
+            crate::validate_name(&n.node)?;
+            if !nodes.insert(n.node.as_str()) {
+                return Err(CoreError::InvalidName {
+                    input: n.node.clone(),
+                    why: "node appears twice in the fleet",
+                });
+            }
+        }
+        let mut machines = std::collections::BTreeSet::new();
+        for a in &self.allocations {
+            crate::validate_name(&a.machine)?;
+            crate::validate_name(&a.node)?;
+            if !machines.insert(a.machine.as_str()) {
+                return Err(CoreError::InvalidName {
+                    input: a.machine.clone(),
+                    why: "machine has two allocations",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A host shape: a node topology without its name, as a fleet document's `shapes` gives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HostShape {
+    /// Physical GPUs in address order.
+    #[serde(default)]
+    pub gpus: Vec<Gpu>,
+    /// vGPU parents and pools.
+    #[serde(default)]
+    pub mediated_devices: MediatedDevices,
+    /// Node-level problems met during discovery.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl HostShape {
+    /// The shape of `topology` (its name dropped).
+    pub fn of(topology: &NodeTopology) -> Self {
+        HostShape {
+            gpus: topology.gpus.clone(),
+            mediated_devices: topology.mediated_devices.clone(),
+            warnings: topology.warnings.clone(),
+        }
+    }
+
+    /// The topology of node `node` of this shape.
+    pub fn named(self, node: impl Into<String>) -> NodeTopology {
+        NodeTopology {
+            node: node.into(),
+            gpus: self.gpus,
+            mediated_devices: self.mediated_devices,
+            warnings: self.warnings,
+        }
+    }
+}
+
+/// A shape borrowed from a topology, for writing.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ShapeRef<'a> {
+    gpus: &'a [Gpu],
+    mediated_devices: &'a MediatedDevices,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+}
+
+impl<'a> ShapeRef<'a> {
+    fn of(n: &'a NodeTopology) -> Self {
+        ShapeRef {
+            gpus: &n.gpus,
+            mediated_devices: &n.mediated_devices,
+            warnings: &n.warnings,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum CompactNode<'a> {
+    Full(&'a NodeTopology),
+    Shaped { node: &'a str, shape: String },
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CompactFleet<'a> {
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    shapes: BTreeMap<String, ShapeRef<'a>>,
+    nodes: Vec<CompactNode<'a>>,
+    allocations: &'a [Allocation],
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    templates: &'a BTreeMap<String, DeviceRequest>,
+}

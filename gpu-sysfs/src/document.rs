@@ -1,0 +1,231 @@
+//! The one reader of documents named by an operator: fleet, Machine, claim, layout and policy
+//! files, and standard input.
+//!
+//! A document is read up to a cap and no further: a 1 GiB file is refused after the first byte
+//! past the cap (or, for a regular file, from its size before any read), so refusing it costs
+//! neither the memory nor the time of reading it. The cap is 64 MiB unless the operator raises it
+//! ([`DocumentLimit::from_env`] reads `GPUSLICE_MAX_DOCUMENT_MIB`; the CLI's
+//! `--max-document-mib` and the bindings' `max_document_mib` arguments give it directly). A named
+//! file is opened without blocking and refused unless it is a regular file: a FIFO would block,
+//! a device or socket is no document. Standard input is read as a stream, with the same cap.
+//!
+//! Text is checked for nesting by the decoder's caller ([`gpu_core::limits::check_document_max`]).
+
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// The environment variable that raises (or lowers) the document cap, in MiB.
+pub const MAX_DOCUMENT_ENV: &str = "GPUSLICE_MAX_DOCUMENT_MIB";
+
+/// How large a document may be, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DocumentLimit {
+    bytes: usize,
+}
+
+impl Default for DocumentLimit {
+    /// [`gpu_core::limits::MAX_DOCUMENT_BYTES`] (64 MiB).
+    fn default() -> Self {
+        DocumentLimit {
+            bytes: gpu_core::limits::MAX_DOCUMENT_BYTES,
+        }
+    }
+}
+
+impl DocumentLimit {
+    /// A cap of `mib` MiB (at least 1 MiB).
+    pub fn from_mib(mib: u64) -> Self {
+        let bytes = usize::try_from(mib.max(1).saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+        DocumentLimit { bytes }
+    }
+
+    /// `mib` when given (a flag, a binding argument), else [`MAX_DOCUMENT_ENV`] when set, else
+    /// the default.
+    ///
+    /// # Errors
+    /// An `InvalidInput` error naming the variable when it is set but not a whole number of MiB
+    /// from 1 up.
+    pub fn from_env_or(mib: Option<u64>) -> io::Result<Self> {
+        match mib {
+            Some(m) => Ok(Self::from_mib(m)),
+            None => Self::from_env(),
+        }
+    }
+
+    /// [`MAX_DOCUMENT_ENV`] when set, else the default.
+    ///
+    /// # Errors
+    /// As [`DocumentLimit::from_env_or`].
+    pub fn from_env() -> io::Result<Self> {
+        match std::env::var(MAX_DOCUMENT_ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(Self::default()),
+            Err(std::env::VarError::NotUnicode(v)) => Err(bad_env(&v.to_string_lossy())),
+            Ok(v) => match v.trim().parse::<u64>() {
+                Ok(m) if m >= 1 => Ok(Self::from_mib(m)),
+                _ => Err(bad_env(&v)),
+            },
+        }
+    }
+
+    /// The cap in bytes.
+    pub fn bytes(self) -> usize {
+        self.bytes
+    }
+
+    fn too_large(self, what: &str, size: Option<u64>) -> io::Error {
+        let mib = self.bytes >> 20;
+        let size = match size {
+            Some(s) => format!("is {s} bytes"),
+            None => format!("is larger than {} bytes", self.bytes),
+        };
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{what} {size}; at most {mib} MiB are read (raise the cap with \
+                 --max-document-mib or {MAX_DOCUMENT_ENV})"
+            ),
+        )
+    }
+}
+
+fn bad_env(v: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{MAX_DOCUMENT_ENV}={v:?}: give a whole number of MiB, at least 1"),
+    )
+}
+
+/// Reads the document at `path` as UTF-8 text, at most `limit` bytes; `-` reads standard input.
+/// `what` names the document in errors (`fleet`, `layout`).
+///
+/// # Errors
+/// The open or read error; `InvalidData` for a file that is not a regular file (a FIFO, socket,
+/// device or directory), for a document over the cap (saying how to raise it) and for text that
+/// is not UTF-8.
+pub fn read_document(path: &Path, what: &str, limit: DocumentLimit) -> io::Result<String> {
+    if path.as_os_str() == "-" {
+        return read_stream(io::stdin().lock(), what, limit);
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits() | nix::fcntl::OFlag::O_NOCTTY.bits())
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} is {}, not a regular file; not read (give `-` to read standard input)",
+                path.display(),
+                file_kind(&meta.file_type())
+            ),
+        ));
+    }
+    if usize::try_from(meta.len()).map_or(true, |n| n > limit.bytes) {
+        return Err(limit.too_large(what, Some(meta.len())));
+    }
+    read_stream(file, what, limit)
+}
+
+/// Reads `from` as UTF-8 text up to `limit` bytes; one byte more is refused without reading
+/// further.
+///
+/// # Errors
+/// The read error; `InvalidData` past the cap or for text that is not UTF-8.
+pub fn read_stream(from: impl Read, what: &str, limit: DocumentLimit) -> io::Result<String> {
+    let mut buf = Vec::new();
+    let cap = u64::try_from(limit.bytes).unwrap_or(u64::MAX);
+    from.take(cap.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() > limit.bytes {
+        return Err(limit.too_large(what, None));
+    }
+    String::from_utf8(buf).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{what} is not UTF-8 text (byte {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
+}
+
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device node"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_over_the_default_cap_is_refused_from_its_size_saying_how_to_raise_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("fleet.json");
+        // Sparse: 1 GiB long, nothing read.
+        let f = std::fs::File::create(&p).unwrap();
+        f.set_len(1 << 30).unwrap();
+        let e = read_document(&p, "fleet", DocumentLimit::default()).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("fleet is 1073741824 bytes"), "{msg}");
+        assert!(msg.contains("at most 64 MiB"), "{msg}");
+        assert!(msg.contains("--max-document-mib"), "{msg}");
+        assert!(msg.contains(MAX_DOCUMENT_ENV), "{msg}");
+    }
+
+    #[test]
+    fn a_raised_cap_reads_what_the_default_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.yaml");
+        std::fs::write(&p, vec![b'#'; 2 << 20]).unwrap();
+        assert!(read_document(&p, "layout", DocumentLimit::from_mib(1)).is_err());
+        let text = read_document(&p, "layout", DocumentLimit::from_mib(2)).unwrap();
+        assert_eq!(text.len(), 2 << 20);
+    }
+
+    #[test]
+    fn a_stream_stops_one_byte_past_the_cap() {
+        struct Endless(usize);
+        impl Read for Endless {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                buf.fill(b' ');
+                self.0 += buf.len();
+                Ok(buf.len())
+            }
+        }
+        let mut src = Endless(0);
+        let e = read_stream(&mut src, "fleet", DocumentLimit::from_mib(1)).unwrap_err();
+        assert!(e.to_string().contains("larger than 1048576 bytes"), "{e}");
+        assert!(src.0 <= (1 << 20) + 64 * 1024, "read {} bytes", src.0);
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("layout.yaml");
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = read_document(&p, "layout", DocumentLimit::default()).unwrap_err();
+        assert!(e.to_string().contains("is a FIFO"), "{e}");
+    }
+
+    #[test]
+    fn the_environment_raises_the_cap_and_a_bad_value_is_named() {
+        assert_eq!(
+            DocumentLimit::from_env_or(Some(300)).unwrap().bytes(),
+            300 << 20
+        );
+        assert!(bad_env("x").to_string().contains(MAX_DOCUMENT_ENV));
+    }
+}
