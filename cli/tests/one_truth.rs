@@ -72,3 +72,83 @@ fn names_gpuslice_remembered_name_the_types_in_topology_vgpu_list_and_export_kub
     );
     assert!(!String::from_utf8_lossy(&out.stderr).contains("no VF has a vGPU type set"));
 }
+
+fn example_fleet() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet/fleet.yaml")
+}
+
+#[test]
+fn gpu_list_of_a_fleet_shows_a_gpu_an_allocation_holds_as_in_use_by_that_machine() {
+    let fleet = example_fleet();
+    let fleet = fleet.to_str().unwrap();
+    // train-1 holds nvidia3 of gpu-h100 whole (created).
+    let table = ok(&["--node", "gpu-h100", "gpu", "list", "--inventory", fleet]);
+    let row = table.lines().find(|l| l.contains("nvidia3")).unwrap();
+    assert!(row.contains("in-use") && row.contains("train-1"), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&ok(&[
+        "--node",
+        "gpu-h100",
+        "-o",
+        "json",
+        "gpu",
+        "list",
+        "--inventory",
+        fleet,
+    ]))
+    .unwrap();
+    let gpus = json.as_array().unwrap();
+    let held = gpus.iter().find(|g| g["name"] == "nvidia3").unwrap();
+    assert_eq!(held["state"], "in-use");
+    assert_eq!(held["allocatedTo"], serde_json::json!(["train-1"]));
+    let free = gpus.iter().find(|g| g["name"] == "nvidia0").unwrap();
+    assert_eq!(free["state"], "free");
+    assert_eq!(free["allocatedTo"], serde_json::json!([]));
+}
+
+#[test]
+fn topology_shows_a_fleet_node_with_the_machine_holding_each_instance() {
+    let t = l40s_applied_without_nvml();
+    let root = t.root().to_str().unwrap();
+    let node: serde_json::Value = serde_json::from_str(&ok(&[
+        "--root", root, "--node", "l40s-1", "-o", "json", "topology",
+    ]))
+    .unwrap();
+    let fleet = serde_json::json!({
+        "nodes": [node],
+        "allocations": [{
+            "machine": "vm-a",
+            "node": "l40s-1",
+            "status": "created",
+            "devices": [{
+                "parent": "0000:26:00.4",
+                "profile": "1155",
+                "uuid": "6a1f3c52-1b8e-4f8e-9a3d-2f1c0b9d7e41"
+            }]
+        }]
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.json");
+    std::fs::write(&path, fleet.to_string()).unwrap();
+    let path = path.to_str().unwrap();
+
+    let table = ok(&["--node", "l40s-1", "topology", "--inventory", path]);
+    let held = table
+        .lines()
+        .find(|l| l.contains("0000:26:00.4  NVIDIA"))
+        .unwrap();
+    assert!(held.trim_end().ends_with("Machine vm-a"), "{table}");
+    let other = table
+        .lines()
+        .find(|l| l.contains("0000:26:00.5  NVIDIA"))
+        .unwrap();
+    assert!(other.trim_end().ends_with('-'), "{table}");
+    assert!(table.contains("GPU memory: 49152 MiB allocated"), "{table}");
+
+    let out = run(&["topology", "--inventory", path]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--node NAME (nodes: l40s-1)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
