@@ -152,3 +152,22 @@ fn topology_shows_a_fleet_node_with_the_machine_holding_each_instance() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn export_cloud_init_with_json_output_prints_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("client_configuration_token.tok");
+    std::fs::write(&f, "eyJhbGciOiJSUzI1NiJ9.token.signature\n").unwrap();
+    let out = ok(&[
+        "-o",
+        "json",
+        "export",
+        "cloud-init",
+        "--license-token",
+        f.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let files = v["write_files"].as_array().unwrap();
+    assert_eq!(files.len(), 2);
+    assert_eq!(files[1]["path"], "/etc/nvidia/gridd.conf");
+}
