@@ -76,3 +76,76 @@ fn clearing_a_gpu_without_a_vgpu_interface_plans_nothing() {
     let plan = gpu_core::layout::plan_layout(config, &gpu_without_vgpus(), &opts).unwrap();
     assert!(plan.steps.is_empty());
 }
+
+/// A full H200 (PF 0000:19:00.0): VF 0000:19:00.4 holds the whole card as H200X-141C (1428),
+/// VF 0000:19:00.5 is free, and neither lists a type (the card is full).
+fn full_h200() -> NodeTopology {
+    use gpu_core::{Instance, Parent, ParentId, Pool, VgpuFramework, VgpuTypeId};
+    let pf: gpu_core::PciAddress = "0000:19:00.0".parse().unwrap();
+    let mut t = NodeTopology::new("h200");
+    let mut g = gpu_core::Gpu::new("nvidia0", pf, 0x10de, 0x2335, 0x030200);
+    g.driver = Some("nvidia".into());
+    g.vgpu_framework = Some(VgpuFramework::VendorVfio);
+    t.gpus.push(g);
+    for (vf, held) in [("0000:19:00.4", true), ("0000:19:00.5", false)] {
+        let vf: gpu_core::PciAddress = vf.parse().unwrap();
+        t.mediated_devices.parents.push(Parent {
+            id: ParentId::Pci(vf),
+            gpu: Some(pf),
+            framework: VgpuFramework::VendorVfio,
+            health: Default::default(),
+            profiles: vec![],
+            instances: if held {
+                vec![Instance {
+                    uuid: None,
+                    address: Some(vf),
+                    profile: VgpuTypeId::from_str_unchecked("1428"),
+                    profile_name: Some("NVIDIA H200X-141C".into()),
+                    framebuffer_mib: Some(141 * 1024),
+                    in_use: Some(false),
+                }]
+            } else {
+                vec![]
+            },
+            warnings: vec![],
+        });
+    }
+    t.mediated_devices.pools.push(Pool {
+        gpu: ParentId::Pci(pf),
+        parents: vec![],
+        total_mib: 141 * 1024,
+        used_mib: 141 * 1024,
+        size_locked_mib: Some(141 * 1024),
+        mixed_size: false,
+        mig_slices_total: None,
+        mig_slices_used: None,
+        mig_slots: None,
+    });
+    t
+}
+
+fn pin(ty: &str) -> String {
+    format!("version: v1\nvgpu-configs:\n  c:\n    \"0000:19:00.4\": {ty}\n")
+}
+
+#[test]
+fn a_pin_by_type_id_gets_the_same_plan_as_the_pin_by_its_name() {
+    let names: gpu_core::layout::TypeNames = [(1418u32, "NVIDIA H200X-2-35C".to_owned())]
+        .into_iter()
+        .collect();
+    let plan = |text: &str| {
+        let file = gpu_core::layout::LayoutFile::parse(text).unwrap();
+        let config = file.select(Some("c")).unwrap();
+        gpu_core::layout::plan_layout_named(config, &full_h200(), &Default::default(), &names)
+    };
+    let by_name = plan(&pin("H200X-2-35C")).unwrap();
+    let by_id = plan(&pin("1418")).unwrap();
+    assert_eq!(by_id.steps, by_name.steps);
+    assert!(!by_id.steps.is_empty());
+}
+
+#[test]
+fn a_pin_by_an_id_nothing_names_is_refused_saying_to_pin_it_by_name() {
+    let e = plan_vgpu_config(&pin("1418"), "c", &full_h200()).unwrap_err();
+    assert!(e.to_string().contains("pin it by name"), "{e}");
+}

@@ -380,15 +380,40 @@ impl<'a> View<'a> {
                         profile: self.profile_of(i),
                     })
                 })
-                .ok_or_else(|| LayoutError::UnknownType {
-                    gpu: self.label.clone(),
-                    name: id.clone(),
-                    offered: self
+                .map(Ok)
+                .or_else(|| {
+                    // An ID another source names (NVML, the remembered names) is the request
+                    // its name is: resolved, checked and placed as that name, with its ID.
+                    let k = self.named_elsewhere.iter().find(|k| k.id.as_str() == id)?;
+                    Some(self.resolve(&k.name, 1).map(|mut r| {
+                        r.requested = id.clone();
+                        r.id = Some(k.id.clone());
+                        r
+                    }))
+                })
+                .unwrap_or_else(|| {
+                    let offered = self
                         .known
                         .iter()
                         .map(|k| format!("{} = {}", k.id, strip_prefix(&k.name)))
                         .collect::<Vec<_>>()
-                        .join(", "),
+                        .join(", ");
+                    // A full GPU lists nothing: the ID may exist, but nothing says its board
+                    // or size, so it is refused with what would name it.
+                    let full = self.framework() == Some(VgpuFramework::VendorVfio)
+                        && self.parents.iter().all(|p| p.profiles.is_empty());
+                    let why = "no VF lists more types and no source (NVML, the names gpuslice \
+                               remembered) names this ID, so its board and size cannot be known; \
+                               pin it by name";
+                    Err(LayoutError::UnknownType {
+                        gpu: self.label.clone(),
+                        name: id.clone(),
+                        offered: match (full, offered.is_empty()) {
+                            (false, _) => offered,
+                            (true, true) => why.to_owned(),
+                            (true, false) => format!("{offered} held; {why}"),
+                        },
+                    })
                 }),
         }
     }
