@@ -309,3 +309,20 @@ fn existing_mig_instances_of_unknown_slot_are_planned_where_they_block_the_most(
     );
     assert!(msg.contains("block the most"), "{msg}");
 }
+
+#[test]
+fn a_mig_name_that_is_no_type_of_the_board_is_refused_before_anything_is_cleared() {
+    // A partly used H200 (a 1g held, the lists offering what still fits): H200X-3-40C names a
+    // 3-slice instance of 40 GB, which the H200 does not have (its 3g holds 71 GB).
+    let e = plan_vgpu_config(
+        &layout("H200X-3-40C: 1"),
+        "c",
+        &h200_mig(&[1414], true, true),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("\"H200X-3-40C\" is not a type of the H200") && msg.contains("3g.71gb"),
+        "{msg}"
+    );
+}

@@ -280,6 +280,23 @@ impl<'a> View<'a> {
             .and_then(|g| MigGeometry::for_device(g.device_id.0))
             .or_else(|| MigGeometry::for_vgpu_board(&parsed.board));
         if let (Some(slices), Some(g)) = (parsed.mig_slices, geometry) {
+            // A name whose memory is not that of the product's instance of its slice count
+            // (`H200X-3-40C`: the H200's 3-slice instance holds 71 GB) is no type of this
+            // board; refused before anything is cleared to make room for it.
+            let gb = parsed.framebuffer_mib() / 1024;
+            if let Some(p) = g
+                .profile_for(slices, parsed.framebuffer_mib())
+                .filter(|p| u64::from(p.memory_gb).abs_diff(gb) * 8 > u64::from(p.memory_gb))
+            {
+                return Err(LayoutError::Conflict {
+                    gpu: self.label.clone(),
+                    why: format!(
+                        "vGPU type {requested:?} is not a type of the {}: its {slices}-slice GPU \
+                         instance is {} ({} GB), not {gb} GB; nothing was changed",
+                        g.product, p.name, p.memory_gb
+                    ),
+                });
+            }
             if g.profile_for(slices, parsed.framebuffer_mib()).is_none() {
                 let profiles: Vec<&str> = g.profiles.iter().map(|p| p.name).collect();
                 return Err(LayoutError::Conflict {
