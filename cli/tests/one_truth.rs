@@ -171,3 +171,60 @@ fn export_cloud_init_with_json_output_prints_json() {
     assert_eq!(files.len(), 2);
     assert_eq!(files[1]["path"], "/etc/nvidia/gridd.conf");
 }
+
+#[test]
+fn a_vf_whose_type_cannot_be_read_is_skipped_and_the_plan_uses_the_others() {
+    let t = l40s_root(false);
+    // A directory where the file should be reads as an error (EISDIR), like an unreadable file.
+    let cur = t
+        .root()
+        .join("sys/bus/pci/devices/0000:26:00.4/nvidia/current_vgpu_type");
+    let real = std::fs::canonicalize(&cur).unwrap();
+    std::fs::remove_file(&real).unwrap();
+    std::fs::create_dir(&real).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("l.yaml");
+    std::fs::write(
+        &layout,
+        "version: v1\nvgpu-configs:\n  two:\n    \"0000:26:00.0\": {L40S-24Q: 2}\n",
+    )
+    .unwrap();
+    let root = t.root().to_str().unwrap();
+    let out = run(&[
+        "--root",
+        root,
+        "--node",
+        "l40s-1",
+        "-o",
+        "json",
+        "vgpu",
+        "apply",
+        "-f",
+        layout.to_str().unwrap(),
+        "-c",
+        "two",
+        "--dry-run",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let parents: Vec<String> = report["plan"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["op"] == "create")
+        .map(|s| s["instance"]["parent"].as_str().unwrap_or("?").to_owned())
+        .collect();
+    assert_eq!(parents, ["0000:26:00.5", "0000:26:00.6"], "{report}");
+    let topo = run(&["--root", root, "--node", "l40s-1", "topology"]);
+    assert!(
+        String::from_utf8_lossy(&topo.stderr)
+            .contains("VF 0000:26:00.4 of GPU 0000:26:00.0: skipped"),
+        "{}",
+        String::from_utf8_lossy(&topo.stderr)
+    );
+}
