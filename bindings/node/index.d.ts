@@ -242,6 +242,8 @@ export interface DegradedDevice {
 /** What `place` returns: the allocation, and the devices on Degraded GPUs when any. */
 export interface Placement extends Allocation {
   degraded?: DegradedDevice[]
+  /** True when the Machine was placed already, unchanged: its existing placement, nothing charged. */
+  alreadyPlaced?: boolean
 }
 
 /** The scheduler's state as data: what `Fleet#toJSON` writes and `Fleet.fromJSON` reads. */
@@ -702,7 +704,8 @@ export declare class Fleet {
    * `dryRun: true`, returns where it would go and records nothing.
    *
    * Throws `UNSATISFIABLE` (with `reasons`) when no node can hold it, `INVALID_REQUEST` when
-   * the Machine is malformed, already placed, or the policy is unknown.
+   * the Machine is malformed, already placed with other requests, or the policy is unknown.
+   * A Machine placed already, unchanged, gets its placement back with `alreadyPlaced: true`.
    */
   place(machine: Machine | string, options?: PlaceOptions): Placement
   /**

@@ -248,10 +248,111 @@ fn place_save_records_the_allocation_in_the_fleet_file() {
     assert!(place("desktop.yaml").status.success());
     let saved = gpu_core::Fleet::from_text(&std::fs::read_to_string(&fleet).unwrap()).unwrap();
     assert!(saved.allocations.iter().any(|a| a.machine == "desktop-1"));
-    // The same Machine again is rejected: it is placed already.
+    // The same Machine again, unchanged (an orchestrator retrying): its placement, exit 0,
+    // and the file is not written again.
+    let saved_text = std::fs::read(&fleet).unwrap();
     let again = place("desktop.yaml");
-    assert_eq!(again.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already placed"));
+    assert_eq!(again.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        stdout.contains("Machine desktop-1 is already placed on node"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read(&fleet).unwrap(), saved_text);
+}
+
+#[test]
+fn place_save_keeps_the_fleets_node_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("fleet.yaml");
+    std::fs::copy(golden_dir().join("fleet.yaml"), &fleet).unwrap();
+    let order = |text: &str| -> Vec<String> {
+        gpu_core::Fleet::from_text(text)
+            .unwrap()
+            .nodes
+            .into_iter()
+            .map(|n| n.node)
+            .collect()
+    };
+    let before = order(&std::fs::read_to_string(&fleet).unwrap());
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .args(["place", "--save", "--inventory"])
+        .arg(&fleet)
+        .arg("--machine")
+        .arg(golden_dir().join("desktop.yaml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(order(&std::fs::read_to_string(&fleet).unwrap()), before);
+    let mut by_name = before.clone();
+    by_name.sort();
+    assert_ne!(by_name, before, "the golden fleet is not in name order");
+}
+
+#[test]
+fn place_without_save_says_would_and_a_dry_run_says_so_in_every_format() {
+    let (_, text) = run(&[
+        "place",
+        "--inventory",
+        "fleet.yaml",
+        "--machine",
+        "desktop.yaml",
+    ]);
+    assert!(text.contains("would be placed on node"), "{text}");
+    assert!(text.contains("pass --save to record it"), "{text}");
+    for (format, marker) in [("json", "\"dryRun\": true"), ("yaml", "dryRun: true")] {
+        let (code, text) = run(&[
+            "place",
+            "--dry-run",
+            "--inventory",
+            "fleet.yaml",
+            "--machine",
+            "desktop.yaml",
+            "-o",
+            format,
+        ]);
+        assert_eq!(code, 0);
+        assert!(text.contains(marker), "{format}: {text}");
+    }
+    let (_, text) = run(&[
+        "place",
+        "--inventory",
+        "fleet.yaml",
+        "--machine",
+        "desktop.yaml",
+        "-o",
+        "json",
+    ]);
+    assert!(text.contains("\"saved\": false"), "{text}");
+}
+
+#[test]
+fn place_node_means_the_target_node_and_two_different_nodes_are_refused() {
+    let (code, text) = run(&[
+        "--node",
+        "gpu-mbochs",
+        "place",
+        "--inventory",
+        "fleet.yaml",
+        "--machine",
+        "desktop.yaml",
+    ]);
+    // Without the target the desktop goes to gpu-a2 (exit 0); on gpu-mbochs it is refused.
+    assert_eq!(code, 3, "{text}");
+    assert!(text.contains("ProfileNotOffered"), "{text}");
+    let (code, text) = run(&[
+        "--node",
+        "gpu-a2",
+        "place",
+        "--target-node",
+        "gpu-mbochs",
+        "--inventory",
+        "fleet.yaml",
+        "--machine",
+        "desktop.yaml",
+    ]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("name different nodes"), "{text}");
 }
 
 #[test]

@@ -77,6 +77,13 @@ impl VgpuTypeName {
             input: name.to_owned(),
             why,
         };
+        // A padded name is a typo in a file or on a command line (`" A100-5C"`): refused, so
+        // that what a user wrote and what gpuslice matched are the same text.
+        if name.trim() != name {
+            return Err(bad(
+                "leading or trailing whitespace; write the name without it",
+            ));
+        }
         let t = strip_prefix(name);
         let (head, last) = t
             .rsplit_once('-')

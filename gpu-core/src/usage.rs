@@ -1,13 +1,72 @@
 //! GPU memory of a node and what of it is allocated: the one computation behind `topology`'s
-//! "GPU memory" line, the `gpuslice_gpu_vram_mib` metric and the bindings.
+//! "GPU memory" line, the `gpuslice_gpu_vram_mib` metric and the bindings; and which Machine's
+//! allocation holds each GPU and each instance ([`allocated_gpu`], [`allocated_instance`]), the
+//! one answer behind `gpu list --inventory`, `topology --inventory` and the memory figures.
 //!
 //! The solver (`gpu_sched::vram_usage` re-exports this) and every renderer count with the same
 //! rules, so the figures a user sees are the ones placement works with.
 
+use crate::address::PciAddress;
 use crate::allocation::{AllocatedDevice, Allocation, AllocationStatus};
 use crate::ids::{ParentId, VgpuTypeId};
 use crate::nvidia::VgpuTypeName;
-use crate::topology::{GpuState, NodeTopology, Parent, VgpuFramework};
+use crate::topology::{GpuState, Instance, NodeTopology, Parent, VgpuFramework};
+
+/// Whether allocated device `d` is instance `i` of parent `p`: the same mdev UUID, or, on a
+/// vendor-VFIO VF (whose one instance is the VF itself), a vGPU of that type on that VF.
+pub fn is_instance(d: &AllocatedDevice, p: &Parent, i: &Instance) -> bool {
+    let AllocatedDevice::Vgpu {
+        parent,
+        profile,
+        uuid,
+        framework,
+        ..
+    } = d
+    else {
+        return false;
+    };
+    *parent == p.id
+        && (i.uuid == Some(*uuid)
+            || (*framework == VgpuFramework::VendorVfio && i.profile == *profile))
+}
+
+/// The allocations among `allocations` (those on `node`) that hold GPU `gpu`, each with whether
+/// it holds the GPU whole: a whole-GPU device at its address, or a vGPU on it.
+pub fn allocated_gpu<'a>(
+    node: &NodeTopology,
+    allocations: &'a [Allocation],
+    gpu: &PciAddress,
+) -> Vec<(&'a Allocation, bool)> {
+    allocations
+        .iter()
+        .filter(|a| a.node == node.node)
+        .filter_map(|a| {
+            let whole = a
+                .devices
+                .iter()
+                .any(|d| matches!(d, AllocatedDevice::Gpu { address, .. } if *address == *gpu));
+            let vgpu = a
+                .devices
+                .iter()
+                .any(|d| matches!(d, AllocatedDevice::Vgpu { gpu: Some(g), .. } if *g == *gpu));
+            (whole || vgpu).then_some((a, whole))
+        })
+        .collect()
+}
+
+/// The allocation among `allocations` (those on `node`) that holds instance `i` of parent `p`
+/// ([`is_instance`]), if any.
+pub fn allocated_instance<'a>(
+    node: &NodeTopology,
+    allocations: &'a [Allocation],
+    p: &Parent,
+    i: &Instance,
+) -> Option<&'a Allocation> {
+    allocations
+        .iter()
+        .filter(|a| a.node == node.node)
+        .find(|a| a.devices.iter().any(|d| is_instance(d, p, i)))
+}
 
 /// Memory of one node's GPUs and what of it is allocated, in MiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,11 +106,9 @@ pub fn vram_usage(node: &NodeTopology, allocations: &[Allocation]) -> VramUsage 
         let pool = node.pool(&ParentId::Pci(gpu.address));
         let memory = gpu.memory_mib.or(pool.map(|p| p.total_mib)).unwrap_or(0);
         usage.total_mib = usage.total_mib.saturating_add(memory);
-        let held = on_node.iter().any(|a| {
-            a.devices.iter().any(
-                |d| matches!(d, AllocatedDevice::Gpu { address, .. } if *address == gpu.address),
-            )
-        });
+        let held = allocated_gpu(node, allocations, &gpu.address)
+            .iter()
+            .any(|(_, whole)| *whole);
         let parents: Vec<&Parent> = node
             .mediated_devices
             .parents
@@ -82,8 +139,6 @@ pub fn vram_usage(node: &NodeTopology, allocations: &[Allocation]) -> VramUsage 
                     profile,
                     profile_name,
                     framebuffer_mib,
-                    uuid,
-                    framework,
                     ..
                 } = d
                 else {
@@ -92,10 +147,7 @@ pub fn vram_usage(node: &NodeTopology, allocations: &[Allocation]) -> VramUsage 
                 let Some(p) = parents.iter().find(|p| p.id == *parent) else {
                     continue;
                 };
-                let reflected = p.instances.iter().any(|i| {
-                    i.uuid == Some(*uuid)
-                        || (*framework == VgpuFramework::VendorVfio && i.profile == *profile)
-                });
+                let reflected = p.instances.iter().any(|i| is_instance(d, p, i));
                 if !reflected {
                     used = used.saturating_add(instance_mib(
                         p,

@@ -42,6 +42,13 @@ impl Catalog {
         c
     }
 
+    /// The class of a profile as an allocation records it (type ID and name), if the fleet has it.
+    pub(crate) fn class_of(&self, id: &str, name: &str) -> Option<ClassId> {
+        self.by_pair
+            .get(&(id.to_ascii_lowercase(), norm_name(name)))
+            .copied()
+    }
+
     /// The classes a request's `profile` text names: by ID or name, ignoring case and the
     /// `NVIDIA `/`GRID ` prefix; a MIG attribute suffix is dropped only when the exact name is
     /// unknown in the whole fleet.

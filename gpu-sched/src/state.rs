@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use gpu_core::{
-    Allocation, AllocationStatus, DeviceRequest, Fleet, HealthState, Machine, NodeTopology,
+    AllocatedDevice, Allocation, AllocationStatus, DeviceRequest, Fleet, HealthState, Machine,
+    NodeTopology,
 };
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +40,10 @@ pub struct Placement {
     /// Devices placed on Degraded GPUs (used only when nothing healthier fitted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub degraded: Vec<DegradedDevice>,
+    /// True when the Machine was placed already, unchanged, and this is that placement (nothing
+    /// new was charged): what an orchestrator retrying after a timeout gets back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub already_placed: bool,
 }
 
 /// One placed Machine: its allocation, its node's slot, what it charges there, and the devices it
@@ -96,9 +101,9 @@ impl FleetState {
             templates: fleet.templates,
             ..FleetState::default()
         };
-        let mut nodes = fleet.nodes;
-        nodes.sort_by(|a, b| a.node.cmp(&b.node));
-        for topo in nodes {
+        // The fleet's own node order is kept: it is what `firstfit` (and every tie) goes by,
+        // and what `to_fleet` writes back.
+        for topo in fleet.nodes {
             gpu_core::validate_name(&topo.node)
                 .map_err(|e| SchedError::InvalidFleet { why: e.to_string() })?;
             let i = s.slots.len();
@@ -319,12 +324,14 @@ impl FleetState {
     }
 
     /// Places a Machine and records its allocation as `pending`. A Machine with a `targetNode`
-    /// goes on that node or is refused with that node's reasons.
+    /// goes on that node or is refused with that node's reasons. A Machine placed already whose
+    /// allocation still answers it (unchanged) gets that placement back, marked
+    /// [`Placement::already_placed`], and nothing is charged again.
     ///
     /// # Errors
     /// [`SchedError::InvalidRequest`] for a malformed Machine, an unknown template or a Machine
-    /// already placed (changing a placed Machine's devices is not supported: release it, or plan
-    /// a migration); [`SchedError::UnknownNode`] for a `targetNode` not in the fleet;
+    /// already placed whose requests changed (changing a placed Machine's devices is not
+    /// supported: release it, or plan a migration); [`SchedError::UnknownNode`] for a `targetNode` not in the fleet;
     /// [`SchedError::Unsatisfiable`] when no node can hold it.
     pub fn place(&mut self, machine: &Machine, policy: Policy) -> Result<Allocation, SchedError> {
         self.place_detailed(machine, policy).map(|p| p.allocation)
@@ -339,6 +346,9 @@ impl FleetState {
         machine: &Machine,
         policy: Policy,
     ) -> Result<Placement, SchedError> {
+        if let Some(p) = self.existing_placement(machine)? {
+            return Ok(p);
+        }
         let (slot, picks, resolved) = self.solve(machine, policy)?;
         let placement = self.build(slot, &resolved, &picks);
         let charges = match self.slots[slot].as_ref() {
@@ -386,8 +396,60 @@ impl FleetState {
         machine: &Machine,
         policy: Policy,
     ) -> Result<Placement, SchedError> {
+        if let Some(p) = self.existing_placement(machine)? {
+            return Ok(p);
+        }
         let (slot, picks, resolved) = self.solve(machine, policy)?;
         Ok(self.build(slot, &resolved, &picks))
+    }
+
+    /// The placement `machine` already has, when a Machine of its name is placed and its
+    /// allocation still answers every request (same requests and counts, each device of the
+    /// profile or GPU asked for, on the `targetNode` when one is given). Placing is then
+    /// idempotent: nothing is charged again. A placed Machine whose requests changed is `None`
+    /// here and refused by the solver.
+    ///
+    /// # Errors
+    /// [`SchedError::InvalidRequest`] for a malformed Machine or an unknown template.
+    fn existing_placement(&self, machine: &Machine) -> Result<Option<Placement>, SchedError> {
+        let Some(rec) = self.records.get(&machine.name) else {
+            return Ok(None);
+        };
+        let resolved = resolve(machine, &self.templates, &self.catalog)?;
+        if resolved
+            .target
+            .as_ref()
+            .is_some_and(|t| *t != rec.alloc.node)
+            || !rec.missing.is_empty()
+        {
+            return Ok(None);
+        }
+        let Some(node) = rec
+            .slot
+            .and_then(|i| self.slots.get(i))
+            .and_then(|n| n.as_ref())
+        else {
+            return Ok(None);
+        };
+        let wanted = resolved
+            .reqs
+            .iter()
+            .fold(0usize, |a, r| a.saturating_add(r.wanted as usize));
+        let answers = rec.alloc.devices.len() == wanted
+            && resolved.reqs.iter().all(|r| {
+                let devices: Vec<&AllocatedDevice> = rec
+                    .alloc
+                    .devices
+                    .iter()
+                    .filter(|d| d.request() == r.name)
+                    .collect();
+                node.fulfils(r, &devices, &self.catalog)
+            });
+        Ok(answers.then(|| Placement {
+            allocation: rec.alloc.clone(),
+            degraded: Vec::new(),
+            already_placed: true,
+        }))
     }
 
     fn solve(
@@ -431,6 +493,7 @@ impl FleetState {
                     devices: Vec::new(),
                 },
                 degraded: Vec::new(),
+                already_placed: false,
             };
         };
         let devices = n.devices_of(&m.name, m, picks);
@@ -462,6 +525,7 @@ impl FleetState {
                 devices,
             },
             degraded,
+            already_placed: false,
         }
     }
 

@@ -107,7 +107,7 @@ fn a_refusal_keeps_nodes_that_say_the_same_together_and_lists_them_in_node_order
     let r = e.refusal().unwrap();
     assert_eq!((r.nodes_total, r.refused_count()), (8, 8));
     let names: Vec<String> = r.nodes().into_iter().map(|n| n.node).collect();
-    assert_eq!(names, ["m0", "m1", "w0", "w1", "w2", "w3", "w4", "w5"]);
+    assert_eq!(names, ["w0", "w1", "w2", "w3", "w4", "w5", "m0", "m1"]);
     let free = |n: &str| r.reasons_of(n).map(|rs| rs[0].free);
     assert_eq!((free("m0"), free("m1")), (Some(2), Some(3)));
     assert_eq!(
@@ -739,7 +739,7 @@ fn try_place_changes_nothing_and_is_deterministic() {
         .try_place(&vgpu("m", "A2-2Q", 3), Policy::Binpack)
         .unwrap();
     assert_eq!(one, two);
-    assert_eq!(one.node, "a");
+    assert_eq!(one.node, "b");
     assert!(s.allocations().is_empty());
 }
 
@@ -1005,11 +1005,11 @@ fn fleet_state_can_be_shared_across_threads() {
 }
 
 #[test]
-fn ties_go_to_the_first_node_by_name_under_both_policies() {
+fn ties_go_to_the_first_node_in_the_fleets_order_under_both_policies() {
     let s = fleet(vec![mbochs_node("b"), mbochs_node("a"), mbochs_node("c")]);
     for policy in [Policy::Binpack, Policy::Spread] {
         let a = s.try_place(&vgpu("m", "mbochs-small", 1), policy).unwrap();
-        assert_eq!(a.node, "a", "{policy}");
+        assert_eq!(a.node, "b", "{policy}");
     }
 }
 

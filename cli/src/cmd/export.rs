@@ -171,7 +171,13 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
             let name = a.license_token.file_name().and_then(|n| n.to_str());
             let config = cloud_init::license_files(&token, name)
                 .with_context(|| format!("license token {}", a.license_token.display()))?;
-            print!("{}", cloud_init::to_yaml(&config)?);
+            // `-o json`: the same document as JSON (for an API field); otherwise the
+            // `#cloud-config` YAML cloud-init reads.
+            if g.output == Output::Json {
+                println!("{}", serde_json::to_string_pretty(&config)?);
+            } else {
+                print!("{}", cloud_init::to_yaml(&config)?);
+            }
         }
         ExportCommand::Dra(a) => export_dra(g, &a)?,
     }

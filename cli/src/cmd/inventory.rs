@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpu_core::{Gpu, NodeTopology, ParentId, PciAddress};
+use gpu_core::{Allocation, Fleet, Gpu, NodeTopology, ParentId, PciAddress};
 
 use crate::common::{
     Global, Output, local_topology, local_topology_with, print_data, render_table,
@@ -25,6 +25,10 @@ pub struct TopologyArgs {
     /// the placements of existing MIG GPU instances).
     #[arg(long, value_name = "PATH", conflicts_with = "no_nvml")]
     pub nvml_lib: Option<PathBuf>,
+    /// Show a node of a fleet file (JSON or YAML, with `--node NAME`) instead of this host: its
+    /// topology with the fleet's allocations counted (HOLDER names the Machine).
+    #[arg(long, value_name = "FLEET", conflicts_with_all = ["no_nvml", "nvml_lib", "mdev_parents"])]
+    pub inventory: Option<PathBuf>,
 }
 
 /// Arguments of `gpuslice gpu list`.
@@ -98,56 +102,49 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let text = crate::common::read_input(path, "fleet")
-        .with_context(|| format!("--inventory {}", path.display()))?;
-    let fleet = gpu_core::Fleet::from_text_max(&text, crate::common::document_limit().bytes())
-        .map_err(gpu_core::ConfigDocError)
-        .with_context(|| format!("--inventory {}", path.display()))?;
+    let fleet = read_fleet(path)?;
     let nodes: Vec<&NodeTopology> = match &g.node {
-        Some(n) => {
-            let found: Vec<&NodeTopology> = fleet.nodes.iter().filter(|t| t.node == *n).collect();
-            if found.is_empty() {
-                let known: Vec<&str> = fleet.nodes.iter().map(|t| t.node.as_str()).collect();
-                anyhow::bail!(
-                    "--node {n}: not in {} (nodes: {})",
-                    path.display(),
-                    if known.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        known.join(", ")
-                    }
-                );
-            }
-            found
-        }
+        Some(n) => vec![fleet_node(&fleet, path, n)?],
         None => fleet.nodes.iter().collect(),
     };
+    // Each GPU as the fleet's allocations leave it: one an allocation holds is not free.
+    let held: Vec<(&NodeTopology, Gpu, Vec<String>)> = nodes
+        .iter()
+        .flat_map(|t| {
+            t.gpus
+                .iter()
+                .map(|gpu| allocated_view(t, &fleet.allocations, gpu))
+        })
+        .collect();
     match g.output {
         Output::Table => {
             let mut headers = vec!["NODE"];
             headers.extend(GPU_HEADERS);
-            let rows: Vec<Vec<String>> = nodes
+            headers.push("ALLOCATED TO");
+            let rows: Vec<Vec<String>> = held
                 .iter()
-                .flat_map(|t| {
-                    t.gpus.iter().map(|gpu| {
-                        let mut r = vec![t.node.clone()];
-                        r.extend(gpu_row(gpu));
-                        r
-                    })
+                .map(|(t, gpu, machines)| {
+                    let mut r = vec![t.node.clone()];
+                    r.extend(gpu_row(gpu));
+                    r.push(if machines.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        machines.join(",")
+                    });
+                    r
                 })
                 .collect();
             print!("{}", render_table(&headers, &rows));
         }
         other => {
             let mut list = Vec::new();
-            for t in &nodes {
-                for gpu in &t.gpus {
-                    let mut v = serde_json::to_value(gpu)?;
-                    if let Some(obj) = v.as_object_mut() {
-                        obj.insert("node".to_owned(), serde_json::Value::String(t.node.clone()));
-                    }
-                    list.push(v);
+            for (t, gpu, machines) in &held {
+                let mut v = serde_json::to_value(gpu)?;
+                if let Some(obj) = v.as_object_mut() {
+                    obj.insert("node".to_owned(), serde_json::Value::String(t.node.clone()));
+                    obj.insert("allocatedTo".to_owned(), serde_json::to_value(machines)?);
                 }
+                list.push(v);
             }
             print_data(other, &list)?;
         }
@@ -155,16 +152,95 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn read_fleet(path: &std::path::Path) -> anyhow::Result<Fleet> {
+    let text = crate::common::read_input(path, "fleet")
+        .with_context(|| format!("--inventory {}", path.display()))?;
+    Fleet::from_text_max(&text, crate::common::document_limit().bytes())
+        .map_err(gpu_core::ConfigDocError)
+        .with_context(|| format!("--inventory {}", path.display()))
+}
+
+fn fleet_node<'a>(
+    fleet: &'a Fleet,
+    path: &std::path::Path,
+    n: &str,
+) -> anyhow::Result<&'a NodeTopology> {
+    fleet.nodes.iter().find(|t| t.node == n).ok_or_else(|| {
+        let known: Vec<&str> = fleet.nodes.iter().map(|t| t.node.as_str()).collect();
+        anyhow::anyhow!(
+            "--node {n}: not in {} (nodes: {})",
+            path.display(),
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )
+    })
+}
+
+/// `gpu` as the fleet's allocations leave it, and the Machines holding it: a GPU an allocation
+/// holds (whole, or a vGPU on it) is in use, whatever the node's snapshot said.
+fn allocated_view<'t>(
+    t: &'t NodeTopology,
+    allocations: &[Allocation],
+    gpu: &Gpu,
+) -> (&'t NodeTopology, Gpu, Vec<String>) {
+    let holders = gpu_core::usage::allocated_gpu(t, allocations, &gpu.address);
+    let mut g = gpu.clone();
+    let machines: Vec<String> = holders.iter().map(|(a, _)| a.machine.clone()).collect();
+    if let Some((a, whole)) = holders.first() {
+        if g.state == gpu_core::GpuState::Free {
+            g.state = gpu_core::GpuState::InUse;
+            g.state_reason = Some(format!(
+                "{} Machine {} ({})",
+                if *whole {
+                    "allocated whole to"
+                } else {
+                    "hosts a vGPU of"
+                },
+                a.machine,
+                a.status.as_str()
+            ));
+        }
+    }
+    (t, g, machines)
+}
+
 /// Runs `gpuslice topology`.
 ///
 /// # Errors
 /// An invalid `--root`, `--node` or `--mdev-parents`, or an `--nvml-lib` that does not open.
 pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &a.inventory {
+        let fleet = read_fleet(path)?;
+        let Some(n) = g.node.as_deref() else {
+            let known: Vec<&str> = fleet.nodes.iter().map(|t| t.node.as_str()).collect();
+            anyhow::bail!(
+                "topology --inventory needs the node to show: --node NAME (nodes: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            );
+        };
+        let given = fleet_node(&fleet, path, n)?;
+        let mut t = given.clone();
+        for gpu in &mut t.gpus {
+            *gpu = allocated_view(given, &fleet.allocations, gpu).1;
+        }
+        match g.output {
+            Output::Table => print!("{}", render_topology(&t, &fleet.allocations)),
+            other => print_data(other, &t)?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let nvml = gpu_health::NvmlSource::from_flags(a.nvml_lib, a.no_nvml);
     let t = local_topology_with(g, parse_parents(&a.mdev_parents)?, nvml)?;
     match g.output {
         Output::Table => {
-            print!("{}", render_topology(&t));
+            print!("{}", render_topology(&t, &[]));
             print_warnings(&t);
         }
         other => print_data(other, &t)?,
@@ -177,8 +253,10 @@ fn mib(v: u64) -> String {
 }
 
 /// The topology as people read it: GPUs, then vGPU parents grouped per GPU with each profile's
-/// free count and the instances with their holders, then the GPU memory line.
-fn render_topology(t: &NodeTopology) -> String {
+/// free count and the instances with their parents and holders (the Machine whose allocation
+/// holds it, among `allocations`; else `in use` when a process holds it open), then the GPU
+/// memory line with the allocations counted.
+fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Node {}", t.node);
     let _ = writeln!(out);
@@ -275,13 +353,18 @@ fn render_topology(t: &NodeTopology) -> String {
                             .unwrap_or_else(|| i.profile.to_string()),
                         i.framebuffer_mib.map_or_else(|| "-".to_owned(), mib),
                         p.id.to_string(),
+                        match gpu_core::usage::allocated_instance(t, allocations, p, i) {
+                            Some(a) => format!("Machine {}", a.machine),
+                            None if i.in_use == Some(true) => "in use".to_owned(),
+                            None => "-".to_owned(),
+                        },
                     ]
                 })
             })
             .collect();
         if !instances.is_empty() {
             out.push_str(&indent(&indent(&render_table(
-                &["INSTANCE", "PROFILE", "SIZE", "HOLDER"],
+                &["INSTANCE", "PROFILE", "SIZE", "PARENT", "HOLDER"],
                 &instances,
             ))));
         }
@@ -289,7 +372,7 @@ fn render_topology(t: &NodeTopology) -> String {
 
     // Memory handed out: vGPU framebuffer in use, plus whole GPUs bound to vfio-pci.
     let total: u64 = t.gpus.iter().filter_map(|g| g.memory_mib).sum();
-    let allocated = gpu_core::usage::vram_usage(t, &[]).allocated_mib;
+    let allocated = gpu_core::usage::vram_usage(t, allocations).allocated_mib;
     let unknown = t.gpus.iter().filter(|g| g.memory_mib.is_none()).count();
     let _ = writeln!(out);
     let _ = write!(

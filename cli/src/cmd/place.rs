@@ -37,12 +37,25 @@ pub struct PlaceArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Place on this node only, or refuse with its reasons (overrides the Machine's `targetNode`).
+    /// The global `--node NODE` means the same for `place`; naming two different nodes is refused.
     #[arg(long, value_name = "NODE")]
     pub target_node: Option<String>,
     /// With `-o json`/`-o yaml`, a refusal lists every refused node with its reasons under
     /// `refusal.nodes` (by default only the grouped summary, `refusal.groups`).
     #[arg(long)]
     pub detail: bool,
+}
+
+/// What `place` prints with `-o json|yaml`: the placement's keys, plus whether it was recorded.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PlacedOut<'a> {
+    #[serde(flatten)]
+    placement: &'a Placement,
+    /// True with `--dry-run`: a what-if, nothing recorded.
+    dry_run: bool,
+    /// True when the fleet file was written (`--save`); false means nothing was recorded.
+    saved: bool,
 }
 
 fn parse_policy(s: &str) -> Result<Policy, String> {
@@ -156,7 +169,14 @@ pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
     let text = read_input(&a.machine, "machine")?;
     let mut machine = Machine::from_text(&text)
         .with_context(|| format!("machine file {}", a.machine.display()))?;
-    if let Some(node) = a.target_node {
+    // `--node` names the node for every command; for `place` it is the target node.
+    let target = match (a.target_node, g.node.clone()) {
+        (Some(t), Some(n)) if t != n => {
+            bail!("--node {n:?} and --target-node {t:?} name different nodes; give one of them")
+        }
+        (t, n) => t.or(n),
+    };
+    if let Some(node) = target {
         machine.target_node = Some(node);
         machine
             .validate()
@@ -172,12 +192,26 @@ pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
         Err(SchedError::Unsatisfiable(r)) => return refused(g.output, &r, a.detail),
         Err(e) => return Err(e.into()),
     };
-    if a.save {
+    if a.save && !placed.already_placed {
         save_fleet(&a.inventory, &state.to_fleet(), json)?;
     }
+    let recorded = if a.dry_run {
+        Recorded::DryRun
+    } else if a.save {
+        Recorded::Saved
+    } else {
+        Recorded::NotSaved
+    };
     match g.output {
-        Output::Table => print!("{}", placement_table(&state, &placed, a.policy, a.dry_run)),
-        out => print_data(out, &placed)?,
+        Output::Table => print!("{}", placement_table(&state, &placed, a.policy, recorded)),
+        out => print_data(
+            out,
+            &PlacedOut {
+                placement: &placed,
+                dry_run: a.dry_run,
+                saved: a.save,
+            },
+        )?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -311,20 +345,37 @@ const DEVICE_HEADER: [&str; 7] = [
     "UUID",
 ];
 
-fn placement_table(state: &FleetState, p: &Placement, policy: Policy, dry_run: bool) -> String {
+/// What became of a placement: only `--save` records it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Recorded {
+    DryRun,
+    NotSaved,
+    Saved,
+}
+
+fn placement_table(state: &FleetState, p: &Placement, policy: Policy, rec: Recorded) -> String {
     let a = &p.allocation;
-    let mut s = if dry_run {
-        format!(
-            "Machine {} would be placed on node {} (dry run, nothing recorded, {policy})\n",
-            a.machine, a.node
-        )
-    } else {
-        format!(
-            "Machine {} placed on node {} ({}, {policy})\n",
+    let mut s = match (p.already_placed, rec) {
+        (true, _) => format!(
+            "Machine {} is already placed on node {} ({}, unchanged; nothing new recorded)\n",
             a.machine,
             a.node,
             a.status.as_str()
-        )
+        ),
+        (false, Recorded::DryRun) => format!(
+            "Machine {} would be placed on node {} (dry run, nothing recorded, {policy})\n",
+            a.machine, a.node
+        ),
+        (false, Recorded::NotSaved) => format!(
+            "Machine {} would be placed on node {} (not recorded: pass --save to record it, {policy})\n",
+            a.machine, a.node
+        ),
+        (false, Recorded::Saved) => format!(
+            "Machine {} placed on node {} ({}, recorded in the fleet file, {policy})\n",
+            a.machine,
+            a.node,
+            a.status.as_str()
+        ),
     };
     s.push_str(&render_table(&DEVICE_HEADER, &device_rows(state, a)));
     for d in &p.degraded {

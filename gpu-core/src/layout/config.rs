@@ -498,6 +498,12 @@ fn parse_counts(v: &Value, at: &str, names: TypeNames) -> Result<Vec<TypeCount>,
             if name.trim().is_empty() {
                 return Err(invalid(&here, "empty type name"));
             }
+            if name.trim() != name {
+                return Err(invalid(
+                    &here,
+                    format!("type {name:?} has leading or trailing whitespace; write it without"),
+                ));
+            }
             if let Some(prev) = out.iter().find(|t| t.name == name) {
                 return Err(LayoutError::DuplicateType {
                     at: at.to_owned(),
@@ -647,6 +653,12 @@ fn parse_type_ref(s: &str, at: &str) -> Result<TypeRef, LayoutError> {
     let t = s.trim();
     if t.is_empty() {
         return Err(invalid(at, "empty type"));
+    }
+    if t != s {
+        return Err(invalid(
+            at,
+            format!("type {s:?} has leading or trailing whitespace; write it without"),
+        ));
     }
     if t.bytes().all(|b| b.is_ascii_digit()) {
         return Ok(TypeRef::Id(t.to_owned()));

@@ -221,7 +221,7 @@ impl NodeState {
     }
 
     /// The first filter a GPU fails for a request, among vendor, class, model and memory.
-    fn identity_filter(
+    pub(super) fn identity_filter(
         &self,
         r: &Req,
         gpu: Option<usize>,

@@ -14,6 +14,7 @@
 mod build;
 mod charge;
 mod fit;
+mod same;
 mod topo;
 
 use std::collections::{HashMap, HashSet};

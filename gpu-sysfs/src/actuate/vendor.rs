@@ -14,6 +14,7 @@ use super::handoff::Handoff;
 use super::inuse::refuse_if_open;
 use super::{ActuateError, Result, pci_dir, read_opt, read_req, require_pci, write};
 use crate::host::Host;
+use crate::resolver::TypeNameResolver;
 
 /// A VF's type after [`set_vf_type`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -323,7 +324,7 @@ pub struct VfInstance {
     pub pf: Option<PciAddress>,
     /// The type's decimal ID.
     pub type_id: VgpuTypeId,
-    /// The type's name, when a VF of the GPU still lists it.
+    /// The type's name, when a VF of the GPU still lists it or gpuslice remembers it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub type_name: Option<String>,
     /// The process holding the VF open, if any.
@@ -346,6 +347,7 @@ pub fn list_vf_instances(host: &dyn Host) -> Result<Vec<VfInstance>> {
         .filter_map(|e| e.parse().ok())
         .collect();
     addrs.sort();
+    let memory = crate::apply::RememberedNames::read(host, None);
     let mut out = Vec::new();
     for vf in addrs {
         if !is_vendor_vfio_vf(host, &vf) {
@@ -359,17 +361,20 @@ pub fn list_vf_instances(host: &dyn Host) -> Result<Vec<VfInstance>> {
         }
         let pf: Option<PciAddress> = super::link_name(host, &format!("{}/physfn", pci_dir(&vf)))
             .and_then(|p| p.parse().ok());
-        // The VF itself no longer lists its type; a sibling with room might.
-        let type_name = name_of_current(host, &vf).or_else(|| {
-            let pf = pf?;
-            vfs_of(host, &pf).iter().find_map(|s| {
-                creatable_types(host, s)
-                    .ok()?
-                    .into_iter()
-                    .find(|(id, _)| *id == t)
-                    .map(|(_, n)| n)
+        // The VF itself no longer lists its type; a sibling with room might; on a full GPU
+        // the name gpuslice remembered when it listed or set it (as discovery names it).
+        let type_name = name_of_current(host, &vf)
+            .or_else(|| {
+                let pf = pf?;
+                vfs_of(host, &pf).iter().find_map(|s| {
+                    creatable_types(host, s)
+                        .ok()?
+                        .into_iter()
+                        .find(|(id, _)| *id == t)
+                        .map(|(_, n)| n)
+                })
             })
-        });
+            .or_else(|| memory.resolve(&vf, t).map(|i| i.name));
         out.push(VfInstance {
             held_by: super::holder_of(host, &pci_dir(&vf)),
             handoff: Handoff::pci_on(host, &vf),

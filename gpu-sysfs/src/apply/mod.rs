@@ -23,7 +23,6 @@ mod lock;
 mod names;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -257,14 +256,8 @@ fn observe_with(
     let memory = host
         .root_dir()
         .map(|root| RememberedNames::load(root, opts.resolver.clone()));
-    let mut topo = match &memory {
-        Some(m) => {
-            let mut o = opts.clone();
-            o.resolver = Some(Arc::new(m.clone()));
-            discover(host, &o)?
-        }
-        None => discover(host, opts)?,
-    };
+    // Discovery names types from the same memory itself.
+    let mut topo = discover(host, opts)?;
     for p in &mut topo.mediated_devices.parents {
         for i in &mut p.instances {
             let dir = match (i.uuid, i.address, p.id.pci()) {

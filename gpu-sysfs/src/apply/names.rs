@@ -31,9 +31,25 @@ impl RememberedNames {
     pub fn load(root: &Path, inner: Option<Arc<dyn TypeNameResolver>>) -> Self {
         let names = std::fs::read(path(root))
             .ok()
-            .and_then(|b| serde_json::from_slice::<BTreeMap<u32, String>>(&b).ok())
+            .and_then(|b| parse(&b))
             .unwrap_or_default();
         RememberedNames { names, inner }
+    }
+
+    /// The names remembered on `host`, read through the host (confined to its root; a recording
+    /// or a host without the file remembers none), consulted after `inner`.
+    pub fn read(host: &dyn crate::host::Host, inner: Option<Arc<dyn TypeNameResolver>>) -> Self {
+        let names = host
+            .read_bounded(NAMES_PATH, MAX_NAMES_BYTES)
+            .ok()
+            .and_then(|b| parse(&b))
+            .unwrap_or_default();
+        RememberedNames { names, inner }
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
     }
 
     /// Learns the names of the vendor-VFIO types `topology` lists or names; true when any is new.
@@ -92,6 +108,17 @@ impl RememberedNames {
         let text = serde_json::to_vec_pretty(&self.names).map_err(std::io::Error::other)?;
         host.write_atomic(NAMES_PATH, &text)
     }
+}
+
+/// The largest names file read (a few hundred types of a few dozen bytes each fit many times).
+const MAX_NAMES_BYTES: usize = 1 << 20;
+
+/// The remembered names in `bytes`; names that are not a type's (empty, padded) are dropped, so
+/// a hand-edited file cannot name a type in a way no command would accept.
+fn parse(bytes: &[u8]) -> Option<BTreeMap<u32, String>> {
+    let mut names = serde_json::from_slice::<BTreeMap<u32, String>>(bytes).ok()?;
+    names.retain(|_, n| !n.is_empty() && n.trim() == n);
+    Some(names)
 }
 
 fn path(root: &Path) -> PathBuf {

@@ -95,6 +95,19 @@ fn hardware_iommu_present(host: &dyn Host, warnings: &mut Vec<String>) -> bool {
     })
 }
 
+/// The one answer to "what is this vendor-VFIO type number's name": the options' resolver
+/// (NVML), then the names gpuslice remembered when it listed or set them (`vgpu apply`, `vgpu
+/// create`; see [`crate::apply::RememberedNames`]). Every discovery, and so every command,
+/// binding and the agent, names a type this way.
+fn type_names(host: &dyn Host, opts: &DiscoverOptions) -> Option<Arc<dyn TypeNameResolver>> {
+    let memory = crate::apply::RememberedNames::read(host, opts.resolver.clone());
+    if memory.is_empty() {
+        opts.resolver.clone()
+    } else {
+        Some(Arc::new(memory))
+    }
+}
+
 /// Discovers the node's GPUs, vGPU parents, profiles, instances and pools.
 ///
 /// # Errors
@@ -121,6 +134,7 @@ pub fn discover_with_links(
                 .map_or_else(|| "(host)".to_owned(), |p| p.display().to_string()),
             why: format!("cannot list {}: {e}", pci::PCI_DEVICES),
         })?;
+    let resolver = type_names(host, opts);
     let mut topo = NodeTopology::new(opts.node.clone());
     let mut table = pci::PciTable::scan(host, &entries, &mut topo.warnings);
 
@@ -163,10 +177,10 @@ pub fn discover_with_links(
     // vGPU parents of both frameworks.
     let mut scan = vgpu::VgpuScan::default();
     scan.mdev(&mut table);
-    let vendor_vfio_gpus = scan.vendor_vfio(&mut table, &gpus, opts.resolver.as_deref());
+    let vendor_vfio_gpus = scan.vendor_vfio(&mut table, &gpus, resolver.as_deref());
     topo.warnings.append(&mut scan.node_warnings);
     let mut parents = scan.parents;
-    let built = pools::build_all(&mut parents, &gpus, opts.resolver.as_deref());
+    let built = pools::build_all(&mut parents, &gpus, resolver.as_deref());
     let (mut pools, exactness, mut mig_notes) = (built.pools, built.exact, built.notes);
 
     // Per-GPU framework, memory and state.

@@ -117,6 +117,56 @@ fn mig_slots(
             Some((slices, profile))
         })
         .collect();
+    // The lists and the held types must agree: a list that offers what no placement beside the
+    // held instances leaves room for (a 7g listed beside a 1g) contradicts them. Say so, name
+    // the VFs and both readings, and keep what exists: the lists are not used to narrow.
+    let known: Vec<&'static MigProfile> = existing.iter().filter_map(|(_, p)| *p).collect();
+    if !known.is_empty()
+        && known.len() == existing.len()
+        && !still_listed.is_empty()
+        && geometry
+            .placements_of(MigOccupancy::empty(), &known, &still_listed)
+            .is_empty()
+    {
+        let held: Vec<String> = parents
+            .iter()
+            .flat_map(|p| {
+                p.instances.iter().map(move |i| {
+                    format!(
+                        "VF {} holds {} ({})",
+                        p.id,
+                        i.profile_name.as_deref().unwrap_or("?"),
+                        i.profile
+                    )
+                })
+            })
+            .collect();
+        let listing: Vec<String> = parents
+            .iter()
+            .filter(|p| {
+                p.profiles.iter().any(|pr| {
+                    pr.mig_slices.is_some()
+                        && pr.reported_instances.unwrap_or(pr.available_instances) > 0
+                })
+            })
+            .map(|p| p.id.to_string())
+            .collect();
+        let shown = |v: &[String]| match v.len() {
+            0..=3 => v.join(", "),
+            n => format!("{} and {} more", v[..3].join(", "), n - 3),
+        };
+        let names: Vec<&str> = still_listed.iter().map(|m| m.name).collect();
+        notes.push(format!(
+            "MIG slots: sysfs contradicts itself: {}, yet VF {} still list(s) types needing {} \
+             beside them, which no placement leaves room for; the lists are not used and the \
+             existing instances are kept, held wherever they may sit",
+            shown(&held),
+            shown(&listing),
+            names.join(", ")
+        ));
+        slots.creatable.clear();
+        still_listed.clear();
+    }
     let fallback = "each MIG-backed vGPU is held wherever it may sit";
     match nvml.map(|read| read()) {
         Some(GpuInstances::Known(instances)) => {

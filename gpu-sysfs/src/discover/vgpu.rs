@@ -191,6 +191,18 @@ impl VgpuScan {
                     }
                     None => None,
                 };
+                let Some(current) = current else {
+                    // Whether it holds a vGPU cannot be told: not a free VF, not an instance.
+                    // Reported and left out, so no consumer offers it or plans a type on it.
+                    self.node_warnings.push(format!(
+                        "VF {vf} of GPU {}: skipped, its vGPU type cannot be read ({}); it is \
+                         neither offered nor planned until it can",
+                        g.address,
+                        warnings.join("; ")
+                    ));
+                    continue;
+                };
+                let current = Some(current);
                 let list_path = format!("{d}/nvidia/creatable_vgpu_types");
                 let listed = read::parsed(
                     host,

@@ -216,6 +216,7 @@ class Placement(Allocation):
     """What ``place`` returns: the allocation, and the devices on Degraded GPUs when any."""
 
     degraded: NotRequired[List[DegradedDevice]]
+    alreadyPlaced: NotRequired[bool]
 
 class FleetDocument(TypedDict):
     nodes: List[NodeTopology]

@@ -173,7 +173,14 @@ pub(super) fn plan_counts(
         }
         return Ok(gp);
     }
-    if view.parents.is_empty() && !types.is_empty() {
+    // Without a vGPU interface nothing can be read or written: even "no vGPUs" (`{}`) cannot
+    // be asserted of such a GPU, only that it cannot hold any, which is refused the same way.
+    // Clearing it is true as it stands (it holds none).
+    if view.parents.is_empty()
+        && view.gpu.is_some()
+        && instances.is_empty()
+        && (options.mode != Mode::Clear || !types.is_empty())
+    {
         let why = match view.gpu.and_then(|g| g.driver.as_deref()) {
             Some("nvidia") | None => {
                 "it has no vGPU parents (is the NVIDIA vGPU host driver loaded?)".to_owned()

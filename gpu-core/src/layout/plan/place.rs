@@ -105,6 +105,105 @@ pub(super) fn place(
             geometry.profile_for(slices, pr.framebuffer_mib.unwrap_or(0))?,
         ))
     };
+    // MIG-backed creations are placed as a whole: some placement of all of them beside what the
+    // GPU holds (existing instances of unknown start held wherever they may sit, the worst case)
+    // must exist, and they are created in an order under which the driver's own placement
+    // (lowest free start) reaches one. Past this, the per-instance slot checks below are moot.
+    let mut slots_checked = false;
+    // A refusal the per-instance checks below may give first, with their own numbers.
+    let mut mig_refusal: Option<LayoutError> = None;
+    if let Some(g) = view
+        .gpu
+        .and_then(|g| MigGeometry::for_device(g.device_id.0))
+    {
+        let wanted: Vec<(usize, &'static MigProfile)> = gp
+            .create
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let pr = profile_for(c);
+                let slices = pr.mig_slices?;
+                Some((i, g.profile_for(slices, pr.framebuffer_mib.unwrap_or(0))?))
+            })
+            .collect();
+        if !wanted.is_empty() {
+            let occupancies = match pool.as_ref().and_then(|p| p.mig_slots.as_ref()) {
+                Some(slots) => slots.occupancies().ok().map(|(_, o)| o),
+                None => {
+                    let kept: Vec<&'static MigProfile> = view
+                        .instances()
+                        .filter(|(p, i)| !removed.contains(&(p.id.clone(), i.uuid)))
+                        .filter_map(|(_, i)| {
+                            let pr = view.profile_of(i);
+                            g.profile_for(pr.mig_slices?, pr.framebuffer_mib.unwrap_or(0))
+                        })
+                        .collect();
+                    Some(g.placements_of(MigOccupancy::empty(), &kept, &[]))
+                }
+            };
+            if let Some(occupancies) = occupancies {
+                let profiles: Vec<&MigProfile> = wanted.iter().map(|(_, m)| *m).collect();
+                match g.creation_order(&occupancies, &profiles) {
+                    Some(order) => {
+                        // The MIG creations, in the order found, where they stood in the list.
+                        let mut reordered = gp.create.clone();
+                        for (slot, k) in wanted.iter().map(|(i, _)| *i).zip(order) {
+                            if let (Some(dst), Some(src)) = (
+                                reordered.get_mut(slot),
+                                wanted.get(k).and_then(|(i, _)| gp.create.get(*i)),
+                            ) {
+                                *dst = src.clone();
+                            }
+                        }
+                        gp.create = reordered;
+                        slots_checked = true;
+                    }
+                    None => {
+                        let first = gp.create.get(wanted[0].0);
+                        let type_name =
+                            strip_prefix(first.and_then(|c| c.type_name.as_deref()).unwrap_or("?"))
+                                .to_owned();
+                        let want = gp
+                            .create
+                            .iter()
+                            .filter(|c| {
+                                c.type_name.as_deref().map(strip_prefix) == Some(type_name.as_str())
+                            })
+                            .count();
+                        let names: Vec<&str> = profiles.iter().map(|m| m.name).collect();
+                        mig_refusal = Some(LayoutError::DoesNotFit {
+                            gpu: view.label.clone(),
+                            type_name,
+                            want: u32::try_from(want).unwrap_or(u32::MAX),
+                            fit: 0,
+                            why: format!(
+                                "no placement of the GPU instances {} fits the {}'s slots beside \
+                                 what it holds ({}); existing instances whose slots are not known \
+                                 are taken where they block the most",
+                                names.join(", "),
+                                g.product,
+                                if occupancies.is_empty() {
+                                    "its existing instances have no valid placement".to_owned()
+                                } else {
+                                    let worst =
+                                        occupancies.iter().map(|o| o.held()).max().unwrap_or(0);
+                                    format!(
+                                        "up to {worst} of {} memory slices held",
+                                        g.memory_slices
+                                    )
+                                }
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    if slots_checked {
+        if let Some(p) = pool.as_mut() {
+            p.mig_slots = None;
+        }
+    }
     let mut mig: Option<(&'static MigGeometry, MigOccupancy)> = None;
     let mut kept: Vec<(&'static MigGeometry, &'static MigProfile)> = view
         .instances()
@@ -151,7 +250,7 @@ pub(super) fn place(
             }
             pool.charge(&profile);
         }
-        if let Some((g, m)) = mig_of(&profile) {
+        if let Some((g, m)) = mig_of(&profile).filter(|_| !slots_checked) {
             let mut occ = mig.map_or(MigOccupancy::empty(), |(_, o)| o);
             match g.fits(occ, m) {
                 Some(start) => occ.hold(start, m),
@@ -250,6 +349,9 @@ pub(super) fn place(
         }
         *placed_of.entry(type_name).or_default() += 1;
         out.push(c);
+    }
+    if let Some(e) = mig_refusal {
+        return Err(e);
     }
     gp.create = out;
     Ok(())

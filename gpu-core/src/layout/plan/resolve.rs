@@ -280,6 +280,23 @@ impl<'a> View<'a> {
             .and_then(|g| MigGeometry::for_device(g.device_id.0))
             .or_else(|| MigGeometry::for_vgpu_board(&parsed.board));
         if let (Some(slices), Some(g)) = (parsed.mig_slices, geometry) {
+            // A name whose memory is not that of the product's instance of its slice count
+            // (`H200X-3-40C`: the H200's 3-slice instance holds 71 GB) is no type of this
+            // board; refused before anything is cleared to make room for it.
+            let gb = parsed.framebuffer_mib() / 1024;
+            if let Some(p) = g
+                .profile_for(slices, parsed.framebuffer_mib())
+                .filter(|p| u64::from(p.memory_gb).abs_diff(gb) * 8 > u64::from(p.memory_gb))
+            {
+                return Err(LayoutError::Conflict {
+                    gpu: self.label.clone(),
+                    why: format!(
+                        "vGPU type {requested:?} is not a type of the {}: its {slices}-slice GPU \
+                         instance is {} ({} GB), not {gb} GB; nothing was changed",
+                        g.product, p.name, p.memory_gb
+                    ),
+                });
+            }
             if g.profile_for(slices, parsed.framebuffer_mib()).is_none() {
                 let profiles: Vec<&str> = g.profiles.iter().map(|p| p.name).collect();
                 return Err(LayoutError::Conflict {
@@ -380,15 +397,40 @@ impl<'a> View<'a> {
                         profile: self.profile_of(i),
                     })
                 })
-                .ok_or_else(|| LayoutError::UnknownType {
-                    gpu: self.label.clone(),
-                    name: id.clone(),
-                    offered: self
+                .map(Ok)
+                .or_else(|| {
+                    // An ID another source names (NVML, the remembered names) is the request
+                    // its name is: resolved, checked and placed as that name, with its ID.
+                    let k = self.named_elsewhere.iter().find(|k| k.id.as_str() == id)?;
+                    Some(self.resolve(&k.name, 1).map(|mut r| {
+                        r.requested = id.clone();
+                        r.id = Some(k.id.clone());
+                        r
+                    }))
+                })
+                .unwrap_or_else(|| {
+                    let offered = self
                         .known
                         .iter()
                         .map(|k| format!("{} = {}", k.id, strip_prefix(&k.name)))
                         .collect::<Vec<_>>()
-                        .join(", "),
+                        .join(", ");
+                    // A full GPU lists nothing: the ID may exist, but nothing says its board
+                    // or size, so it is refused with what would name it.
+                    let full = self.framework() == Some(VgpuFramework::VendorVfio)
+                        && self.parents.iter().all(|p| p.profiles.is_empty());
+                    let why = "no VF lists more types and no source (NVML, the names gpuslice \
+                               remembered) names this ID, so its board and size cannot be known; \
+                               pin it by name";
+                    Err(LayoutError::UnknownType {
+                        gpu: self.label.clone(),
+                        name: id.clone(),
+                        offered: match (full, offered.is_empty()) {
+                            (false, _) => offered,
+                            (true, true) => why.to_owned(),
+                            (true, false) => format!("{offered} held; {why}"),
+                        },
+                    })
                 }),
         }
     }
