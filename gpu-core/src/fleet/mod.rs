@@ -98,7 +98,7 @@ impl Fleet {
         let mut shapes: BTreeMap<String, ShapeRef<'_>> = BTreeMap::new();
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for (n, k) in self.nodes.iter().zip(&keys) {
-            if uses.get(k.as_str()).copied().unwrap_or(0) < 2 {
+            if !worth_sharing(k.len(), uses.get(k.as_str()).copied().unwrap_or(0)) {
                 nodes.push(CompactNode::Full(n));
                 continue;
             }
@@ -237,4 +237,12 @@ struct CompactFleet<'a> {
     allocations: &'a [Allocation],
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     templates: &'a BTreeMap<String, DeviceRequest>,
+}
+
+/// Whether a topology of `len` bytes (as text) written once in `shapes` and referenced by `uses`
+/// nodes makes the document shorter than writing it `uses` times: a reference and a shape's
+/// name cost about 32 bytes each, so small topologies (a node without GPUs) are written in
+/// full.
+fn worth_sharing(len: usize, uses: usize) -> bool {
+    uses >= 2 && (uses - 1) * len > uses * 32 + 32
 }
