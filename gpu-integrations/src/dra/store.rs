@@ -1,16 +1,18 @@
 //! The node's DRA claim store: one JSON file per prepared claim, `<state>/claims/<uid>.json`,
 //! read back by `unprepare` and by the export (so what prepare created is not subtracted twice).
 //!
-//! Every read and write goes through a [`Host`] rooted where the store lives: the default store
-//! is [`DEFAULT_STATE_DIR`] inside the node's root, an explicit directory is reached through a
-//! host rooted at its parent. So the store is created with [`gpu_sysfs::host::make_state_dir`]
-//! (a component that is a link or a file is refused, nothing is written through it) and files
-//! are replaced with [`Host::write_atomic`], as every other state file of gpuslice.
+//! Every read and write goes through a [`gpu_sysfs::StateDir`], gpuslice's one state directory
+//! (the agent keeps its promises in one too): the default store is [`DEFAULT_STATE_DIR`] inside
+//! the node's root, an explicit directory is reached from its parent. A component that is a link
+//! or a file is refused (nothing is read or written through it), files are read bounded and
+//! replaced with [`gpu_sysfs::Host::write_atomic`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use gpu_sysfs::{Host, RealHost};
+use std::sync::Arc;
+
+use gpu_sysfs::{RealHost, StateDir};
 
 use super::build::Prepared;
 use super::prepare::PreparedClaim;
@@ -26,53 +28,43 @@ fn state_error(what: &str, path: &Path, e: impl Into<crate::error::Cause>) -> In
     IntegrationError::state(what, path, e)
 }
 
-/// The one seam between the claim store and the file system: every read, list, directory
-/// creation, write and removal of the store goes through these few primitives, all confined to
-/// `base` (a directory component that is a link or a file is refused). Porting the store onto
-/// another state-directory type means replacing this struct only.
+/// The claim store's files: one [`StateDir`] (gpuslice's one state directory: confined to its
+/// base, no component a link, files read bounded and replaced atomically), the store's
+/// `claims/` directory. `None` when the base does not exist (or the root is a recording): there
+/// are no claims, and writing is refused.
 #[derive(Debug)]
 struct StateFiles {
-    /// The host the store is reached through; `None` when `base` does not exist (or the root is
-    /// a recording): there are no claims, and writing is refused.
-    host: Option<RealHost>,
-    /// The directory the host is rooted at.
+    claims: Option<StateDir>,
+    /// The directory the store is reached from (the root, or the named directory's parent).
     base: PathBuf,
 }
 
 impl StateFiles {
-    fn new(base: PathBuf) -> Self {
-        StateFiles {
-            host: RealHost::new(&base).ok(),
-            base,
+    fn new(base: PathBuf, claims_rel: &str) -> Self {
+        let claims = RealHost::new(&base)
+            .ok()
+            .and_then(|h| StateDir::in_root(Arc::new(h), claims_rel).ok());
+        StateFiles { claims, base }
+    }
+
+    /// The bytes of claim file `name`, `None` when it (or the whole base) does not exist.
+    fn read(&self, name: &str, max: usize) -> std::io::Result<Option<Vec<u8>>> {
+        match &self.claims {
+            Some(d) => d.read(name, max),
+            None => Ok(None),
         }
     }
 
-    /// The bytes of `rel`, `None` when it (or the whole base) does not exist.
-    fn read(&self, rel: &str, max: usize) -> std::io::Result<Option<Vec<u8>>> {
-        let Some(host) = &self.host else {
-            return Ok(None);
-        };
-        match host.read_bounded(rel, max) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
+    /// The claim file names; none when the store does not exist.
+    fn list(&self) -> std::io::Result<Vec<String>> {
+        match &self.claims {
+            Some(d) => d.list(""),
+            None => Ok(vec![]),
         }
     }
 
-    /// The names in directory `rel`; none when it does not exist.
-    fn list(&self, rel: &str) -> std::io::Result<Vec<String>> {
-        let Some(host) = &self.host else {
-            return Ok(vec![]);
-        };
-        match host.list(rel) {
-            Ok(n) => Ok(n),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn writable(&self) -> std::io::Result<&RealHost> {
-        self.host.as_ref().ok_or_else(|| {
+    fn writable(&self) -> std::io::Result<&StateDir> {
+        self.claims.as_ref().ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 format!("{} is not a directory", self.base.display()),
@@ -80,28 +72,21 @@ impl StateFiles {
         })
     }
 
-    /// Creates directory `rel`, component by component; returns it as a path on this machine.
-    fn create_dir(&self, rel: &str) -> std::io::Result<PathBuf> {
-        self.writable()?;
-        gpu_sysfs::host::make_state_dir(&self.base, rel)
+    /// Creates the claims directory and its parents (refusing links).
+    fn create(&self) -> std::io::Result<()> {
+        self.writable()?.create()
     }
 
-    /// Replaces `rel` atomically.
-    fn write(&self, rel: &str, data: &[u8]) -> std::io::Result<()> {
-        self.writable()?.write_atomic(rel, data)
+    /// Replaces claim file `name` atomically, creating the directory first.
+    fn write(&self, name: &str, data: &[u8]) -> std::io::Result<()> {
+        let d = self.writable()?;
+        d.create()?;
+        d.write(name, data)
     }
 
-    /// Removes `name` from directory `dir`; a file or directory that does not exist is no error.
-    fn remove(&self, dir: &str, name: &str) -> std::io::Result<()> {
-        if !self.writable()?.exists(dir) {
-            return Ok(());
-        }
-        // The directory is checked component by component, so the file removed is in it.
-        let file = self.create_dir(dir)?.join(name);
-        match std::fs::remove_file(&file) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
+    /// Removes claim file `name`; one that does not exist is no error.
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        self.writable()?.remove(name)
     }
 }
 
@@ -138,7 +123,7 @@ impl ClaimStore {
             }
         };
         Ok(ClaimStore {
-            files: StateFiles::new(base),
+            files: StateFiles::new(base, &format!("{dir}/claims")),
             dir,
         })
     }
@@ -159,7 +144,7 @@ impl ClaimStore {
         {
             fail!(Invalid, "claim UID"; "claim UID {uid:?} is not a Kubernetes UID");
         }
-        Ok(format!("{}/claims/{uid}.json", self.dir))
+        Ok(format!("{}/claims/{}", self.dir, claim_file(uid)))
     }
 
     /// The file of claim `uid`, as a path on this machine.
@@ -170,11 +155,11 @@ impl ClaimStore {
         Ok(self.files.base.join(self.claim_rel(uid)?))
     }
 
-    fn read_rel(&self, rel: &str) -> Result<Option<PreparedClaim>> {
-        let path = self.files.base.join(rel);
+    fn read_file(&self, name: &str) -> Result<Option<PreparedClaim>> {
+        let path = self.dir().join("claims").join(name);
         let Some(bytes) = self
             .files
-            .read(rel, MAX_CLAIM_BYTES)
+            .read(name, MAX_CLAIM_BYTES)
             .map_err(|e| state_error("cannot read prepared claim", &path, e))?
         else {
             return Ok(None);
@@ -189,7 +174,8 @@ impl ClaimStore {
     /// # Errors
     /// An invalid UID; a claim file that cannot be read or parsed.
     pub fn read(&self, uid: &str) -> Result<Option<PreparedClaim>> {
-        self.read_rel(&self.claim_rel(uid)?)
+        self.claim_rel(uid)?;
+        self.read_file(&claim_file(uid))
     }
 
     /// Every prepared claim, by node. A missing store is no claims.
@@ -198,13 +184,12 @@ impl ClaimStore {
     /// When the store cannot be listed or a claim file cannot be read or parsed.
     pub fn read_prepared(&self) -> Result<BTreeMap<String, Prepared>> {
         let mut out: BTreeMap<String, Prepared> = BTreeMap::new();
-        let claims = format!("{}/claims", self.dir);
         let names = self
             .files
-            .list(&claims)
-            .map_err(|e| state_error("cannot list", &self.files.base.join(&claims), e))?;
+            .list()
+            .map_err(|e| state_error("cannot list", &self.dir().join("claims"), e))?;
         for name in names.iter().filter(|n| n.ends_with(".json")) {
-            let Some(claim) = self.read_rel(&format!("{claims}/{name}"))? else {
+            let Some(claim) = self.read_file(name)? else {
                 continue;
             };
             let p = out.entry(claim.node.clone()).or_default();
@@ -216,7 +201,7 @@ impl ClaimStore {
     }
 
     fn unwritable(&self, e: std::io::Error, what: &str, rel: &str) -> IntegrationError {
-        if self.files.host.is_none() {
+        if self.files.claims.is_none() {
             return IntegrationError::State {
                 what: "cannot create the DRA state directory".to_owned(),
                 path: self.dir(),
@@ -235,8 +220,7 @@ impl ClaimStore {
     pub fn create(&self) -> Result<()> {
         let claims = format!("{}/claims", self.dir);
         self.files
-            .create_dir(&claims)
-            .map(|_| ())
+            .create()
             .map_err(|e| self.unwritable(e, "cannot create", &claims))
     }
 
@@ -250,7 +234,7 @@ impl ClaimStore {
         let text = serde_json::to_string_pretty(claim)
             .map_err(|e| IntegrationError::render("the claim", e))?;
         self.files
-            .write(&rel, text.as_bytes())
+            .write(&claim_file(&claim.claim_uid), text.as_bytes())
             .map_err(|e| self.unwritable(e, "cannot write", &rel))
     }
 
@@ -260,9 +244,13 @@ impl ClaimStore {
     /// An invalid UID; a store directory that is a link; a file that cannot be removed.
     pub fn remove(&self, uid: &str) -> Result<()> {
         let rel = self.claim_rel(uid)?;
-        let claims = format!("{}/claims", self.dir);
         self.files
-            .remove(&claims, &format!("{uid}.json"))
+            .remove(&claim_file(uid))
             .map_err(|e| self.unwritable(e, "cannot remove", &rel))
     }
+}
+
+/// The file name of claim `uid` in the store's `claims/` (the UID checked first).
+fn claim_file(uid: &str) -> String {
+    format!("{uid}.json")
 }
