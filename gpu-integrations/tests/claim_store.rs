@@ -97,7 +97,8 @@ fn a_state_dir_that_is_a_link_is_refused_and_nothing_is_written_through_it() {
     let err = store.write(&claim("uid-3")).unwrap_err();
     // The one state directory names the link it refuses.
     assert!(
-        err.to_string().contains(&format!("the link {}", link.display())),
+        err.to_string()
+            .contains(&format!("the link {}", link.display())),
         "{err}"
     );
     assert_eq!(err.kind(), gpu_core::ErrorKind::HostError);

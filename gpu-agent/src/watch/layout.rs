@@ -96,13 +96,16 @@ impl LayoutWatch {
     }
 }
 
-/// Reads a layout file ([`crate::sources::read_file`]: without blocking, regular files only)
-/// of at most [`gpu_core::limits::MAX_DOCUMENT_BYTES`].
+/// Reads a layout file through [`gpu_sysfs::read_document`].
 ///
 /// # Errors
-/// As [`crate::sources::read_file`].
+/// As [`gpu_sysfs::read_document`]: `NotFound`, a file that is not regular, over the cap or not
+/// UTF-8 text, and the I/O errors.
 pub fn read_layout_file(path: &Path) -> io::Result<Vec<u8>> {
-    crate::sources::read_file(path, gpu_core::limits::MAX_DOCUMENT_BYTES)
+    // The one document reader of gpuslice: opened without blocking, regular files only, refused
+    // from its size before reading when over the cap (`GPUSLICE_MAX_DOCUMENT_MIB` raises it).
+    let limit = gpu_sysfs::DocumentLimit::from_env().unwrap_or_default();
+    gpu_sysfs::read_document(path, "--layout", limit).map(String::into_bytes)
 }
 
 /// How long a watched layout the host refused waits before it is tried again.
