@@ -155,7 +155,7 @@ impl ClassifiedError for crate::uevent::UeventError {
 }
 
 /// The agent's error types, or those of the crates it builds on (health, discovery, the
-/// scheduler, the model), when `e` is one: see [`gpu_core::error::as_classified`].
+/// scheduler, the model), when `e` is one: see [`gpu_core::classify::as_classified`].
 pub fn as_classified<'a>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a dyn ClassifiedError> {

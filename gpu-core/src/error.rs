@@ -278,23 +278,6 @@ pub fn error_chain(e: &(dyn std::error::Error + '_)) -> String {
     parts.join(": ")
 }
 
-/// The model's own error types, when `e` is one: the first link of every crate's
-/// `as_classified`, which the front-ends use to classify an error chain whose types were erased.
-pub fn as_classified<'a>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a dyn ClassifiedError> {
-    if let Some(e) = e.downcast_ref::<CoreError>() {
-        return Some(e);
-    }
-    if let Some(e) = e.downcast_ref::<ConfigDocError>() {
-        return Some(e);
-    }
-    if let Some(e) = e.downcast_ref::<crate::layout::LayoutError>() {
-        return Some(e);
-    }
-    None
-}
-
 impl ClassifiedError for CoreError {
     fn kind(&self) -> crate::ErrorKind {
         self.kind()
@@ -302,12 +285,6 @@ impl ClassifiedError for CoreError {
 }
 
 impl ClassifiedError for ConfigDocError {
-    fn kind(&self) -> crate::ErrorKind {
-        self.kind()
-    }
-}
-
-impl ClassifiedError for crate::layout::LayoutError {
     fn kind(&self) -> crate::ErrorKind {
         self.kind()
     }
@@ -410,16 +387,5 @@ mod tests {
         let none = Classified::of_chain(&e, |_| None);
         assert_eq!(none.kind, ErrorKind::Other);
         assert_eq!(none.message, c.message);
-    }
-
-    #[test]
-    fn the_model_recognises_its_own_errors_in_an_erased_chain() {
-        let e = CoreError::InvalidRequest {
-            request: "vm".into(),
-            why: "clash".into(),
-        };
-        let found = as_classified(&e).map(ClassifiedError::kind);
-        assert_eq!(found, Some(ErrorKind::InvalidRequest));
-        assert!(as_classified(&read_failed()).is_none());
     }
 }

@@ -15,6 +15,7 @@
 
 pub mod address;
 pub mod allocation;
+pub mod classify;
 pub mod error;
 pub mod fleet;
 pub mod health;

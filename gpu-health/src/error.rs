@@ -98,13 +98,13 @@ impl gpu_core::ClassifiedError for HealthError {
 }
 
 /// This crate's error type (or discovery's, or the model's), when `e` is one: see
-/// [`gpu_core::error::as_classified`].
+/// [`gpu_core::classify::as_classified`].
 pub fn as_classified<'a>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a dyn gpu_core::ClassifiedError> {
     match e.downcast_ref::<HealthError>() {
         Some(h) => Some(h),
-        None => gpu_sysfs::error::as_classified(e),
+        None => gpu_sysfs::classify::as_classified(e),
     }
 }
 

@@ -232,13 +232,13 @@ impl ClassifiedError for IntegrationError {
 }
 
 /// This crate's error type (or the host's, or the model's), when `e` is one: see
-/// [`gpu_core::error::as_classified`].
+/// [`gpu_core::classify::as_classified`].
 pub fn as_classified<'a>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a dyn ClassifiedError> {
     match e.downcast_ref::<IntegrationError>() {
         Some(i) => Some(i),
-        None => gpu_sysfs::error::as_classified(e),
+        None => gpu_sysfs::classify::as_classified(e),
     }
 }
 

@@ -94,12 +94,12 @@ impl gpu_core::ClassifiedError for SchedError {
 }
 
 /// The scheduler's error type (or the model's), when `e` is one: see
-/// [`gpu_core::error::as_classified`].
+/// [`gpu_core::classify::as_classified`].
 pub fn as_classified<'a>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a dyn gpu_core::ClassifiedError> {
     match e.downcast_ref::<SchedError>() {
         Some(s) => Some(s),
-        None => gpu_core::error::as_classified(e),
+        None => gpu_core::classify::as_classified(e),
     }
 }

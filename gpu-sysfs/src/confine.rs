@@ -379,6 +379,23 @@ pub(crate) fn read_bounded(file: std::fs::File, max: usize, path: &str) -> io::R
     read_capped(file, max, path)
 }
 
+/// True when `root` is this machine's own `/` (however spelled: `/`, `/.`, a link to it). The
+/// one definition: [`crate::OpenedRoot::is_local_host`], [`crate::RealHost::new`]'s confinement and the
+/// front-ends that must decide before opening (the agent's uevent socket) all use it.
+pub fn is_local_root(root: &Path) -> bool {
+    !is_sandbox(root) && root.canonicalize().is_ok_and(|r| r == Path::new("/"))
+}
+
+/// True when `root` names a `*.umockdev` recording rather than a directory.
+pub fn is_recording(root: &Path) -> bool {
+    root.is_file() && root.extension().is_some_and(|e| e == "umockdev")
+}
+
+/// True when `root` names a sandbox (`sandbox:DIR`).
+pub fn is_sandbox(root: &Path) -> bool {
+    root.to_str().is_some_and(|r| r.starts_with("sandbox:"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

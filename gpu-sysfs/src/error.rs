@@ -131,45 +131,6 @@ impl gpu_core::ClassifiedError for crate::actuate::ActuateError {
     }
 }
 
-impl gpu_core::ClassifiedError for crate::apply::ApplyError {
-    fn kind(&self) -> gpu_core::ErrorKind {
-        self.kind()
-    }
-
-    /// Discovery's errno, when discovery failed.
-    fn errno(&self) -> Option<i32> {
-        match self {
-            crate::apply::ApplyError::Discover(e) => e.errno(),
-            _ => None,
-        }
-    }
-
-    /// Discovery's detail, when discovery failed.
-    fn detail(&self) -> gpu_core::ErrorDetail {
-        match self {
-            crate::apply::ApplyError::Discover(e) => gpu_core::ClassifiedError::detail(e),
-            _ => gpu_core::ErrorDetail::None,
-        }
-    }
-}
-
-/// This crate's error types (or the model's), when `e` is one: see
-/// [`gpu_core::error::as_classified`].
-pub fn as_classified<'a>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a dyn gpu_core::ClassifiedError> {
-    if let Some(e) = e.downcast_ref::<crate::actuate::ActuateError>() {
-        return Some(e);
-    }
-    if let Some(e) = e.downcast_ref::<SysfsError>() {
-        return Some(e);
-    }
-    if let Some(e) = e.downcast_ref::<crate::apply::ApplyError>() {
-        return Some(e);
-    }
-    gpu_core::error::as_classified(e)
-}
-
 /// Result type of this crate.
 pub type Result<T, E = SysfsError> = std::result::Result<T, E>;
 

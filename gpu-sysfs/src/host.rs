@@ -241,7 +241,7 @@ impl RealHost {
                 format!("root {} is not a directory", root.display()),
             ));
         }
-        let is_machine = crate::open::is_local_root(&root);
+        let is_machine = crate::confine::is_local_root(&root);
         let confined = if is_machine {
             None
         } else {

@@ -17,6 +17,7 @@
 pub mod actuate;
 pub mod apply;
 pub mod atomic;
+pub mod classify;
 pub mod confine;
 pub mod discover;
 pub mod doctor;
@@ -26,6 +27,7 @@ pub mod host;
 pub mod link;
 pub mod observed;
 pub mod open;
+pub mod remembered;
 pub mod resolver;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;

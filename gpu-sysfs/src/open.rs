@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::SysfsError;
+pub use crate::confine::{is_local_root, is_recording, is_sandbox};
 use crate::host::{CommandOutput, Host, RealHost};
 use crate::umockdev::{self, Replay};
 
@@ -104,23 +105,6 @@ impl OpenedRoot {
             (_, Some(dir)) => dir.join(rel).display().to_string(),
         }
     }
-}
-
-/// True when `root` names a `*.umockdev` recording rather than a directory.
-pub fn is_recording(root: &Path) -> bool {
-    root.is_file() && root.extension().is_some_and(|e| e == "umockdev")
-}
-
-/// True when `root` is this machine's own `/` (however spelled: `/`, `/.`, a link to it). The
-/// one definition: [`OpenedRoot::is_local_host`], [`RealHost::new`]'s confinement and the
-/// front-ends that must decide before opening (the agent's uevent socket) all use it.
-pub fn is_local_root(root: &Path) -> bool {
-    !is_sandbox(root) && root.canonicalize().is_ok_and(|r| r == Path::new("/"))
-}
-
-/// True when `root` names a sandbox (`sandbox:DIR`).
-pub fn is_sandbox(root: &Path) -> bool {
-    root.to_str().is_some_and(|r| r.starts_with("sandbox:"))
 }
 
 /// Opens `root`: a directory standing for `/`, a `*.umockdev` recording, or `sandbox:DIR`.

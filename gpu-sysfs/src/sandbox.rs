@@ -110,7 +110,7 @@ pub fn init_from_recording_text(
 fn init_labelled(dir: &Path, from: &Path, label: &str) -> Result<InitReport, SysfsError> {
     // The source is checked (and a recording replayed) before anything is made.
     let mut _replay = None;
-    let source = if crate::open::is_recording(from) {
+    let source = if crate::confine::is_recording(from) {
         let replay = crate::umockdev::materialize(from)?;
         let root = replay.root().to_path_buf();
         _replay = Some(replay);

@@ -34,7 +34,7 @@ impl RefusedNodes {
             return Ok(l.bind(py).clone());
         }
         let nodes = py.detach(|| self.refusal.nodes());
-        let list = crate::convert::to_py(py, &nodes)?.cast_into::<PyList>()?;
+        let list = to_py(py, &nodes)?.cast_into::<PyList>()?;
         let _ = self.built.set(list.clone().unbind());
         Ok(list)
     }
@@ -144,7 +144,7 @@ impl Refusal {
     #[pyo3(signature = (detail = false))]
     fn to_dict<'py>(&self, py: Python<'py>, detail: bool) -> PyResult<Bound<'py, PyAny>> {
         let report = py.detach(|| self.refusal.report(detail));
-        crate::convert::to_py(py, &report)
+        to_py(py, &report)
     }
 
     fn __getitem__<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -200,7 +200,7 @@ pub fn attach(py: Python<'_>, err: &PyErr, refusal: Arc<gpu_sched::Refusal>) {
 
 fn try_attach(py: Python<'_>, err: &PyErr, refusal: Arc<gpu_sched::Refusal>) -> PyResult<()> {
     let summary = refusal.summary();
-    let groups = crate::convert::to_py(py, &summary)?.unbind();
+    let groups = to_py(py, &summary)?.unbind();
     let nodes = Py::new(
         py,
         RefusedNodes {
@@ -230,4 +230,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let unsat = m.getattr("Unsatisfiable")?;
     unsat.setattr("groups", ())?;
     Ok(())
+}
+
+/// A value as a Python object; a value that does not convert (a gpuslice bug) is the base
+/// `RuntimeError` here, since the refusal is itself part of an exception being built.
+fn to_py<'py, T: serde::Serialize>(py: Python<'py>, value: &T) -> PyResult<Bound<'py, PyAny>> {
+    crate::pyserde::to_py(py, value).map_err(|e| {
+        pyo3::exceptions::PyRuntimeError::new_err(format!("cannot convert the refusal: {e}"))
+    })
 }

@@ -153,6 +153,12 @@ pub enum LayoutError {
     },
 }
 
+impl crate::error::ClassifiedError for LayoutError {
+    fn kind(&self) -> crate::ErrorKind {
+        self.kind()
+    }
+}
+
 impl LayoutError {
     /// The kind of this error (`does-not-fit`, `unknown-config`, ...), from gpuslice's one
     /// vocabulary of error kinds.

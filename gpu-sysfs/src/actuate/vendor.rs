@@ -347,7 +347,7 @@ pub fn list_vf_instances(host: &dyn Host) -> Result<Vec<VfInstance>> {
         .filter_map(|e| e.parse().ok())
         .collect();
     addrs.sort();
-    let memory = crate::apply::RememberedNames::read(host, None);
+    let memory = crate::remembered::RememberedNames::read(host, None);
     let mut out = Vec::new();
     for vf in addrs {
         if !is_vendor_vfio_vf(host, &vf) {

@@ -20,7 +20,6 @@
 //! what the rollback achieved.
 
 mod lock;
-mod names;
 
 use std::path::Path;
 use std::time::Duration;
@@ -34,8 +33,8 @@ use gpu_core::layout::{
 use gpu_core::nvidia::{VgpuTypeName, names_match};
 use gpu_core::{MdevUuid, NodeTopology, ParentId, PciAddress, VgpuFramework, VgpuTypeId};
 
+pub use crate::remembered::{NAMES_PATH, RememberedNames};
 pub use lock::{LOCK_PATH, LayoutLock};
-pub use names::{NAMES_PATH, RememberedNames};
 
 use crate::actuate::{
     ActuateError, MdevCreate, SriovOptions, clear_vf, creatable_types, create_mdev, enable_sriov,
@@ -746,6 +745,28 @@ impl Run<'_> {
                     leftover,
                 }),
             }),
+        }
+    }
+}
+
+impl gpu_core::ClassifiedError for ApplyError {
+    fn kind(&self) -> gpu_core::ErrorKind {
+        self.kind()
+    }
+
+    /// Discovery's errno, when discovery failed.
+    fn errno(&self) -> Option<i32> {
+        match self {
+            ApplyError::Discover(e) => e.errno(),
+            _ => None,
+        }
+    }
+
+    /// Discovery's detail, when discovery failed.
+    fn detail(&self) -> gpu_core::ErrorDetail {
+        match self {
+            ApplyError::Discover(e) => gpu_core::ClassifiedError::detail(e),
+            _ => gpu_core::ErrorDetail::None,
         }
     }
 }

@@ -97,10 +97,10 @@ fn hardware_iommu_present(host: &dyn Host, warnings: &mut Vec<String>) -> bool {
 
 /// The one answer to "what is this vendor-VFIO type number's name": the options' resolver
 /// (NVML), then the names gpuslice remembered when it listed or set them (`vgpu apply`, `vgpu
-/// create`; see [`crate::apply::RememberedNames`]). Every discovery, and so every command,
+/// create`; see [`crate::remembered::RememberedNames`]). Every discovery, and so every command,
 /// binding and the agent, names a type this way.
 fn type_names(host: &dyn Host, opts: &DiscoverOptions) -> Option<Arc<dyn TypeNameResolver>> {
-    let memory = crate::apply::RememberedNames::read(host, opts.resolver.clone());
+    let memory = crate::remembered::RememberedNames::read(host, opts.resolver.clone());
     if memory.is_empty() {
         opts.resolver.clone()
     } else {
