@@ -26,7 +26,7 @@ enum Command {
     #[command(subcommand)]
     Gpu(GpuCommand),
     /// This host's NodeTopology: GPUs, vGPU parents, profiles, instances and pools.
-    Topology(cmd::inventory::TopologyArgs),
+    Topology(cmd::topology::TopologyArgs),
     /// GPU health graded from PCIe AER, link state and NVML.
     Health(cmd::health::HealthArgs),
     /// vGPU instances and declarative layouts.
@@ -34,7 +34,7 @@ enum Command {
     Vgpu(VgpuCommand),
     /// SR-IOV virtual functions.
     #[command(subcommand)]
-    Sriov(cmd::actuate::SriovCommand),
+    Sriov(cmd::sriov::SriovCommand),
     /// Place a Machine's device requests on a fleet.
     Place(cmd::place::PlaceArgs),
     /// Plan migrations, node drains and health-driven evacuations.
@@ -63,21 +63,21 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum GpuCommand {
     /// List GPUs (this host, or a fleet with --inventory).
-    List(cmd::inventory::GpuListArgs),
+    List(cmd::gpu::GpuListArgs),
     /// Bind a whole GPU and its companion functions to vfio-pci.
-    Bind(cmd::actuate::BindArgs),
+    Bind(cmd::gpu::BindArgs),
     /// Return a GPU from vfio-pci to its host driver.
-    Release(cmd::actuate::ReleaseArgs),
+    Release(cmd::gpu::ReleaseArgs),
 }
 
 #[derive(Subcommand, Debug)]
 enum VgpuCommand {
     /// Create a vGPU instance.
-    Create(cmd::actuate::CreateArgs),
+    Create(cmd::vgpu::CreateArgs),
     /// Remove a vGPU instance (mdev UUID or vendor-VFIO VF address).
-    Remove(cmd::actuate::RemoveArgs),
+    Remove(cmd::vgpu::RemoveArgs),
     /// List vGPU instances on this host.
-    List(cmd::actuate::ListArgs),
+    List(cmd::vgpu::ListArgs),
     /// Make the host match a vGPU layout file.
     Apply(cmd::layout::ApplyArgs),
     /// Check that the host matches a vGPU layout file (exit 1 with a diff when not).
@@ -109,18 +109,18 @@ fn main() -> ExitCode {
     let g = &cli.global;
     g.announce_sandbox();
     let result = match cli.command {
-        Command::Gpu(GpuCommand::List(a)) => cmd::inventory::gpu_list(g, a),
-        Command::Gpu(GpuCommand::Bind(a)) => cmd::actuate::bind(g, a),
-        Command::Gpu(GpuCommand::Release(a)) => cmd::actuate::release(g, a),
-        Command::Topology(a) => cmd::inventory::topology(g, a),
+        Command::Gpu(GpuCommand::List(a)) => cmd::gpu::gpu_list(g, a),
+        Command::Gpu(GpuCommand::Bind(a)) => cmd::gpu::bind(g, a),
+        Command::Gpu(GpuCommand::Release(a)) => cmd::gpu::release(g, a),
+        Command::Topology(a) => cmd::topology::topology(g, a),
         Command::Health(a) => cmd::health::run(g, a),
-        Command::Vgpu(VgpuCommand::Create(a)) => cmd::actuate::create(g, a),
-        Command::Vgpu(VgpuCommand::Remove(a)) => cmd::actuate::remove(g, a),
-        Command::Vgpu(VgpuCommand::List(a)) => cmd::actuate::list(g, a),
+        Command::Vgpu(VgpuCommand::Create(a)) => cmd::vgpu::create(g, a),
+        Command::Vgpu(VgpuCommand::Remove(a)) => cmd::vgpu::remove(g, a),
+        Command::Vgpu(VgpuCommand::List(a)) => cmd::vgpu::list(g, a),
         Command::Vgpu(VgpuCommand::Apply(a)) => cmd::layout::apply(g, a),
         Command::Vgpu(VgpuCommand::Assert(a)) => cmd::layout::assert(g, a),
         Command::Vgpu(VgpuCommand::Clear(a)) => cmd::layout::clear(g, a),
-        Command::Sriov(c) => cmd::actuate::sriov(g, c),
+        Command::Sriov(c) => cmd::sriov::sriov(g, c),
         Command::Place(a) => cmd::place::place(g, a),
         Command::Plan(c) => cmd::place::plan(g, c),
         Command::Metrics(a) => cmd::metrics::run(g, a),

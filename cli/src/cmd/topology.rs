@@ -1,4 +1,5 @@
-//! Inventory commands: `gpuslice gpu list` and `gpuslice topology`.
+//! `gpuslice topology`: this node's (or a fleet node's) GPUs, vGPU parents, pools and instances;
+//! the fleet helpers `gpu list --inventory` shares.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -7,9 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gpu_core::{Allocation, Fleet, Gpu, NodeTopology, ParentId, PciAddress};
 
-use crate::common::{
-    Global, Output, local_topology, local_topology_with, print_data, render_table,
-};
+use crate::common::{Global, Output, local_topology_with, print_data, render_table};
 
 /// Arguments of `gpuslice topology`.
 #[derive(clap::Args, Debug)]
@@ -31,21 +30,6 @@ pub struct TopologyArgs {
     pub inventory: Option<PathBuf>,
 }
 
-/// Arguments of `gpuslice gpu list`.
-#[derive(clap::Args, Debug)]
-pub struct GpuListArgs {
-    /// List the GPUs of every node in a fleet file (JSON or YAML) instead of this host; with
-    /// `--node`, only that node's.
-    #[arg(long, value_name = "FLEET")]
-    pub inventory: Option<PathBuf>,
-    /// List this host's GPUs (the default).
-    #[arg(long, conflicts_with = "inventory")]
-    pub local: bool,
-    /// Do not load NVML, even with `--root /`: grade health from sysfs signals only.
-    #[arg(long)]
-    pub no_nvml: bool,
-}
-
 fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<ParentId>>> {
     let Some(list) = list else { return Ok(None) };
     list.iter()
@@ -58,11 +42,11 @@ fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<Parent
         .map(Some)
 }
 
-fn dash(s: Option<&str>) -> String {
+pub(crate) fn dash(s: Option<&str>) -> String {
     s.filter(|s| !s.is_empty()).unwrap_or("-").to_owned()
 }
 
-fn gpu_row(g: &Gpu) -> Vec<String> {
+pub(crate) fn gpu_row(g: &Gpu) -> Vec<String> {
     vec![
         g.name.clone(),
         g.address.to_string(),
@@ -74,85 +58,17 @@ fn gpu_row(g: &Gpu) -> Vec<String> {
     ]
 }
 
-const GPU_HEADERS: [&str; 7] = [
+pub(crate) const GPU_HEADERS: [&str; 7] = [
     "NAME", "ADDRESS", "VENDOR", "MODEL", "DRIVER", "STATE", "HEALTH",
 ];
 
-fn print_warnings(t: &NodeTopology) {
+pub(crate) fn print_warnings(t: &NodeTopology) {
     for w in t.warning_lines() {
         eprintln!("warning: {w}");
     }
 }
 
-/// Runs `gpuslice gpu list`.
-///
-/// # Errors
-/// An invalid `--root`, a fleet file that cannot be read or decoded, or a `--node` the fleet
-/// does not have.
-pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
-    let Some(path) = &a.inventory else {
-        let t = local_topology(g, None, a.no_nvml)?;
-        match g.output {
-            Output::Table => {
-                let rows: Vec<Vec<String>> = t.gpus.iter().map(gpu_row).collect();
-                print!("{}", render_table(&GPU_HEADERS, &rows));
-                print_warnings(&t);
-            }
-            other => print_data(other, &t.gpus)?,
-        }
-        return Ok(ExitCode::SUCCESS);
-    };
-    let fleet = read_fleet(path)?;
-    let nodes: Vec<&NodeTopology> = match &g.node {
-        Some(n) => vec![fleet_node(&fleet, path, n)?],
-        None => fleet.nodes.iter().collect(),
-    };
-    // Each GPU as the fleet's allocations leave it: one an allocation holds is not free.
-    let held: Vec<(&NodeTopology, Gpu, Vec<String>)> = nodes
-        .iter()
-        .flat_map(|t| {
-            t.gpus
-                .iter()
-                .map(|gpu| allocated_view(t, &fleet.allocations, gpu))
-        })
-        .collect();
-    match g.output {
-        Output::Table => {
-            let mut headers = vec!["NODE"];
-            headers.extend(GPU_HEADERS);
-            headers.push("ALLOCATED TO");
-            let rows: Vec<Vec<String>> = held
-                .iter()
-                .map(|(t, gpu, machines)| {
-                    let mut r = vec![t.node.clone()];
-                    r.extend(gpu_row(gpu));
-                    r.push(if machines.is_empty() {
-                        "-".to_owned()
-                    } else {
-                        machines.join(",")
-                    });
-                    r
-                })
-                .collect();
-            print!("{}", render_table(&headers, &rows));
-        }
-        other => {
-            let mut list = Vec::new();
-            for (t, gpu, machines) in &held {
-                let mut v = serde_json::to_value(gpu)?;
-                if let Some(obj) = v.as_object_mut() {
-                    obj.insert("node".to_owned(), serde_json::Value::String(t.node.clone()));
-                    obj.insert("allocatedTo".to_owned(), serde_json::to_value(machines)?);
-                }
-                list.push(v);
-            }
-            print_data(other, &list)?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn read_fleet(path: &std::path::Path) -> anyhow::Result<Fleet> {
+pub(crate) fn read_fleet(path: &std::path::Path) -> anyhow::Result<Fleet> {
     let text = crate::common::read_input(path, "fleet")
         .with_context(|| format!("--inventory {}", path.display()))?;
     Fleet::from_text_max(&text, crate::common::document_limit().bytes())
@@ -160,7 +76,7 @@ fn read_fleet(path: &std::path::Path) -> anyhow::Result<Fleet> {
         .with_context(|| format!("--inventory {}", path.display()))
 }
 
-fn fleet_node<'a>(
+pub(crate) fn fleet_node<'a>(
     fleet: &'a Fleet,
     path: &std::path::Path,
     n: &str,
@@ -181,7 +97,7 @@ fn fleet_node<'a>(
 
 /// `gpu` as the fleet's allocations leave it, and the Machines holding it: a GPU an allocation
 /// holds (whole, or a vGPU on it) is in use, whatever the node's snapshot said.
-fn allocated_view<'t>(
+pub(crate) fn allocated_view<'t>(
     t: &'t NodeTopology,
     allocations: &[Allocation],
     gpu: &Gpu,

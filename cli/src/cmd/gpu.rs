@@ -1,0 +1,232 @@
+//! `gpuslice gpu list|bind|release`: the GPUs of this host or a fleet, and whole GPUs moved to
+//! vfio-pci and back.
+//!
+//! Each command parses its identities into validated types before touching the host (nothing is
+//! written for a malformed address or name), runs one `gpu_sysfs::actuate` operation on a host
+//! opened at `--root`, and prints what was done with the QEMU and libvirt snippets.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use gpu_core::{Gpu, NodeTopology, PciAddress};
+use gpu_sysfs::actuate::{self, GpuBinding, handoff::Handoff};
+
+use super::topology::{
+    GPU_HEADERS, allocated_view, fleet_node, gpu_row, print_warnings, read_fleet,
+};
+use crate::common::{Global, Output, local_topology, open_node_host, print_data, render_table};
+
+/// Arguments of `gpuslice gpu list`.
+#[derive(clap::Args, Debug)]
+pub struct GpuListArgs {
+    /// List the GPUs of every node in a fleet file (JSON or YAML) instead of this host; with
+    /// `--node`, only that node's.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: Option<PathBuf>,
+    /// List this host's GPUs (the default).
+    #[arg(long, conflicts_with = "inventory")]
+    pub local: bool,
+    /// Do not load NVML, even with `--root /`: grade health from sysfs signals only.
+    #[arg(long)]
+    pub no_nvml: bool,
+}
+
+/// Runs `gpuslice gpu list`.
+///
+/// # Errors
+/// An invalid `--root`, a fleet file that cannot be read or decoded, or a `--node` the fleet
+/// does not have.
+pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
+    let Some(path) = &a.inventory else {
+        let t = local_topology(g, None, a.no_nvml)?;
+        match g.output {
+            Output::Table => {
+                let rows: Vec<Vec<String>> = t.gpus.iter().map(gpu_row).collect();
+                print!("{}", render_table(&GPU_HEADERS, &rows));
+                print_warnings(&t);
+            }
+            other => print_data(other, &t.gpus)?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let fleet = read_fleet(path)?;
+    let nodes: Vec<&NodeTopology> = match &g.node {
+        Some(n) => vec![fleet_node(&fleet, path, n)?],
+        None => fleet.nodes.iter().collect(),
+    };
+    // Each GPU as the fleet's allocations leave it: one an allocation holds is not free.
+    let held: Vec<(&NodeTopology, Gpu, Vec<String>)> = nodes
+        .iter()
+        .flat_map(|t| {
+            t.gpus
+                .iter()
+                .map(|gpu| allocated_view(t, &fleet.allocations, gpu))
+        })
+        .collect();
+    match g.output {
+        Output::Table => {
+            let mut headers = vec!["NODE"];
+            headers.extend(GPU_HEADERS);
+            headers.push("ALLOCATED TO");
+            let rows: Vec<Vec<String>> = held
+                .iter()
+                .map(|(t, gpu, machines)| {
+                    let mut r = vec![t.node.clone()];
+                    r.extend(gpu_row(gpu));
+                    r.push(if machines.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        machines.join(",")
+                    });
+                    r
+                })
+                .collect();
+            print!("{}", render_table(&headers, &rows));
+        }
+        other => {
+            let mut list = Vec::new();
+            for (t, gpu, machines) in &held {
+                let mut v = serde_json::to_value(gpu)?;
+                if let Some(obj) = v.as_object_mut() {
+                    obj.insert("node".to_owned(), serde_json::Value::String(t.node.clone()));
+                    obj.insert("allocatedTo".to_owned(), serde_json::to_value(machines)?);
+                }
+                list.push(v);
+            }
+            print_data(other, &list)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Opens `--root` through the one composition ([`gpu_health::open_node_host`]: the NVML
+/// type-name resolver on the local `/` only); a recording is refused for commands that change
+/// the host (`changes`).
+pub(crate) fn open_host(g: &Global, changes: bool) -> anyhow::Result<gpu_health::OpenedNode> {
+    let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
+    if changes && opened.host.is_recording() {
+        bail!(
+            "--root {} is a recording: it can be listed, not changed",
+            g.root.display()
+        );
+    }
+    Ok(opened)
+}
+
+/// A GPU given as a PCI address or a per-node name (`nvidia0`), resolved through discovery.
+pub(crate) fn resolve_gpu(
+    opened: &gpu_health::OpenedNode,
+    gpu: &str,
+) -> anyhow::Result<PciAddress> {
+    let name = match gpu_core::GpuRef::parse_one(gpu)
+        .with_context(|| format!("{gpu:?} is neither a PCI address nor a GPU name"))?
+    {
+        gpu_core::GpuRef::Address(a) => return Ok(a),
+        named => named.to_string(),
+    };
+    let topo = gpu_sysfs::discover::discover(opened.host.host(), &opened.discover)
+        .context("cannot discover this host's GPUs to resolve the name")?;
+    topo.gpu_address_by_name(&name).map_err(anyhow::Error::msg)
+}
+
+pub(crate) fn print_handoff(h: &Handoff) {
+    println!("  qemu:    {}", h.qemu);
+    println!("  libvirt: {}", h.libvirt);
+    if !h.device_nodes.is_empty() {
+        println!("  devices: {}", h.device_nodes.join(" "));
+    }
+}
+
+fn print_binding(verb: &str, b: &GpuBinding) {
+    let groups: Vec<String> = b.iommu_groups.iter().map(u32::to_string).collect();
+    println!(
+        "{} {} (IOMMU group {})",
+        if b.changed() { verb } else { "unchanged" },
+        b.gpu,
+        groups.join(", ")
+    );
+    for f in &b.functions {
+        println!(
+            "{}  {} -> {}{}",
+            f.address,
+            f.driver_before.as_deref().unwrap_or("none"),
+            f.driver_after.as_deref().unwrap_or("none"),
+            if f.changed { "" } else { " (unchanged)" }
+        );
+        if verb == "bound" {
+            print_handoff(&f.handoff);
+        }
+    }
+    for w in &b.warnings {
+        println!("warning: {w}");
+    }
+}
+/// `gpu bind` arguments.
+#[derive(Args, Debug)]
+pub struct BindArgs {
+    /// The GPU: PCI address (`0000:01:00.0`) or name (`nvidia0`). Its companion functions
+    /// (same slot, same vendor: HD audio, USB-C) move with it.
+    #[arg(value_name = "BDF|NAME")]
+    pub gpu: String,
+    /// Bind even a GPU graded Unhealthy (a VM would get a failing device).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Binds a whole GPU and its companion functions to vfio-pci.
+///
+/// # Errors
+/// Invalid input, refusals (IOMMU group shared with other endpoints, no IOMMU, a VF) and
+/// failed steps (after rolling back).
+pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
+    let opened = open_host(g, true)?;
+    let host = opened.host.host();
+    let gpu = resolve_gpu(&opened, &a.gpu)?;
+    let topo = crate::common::local_topology(g, None, false)
+        .with_context(|| format!("cannot grade the health of {gpu} before binding it"))?;
+    if let Some(found) = topo.gpu_by_address(&gpu) {
+        let warning = found
+            .health
+            .check_handout(&gpu.to_string(), a.force, "--force")?;
+        if let Some(w) = warning {
+            eprintln!("gpuslice: warning: {w}");
+        }
+    }
+    let b =
+        actuate::bind_gpu(host, &gpu).with_context(|| format!("cannot bind {gpu} to vfio-pci"))?;
+    match g.output {
+        Output::Table => print_binding("bound", &b),
+        out => print_data(out, &b)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gpu release` arguments.
+#[derive(Args, Debug)]
+pub struct ReleaseArgs {
+    /// The GPU: PCI address or name.
+    #[arg(value_name = "BDF|NAME")]
+    pub gpu: String,
+    /// Release even when a process (a VM) holds the device open; the kernel then waits for it.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Returns a GPU from vfio-pci to its host driver.
+///
+/// # Errors
+/// Invalid input, a device in use without `--force`, failed steps (after rolling back).
+pub fn release(g: &Global, a: ReleaseArgs) -> anyhow::Result<ExitCode> {
+    let opened = open_host(g, true)?;
+    let host = opened.host.host();
+    let gpu = resolve_gpu(&opened, &a.gpu)?;
+    let b = actuate::release_gpu(host, &gpu, a.force)
+        .with_context(|| format!("cannot release {gpu} to its host driver"))?;
+    match g.output {
+        Output::Table => print_binding("released", &b),
+        out => print_data(out, &b)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

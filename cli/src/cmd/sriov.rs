@@ -1,0 +1,72 @@
+//! `gpuslice sriov enable`: the VFs of an NVIDIA GPU through `sriov-manage`, with a timeout,
+//! checked afterwards.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use gpu_sysfs::actuate::{self, SriovOptions};
+
+use super::gpu::{open_host, resolve_gpu};
+use crate::common::{Global, Output, print_data};
+
+/// `gpuslice sriov` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum SriovCommand {
+    /// Enable the VFs of an NVIDIA GPU with `sriov-manage -e <BDF>` (checked afterwards).
+    Enable(SriovEnableArgs),
+}
+
+/// `sriov enable` arguments.
+#[derive(Args, Debug)]
+pub struct SriovEnableArgs {
+    /// The physical GPU: PCI address or name.
+    #[arg(value_name = "BDF|NAME")]
+    pub gpu: String,
+    /// Kill `sriov-manage` after this many seconds.
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    pub timeout: u64,
+    /// Run it as `chroot DIR sriov-manage ...` (the host's root, from a container).
+    #[arg(long, value_name = "DIR")]
+    pub chroot: Option<PathBuf>,
+    /// The script to run.
+    #[arg(long, default_value = actuate::SRIOV_MANAGE, value_name = "PATH")]
+    pub program: String,
+}
+
+/// Runs `sriov` subcommands.
+///
+/// # Errors
+/// Invalid input; the script timing out, failing, or exiting 0 without enabling VFs.
+pub fn sriov(g: &Global, c: SriovCommand) -> anyhow::Result<ExitCode> {
+    let SriovCommand::Enable(a) = c;
+    if a.timeout == 0 {
+        bail!("--timeout must be at least 1 second");
+    }
+    let opened = open_host(g, true)?;
+    let host = opened.host.host();
+    let pf = resolve_gpu(&opened, &a.gpu)?;
+    let opts = SriovOptions {
+        timeout: Duration::from_secs(a.timeout),
+        chroot: a.chroot.map(|p| p.to_string_lossy().into_owned()),
+        program: a.program,
+    };
+    let r = actuate::enable_sriov(host, &pf, &opts)
+        .with_context(|| format!("cannot enable SR-IOV on {pf}"))?;
+    match g.output {
+        Output::Table => {
+            if r.changed {
+                println!("enabled {} VFs on {}", r.numvfs, r.pf);
+            } else {
+                println!("{} already has {} VFs", r.pf, r.numvfs);
+            }
+            for vf in &r.vfs {
+                println!("  {vf}");
+            }
+        }
+        out => print_data(out, &r)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
