@@ -138,15 +138,20 @@ for (const [what, machine] of [
   })
 }
 
-test('place rejects an unknown policy and a Machine placed twice', () => {
+test('place rejects an unknown policy; a Machine placed again gets its placement, a changed one is refused', () => {
   const fleet = fleetOf('node-a')
 
   assert.throws(() => fleet.place(vgpuMachine(), { policy: 'random' }), {
     code: 'INVALID_REQUEST',
     message: /random/,
   })
-  fleet.place(vgpuMachine())
-  assert.throws(() => fleet.place(vgpuMachine()), { code: 'INVALID_REQUEST' })
+  const first = fleet.place(vgpuMachine())
+  const again = fleet.place(vgpuMachine())
+  assert.equal(again.alreadyPlaced, true)
+  assert.deepEqual(again.devices, first.devices)
+  assert.equal(fleet.allocations().length, 1)
+  const changed = { ...vgpuMachine(), devices: [{ name: 'gpu', profile: 'T4-16Q' }] }
+  assert.throws(() => fleet.place(changed), { code: 'INVALID_REQUEST' })
 })
 
 test('placeAsync resolves to the allocation off the JS thread', async () => {

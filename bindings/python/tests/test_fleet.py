@@ -135,11 +135,18 @@ def test_place_rejects_an_unknown_policy(fleet):
     assert "random" in str(info.value)
 
 
-def test_place_rejects_a_machine_placed_twice(fleet):
-    fleet.place(VGPU_MACHINE)
+def test_placing_a_placed_machine_again_returns_its_placement_and_a_changed_one_is_refused(fleet):
+    first = fleet.place(VGPU_MACHINE)
 
+    # An orchestrator retrying after a timeout gets the placement it already has.
+    again = fleet.place(VGPU_MACHINE)
+    assert again["alreadyPlaced"] is True
+    assert again["devices"] == first["devices"]
+    assert len(fleet.allocations()) == 1
+
+    changed = {"name": "vm-vgpu", "devices": [{"name": "gpu", "profile": "T4-16Q"}]}
     with pytest.raises(gpuslice.InvalidRequest):
-        fleet.place(VGPU_MACHINE)
+        fleet.place(changed)
 
 
 def test_release_returns_the_allocation_and_frees_its_capacity(fleet):
