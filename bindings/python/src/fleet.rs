@@ -149,8 +149,10 @@ impl Fleet {
     /// `policy` is `"binpack"` (fill nodes up first), `"spread"` (least-used node first) or
     /// `"firstfit"` (first node and GPU in order that fit, as the Kubernetes DRA allocator).
     /// With `dry_run=True`, returns where the Machine would go and records nothing.
+    /// A Machine already placed with the same requests gets its placement back
+    /// (`alreadyPlaced: True`, nothing charged again), so a retry after a timeout is safe.
     /// Raises `Unsatisfiable` (with `.reasons`) when no node can hold it, `InvalidRequest` when
-    /// the Machine is malformed, already placed, or the policy is unknown.
+    /// the Machine is malformed, already placed with other requests, or the policy is unknown.
     #[pyo3(signature = (machine, policy = "binpack", dry_run = false))]
     fn place<'py>(
         &self,

@@ -541,8 +541,10 @@ class Fleet:
         policy: Literal["binpack", "spread", "firstfit"] = "binpack",
         dry_run: bool = False,
     ) -> Placement:
-        """Places a Machine (with ``dry_run=True``: says where, records nothing); raises
-        :class:`Unsatisfiable` or :class:`InvalidRequest`."""
+        """Places a Machine (with ``dry_run=True``: says where, records nothing). A Machine
+        already placed with the same requests gets its placement back (``alreadyPlaced``);
+        raises :class:`Unsatisfiable`, or :class:`InvalidRequest` (also for a Machine already
+        placed with other requests)."""
     def release(self, machine_name: str) -> Allocation:
         """Releases a Machine's allocation and returns it. Raises :class:`NotFound`."""
     def mark_created(self, machine_name: str) -> None:
