@@ -339,14 +339,7 @@ fn check_pci(
         )?;
     }
     if let Some(gpu) = node.gpu_by_address(address) {
-        if gpu.state == gpu_core::GpuState::Blocked {
-            fail!(
-                Refused, address;
-                "GPU {} ({address}) cannot go to a VM: {}",
-                gpu.name,
-                gpu.state_reason.as_deref().unwrap_or("it is blocked")
-            );
-        }
+        refuse_blocked(gpu, address)?;
         let vgpus: usize = node
             .mediated_devices
             .parents
@@ -419,14 +412,7 @@ fn check_pci(
 /// When the address is neither a GPU nor a vendor-VFIO VF of `node`, or the GPU is blocked.
 pub fn address_devices(node: &NodeTopology, address: &PciAddress) -> Result<Vec<VmDevice>> {
     if let Some(gpu) = node.gpu_by_address(address) {
-        if gpu.state == gpu_core::GpuState::Blocked {
-            fail!(
-                Refused, address;
-                "GPU {} ({address}) cannot go to a VM: {}",
-                gpu.name,
-                gpu.state_reason.as_deref().unwrap_or("it is blocked")
-            );
-        }
+        refuse_blocked(gpu, address)?;
         let mut out = vec![VmDevice::Pci { address: *address }];
         out.extend(
             gpu.functions
@@ -501,4 +487,18 @@ pub fn libvirt_xml(devices: &[VmDevice]) -> String {
             out
         }
     }
+}
+
+/// A blocked GPU (its IOMMU group shared with a device that cannot go along, ...) never goes to
+/// a VM, `--force` or not.
+fn refuse_blocked(gpu: &gpu_core::Gpu, address: &PciAddress) -> Result<()> {
+    if gpu.state == gpu_core::GpuState::Blocked {
+        fail!(
+            Refused, address;
+            "GPU {} ({address}) cannot go to a VM: {}",
+            gpu.name,
+            gpu.state_reason.as_deref().unwrap_or("it is blocked")
+        );
+    }
+    Ok(())
 }

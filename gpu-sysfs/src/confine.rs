@@ -238,13 +238,10 @@ pub const ATTRIBUTE_MAX: usize = 16 * 1024;
 /// driver, a stuck network file).
 pub const READ_DEADLINE: Duration = Duration::from_secs(5);
 
-/// Refuses what is not a regular file: a FIFO would block, a device or socket is no attribute.
-pub(crate) fn check_regular(file: &std::fs::File, path: &str) -> io::Result<()> {
+/// What a file that is not a regular one is, for messages (`a FIFO`, `a socket`, ...).
+pub(crate) fn file_kind(t: &std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
-    let t = file.metadata()?.file_type();
-    let what = if t.is_file() {
-        return Ok(());
-    } else if t.is_fifo() {
+    if t.is_fifo() {
         "a FIFO"
     } else if t.is_socket() {
         "a socket"
@@ -254,7 +251,16 @@ pub(crate) fn check_regular(file: &std::fs::File, path: &str) -> io::Result<()> 
         "a directory"
     } else {
         "not a regular file"
-    };
+    }
+}
+
+/// Refuses what is not a regular file: a FIFO would block, a device or socket is no attribute.
+pub(crate) fn check_regular(file: &std::fs::File, path: &str) -> io::Result<()> {
+    let t = file.metadata()?.file_type();
+    if t.is_file() {
+        return Ok(());
+    }
+    let what = file_kind(&t);
     Err(io::Error::new(
         io::ErrorKind::InvalidData,
         format!("{path} is {what}, not an attribute file; not read"),

@@ -118,7 +118,7 @@ pub fn read_document(path: &Path, what: &str, limit: DocumentLimit) -> io::Resul
             format!(
                 "{} is {}, not a regular file; not read (give `-` to read standard input)",
                 path.display(),
-                file_kind(&meta.file_type())
+                crate::confine::file_kind(&meta.file_type())
             ),
         ));
     }
@@ -149,21 +149,6 @@ pub fn read_stream(from: impl Read, what: &str, limit: DocumentLimit) -> io::Res
             ),
         )
     })
-}
-
-fn file_kind(t: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device node"
-    } else if t.is_dir() {
-        "a directory"
-    } else {
-        "not a regular file"
-    }
 }
 
 #[cfg(test)]
