@@ -47,6 +47,10 @@ pub struct Global {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub max_document_mib: Option<u64>,
+    /// On a terminal, print a line every 2 s while discovering the host takes long (nothing in a
+    /// pipe).
+    #[arg(long, global = true)]
+    pub progress: bool,
 }
 
 /// The document cap of this command, set once from `--max-document-mib` by `main`.
@@ -179,7 +183,13 @@ pub fn open_node(
     req: &gpu_health::NodeRequest,
 ) -> anyhow::Result<gpu_health::ComposedNode> {
     use anyhow::Context;
+    let _progress = discovering(g);
     gpu_health::open_node(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
+}
+
+/// The `--progress` line of discovering `--root`.
+fn discovering(g: &Global) -> crate::progress::Progress {
+    crate::progress::Progress::start(g.progress, format!("discovering {}", g.root.display()))
 }
 
 /// Opens `--root` with the options [`gpu_health::open_node_host`] decides (the NVML type-name
@@ -193,6 +203,7 @@ pub fn open_node_host(
     req: &gpu_health::NodeRequest,
 ) -> anyhow::Result<gpu_health::OpenedNode> {
     use anyhow::Context;
+    let _progress = discovering(g);
     gpu_health::open_node_host(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
 }
 

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod common;
+mod progress;
 
 use common::Global;
 
