@@ -20,6 +20,7 @@ macro_rules! log {
 }
 
 pub mod agent;
+pub mod claims;
 pub mod doc;
 pub mod error;
 pub mod events;
