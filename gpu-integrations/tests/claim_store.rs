@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use gpu_integrations::dra::ClaimStore;
-use gpu_integrations::dra::prepare::{PrepareAction, PreparedClaim};
+use gpu_integrations::dra::prepare::{ClaimPhase, PrepareAction, PreparedClaim};
 
 const UUID: &str = "6a4b7c1e-2f3d-4e5a-9b8c-7d6e5f4a3b2c";
 
@@ -23,6 +23,8 @@ fn claim(uid: &str) -> PreparedClaim {
             uuid: UUID.parse().unwrap(),
         }],
         found: vec![],
+        phase: ClaimPhase::Completed,
+        boot_id: None,
     }
 }
 

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::common::{Global, open_node, open_node_host, read_input};
+use crate::common::{Global, open_node, read_input};
 use gpu_integrations::dra::model::PrepareInput;
 use gpu_integrations::dra::{self, ClaimStore, DEFAULT_DRIVER, model, rules};
 
@@ -127,7 +127,10 @@ fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
 
 fn unprepare(g: &Global, a: &UnprepareArgs) -> anyhow::Result<ExitCode> {
     let store = ClaimStore::open(&g.root, a.state_dir.as_deref())?;
-    let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
+    gpu_core::validate_name(&g.node_name()).context("--node")?;
+    // The root is opened as prepare opens it, so a root that is no host is refused alike
+    // (not answered "nothing to undo").
+    let opened = open_node(g, &gpu_health::NodeRequest::new(g.node_name()))?;
     let done = dra::unprepare_claim(
         &opened.host,
         opened.host.is_recording(),

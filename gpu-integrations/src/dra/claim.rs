@@ -9,6 +9,14 @@
 //!
 //! A prepare is idempotent: a claim already recorded is answered from the record, with no write.
 //! An unprepare undoes exactly what its prepare changed, and succeeds for a claim never prepared.
+//!
+//! The record is the checkpoint: written `started` (the plan, with its UUIDs, and which devices
+//! were already in place) before the first host write and `completed` after the last, with the
+//! host's boot ID. After a `kill -9` at any point the next prepare of the claim finishes the
+//! plan and the next unprepare undoes it; after a reboot the claim's devices are made again,
+//! with the same UUIDs, instead of being answered from the stale record.
+
+use std::collections::BTreeMap;
 
 use gpu_core::{MdevUuid, NodeTopology, PciAddress};
 use gpu_sysfs::Host;
@@ -16,7 +24,7 @@ use serde::Serialize;
 
 use super::model::{DeviceAllocationResult, PrepareInput};
 use super::node::{self, PrepareAnswer};
-use super::prepare::{PrepareAction, PreparedClaim, plan_prepare};
+use super::prepare::{ClaimPhase, PrepareAction, PreparedClaim, plan_prepare};
 use super::store::ClaimStore;
 use crate::error::{Result, fail};
 
@@ -223,48 +231,202 @@ fn result_of(
     }
 }
 
-/// Prepares `claim` on `dra`: answers from the record when it was prepared before; otherwise
-/// plans every result of `opts.driver` (checking all of them before any write), records the
-/// store's directory, makes the devices through the actuation layer (undoing this call's changes
-/// when one fails) and records what it changed.
+/// Whether `recorded` was made in an earlier boot than `current` (both boot IDs known and
+/// different): its devices did not survive the reboot.
+fn rebooted(recorded: &PreparedClaim, current: Option<&str>) -> bool {
+    matches!((recorded.boot_id.as_deref(), current), (Some(r), Some(c)) if r != c)
+}
+
+/// Whether `recorded` answers `allocation`: the same (request, device) pairs of `driver`.
+fn same_requests(
+    recorded: &PreparedClaim,
+    allocation: &DeviceAllocationResult,
+    driver: &str,
+) -> bool {
+    let mut held: Vec<(&str, &str)> = recorded.held().map(|a| a.request_and_device()).collect();
+    let mut wanted: Vec<(&str, &str)> = allocation
+        .results
+        .iter()
+        .filter(|r| r.driver == driver)
+        .map(|r| (r.request.as_str(), r.device.as_str()))
+        .collect();
+    held.sort_unstable();
+    wanted.sort_unstable();
+    held == wanted
+}
+
+/// The devices other claims' records hold (by [`node::identity`]), with the claim holding
+/// each. Records of an earlier boot count: their claims get the same devices back.
+fn held_by_others(store: &ClaimStore, uid: &str) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for other in store.read_all()? {
+        if other.claim_uid == uid {
+            continue;
+        }
+        for a in other.held() {
+            out.insert(node::identity(a), other.claim_uid.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses a plan naming a device another claim's record holds (a device an interrupted
+/// prepare had planned but not made yet looks free on the host).
+fn refuse_taken<'a>(
+    uid: &str,
+    held: impl IntoIterator<Item = &'a PrepareAction>,
+    others: &BTreeMap<String, String>,
+) -> Result<()> {
+    for a in held {
+        let id = node::identity(a);
+        if let Some(holder) = others.get(&id) {
+            let (request, _) = a.request_and_device();
+            fail!(
+                Refused, format!("request {request}");
+                "claim {uid}: request {request}: device {id} is held by claim {holder}; nothing was changed"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A plan for `actions`, split before any write into what the claim makes and what it finds in
+/// place, recorded as started in boot `boot_id`.
+fn started(
+    dra: &DraNode<'_>,
+    uid: &str,
+    held: impl IntoIterator<Item = PrepareAction>,
+    boot_id: Option<String>,
+) -> PreparedClaim {
+    let (found, actions) = held.into_iter().partition(|a| node::in_place(dra.host, a));
+    PreparedClaim {
+        claim_uid: uid.to_owned(),
+        node: dra.topology.node.clone(),
+        actions,
+        found,
+        phase: ClaimPhase::Started,
+        boot_id,
+    }
+}
+
+/// Undoes an interrupted (started) record that no longer answers its claim: every device of it
+/// that no other claim holds, refused as a whole while a VM holds one; then forgets it.
+fn roll_back(
+    host: &dyn Host,
+    store: &ClaimStore,
+    recorded: &PreparedClaim,
+    others: &BTreeMap<String, String>,
+) -> Result<()> {
+    let mine: Vec<PrepareAction> = recorded
+        .actions
+        .iter()
+        .filter(|a| !others.contains_key(&node::identity(a)))
+        .cloned()
+        .collect();
+    node::refuse_held(host, &recorded.claim_uid, &mine)?;
+    let claim = PreparedClaim {
+        actions: mine,
+        ..recorded.clone()
+    };
+    node::unprepare(host, &claim, false)?;
+    store.remove(&recorded.claim_uid)
+}
+
+/// Prepares `claim` on `dra`, with the checkpoint:
+/// - a completed record of this boot answers the call, with no write (idempotency);
+/// - a started record (a prepare killed midway) is finished with its own plan: the same UUIDs,
+///   VFs and GPUs, each device made when it is not there yet;
+/// - a record of an earlier boot (the boot ID changed) is never answered from: its devices,
+///   gone with the reboot, are made again with the same UUIDs;
+/// - a record whose requests are not the claim's allocation is rolled back and forgotten.
+///
+/// Otherwise every result of `opts.driver` is planned (all checked before any write). The plan
+/// is recorded as started (which devices it makes, which it found in place) before the first
+/// host write and as completed after the last; when a write fails, this claim's changes are
+/// undone and the record forgotten (kept when an undo failed, for the next call to finish).
 ///
 /// # Errors
 /// The planning's refusals (another node's pool, an unknown device or profile, no free parent,
-/// two sizes on one GPU) with nothing written; a recording as the root; the store's errors; the
-/// actuation layer's refusal, prefixed `claim <uid>: `, with this call's changes undone.
+/// two sizes on one GPU, a device another claim's record holds) with nothing written; a
+/// recording as the root; the store's errors; the actuation layer's refusal, prefixed
+/// `claim <uid>: `, with this call's changes undone.
 pub fn prepare_claim(
     dra: &DraNode<'_>,
     store: &ClaimStore,
     claim: &Claim,
     opts: &PrepareOptions,
 ) -> Result<ClaimResult> {
-    if let Some(recorded) = store.read(&claim.uid)? {
-        return Ok(result_of(dra, recorded, &claim.allocation, true));
+    let boot = node::boot_id(dra.host);
+    let recorded = store.read(&claim.uid)?;
+    let mut resume = None;
+    if let Some(rec) = recorded {
+        let stale = rebooted(&rec, boot.as_deref());
+        if rec.phase == ClaimPhase::Completed && !stale {
+            return Ok(result_of(dra, rec, &claim.allocation, true));
+        }
+        if !same_requests(&rec, &claim.allocation, &opts.driver) {
+            if !opts.dry_run {
+                writable(dra.recording)?;
+                if stale {
+                    store.remove(&claim.uid)?; // its devices went with the reboot
+                } else {
+                    roll_back(dra.host, store, &rec, &held_by_others(store, &claim.uid)?)?;
+                }
+            }
+        } else if stale {
+            let held: Vec<PrepareAction> = rec.held().cloned().collect();
+            resume = Some(started(dra, &claim.uid, held, boot.clone()));
+        } else {
+            resume = Some(rec);
+        }
     }
-    let actions = plan_prepare(&claim.allocation, &claim.uid, &opts.driver, dra.topology)
-        .map_err(|e| e.context(format!("claim {}", claim.uid)))?;
-    let planned = PreparedClaim {
-        claim_uid: claim.uid.clone(),
-        node: dra.topology.node.clone(),
-        actions,
-        found: vec![],
+    let resuming = resume.is_some();
+    let planned = match resume {
+        Some(p) => p,
+        None => {
+            let actions = plan_prepare(&claim.allocation, &claim.uid, &opts.driver, dra.topology)
+                .map_err(|e| e.context(format!("claim {}", claim.uid)))?;
+            started(dra, &claim.uid, actions, boot)
+        }
     };
     if opts.dry_run {
         return Ok(result_of(dra, planned, &claim.allocation, true));
     }
     writable(dra.recording)?;
-    store.create()?; // before any change, so that every change can be recorded
-    let made = node::prepare(dra.host, planned)?;
-    store.write(&made)?;
-    Ok(result_of(dra, made, &claim.allocation, false))
+    refuse_taken(
+        &claim.uid,
+        planned.held(),
+        &held_by_others(store, &claim.uid)?,
+    )?;
+    store.write(&planned)?; // started: before the first host write
+    if let Err(failed) = node::run_plan(dra.host, &planned, resuming) {
+        if failed.undone {
+            // Nothing held: forget the claim (a failure to do so leaves a started record,
+            // which the next call finishes or undoes).
+            let _ = store.remove(&claim.uid);
+        }
+        return Err(failed.error);
+    }
+    let done = PreparedClaim {
+        phase: ClaimPhase::Completed,
+        ..planned
+    };
+    store.write(&done)?;
+    Ok(result_of(dra, done, &claim.allocation, false))
 }
 
 /// Undoes what prepare recorded for claim `uid` on `host` (`force`: even while a VM holds a
 /// device open) and forgets the record. A claim not recorded is no error: the kubelet retries.
+/// Without `force`, every device is checked first: one a VM holds refuses the whole call, with
+/// nothing changed. A started record (a prepare killed midway) is undone the same way (each
+/// undo a no-op for a device never made); a record of an earlier boot is forgotten, removing
+/// nothing (its devices went with the reboot; a device of that name now is not the claim's).
+/// A device another claim's record also names is left to that claim.
 ///
 /// # Errors
-/// An invalid UID or unreadable record; a recording as the root; every undo that failed (the
-/// others are still undone; the record is kept so a retry can finish).
+/// An invalid UID or unreadable record; a recording as the root; a device a VM holds (nothing
+/// changed); every undo that failed (the others are still undone; the record is kept so a
+/// retry can finish).
 pub fn unprepare_claim(
     host: &dyn Host,
     recording: bool,
@@ -279,10 +441,39 @@ pub fn unprepare_claim(
         });
     };
     writable(recording)?;
-    let removed = node::unprepare(host, &claim, force)?;
+    if rebooted(&claim, node::boot_id(host).as_deref()) {
+        store.remove(uid)?;
+        return Ok(Unprepared {
+            claim_uid: uid.to_owned(),
+            removed: vec![],
+        });
+    }
+    let others = held_by_others(store, uid)?;
+    let mine: Vec<PrepareAction> = claim
+        .actions
+        .iter()
+        .filter(|a| !others.contains_key(&node::identity(a)))
+        .cloned()
+        .collect();
+    if !force {
+        node::refuse_held(host, uid, &mine)?;
+    }
+    let present: Vec<String> = match claim.phase {
+        ClaimPhase::Completed => mine.iter().map(node::identity).collect(),
+        ClaimPhase::Started => mine
+            .iter()
+            .filter(|a| node::in_place(host, a))
+            .map(node::identity)
+            .collect(),
+    };
+    let mine = PreparedClaim {
+        actions: mine,
+        ..claim
+    };
+    node::unprepare(host, &mine, force)?;
     store.remove(uid)?;
     Ok(Unprepared {
         claim_uid: uid.to_owned(),
-        removed,
+        removed: present,
     })
 }

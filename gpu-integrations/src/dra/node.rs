@@ -83,38 +83,130 @@ fn joined(errors: &[ActuateError]) -> String {
         .join("; ")
 }
 
-/// Runs the actions of `planned`; returns the claim to record: `actions` what this call changed,
-/// `found` what was already in place. When an action fails, the ones made before it are undone.
+/// The host's boot ID, relative to the root: a reboot changes it, and vGPUs and vfio-pci
+/// bindings do not survive a reboot.
+pub const BOOT_ID: &str = "proc/sys/kernel/random/boot_id";
+
+/// The boot ID of `host`, `None` when the root has none (a test tree, a copy of a host, a
+/// container without `/proc`) or the file does not hold one: reboots are then not seen, and
+/// records are trusted as made in this boot.
+pub fn boot_id(host: &dyn Host) -> Option<String> {
+    let text = host.read_string(BOOT_ID).ok()?;
+    let id = text.trim();
+    let valid =
+        !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    valid.then(|| id.to_ascii_lowercase())
+}
+
+/// The host identity of the device an action makes (a GPU's or VF's address, an mdev UUID):
+/// two records naming one identity claim one device.
+pub fn identity(a: &PrepareAction) -> String {
+    match a {
+        PrepareAction::BindGpu { address, .. } => address.to_string(),
+        PrepareAction::CreateMdev { uuid, .. } => uuid.to_string(),
+        PrepareAction::SetVfType { vf, .. } => vf.to_string(),
+    }
+}
+
+/// The sysfs directories of the device an action makes (a GPU with its companion functions).
+fn device_dirs(host: &dyn Host, a: &PrepareAction) -> Vec<String> {
+    match a {
+        PrepareAction::BindGpu { address, .. } => actuate::card_functions(host, address)
+            .unwrap_or_else(|_| vec![*address])
+            .iter()
+            .map(|f| format!("sys/bus/pci/devices/{f}"))
+            .collect(),
+        PrepareAction::CreateMdev { uuid, .. } => vec![format!("sys/bus/mdev/devices/{uuid}")],
+        PrepareAction::SetVfType { vf, .. } => vec![format!("sys/bus/pci/devices/{vf}")],
+    }
+}
+
+/// Whether the device of `a` is already as the action would make it: the mdev of that UUID
+/// exists, the VF holds the type, the GPU and its companion functions are on vfio-pci. A
+/// prepare asks this before its first write, so the record says which devices it will make
+/// (undone by unprepare) and which it found (left in place), even if it is killed midway.
+pub fn in_place(host: &dyn Host, a: &PrepareAction) -> bool {
+    match a {
+        PrepareAction::BindGpu { .. } => device_dirs(host, a).iter().all(|d| {
+            host.resolve_link(&format!("{d}/driver"))
+                .is_ok_and(|t| t.rsplit('/').next() == Some("vfio-pci"))
+        }),
+        PrepareAction::CreateMdev { uuid, .. } => {
+            host.exists(&format!("sys/bus/mdev/devices/{uuid}"))
+        }
+        PrepareAction::SetVfType { vf, type_id, .. } => type_id
+            .vendor_vfio_number()
+            .is_some_and(|n| actuate::current_type(host, vf).is_ok_and(|c| c == n)),
+    }
+}
+
+/// The first device of `actions` a process (a VM) holds open, as the actuation layer's
+/// refusal: an unprepare checks every device before it undoes any, so a refused unprepare
+/// changes nothing.
 ///
 /// # Errors
-/// The failed action (prefixed `claim <uid>: `), with what could not be undone.
-pub fn prepare(host: &dyn Host, planned: PreparedClaim) -> Result<PreparedClaim> {
-    let mut done = Vec::new();
-    let mut found = Vec::new();
-    for action in &planned.actions {
-        match apply(host, action) {
-            Ok(true) => done.push(action.clone()),
-            Ok(false) => found.push(action.clone()),
-            Err(e) => {
-                let undo_errors = undo(host, &done, false);
-                let mut e = e;
-                if let IntegrationError::Host { also, .. } = &mut e {
-                    if !undo_errors.is_empty() {
-                        *also = format!(
-                            "; undoing the earlier steps also failed: {}",
-                            joined(&undo_errors)
-                        );
-                    }
-                }
-                return Err(e.context(format!("claim {}", planned.claim_uid)));
+/// `in-use`, naming the device and the holder, prefixed `claim <uid>: `.
+pub fn refuse_held(host: &dyn Host, uid: &str, actions: &[PrepareAction]) -> Result<()> {
+    for a in actions {
+        for dir in device_dirs(host, a) {
+            if let Some(h) = actuate::holder_of(host, &dir) {
+                let device = identity(a);
+                return Err(IntegrationError::Host {
+                    what: device.clone(),
+                    context: format!("claim {uid}: "),
+                    source: Box::new(ActuateError::InUse {
+                        device,
+                        holder: h.to_string(),
+                        node: h.node,
+                    }),
+                    also: "; nothing was changed".to_owned(),
+                });
             }
         }
     }
-    Ok(PreparedClaim {
-        actions: done,
-        found,
-        ..planned
-    })
+    Ok(())
+}
+
+/// A recorded plan that failed: the error, and whether everything the claim made was undone.
+#[derive(Debug)]
+pub struct PlanFailed {
+    /// The failed action (prefixed `claim <uid>: `), with what could not be undone.
+    pub error: IntegrationError,
+    /// True when every undo succeeded: the claim holds nothing on the host.
+    pub undone: bool,
+}
+
+/// Runs the actions of a recorded plan (every one of them the claim's to make: a device made
+/// by an earlier, interrupted call is left as it is). When one fails, what this claim made is
+/// undone: the actions before it, or with `resume` (finishing an interrupted call, which may
+/// have got further) every action of the plan, each undo being a no-op for a device not there.
+///
+/// # Errors
+/// [`PlanFailed`]: the failed action and whether the undo was complete.
+pub fn run_plan(host: &dyn Host, claim: &PreparedClaim, resume: bool) -> Result<(), PlanFailed> {
+    for (i, action) in claim.actions.iter().enumerate() {
+        if let Err(mut e) = apply(host, action) {
+            let made = if resume {
+                &claim.actions[..]
+            } else {
+                &claim.actions[..i]
+            };
+            let undo_errors = undo(host, made, false);
+            if let IntegrationError::Host { also, .. } = &mut e {
+                if !undo_errors.is_empty() {
+                    *also = format!(
+                        "; undoing the earlier steps also failed: {}",
+                        joined(&undo_errors)
+                    );
+                }
+            }
+            return Err(PlanFailed {
+                error: e.context(format!("claim {}", claim.claim_uid)),
+                undone: undo_errors.is_empty(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Undoes what prepare recorded for `claim` (`force`: even while a VM holds a device open);

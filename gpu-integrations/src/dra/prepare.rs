@@ -539,6 +539,27 @@ pub struct PreparedClaim {
     /// holds them, but prepare changed nothing for them, so unprepare leaves them as they are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub found: Vec<PrepareAction>,
+    /// Where the record stands: `started` is written before the first host write (`actions`
+    /// then holds the plan, with its UUIDs), `completed` after the last.
+    #[serde(default)]
+    pub phase: ClaimPhase,
+    /// The boot the devices were made in (the host's `/proc/sys/kernel/random/boot_id`); none
+    /// when the root has no boot ID (the record is then trusted as made in this boot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+}
+
+/// Where a recorded claim stands (the checkpoint's two phases).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClaimPhase {
+    /// Recorded before the host writes; the writes may be partly done (a crash, `kill -9`):
+    /// the next prepare of the claim finishes them, the next unprepare undoes them.
+    Started,
+    /// Every write done. A record without a phase (written before the checkpoint had phases)
+    /// was written after the writes, so it is completed.
+    #[default]
+    Completed,
 }
 
 impl PreparedClaim {

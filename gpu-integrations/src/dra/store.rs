@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use gpu_sysfs::{RealHost, StateDir};
+use gpu_sysfs::{Host, RealHost, StateDir};
 
 use super::build::Prepared;
 use super::prepare::PreparedClaim;
@@ -44,6 +44,12 @@ impl StateFiles {
         let claims = RealHost::new(&base)
             .ok()
             .and_then(|h| StateDir::in_root(Arc::new(h), claims_rel).ok());
+        StateFiles { claims, base }
+    }
+
+    fn on_host(host: Arc<dyn Host>, claims_rel: &str) -> Self {
+        let base = host.root_dir().map(Path::to_path_buf).unwrap_or_default();
+        let claims = StateDir::in_root(host, claims_rel).ok();
         StateFiles { claims, base }
     }
 
@@ -128,6 +134,17 @@ impl ClaimStore {
         })
     }
 
+    /// The store at [`DEFAULT_STATE_DIR`] inside `host`'s root, written through `host` (the
+    /// store's writes then go where the host's do: a test's fault-injecting host sees them
+    /// too). A host without a root directory has no claims, and writing is refused.
+    pub fn on_host(host: Arc<dyn Host>) -> Self {
+        let dir = DEFAULT_STATE_DIR.to_owned();
+        ClaimStore {
+            files: StateFiles::on_host(host, &format!("{dir}/claims")),
+            dir,
+        }
+    }
+
     /// The store directory.
     pub fn dir(&self) -> PathBuf {
         self.files.base.join(&self.dir)
@@ -184,17 +201,29 @@ impl ClaimStore {
     /// When the store cannot be listed or a claim file cannot be read or parsed.
     pub fn read_prepared(&self) -> Result<BTreeMap<String, Prepared>> {
         let mut out: BTreeMap<String, Prepared> = BTreeMap::new();
-        let names = self
-            .files
-            .list()
-            .map_err(|e| state_error("cannot list", &self.dir().join("claims"), e))?;
-        for name in names.iter().filter(|n| n.ends_with(".json")) {
-            let Some(claim) = self.read_file(name)? else {
-                continue;
-            };
+        for claim in self.read_all()? {
             let p = out.entry(claim.node.clone()).or_default();
             for a in claim.held() {
                 a.record(p);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every recorded claim, started or completed, in file-name order. A missing store is none.
+    ///
+    /// # Errors
+    /// When the store cannot be listed or a claim file cannot be read or parsed.
+    pub fn read_all(&self) -> Result<Vec<PreparedClaim>> {
+        let mut names = self
+            .files
+            .list()
+            .map_err(|e| state_error("cannot list", &self.dir().join("claims"), e))?;
+        names.sort();
+        let mut out = Vec::new();
+        for name in names.iter().filter(|n| n.ends_with(".json")) {
+            if let Some(claim) = self.read_file(name)? {
+                out.push(claim);
             }
         }
         Ok(out)
