@@ -8,12 +8,19 @@
 //! hung task. The objects are sent and read as JSON (`serde_json::Value`): the slices are the
 //! documents `gpuslice export dra` builds, and a claim goes to the plugin as the server sent it.
 
+pub mod publish;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpu_integrations::dra::names::{is_dns_label, is_dns_subdomain};
 
 use crate::claims::{BoxFuture, ClaimFetchError, ClaimSource};
+
+pub use publish::{
+    NodeOwner, Plan, PlanStep, PoolTarget, PublishOptions, PublishOutcome, PublisherHandle,
+    ServerInfo, SliceOptions, plan, server_info, spawn_publisher, sync_pool,
+};
 
 /// How long a connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
