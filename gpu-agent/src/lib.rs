@@ -25,6 +25,7 @@ pub mod doc;
 pub mod error;
 pub mod events;
 pub mod http;
+pub mod kube;
 pub mod serve;
 pub mod sources;
 pub mod state;

@@ -18,6 +18,12 @@ pub struct Stats {
     pub(crate) layouts_refused: AtomicU64,
     pub(crate) narrow_rereads: AtomicU64,
     pub(crate) gpu_events: AtomicU64,
+    pub(crate) slices_published: AtomicU64,
+    pub(crate) slice_publish_failures: AtomicU64,
+    pub(crate) slice_generation: AtomicU64,
+    pub(crate) slice_latency_nanos_total: AtomicU64,
+    pub(crate) slice_latency_count: AtomicU64,
+    pub(crate) slice_latency_nanos_last: AtomicU64,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -42,6 +48,48 @@ impl Stats {
     /// Reads of the host that did not answer within the read deadline.
     pub fn reads_timed_out(&self) -> u64 {
         self.reads_timed_out.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn record_slices_published(&self, writes: usize, generation: i64) {
+        self.slices_published
+            .fetch_add(u64::try_from(writes).unwrap_or(0), Ordering::Relaxed);
+        self.slice_generation
+            .store(u64::try_from(generation).unwrap_or(0), Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_slice_failure(&self) {
+        self.slice_publish_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_slice_latency(&self, took: Duration) {
+        self.slice_latency_nanos_total
+            .fetch_add(nanos(took), Ordering::Relaxed);
+        self.slice_latency_count.fetch_add(1, Ordering::Relaxed);
+        self.slice_latency_nanos_last
+            .store(nanos(took), Ordering::Relaxed);
+    }
+
+    /// ResourceSlice writes (creates, updates, deletes) the publisher made.
+    pub fn slices_published(&self) -> u64 {
+        self.slices_published.load(Ordering::Relaxed)
+    }
+
+    /// Publishing rounds that failed.
+    pub fn slice_publish_failures(&self) -> u64 {
+        self.slice_publish_failures.load(Ordering::Relaxed)
+    }
+
+    /// The pool generation last published.
+    pub fn slice_generation(&self) -> u64 {
+        self.slice_generation.load(Ordering::Relaxed)
+    }
+
+    /// The last host change to slice written time, and how many were measured.
+    pub fn slice_latency_last(&self) -> (Duration, u64) {
+        (
+            Duration::from_nanos(self.slice_latency_nanos_last.load(Ordering::Relaxed)),
+            self.slice_latency_count.load(Ordering::Relaxed),
+        )
     }
 
     /// GPU events received (NVML XIDs, double-bit ECC).
@@ -157,6 +205,42 @@ impl Stats {
             "counter",
             "Versions of the watched layout file that could not be read or applied.",
             n(&self.layouts_refused).to_string(),
+        );
+        metric(
+            "gpuslice_agent_slices_published_total",
+            "counter",
+            "ResourceSlice writes (create, update, delete) made to the API server.",
+            n(&self.slices_published).to_string(),
+        );
+        metric(
+            "gpuslice_agent_slice_publish_failures_total",
+            "counter",
+            "Rounds of publishing ResourceSlices that failed (retried with back-off).",
+            n(&self.slice_publish_failures).to_string(),
+        );
+        metric(
+            "gpuslice_agent_slice_generation",
+            "gauge",
+            "The pool generation of the node's ResourceSlices last published.",
+            n(&self.slice_generation).to_string(),
+        );
+        metric(
+            "gpuslice_agent_slice_publish_latency_seconds_sum",
+            "counter",
+            "Time from a host change to its ResourceSlices written, all changes together.",
+            format!("{}", secs(&self.slice_latency_nanos_total)),
+        );
+        metric(
+            "gpuslice_agent_slice_publish_latency_seconds_count",
+            "counter",
+            "Host changes whose ResourceSlices were written.",
+            n(&self.slice_latency_count).to_string(),
+        );
+        metric(
+            "gpuslice_agent_slice_publish_last_latency_seconds",
+            "gauge",
+            "Time from the last host change to its ResourceSlices written.",
+            format!("{}", secs(&self.slice_latency_nanos_last)),
         );
         out
     }
