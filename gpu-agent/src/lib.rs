@@ -26,6 +26,7 @@ pub mod dra;
 pub mod error;
 pub mod events;
 pub mod http;
+pub mod kube;
 pub mod serve;
 pub mod sources;
 pub mod state;
