@@ -208,56 +208,89 @@ impl DraPlugin {
     }
 }
 
-/// Binds the plugin's two sockets (the DRA endpoint first, so that the kubelet never finds a
-/// registration whose endpoint is not there yet) and serves them until `shutdown`; then both
-/// socket files are removed.
+/// The plugin's two sockets, bound: [`Bound::run`] serves them.
+#[derive(Debug)]
+pub struct Bound {
+    plugin: Arc<DraPlugin>,
+    dra: socket::Bound,
+    registration: socket::Bound,
+}
+
+/// Binds the plugin's two sockets, the DRA endpoint first, so that the kubelet never finds a
+/// registration whose endpoint is not there yet. Call on the runtime.
 ///
 /// # Errors
-/// A socket that cannot be bound (see [`socket::bind`]); a server that fails.
+/// A socket that cannot be bound (see [`socket::bind`]).
+pub fn bind(plugin: Arc<DraPlugin>) -> std::io::Result<Bound> {
+    let dra = socket::bind(&plugin.config.endpoint())?;
+    let registration = socket::bind(&plugin.config.registration_socket())?;
+    Ok(Bound {
+        plugin,
+        dra,
+        registration,
+    })
+}
+
+impl Bound {
+    /// Serves until `shutdown`; then both socket files are removed (the registration first, so
+    /// the kubelet stops calling before the endpoint goes).
+    ///
+    /// # Errors
+    /// A server that fails.
+    pub async fn run(
+        mut self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        use tokio_stream::wrappers::UnixListenerStream;
+        use tonic::transport::Server;
+
+        let plugin = Arc::clone(&self.plugin);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|v| *v).await;
+        };
+        let dra_server = Server::builder()
+            .add_service(service::v1_server(Arc::clone(&plugin)))
+            .add_service(service::v1beta1_server(Arc::clone(&plugin)))
+            .add_service(health::v1alpha1_server(Arc::clone(&plugin)))
+            .add_service(health::v1_server(Arc::clone(&plugin)))
+            .serve_with_incoming_shutdown(
+                UnixListenerStream::new(self.dra.listener.take().ok_or_else(taken)?),
+                wait(stopped.clone()),
+            );
+        let reg_server = Server::builder()
+            .add_service(registration::server(Arc::clone(&plugin)))
+            .serve_with_incoming_shutdown(
+                UnixListenerStream::new(self.registration.listener.take().ok_or_else(taken)?),
+                wait(stopped),
+            );
+        crate::log!(
+            "gpuslice agent: DRA driver {}: registration at {}, serving {}",
+            plugin.config.driver,
+            plugin.config.registration_socket().display(),
+            plugin.config.endpoint().display()
+        );
+        let stopper = tokio::spawn(async move {
+            shutdown.await;
+            stop.send_replace(true);
+        });
+        let (a, b) = tokio::join!(dra_server, reg_server);
+        stopper.abort();
+        drop(self.registration);
+        drop(self.dra);
+        a.and(b).map_err(std::io::Error::other)
+    }
+}
+
+/// [`bind`], then [`Bound::run`].
+///
+/// # Errors
+/// A socket that cannot be bound; a server that fails.
 pub async fn serve(
     plugin: Arc<DraPlugin>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use tokio_stream::wrappers::UnixListenerStream;
-    use tonic::transport::Server;
-
-    let mut dra = socket::bind(&plugin.config.endpoint())?;
-    let mut reg = socket::bind(&plugin.config.registration_socket())?;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
-    let dra_server = Server::builder()
-        .add_service(service::v1_server(Arc::clone(&plugin)))
-        .add_service(service::v1beta1_server(Arc::clone(&plugin)))
-        .add_service(health::v1alpha1_server(Arc::clone(&plugin)))
-        .add_service(health::v1_server(Arc::clone(&plugin)))
-        .serve_with_incoming_shutdown(
-            UnixListenerStream::new(dra.listener.take().ok_or_else(taken)?),
-            wait(stopped.clone()),
-        );
-    let reg_server = Server::builder()
-        .add_service(registration::server(Arc::clone(&plugin)))
-        .serve_with_incoming_shutdown(
-            UnixListenerStream::new(reg.listener.take().ok_or_else(taken)?),
-            wait(stopped),
-        );
-    crate::log!(
-        "gpuslice agent: DRA driver {} registered at {}, serving {}",
-        plugin.config.driver,
-        plugin.config.registration_socket().display(),
-        plugin.config.endpoint().display()
-    );
-    let stopper = tokio::spawn(async move {
-        shutdown.await;
-        stop.send_replace(true);
-    });
-    let (a, b) = tokio::join!(dra_server, reg_server);
-    stopper.abort();
-    // The registration socket goes first: the kubelet stops calling before the endpoint goes.
-    drop(reg);
-    drop(dra);
-    a.and(b).map_err(std::io::Error::other)
+    bind(plugin)?.run(shutdown).await
 }
 
 fn taken() -> std::io::Error {
