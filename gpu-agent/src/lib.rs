@@ -22,6 +22,7 @@ macro_rules! log {
 pub mod agent;
 pub mod claims;
 pub mod doc;
+pub mod dra;
 pub mod error;
 pub mod events;
 pub mod http;

@@ -63,6 +63,31 @@ pub struct AgentArgs {
     /// served as Unknown until a read answers.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     pub read_deadline: u64,
+    #[command(flatten)]
+    pub dra: DraArgs,
+}
+
+/// The kubelet plugin's options (`--dra`).
+#[derive(clap::Args, Debug)]
+pub struct DraArgs {
+    /// Also serve as a Kubernetes DRA driver: register with the kubelet and prepare the claims
+    /// it names (reading them from the API server), with a CDI spec and KubeVirt's device
+    /// metadata per claim, and stream device health.
+    #[arg(long)]
+    pub dra: bool,
+    /// The DRA driver name the devices are published under.
+    #[arg(long, default_value = gpu_agent::dra::DEFAULT_DRIVER, value_name = "NAME", requires = "dra")]
+    pub dra_driver: String,
+    /// The kubelet's directory on the host (taken as given, not under --root): the plugin
+    /// registers in `plugins_registry/` and serves `plugins/<driver>/dra.sock`.
+    #[arg(long, default_value = gpu_agent::dra::DEFAULT_KUBELET_DIR, value_name = "DIR", requires = "dra")]
+    pub kubelet_dir: PathBuf,
+    /// Where the CDI specs of prepared claims go (a host path, taken as given).
+    #[arg(long, default_value = gpu_agent::dra::DEFAULT_CDI_DIR, value_name = "DIR", requires = "dra")]
+    pub cdi_dir: PathBuf,
+    /// The kubeconfig to reach the API server with (default: the in-cluster service account).
+    #[arg(long, value_name = "FILE", requires = "dra")]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// `--uevents`.
@@ -112,6 +137,12 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let node = g.node_name();
     gpu_core::validate_name(&node).context("--node")?;
     let live = gpu_health::is_local_root(&g.root);
+    if a.dra.dra && !gpu_integrations::dra::names::is_dns_subdomain(&a.dra.dra_driver) {
+        bail!(
+            "--dra-driver {:?}: not a DNS subdomain (lower-case letters, digits, '-' and '.')",
+            a.dra.dra_driver
+        );
+    }
     let listens: Vec<Listen> = if a.listen.is_empty() {
         vec![default_listen(&g.root, live)]
     } else {
@@ -183,6 +214,27 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
                 )?),
             }
         }
+        // The API server is reached before anything changes on the host: a kubeconfig that
+        // cannot be used stops the agent here.
+        let claims: Option<Arc<dyn gpu_agent::claims::ClaimSource>> = if a.dra.dra {
+            let opts = gpu_agent::kube::ClientOptions {
+                kubeconfig: a.dra.kubeconfig.clone(),
+                ..gpu_agent::kube::ClientOptions::default()
+            };
+            let client = gpu_agent::kube::KubeClient::connect(&opts)
+                .await
+                .with_context(|| match &a.dra.kubeconfig {
+                    Some(k) => format!("--kubeconfig {}", k.display()),
+                    None => "--dra: the in-cluster configuration (or pass --kubeconfig)".to_owned(),
+                })?;
+            eprintln!(
+                "gpuslice agent: reading ResourceClaims from {}",
+                client.server()
+            );
+            Some(Arc::new(client))
+        } else {
+            None
+        };
         let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
         for r in agent.reconciled() {
             eprintln!(
@@ -219,11 +271,37 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         let watchers = gpu_agent::watch::start(&agent, watch, tokio::runtime::Handle::current())
             .context("--layout")?;
         let terminated = gpu_agent::on_terminate()?;
+        let plugin = match claims {
+            Some(claims) => {
+                let config = gpu_agent::dra::DraConfig {
+                    driver: a.dra.dra_driver.clone(),
+                    kubelet_dir: a.dra.kubelet_dir.clone(),
+                    cdi_dir: a.dra.cdi_dir.clone(),
+                };
+                let plugin = gpu_agent::dra::DraPlugin::new(Arc::clone(&agent), claims, config)
+                    .map_err(anyhow::Error::msg)?;
+                // The plugin stops with the agent: its shutdown is the agent's.
+                let bound = gpu_agent::dra::bind(plugin).context("--dra")?;
+                let mut down = agent.shutdown_signal();
+                Some(tokio::spawn(bound.run(async move {
+                    let _ = down.wait_for(|v| *v).await;
+                })))
+            }
+            None => None,
+        };
         gpu_agent::serve(agent, listeners, async move {
             terminated.await;
             eprintln!("gpuslice agent: shutting down");
         })
         .await?;
+        if let Some(p) = plugin {
+            match tokio::time::timeout(Duration::from_secs(5), p).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => eprintln!("gpuslice agent: DRA plugin: {e}"),
+                Ok(Err(e)) => eprintln!("gpuslice agent: DRA plugin: {e}"),
+                Err(_) => eprintln!("gpuslice agent: DRA plugin still stopping after 5 s"),
+            }
+        }
         watchers.join(Duration::from_secs(2));
         anyhow::Ok(())
     })?;

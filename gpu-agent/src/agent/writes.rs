@@ -13,7 +13,7 @@ use crate::state::{Device, Owner, Phase, Promise, StateFile};
 impl Agent {
     /// Runs `f` as the one writer: after the agent's writer lock (async) and, when `host_lock`,
     /// the host's layout lock (on the blocking thread), then refreshes the snapshot.
-    pub(super) async fn write<T, F>(self: &Arc<Self>, host_lock: bool, f: F) -> Result<T, ApiError>
+    pub(crate) async fn write<T, F>(self: &Arc<Self>, host_lock: bool, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: FnOnce(&Agent) -> Result<T, ApiError> + Send + 'static,

@@ -7,12 +7,15 @@
 //! allocated claims the node side reads). The node side is one call per claim,
 //! [`claim::prepare_claim`] / [`claim::unprepare_claim`]: [`prepare`] plans an allocation back
 //! onto the host in named steps, [`node`] carries that out (and undoes it), and [`store`] records
-//! what it did.
+//! what it did. The kubelet plugin hands the result to the container runtime as a CDI spec
+//! ([`cdi`]) carrying KubeVirt's device metadata ([`metadata`]).
 
 pub mod build;
+pub mod cdi;
 pub mod claim;
 pub mod claims;
 pub mod device_name;
+pub mod metadata;
 pub mod model;
 pub mod names;
 pub mod node;
