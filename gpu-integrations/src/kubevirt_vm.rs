@@ -17,6 +17,11 @@ use gpu_core::{AllocatedDevice, Allocation, NodeTopology, Vendor};
 use serde::Serialize;
 
 use super::cloud_init::CloudConfig;
+use super::dra::claims::{profile_config, profile_selector};
+use super::dra::model::{
+    API_VERSION, DeviceClaim, DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaimSpec,
+};
+use super::dra::version::PCI_BUS_ID;
 use super::kubevirt::{gpu_resource_name, vgpu_resource_name};
 
 /// The name of the cloud-init volume and its disk.
@@ -63,6 +68,9 @@ pub struct Template {
 pub struct VmiSpec {
     /// Keeps the VM on the node the devices were allocated on.
     pub node_selector: std::collections::BTreeMap<String, String>,
+    /// The DRA claims the VM's devices come from (DRA form).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resource_claims: Vec<PodResourceClaim>,
     /// `domain`.
     pub domain: Domain,
     /// `volumes` (the licensing cloud-init, when a token is given).
@@ -92,14 +100,53 @@ pub struct Devices {
     pub disks: Vec<Disk>,
 }
 
-/// One `gpus` or `hostDevices` entry.
+/// One `gpus` or `hostDevices` entry: a device-plugin resource (`deviceName`) or, in the DRA
+/// form, a request of a claim (`claimName`, `requestName`: KubeVirt's inline `ClaimRequest`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceRef {
     /// The device's name in the VM (a DNS label).
     pub name: String,
-    /// The resource name the KubeVirt CR permits.
-    pub device_name: String,
+    /// The resource name the KubeVirt CR permits (device-plugin form).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_name: Option<String>,
+    /// The entry of `spec.template.spec.resourceClaims` holding the device (DRA form).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim_name: Option<String>,
+    /// The request of that claim the device answers (DRA form).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_name: Option<String>,
+}
+
+/// One `spec.template.spec.resourceClaims` entry (a Kubernetes `PodResourceClaim`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodResourceClaim {
+    /// The name `claimName` refers to.
+    pub name: String,
+    /// The ResourceClaimTemplate a claim is made from for the VM.
+    pub resource_claim_template_name: String,
+}
+
+/// A `resource.k8s.io/v1` ResourceClaimTemplate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceClaimTemplate {
+    /// `resource.k8s.io/v1`.
+    pub api_version: String,
+    /// `ResourceClaimTemplate`.
+    pub kind: String,
+    /// `metadata`.
+    pub metadata: Metadata,
+    /// `spec`: the claim made for each VM.
+    pub spec: ClaimTemplateSpec,
+}
+
+/// `ResourceClaimTemplate.spec`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClaimTemplateSpec {
+    /// The claim's spec.
+    pub spec: ResourceClaimSpec,
 }
 
 /// One `disks` entry.
@@ -183,23 +230,25 @@ fn object_name(name: &str) -> Result<String> {
     Ok(name.to_owned())
 }
 
-/// Builds the VirtualMachine fragment of `allocation` on `node`.
-///
-/// # Errors
-/// When the allocation is for another node, names a GPU or parent `node` does not have, or a
-/// parent in another framework than `node` uses; when the name is not a Kubernetes object name.
-pub fn virtual_machine(
-    allocation: &Allocation,
-    node: &NodeTopology,
-    name: Option<&str>,
-    prefix: &str,
-    licensing: Option<&CloudConfig>,
-) -> Result<VirtualMachine> {
-    // The one hand-off check every export shares.
-    super::handoff::check_allocation(allocation, node)?;
-    let name = object_name(name.unwrap_or(&allocation.machine))?;
-    let mut gpus = Vec::new();
-    let mut host_devices = Vec::new();
+/// One device of an allocation as the VM names it.
+enum Named<'a> {
+    /// A whole GPU.
+    Gpu(&'a gpu_core::Gpu),
+    /// A vGPU: its parent's GPU (when known), framework, vendor and profile.
+    Vgpu {
+        gpu: Option<gpu_core::PciAddress>,
+        framework: gpu_core::VgpuFramework,
+        vendor: Vendor,
+        profile: &'a str,
+    },
+}
+
+/// The devices of `allocation` on `node`, each with its label in the VM (a DNS label, unique).
+fn named_devices<'a>(
+    allocation: &'a Allocation,
+    node: &'a NodeTopology,
+) -> Result<Vec<(String, Named<'a>)>> {
+    let mut out = Vec::new();
     let mut whole_index: std::collections::BTreeMap<&str, u32> = Default::default();
     for d in &allocation.devices {
         match d {
@@ -213,10 +262,7 @@ pub fn virtual_machine(
                     )
                 })?;
                 let i = whole_index.entry(request.as_str()).or_insert(0);
-                host_devices.push(DeviceRef {
-                    name: device_label(request, *i),
-                    device_name: gpu_resource_name(gpu, prefix),
-                });
+                out.push((device_label(request, *i), Named::Gpu(gpu)));
                 *i += 1;
             }
             AllocatedDevice::Vgpu {
@@ -242,13 +288,30 @@ pub fn virtual_machine(
                     .gpu
                     .and_then(|g| node.gpu_by_address(&g))
                     .map_or(Vendor::Other, |g| g.vendor);
-                gpus.push(DeviceRef {
-                    name: device_label(request, *index),
-                    device_name: vgpu_resource_name(*framework, vendor, profile_name, prefix),
-                });
+                out.push((
+                    device_label(request, *index),
+                    Named::Vgpu {
+                        gpu: p.gpu,
+                        framework: *framework,
+                        vendor,
+                        profile: profile_name,
+                    },
+                ));
             }
         }
     }
+    Ok(out)
+}
+
+/// The VirtualMachine around `gpus` and `host_devices`.
+fn machine(
+    name: String,
+    node: &NodeTopology,
+    devices: (Vec<DeviceRef>, Vec<DeviceRef>),
+    resource_claims: Vec<PodResourceClaim>,
+    licensing: Option<&CloudConfig>,
+) -> Result<VirtualMachine> {
+    let (gpus, host_devices) = devices;
     let (disks, volumes) = match licensing {
         Some(config) => (
             vec![Disk {
@@ -276,6 +339,7 @@ pub fn virtual_machine(
             template: Template {
                 spec: VmiSpec {
                     node_selector,
+                    resource_claims,
                     domain: Domain {
                         devices: Devices {
                             gpus,
@@ -288,6 +352,143 @@ pub fn virtual_machine(
             },
         },
     })
+}
+
+/// Builds the VirtualMachine fragment of `allocation` on `node`.
+///
+/// # Errors
+/// When the allocation is for another node, names a GPU or parent `node` does not have, or a
+/// parent in another framework than `node` uses; when the name is not a Kubernetes object name.
+pub fn virtual_machine(
+    allocation: &Allocation,
+    node: &NodeTopology,
+    name: Option<&str>,
+    prefix: &str,
+    licensing: Option<&CloudConfig>,
+) -> Result<VirtualMachine> {
+    // The one hand-off check every export shares.
+    super::handoff::check_allocation(allocation, node)?;
+    let name = object_name(name.unwrap_or(&allocation.machine))?;
+    let mut gpus = Vec::new();
+    let mut host_devices = Vec::new();
+    for (label, d) in named_devices(allocation, node)? {
+        let (list, device_name) = match d {
+            Named::Gpu(gpu) => (&mut host_devices, gpu_resource_name(gpu, prefix)),
+            Named::Vgpu {
+                framework,
+                vendor,
+                profile,
+                ..
+            } => (
+                &mut gpus,
+                vgpu_resource_name(framework, vendor, profile, prefix),
+            ),
+        };
+        list.push(DeviceRef {
+            name: label,
+            device_name: Some(device_name),
+            claim_name: None,
+            request_name: None,
+        });
+    }
+    machine(name, node, (gpus, host_devices), vec![], licensing)
+}
+
+/// The name of the VM's claim in `spec.template.spec.resourceClaims` (DRA form).
+pub const DRA_CLAIM: &str = "gpus";
+
+/// The DRA form of the VM: its devices come from one claim made from a ResourceClaimTemplate
+/// (`<name>-gpus`), one request per device, named as the device is in the VM. A whole GPU is a
+/// request of DeviceClass `gpu` for that GPU (its `resource.kubernetes.io/pciBusID`); a vGPU a
+/// request of DeviceClass `vgpu` offering its profile on its GPU (`gpuPciBusID`), with the
+/// profile in the claim's opaque configuration for the driver (as `gpuslice dra prepare`
+/// reads it). The VM names each device by `claimName` and `requestName` (KubeVirt 1.9,
+/// feature gates `GPUsWithDRA` and `HostDevicesWithDRA`).
+///
+/// # Errors
+/// As [`virtual_machine`].
+pub fn dra_virtual_machine(
+    allocation: &Allocation,
+    node: &NodeTopology,
+    name: Option<&str>,
+    driver: &str,
+    licensing: Option<&CloudConfig>,
+) -> Result<(VirtualMachine, ResourceClaimTemplate)> {
+    super::handoff::check_allocation(allocation, node)?;
+    let name = object_name(name.unwrap_or(&allocation.machine))?;
+    let template_name = object_name(&format!("{name}-gpus"))?;
+    let mut gpus = Vec::new();
+    let mut host_devices = Vec::new();
+    let mut requests = Vec::new();
+    let mut config = Vec::new();
+    for (label, d) in named_devices(allocation, node)? {
+        let (list, class, selectors) = match d {
+            Named::Gpu(gpu) => {
+                let (domain, attr) = PCI_BUS_ID.split_once('/').unwrap_or(("", PCI_BUS_ID));
+                (
+                    &mut host_devices,
+                    "gpu",
+                    vec![DeviceSelector::cel(format!(
+                        "device.attributes[{domain:?}].{attr} == {:?}",
+                        gpu.address.to_string()
+                    ))],
+                )
+            }
+            Named::Vgpu { gpu, profile, .. } => {
+                let profile = gpu_core::nvidia::strip_prefix(profile);
+                let mut selectors = vec![profile_selector(driver, profile)];
+                if let Some(g) = gpu {
+                    selectors.push(DeviceSelector::cel(format!(
+                        "device.attributes[{driver:?}].gpuPciBusID == {:?}",
+                        g.to_string()
+                    )));
+                }
+                config.push(profile_config(driver, &[label.as_str()], profile));
+                (&mut gpus, "vgpu", selectors)
+            }
+        };
+        requests.push(DeviceRequest {
+            name: label.clone(),
+            exactly: Some(ExactDeviceRequest {
+                device_class_name: class.to_owned(),
+                selectors,
+                allocation_mode: None,
+                count: None,
+            }),
+            first_available: vec![],
+        });
+        list.push(DeviceRef {
+            name: label.clone(),
+            device_name: None,
+            claim_name: Some(DRA_CLAIM.to_owned()),
+            request_name: Some(label),
+        });
+    }
+    if requests.is_empty() {
+        fail!(Invalid, "allocation"; "Machine {} has no devices to claim", allocation.machine);
+    }
+    let claims = vec![PodResourceClaim {
+        name: DRA_CLAIM.to_owned(),
+        resource_claim_template_name: template_name.clone(),
+    }];
+    let vm = machine(name, node, (gpus, host_devices), claims, licensing)?;
+    let template = ResourceClaimTemplate {
+        api_version: API_VERSION.to_owned(),
+        kind: "ResourceClaimTemplate".to_owned(),
+        metadata: Metadata {
+            name: template_name,
+        },
+        spec: ClaimTemplateSpec {
+            spec: ResourceClaimSpec {
+                devices: DeviceClaim {
+                    requests,
+                    constraints: vec![],
+                    config,
+                },
+            },
+        },
+    };
+    Ok((vm, template))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use clap::Args;
 
 use crate::cmd::handoff::{checked_allocation, read_allocation, target};
 use crate::common::{Global, Output};
+use gpu_integrations::dra::DEFAULT_DRIVER;
 use gpu_integrations::{cloud_init, kubevirt, kubevirt_vm, yaml};
 
 /// `export vm` arguments.
@@ -34,6 +35,14 @@ pub struct VmArgs {
     /// The resource-name prefix of NVIDIA devices (as given to `export kubevirt`).
     #[arg(long, value_name = "PREFIX", default_value = kubevirt::DEFAULT_PREFIX)]
     pub resource_prefix: String,
+    /// The DRA form: a ResourceClaimTemplate for the devices (DeviceClasses `gpu` and `vgpu` of
+    /// `export dra`) and a VirtualMachine naming them by `claimName` and `requestName`
+    /// (KubeVirt 1.9, feature gates GPUsWithDRA and HostDevicesWithDRA).
+    #[arg(long, conflicts_with = "resource_prefix")]
+    pub dra: bool,
+    /// With `--dra`: the DRA driver name the devices are published under.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_DRIVER, requires = "dra")]
+    pub driver: String,
 }
 
 /// Runs `gpuslice export vm`. Everything is read and checked (the one hand-off check every
@@ -67,6 +76,32 @@ pub fn run(g: &Global, a: &VmArgs) -> anyhow::Result<()> {
         }
     })?;
     checked_allocation(&target, &allocation, a.force)?;
+    if a.dra {
+        let (vm, template) = kubevirt_vm::dra_virtual_machine(
+            &allocation,
+            &target.node,
+            a.name.as_deref(),
+            &a.driver,
+            licensing.as_ref(),
+        )?;
+        if g.output == Output::Json {
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+                serde_json::to_value(&template)?, serde_json::to_value(&vm)?]});
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        } else {
+            print!(
+                "# A ResourceClaimTemplate and a KubeVirt VirtualMachine for Machine {} on node {}\n\
+                 # (gpuslice export vm --dra): the VM takes its devices from DRA claims (KubeVirt 1.9,\n\
+                 # feature gates GPUsWithDRA and HostDevicesWithDRA); merge the VM into yours.\n\
+                 ---\n{}---\n{}",
+                allocation.machine,
+                allocation.node,
+                yaml::to_string(&template)?,
+                yaml::to_string(&vm)?
+            );
+        }
+        return Ok(());
+    }
     let vm = kubevirt_vm::virtual_machine(
         &allocation,
         &target.node,
