@@ -642,7 +642,9 @@ impl Default for PublishOptions {
     }
 }
 
-/// The running publisher: stop it with [`PublisherHandle::stop`] (it also ends with the agent).
+/// The running publisher: stop it with [`PublisherHandle::stop`]. It also ends with the agent's
+/// shutdown, and when the handle is dropped: keep the handle for as long as slices should be
+/// published.
 #[derive(Debug)]
 pub struct PublisherHandle {
     task: tokio::task::JoinHandle<()>,
