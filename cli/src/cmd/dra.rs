@@ -1,4 +1,4 @@
-//! `gpuslice dra prepare|unprepare`: the node side of Kubernetes DRA.
+//! `gpuslice dra prepare|unprepare|check|publish`: the node side of Kubernetes DRA.
 //!
 //! A kubelet plugin wrapper forwards the claim it is asked to prepare (as JSON) and gets back the
 //! devices to hand to the VM. What was created is recorded under the state directory, one file per
@@ -11,7 +11,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::common::{Global, open_node, read_input};
+use crate::common::{
+    Global, Output, load_nodes, open_node, open_node_host, read_input, render_table,
+};
 use gpu_integrations::dra::model::PrepareInput;
 use gpu_integrations::dra::{self, ClaimStore, DEFAULT_DRIVER, model, rules};
 
@@ -25,6 +27,40 @@ pub enum DraCommand {
     /// Check ResourceSlices (a YAML stream or a JSON List, any driver's) against the API's limits
     /// and the exclusivity of whole GPUs and vGPUs; exit 1 listing every violation.
     Check(CheckArgs),
+    /// Make the API server hold exactly this node's ResourceSlices (or every node's of a fleet
+    /// file), as `gpuslice export dra` computes them for the server's version: create, update,
+    /// delete, a new pool generation whenever the content changes; exit 1 when a node failed.
+    Publish(PublishArgs),
+}
+
+/// `dra publish` arguments.
+#[derive(Args, Debug)]
+pub struct PublishArgs {
+    /// The kubeconfig file (its current context); without it, the in-cluster service account.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// A fleet file (JSON or YAML) instead of this host: every node's pool.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: Option<PathBuf>,
+    /// Print the create/update/delete plan per node without writing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The DRA driver name.
+    #[arg(long, default_value = DEFAULT_DRIVER, value_name = "NAME")]
+    pub driver: String,
+    /// Before Kubernetes 1.36.2: the vGPU profile a GPU offers while no vGPU locks its size
+    /// (as `export dra --size-for`). Repeatable.
+    #[arg(long, value_name = "GPU=PROFILE", value_parser = crate::cmd::export::parse_size_for)]
+    pub size_for: Vec<(gpu_core::PciAddress, String)>,
+    /// Where `gpuslice dra prepare` records what it created (so it is not subtracted twice).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The longest one request to the API server may take, in seconds.
+    #[arg(long, default_value_t = 15, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub timeout: u64,
+    /// How many nodes are published at a time.
+    #[arg(long, default_value_t = 32, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub parallel: u64,
 }
 
 /// `dra check` arguments.
@@ -83,7 +119,94 @@ pub fn run(g: &Global, c: DraCommand) -> anyhow::Result<ExitCode> {
         DraCommand::Prepare(a) => prepare(g, &a),
         DraCommand::Unprepare(a) => unprepare(g, &a),
         DraCommand::Check(a) => check(&a),
+        DraCommand::Publish(a) => publish(g, &a),
     }
+}
+
+fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
+    use gpu_agent::kube::{self, ClientOptions, KubeClient, SliceOptions};
+    let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
+    let prepared = ClaimStore::open(&g.root, a.state_dir.as_deref())?.read_prepared()?;
+    let opts = SliceOptions {
+        driver: a.driver.clone(),
+        size_for: a.size_for.iter().cloned().collect(),
+    };
+    let client_opts = ClientOptions {
+        kubeconfig: a.kubeconfig.clone(),
+        timeout: std::time::Duration::from_secs(a.timeout),
+    };
+    let parallel = usize::try_from(a.parallel).unwrap_or(1);
+    let rt = gpu_agent::runtime().context("cannot start the runtime")?;
+    let (server, reports) = rt.block_on(async {
+        let client = KubeClient::connect(&client_opts).await?;
+        kube::publish_nodes(&client, &nodes, &opts, &prepared, a.dry_run, parallel).await
+    })?;
+    eprintln!(
+        "gpuslice: API server {}; {}",
+        server.git_version,
+        server.encoding().describe(server.version)
+    );
+    let mut failed = 0;
+    let mut rows = Vec::new();
+    let mut docs = Vec::new();
+    for r in &reports {
+        for w in &r.warnings {
+            eprintln!("gpuslice: {}: {w}", r.node);
+        }
+        match &r.result {
+            Ok((generation, steps)) => {
+                let plan = if steps.is_empty() {
+                    "unchanged".to_owned()
+                } else {
+                    steps
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                rows.push(vec![r.node.clone(), generation.to_string(), plan]);
+                docs.push(serde_json::json!({
+                    "node": r.node,
+                    "generation": generation,
+                    "steps": steps.iter().map(|s| {
+                        let (op, name) = match s {
+                            kube::PlanStep::Create { name } => ("create", name),
+                            kube::PlanStep::Update { name, .. } => ("update", name),
+                            kube::PlanStep::Delete { name } => ("delete", name),
+                        };
+                        serde_json::json!({"op": op, "name": name})
+                    }).collect::<Vec<_>>(),
+                }));
+            }
+            Err(e) => {
+                failed += 1;
+                rows.push(vec![r.node.clone(), "-".to_owned(), format!("failed: {e}")]);
+                docs.push(serde_json::json!({"node": r.node, "error": e.to_string()}));
+            }
+        }
+    }
+    let doc = serde_json::json!({
+        "server": server.git_version,
+        "encoding": server.encoding().as_str(),
+        "dryRun": a.dry_run,
+        "nodes": docs,
+    });
+    match g.output {
+        Output::Table => {
+            let head = if a.dry_run { "PLAN" } else { "WRITTEN" };
+            print!("{}", render_table(&["NODE", "GENERATION", head], &rows));
+        }
+        Output::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
+        Output::Yaml => print!("{}", serde_yaml_ng::to_string(&doc)?),
+    }
+    if failed > 0 {
+        eprintln!(
+            "gpuslice: {failed} of {} nodes not published",
+            reports.len()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {

@@ -249,7 +249,7 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
 }
 
 /// `GPU=PROFILE` of `--size-for`.
-fn parse_size_for(s: &str) -> Result<(gpu_core::PciAddress, String), String> {
+pub(crate) fn parse_size_for(s: &str) -> Result<(gpu_core::PciAddress, String), String> {
     let (gpu, profile) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: expected GPU=PROFILE (0000:41:00.0=L40S-8Q)"))?;

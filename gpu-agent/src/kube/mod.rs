@@ -18,8 +18,9 @@ use gpu_integrations::dra::names::{is_dns_label, is_dns_subdomain};
 use crate::claims::{BoxFuture, ClaimFetchError, ClaimSource};
 
 pub use publish::{
-    NodeOwner, Plan, PlanStep, PoolTarget, PublishOptions, PublishOutcome, PublisherHandle,
-    ServerInfo, SliceOptions, plan, server_info, spawn_publisher, sync_pool,
+    NodeOwner, NodeReport, Plan, PlanStep, PoolTarget, PublishOptions, PublishOutcome,
+    PublisherHandle, ServerInfo, SliceOptions, plan, publish_nodes, server_info, spawn_publisher,
+    sync_pool,
 };
 
 /// How long a connection attempt may take.
@@ -163,7 +164,7 @@ impl KubeClient {
     }
 
     /// One request with an optional JSON body, its answer parsed as JSON, within the client's
-    /// deadline.
+    /// deadline ([`KubeClient::write`] when the answer is not needed).
     ///
     /// # Errors
     /// [`KubeError::Status`] for an error status, [`KubeError::Unavailable`] when the server
@@ -175,6 +176,30 @@ impl KubeClient {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<serde_json::Value, KubeError> {
+        let text = self.exchange(method, path, body).await?;
+        serde_json::from_str(&text).map_err(|e| KubeError::Invalid(format!("{path}: {e}")))
+    }
+
+    /// As [`KubeClient::request`], but the answer (the object as stored) is not parsed: a
+    /// write whose success is all that matters.
+    ///
+    /// # Errors
+    /// As [`KubeClient::request`], without [`KubeError::Invalid`] for the answer.
+    pub async fn write(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(), KubeError> {
+        self.exchange(method, path, body).await.map(drop)
+    }
+
+    async fn exchange(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<String, KubeError> {
         let mut builder = http::Request::builder().method(method).uri(path);
         let bytes = match body {
             Some(b) => {
@@ -196,7 +221,7 @@ impl KubeClient {
             }
             Ok(r) => r.map_err(|e| from_kube(path, e))?,
         };
-        serde_json::from_str(&text).map_err(|e| KubeError::Invalid(format!("{path}: {e}")))
+        Ok(text)
     }
 }
 

@@ -272,6 +272,8 @@ pub struct PublishOutcome {
     pub generation: i64,
     /// Writes made (0: the pool was already as wanted).
     pub writes: usize,
+    /// The writes of the round that went through.
+    pub steps: Vec<PlanStep>,
     /// Conflicts met and re-applied over.
     pub conflicts: usize,
 }
@@ -488,6 +490,7 @@ pub async fn sync_pool(
                 return Ok(PublishOutcome {
                     generation: p.generation,
                     writes: p.steps.len(),
+                    steps: p.steps,
                     conflicts,
                 });
             }
@@ -505,6 +508,108 @@ pub async fn sync_pool(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// What publishing one node's pool did (or, in a dry run, would do).
+#[derive(Debug, Clone)]
+pub struct NodeReport {
+    /// The node (and pool).
+    pub node: String,
+    /// The generation after the writes and the writes, or why the pool was not published.
+    pub result: Result<(i64, Vec<PlanStep>), KubeError>,
+    /// What the slices leave out, and why.
+    pub warnings: Vec<String>,
+}
+
+/// Publishes every node's pool once (`gpuslice dra publish`), `parallel` nodes at a time; a dry
+/// run lists and plans without writing. The server's version picks the encoding. Each node's
+/// outcome is reported on its own: one failing node does not stop the others.
+///
+/// # Errors
+/// What [`server_info`] returns: the server cannot be asked, or is too old.
+pub async fn publish_nodes(
+    client: &KubeClient,
+    nodes: &[NodeTopology],
+    opts: &SliceOptions,
+    prepared: &BTreeMap<String, gpu_integrations::dra::Prepared>,
+    dry_run: bool,
+    parallel: usize,
+) -> Result<(ServerInfo, Vec<NodeReport>), KubeError> {
+    let server = server_info(client).await?;
+    let version = server.version;
+    let gate = Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
+    let prepared = Arc::new(prepared.clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    // Each node on its own task, so building slices and encoding them spreads over the cores.
+    for (i, node) in nodes.iter().enumerate() {
+        let (client, opts, prepared, gate) = (
+            client.clone(),
+            opts.clone(),
+            Arc::clone(&prepared),
+            Arc::clone(&gate),
+        );
+        let node = node.clone();
+        tasks.spawn(async move {
+            let _turn = gate.acquire_owned().await;
+            let name = node.node.clone();
+            let report = match wanted_slices(&node, version, &opts, (*prepared).clone()) {
+                Ok((slices, warnings)) => NodeReport {
+                    result: publish_one(&client, &name, &opts.driver, slices, dry_run).await,
+                    node: name,
+                    warnings,
+                },
+                Err(e) => NodeReport {
+                    node: name,
+                    result: Err(e),
+                    warnings: vec![],
+                },
+            };
+            (i, report)
+        });
+    }
+    let mut reports: Vec<(usize, NodeReport)> = Vec::with_capacity(nodes.len());
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(r) => reports.push(r),
+            Err(e) => {
+                return Err(KubeError::Invalid(format!("a publishing task failed: {e}")));
+            }
+        }
+    }
+    reports.sort_by_key(|(i, _)| *i);
+    Ok((server, reports.into_iter().map(|(_, r)| r).collect()))
+}
+
+async fn publish_one(
+    client: &KubeClient,
+    node: &str,
+    driver: &str,
+    slices: Vec<ResourceSlice>,
+    dry_run: bool,
+) -> Result<(i64, Vec<PlanStep>), KubeError> {
+    let owner = match node_owner(client, node).await {
+        Ok(o) => Some(o),
+        Err(_) if dry_run => None,
+        Err(KubeError::Status { code: 404, .. }) => {
+            return Err(KubeError::Invalid(format!(
+                "the cluster has no Node {node} to own its slices"
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    let target = PoolTarget {
+        node: node.to_owned(),
+        driver: driver.to_owned(),
+        slices,
+        owner,
+    };
+    if dry_run {
+        let existing = list_pool(client, driver, node).await?;
+        let p = plan(&target, &existing, 0);
+        return Ok((p.generation, p.steps));
+    }
+    let done = sync_pool(client, &target, 0).await?;
+    Ok((done.generation, done.steps))
 }
 
 /// How the agent's publisher behaves.
@@ -537,7 +642,9 @@ impl Default for PublishOptions {
     }
 }
 
-/// The running publisher: stop it with [`PublisherHandle::stop`] (it also ends with the agent).
+/// The running publisher: stop it with [`PublisherHandle::stop`]. It also ends with the agent's
+/// shutdown, and when the handle is dropped: keep the handle for as long as slices should be
+/// published.
 #[derive(Debug)]
 pub struct PublisherHandle {
     task: tokio::task::JoinHandle<()>,

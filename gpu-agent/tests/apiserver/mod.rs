@@ -26,7 +26,8 @@ pub struct Recorded {
     pub method: String,
     pub path: String,
     pub query: String,
-    pub body: Option<Value>,
+    /// The body's size in bytes.
+    pub body_len: usize,
 }
 
 impl Recorded {
@@ -53,12 +54,17 @@ pub struct State {
     pub has_resource_v1: bool,
     pub nodes: BTreeMap<String, Value>,
     pub slices: BTreeMap<String, Value>,
+    /// Slice names by `spec.nodeName`, for lists that select a node (entries may name slices
+    /// removed behind the server's back; the list checks).
+    pub by_node: BTreeMap<String, std::collections::BTreeSet<String>>,
     pub claims: BTreeMap<(String, String), Value>,
     pub rv: u64,
     pub requests: Vec<Recorded>,
     pub faults: VecDeque<Fault>,
     /// Called (once) before a PUT is applied: lets a test change the object under the writer.
     pub before_put: Option<Tamper>,
+    /// Time spent routing (under the state's lock), all requests together.
+    pub busy: std::time::Duration,
 }
 
 pub struct ApiServer {
@@ -325,6 +331,15 @@ fn selected(selector: Option<&str>, get: impl Fn(&str) -> Option<String>) -> boo
     })
 }
 
+fn index(s: &mut State, name: &str, obj: &Value) {
+    if let Some(n) = obj["spec"]["nodeName"].as_str() {
+        s.by_node
+            .entry(n.to_owned())
+            .or_default()
+            .insert(name.to_owned());
+    }
+}
+
 fn slice_field(s: &Value, key: &str) -> Option<String> {
     let v = match key {
         "spec.driver" => &s["spec"]["driver"],
@@ -362,7 +377,7 @@ async fn handle(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<F
         method: method.clone(),
         path: path.clone(),
         query: query.clone(),
-        body: body.clone(),
+        body_len: bytes.len(),
     });
     if !authorized {
         return status(401, "Unauthorized", "Unauthorized");
@@ -380,7 +395,11 @@ async fn handle(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<F
         }
         return status(code, reason_of(code), "injected by the stand-in");
     }
-    route(&mut s, &method, &path, &query, body)
+    let routed = std::time::Instant::now();
+    let r = route(&mut s, &method, &path, &query, body);
+    s.busy += routed.elapsed();
+
+    r
 }
 
 fn route(
@@ -476,9 +495,23 @@ fn slices(
         ("GET", None) => {
             let fields = query_param(query, "fieldSelector");
             let labels = query_param(query, "labelSelector");
-            let items: Vec<Value> = s
-                .slices
-                .values()
+            let node = fields.as_deref().and_then(|f| {
+                f.split(',')
+                    .find_map(|t| t.strip_prefix("spec.nodeName="))
+                    .map(str::to_owned)
+            });
+            let candidates: Vec<&Value> = match &node {
+                Some(n) => s
+                    .by_node
+                    .get(n)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|name| s.slices.get(name))
+                    .collect(),
+                None => s.slices.values().collect(),
+            };
+            let items: Vec<Value> = candidates
+                .into_iter()
                 .filter(|v| selected(fields.as_deref(), |k| slice_field(v, k)))
                 .filter(|v| {
                     selected(labels.as_deref(), |k| {
@@ -528,6 +561,7 @@ fn slices(
             s.rv += 1;
             obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
             obj["metadata"]["uid"] = json!(format!("slice-uid-{}", s.rv));
+            index(s, &n, &obj);
             s.slices.insert(n, obj.clone());
             answer(201, &obj)
         }
@@ -564,6 +598,7 @@ fn slices(
             s.rv += 1;
             obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
             obj["metadata"]["uid"] = uid;
+            index(s, n, &obj);
             s.slices.insert(n.to_owned(), obj.clone());
             answer(200, &obj)
         }
