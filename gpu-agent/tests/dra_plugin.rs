@@ -480,3 +480,29 @@ fn a_stale_socket_from_a_crashed_run_is_replaced() {
         .unwrap_err();
     assert!(e.to_string().contains("not a socket"), "{e}");
 }
+
+#[test]
+fn an_unprepare_while_a_vm_holds_the_device_is_refused_and_changes_nothing() {
+    let p = start(FakeKernel::passthrough_host().unwrap());
+    let uid = "6f1c2d3e-0000-4000-8000-00000000c001";
+    let mut c = claim("vm-3-gpu", uid, NODE, "gpu-0000-01-00-0", json!({}));
+    c["status"]["allocation"]["devices"]["config"] = json!([]);
+    p.claims.put(c);
+    assert_eq!(p.prepare_v1(&[("vm-3-gpu", uid)]).claims[uid].error, "");
+    // A VM (a process of the fake host) opens the group's node.
+    let fd = p.root.join("proc/4242/fd");
+    std::fs::create_dir_all(&fd).unwrap();
+    std::fs::write(p.root.join("proc/4242/comm"), "qemu-kvm\n").unwrap();
+    std::os::unix::fs::symlink("/dev/vfio/1", fd.join("7")).unwrap();
+    let e = p.unprepare_v1("vm-3-gpu", uid);
+    assert!(e.contains("in use") && e.contains("qemu-kvm"), "{e}");
+    let driver =
+        std::fs::read_link(p.root.join("sys/bus/pci/devices/0000:01:00.0/driver")).unwrap();
+    assert!(driver.ends_with("vfio-pci"), "still handed over");
+    assert_eq!(p.cdi_specs().len(), 1, "its CDI spec kept");
+    // Once the VM is gone, the kubelet's retry finishes it.
+    std::fs::remove_dir_all(p.root.join("proc/4242")).unwrap();
+    assert_eq!(p.unprepare_v1("vm-3-gpu", uid), "");
+    assert!(p.cdi_specs().is_empty());
+    p.shutdown();
+}

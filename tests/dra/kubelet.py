@@ -332,6 +332,11 @@ def run(args, work, put, grpc, reg, reg_grpc, v1, v1_grpc, v1beta1, v1beta1_grpc
     made = [m for m in mdevs(work) if m not in before_mdevs]
     check(len(made) == 1, "v1: one mdev made in the sandbox", str(made))
     print(f"   prepare of one vGPU claim, end to end over gRPC: {took * 1000:.1f} ms")
+    try:
+        rss = [l for l in open(f"/proc/{agent.proc.pid}/status") if l.startswith(("VmRSS", "VmHWM"))]
+        print("   agent with the plugin on: " + ", ".join(l.split(None, 1)[0] + " " + l.split(None, 1)[1].strip() for l in rss))
+    except OSError:
+        pass
 
     # Its CDI spec and KubeVirt metadata.
     spec_path = os.path.join(work, "cdi", f"{DRIVER}-{uid1}.json")

@@ -47,6 +47,17 @@ pub struct Written {
     pub changed: bool,
 }
 
+/// What [`CdiLayout::render`] makes of one claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The spec's text.
+    pub spec: String,
+    /// The metadata files it mounts: host path and text.
+    pub files: Vec<(PathBuf, String)>,
+    /// Per prepared device (in order), its CDI device IDs.
+    pub device_ids: Vec<Vec<String>>,
+}
+
 /// A UID, request or device name that becomes part of a file or CDI name: letters, digits, `-`,
 /// `_` and `.`, not starting with `.`, at most 128 bytes.
 fn check_component(what: &str, s: &str) -> Result<()> {
@@ -119,11 +130,7 @@ impl CdiLayout {
     /// # Errors
     /// `Invalid` for a UID or request that cannot name a file; `NotFound` for a device whose
     /// VFIO group is not known (a VM could not open it).
-    pub fn render(
-        &self,
-        claim: &ClaimRef,
-        devices: &[PreparedDevice],
-    ) -> Result<(String, Vec<(PathBuf, String)>, Vec<Vec<String>>)> {
+    pub fn render(&self, claim: &ClaimRef, devices: &[PreparedDevice]) -> Result<Rendered> {
         check_component("claim UID", &claim.uid)?;
         let kind = self.kind();
         let mut files = Vec::new();
@@ -173,7 +180,11 @@ impl CdiLayout {
         });
         let text = serde_json::to_string_pretty(&spec)
             .map_err(|e| IntegrationError::render("the CDI spec", e))?;
-        Ok((text + "\n", files, ids))
+        Ok(Rendered {
+            spec: text + "\n",
+            files,
+            device_ids: ids,
+        })
     }
 
     /// Writes the metadata files and then the spec of `claim` (each atomically; files already
@@ -183,7 +194,11 @@ impl CdiLayout {
     /// [`CdiLayout::render`]'s; `State` when a directory or file cannot be written (what was
     /// written by this call is removed again).
     pub fn write(&self, claim: &ClaimRef, devices: &[PreparedDevice]) -> Result<Written> {
-        let (spec, files, device_ids) = self.render(claim, devices)?;
+        let Rendered {
+            spec,
+            files,
+            device_ids,
+        } = self.render(claim, devices)?;
         let spec_path = self.spec_path(&claim.uid)?;
         let mut changed = false;
         let mut result = Ok(());
