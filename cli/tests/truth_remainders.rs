@@ -234,3 +234,80 @@ fn a_machine_device_with_virtual_function_and_profile_gets_the_guides_rule() {
     );
     assert!(!err.contains("unknown field"), "{err}");
 }
+
+fn slice_devices(yaml: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_yaml_ng::Deserializer::from_str(yaml)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| v["kind"] == "ResourceSlice")
+        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn export_dra_before_1_36_2_takes_each_gpus_size_from_the_layout_file() {
+    let t = l40s_root(false);
+    let root = t.root().to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("l.yaml");
+    std::fs::write(
+        &layout,
+        "version: v1\nvgpu-configs:\n  eights:\n    \"0000:26:00.0\": {L40S-8Q: 3}\n  big:\n    - devices: all\n      vgpu-devices: {L40S-24Q: 1}\n",
+    )
+    .unwrap();
+    let layout = layout.to_str().unwrap();
+    let export = |extra: &[&str]| {
+        let mut args = vec![
+            "--root",
+            root,
+            "--node",
+            "l40s-1",
+            "export",
+            "dra",
+            "--k8s-version",
+            "1.35",
+        ];
+        args.extend(extra);
+        let out = run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let names: Vec<String> = slice_devices(&String::from_utf8(out.stdout).unwrap())
+            .iter()
+            .filter_map(|d| d["name"].as_str().map(str::to_owned))
+            .filter(|n| n.starts_with("vgpu-0000-26-00-0"))
+            .collect();
+        (names, String::from_utf8(out.stderr).unwrap())
+    };
+    let (none, stderr) = export(&[]);
+    assert!(
+        none.is_empty() && stderr.contains("--size-for 0000:26:00.0=PROFILE"),
+        "{stderr}"
+    );
+    let (eights, _) = export(&["--layout", layout, "-c", "eights"]);
+    assert_eq!(
+        eights,
+        (0..6)
+            .map(|i| format!("vgpu-0000-26-00-0-8192mi-{i}"))
+            .collect::<Vec<_>>()
+    );
+    let (big, _) = export(&["--layout", layout, "-c", "big"]);
+    assert_eq!(
+        big,
+        (0..2)
+            .map(|i| format!("vgpu-0000-26-00-0-24576mi-{i}"))
+            .collect::<Vec<_>>()
+    );
+    // --size-for wins for the GPU it names.
+    let (chosen, _) = export(&[
+        "--layout",
+        layout,
+        "-c",
+        "big",
+        "--size-for",
+        "0000:26:00.0=L40S-8Q",
+    ]);
+    assert_eq!(chosen.len(), 6, "{chosen:?}");
+}
