@@ -65,6 +65,8 @@ export interface Gpu {
   state: GpuState
   stateReason: string | null
   memoryMiB: number | null
+  /** `memoryMiB` is only a lower bound (inferred from the types a partly used GPU still lists). */
+  memoryIsLowerBound?: boolean
   sriov: Sriov | null
   vgpuFramework: VgpuFramework | null
   health: Health

@@ -212,8 +212,10 @@ pub fn names_match(a: &str, b: &str) -> bool {
     strip_prefix(a).eq_ignore_ascii_case(strip_prefix(b))
 }
 
-/// Facts parsed from an NVIDIA mdev type `description` such as
-/// `num_heads=4, frl_config=60, framebuffer=4096M, max_resolution=7680x4320, max_instance=4`.
+/// Facts parsed from an mdev type `description`: NVIDIA's
+/// `num_heads=4, frl_config=60, framebuffer=4096M, max_resolution=7680x4320, max_instance=4`, or
+/// the size the kernel's sample display drivers state (mbochs: `virtual display, 64 MB video
+/// memory`, where MB is 2^20 bytes: 64 MiB of framebuffer per instance).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TypeDescription {
     /// `framebuffer=` in MiB.
@@ -224,6 +226,17 @@ pub struct TypeDescription {
     pub num_heads: Option<u32>,
     /// `max_resolution=`.
     pub max_resolution: Option<String>,
+    /// The video memory a sample display driver states (`64 MB video memory`), in MiB. Kept
+    /// apart from `framebuffer_mib`, which only NVIDIA's drivers write.
+    pub video_memory_mib: Option<u64>,
+}
+
+impl TypeDescription {
+    /// The framebuffer per instance the description states: NVIDIA's `framebuffer=`, else a
+    /// sample display driver's video memory.
+    pub fn instance_mib(&self) -> Option<u64> {
+        self.framebuffer_mib.or(self.video_memory_mib)
+    }
 }
 
 impl TypeDescription {
@@ -235,6 +248,9 @@ impl TypeDescription {
         let mut d = TypeDescription::default();
         for part in text.split(',') {
             let Some((k, v)) = part.split_once('=') else {
+                if let Some(mib) = video_memory_mib(part) {
+                    d.video_memory_mib = Some(mib);
+                }
                 continue;
             };
             let (k, v) = (k.trim(), v.trim());
@@ -256,6 +272,15 @@ impl TypeDescription {
         }
         Ok(d)
     }
+}
+
+/// `64 MB video memory` (a sample display driver's description part): the MiB it states.
+fn video_memory_mib(part: &str) -> Option<u64> {
+    let number = part.trim().strip_suffix("MB video memory")?.trim_end();
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    number.parse().ok().filter(|n| *n > 0)
 }
 
 #[cfg(test)]
@@ -364,7 +389,23 @@ mod tests {
         assert_eq!(d.max_instance, Some(4));
         assert_eq!(d.max_resolution.as_deref(), Some("7680x4320"));
         assert_eq!(
-            TypeDescription::parse("virtual display, 64 MB video memory").unwrap(),
+            TypeDescription::parse("virtual display, 64 MB video memory\n")
+                .unwrap()
+                .instance_mib(),
+            Some(64)
+        );
+        assert_eq!(
+            TypeDescription::parse("virtual display, 64 MB video memory")
+                .unwrap()
+                .framebuffer_mib,
+            None
+        );
+        assert_eq!(
+            TypeDescription::parse("Single port serial").unwrap(),
+            TypeDescription::default()
+        );
+        assert_eq!(
+            TypeDescription::parse("virtual display, lots of MB video memory").unwrap(),
             TypeDescription::default()
         );
         assert!(TypeDescription::parse("framebuffer=lots").is_err());

@@ -113,6 +113,11 @@ pub struct DeviceRequest {
     /// vGPU profile: type ID (`nvidia-558`, `1155`) or name (`A100-3-20C`, `GRID A100-3-20C`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// One VF of an NVIDIA vendor-VFIO GPU (`0000:26:00.4`), handed over with the vGPU type set
+    /// on it (the platform guide's field). The VF's type is its profile, so it cannot be
+    /// combined with `profile`, nor with `gpus` or a `count` other than 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_function: Option<String>,
     /// How many devices (default 1; with `gpus`, the number of names given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
@@ -169,9 +174,21 @@ impl DeviceRequest {
             })
     }
 
-    /// True when the request asks for vGPUs rather than whole GPUs.
+    /// True when the request asks for vGPUs rather than whole GPUs (a profile, or a VF with
+    /// its vGPU type).
     pub fn is_vgpu(&self) -> bool {
-        self.profile.is_some()
+        self.profile.is_some() || self.virtual_function.is_some()
+    }
+
+    /// The request's `virtualFunction`, parsed; `None` when it names none.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidPciAddress`] for text that is not a PCI address.
+    pub fn virtual_function_address(&self) -> Result<Option<PciAddress>, CoreError> {
+        self.virtual_function
+            .as_deref()
+            .map(|v| v.trim().parse())
+            .transpose()
     }
 
     /// Fills unset fields from a template.
@@ -186,6 +203,10 @@ impl DeviceRequest {
             vendor: self.vendor.clone().or_else(|| template.vendor.clone()),
             model: self.model.clone().or_else(|| template.model.clone()),
             profile: self.profile.clone().or_else(|| template.profile.clone()),
+            virtual_function: self
+                .virtual_function
+                .clone()
+                .or_else(|| template.virtual_function.clone()),
             count: self.count.or(template.count),
             gpus: if self.gpus.is_empty() {
                 template.gpus.clone()
@@ -210,6 +231,27 @@ impl DeviceRequest {
         crate::validate_name(&self.name).map_err(|e| bad(e.to_string()))?;
         if self.profile.is_some() && !self.gpus.is_empty() {
             return Err(bad("`profile` cannot be combined with `gpus`".into()));
+        }
+        if let Some(vf) = &self.virtual_function {
+            self.virtual_function_address()
+                .map_err(|e| bad(e.to_string()))?;
+            if self.profile.is_some() {
+                return Err(bad(format!(
+                    "`virtualFunction` {vf} cannot be combined with `profile`: the VF is handed \
+                     over with the vGPU type set on it, which is its profile (give one or the \
+                     other)"
+                )));
+            }
+            if !self.gpus.is_empty() {
+                return Err(bad(format!(
+                    "`virtualFunction` {vf} cannot be combined with `gpus`: it names one VF"
+                )));
+            }
+            if self.count.is_some_and(|c| c != 1) {
+                return Err(bad(format!(
+                    "`virtualFunction` {vf} names one VF; `count` must be 1 or left out"
+                )));
+            }
         }
         if let Some(p) = &self.profile {
             if p.trim().is_empty() {
@@ -409,6 +451,45 @@ devices:
         let named = d("NVIDIA").vendor_ref().unwrap().unwrap();
         assert_eq!((named.vendor, named.pci_id), (Vendor::Nvidia, None));
         assert!(d("banana").vendor_ref().is_err());
+    }
+
+    #[test]
+    fn a_virtual_function_is_accepted_alone_and_refused_with_a_profile_by_the_guides_rule() {
+        let m = Machine::from_text(
+            "name: m\ndevices: [{name: gpu, virtualFunction: \"0000:26:00.4\"}]",
+        )
+        .unwrap();
+        let d = &m.devices[0];
+        assert!(d.is_vgpu());
+        assert_eq!(
+            d.virtual_function_address().unwrap(),
+            Some("0000:26:00.4".parse().unwrap())
+        );
+        let e = Machine::from_text(
+            "name: m\ndevices: [{name: gpu, virtualFunction: \"0000:26:00.4\", profile: L40S-24Q}]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`virtualFunction` 0000:26:00.4 cannot be combined with `profile`"),
+            "{e}"
+        );
+        assert!(!e.contains("unknown field"), "{e}");
+        for (extra, says) in [
+            ("gpus: [nvidia0]", "cannot be combined with `gpus`"),
+            ("count: 2", "`count` must be 1"),
+        ] {
+            let e = Machine::from_text(&format!(
+                "name: m\ndevices: [{{name: gpu, virtualFunction: \"0000:26:00.4\", {extra}}}]"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(says), "{e}");
+        }
+        let e = Machine::from_text("name: m\ndevices: [{name: gpu, virtualFunction: vf4}]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("vf4"), "{e}");
     }
 
     #[test]

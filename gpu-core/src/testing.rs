@@ -234,6 +234,7 @@ pub fn device_request() -> impl Strategy<Value = DeviceRequest> {
                 vendor,
                 model,
                 profile: None,
+                virtual_function: None,
                 count,
                 gpus: vec![],
                 min_memory,

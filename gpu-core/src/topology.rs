@@ -267,6 +267,14 @@ pub struct Gpu {
     /// Memory in MiB, when known (NVML, or the vGPU pool size).
     #[serde(default, rename = "memoryMiB")]
     pub memory_mib: Option<u64>,
+    /// `memoryMiB` is only a lower bound: the vGPU pool size inferred from the types still
+    /// creatable on a partly used GPU, with no source of its exact size.
+    #[serde(
+        default,
+        rename = "memoryIsLowerBound",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub memory_is_lower_bound: bool,
     /// SR-IOV facts, when the GPU is a PF with SR-IOV capability.
     #[serde(default)]
     pub sriov: Option<Sriov>,
@@ -313,6 +321,7 @@ impl Gpu {
             state: GpuState::Free,
             state_reason: None,
             memory_mib: None,
+            memory_is_lower_bound: false,
             sriov: None,
             vgpu_framework: None,
             health: Health::unknown(),

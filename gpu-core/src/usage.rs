@@ -75,6 +75,55 @@ pub struct VramUsage {
     pub total_mib: u64,
     /// In-use and allocated whole GPUs, existing vGPU framebuffers and pending allocations.
     pub allocated_mib: u64,
+    /// `total_mib` is only a lower bound: some GPU's size was inferred from the types it still
+    /// lists ([`crate::Gpu::memory_is_lower_bound`]).
+    pub total_is_lower_bound: bool,
+    /// GPUs whose size is not known at all (not in `total_mib`).
+    pub unknown_gpus: usize,
+}
+
+impl VramUsage {
+    /// `49152 MiB allocated of 144384 MiB total`, with `at least` before a total that is a
+    /// lower bound and the GPUs of unknown size counted: the words every front-end shows.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} MiB allocated of {}{} MiB total",
+            self.allocated_mib,
+            if self.total_is_lower_bound {
+                "at least "
+            } else {
+                ""
+            },
+            self.total_mib
+        );
+        if self.unknown_gpus > 0 {
+            s.push_str(&format!(
+                " ({} GPU{} of unknown size)",
+                self.unknown_gpus,
+                if self.unknown_gpus == 1 { "" } else { "s" }
+            ));
+        }
+        s
+    }
+}
+
+/// Whether `pool`'s total is only a lower bound: its GPU's memory is the pool's total, inferred
+/// from the types still creatable ([`crate::Gpu::memory_is_lower_bound`]).
+pub fn pool_total_is_lower_bound(node: &NodeTopology, pool: &crate::Pool) -> bool {
+    pool.gpu
+        .pci()
+        .and_then(|a| node.gpu_by_address(&a))
+        .is_some_and(|g| g.memory_is_lower_bound && g.memory_mib == Some(pool.total_mib))
+}
+
+/// A GPU's memory as people read it: `144384 MiB`, `at least 72704 MiB` when only a lower bound
+/// is known, `-` when nothing is.
+pub fn memory_text(gpu: &crate::Gpu) -> String {
+    match (gpu.memory_mib, gpu.memory_is_lower_bound) {
+        (Some(m), true) => format!("at least {m} MiB"),
+        (Some(m), false) => format!("{m} MiB"),
+        (None, _) => "-".to_owned(),
+    }
 }
 
 /// The framebuffer of one instance of `profile` on `p`: its own size, else the profile's, else
@@ -106,6 +155,11 @@ pub fn vram_usage(node: &NodeTopology, allocations: &[Allocation]) -> VramUsage 
         let pool = node.pool(&ParentId::Pci(gpu.address));
         let memory = gpu.memory_mib.or(pool.map(|p| p.total_mib)).unwrap_or(0);
         usage.total_mib = usage.total_mib.saturating_add(memory);
+        if gpu.memory_mib.is_some() {
+            usage.total_is_lower_bound |= gpu.memory_is_lower_bound;
+        } else if memory == 0 {
+            usage.unknown_gpus += 1;
+        }
         let held = allocated_gpu(node, allocations, &gpu.address)
             .iter()
             .any(|(_, whole)| *whole);

@@ -302,6 +302,7 @@ pub fn apply(topology: &mut NodeTopology, reports: &[GpuHealthReport]) {
             gpu.health = r.health.clone();
             if let Some(m) = r.memory_mib {
                 gpu.memory_mib = Some(m);
+                gpu.memory_is_lower_bound = false;
             }
         }
     }

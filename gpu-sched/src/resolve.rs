@@ -214,6 +214,17 @@ fn resolve_request(machine: &str, d: &DeviceRequest, catalog: &Catalog) -> Resul
         })?
         .map(|v| (v.vendor, v.pci_id));
     let wanted = d.wanted();
+    if let Some(vf) = &d.virtual_function {
+        // Placement picks parents by profile; a VF named up front is the orchestrator's choice.
+        return Err(invalid(
+            machine,
+            format!(
+                "device request {:?}: `virtualFunction` {vf} names the device itself, which \
+                 the solver does not place; give the VF's vGPU type as `profile` to place one",
+                d.name
+            ),
+        ));
+    }
     let kind = if let Some(p) = &d.profile {
         Kind::Vgpu {
             text: p.trim().to_owned(),

@@ -700,11 +700,27 @@ fn vgpus_valid(n: &NodeTopology, all: &[Slot]) -> bool {
         if pr.available_instances == 0 {
             return false;
         }
-        let l = lcm(p.profiles.iter().map(|x| x.available_instances));
-        let u = units.entry(pi).or_default();
-        *u += l / u64::from(pr.available_instances);
-        if *u > l {
-            return false;
+        // A parent alone in a pool that sizes every type is bounded by the pool and each
+        // type's count (mbochs with its sizes read); others by their units.
+        let pooled = n
+            .pool(&p.pool_key())
+            .is_some_and(|pl| pl.parents.len() == 1)
+            && p.profiles
+                .iter()
+                .filter(|x| x.device_api == "vfio-pci")
+                .all(|x| x.framebuffer_mib.is_some() && x.mig_slices.is_none());
+        if pooled {
+            let same = all.iter().filter(|s| **s == (pi, ti)).count();
+            if same > pr.available_instances as usize {
+                return false;
+            }
+        } else {
+            let l = lcm(p.profiles.iter().map(|x| x.available_instances));
+            let u = units.entry(pi).or_default();
+            *u += l / u64::from(pr.available_instances);
+            if *u > l {
+                return false;
+            }
         }
         if let Some(pool) = pools.get_mut(&p.pool_key().to_string()) {
             if pool.check(pr).is_err() {

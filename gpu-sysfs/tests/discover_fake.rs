@@ -100,8 +100,19 @@ fn lab_host_offers_the_sample_mdev_parents_with_the_kernels_counts() {
         "mtty has no description"
     );
     assert!(mtty.warnings.is_empty(), "{:?}", mtty.warnings);
-    // No framebuffer sizes: the kernel's counts already share the driver's pool.
-    assert!(t.mediated_devices.pools.is_empty());
+    // mbochs states each type's video memory (4/16/64 MB): its pool is sized from them, and
+    // holds the one small instance; mtty and mdpy state no size and share by the counts alone.
+    let pools: Vec<String> = t
+        .mediated_devices
+        .pools
+        .iter()
+        .map(|p| p.gpu.to_string())
+        .collect();
+    assert_eq!(pools, ["mbochs"]);
+    let pool = t.pool(&ParentId::Named("mbochs".into())).unwrap();
+    assert_eq!(pool.used_mib, 4);
+    assert!(pool.total_mib >= 256, "{pool:?}");
+    assert!(pool.mixed_size, "the sample drivers mix sizes: {pool:?}");
 }
 
 #[test]
@@ -191,11 +202,17 @@ fn h200_with_mig_instances_locks_out_time_sliced_types_and_counts_slices() {
     let pool0 = t.pool(&ParentId::Pci(addr(&h200_pf(0)))).unwrap();
     assert_eq!(pool0.mig_slices_used, Some(2));
     assert_eq!(pool0.used_mib, 0);
-    // Only MIG-backed types up to 4 slices are still listed: sizes are a lower bound.
-    assert_eq!(pool0.mig_slices_total, Some(6));
+    // Only MIG-backed types up to 4 slices are still listed, but the H200's device ID gives
+    // its geometry: all seven slices and the 141 GB of the whole-GPU profile, exactly.
+    assert_eq!(pool0.mig_slices_total, Some(7));
     let g0 = t.gpu_by_name("nvidia0").unwrap();
-    assert_eq!(g0.memory_mib, Some(71 * 1024));
-    assert!(g0.warnings[0].contains("lower bound"), "{:?}", g0.warnings);
+    assert_eq!(g0.memory_mib, Some(141 * 1024));
+    assert!(!g0.memory_is_lower_bound);
+    assert!(
+        !g0.warnings.iter().any(|w| w.contains("lower bound")),
+        "{:?}",
+        g0.warnings
+    );
     let free_vf = t.parent(&ParentId::Pci(addr(&h200_vf(0, 2)))).unwrap();
     assert!(free_vf.profiles.iter().all(|p| p.mig_slices.is_some()));
     let busy = t.parent(&ParentId::Pci(addr(&h200_vf(0, 0)))).unwrap();

@@ -108,6 +108,13 @@ pub struct DraArgs {
     /// Repeatable.
     #[arg(long, value_name = "GPU=PROFILE", value_parser = parse_size_for)]
     pub size_for: Vec<(gpu_core::PciAddress, String)>,
+    /// Before Kubernetes 1.36.2: each GPU offers the size of the vGPUs this layout file (the one
+    /// `vgpu apply` applies) gives it; `--size-for` wins for the GPUs it names.
+    #[arg(long, value_name = "FILE")]
+    pub layout: Option<PathBuf>,
+    /// With `--layout`: the config to read (default: the file's only one).
+    #[arg(short = 'c', long, value_name = "NAME", requires = "layout")]
+    pub config: Option<String>,
     /// A fleet file (JSON or YAML) instead of this host: slices for every node.
     #[arg(long, value_name = "FLEET")]
     pub inventory: Option<PathBuf>,
@@ -231,12 +238,17 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
     } else {
         let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
         let prepared = dra::ClaimStore::open(&g.root, a.state_dir.as_deref())?.read_prepared()?;
+        let mut size_for = match &a.layout {
+            Some(path) => layout_sizes(path, a.config.as_deref(), &nodes)?,
+            None => BTreeMap::new(),
+        };
+        size_for.extend(a.size_for.iter().cloned());
         let opts = DraOptions {
             driver: a.driver.clone(),
             version: a.k8s_version,
             generation: a.generation,
             prepared,
-            size_for: a.size_for.iter().cloned().collect(),
+            size_for,
         };
         let export = dra::export(&nodes, &opts)?;
         eprintln!("gpuslice: {}", export.encoding.describe(a.k8s_version));
@@ -246,6 +258,45 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
         export.objects
     };
     print_objects(g.output, &objects)
+}
+
+/// The one profile per GPU that the layout's config gives it (`--layout`, `-c`): the first type
+/// it asks of the GPU. A GPU the config asks types of two sizes of keeps the first, with a
+/// warning: before 1.36.2 a GPU offers one size.
+fn layout_sizes(
+    path: &std::path::Path,
+    config: Option<&str>,
+    nodes: &[gpu_core::NodeTopology],
+) -> anyhow::Result<BTreeMap<PciAddress, String>> {
+    let text = crate::common::read_input(path, "layout")?;
+    let file =
+        gpu_core::layout::LayoutFile::parse_max(&text, crate::common::document_limit().bytes())
+            .with_context(|| format!("--layout {}", path.display()))?;
+    let config = file
+        .select(config)
+        .with_context(|| format!("--layout {}", path.display()))?;
+    let mut out = BTreeMap::new();
+    for node in nodes {
+        let wanted = gpu_core::layout::wanted_types(config, node)
+            .with_context(|| format!("--layout {} on node {}", path.display(), node.node))?;
+        for (gpu, names) in wanted {
+            let Some(first) = names.first() else { continue };
+            let size = |n: &str| {
+                gpu_core::nvidia::VgpuTypeName::parse(n)
+                    .ok()
+                    .map(|t| t.framebuffer_mib())
+            };
+            if names.iter().any(|n| size(n) != size(first)) {
+                eprintln!(
+                    "gpuslice: --layout: {gpu} is given vGPUs of more than one size ({}); \
+                     before Kubernetes 1.36.2 it offers {first}'s size",
+                    names.join(", ")
+                );
+            }
+            out.insert(gpu, first.clone());
+        }
+    }
+    Ok(out)
 }
 
 /// `GPU=PROFILE` of `--size-for`.

@@ -191,7 +191,8 @@ fn read_layout(path: &Path) -> anyhow::Result<LayoutFile> {
     } else {
         path.display().to_string()
     };
-    LayoutFile::parse(&text).with_context(|| format!("layout file {shown}"))
+    LayoutFile::parse_max(&text, crate::common::document_limit().bytes())
+        .with_context(|| format!("layout file {shown}"))
 }
 
 /// Progress on standard error: a bar redrawn in place on a terminal, plain lines otherwise

@@ -185,7 +185,7 @@ fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
             .iter()
             .map(|g| {
                 let mut r = gpu_row(g);
-                r.push(g.memory_mib.map_or_else(|| "-".to_owned(), mib));
+                r.push(gpu_core::usage::memory_text(g));
                 r.push(dash(g.state_reason.as_deref()));
                 r
             })
@@ -222,10 +222,12 @@ fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
             if members.len() == 1 { "" } else { "s" }
         );
         if let Some(pool) = pool {
+            let lower_bound = gpu_core::usage::pool_total_is_lower_bound(t, pool);
             let _ = write!(
                 head,
-                "; pool {} of {} used",
+                "; pool {} of {}{} used",
                 mib(pool.used_mib),
+                if lower_bound { "at least " } else { "" },
                 mib(pool.total_mib)
             );
             if let Some(l) = pool.size_locked_mib.filter(|_| !pool.mixed_size) {
@@ -287,24 +289,9 @@ fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
     }
 
     // Memory handed out: vGPU framebuffer in use, plus whole GPUs bound to vfio-pci.
-    let total: u64 = t.gpus.iter().filter_map(|g| g.memory_mib).sum();
-    let allocated = gpu_core::usage::vram_usage(t, allocations).allocated_mib;
-    let unknown = t.gpus.iter().filter(|g| g.memory_mib.is_none()).count();
+    let usage = gpu_core::usage::vram_usage(t, allocations);
     let _ = writeln!(out);
-    let _ = write!(
-        out,
-        "GPU memory: {} allocated of {} total",
-        mib(allocated),
-        mib(total)
-    );
-    if unknown > 0 {
-        let _ = write!(
-            out,
-            " ({unknown} GPU{} of unknown size)",
-            if unknown == 1 { "" } else { "s" }
-        );
-    }
-    let _ = writeln!(out);
+    let _ = writeln!(out, "GPU memory: {}", usage.summary());
     out
 }
 

@@ -41,7 +41,9 @@ impl Agent {
         if let Some(c) = &config {
             no_path("config", c)?;
         }
-        let file = gpu_core::layout::LayoutFile::parse(&text)
+        // The cap every document the agent reads honours (GPUSLICE_MAX_DOCUMENT_MIB).
+        let limit = gpu_sysfs::DocumentLimit::from_env().unwrap_or_default();
+        let file = gpu_core::layout::LayoutFile::parse_max(&text, limit.bytes())
             .map_err(|e| ApiError::new(e.kind(), chain(&e)).with_status(400))?;
         file.select(config.as_deref())
             .map_err(|e| ApiError::new(e.kind(), chain(&e)).with_status(400))?;

@@ -256,7 +256,17 @@ impl LayoutFile {
     /// place (`vgpu-configs.NAME[i].vgpu-devices`) and what is wrong, and
     /// [`LayoutError::DuplicateType`] naming both entries that denote one type.
     pub fn parse(text: &str) -> Result<Self, LayoutError> {
-        crate::limits::check_document(text).map_err(|message| LayoutError::Decode { message })?;
+        Self::parse_max(text, crate::limits::MAX_DOCUMENT_BYTES)
+    }
+
+    /// [`LayoutFile::parse`] with a size cap of `max_bytes` instead of the default 64 MiB: the
+    /// cap every other document honours (`--max-document-mib`, `GPUSLICE_MAX_DOCUMENT_MIB`).
+    ///
+    /// # Errors
+    /// As [`LayoutFile::parse`].
+    pub fn parse_max(text: &str, max_bytes: usize) -> Result<Self, LayoutError> {
+        crate::limits::check_document_max(text, max_bytes)
+            .map_err(|message| LayoutError::Decode { message })?;
         let root: Value = serde_yaml_ng::from_str(text).map_err(|e| LayoutError::Decode {
             message: e.to_string(),
         })?;

@@ -117,7 +117,18 @@ impl NodeState {
                 .enumerate()
                 .filter(|(_, pr)| pr.device_api == "vfio-pci")
                 .collect();
-            let cap = lcm_capped(p.profiles.iter().map(|pr| pr.available_instances));
+            // A parent that is its pool's only one, with every type sized, is bounded by the
+            // pool (mbochs: 256 MiB after its descriptions): the units would over-charge where
+            // the counts do not divide evenly (63/15/3 after one small).
+            let pooled = topo.pool(&key).is_some_and(|pl| pl.parents.len() == 1)
+                && offerable
+                    .iter()
+                    .all(|(_, pr)| pr.framebuffer_mib.is_some() && pr.mig_slices.is_none());
+            let cap = if pooled {
+                UNIT_CAP
+            } else {
+                lcm_capped(p.profiles.iter().map(|pr| pr.available_instances))
+            };
             let (table, counts) = tables.intern(&p.profiles);
             let (offers, types) = tables.offers(table, counts, || {
                 offerable
@@ -128,6 +139,8 @@ impl NodeState {
                         avail: pr.available_instances,
                         cost: if pr.available_instances == 0 {
                             cap
+                        } else if pooled {
+                            1
                         } else {
                             cap.div_ceil(u64::from(pr.available_instances))
                         },

@@ -166,7 +166,22 @@ pub fn create_vgpu(
             Created::Mdev(create_mdev_on_gpu(host, gpu, profile, named()?)?)
         }
         CreateTarget::VendorVfio { vf, type_num } => {
-            Created::VendorVfio(set_vf_type(host, vf, *type_num, force)?)
+            let set = set_vf_type(host, vf, *type_num, force)?;
+            remember_name(host, *type_num, set.type_name.as_deref());
+            Created::VendorVfio(set)
         }
     })
+}
+
+/// Remembers the name of a type just set ([`crate::remembered`]), as `vgpu apply` does: once the
+/// GPU is full no VF lists it, and without NVML its number would go unnamed. Only a memory: a
+/// root where it cannot be kept still creates.
+fn remember_name(host: &dyn Host, id: u32, name: Option<&str>) {
+    let (Some(name), Some(_)) = (name, host.root_dir()) else {
+        return;
+    };
+    let mut memory = crate::remembered::RememberedNames::read(host, None);
+    if memory.remember(id, name) {
+        let _ = memory.save(host);
+    }
 }

@@ -20,6 +20,7 @@
 //! what the rollback achieved.
 
 mod lock;
+mod readback;
 
 use std::path::Path;
 use std::time::Duration;
@@ -398,13 +399,21 @@ pub fn apply_layout(
     }
     events(ApplyEvent::Planned { plan: &plan });
     let total = plan.steps.len();
-    for (index, step) in plan.steps.iter().enumerate() {
+    let mut steps = plan.steps.clone();
+    let mut index = 0;
+    while index < steps.len() {
+        let step = &steps[index];
         events(ApplyEvent::Step { index, total, step });
         if let Err(e) = run.step(step) {
             let why = format!("{}: {e}", describe(step));
             return Err(run.fail(plan, why, events));
         }
+        if let Err(why) = readback::recheck(&topo, opts, &mut steps, index) {
+            return Err(run.fail(plan, why, events));
+        }
+        index += 1;
     }
+    plan.steps = steps;
     let status = if plan.refused().next().is_some() {
         ApplyStatus::Incomplete
     } else {

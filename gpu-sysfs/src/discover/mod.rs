@@ -211,6 +211,7 @@ pub fn discover_with_links(
         if let Some(pool) = pools.iter().find(|p| p.gpu == key) {
             if g.vendor == Vendor::Nvidia && g.memory_mib.is_none() && pool.total_mib > 0 {
                 g.memory_mib = Some(pool.total_mib);
+                g.memory_is_lower_bound = exactness.get(&key) == Some(&false);
             }
             if exactness.get(&key) == Some(&false) && pools::is_vendor_vfio(&parents, &key) {
                 g.warnings.push(

@@ -319,6 +319,8 @@ pub(crate) fn build(
         .filter_map(|p| p.framebuffer_mib.map(|fb| (p, fb)));
     let mut total_from_types: u64 = 0;
     let mut exact = false;
+    // What one parent can still take of one type: its count times the type's size (the
+    // per-parent counts of one GPU's VFs are each 0 or 1, so this never adds parents up).
     let mut largest_creatable: u64 = 0;
     let mut any_size = false;
     for (p, fb) in time_sliced {
@@ -331,9 +333,8 @@ pub(crate) fn build(
             None => fb,
         };
         total_from_types = total_from_types.max(whole);
-        if p.reported_instances.unwrap_or(p.available_instances) > 0 {
-            largest_creatable = largest_creatable.max(fb);
-        }
+        let count = p.reported_instances.unwrap_or(p.available_instances);
+        largest_creatable = largest_creatable.max(fb.saturating_mul(u64::from(count)));
     }
     let ts_instances: Vec<u64> = sizes
         .iter()
@@ -362,7 +363,7 @@ pub(crate) fn build(
         .filter_map(|p| p.framebuffer_mib)
         .max()
         .unwrap_or(0);
-    let total_mib =
+    let mut total_mib =
         total_from_types
             .max(largest_mig_fb)
             .max(used_mib)
@@ -371,11 +372,29 @@ pub(crate) fn build(
             } else {
                 0
             });
+    // A product whose MIG geometry is known by its device ID has its memory on record: the
+    // profile that takes the whole GPU (7g.141gb on an H200) is the card, whatever is in use.
+    let product = device_id.and_then(MigGeometry::for_device);
+    if let Some(whole) = product.and_then(|g| {
+        g.profiles
+            .iter()
+            .find(|p| p.compute_slices == g.compute_slices)
+    }) {
+        total_mib = total_mib.max(u64::from(whole.memory_gb).saturating_mul(1024));
+        exact = true;
+    }
     let mut distinct = ts_instances.clone();
     distinct.sort_unstable();
     distinct.dedup();
-    // Instances of two sizes on one GPU can only exist in mixed-size mode.
-    let mixed_size = distinct.len() > 1;
+    // Instances of two sizes on one GPU can only exist in mixed-size mode. The same-size rule
+    // is NVIDIA's: the kernel's sample drivers (mbochs) mix sizes freely.
+    let nvidia = parents
+        .iter()
+        .any(|p| p.framework == VgpuFramework::VendorVfio)
+        || profiles
+            .iter()
+            .any(|p| VgpuTypeName::parse(&p.name).is_ok());
+    let mixed_size = distinct.len() > 1 || !nvidia;
     let size_locked_mib = match (mixed_size, distinct.first()) {
         (false, Some(s)) => Some(*s),
         _ => None,
@@ -419,7 +438,8 @@ pub(crate) fn build(
             } else {
                 0
             })
-            .max(exact_total.unwrap_or(0));
+            .max(exact_total.unwrap_or(0))
+            .max(product.map_or(0, |g| g.compute_slices));
         (Some(total), Some(mig_used))
     };
     Some(BuiltPool {

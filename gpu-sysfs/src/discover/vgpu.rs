@@ -311,7 +311,7 @@ fn read_type_facts(
     };
     let from_name = parse::facts_from_type_name(&name);
     TypeFacts {
-        framebuffer_mib: desc.framebuffer_mib.or(from_name.map(|f| f.0)),
+        framebuffer_mib: desc.instance_mib().or(from_name.map(|f| f.0)),
         max_instances: desc.max_instance,
         mig_slices: from_name.and_then(|f| f.1),
         mig_memory_gib: from_name.and_then(|f| f.2),

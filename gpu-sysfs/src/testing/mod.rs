@@ -12,6 +12,8 @@ pub mod fake_kernel;
 pub mod fixtures;
 #[cfg(feature = "testing")]
 pub mod golden;
+#[cfg(feature = "testing")]
+pub mod mig_nvml;
 
 pub use builder::{MdevTypeSpec, PciSpec, TreeBuilder};
 #[cfg(feature = "testing")]

@@ -57,6 +57,7 @@ Gpu = TypedDict(
         "state": GpuState,
         "stateReason": Optional[str],
         "memoryMiB": Optional[int],
+        "memoryIsLowerBound": NotRequired[bool],
         "sriov": Optional[Sriov],
         "vgpuFramework": Optional[VgpuFramework],
         "health": Health,

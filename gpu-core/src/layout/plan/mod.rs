@@ -28,6 +28,65 @@ pub use types::{
     Assertion, GpuLayoutPlan, Mode, Plan, PlanOptions, PlannedInstance, Step, TypeDiff,
 };
 
+/// The vGPU type names `config` asks of each physical GPU of `topology` it selects, in file
+/// order, as the driver or the file names them (a pin by type ID is named from what the GPU's
+/// VFs list): what each GPU holds once the layout is applied. Used where one size per GPU must
+/// be chosen ahead (the DRA slices before Kubernetes 1.36.2). Virtual parents are left out.
+///
+/// # Errors
+/// The selection errors of [`plan_layout`] (a GPU, VF or parent the host does not have).
+pub fn wanted_types(
+    config: &LayoutConfig,
+    topology: &NodeTopology,
+) -> Result<BTreeMap<PciAddress, Vec<String>>, LayoutError> {
+    let mut warnings = Vec::new();
+    let selected = select(
+        config,
+        topology,
+        Mode::Apply,
+        &TypeNames::new(),
+        &mut warnings,
+    )?;
+    let mut out: BTreeMap<PciAddress, Vec<String>> = BTreeMap::new();
+    for s in selected {
+        let Subject::Gpu(gpu) = s.subject else {
+            continue;
+        };
+        let names = out.entry(gpu.address).or_default();
+        let mut add = |n: String| {
+            if !names.iter().any(|have| names_match(have, &n)) {
+                names.push(n);
+            }
+        };
+        match s.target {
+            Target::Counts(types) => types.into_iter().for_each(|t| add(t.name)),
+            Target::Pins(pins) => {
+                for (_, t) in pins {
+                    match t {
+                        Some(TypeRef::Name(n)) => add(n),
+                        Some(TypeRef::Id(id)) => {
+                            let named = topology
+                                .mediated_devices
+                                .parents
+                                .iter()
+                                .filter(|p| p.gpu == Some(gpu.address))
+                                .flat_map(|p| p.profiles.iter())
+                                .find(|p| p.id.as_str() == id)
+                                .map(|p| p.name.clone());
+                            if let Some(n) = named {
+                                add(n);
+                            }
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+    }
+    out.retain(|_, v| !v.is_empty());
+    Ok(out)
+}
+
 /// Checks whether the host holds what `config` wants, comparing normalized type names, on the
 /// selected GPUs only. Capacity and in-use state are not considered.
 ///

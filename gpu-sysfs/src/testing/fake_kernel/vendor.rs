@@ -79,13 +79,18 @@ impl FakeKernel {
                 }
             }
         }
-        let occupied = geometry.and_then(|g| g.place_all(MigOccupancy::empty(), &held_mig).ok());
+        // The held GPU instances with one more of `p`: some placement of them all must exist
+        // (the fake does not track starts, so it grants whatever some arrangement holds; an
+        // apply that reads NVML back checks the driver's real choice).
+        let fits_beside = |g: &MigGeometry, p| {
+            let mut all = held_mig.clone();
+            all.push(p);
+            g.place_all(MigOccupancy::empty(), &all).is_ok()
+        };
         types
             .iter()
             .filter(|(id, _)| match (mig_profile(*id), geometry) {
-                (Some(p), Some(g)) => {
-                    !held_sliced && occupied.is_some_and(|o| g.fits(o, p).is_some())
-                }
+                (Some(p), Some(g)) => !held_sliced && fits_beside(g, p),
                 _ => {
                     held_mig.is_empty()
                         && size_of(*id)
