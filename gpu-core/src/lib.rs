@@ -39,7 +39,7 @@ pub use allocation::{AllocatedDevice, Allocation, AllocationStatus};
 pub use error::{
     Classified, ClassifiedError, ConfigDocError, CoreError, ErrorDetail, Input, error_chain,
 };
-pub use fleet::{Fleet, HostShape};
+pub use fleet::{Fleet, FleetNode, HostShape, SharedFleet};
 pub use health::{Health, HealthState};
 pub use ids::{MdevUuid, MiB, ParentId, VgpuTypeId};
 pub use kind::{ErrorFamily, ErrorKind};

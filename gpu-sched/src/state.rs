@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use gpu_core::{
-    AllocatedDevice, Allocation, AllocationStatus, DeviceRequest, Fleet, HealthState, Machine,
-    NodeTopology,
+    AllocatedDevice, Allocation, AllocationStatus, DeviceRequest, Fleet, FleetNode, HealthState,
+    HostShape, Machine, NodeTopology, SharedFleet,
 };
 use serde::{Deserialize, Serialize};
 
@@ -97,20 +97,52 @@ impl FleetState {
         fleet
             .validate()
             .map_err(|e| SchedError::InvalidFleet { why: e.to_string() })?;
+        Self::assemble(SharedFleet::from(fleet))
+    }
+
+    /// Indexes a fleet read with its shapes shared ([`SharedFleet`]): each shape is indexed
+    /// once and its nodes get copies of that index under their names, so a fleet of many nodes
+    /// of one host shape costs neither the expanded topologies nor an index built per node.
+    /// The same state as [`FleetState::new`] of the expanded fleet.
+    ///
+    /// # Errors
+    /// As [`FleetState::new`].
+    pub fn from_shared(fleet: SharedFleet) -> Result<Self, SchedError> {
+        fleet
+            .validate()
+            .map_err(|e| SchedError::InvalidFleet { why: e.to_string() })?;
+        Self::assemble(fleet)
+    }
+
+    fn assemble(fleet: SharedFleet) -> Result<Self, SchedError> {
         let mut s = FleetState {
             templates: fleet.templates,
             ..FleetState::default()
         };
+        // A shape's index, built on its first node; the `Arc` keeps the key's address alive.
+        let mut shaped: HashMap<usize, (Arc<HostShape>, NodeState)> = HashMap::new();
         // The fleet's own node order is kept: it is what `firstfit` (and every tie) goes by,
         // and what `to_fleet` writes back.
-        for topo in fleet.nodes {
-            gpu_core::validate_name(&topo.node)
+        for node in fleet.nodes {
+            gpu_core::validate_name(node.name())
                 .map_err(|e| SchedError::InvalidFleet { why: e.to_string() })?;
             let i = s.slots.len();
-            s.by_name.insert(topo.node.clone(), i);
-            let n = NodeState::new(topo, &mut s.catalog, &mut s.tables);
+            s.by_name.insert(node.name().to_owned(), i);
+            let n = match node {
+                FleetNode::Full(topo) => NodeState::new(topo, &mut s.catalog, &mut s.tables),
+                FleetNode::Shaped { node, shape } => {
+                    let key = Arc::as_ptr(&shape) as usize;
+                    let (_, proto) = shaped.entry(key).or_insert_with(|| {
+                        let topo = HostShape::clone(&shape).named(String::new());
+                        let n = NodeState::new(topo, &mut s.catalog, &mut s.tables);
+                        (shape, n)
+                    });
+                    proto.renamed(&node)
+                }
+            };
             s.slots.push(Some(Arc::new(n)));
         }
+        drop(shaped);
         for a in fleet.allocations {
             let slot = s.slot_of(&a.node);
             let (charges, missing) = match slot.and_then(|i| s.slots[i].as_ref()) {
@@ -346,8 +378,8 @@ impl FleetState {
         machine: &Machine,
         policy: Policy,
     ) -> Result<Placement, SchedError> {
-        if let Some(p) = self.existing_placement(machine)? {
-            return Ok(p);
+        if let Some(rec) = self.records.get(&machine.name) {
+            return self.placed_again(rec, machine);
         }
         let (slot, picks, resolved) = self.solve(machine, policy)?;
         let placement = self.build(slot, &resolved, &picks);
@@ -396,46 +428,62 @@ impl FleetState {
         machine: &Machine,
         policy: Policy,
     ) -> Result<Placement, SchedError> {
-        if let Some(p) = self.existing_placement(machine)? {
-            return Ok(p);
+        if let Some(rec) = self.records.get(&machine.name) {
+            return self.placed_again(rec, machine);
         }
         let (slot, picks, resolved) = self.solve(machine, policy)?;
         Ok(self.build(slot, &resolved, &picks))
     }
 
-    /// The placement `machine` already has, when a Machine of its name is placed and its
+    /// Placing a Machine that is placed already (`rec` is its record): its placement when the
     /// allocation still answers every request (same requests and counts, each device of the
-    /// profile or GPU asked for, on the `targetNode` when one is given). Placing is then
-    /// idempotent: nothing is charged again. A placed Machine whose requests changed is `None`
-    /// here and refused by the solver.
+    /// profile or GPU asked for, on the `targetNode` when one is given), so placing is
+    /// idempotent and nothing is charged again; otherwise it is refused. The caller has looked
+    /// the record up once: a Machine not yet placed costs no second look-up.
     ///
     /// # Errors
-    /// [`SchedError::InvalidRequest`] for a malformed Machine or an unknown template.
-    fn existing_placement(&self, machine: &Machine) -> Result<Option<Placement>, SchedError> {
-        let Some(rec) = self.records.get(&machine.name) else {
-            return Ok(None);
-        };
+    /// [`SchedError::InvalidRequest`] for a malformed Machine, an unknown template, or a placed
+    /// Machine whose requests changed.
+    fn placed_again(&self, rec: &Record, machine: &Machine) -> Result<Placement, SchedError> {
         let resolved = resolve(machine, &self.templates, &self.catalog)?;
+        if self.answers(rec, &resolved) {
+            return Ok(Placement {
+                allocation: rec.alloc.clone(),
+                degraded: Vec::new(),
+                already_placed: true,
+            });
+        }
+        Err(SchedError::InvalidRequest {
+            machine: resolved.name.clone(),
+            why: format!(
+                "a Machine of that name is already placed on node {:?}; its devices cannot be changed in place: release it and place it again, or plan a migration",
+                rec.alloc.node
+            ),
+        })
+    }
+
+    /// Whether a placed Machine's allocation still answers its resolved requests.
+    fn answers(&self, rec: &Record, resolved: &Resolved) -> bool {
         if resolved
             .target
             .as_ref()
             .is_some_and(|t| *t != rec.alloc.node)
             || !rec.missing.is_empty()
         {
-            return Ok(None);
+            return false;
         }
         let Some(node) = rec
             .slot
             .and_then(|i| self.slots.get(i))
             .and_then(|n| n.as_ref())
         else {
-            return Ok(None);
+            return false;
         };
         let wanted = resolved
             .reqs
             .iter()
             .fold(0usize, |a, r| a.saturating_add(r.wanted as usize));
-        let answers = rec.alloc.devices.len() == wanted
+        rec.alloc.devices.len() == wanted
             && resolved.reqs.iter().all(|r| {
                 let devices: Vec<&AllocatedDevice> = rec
                     .alloc
@@ -444,29 +492,16 @@ impl FleetState {
                     .filter(|d| d.request() == r.name)
                     .collect();
                 node.fulfils(r, &devices, &self.catalog)
-            });
-        Ok(answers.then(|| Placement {
-            allocation: rec.alloc.clone(),
-            degraded: Vec::new(),
-            already_placed: true,
-        }))
+            })
     }
 
+    /// Resolves and places a Machine that is not placed yet (the callers looked that up).
     fn solve(
         &self,
         machine: &Machine,
         policy: Policy,
     ) -> Result<(usize, Vec<Pick>, Resolved), SchedError> {
         let resolved = resolve(machine, &self.templates, &self.catalog)?;
-        if let Some(r) = self.records.get(&resolved.name) {
-            return Err(SchedError::InvalidRequest {
-                machine: resolved.name.clone(),
-                why: format!(
-                    "a Machine of that name is already placed on node {:?}; its devices cannot be changed in place: release it and place it again, or plan a migration",
-                    r.alloc.node
-                ),
-            });
-        }
         let only = match &resolved.target {
             Some(node) => Some(
                 self.slot_of(node)

@@ -110,11 +110,18 @@ pub struct EvacuateArgs {
     pub inventory: PathBuf,
 }
 
+/// Reads a fleet file with its shapes kept shared (each shape indexed once, its nodes copies of
+/// that index: no topology is expanded per node), and says whether it was JSON.
 fn load_fleet(path: &Path) -> anyhow::Result<(FleetState, bool)> {
-    let (fleet, text) = crate::common::read_fleet(path)?;
+    let text = crate::common::read_input(path, "fleet")?;
     let json = text.trim_start().starts_with('{');
+    let fleet =
+        gpu_core::SharedFleet::from_text_max(&text, crate::common::document_limit().bytes())
+            .map_err(gpu_core::ConfigDocError)
+            .with_context(|| format!("fleet file {}", path.display()))?;
     drop(text);
-    let state = FleetState::new(fleet).with_context(|| format!("fleet file {}", path.display()))?;
+    let state =
+        FleetState::from_shared(fleet).with_context(|| format!("fleet file {}", path.display()))?;
     Ok((state, json))
 }
 

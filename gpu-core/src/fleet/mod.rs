@@ -5,11 +5,15 @@
 //! written `{node: NAME, shape: KEY}` has that topology under its own name. A node that differs
 //! from every shape (its health, its instances) is written in full. [`Fleet::to_text`] writes
 //! this compact form: every topology that two or more nodes share becomes a shape. Reading
-//! either form gives the same [`Fleet`]. The document form lives in [`wire`].
+//! either form gives the same [`Fleet`]. [`SharedFleet`] reads the document without expanding
+//! its shapes (each node of a shape holds the one shared copy), which is what a scheduler
+//! indexing thousands of nodes of one host shape wants ([`SharedFleet::into_fleet`] gives the
+//! same [`Fleet`]). The document form lives in [`wire`].
 
 mod wire;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -140,29 +144,40 @@ impl Fleet {
     /// # Errors
     /// [`CoreError::InvalidName`] naming the duplicate.
     pub fn validate(&self) -> Result<(), CoreError> {
-        let mut nodes = std::collections::BTreeSet::new();
-        for n in &self.nodes {
-            crate::validate_name(&n.node)?;
-            if !nodes.insert(n.node.as_str()) {
-                return Err(CoreError::InvalidName {
-                    input: n.node.clone(),
-                    why: "node appears twice in the fleet",
-                });
-            }
-        }
-        let mut machines = std::collections::BTreeSet::new();
-        for a in &self.allocations {
-            crate::validate_name(&a.machine)?;
-            crate::validate_name(&a.node)?;
-            if !machines.insert(a.machine.as_str()) {
-                return Err(CoreError::InvalidName {
-                    input: a.machine.clone(),
-                    why: "machine has two allocations",
-                });
-            }
-        }
-        Ok(())
+        validate_names(
+            self.nodes.iter().map(|n| n.node.as_str()),
+            &self.allocations,
+        )
     }
+}
+
+/// Node names and Machine names valid and unique.
+fn validate_names<'a>(
+    nodes: impl Iterator<Item = &'a str>,
+    allocations: &[Allocation],
+) -> Result<(), CoreError> {
+    let mut seen = std::collections::HashSet::new();
+    for n in nodes {
+        crate::validate_name(n)?;
+        if !seen.insert(n) {
+            return Err(CoreError::InvalidName {
+                input: n.to_owned(),
+                why: "node appears twice in the fleet",
+            });
+        }
+    }
+    let mut machines = std::collections::HashSet::new();
+    for a in allocations {
+        crate::validate_name(&a.machine)?;
+        crate::validate_name(&a.node)?;
+        if !machines.insert(a.machine.as_str()) {
+            return Err(CoreError::InvalidName {
+                input: a.machine.clone(),
+                why: "machine has two allocations",
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A host shape: a node topology without its name, as a fleet document's `shapes` gives it.
@@ -197,6 +212,107 @@ impl HostShape {
             gpus: self.gpus,
             mediated_devices: self.mediated_devices,
             warnings: self.warnings,
+        }
+    }
+}
+
+/// A node of a [`SharedFleet`]: a topology of its own, or a name and the shared shape whose
+/// topology it has.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FleetNode {
+    /// A node written in full.
+    Full(NodeTopology),
+    /// A node of a `shapes` entry: the one copy every node of that shape holds.
+    Shaped {
+        /// The node's name.
+        node: String,
+        /// Its topology without the name.
+        shape: Arc<HostShape>,
+    },
+}
+
+impl FleetNode {
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        match self {
+            FleetNode::Full(t) => &t.node,
+            FleetNode::Shaped { node, .. } => node,
+        }
+    }
+
+    /// Its vGPU parents and pools.
+    pub fn mediated_devices(&self) -> &MediatedDevices {
+        match self {
+            FleetNode::Full(t) => &t.mediated_devices,
+            FleetNode::Shaped { shape, .. } => &shape.mediated_devices,
+        }
+    }
+
+    /// The node's whole topology (a shaped node's is its shape's, under its name).
+    pub fn into_topology(self) -> NodeTopology {
+        match self {
+            FleetNode::Full(t) => t,
+            FleetNode::Shaped { node, shape } => Arc::try_unwrap(shape)
+                .unwrap_or_else(|s| HostShape::clone(&s))
+                .named(node),
+        }
+    }
+}
+
+/// A fleet as its document gives it, shapes not expanded: nodes of one `shapes` entry share one
+/// [`HostShape`]. Reading a document as a `SharedFleet` and expanding it
+/// ([`SharedFleet::into_fleet`]) gives the same [`Fleet`] as reading it as a `Fleet`; short-shape
+/// devices are completed from their node's topology in both.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(try_from = "wire::FleetDoc")]
+pub struct SharedFleet {
+    /// The nodes, in document order.
+    pub nodes: Vec<FleetNode>,
+    /// Existing allocations.
+    pub allocations: Vec<Allocation>,
+    /// Reusable named device requests.
+    pub templates: BTreeMap<String, DeviceRequest>,
+}
+
+impl SharedFleet {
+    /// Parses a fleet document, shapes kept shared, with a document cap of `max_bytes`.
+    ///
+    /// # Errors
+    /// As [`Fleet::from_text_max`].
+    pub fn from_text_max(text: &str, max_bytes: usize) -> Result<Self, CoreError> {
+        let f: SharedFleet = crate::decode_text_max("fleet", text, max_bytes)?;
+        f.validate()?;
+        Ok(f)
+    }
+
+    /// As [`Fleet::validate`].
+    ///
+    /// # Errors
+    /// As [`Fleet::validate`].
+    pub fn validate(&self) -> Result<(), CoreError> {
+        validate_names(self.nodes.iter().map(FleetNode::name), &self.allocations)
+    }
+
+    /// The fleet with every node's topology in full.
+    pub fn into_fleet(self) -> Fleet {
+        Fleet {
+            nodes: self
+                .nodes
+                .into_iter()
+                .map(FleetNode::into_topology)
+                .collect(),
+            allocations: self.allocations,
+            templates: self.templates,
+        }
+    }
+}
+
+impl From<Fleet> for SharedFleet {
+    fn from(f: Fleet) -> Self {
+        SharedFleet {
+            nodes: f.nodes.into_iter().map(FleetNode::Full).collect(),
+            allocations: f.allocations,
+            templates: f.templates,
         }
     }
 }

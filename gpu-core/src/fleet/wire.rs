@@ -2,10 +2,11 @@
 //! allocated devices in the full shape or the platform guide's short one.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::{Fleet, HostShape};
+use super::{Fleet, FleetNode, HostShape, SharedFleet};
 use crate::allocation::{AllocatedDevice, Allocation, AllocationStatus};
 use crate::ids::{MdevUuid, ParentId};
 use crate::nvidia::strip_prefix;
@@ -107,15 +108,15 @@ pub(crate) struct FleetDoc {
 fn expand(
     i: usize,
     n: NodeDoc,
-    shapes: &BTreeMap<String, HostShape>,
-) -> Result<NodeTopology, String> {
+    shapes: &BTreeMap<String, Arc<HostShape>>,
+) -> Result<FleetNode, String> {
     let Some(key) = n.shape else {
-        return Ok(NodeTopology {
+        return Ok(FleetNode::Full(NodeTopology {
             node: n.node,
             gpus: n.gpus.unwrap_or_default(),
             mediated_devices: n.mediated_devices.unwrap_or_default(),
             warnings: n.warnings.unwrap_or_default(),
-        });
+        }));
     };
     if n.gpus.is_some() || n.mediated_devices.is_some() || n.warnings.is_some() {
         return Err(format!(
@@ -130,21 +131,39 @@ fn expand(
             n.node
         )
     })?;
-    Ok(shape.clone().named(n.node))
+    Ok(FleetNode::Shaped {
+        node: n.node,
+        shape: Arc::clone(shape),
+    })
 }
 
 impl TryFrom<FleetDoc> for Fleet {
     type Error = String;
 
     fn try_from(doc: FleetDoc) -> Result<Self, String> {
+        SharedFleet::try_from(doc).map(SharedFleet::into_fleet)
+    }
+}
+
+impl TryFrom<FleetDoc> for SharedFleet {
+    type Error = String;
+
+    fn try_from(doc: FleetDoc) -> Result<Self, String> {
+        let shapes: BTreeMap<String, Arc<HostShape>> = doc
+            .shapes
+            .into_iter()
+            .map(|(k, v)| (k, Arc::new(v)))
+            .collect();
         let nodes = doc
             .nodes
             .into_iter()
             .enumerate()
-            .map(|(i, n)| expand(i, n, &doc.shapes))
+            .map(|(i, n)| expand(i, n, &shapes))
             .collect::<Result<Vec<_>, _>>()?;
-        let by_name: HashMap<&str, &NodeTopology> =
-            nodes.iter().map(|n| (n.node.as_str(), n)).collect();
+        let by_name: HashMap<&str, &MediatedDevices> = nodes
+            .iter()
+            .map(|n| (n.name(), n.mediated_devices()))
+            .collect();
         let mut allocations = Vec::with_capacity(doc.allocations.len());
         for a in doc.allocations {
             let mut devices: Vec<AllocatedDevice> = Vec::with_capacity(a.devices.len());
@@ -165,7 +184,7 @@ impl TryFrom<FleetDoc> for Fleet {
                 devices,
             });
         }
-        Ok(Fleet {
+        Ok(SharedFleet {
             nodes,
             allocations,
             templates: doc.templates,
@@ -177,7 +196,7 @@ impl TryFrom<FleetDoc> for Fleet {
 fn complete(
     machine: &str,
     node_name: &str,
-    node: Option<&NodeTopology>,
+    node: Option<&MediatedDevices>,
     i: usize,
     d: &ShortVgpu,
     before: &[AllocatedDevice],
@@ -194,7 +213,7 @@ fn complete(
              (give it in the full shape with `kind`)"
         ))
     })?;
-    let parents = &node.mediated_devices.parents;
+    let parents = &node.parents;
     let parent = parents.iter().find(|p| p.id == d.parent).ok_or_else(|| {
         fail(format!(
             "node {node_name:?} has no vGPU parent {} in its topology",

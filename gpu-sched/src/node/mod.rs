@@ -370,6 +370,13 @@ impl NodeState {
         })
     }
 
+    /// A copy of this node under another name (nodes of one host shape differ only by name).
+    pub(crate) fn renamed(&self, name: &str) -> NodeState {
+        let mut n = self.clone();
+        n.topo.node = name.into();
+        n
+    }
+
     /// The node's name.
     pub(crate) fn name(&self) -> &str {
         &self.topo.node
