@@ -667,7 +667,7 @@ pub fn vgpu_remove(lab: &mut Lab) -> Outcome {
     Ok(format!("removed {n}; counts back to the initial ones"))
 }
 
-fn pick(all: &[PciFunction], want: impl Fn(&ExpectedState) -> bool) -> Option<PciFunction> {
+pub fn pick(all: &[PciFunction], want: impl Fn(&ExpectedState) -> bool) -> Option<PciFunction> {
     let mut candidates: Vec<&PciFunction> = all
         .iter()
         .filter(|f| f.is_display() && want(&sys::expected_state(f, all)))

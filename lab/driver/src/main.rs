@@ -12,10 +12,13 @@
 //! `facts-noiommu` print raw kernel behaviour instead (see `facts.rs`).
 
 mod agent;
+mod apiserver;
 mod checks;
 mod cli;
+mod dra;
 mod facts;
 mod sys;
+mod wire;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -46,6 +49,11 @@ const WITH_IOMMU: &[Check] = &[
         "agent-state-full-and-read-only",
         agent::agent_state_full_and_read_only,
     ),
+    ("dra-prepare-whole-gpu", dra::dra_whole_gpu),
+    (
+        "dra-slices-follow-hand-changes",
+        dra::dra_slices_follow_hand_changes,
+    ),
 ];
 
 const WITHOUT_IOMMU: &[Check] = &[
@@ -58,6 +66,10 @@ const WITHOUT_IOMMU: &[Check] = &[
     ("gpu-list-with-mdevs", checks::gpu_list_with_mdevs),
     ("vgpu-remove-restores", checks::vgpu_remove),
     ("hostile-root", checks::hostile_root),
+    (
+        "dra-prepare-refused-without-iommu",
+        dra::dra_whole_gpu_refused,
+    ),
 ];
 
 /// Checks after which the guest is put back to a clean state, whatever they left.
@@ -68,6 +80,9 @@ const RESET_AFTER: &[&str] = &[
     "agent-socket-restart-in-use",
     "agent-sees-hand-changes",
     "agent-state-full-and-read-only",
+    "dra-prepare-whole-gpu",
+    "dra-slices-follow-hand-changes",
+    "dra-prepare-refused-without-iommu",
 ];
 
 /// One line, bounded, for the console protocol.
