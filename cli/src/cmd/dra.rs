@@ -11,9 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::common::{
-    Global, Output, load_nodes, open_node, open_node_host, read_input, render_table,
-};
+use crate::common::{Global, Output, load_nodes, open_node, read_input, render_table};
 use gpu_integrations::dra::model::PrepareInput;
 use gpu_integrations::dra::{self, ClaimStore, DEFAULT_DRIVER, model, rules};
 
