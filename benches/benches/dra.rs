@@ -64,7 +64,7 @@ fn bench(c: &mut Criterion) {
     let endpoint: PathBuf = config.endpoint();
     let plugin = DraPlugin::new(agent, Arc::new(OneClaim(claim())), config)
         .unwrap_or_else(|e| fail("plugin", e));
-    let plugin_agent = Arc::new(Arc::clone(plugin.agent()));
+    let agent = Arc::clone(plugin.agent());
     let rt = gpu_agent::runtime().unwrap_or_else(|e| fail("runtime", e));
     let bound = rt
         .block_on(async { gpu_agent::dra::bind(plugin) })
@@ -94,9 +94,12 @@ fn bench(c: &mut Criterion) {
     };
     // Where the time goes: the agent's read of the host after every write (the same for every
     // write route), timed alone.
-    let agent = Arc::clone(plugin_agent.as_ref());
     c.bench_function("dra/agent_refresh_a2", |b| {
-        b.iter(|| agent.refresh().unwrap_or_else(|e| fail("refresh", e.message)));
+        b.iter(|| {
+            agent
+                .refresh()
+                .unwrap_or_else(|e| fail("refresh", e.message))
+        });
     });
     c.bench_function("dra/node_prepare_resources_vgpu", |b| {
         b.iter_custom(|iters| {
