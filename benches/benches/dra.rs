@@ -7,6 +7,8 @@
 //!   agent's snapshot read again) and its CDI spec and KubeVirt metadata written. Each timed
 //!   prepare is followed by an untimed unprepare, so every one makes the mdev anew. Target: 5 ms
 //!   median.
+//! - `dra/agent_refresh_a2`: the agent's read of the same host after a write, alone (part of
+//!   every prepare).
 
 use std::path::PathBuf;
 use std::sync::Arc;
