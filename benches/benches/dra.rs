@@ -7,6 +7,8 @@
 //!   agent's snapshot read again) and its CDI spec and KubeVirt metadata written. Each timed
 //!   prepare is followed by an untimed unprepare, so every one makes the mdev anew. Target: 5 ms
 //!   median.
+//! - `dra/agent_refresh_a2`: the agent's read of the same host after a write, alone (part of
+//!   every prepare).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -64,6 +66,7 @@ fn bench(c: &mut Criterion) {
     let endpoint: PathBuf = config.endpoint();
     let plugin = DraPlugin::new(agent, Arc::new(OneClaim(claim())), config)
         .unwrap_or_else(|e| fail("plugin", e));
+    let agent = Arc::clone(plugin.agent());
     let rt = gpu_agent::runtime().unwrap_or_else(|e| fail("runtime", e));
     let bound = rt
         .block_on(async { gpu_agent::dra::bind(plugin) })
@@ -91,6 +94,15 @@ fn bench(c: &mut Criterion) {
             name: "vm-gpu".into(),
         }]
     };
+    // Where the time goes: the agent's read of the host after every write (the same for every
+    // write route), timed alone.
+    c.bench_function("dra/agent_refresh_a2", |b| {
+        b.iter(|| {
+            agent
+                .refresh()
+                .unwrap_or_else(|e| fail("refresh", e.message))
+        });
+    });
     c.bench_function("dra/node_prepare_resources_vgpu", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
