@@ -66,6 +66,14 @@ impl ApiServer {
         }
     }
 
+    /// The slices as stored.
+    pub fn slices(&self) -> BTreeMap<String, Value> {
+        self.state
+            .lock()
+            .map(|s| s.slices.clone())
+            .unwrap_or_default()
+    }
+
     /// The requests so far, one line each.
     pub fn requests(&self) -> Vec<String> {
         self.state

@@ -61,6 +61,10 @@ fn log_tail() -> String {
 /// Starts the API server stand-in and the agent with `--dra` on guest temp dirs; waits for the
 /// registration socket.
 fn start() -> Result<(ApiServer, Agent), String> {
+    start_with(&["--uevents", "off"])
+}
+
+fn start_with(extra: &[&str]) -> Result<(ApiServer, Agent), String> {
     let _ = fs::remove_dir_all(DIR);
     fs::create_dir_all(DIR).map_err(|e| format!("mkdir {DIR}: {e}"))?;
     let api = ApiServer::start()?;
@@ -83,7 +87,7 @@ fn start() -> Result<(ApiServer, Agent), String> {
         .arg(cdi_dir())
         .arg("--kubeconfig")
         .arg(&kubeconfig)
-        .args(["--uevents", "off"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -364,4 +368,93 @@ pub fn dra_whole_gpu_refused(_lab: &mut Lab) -> Outcome {
         format!("CDI specs written: {:?}", cdi_specs())
     })?;
     Ok(format!("{device} refused: {}", p.error))
+}
+
+/// This node's slices of the driver: (pool generation, device names), the highest generation's.
+fn pool(api: &ApiServer) -> Option<(i64, Vec<String>)> {
+    let slices: Vec<Value> = api
+        .slices()
+        .into_values()
+        .filter(|s| {
+            s.pointer("/spec/driver").and_then(Value::as_str) == Some(DRIVER)
+                && s.pointer("/spec/nodeName").and_then(Value::as_str) == Some(NODE)
+        })
+        .collect();
+    let generation = slices
+        .iter()
+        .filter_map(|s| s.pointer("/spec/pool/generation").and_then(Value::as_i64))
+        .max()?;
+    let mut devices: Vec<String> = slices
+        .iter()
+        .filter(|s| s.pointer("/spec/pool/generation").and_then(Value::as_i64) == Some(generation))
+        .flat_map(|s| {
+            s.pointer("/spec/devices")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|d| d.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    devices.sort();
+    Some((generation, devices))
+}
+
+/// Waits up to `within` for `want` to hold of the pool; the pool and the seconds it took.
+fn wait_pool(
+    api: &ApiServer,
+    within: Duration,
+    want: impl Fn(&(i64, Vec<String>)) -> bool,
+) -> Result<((i64, Vec<String>), f64), String> {
+    let t = Instant::now();
+    loop {
+        if let Some(p) = pool(api) {
+            if want(&p) {
+                return Ok((p, t.elapsed().as_secs_f64()));
+            }
+        }
+        if t.elapsed() > within {
+            let reqs = api.requests();
+            return Err(format!(
+                "after {within:?} the pool is {:?}; {} requests to the stand-in, last: {:?}; agent: {}",
+                pool(api),
+                reqs.len(),
+                &reqs[reqs.len().saturating_sub(4)..],
+                log_tail()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The agent with `--dra` publishes this node's ResourceSlices to the stand-in and follows a
+/// change made by hand: a free GPU bound to vfio-pci with plain sysfs writes leaves the pool (its
+/// `gpu-<address>` device goes, `pool.generation` rises), and comes back when released by hand.
+pub fn dra_slices_follow_hand_changes(_lab: &mut Lab) -> Outcome {
+    let all = sys::pci_functions()?;
+    let f = pick(&all, |s| *s == ExpectedState::Free).ok_or("no free display device")?;
+    let device = gpu_device(&f.address);
+    let (api, _agent) = start_with(&["--uevents", "on"])?;
+    let within = Duration::from_secs(30);
+    let (first, first_s) = wait_pool(&api, Duration::from_secs(60), |(_, d)| d.contains(&device))
+        .map_err(|e| format!("no slice with {device}: {e}"))?;
+
+    let dev = format!("{}/bus/pci/devices/{}", sys::SYS, f.address);
+    sys::write(format!("{dev}/driver_override"), "vfio-pci")?;
+    sys::write(format!("{dev}/driver/unbind"), &f.address)?;
+    sys::write(format!("{}/bus/pci/drivers_probe", sys::SYS), &f.address)?;
+    let ((gen_bound, _), bound_s) =
+        wait_pool(&api, within, |(g, d)| *g > first.0 && !d.contains(&device))
+            .map_err(|e| format!("{device} bound to vfio-pci by hand: {e}"))?;
+
+    sys::write(format!("{dev}/driver_override"), "\n")?;
+    sys::write(format!("{dev}/driver/unbind"), &f.address)?;
+    sys::write(format!("{}/bus/pci/drivers_probe", sys::SYS), &f.address)?;
+    let ((gen_back, _), back_s) =
+        wait_pool(&api, within, |(g, d)| *g > gen_bound && d.contains(&device))
+            .map_err(|e| format!("{device} released by hand: {e}"))?;
+    Ok(format!(
+        "published in {first_s:.1}s (generation {}, {} devices); {device} bound by hand: gone at generation {gen_bound} in {bound_s:.2}s; released: back at generation {gen_back} in {back_s:.2}s",
+        first.0,
+        first.1.len()
+    ))
 }

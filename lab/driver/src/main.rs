@@ -50,6 +50,10 @@ const WITH_IOMMU: &[Check] = &[
         agent::agent_state_full_and_read_only,
     ),
     ("dra-prepare-whole-gpu", dra::dra_whole_gpu),
+    (
+        "dra-slices-follow-hand-changes",
+        dra::dra_slices_follow_hand_changes,
+    ),
 ];
 
 const WITHOUT_IOMMU: &[Check] = &[
@@ -77,6 +81,7 @@ const RESET_AFTER: &[&str] = &[
     "agent-sees-hand-changes",
     "agent-state-full-and-read-only",
     "dra-prepare-whole-gpu",
+    "dra-slices-follow-hand-changes",
     "dra-prepare-refused-without-iommu",
 ];
 
