@@ -154,7 +154,7 @@ fn claim(name: &str, uid: &str, request: &str, device: &str) -> Value {
                      "resourceVersion": "1", "generation": 1,
                      "creationTimestamp": "2026-12-01T10:00:00Z"},
         "spec": {"devices": {"requests": [
-            {"name": request, "exactly": {"deviceClassName": format!("gpu.{DRIVER}")}}]}},
+            {"name": request, "exactly": {"deviceClassName": "gpu"}}]}},
         "status": {
             "allocation": {"devices": {"results": [
                 {"request": request, "driver": DRIVER, "pool": NODE, "device": device}]}},
@@ -190,6 +190,15 @@ fn unprepare(name: &str, uid: &str) -> Result<String, String> {
         .ok_or_else(|| format!("NodeUnprepareResources gave no answer for {uid}"))
 }
 
+/// The plugin read the claim from the stand-in (so an answer is about the claim, not the wire).
+fn claim_served(api: &ApiServer, name: &str) -> Result<(), String> {
+    let want = format!("GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name} 200");
+    let reqs = api.requests();
+    ensure(reqs.contains(&want), || {
+        format!("the stand-in never answered {want:?}; it saw {reqs:?}")
+    })
+}
+
 /// The device name gpuslice publishes a whole GPU under: `gpu-<dddd-bb-dd-f>`.
 fn gpu_device(address: &str) -> String {
     format!("gpu-{}", address.replace([':', '.'], "-"))
@@ -222,6 +231,7 @@ pub fn dra_whole_gpu(_lab: &mut Lab) -> Outcome {
     let t = Instant::now();
     let p = prepare(name, uid).map_err(|e| format!("{e}; agent: {}", log_tail()))?;
     let prepare_s = t.elapsed().as_secs_f64();
+    claim_served(&api, name)?;
     ensure(p.error.is_empty(), || {
         format!("prepare of {device}: {}", p.error)
     })?;
@@ -343,6 +353,7 @@ pub fn dra_whole_gpu_refused(_lab: &mut Lab) -> Outcome {
     let device = gpu_device(&f.address);
     api.put_claim("default", name, claim(name, uid, "gpu", &device));
     let p = prepare(name, uid).map_err(|e| format!("{e}; agent: {}", log_tail()))?;
+    claim_served(&api, name)?;
     ensure(!p.error.is_empty() && p.devices.is_empty(), || {
         format!("prepare of {device} without an IOMMU answered {p:?}")
     })?;

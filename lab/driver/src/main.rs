@@ -112,6 +112,16 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let list = if lab.iommu { WITH_IOMMU } else { WITHOUT_IOMMU };
+    // `lab.only=a,b` (GPUSLICE_LAB_ONLY on the host) runs just those checks, to iterate on them.
+    let only: Vec<&str> = cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("lab.only="))
+        .map(|o| o.split(',').collect())
+        .unwrap_or_default();
+    let list: Vec<&Check> = list
+        .iter()
+        .filter(|(name, _)| only.is_empty() || only.contains(name))
+        .collect();
     let (mut passed, mut failed) = (0u32, 0u32);
     let mut out = std::io::stdout();
     for (name, check) in list {
