@@ -88,6 +88,14 @@ pub struct DraArgs {
     /// The kubeconfig to reach the API server with (default: the in-cluster service account).
     #[arg(long, value_name = "FILE", requires = "dra")]
     pub kubeconfig: Option<PathBuf>,
+    /// Before Kubernetes 1.36.2: the one vGPU size an unlocked GPU offers in the published
+    /// slices (repeatable), as `export dra --size-for`.
+    #[arg(long, value_name = "GPU=PROFILE", value_parser = crate::cmd::export::parse_size_for, requires = "dra")]
+    pub size_for: Vec<(gpu_core::PciAddress, String)>,
+    /// Do not publish this node's ResourceSlices (another process keeps them, e.g.
+    /// `gpuslice dra publish`); the kubelet plugin still runs.
+    #[arg(long, requires = "dra")]
+    pub no_publish: bool,
 }
 
 /// `--uevents`.
@@ -216,7 +224,7 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         }
         // The API server is reached before anything changes on the host: a kubeconfig that
         // cannot be used stops the agent here.
-        let claims: Option<Arc<dyn gpu_agent::claims::ClaimSource>> = if a.dra.dra {
+        let claims: Option<gpu_agent::kube::KubeClient> = if a.dra.dra {
             let opts = gpu_agent::kube::ClientOptions {
                 kubeconfig: a.dra.kubeconfig.clone(),
                 ..gpu_agent::kube::ClientOptions::default()
@@ -231,7 +239,7 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
                 "gpuslice agent: reading ResourceClaims from {}",
                 client.server()
             );
-            Some(Arc::new(client))
+            Some(client)
         } else {
             None
         };
@@ -271,8 +279,36 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         let watchers = gpu_agent::watch::start(&agent, watch, tokio::runtime::Handle::current())
             .context("--layout")?;
         let terminated = gpu_agent::on_terminate()?;
+        // The publisher keeps this node's ResourceSlices true in the API server; its handle
+        // lives until the agent stops (dropping it stops publishing).
+        let publisher = match (&claims, a.dra.no_publish) {
+            (Some(client), false) => {
+                let store = match agent.host().root_dir() {
+                    Some(root) => Some(Arc::new(
+                        gpu_integrations::dra::ClaimStore::open(root, None)
+                            .context("--dra: the claim store")?,
+                    )),
+                    None => None,
+                };
+                let opts = gpu_agent::kube::PublishOptions {
+                    slices: gpu_agent::kube::SliceOptions {
+                        driver: a.dra.dra_driver.clone(),
+                        size_for: a.dra.size_for.iter().cloned().collect(),
+                    },
+                    claims: store,
+                    ..gpu_agent::kube::PublishOptions::default()
+                };
+                Some(
+                    gpu_agent::kube::spawn_publisher(Arc::clone(&agent), client.clone(), opts)
+                        .await
+                        .context("--dra: publishing ResourceSlices")?,
+                )
+            }
+            _ => None,
+        };
         let plugin = match claims {
-            Some(claims) => {
+            Some(client) => {
+                let claims: Arc<dyn gpu_agent::claims::ClaimSource> = Arc::new(client);
                 let config = gpu_agent::dra::DraConfig {
                     driver: a.dra.dra_driver.clone(),
                     kubelet_dir: a.dra.kubelet_dir.clone(),
@@ -294,6 +330,14 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
             eprintln!("gpuslice agent: shutting down");
         })
         .await?;
+        if let Some(p) = publisher {
+            if tokio::time::timeout(Duration::from_secs(5), p.stop())
+                .await
+                .is_err()
+            {
+                eprintln!("gpuslice agent: slice publisher still stopping after 5 s");
+            }
+        }
         if let Some(p) = plugin {
             match tokio::time::timeout(Duration::from_secs(5), p).await {
                 Ok(Ok(Ok(()))) => {}
