@@ -71,3 +71,25 @@ test('the document cap is an option of fromJSON', () => {
   })
   assert.deepEqual(Fleet.fromJSON(text, { maxDocumentMib: 3 }).toJSON(), fleet.toJSON())
 })
+
+test('a compact fleet places as the full one', () => {
+  const fleet = many()
+  const compact = fleet.toText(true)
+  const fleets = [
+    Fleet.fromJSON(fleet.toJSON()),
+    Fleet.fromJSON(compact),
+    Fleet.fromJSON(JSON.parse(compact)),
+    Fleet.fromJSON(fleet.toText()),
+  ]
+  const machines = ['T4-4C', 'T4-8Q', 'T4-4C', 'T4-8Q', 'T4-4C'].flatMap((p, i) =>
+    Array.from({ length: 4 }, (_, j) => ({ name: `m${i}-${j}`, devices: [{ name: 'gpu', profile: p }] })),
+  )
+  const placed = fleets.map((f) => machines.map((m) => f.place(m)))
+  for (const p of placed.slice(1)) assert.deepEqual(p, placed[0])
+  assert.ok(new Set(placed[0].map((a) => a.node)).size > 1)
+  for (const f of fleets) f.release('m1-0')
+  const again = fleets.map((f) => f.place(machines[4]))
+  for (const a of again.slice(1)) assert.deepEqual(a, again[0])
+  for (const f of fleets.slice(1)) assert.deepEqual(f.toJSON(), fleets[0].toJSON())
+  for (const f of fleets) assert.throws(() => f.place(tooMany), { code: 'UNSATISFIABLE' })
+})

@@ -132,14 +132,14 @@ impl Fleet {
                 gpu_sysfs::DocumentLimit::from_env_or(mib)
                     .map_err(|e| Failure::new(gpu_core::ErrorKind::InvalidRequest, e.to_string()))
                     .and_then(|limit| {
-                        gpu_core::Fleet::from_text_max(text, limit.bytes())
+                        gpu_core::SharedFleet::from_text_max(text, limit.bytes())
                             .map_err(|e| Failure::core(&e, crate::errors::Input::Config))
                     })
             }
-            _ => document::<gpu_core::Fleet>(doc),
+            _ => document::<gpu_core::SharedFleet>(doc),
         };
         fleet
-            .and_then(|f| FleetState::new(f).map_err(Failure::sched))
+            .and_then(|f| FleetState::from_shared(f).map_err(Failure::sched))
             .map(Fleet::from_state)
             .map_err(|e| e.into_js(&env))
     }

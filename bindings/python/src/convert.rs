@@ -41,14 +41,15 @@ impl Document for gpu_core::Machine {
     }
 }
 
-impl Document for gpu_core::Fleet {
+/// A fleet is read with its shapes kept shared: nodes of one `shapes` entry are indexed once.
+impl Document for gpu_core::SharedFleet {
     const WHAT: &'static str = "fleet";
     const INPUT: Input = Input::Config;
     fn from_text(text: &str) -> Result<Self, CoreError> {
-        gpu_core::Fleet::from_text(text)
+        gpu_core::SharedFleet::from_text_max(text, gpu_core::limits::MAX_DOCUMENT_BYTES)
     }
     fn validate(&self) -> Result<(), CoreError> {
-        gpu_core::Fleet::validate(self)
+        gpu_core::SharedFleet::validate(self)
     }
 }
 

@@ -78,7 +78,7 @@ impl Fleet {
         data: &Bound<'_, PyAny>,
         max_document_mib: Option<u64>,
     ) -> Result<Self, Failure> {
-        let fleet: gpu_core::Fleet = match data.cast::<pyo3::types::PyString>() {
+        let fleet: gpu_core::SharedFleet = match data.cast::<pyo3::types::PyString>() {
             Ok(text) => {
                 let limit =
                     gpu_sysfs::DocumentLimit::from_env_or(max_document_mib).map_err(|e| {
@@ -87,13 +87,13 @@ impl Fleet {
                 let text = text
                     .to_cow()
                     .map_err(|e| Failure::new(gpu_core::ErrorKind::InvalidConfig, e.to_string()))?;
-                py.detach(|| gpu_core::Fleet::from_text_max(&text, limit.bytes()))
+                py.detach(|| gpu_core::SharedFleet::from_text_max(&text, limit.bytes()))
                     .map_err(|e| Failure::core(&e, crate::errors::Input::Config))?
             }
             Err(_) => document(data)?,
         };
         let state = py
-            .detach(|| FleetState::new(fleet))
+            .detach(|| FleetState::from_shared(fleet))
             .map_err(Failure::sched)?;
         Ok(Fleet::from_state(state))
     }

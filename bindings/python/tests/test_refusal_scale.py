@@ -77,3 +77,30 @@ def test_the_document_cap_is_a_binding_argument(many):
         gpuslice.Fleet.from_dict(text, max_document_mib=1)
     assert "max-document-mib" in str(info.value)
     assert gpuslice.Fleet.from_dict(text, max_document_mib=3).to_dict() == many.to_dict()
+
+
+def test_a_compact_fleet_places_as_the_full_one(many):
+    import json
+
+    compact_text = many.to_text(json=True)
+    fleets = [
+        gpuslice.Fleet.from_dict(many.to_dict()),
+        gpuslice.Fleet.from_dict(compact_text),
+        gpuslice.Fleet.from_dict(json.loads(compact_text)),
+        gpuslice.Fleet.from_dict(many.to_text()),
+    ]
+    machines = [
+        {"name": f"m{i}", "devices": [{"name": "gpu", "profile": profile}]}
+        for i, profile in enumerate(["T4-4C", "T4-8Q", "T4-4C", "T4-8Q"] * 5)
+    ]
+    placed = [[f.place(m) for m in machines] for f in fleets]
+    assert all(p == placed[0] for p in placed[1:])
+    assert len({a["node"] for a in placed[0]}) > 1
+    for f in fleets:
+        f.release("m3")
+    again = [f.place(machines[3]) for f in fleets]
+    assert all(a == again[0] for a in again[1:])
+    assert all(f.to_dict() == fleets[0].to_dict() for f in fleets[1:])
+    for f in fleets:
+        with pytest.raises(gpuslice.Unsatisfiable):
+            f.place(T4)
