@@ -7,6 +7,9 @@
 
 mod export_support;
 
+#[path = "../../gpu-agent/tests/apiserver/mod.rs"]
+mod apiserver;
+
 use export_support::*;
 
 #[test]
@@ -93,5 +96,61 @@ fn every_export_is_written_for_every_supported_version() {
     }
     if keep.is_none() {
         assert_eq!(std::fs::read_dir(out.join("1.37")).unwrap().count(), 7);
+    }
+}
+
+/// The ResourceSlices `gpuslice dra publish` leaves in an API server of each supported version
+/// (the stand-in on loopback, answering `/version` with that release), written as the server
+/// holds them (with the metadata it adds) for `kubernetes-validate --strict`.
+#[test]
+fn every_published_slice_is_written_for_every_supported_version() {
+    let keep = std::env::var_os("GPUSLICE_K8S_OUT").map(std::path::PathBuf::from);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = keep.unwrap_or_else(|| tmp.path().to_owned());
+    let inputs = tempfile::tempdir().unwrap();
+    let nodes = ["h200-a", "ws-1"];
+    let modelled = write_fleet(
+        inputs.path(),
+        "modelled.json",
+        &fleet(vec![h200_node(nodes[0], 3), mixed_node(nodes[1])]),
+    );
+    for v in ["1.34", "1.35", "1.36", "1.36.2", "1.37"] {
+        let release = if v.matches('.').count() == 1 {
+            format!("v{v}.0")
+        } else {
+            format!("v{v}")
+        };
+        let server = apiserver::ApiServer::start(&release);
+        for (i, n) in nodes.iter().enumerate() {
+            server.add_node(n, &format!("00000000-0000-4000-8000-00000000000{i}"));
+        }
+        let kc = server.kubeconfig();
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+            .args(["dra", "publish", "--kubeconfig"])
+            .arg(&kc)
+            .arg("--inventory")
+            .arg(&modelled)
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{v}: {}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let slices = server.slices();
+        assert!(slices.len() >= nodes.len(), "{v}: {slices:?}");
+        let dir = out.join(v);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, slice) in slices {
+            assert_eq!(slice["kind"], "ResourceSlice", "{v} {name}");
+            assert_eq!(slice["apiVersion"], "resource.k8s.io/v1", "{v} {name}");
+            // JSON is YAML: validate.sh reads every *.yaml of the version's directory.
+            std::fs::write(
+                dir.join(format!("published-{name}.yaml")),
+                serde_json::to_string_pretty(&slice).unwrap(),
+            )
+            .unwrap();
+        }
     }
 }
