@@ -111,6 +111,9 @@ class Agent:
                 "--kubelet-dir", os.path.join(self.work, "kubelet"),
                 "--cdi-dir", os.path.join(self.work, "cdi"),
                 "--kubeconfig", os.path.join(self.work, "kubeconfig"),
+                # This stand-in serves claims only; publishing is tested against the Rust one
+                # (gpu-agent/tests/kube_publish.rs, cli/tests/agent_dra_publish.rs).
+                "--no-publish",
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
