@@ -300,7 +300,26 @@ fn a_vgpu_claim_is_prepared_once_with_its_cdi_spec_and_unprepared_to_nothing() {
     assert!(!Path::new(host).exists());
     // An unknown claim unprepares without error.
     assert_eq!(p.unprepare_v1("never", "0000-never"), "");
+    // The plugin's counters are among the agent's figures (the end of `/metrics`).
+    let figures = p.agent.stats().render(0, 0);
+    for line in [
+        "gpuslice_dra_prepares_total{result=\"ok\"} 2",
+        "gpuslice_dra_prepares_total{result=\"error\"} 0",
+        "gpuslice_dra_unprepares_total{result=\"ok\"} 2",
+    ] {
+        assert!(figures.contains(line), "{line} in:\n{figures}");
+    }
     p.shutdown();
+}
+
+#[test]
+fn an_agent_without_the_plugin_serves_no_dra_figures() {
+    let agent = Agent::open(
+        Arc::new(FakeKernel::a2_mdev_host().unwrap()),
+        AgentConfig::new(NODE),
+    )
+    .unwrap();
+    assert!(!agent.stats().render(0, 0).contains("gpuslice_dra_"));
 }
 
 #[test]

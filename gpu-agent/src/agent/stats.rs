@@ -1,6 +1,6 @@
 //! The agent's own figures, served at the end of `/metrics`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The agent's own figures, served at the end of `/metrics`.
@@ -24,6 +24,9 @@ pub struct Stats {
     pub(crate) slice_latency_nanos_total: AtomicU64,
     pub(crate) slice_latency_count: AtomicU64,
     pub(crate) slice_latency_nanos_last: AtomicU64,
+    /// The kubelet plugin's counters (`gpuslice agent --dra`), served once a plugin runs.
+    pub(crate) dra: crate::dra::DraStats,
+    pub(crate) dra_on: AtomicBool,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -242,6 +245,9 @@ impl Stats {
             "Time from the last host change to its ResourceSlices written.",
             format!("{}", secs(&self.slice_latency_nanos_last)),
         );
+        if self.dra_on.load(Ordering::Relaxed) {
+            out.push_str(&self.dra.render());
+        }
         out
     }
 }

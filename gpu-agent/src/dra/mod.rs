@@ -147,7 +147,6 @@ pub struct DraPlugin {
     claims: Arc<dyn ClaimSource>,
     config: DraConfig,
     cdi: CdiLayout,
-    stats: DraStats,
 }
 
 impl std::fmt::Debug for DraPlugin {
@@ -174,12 +173,16 @@ impl DraPlugin {
             &config.driver,
         )
         .map_err(|e| format!("--dra-driver: {e}"))?;
+        // Its counters are the agent's: served on `/metrics` from now on.
+        agent
+            .stats()
+            .dra_on
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(Arc::new(DraPlugin {
             agent,
             claims,
             config,
             cdi,
-            stats: DraStats::default(),
         }))
     }
 
@@ -188,9 +191,9 @@ impl DraPlugin {
         &self.config
     }
 
-    /// Its counters.
+    /// Its counters (kept in the agent's figures, so `/metrics` serves them).
     pub fn stats(&self) -> &DraStats {
-        &self.stats
+        &self.agent.stats().dra
     }
 
     /// The agent it writes through.

@@ -234,9 +234,9 @@ impl DraPlugin {
     pub async fn prepare(self: &Arc<Self>, id: &ClaimId) -> Result<Vec<GivenDevice>, String> {
         let out = self.prepare_inner(id).await;
         DraPlugin::count(if out.is_ok() {
-            &self.stats.prepared
+            &self.stats().prepared
         } else {
-            &self.stats.prepare_failed
+            &self.stats().prepare_failed
         });
         if let Err(e) = &out {
             crate::log!(
@@ -289,9 +289,9 @@ impl DraPlugin {
             .map_err(|e| e.message)
             .and_then(|r| r);
         DraPlugin::count(if out.is_ok() {
-            &self.stats.unprepared
+            &self.stats().unprepared
         } else {
-            &self.stats.unprepare_failed
+            &self.stats().unprepare_failed
         });
         if let Err(e) = &out {
             crate::log!(
