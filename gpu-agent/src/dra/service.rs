@@ -49,6 +49,20 @@ macro_rules! dra_service {
             super::proto::$module::dra_plugin_server::DraPluginServer::new($service(plugin))
         }
 
+        impl $service {
+            /// The claims as the kubelet names them, in this version's message.
+            fn claim_ids(claims: Vec<super::proto::$module::Claim>) -> Vec<ClaimId> {
+                claims
+                    .into_iter()
+                    .map(|c| ClaimId {
+                        namespace: c.namespace,
+                        uid: c.uid,
+                        name: c.name,
+                    })
+                    .collect()
+            }
+        }
+
         #[tonic::async_trait]
         impl super::proto::$module::dra_plugin_server::DraPlugin for $service {
             async fn node_prepare_resources(
@@ -56,16 +70,7 @@ macro_rules! dra_service {
                 request: Request<super::proto::$module::NodePrepareResourcesRequest>,
             ) -> Result<Response<super::proto::$module::NodePrepareResourcesResponse>, Status> {
                 use super::proto::$module as p;
-                let claims = request
-                    .into_inner()
-                    .claims
-                    .into_iter()
-                    .map(|c| ClaimId {
-                        namespace: c.namespace,
-                        uid: c.uid,
-                        name: c.name,
-                    })
-                    .collect();
+                let claims = $service::claim_ids(request.into_inner().claims);
                 let mut answer: HashMap<String, p::NodePrepareResourceResponse> = HashMap::new();
                 for (uid, result) in prepare_all(&self.0, claims).await {
                     let entry = match result {
@@ -91,16 +96,7 @@ macro_rules! dra_service {
             ) -> Result<Response<super::proto::$module::NodeUnprepareResourcesResponse>, Status>
             {
                 use super::proto::$module as p;
-                let claims = request
-                    .into_inner()
-                    .claims
-                    .into_iter()
-                    .map(|c| ClaimId {
-                        namespace: c.namespace,
-                        uid: c.uid,
-                        name: c.name,
-                    })
-                    .collect();
+                let claims = $service::claim_ids(request.into_inner().claims);
                 let answer = unprepare_all(&self.0, claims)
                     .await
                     .into_iter()
