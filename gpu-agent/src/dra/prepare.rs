@@ -233,17 +233,14 @@ impl DraPlugin {
     /// A message for the kubelet's per-claim `error` (see the module's list).
     pub async fn prepare(self: &Arc<Self>, id: &ClaimId) -> Result<Vec<GivenDevice>, String> {
         let out = self.prepare_inner(id).await;
-        DraPlugin::count(if out.is_ok() {
-            &self.stats().prepared
-        } else {
-            &self.stats().prepare_failed
-        });
-        if let Err(e) = &out {
-            crate::log!(
-                "gpuslice agent: NodePrepareResources {id} ({}): {e}",
-                id.uid
-            );
-        }
+        let s = self.stats();
+        tally(
+            &out,
+            &s.prepared,
+            &s.prepare_failed,
+            "NodePrepareResources",
+            id,
+        );
         out
     }
 
@@ -288,18 +285,29 @@ impl DraPlugin {
             .await
             .map_err(|e| e.message)
             .and_then(|r| r);
-        DraPlugin::count(if out.is_ok() {
-            &self.stats().unprepared
-        } else {
-            &self.stats().unprepare_failed
-        });
-        if let Err(e) = &out {
-            crate::log!(
-                "gpuslice agent: NodeUnprepareResources {id} ({}): {e}",
-                id.uid
-            );
-        }
+        let s = self.stats();
+        tally(
+            &out,
+            &s.unprepared,
+            &s.unprepare_failed,
+            "NodeUnprepareResources",
+            id,
+        );
         out
+    }
+}
+
+/// Counts a claim's result (`ok` or `failed`) and logs a failure, naming the call and the claim.
+fn tally<T>(
+    out: &Result<T, String>,
+    ok: &std::sync::atomic::AtomicU64,
+    failed: &std::sync::atomic::AtomicU64,
+    call: &str,
+    id: &ClaimId,
+) {
+    DraPlugin::count(if out.is_ok() { ok } else { failed });
+    if let Err(e) = out {
+        crate::log!("gpuslice agent: {call} {id} ({}): {e}", id.uid);
     }
 }
 
