@@ -20,6 +20,8 @@ fn every_export_is_written_for_every_supported_version() {
     let a2 = a2_root();
     let l40s = l40s_root(false);
     let l40s_busy = l40s_root(true);
+    // A virtual mdev parent (the kernel's sample mbochs, with mtty and mdpy beside it).
+    let sample = gpu_sysfs::testing::FakeKernel::sample_mdev_drivers().unwrap();
     let inputs = tempfile::tempdir().unwrap();
     let modelled = write_fleet(
         inputs.path(),
@@ -60,6 +62,15 @@ fn every_export_is_written_for_every_supported_version() {
                 ],
             ),
             (
+                "sample-mdev",
+                vec![
+                    "--root",
+                    sample.root().to_str().unwrap(),
+                    "--node",
+                    "lab-guest",
+                ],
+            ),
+            (
                 "modelled-fleet",
                 vec!["--inventory", modelled.to_str().unwrap()],
             ),
@@ -95,7 +106,7 @@ fn every_export_is_written_for_every_supported_version() {
         .unwrap();
     }
     if keep.is_none() {
-        assert_eq!(std::fs::read_dir(out.join("1.37")).unwrap().count(), 7);
+        assert_eq!(std::fs::read_dir(out.join("1.37")).unwrap().count(), 8);
     }
 }
 

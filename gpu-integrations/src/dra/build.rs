@@ -13,6 +13,22 @@
 //! - one device per MIG placement (slice count, memory size, start slot) of MIG-backed profiles,
 //!   consuming its memory slices and its framebuffer.
 //!
+//! An mdev parent that is not a function of a PCI GPU (a *virtual parent*: the kernel's sample
+//! display driver `mbochs`, or any other driver whose parent sits under `/sys/devices/virtual`)
+//! becomes its own counter set, `mdev-<label>` with its pool's `framebuffer` (names in
+//! [`super::device_name`]), when it offers display types: `vfio-pci` types whose description
+//! states their video memory (`N MB video memory`, as mbochs writes it, or NVIDIA's
+//! `framebuffer=`). Only those qualify, for two reasons: a type that states no memory cannot be
+//! counted against the pool, so the scheduler could hand out more than the parent holds (mdpy's
+//! displays state a resolution only); and a type that is not a display is not a GPU for a VM
+//! (mtty's serial ports also answer `device_api` `vfio-pci`, so that alone does not tell). The
+//! parent's devices carry `virtualParent: true` and `mdevParent` (its name), so a selector can
+//! keep them apart from vGPUs of real GPUs. Such a parent mixes sizes freely (no same-size rule):
+//! under 1.36.2 and later it gets one multi-allocatable `vgpu-mdev-<label>-mixed` device whose
+//! `framebuffer` capacity is consumed per vGPU; before, one device per vGPU of its largest type
+//! (`vgpu-mdev-<label>-<MiB>mi-<n>`, each consuming its size), since those schedulers count plain
+//! devices only and gpuslice's rules keep one size per counter set there.
+//!
 //! A profile is chosen at prepare time from the claim's opaque configuration, among the profiles
 //! of the allocated device (its `profile_<NAME>` attributes).
 //!
@@ -30,8 +46,8 @@ use gpu_core::{
 use serde::{Deserialize, Serialize};
 
 use super::device_name::{
-    counter_set_name, gpu_device_name, mig_device_name, mixed_device_name, vgpu_device_name,
-    vgpu_instance_device_name,
+    VirtualDeviceName, counter_set_name, gpu_device_name, mig_device_name, mixed_device_name,
+    parent_label, vgpu_device_name, vgpu_instance_device_name, virtual_counter_set_name,
 };
 use super::model::*;
 use super::names::{is_dns_subdomain, mib_quantity, profile_attribute};
@@ -250,6 +266,11 @@ struct OneGpu<'a> {
 }
 
 impl OneGpu<'_> {
+    /// The GPU as warnings name it.
+    fn who(&self) -> String {
+        format!("{} ({})", self.gpu.name, self.gpu.address)
+    }
+
     /// A consumption of the GPU's whole remaining framebuffer.
     fn whole_framebuffer(&self) -> Vec<DeviceCounterConsumption> {
         vec![DeviceCounterConsumption {
@@ -310,7 +331,11 @@ impl Ctx<'_> {
     }
 
     fn taints(&self, gpu: &Gpu) -> Vec<DeviceTaint> {
-        match gpu.health.state {
+        self.taints_for(gpu.health.state)
+    }
+
+    fn taints_for(&self, state: HealthState) -> Vec<DeviceTaint> {
+        match state {
             HealthState::Unhealthy => vec![DeviceTaint {
                 key: format!("{}/unhealthy", self.opts.driver),
                 value: None,
@@ -627,7 +652,7 @@ impl Ctx<'_> {
         for (k, v) in more {
             attributes.insert((*k).to_owned(), int_attr(*v));
         }
-        self.add_profile_attributes(g.gpu, &mut attributes, group.iter().copied());
+        self.add_profile_attributes(&g.who(), &mut attributes, group.iter().copied());
         attributes
     }
 
@@ -719,7 +744,11 @@ impl Ctx<'_> {
         };
         let mut attributes = g.vgpu_attrs.clone();
         attributes.insert("mixedSize".into(), DeviceAttribute::Bool(true));
-        self.add_profile_attributes(g.gpu, &mut attributes, by_size.values().flatten().copied());
+        self.add_profile_attributes(
+            &g.who(),
+            &mut attributes,
+            by_size.values().flatten().copied(),
+        );
         let mut capacity = BTreeMap::new();
         capacity.insert(
             "framebuffer".to_owned(),
@@ -925,9 +954,10 @@ impl Ctx<'_> {
         }
     }
 
+    /// `who`: the GPU (`name (address)`) or virtual parent, for the warnings.
     fn add_profile_attributes<'p>(
         &mut self,
-        gpu: &Gpu,
+        who: &str,
         a: &mut BTreeMap<String, DeviceAttribute>,
         group: impl Iterator<Item = &'p Resolved<'p>>,
     ) {
@@ -937,15 +967,187 @@ impl Ctx<'_> {
                     a.insert(name, DeviceAttribute::Bool(true));
                 }
                 Some(_) => self.warnings.push(format!(
-                    "{} ({}): profile {} not listed, the device already has {MAX_ATTRIBUTES} attributes",
-                    gpu.name, gpu.address, r.profile.name
+                    "{who}: profile {} not listed, the device already has {MAX_ATTRIBUTES} attributes",
+                    r.profile.name
                 )),
                 None => self.warnings.push(format!(
-                    "{} ({}): profile {} not listed, its name is too long for an attribute",
-                    gpu.name, gpu.address, r.profile.name
+                    "{who}: profile {} not listed, its name is too long for an attribute",
+                    r.profile.name
                 )),
             }
         }
+    }
+}
+
+/// The display types of a virtual parent by framebuffer size (see the module doc).
+type DisplayTypes<'p> = BTreeMap<u64, Vec<Resolved<'p>>>;
+
+impl Ctx<'_> {
+    /// The counter set and devices of a virtual mdev parent (`name`), or `None` (with a warning
+    /// where it offers `vfio-pci` types) when it does not qualify: see the module doc.
+    fn plan_virtual(&mut self, name: &str, parent: &Parent) -> Option<GpuPlan> {
+        let who = format!("mdev parent {name}");
+        let mut sizes: DisplayTypes<'_> = BTreeMap::new();
+        let mut unsized_types = 0;
+        for p in parent
+            .profiles
+            .iter()
+            .filter(|p| p.device_api == "vfio-pci")
+        {
+            let r = resolve(p);
+            match (r.framebuffer_mib, r.mig_slices) {
+                (Some(fb), None) if fb > 0 => sizes.entry(fb).or_default().push(r),
+                _ => unsized_types += 1,
+            }
+        }
+        if parent.framework != gpu_core::VgpuFramework::Mdev || sizes.is_empty() {
+            if unsized_types > 0 {
+                self.warnings.push(format!(
+                    "{who} not published: its types state no video memory, so they are not \
+                     counted as display vGPUs (only a virtual parent's display types that state \
+                     their memory are)"
+                ));
+            }
+            return None;
+        }
+        let Some(total) = self
+            .node
+            .pool(&parent.id)
+            .map(|p| p.total_mib)
+            .filter(|m| *m > 0)
+        else {
+            self.warnings
+                .push(format!("{who} not published: its pool's size is unknown"));
+            return None;
+        };
+        // What is taken outside Kubernetes: instances `dra prepare` did not make.
+        let mut foreign_mib = 0u64;
+        let mut unknown = false;
+        for inst in &parent.instances {
+            if inst
+                .uuid
+                .is_some_and(|u| self.prepared.instances.contains(&u.to_string()))
+            {
+                continue;
+            }
+            let fb = inst.framebuffer_mib.or_else(|| {
+                parent
+                    .profiles
+                    .iter()
+                    .find(|p| p.id == inst.profile)
+                    .and_then(|p| resolve(p).framebuffer_mib)
+            });
+            match fb {
+                Some(fb) => foreign_mib = foreign_mib.saturating_add(fb),
+                None => unknown = true,
+            }
+        }
+        let remaining = total.saturating_sub(foreign_mib);
+        let label = parent_label(name);
+        let set_name = virtual_counter_set_name(name);
+        let mut plan = GpuPlan {
+            counter_set: Some(CounterSet {
+                name: set_name.clone(),
+                counters: counters([("framebuffer".to_owned(), mib_quantity(remaining))]),
+            }),
+            devices: vec![],
+        };
+        if unknown {
+            self.warnings.push(format!(
+                "{who}: vGPUs not published, an instance of unknown size holds part of it"
+            ));
+            return Some(plan);
+        }
+        let mut attrs = BTreeMap::new();
+        attrs.insert("type".to_owned(), str_attr("vgpu"));
+        attrs.insert("framework".to_owned(), str_attr(parent.framework.as_str()));
+        attrs.insert("mdevParent".to_owned(), str_attr(name));
+        attrs.insert("virtualParent".to_owned(), DeviceAttribute::Bool(true));
+        attrs.insert("health".to_owned(), str_attr(parent.health.state.as_str()));
+        let taints = self.taints_for(parent.health.state);
+        if self.opts.version.encoding() == Encoding::SizeLock {
+            let fitting: Vec<u64> = sizes.keys().copied().filter(|s| *s <= remaining).collect();
+            let Some(&smallest) = fitting.first() else {
+                return Some(plan);
+            };
+            let policy = if fitting.len() <= 10 {
+                CapacityRequestPolicy {
+                    default: Some(mib_quantity(smallest)),
+                    valid_values: fitting.iter().map(|s| mib_quantity(*s)).collect(),
+                    valid_range: None,
+                }
+            } else {
+                CapacityRequestPolicy {
+                    default: Some(mib_quantity(smallest)),
+                    valid_values: vec![],
+                    valid_range: Some(CapacityRequestPolicyRange {
+                        min: mib_quantity(smallest),
+                        max: Some(mib_quantity(remaining - remaining % smallest)),
+                        step: Some(mib_quantity(smallest)),
+                    }),
+                }
+            };
+            let mut attributes = attrs;
+            attributes.insert("mixedSize".into(), DeviceAttribute::Bool(true));
+            self.add_profile_attributes(&who, &mut attributes, sizes.values().flatten());
+            let mut capacity = BTreeMap::new();
+            capacity.insert(
+                "framebuffer".to_owned(),
+                DeviceCapacity {
+                    value: mib_quantity(remaining),
+                    request_policy: Some(policy),
+                },
+            );
+            plan.devices.push(Device {
+                name: VirtualDeviceName::Mixed { label }.to_string(),
+                attributes,
+                capacity,
+                consumes_counters: vec![DeviceCounterConsumption {
+                    counter_set: set_name,
+                    counters: counters([("framebuffer".to_owned(), mib_quantity(remaining))]),
+                }],
+                allow_multiple_allocations: Some(true),
+                taints,
+            });
+            return Some(plan);
+        }
+        // Before 1.36.2: one device per vGPU of the largest type.
+        let Some((&size, group)) = sizes.iter().next_back() else {
+            return Some(plan);
+        };
+        let mut count = remaining / size;
+        if let Some(max) = group.iter().filter_map(|r| r.profile.max_instances).max() {
+            count = count.min(u64::from(max));
+        }
+        if !self.opts.version.splits_counters() && count > MAX_DEVICES_WITH_COUNTERS as u64 {
+            self.warnings.push(format!(
+                "{who}: {count} vGPUs of {size} MiB fit, {MAX_DEVICES_WITH_COUNTERS} published: one \
+                 ResourceSlice holds {MAX_DEVICES_WITH_COUNTERS} devices under Kubernetes 1.34"
+            ));
+            count = MAX_DEVICES_WITH_COUNTERS as u64;
+        }
+        let mut attributes = attrs;
+        attributes.insert("framebufferMiB".into(), int_attr(size));
+        self.add_profile_attributes(&who, &mut attributes, group.iter());
+        for n in 0..u32::try_from(count).unwrap_or(u32::MAX) {
+            plan.devices.push(Device {
+                name: VirtualDeviceName::Instance {
+                    label: label.clone(),
+                    size_mib: size,
+                    n,
+                }
+                .to_string(),
+                attributes: attributes.clone(),
+                capacity: BTreeMap::new(),
+                consumes_counters: vec![DeviceCounterConsumption {
+                    counter_set: set_name.clone(),
+                    counters: counters([("framebuffer".to_owned(), mib_quantity(size))]),
+                }],
+                allow_multiple_allocations: None,
+                taints: taints.clone(),
+            });
+        }
+        Some(plan)
     }
 }
 
@@ -1003,11 +1205,33 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
     };
     let mut gpus: Vec<&Gpu> = node.gpus.iter().collect();
     gpus.sort_by_key(|g| g.address);
-    let plans: Vec<GpuPlan> = gpus.iter().map(|g| ctx.plan_gpu(g)).collect();
+    let mut plans: Vec<(String, GpuPlan)> = gpus
+        .iter()
+        .map(|g| (format!("{} ({})", g.name, g.address), ctx.plan_gpu(g)))
+        .collect();
+    let mut virtual_parents: Vec<(&str, &Parent)> = node
+        .mediated_devices
+        .parents
+        .iter()
+        .filter(|p| p.gpu.is_none())
+        .filter_map(|p| match &p.id {
+            ParentId::Named(n) => Some((n.as_str(), p)),
+            ParentId::Pci(_) => None,
+        })
+        .collect();
+    virtual_parents.sort_by_key(|(n, _)| *n);
+    plans.extend(
+        virtual_parents
+            .into_iter()
+            .filter_map(|(n, p)| Some((format!("mdev parent {n}"), ctx.plan_virtual(n, p)?))),
+    );
 
     let mut drafts: Vec<Draft> = Vec::new();
     if opts.version.splits_counters() {
-        let sets: Vec<CounterSet> = plans.iter().filter_map(|p| p.counter_set.clone()).collect();
+        let sets: Vec<CounterSet> = plans
+            .iter()
+            .filter_map(|(_, p)| p.counter_set.clone())
+            .collect();
         for chunk in sets.chunks(MAX_COUNTER_SETS) {
             drafts.push(Draft {
                 sets: chunk.to_vec(),
@@ -1015,7 +1239,7 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
             });
         }
         let mut current = Draft::default();
-        for d in plans.into_iter().flat_map(|p| p.devices) {
+        for d in plans.into_iter().flat_map(|(_, p)| p.devices) {
             if current.devices.len() + 1 > current.device_limit(std::slice::from_ref(&d)) {
                 drafts.push(std::mem::take(&mut current));
             }
@@ -1026,7 +1250,7 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
         }
     } else {
         let mut current = Draft::default();
-        for (plan, gpu) in plans.into_iter().zip(&gpus) {
+        for (who, plan) in plans {
             let fits = |d: &Draft| {
                 d.sets.len() + usize::from(plan.counter_set.is_some()) <= MAX_COUNTER_SETS
                     && d.counters() + plan.counter_count() <= MAX_COUNTERS
@@ -1036,10 +1260,8 @@ pub fn node_slices(node: &NodeTopology, opts: &DraOptions) -> Result<NodeSlices>
             if !fits(&current) {
                 if !fits(&Draft::default()) {
                     fail!(
-                        Refused, gpu.address;
-                        "{} ({}) has {} devices and {} counters, more than one ResourceSlice holds under Kubernetes 1.34; use --k8s-version 1.35 or later",
-                        gpu.name,
-                        gpu.address,
+                        Refused, who;
+                        "{who} has {} devices and {} counters, more than one ResourceSlice holds under Kubernetes 1.34; use --k8s-version 1.35 or later",
                         plan.devices.len(),
                         plan.counter_count()
                     );

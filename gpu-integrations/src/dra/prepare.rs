@@ -17,7 +17,7 @@ use gpu_core::{
 use serde::{Deserialize, Serialize};
 
 use super::build::Prepared;
-use super::device_name::DeviceName;
+use super::device_name::{DeviceName, VirtualDeviceName, parent_label};
 pub use super::model::{
     AllocationConfig, AllocationResult, ClaimMeta, ClaimStatus, DeviceAllocationResult,
     DeviceResult, Opaque, PrepareInput,
@@ -196,6 +196,12 @@ pub fn plan_prepare(
         let index = per_device.entry(r.device.clone()).or_default();
         let this_index = *index;
         *index += 1;
+        if let Ok(v) = r.device.parse::<VirtualDeviceName>() {
+            actions.push(plan_virtual(
+                r, &v, node, input, driver, claim_uid, this_index, &actions,
+            )?);
+            continue;
+        }
         let published = parse_device_name(node, &r.device)?;
         let (gpu, size, mig) = match published {
             PublishedDevice::Gpu(address) => {
@@ -522,6 +528,124 @@ pub fn check_one_size(actions: &[PrepareAction], node: &NodeTopology) -> Result<
         }
     }
     Ok(())
+}
+
+/// A vGPU of a virtual mdev parent ([`VirtualDeviceName`], see [`super::build`]): the parent
+/// whose label the device names, the display type of the device's size (an instance device) or
+/// the one the claim's opaque configuration names or its reserved `framebuffer` fits (the mixed
+/// device), and an mdev with the share ID or a UUID derived from the claim. `planned`: what this
+/// claim already plans, so two results do not count on the same free instance.
+///
+/// # Errors
+/// `NotFound` for a parent that is not on the node or a profile it does not offer; `Invalid`
+/// when the device offers several profiles and the claim names none; `Refused` when the
+/// profile does not fit the reservation or the type has no room left.
+#[allow(clippy::too_many_arguments)]
+fn plan_virtual(
+    r: &DeviceResult,
+    v: &VirtualDeviceName,
+    node: &NodeTopology,
+    input: &DeviceAllocationResult,
+    driver: &str,
+    claim_uid: &str,
+    index: u32,
+    planned: &[PrepareAction],
+) -> Result<PrepareAction> {
+    let who = format!("request {}", r.request);
+    let parent = node
+        .mediated_devices
+        .parents
+        .iter()
+        .filter(|p| p.gpu.is_none() && p.framework == VgpuFramework::Mdev)
+        .find(|p| matches!(&p.id, ParentId::Named(n) if parent_label(n) == v.label()))
+        .ok_or_else(|| {
+            crate::error::error!(NotFound, r.device;
+                "{who}: device {} names no virtual mdev parent of node {}",
+                r.device,
+                node.node
+            )
+        })?;
+    let reserved = r
+        .consumed_capacity
+        .get("framebuffer")
+        .map(|q| (q, super::names::parse_quantity(q)));
+    let fits = |p: &Profile| -> bool {
+        let (fb, mig) = profile_size(p);
+        p.device_api == "vfio-pci"
+            && mig.is_none()
+            && match (v, fb) {
+                (VirtualDeviceName::Instance { size_mib, .. }, Some(fb)) => fb == *size_mib,
+                (VirtualDeviceName::Mixed { .. }, Some(fb)) => fb > 0,
+                (_, None) => false,
+            }
+    };
+    let types: Vec<&Profile> = parent.profiles.iter().filter(|p| fits(p)).collect();
+    let offered = || {
+        types
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let t = match profile_for(&input.config, driver, &r.request)? {
+        Some(w) => types
+            .iter()
+            .find(|t| nvidia::names_match(&t.name, &w))
+            .copied()
+            .ok_or_else(|| {
+                crate::error::error!(NotFound, who;
+                    "{who}: device {} does not offer profile {w} (it offers {})",
+                    r.device,
+                    offered()
+                )
+            })?,
+        None => {
+            // The mixed device: the type whose size is what the scheduler reserved.
+            let exact: Vec<&Profile> = match reserved {
+                Some((_, Some(bytes))) => types
+                    .iter()
+                    .filter(|t| profile_size(t).0.map(|fb| u128::from(fb) << 20) == Some(bytes))
+                    .copied()
+                    .collect(),
+                _ => types.clone(),
+            };
+            match exact[..] {
+                [one] => one,
+                _ => fail!(
+                    Invalid, who;
+                    "{who}: device {} offers {}; name one in the claim's opaque config (parameters.profile)",
+                    r.device,
+                    offered()
+                ),
+            }
+        }
+    };
+    if let Some((q, have)) = reserved {
+        let need = profile_size(t).0.map(|fb| u128::from(fb) << 20);
+        if need.is_none() || have.is_none() || need > have {
+            fail!(
+                Refused, who;
+                "{who}: profile {} does not fit the {q} of framebuffer the allocation reserved",
+                t.name
+            );
+        }
+    }
+    let already = planned
+        .iter()
+        .filter(|a| {
+            matches!(a, PrepareAction::CreateMdev { parent: p, type_id, .. }
+                if *p == parent.id && *type_id == t.id)
+        })
+        .count();
+    if u64::from(t.available_instances) <= already as u64 {
+        fail!(
+            Refused, who;
+            "{who}: mdev parent {} has no room left for {}; nothing was changed",
+            v.label(),
+            t.name
+        );
+    }
+    action_for(r, parent, t, t.name.clone(), claim_uid, index)
 }
 
 /// What prepare did for one claim, kept on the node for unprepare and for the export.
