@@ -24,6 +24,8 @@ pub struct State {
     pub rv: u64,
     /// `METHOD path?query status` per request.
     pub requests: Vec<String>,
+    /// The minor release and patch `/version` answers (Kubernetes 1.<minor>.<patch>).
+    pub release: (u32, u32),
 }
 
 /// A running stand-in; it stops serving new connections when dropped (the guest powers off
@@ -36,13 +38,20 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    /// Binds 127.0.0.1 on a free port and serves in a thread.
+    /// Binds 127.0.0.1 on a free port and serves in a thread, as Kubernetes 1.34.0.
     pub fn start() -> Result<Self, String> {
+        Self::start_as(34, 0)
+    }
+
+    /// As [`ApiServer::start`], answering `/version` as Kubernetes 1.`minor`.`patch` (the
+    /// release picks the encoding the agent publishes).
+    pub fn start_as(minor: u32, patch: u32) -> Result<Self, String> {
         let listener =
             TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind 127.0.0.1:0: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let state = Arc::new(Mutex::new(State {
             rv: 100,
+            release: (minor, patch),
             ..State::default()
         }));
         let st = Arc::clone(&state);
@@ -241,7 +250,8 @@ fn route(s: &mut State, method: &str, target: &str, body: &[u8]) -> (u16, Value)
     match (method, parts.as_slice()) {
         ("GET", ["version"]) => (
             200,
-            json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0", "gitCommit": "0",
+            json!({"major": "1", "minor": s.release.0.to_string(),
+                   "gitVersion": format!("v1.{}.{}", s.release.0, s.release.1), "gitCommit": "0",
                    "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
                    "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"}),
         ),

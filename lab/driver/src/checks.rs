@@ -16,6 +16,9 @@ use crate::sys::{self, ExpectedState, PciFunction};
 /// Result of one check.
 pub type Outcome = Result<String, String>;
 
+/// How an `Ok` detail starts when the check could not run (reported as `skip`).
+pub const SKIPPED: &str = "SKIPPED: ";
+
 /// State carried from check to check.
 #[derive(Debug, Default)]
 pub struct Lab {

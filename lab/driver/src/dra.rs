@@ -2,8 +2,10 @@
 //! server stand-in on loopback serves the ResourceClaims ([`crate::apiserver`]), and a kubelet
 //! stand-in ([`crate::wire`]: hand-encoded protobuf, gRPC over HTTP/2 on the plugin's real unix
 //! sockets) registers the plugin and prepares and unprepares a whole-GPU claim on the real
-//! kernel's vfio-pci; the check then opens the `/dev/vfio` nodes the CDI spec names.
+//! kernel's vfio-pci and an mdev claim on the sample mbochs parent; the checks then open the
+//! `/dev/vfio` nodes the CDI spec names.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::apiserver::ApiServer;
-use crate::checks::{Lab, Outcome, pick};
+use crate::checks::{Lab, Outcome, SKIPPED, pick};
 use crate::cli::{GPUSLICE, NODE};
 use crate::sys::{self, ExpectedState};
 use crate::wire;
@@ -65,9 +67,13 @@ fn start() -> Result<(ApiServer, Agent), String> {
 }
 
 fn start_with(extra: &[&str]) -> Result<(ApiServer, Agent), String> {
+    start_on(ApiServer::start()?, extra)
+}
+
+/// As [`start_with`], against a given stand-in (another Kubernetes release).
+fn start_on(api: ApiServer, extra: &[&str]) -> Result<(ApiServer, Agent), String> {
     let _ = fs::remove_dir_all(DIR);
     fs::create_dir_all(DIR).map_err(|e| format!("mkdir {DIR}: {e}"))?;
-    let api = ApiServer::start()?;
     let kubeconfig = Path::new(DIR).join("kubeconfig");
     fs::write(&kubeconfig, api.kubeconfig()).map_err(|e| format!("write kubeconfig: {e}"))?;
     let log = fs::File::create(LOG).map_err(|e| format!("create {LOG}: {e}"))?;
@@ -147,6 +153,16 @@ fn register() -> Result<String, String> {
 
 /// A ResourceClaim allocated to one device of this node's pool, as the API server returns it.
 fn claim(name: &str, uid: &str, request: &str, device: &str) -> Value {
+    claim_of(
+        name,
+        uid,
+        request,
+        json!({"request": request, "driver": DRIVER, "pool": NODE, "device": device}),
+    )
+}
+
+/// A ResourceClaim whose allocation holds `result` (for `request`).
+fn claim_of(name: &str, uid: &str, request: &str, result: Value) -> Value {
     json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -156,8 +172,7 @@ fn claim(name: &str, uid: &str, request: &str, device: &str) -> Value {
         "spec": {"devices": {"requests": [
             {"name": request, "exactly": {"deviceClassName": "gpu"}}]}},
         "status": {
-            "allocation": {"devices": {"results": [
-                {"request": request, "driver": DRIVER, "pool": NODE, "device": device}]}},
+            "allocation": {"devices": {"results": [result]}},
             "reservedFor": [{"resource": "pods", "name": format!("virt-launcher-{name}"),
                              "uid": format!("pod-{uid}")}]
         }
@@ -370,8 +385,18 @@ pub fn dra_whole_gpu_refused(_lab: &mut Lab) -> Outcome {
     Ok(format!("{device} refused: {}", p.error))
 }
 
-/// This node's slices of the driver: (pool generation, device names), the highest generation's.
-fn pool(api: &ApiServer) -> Option<(i64, Vec<String>)> {
+/// This node's pool of the driver at its highest generation.
+#[derive(Debug, Clone, PartialEq)]
+struct Pool {
+    generation: i64,
+    /// Device names, sorted.
+    devices: Vec<String>,
+    /// Counter set name → its `framebuffer`.
+    framebuffer: BTreeMap<String, String>,
+}
+
+/// This node's slices of the driver, the highest generation's.
+fn pool(api: &ApiServer) -> Option<Pool> {
     let slices: Vec<Value> = api
         .slices()
         .into_values()
@@ -384,9 +409,29 @@ fn pool(api: &ApiServer) -> Option<(i64, Vec<String>)> {
         .iter()
         .filter_map(|s| s.pointer("/spec/pool/generation").and_then(Value::as_i64))
         .max()?;
-    let mut devices: Vec<String> = slices
+    let current: Vec<&Value> = slices
         .iter()
         .filter(|s| s.pointer("/spec/pool/generation").and_then(Value::as_i64) == Some(generation))
+        .collect();
+    let framebuffer = current
+        .iter()
+        .flat_map(|s| {
+            s.pointer("/spec/sharedCounters")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|set| {
+            Some((
+                set.get("name")?.as_str()?.to_owned(),
+                set.pointer("/counters/framebuffer/value")?
+                    .as_str()?
+                    .to_owned(),
+            ))
+        })
+        .collect();
+    let mut devices: Vec<String> = current
+        .iter()
         .flat_map(|s| {
             s.pointer("/spec/devices")
                 .and_then(Value::as_array)
@@ -396,15 +441,19 @@ fn pool(api: &ApiServer) -> Option<(i64, Vec<String>)> {
         .filter_map(|d| d.get("name").and_then(Value::as_str).map(str::to_owned))
         .collect();
     devices.sort();
-    Some((generation, devices))
+    Some(Pool {
+        generation,
+        devices,
+        framebuffer,
+    })
 }
 
 /// Waits up to `within` for `want` to hold of the pool; the pool and the seconds it took.
 fn wait_pool(
     api: &ApiServer,
     within: Duration,
-    want: impl Fn(&(i64, Vec<String>)) -> bool,
-) -> Result<((i64, Vec<String>), f64), String> {
+    want: impl Fn(&Pool) -> bool,
+) -> Result<(Pool, f64), String> {
     let t = Instant::now();
     loop {
         if let Some(p) = pool(api) {
@@ -426,35 +475,404 @@ fn wait_pool(
     }
 }
 
-/// The agent with `--dra` publishes this node's ResourceSlices to the stand-in and follows a
-/// change made by hand: a free GPU bound to vfio-pci with plain sysfs writes leaves the pool (its
-/// `gpu-<address>` device goes, `pool.generation` rises), and comes back when released by hand.
+/// The agent with `--dra` publishes this node's ResourceSlices to the stand-in and follows
+/// changes made by hand: a free GPU bound to vfio-pci with plain sysfs writes leaves the pool (its
+/// `gpu-<address>` device goes, `pool.generation` rises), and comes back when released by hand;
+/// an `echo UUID > .../mbochs-small/create` shrinks the mbochs counter set (and its devices) at a
+/// higher generation, and `echo 1 > .../remove` gives it back at a higher one still.
 pub fn dra_slices_follow_hand_changes(_lab: &mut Lab) -> Outcome {
     let all = sys::pci_functions()?;
     let f = pick(&all, |s| *s == ExpectedState::Free).ok_or("no free display device")?;
     let device = gpu_device(&f.address);
     let (api, _agent) = start_with(&["--uevents", "on"])?;
     let within = Duration::from_secs(30);
-    let (first, first_s) = wait_pool(&api, Duration::from_secs(60), |(_, d)| d.contains(&device))
-        .map_err(|e| format!("no slice with {device}: {e}"))?;
+    let (first, first_s) = wait_pool(&api, Duration::from_secs(60), |p| {
+        p.devices.contains(&device)
+    })
+    .map_err(|e| format!("no slice with {device}: {e}"))?;
 
     let dev = format!("{}/bus/pci/devices/{}", sys::SYS, f.address);
     sys::write(format!("{dev}/driver_override"), "vfio-pci")?;
     sys::write(format!("{dev}/driver/unbind"), &f.address)?;
     sys::write(format!("{}/bus/pci/drivers_probe", sys::SYS), &f.address)?;
-    let ((gen_bound, _), bound_s) =
-        wait_pool(&api, within, |(g, d)| *g > first.0 && !d.contains(&device))
-            .map_err(|e| format!("{device} bound to vfio-pci by hand: {e}"))?;
+    let (bound, bound_s) = wait_pool(&api, within, |p| {
+        p.generation > first.generation && !p.devices.contains(&device)
+    })
+    .map_err(|e| format!("{device} bound to vfio-pci by hand: {e}"))?;
 
     sys::write(format!("{dev}/driver_override"), "\n")?;
     sys::write(format!("{dev}/driver/unbind"), &f.address)?;
     sys::write(format!("{}/bus/pci/drivers_probe", sys::SYS), &f.address)?;
-    let ((gen_back, _), back_s) =
-        wait_pool(&api, within, |(g, d)| *g > gen_bound && d.contains(&device))
-            .map_err(|e| format!("{device} released by hand: {e}"))?;
+    let (back, back_s) = wait_pool(&api, within, |p| {
+        p.generation > bound.generation && p.devices.contains(&device)
+    })
+    .map_err(|e| format!("{device} released by hand: {e}"))?;
+
+    // An mdev made and removed by hand on the virtual mbochs parent.
+    let set = "mdev-mbochs";
+    let mbochs = |p: &Pool| {
+        p.devices
+            .iter()
+            .filter(|d| d.starts_with("vgpu-mdev-mbochs-"))
+            .count()
+    };
+    let full = back
+        .framebuffer
+        .get(set)
+        .cloned()
+        .ok_or_else(|| format!("no counter set {set} in the pool: {back:?}"))?;
+    let full_devices = mbochs(&back);
+    let uuid = "5a1e0000-0000-4000-8000-0000000000bb";
+    let types = format!("{}/class/mdev_bus/mbochs/mdev_supported_types", sys::SYS);
+    sys::write(format!("{types}/mbochs-small/create"), uuid)?;
+    let made = wait_pool(&api, within, |p| {
+        p.generation > back.generation && p.framebuffer.get(set) != Some(&full)
+    })
+    .map_err(|e| format!("mbochs-small {uuid} created by hand: {e}"));
+    let removed = sys::write(format!("{}/bus/mdev/devices/{uuid}/remove", sys::SYS), "1");
+    let (made, made_s) = made?;
+    removed?;
+    let (gone, gone_s) = wait_pool(&api, within, |p| {
+        p.generation > made.generation && p.framebuffer.get(set) == Some(&full)
+    })
+    .map_err(|e| format!("mbochs-small {uuid} removed by hand: {e}"))?;
+    ensure(
+        mbochs(&made) < full_devices && mbochs(&gone) == full_devices,
+        || {
+            format!(
+                "mbochs devices {full_devices} -> {} -> {}",
+                mbochs(&made),
+                mbochs(&gone)
+            )
+        },
+    )?;
     Ok(format!(
-        "published in {first_s:.1}s (generation {}, {} devices); {device} bound by hand: gone at generation {gen_bound} in {bound_s:.2}s; released: back at generation {gen_back} in {back_s:.2}s",
-        first.0,
-        first.1.len()
+        "published in {first_s:.1}s (generation {}, {} devices); {device} bound by hand: gone at generation {} in {bound_s:.2}s; released: back at generation {} in {back_s:.2}s; mbochs-small created by hand: {set} framebuffer {full} -> {} ({full_devices} -> {} devices) at generation {} in {made_s:.2}s; removed: {} at generation {} in {gone_s:.2}s",
+        first.generation,
+        first.devices.len(),
+        bound.generation,
+        back.generation,
+        made.framebuffer.get(set).map_or("-", String::as_str),
+        mbochs(&made),
+        made.generation,
+        gone.framebuffer.get(set).map_or("-", String::as_str),
+        gone.generation,
+    ))
+}
+
+/// Every value under key `key` anywhere in `v`.
+fn values_of<'v>(v: &'v Value, key: &str, out: &mut Vec<&'v Value>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                if k == key {
+                    out.push(x);
+                }
+                values_of(x, key, out);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| values_of(x, key, out)),
+        _ => {}
+    }
+}
+
+/// An mdev claim through the kubelet plugin, against a Kubernetes 1.36.2 stand-in (the agent
+/// publishes the mbochs parent as one multi-allocatable `vgpu-mdev-mbochs-mixed` device):
+/// `NodePrepareResources` of a share of it with 64 MiB reserved makes an `mbochs-large` mdev with
+/// the share ID as its UUID; the CDI spec names `/dev/vfio/vfio` and the mdev's group node (read
+/// from `/sys`), both opened O_RDWR; the KubeVirt metadata file it mounts carries `mdevUUID`;
+/// `NodeUnprepareResources` removes the mdev, the spec and the metadata.
+pub fn dra_prepare_mdev(_lab: &mut Lab) -> Outcome {
+    let mdevs = || sys::list(format!("{}/bus/mdev/devices", sys::SYS));
+    let before = mdevs();
+    let (api, _agent) = start_on(ApiServer::start_as(36, 2)?, &["--uevents", "off"])?;
+    let versions = register()?;
+    let device = "vgpu-mdev-mbochs-mixed";
+    let (published, _) = wait_pool(&api, Duration::from_secs(60), |p| {
+        p.devices.iter().any(|d| d == device)
+    })
+    .map_err(|e| format!("no slice with {device}: {e}"))?;
+
+    let (name, uid, request) = ("vm-display", "5a1e0000-0000-4000-8000-000000000003", "display");
+    let share = "5a1e0000-0000-4000-8000-0000000000aa";
+    let result = json!({"request": request, "driver": DRIVER, "pool": NODE, "device": device,
+                        "shareID": share, "consumedCapacity": {"framebuffer": "64Mi"}});
+    api.put_claim("default", name, claim_of(name, uid, request, result));
+    let t = Instant::now();
+    let p = prepare(name, uid).map_err(|e| format!("{e}; agent: {}", log_tail()))?;
+    let prepare_s = t.elapsed().as_secs_f64();
+    claim_served(&api, name)?;
+    ensure(p.error.is_empty(), || format!("prepare of {device}: {}", p.error))?;
+    let want_cdi = format!("{DRIVER}/vfio={uid}-0");
+    ensure(
+        p.devices
+            == vec![wire::Device {
+                requests: vec![request.to_owned()],
+                pool: NODE.to_owned(),
+                device: device.to_owned(),
+                cdi_ids: vec![want_cdi.clone()],
+            }],
+        || format!("prepare answered {:?}, expected {device} with CDI ID {want_cdi}", p.devices),
+    )?;
+    let mdev = format!("{}/bus/mdev/devices/{share}", sys::SYS);
+    let ty = sys::link_name(format!("{mdev}/mdev_type"));
+    ensure(!before.contains(&share.to_owned()) && ty.as_deref() == Some("mbochs-large"), || {
+        format!("after prepare {mdev} has type {ty:?} (mdevs before: {before:?}, now {:?})", mdevs())
+    })?;
+    let group = sys::link_name(format!("{mdev}/iommu_group"))
+        .ok_or_else(|| format!("{mdev} has no iommu_group"))?;
+
+    let spec_path = cdi_dir().join(format!("{DRIVER}-{uid}.json"));
+    let spec: Value = serde_json::from_str(&sys::read(&spec_path)?)
+        .map_err(|e| format!("{}: {e}", spec_path.display()))?;
+    let dev = spec.pointer("/devices/0").ok_or("the CDI spec has no device")?;
+    let nodes: Vec<&str> = dev
+        .pointer("/containerEdits/deviceNodes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.get("path").and_then(Value::as_str))
+        .collect();
+    let group_node = format!("/dev/vfio/{group}");
+    ensure(
+        nodes.contains(&"/dev/vfio/vfio") && nodes.contains(&group_node.as_str()),
+        || format!("the CDI spec names {nodes:?}, expected /dev/vfio/vfio and {group_node}"),
+    )?;
+    let open = |p: &str| {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(p)
+            .map_err(|e| format!("open {p} O_RDWR: {e}"))
+    };
+    let container = open("/dev/vfio/vfio")?;
+    let held = open(&group_node)?;
+    drop(held);
+    drop(container);
+
+    // The KubeVirt device metadata the spec mounts.
+    let mount = dev
+        .pointer("/containerEdits/mounts/0")
+        .ok_or("the CDI spec mounts no device metadata")?;
+    let host_path = mount.get("hostPath").and_then(Value::as_str).unwrap_or("");
+    let container_path = mount.get("containerPath").and_then(Value::as_str).unwrap_or("");
+    let want_tail = format!("/{name}/{request}/{DRIVER}-metadata.json");
+    ensure(container_path.ends_with(&want_tail), || {
+        format!("the metadata is mounted at {container_path:?}, expected .../resourceclaims{want_tail}")
+    })?;
+    let text = sys::read(host_path)?;
+    let mut found = Vec::new();
+    let docs: Vec<Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{host_path}: {e}"))?;
+    for d in &docs {
+        values_of(d, "mdevUUID", &mut found);
+    }
+    ensure(
+        found.iter().any(|v| v.get("string").and_then(Value::as_str) == Some(share)),
+        || format!("{host_path} carries mdevUUID {found:?}, expected {share}"),
+    )?;
+
+    let t = Instant::now();
+    let e = unprepare(name, uid)?;
+    let unprepare_s = t.elapsed().as_secs_f64();
+    ensure(e.is_empty(), || format!("unprepare: {e}"))?;
+    ensure(!Path::new(&mdev).exists(), || format!("{mdev} is still there after unprepare"))?;
+    ensure(cdi_specs().is_empty(), || {
+        format!("CDI specs left after unprepare: {:?}", cdi_specs())
+    })?;
+    ensure(!Path::new(host_path).exists(), || {
+        format!("{host_path} left after unprepare")
+    })?;
+    Ok(format!(
+        "GetInfo {versions}; published {device} (mdev-mbochs framebuffer {}, generation {}); prepare: mbochs-large {share} (group {group}, CDI {want_cdi}, /dev/vfio/vfio and {group_node} opened O_RDWR, metadata mdevUUID {share}) in {prepare_s:.2}s; unprepare removed the mdev, the spec and the metadata in {unprepare_s:.2}s",
+        published.framebuffer.get("mdev-mbochs").map_or("-", String::as_str),
+        published.generation,
+    ))
+}
+
+/// What `lab/run` put in the initramfs for [`dra_grpc_stand_in`]: `key=value` lines (`python`,
+/// `script`, `stubs`, `grpc`), or `skip=<reason>` when the host has no grpcio.
+const GRPC_CONFIG: &str = "/etc/lab-grpc";
+/// Where the host's root is mounted (read-only, virtio-9p tag `hostroot`).
+const HOST: &str = "/host";
+
+fn run_ok(program: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program} {args:?}: {e}"))?;
+    ensure(out.status.success(), || {
+        format!(
+            "{program} {args:?}: {} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
+}
+
+/// Loads the virtio and 9p modules `lab/run` packed, mounts the host's root at [`HOST`] and
+/// binds the guest's /proc, /dev, /sys and /tmp into it (once per boot).
+fn mount_host() -> Result<(), String> {
+    if Path::new(HOST).join("proc/self").exists() {
+        return Ok(());
+    }
+    let order = sys::read("/lib/modules/grpc/load.order")?;
+    for m in order.lines().filter(|l| !l.trim().is_empty()) {
+        let path = format!("/lib/modules/grpc/{m}");
+        // Already loaded (a module another one pulled in) answers EEXIST: not an error here.
+        let _ = run_ok("/bin/insmod", &[&path]);
+    }
+    fs::create_dir_all(HOST).map_err(|e| format!("mkdir {HOST}: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match run_ok(
+            "/bin/mount",
+            &[
+                "-t",
+                "9p",
+                "-o",
+                "trans=virtio,version=9p2000.L,ro,msize=262144",
+                "hostroot",
+                HOST,
+            ],
+        ) {
+            Ok(()) => break,
+            // The virtio device may still be probing right after the modules load.
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            Err(e) => return Err(format!("mount the host's root over virtio-9p: {e}")),
+        }
+    }
+    for d in ["proc", "dev", "sys", "tmp"] {
+        run_ok("/bin/mount", &["-o", "bind", &format!("/{d}"), &format!("{HOST}/{d}")])?;
+    }
+    Ok(())
+}
+
+/// The kubelet stand-in of `tests/dra/` in kind, in the guest: the host's python3 with grpcio
+/// (generated stubs from `proto/`), chrooted into the host's root mounted over virtio-9p, drives
+/// registration, v1 `NodePrepareResources` of an mbochs mdev claim and v1beta1
+/// `NodeUnprepareResources` over the plugin's real unix sockets; the check reads the host between
+/// the two (the mdev with the share ID, the CDI spec) and after (all gone). Where the host has no
+/// grpcio `lab/run` says so and the check is skipped.
+pub fn dra_grpc_stand_in(_lab: &mut Lab) -> Outcome {
+    let conf = sys::read(GRPC_CONFIG).unwrap_or_else(|_| "skip=no /etc/lab-grpc in the initramfs".into());
+    let conf: BTreeMap<&str, &str> = conf
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    if let Some(why) = conf.get("skip") {
+        return Ok(format!("{SKIPPED}{why}"));
+    }
+    let get = |k: &str| {
+        conf.get(k)
+            .copied()
+            .ok_or_else(|| format!("{GRPC_CONFIG} has no {k}="))
+    };
+    let (python, script, stubs) = (get("python")?, get("script")?, get("stubs")?);
+    let t = Instant::now();
+    mount_host()?;
+    let mount_s = t.elapsed().as_secs_f64();
+
+    let (api, _agent) = start_on(ApiServer::start_as(36, 2)?, &["--uevents", "off"])?;
+    let device = "vgpu-mdev-mbochs-mixed";
+    wait_pool(&api, Duration::from_secs(60), |p| p.devices.iter().any(|d| d == device))
+        .map_err(|e| format!("no slice with {device}: {e}"))?;
+    let (name, uid, request) = ("vm-grpc", "5a1e0000-0000-4000-8000-000000000004", "display");
+    let share = "5a1e0000-0000-4000-8000-0000000000cc";
+    let result = json!({"request": request, "driver": DRIVER, "pool": NODE, "device": device,
+                        "shareID": share, "consumedCapacity": {"framebuffer": "16Mi"}});
+    api.put_claim("default", name, claim_of(name, uid, request, result));
+
+    let out = Path::new(DIR).join("grpc-answer.json");
+    let go = Path::new(DIR).join("grpc-go");
+    let log = fs::File::create(Path::new(DIR).join("grpc.log")).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut child = Agent(
+        Command::new("/bin/busybox")
+            .args(["chroot", HOST, python, script, "--stubs", stubs, "--registration"])
+            .arg(registration_socket())
+            .arg("--endpoint")
+            .arg(endpoint())
+            .arg("--claim")
+            .arg(format!("default/{name}/{uid}"))
+            .arg("--out")
+            .arg(&out)
+            .arg("--go")
+            .arg(&go)
+            .args(["--timeout", "300"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("chroot {HOST} {python}: {e}"))?,
+    );
+    let grpc_log = || {
+        let text = fs::read_to_string(Path::new(DIR).join("grpc.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(4)..].join(" | ")
+    };
+    let deadline = Instant::now() + Duration::from_secs(400);
+    while !out.exists() {
+        if let Ok(Some(st)) = child.0.try_wait() {
+            return Err(format!("the grpcio stand-in exited ({st}) before answering: {}", grpc_log()));
+        }
+        ensure(Instant::now() < deadline, || {
+            format!("no answer from the grpcio stand-in within 400 s: {}", grpc_log())
+        })?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let first_s = t.elapsed().as_secs_f64();
+    let a: Value = serde_json::from_str(&sys::read(&out)?).map_err(|e| format!("{}: {e}", out.display()))?;
+    let want_cdi = format!("{DRIVER}/vfio={uid}-0");
+    ensure(
+        a.pointer("/info/type").and_then(Value::as_str) == Some("DRAPlugin")
+            && a.pointer("/info/name").and_then(Value::as_str) == Some(DRIVER),
+        || format!("GetInfo through grpcio: {:?}", a.get("info")),
+    )?;
+    ensure(a.get("error").and_then(Value::as_str) == Some(""), || {
+        format!("prepare through grpcio: error {:?}", a.get("error"))
+    })?;
+    ensure(
+        a.get("devices")
+            == Some(&json!([{"requests": [request], "pool": NODE, "device": device, "cdi": [want_cdi]}])),
+        || format!("prepare through grpcio answered {:?}", a.get("devices")),
+    )?;
+    let mdev = format!("{}/bus/mdev/devices/{share}", sys::SYS);
+    let ty = sys::link_name(format!("{mdev}/mdev_type"));
+    ensure(ty.as_deref() == Some("mbochs-medium"), || {
+        format!("after the grpcio prepare {mdev} has type {ty:?}")
+    })?;
+    let spec_path = cdi_dir().join(format!("{DRIVER}-{uid}.json"));
+    ensure(spec_path.exists(), || format!("no {}", spec_path.display()))?;
+
+    fs::write(&go, "").map_err(|e| format!("write {}: {e}", go.display()))?;
+    let done = Path::new(DIR).join("grpc-answer.json.unprepare");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Ok(Some(st)) = child.0.try_wait() {
+            break st;
+        }
+        ensure(Instant::now() < deadline, || {
+            format!("the grpcio stand-in did not finish within 120 s: {}", grpc_log())
+        })?;
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    ensure(status.success() && done.exists(), || {
+        format!("the grpcio stand-in exited {status}: {}", grpc_log())
+    })?;
+    let u: Value = serde_json::from_str(&sys::read(&done)?).map_err(|e| format!("{}: {e}", done.display()))?;
+    ensure(u.get("error").and_then(Value::as_str) == Some(""), || {
+        format!("unprepare through grpcio (v1beta1): {u}")
+    })?;
+    ensure(!Path::new(&mdev).exists(), || format!("{mdev} is still there after unprepare"))?;
+    ensure(cdi_specs().is_empty(), || {
+        format!("CDI specs left after unprepare: {:?}", cdi_specs())
+    })?;
+    Ok(format!(
+        "python {} grpcio {} chrooted into the host's root over virtio-9p (mounted in {mount_s:.1}s, imports {}s): GetInfo, v1 prepare of {device} -> mbochs-medium {share} (CDI {want_cdi}) answered {first_s:.1}s after start; v1beta1 unprepare removed the mdev and the spec",
+        a.get("python").and_then(Value::as_str).unwrap_or("?"),
+        a.get("grpc").and_then(Value::as_str).unwrap_or("?"),
+        a.get("importS").map(Value::to_string).unwrap_or_default(),
     ))
 }
