@@ -5,10 +5,10 @@ host's python3 (the venv `tests/dra/run` makes, with grpcio) chrooted into it, w
 /tmp, /proc, /dev and /sys bind-mounted in, so this client talks to the plugin's real unix sockets
 in the guest. Stubs are generated on the host by `lab/run` from the same proto/ definitions.
 
-Registration (GetInfo, NotifyRegistrationStatus) and v1 NodePrepareResources of one claim; the
-answers go to --out as JSON; then, once the check has looked at the host and created --go, v1beta1
-NodeUnprepareResources of the claim, whose answer goes to --out + ".unprepare". Every wait is
-bounded by --timeout.
+Registration (GetInfo, NotifyRegistrationStatus) and one v1 NodePrepareResources of every --claim
+(as the kubelet asks for a pod's claims together); the answers go to --out as JSON; then, once the
+check has looked at the host and created --go, one v1beta1 NodeUnprepareResources of them, whose
+answers go to --out + ".unprepare". Every wait is bounded by --timeout.
 """
 
 import argparse
@@ -30,7 +30,7 @@ def main():
     p.add_argument("--stubs", required=True)
     p.add_argument("--registration", required=True)
     p.add_argument("--endpoint", required=True)
-    p.add_argument("--claim", required=True, help="NAMESPACE/NAME/UID")
+    p.add_argument("--claim", required=True, action="append", help="NAMESPACE/NAME/UID")
     p.add_argument("--out", required=True)
     p.add_argument("--go", required=True)
     p.add_argument("--timeout", type=float, default=300)
@@ -46,7 +46,7 @@ def main():
     import dra_v1beta1_pb2_grpc as v1beta1_grpc
 
     imported = time.monotonic() - started
-    namespace, name, uid = a.claim.split("/", 2)
+    claims = [c.split("/", 2) for c in a.claim]
 
     def channel(path):
         # The authority the kubelet (grpc-go) sends on a unix socket.
@@ -59,10 +59,11 @@ def main():
     rc.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), timeout=a.timeout)
     ch = channel(a.endpoint)
     out = v1_grpc.DRAPluginStub(ch).NodePrepareResources(
-        v1.NodePrepareResourcesRequest(claims=[v1.Claim(namespace=namespace, name=name, uid=uid)]),
+        v1.NodePrepareResourcesRequest(
+            claims=[v1.Claim(namespace=ns, name=n, uid=u) for ns, n, u in claims]
+        ),
         timeout=a.timeout,
     )
-    answer = out.claims[uid] if uid in out.claims else None
     write(
         a.out,
         {
@@ -75,17 +76,21 @@ def main():
                 "endpoint": info.endpoint,
                 "versions": list(info.supported_versions),
             },
-            "claims": list(out.claims.keys()),
-            "error": answer.error if answer else None,
-            "devices": [
-                {
-                    "requests": list(d.request_names),
-                    "pool": d.pool_name,
-                    "device": d.device_name,
-                    "cdi": list(d.cdi_device_ids),
+            "claims": {
+                uid: {
+                    "error": answer.error,
+                    "devices": [
+                        {
+                            "requests": list(d.request_names),
+                            "pool": d.pool_name,
+                            "device": d.device_name,
+                            "cdi": list(d.cdi_device_ids),
+                        }
+                        for d in answer.devices
+                    ],
                 }
-                for d in (answer.devices if answer else [])
-            ],
+                for uid, answer in out.claims.items()
+            },
         },
     )
     deadline = time.monotonic() + a.timeout
@@ -96,17 +101,11 @@ def main():
         time.sleep(0.05)
     gone = v1beta1_grpc.DRAPluginStub(ch).NodeUnprepareResources(
         v1beta1.NodeUnprepareResourcesRequest(
-            claims=[v1beta1.Claim(namespace=namespace, name=name, uid=uid)]
+            claims=[v1beta1.Claim(namespace=ns, name=n, uid=u) for ns, n, u in claims]
         ),
         timeout=a.timeout,
     )
-    write(
-        a.out + ".unprepare",
-        {
-            "claims": list(gone.claims.keys()),
-            "error": gone.claims[uid].error if uid in gone.claims else None,
-        },
-    )
+    write(a.out + ".unprepare", {"claims": {uid: r.error for uid, r in gone.claims.items()}})
     return 0
 
 

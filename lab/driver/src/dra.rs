@@ -593,7 +593,11 @@ pub fn dra_prepare_mdev(_lab: &mut Lab) -> Outcome {
     })
     .map_err(|e| format!("no slice with {device}: {e}"))?;
 
-    let (name, uid, request) = ("vm-display", "5a1e0000-0000-4000-8000-000000000003", "display");
+    let (name, uid, request) = (
+        "vm-display",
+        "5a1e0000-0000-4000-8000-000000000003",
+        "display",
+    );
     let share = "5a1e0000-0000-4000-8000-0000000000aa";
     let result = json!({"request": request, "driver": DRIVER, "pool": NODE, "device": device,
                         "shareID": share, "consumedCapacity": {"framebuffer": "64Mi"}});
@@ -602,7 +606,9 @@ pub fn dra_prepare_mdev(_lab: &mut Lab) -> Outcome {
     let p = prepare(name, uid).map_err(|e| format!("{e}; agent: {}", log_tail()))?;
     let prepare_s = t.elapsed().as_secs_f64();
     claim_served(&api, name)?;
-    ensure(p.error.is_empty(), || format!("prepare of {device}: {}", p.error))?;
+    ensure(p.error.is_empty(), || {
+        format!("prepare of {device}: {}", p.error)
+    })?;
     let want_cdi = format!("{DRIVER}/vfio={uid}-0");
     ensure(
         p.devices
@@ -612,20 +618,33 @@ pub fn dra_prepare_mdev(_lab: &mut Lab) -> Outcome {
                 device: device.to_owned(),
                 cdi_ids: vec![want_cdi.clone()],
             }],
-        || format!("prepare answered {:?}, expected {device} with CDI ID {want_cdi}", p.devices),
+        || {
+            format!(
+                "prepare answered {:?}, expected {device} with CDI ID {want_cdi}",
+                p.devices
+            )
+        },
     )?;
     let mdev = format!("{}/bus/mdev/devices/{share}", sys::SYS);
     let ty = sys::link_name(format!("{mdev}/mdev_type"));
-    ensure(!before.contains(&share.to_owned()) && ty.as_deref() == Some("mbochs-large"), || {
-        format!("after prepare {mdev} has type {ty:?} (mdevs before: {before:?}, now {:?})", mdevs())
-    })?;
+    ensure(
+        !before.contains(&share.to_owned()) && ty.as_deref() == Some("mbochs-large"),
+        || {
+            format!(
+                "after prepare {mdev} has type {ty:?} (mdevs before: {before:?}, now {:?})",
+                mdevs()
+            )
+        },
+    )?;
     let group = sys::link_name(format!("{mdev}/iommu_group"))
         .ok_or_else(|| format!("{mdev} has no iommu_group"))?;
 
     let spec_path = cdi_dir().join(format!("{DRIVER}-{uid}.json"));
     let spec: Value = serde_json::from_str(&sys::read(&spec_path)?)
         .map_err(|e| format!("{}: {e}", spec_path.display()))?;
-    let dev = spec.pointer("/devices/0").ok_or("the CDI spec has no device")?;
+    let dev = spec
+        .pointer("/devices/0")
+        .ok_or("the CDI spec has no device")?;
     let nodes: Vec<&str> = dev
         .pointer("/containerEdits/deviceNodes")
         .and_then(Value::as_array)
@@ -655,10 +674,15 @@ pub fn dra_prepare_mdev(_lab: &mut Lab) -> Outcome {
         .pointer("/containerEdits/mounts/0")
         .ok_or("the CDI spec mounts no device metadata")?;
     let host_path = mount.get("hostPath").and_then(Value::as_str).unwrap_or("");
-    let container_path = mount.get("containerPath").and_then(Value::as_str).unwrap_or("");
+    let container_path = mount
+        .get("containerPath")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let want_tail = format!("/{name}/{request}/{DRIVER}-metadata.json");
     ensure(container_path.ends_with(&want_tail), || {
-        format!("the metadata is mounted at {container_path:?}, expected .../resourceclaims{want_tail}")
+        format!(
+            "the metadata is mounted at {container_path:?}, expected .../resourceclaims{want_tail}"
+        )
     })?;
     let text = sys::read(host_path)?;
     let mut found = Vec::new();
@@ -670,7 +694,9 @@ pub fn dra_prepare_mdev(_lab: &mut Lab) -> Outcome {
         values_of(d, "mdevUUID", &mut found);
     }
     ensure(
-        found.iter().any(|v| v.get("string").and_then(Value::as_str) == Some(share)),
+        found
+            .iter()
+            .any(|v| v.get("string").and_then(Value::as_str) == Some(share)),
         || format!("{host_path} carries mdevUUID {found:?}, expected {share}"),
     )?;
 
@@ -678,7 +704,9 @@ pub fn dra_prepare_mdev(_lab: &mut Lab) -> Outcome {
     let e = unprepare(name, uid)?;
     let unprepare_s = t.elapsed().as_secs_f64();
     ensure(e.is_empty(), || format!("unprepare: {e}"))?;
-    ensure(!Path::new(&mdev).exists(), || format!("{mdev} is still there after unprepare"))?;
+    ensure(!Path::new(&mdev).exists(), || {
+        format!("{mdev} is still there after unprepare")
+    })?;
     ensure(cdi_specs().is_empty(), || {
         format!("CDI specs left after unprepare: {:?}", cdi_specs())
     })?;
@@ -687,7 +715,10 @@ pub fn dra_prepare_mdev(_lab: &mut Lab) -> Outcome {
     })?;
     Ok(format!(
         "GetInfo {versions}; published {device} (mdev-mbochs framebuffer {}, generation {}); prepare: mbochs-large {share} (group {group}, CDI {want_cdi}, /dev/vfio/vfio and {group_node} opened O_RDWR, metadata mdevUUID {share}) in {prepare_s:.2}s; unprepare removed the mdev, the spec and the metadata in {unprepare_s:.2}s",
-        published.framebuffer.get("mdev-mbochs").map_or("-", String::as_str),
+        published
+            .framebuffer
+            .get("mdev-mbochs")
+            .map_or("-", String::as_str),
         published.generation,
     ))
 }
@@ -745,23 +776,52 @@ fn mount_host() -> Result<(), String> {
         }
     }
     for d in ["proc", "dev", "sys", "tmp"] {
-        run_ok("/bin/mount", &["-o", "bind", &format!("/{d}"), &format!("{HOST}/{d}")])?;
+        run_ok(
+            "/bin/mount",
+            &["-o", "bind", &format!("/{d}"), &format!("{HOST}/{d}")],
+        )?;
     }
     Ok(())
 }
 
-/// The kubelet stand-in of `tests/dra/` in kind, in the guest: the host's python3 with grpcio
-/// (generated stubs from `proto/`), chrooted into the host's root mounted over virtio-9p, drives
-/// registration, v1 `NodePrepareResources` of an mbochs mdev claim and v1beta1
-/// `NodeUnprepareResources` over the plugin's real unix sockets; the check reads the host between
-/// the two (the mdev with the share ID, the CDI spec) and after (all gone). Where the host has no
-/// grpcio `lab/run` says so and the check is skipped.
-pub fn dra_grpc_stand_in(_lab: &mut Lab) -> Outcome {
-    let conf = sys::read(GRPC_CONFIG).unwrap_or_else(|_| "skip=no /etc/lab-grpc in the initramfs".into());
-    let conf: BTreeMap<&str, &str> = conf
-        .lines()
-        .filter_map(|l| l.split_once('='))
+/// The `/dev` nodes the CDI spec of claim `uid` names, all opened O_RDWR by this process (as a
+/// VM's launcher would); the spec's path, the nodes and the open files.
+fn open_spec_nodes(uid: &str) -> Result<(PathBuf, Vec<String>, Vec<fs::File>), String> {
+    let spec_path = cdi_dir().join(format!("{DRIVER}-{uid}.json"));
+    let spec: Value = serde_json::from_str(&sys::read(&spec_path)?)
+        .map_err(|e| format!("{}: {e}", spec_path.display()))?;
+    let nodes: Vec<String> = spec
+        .pointer("/devices/0/containerEdits/deviceNodes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.get("path").and_then(Value::as_str).map(str::to_owned))
         .collect();
+    let files = nodes
+        .iter()
+        .map(|p| {
+            fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .map_err(|e| format!("open {p} O_RDWR (named by {}): {e}", spec_path.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((spec_path, nodes, files))
+}
+
+/// The kubelet stand-in of `tests/dra/` in kind, in the guest: the host's python3 with grpcio
+/// (stubs generated from `proto/`), chrooted into the host's root mounted over virtio-9p, drives
+/// registration, one v1 `NodePrepareResources` of two claims (a whole free GPU, a share of the
+/// mbochs parent) and one v1beta1 `NodeUnprepareResources` of both over the plugin's real unix
+/// sockets. Between the two the check reads the host (the GPU on vfio-pci, the mdev with the
+/// share ID) and opens every `/dev/vfio` node the two CDI specs name; after, the GPU is back on its
+/// host driver and the mdev and specs are gone. Where the host has no grpcio `lab/run` says so and
+/// the check is skipped.
+pub fn dra_grpc_stand_in(_lab: &mut Lab) -> Outcome {
+    let conf =
+        sys::read(GRPC_CONFIG).unwrap_or_else(|_| "skip=no /etc/lab-grpc in the initramfs".into());
+    let conf: BTreeMap<&str, &str> = conf.lines().filter_map(|l| l.split_once('=')).collect();
     if let Some(why) = conf.get("skip") {
         return Ok(format!("{SKIPPED}{why}"));
     }
@@ -771,33 +831,69 @@ pub fn dra_grpc_stand_in(_lab: &mut Lab) -> Outcome {
             .ok_or_else(|| format!("{GRPC_CONFIG} has no {k}="))
     };
     let (python, script, stubs) = (get("python")?, get("script")?, get("stubs")?);
+    let all = sys::pci_functions()?;
+    let f = pick(&all, |s| *s == ExpectedState::Free).ok_or("no free display device")?;
+    let host_driver = f
+        .driver
+        .clone()
+        .ok_or_else(|| format!("{} has no host driver", f.address))?;
     let t = Instant::now();
     mount_host()?;
     let mount_s = t.elapsed().as_secs_f64();
 
     let (api, _agent) = start_on(ApiServer::start_as(36, 2)?, &["--uevents", "off"])?;
-    let device = "vgpu-mdev-mbochs-mixed";
-    wait_pool(&api, Duration::from_secs(60), |p| p.devices.iter().any(|d| d == device))
-        .map_err(|e| format!("no slice with {device}: {e}"))?;
-    let (name, uid, request) = ("vm-grpc", "5a1e0000-0000-4000-8000-000000000004", "display");
+    let vgpu = "vgpu-mdev-mbochs-mixed";
+    let gpu = gpu_device(&f.address);
+    wait_pool(&api, Duration::from_secs(60), |p| {
+        p.devices.iter().any(|d| d == vgpu) && p.devices.contains(&gpu)
+    })
+    .map_err(|e| format!("no slice with {vgpu} and {gpu}: {e}"))?;
     let share = "5a1e0000-0000-4000-8000-0000000000cc";
-    let result = json!({"request": request, "driver": DRIVER, "pool": NODE, "device": device,
-                        "shareID": share, "consumedCapacity": {"framebuffer": "16Mi"}});
-    api.put_claim("default", name, claim_of(name, uid, request, result));
+    let claims = [
+        (
+            "vm-grpc-display",
+            "5a1e0000-0000-4000-8000-000000000004",
+            "display",
+            json!({"request": "display", "driver": DRIVER, "pool": NODE, "device": vgpu,
+                   "shareID": share, "consumedCapacity": {"framebuffer": "16Mi"}}),
+        ),
+        (
+            "vm-grpc-gpu",
+            "5a1e0000-0000-4000-8000-000000000005",
+            "gpu",
+            json!({"request": "gpu", "driver": DRIVER, "pool": NODE, "device": gpu}),
+        ),
+    ];
+    for (name, uid, request, result) in &claims {
+        api.put_claim(
+            "default",
+            name,
+            claim_of(name, uid, request, result.clone()),
+        );
+    }
 
     let out = Path::new(DIR).join("grpc-answer.json");
     let go = Path::new(DIR).join("grpc-go");
     let log = fs::File::create(Path::new(DIR).join("grpc.log")).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new("/bin/busybox");
+    cmd.args([
+        "chroot",
+        HOST,
+        python,
+        script,
+        "--stubs",
+        stubs,
+        "--registration",
+    ])
+    .arg(registration_socket())
+    .arg("--endpoint")
+    .arg(endpoint());
+    for (name, uid, _, _) in &claims {
+        cmd.arg("--claim").arg(format!("default/{name}/{uid}"));
+    }
     let t = Instant::now();
     let mut child = Agent(
-        Command::new("/bin/busybox")
-            .args(["chroot", HOST, python, script, "--stubs", stubs, "--registration"])
-            .arg(registration_socket())
-            .arg("--endpoint")
-            .arg(endpoint())
-            .arg("--claim")
-            .arg(format!("default/{name}/{uid}"))
-            .arg("--out")
+        cmd.arg("--out")
             .arg(&out)
             .arg("--go")
             .arg(&go)
@@ -815,36 +911,58 @@ pub fn dra_grpc_stand_in(_lab: &mut Lab) -> Outcome {
     let deadline = Instant::now() + Duration::from_secs(400);
     while !out.exists() {
         if let Ok(Some(st)) = child.0.try_wait() {
-            return Err(format!("the grpcio stand-in exited ({st}) before answering: {}", grpc_log()));
+            return Err(format!(
+                "the grpcio stand-in exited ({st}) before answering: {}",
+                grpc_log()
+            ));
         }
         ensure(Instant::now() < deadline, || {
-            format!("no answer from the grpcio stand-in within 400 s: {}", grpc_log())
+            format!(
+                "no answer from the grpcio stand-in within 400 s: {}",
+                grpc_log()
+            )
         })?;
         std::thread::sleep(Duration::from_millis(100));
     }
     let first_s = t.elapsed().as_secs_f64();
-    let a: Value = serde_json::from_str(&sys::read(&out)?).map_err(|e| format!("{}: {e}", out.display()))?;
-    let want_cdi = format!("{DRIVER}/vfio={uid}-0");
+    let a: Value =
+        serde_json::from_str(&sys::read(&out)?).map_err(|e| format!("{}: {e}", out.display()))?;
     ensure(
         a.pointer("/info/type").and_then(Value::as_str) == Some("DRAPlugin")
             && a.pointer("/info/name").and_then(Value::as_str) == Some(DRIVER),
         || format!("GetInfo through grpcio: {:?}", a.get("info")),
     )?;
-    ensure(a.get("error").and_then(Value::as_str) == Some(""), || {
-        format!("prepare through grpcio: error {:?}", a.get("error"))
-    })?;
-    ensure(
-        a.get("devices")
-            == Some(&json!([{"requests": [request], "pool": NODE, "device": device, "cdi": [want_cdi]}])),
-        || format!("prepare through grpcio answered {:?}", a.get("devices")),
-    )?;
+    for (_, uid, request, result) in &claims {
+        let device = result.get("device").cloned().unwrap_or_default();
+        let want = json!({"error": "", "devices": [{"requests": [request], "pool": NODE,
+                          "device": device, "cdi": [format!("{DRIVER}/vfio={uid}-0")]}]});
+        let got = a.pointer(&format!("/claims/{uid}"));
+        ensure(got == Some(&want), || {
+            format!("prepare through grpcio answered {got:?} for {uid}, expected {want}")
+        })?;
+    }
     let mdev = format!("{}/bus/mdev/devices/{share}", sys::SYS);
     let ty = sys::link_name(format!("{mdev}/mdev_type"));
     ensure(ty.as_deref() == Some("mbochs-medium"), || {
         format!("after the grpcio prepare {mdev} has type {ty:?}")
     })?;
-    let spec_path = cdi_dir().join(format!("{DRIVER}-{uid}.json"));
-    ensure(spec_path.exists(), || format!("no {}", spec_path.display()))?;
+    let bound = sys::pci_function(&f.address)?;
+    ensure(bound.driver.as_deref() == Some("vfio-pci"), || {
+        format!(
+            "after the grpcio prepare {} is bound to {:?}",
+            f.address, bound.driver
+        )
+    })?;
+    let mut opened = Vec::new();
+    for (_, uid, _, _) in &claims {
+        let (_, nodes, files) = open_spec_nodes(uid)?;
+        ensure(
+            nodes.iter().any(|n| n == "/dev/vfio/vfio") && nodes.len() == 2,
+            || format!("the CDI spec of {uid} names {nodes:?}"),
+        )?;
+        drop(files);
+        opened.extend(nodes.into_iter().filter(|n| n != "/dev/vfio/vfio"));
+    }
 
     fs::write(&go, "").map_err(|e| format!("write {}: {e}", go.display()))?;
     let done = Path::new(DIR).join("grpc-answer.json.unprepare");
@@ -854,25 +972,44 @@ pub fn dra_grpc_stand_in(_lab: &mut Lab) -> Outcome {
             break st;
         }
         ensure(Instant::now() < deadline, || {
-            format!("the grpcio stand-in did not finish within 120 s: {}", grpc_log())
+            format!(
+                "the grpcio stand-in did not finish within 120 s: {}",
+                grpc_log()
+            )
         })?;
         std::thread::sleep(Duration::from_millis(100));
     };
     ensure(status.success() && done.exists(), || {
         format!("the grpcio stand-in exited {status}: {}", grpc_log())
     })?;
-    let u: Value = serde_json::from_str(&sys::read(&done)?).map_err(|e| format!("{}: {e}", done.display()))?;
-    ensure(u.get("error").and_then(Value::as_str) == Some(""), || {
+    let u: Value =
+        serde_json::from_str(&sys::read(&done)?).map_err(|e| format!("{}: {e}", done.display()))?;
+    let want: Value = claims
+        .iter()
+        .map(|(_, uid, _, _)| ((*uid).to_owned(), json!("")))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    ensure(u.get("claims") == Some(&want), || {
         format!("unprepare through grpcio (v1beta1): {u}")
     })?;
-    ensure(!Path::new(&mdev).exists(), || format!("{mdev} is still there after unprepare"))?;
+    ensure(!Path::new(&mdev).exists(), || {
+        format!("{mdev} is still there after unprepare")
+    })?;
+    let back = sys::pci_function(&f.address)?;
+    ensure(back.driver.as_deref() == Some(host_driver.as_str()), || {
+        format!(
+            "after unprepare {} is bound to {:?}, was {host_driver}",
+            f.address, back.driver
+        )
+    })?;
     ensure(cdi_specs().is_empty(), || {
         format!("CDI specs left after unprepare: {:?}", cdi_specs())
     })?;
     Ok(format!(
-        "python {} grpcio {} chrooted into the host's root over virtio-9p (mounted in {mount_s:.1}s, imports {}s): GetInfo, v1 prepare of {device} -> mbochs-medium {share} (CDI {want_cdi}) answered {first_s:.1}s after start; v1beta1 unprepare removed the mdev and the spec",
+        "python {} grpcio {} chrooted into the host's root over virtio-9p (mounted in {mount_s:.1}s, imports {}s): GetInfo, one v1 prepare of {gpu} ({host_driver} -> vfio-pci) and {vgpu} (mbochs-medium {share}) answered {first_s:.1}s after start, /dev/vfio/vfio and {} opened O_RDWR; one v1beta1 unprepare: {gpu} back on {host_driver}, the mdev and both specs gone",
         a.get("python").and_then(Value::as_str).unwrap_or("?"),
         a.get("grpc").and_then(Value::as_str).unwrap_or("?"),
         a.get("importS").map(Value::to_string).unwrap_or_default(),
+        opened.join(" and "),
     ))
 }
