@@ -266,8 +266,8 @@ fn unknown_parents_sizes_and_profiles_are_refused_with_nothing_made() {
             None,
             "names no virtual mdev parent",
         ),
-        ("vgpu-mdev-mtty-64mi-0", None, "offers ;"),
-        ("vgpu-mdev-mbochs-32mi-0", None, "offers ;"),
+        ("vgpu-mdev-mtty-64mi-0", None, "offers no display type"),
+        ("vgpu-mdev-mbochs-32mi-0", None, "offers no display type"),
         (
             "vgpu-mdev-mbochs-64mi-0",
             Some("mbochs-small"),

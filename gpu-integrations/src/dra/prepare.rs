@@ -580,6 +580,13 @@ fn plan_virtual(
             }
     };
     let types: Vec<&Profile> = parent.profiles.iter().filter(|p| fits(p)).collect();
+    if types.is_empty() {
+        fail!(
+            NotFound, who;
+            "{who}: device {} is not published: its mdev parent offers no display type of that size",
+            r.device
+        );
+    }
     let offered = || {
         types
             .iter()
