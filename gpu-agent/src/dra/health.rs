@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpu_core::{HealthState, NodeTopology};
+use gpu_integrations::dra::device_name::VirtualDeviceName;
 use gpu_integrations::dra::{ClaimStore, DeviceName, DraOptions};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
@@ -52,19 +53,24 @@ fn clip(mut s: String) -> String {
 }
 
 fn message(gpu: &str, state: HealthState, reasons: &[String]) -> String {
+    message_for(&format!("GPU {gpu}"), state, reasons)
+}
+
+/// As [`message`], for `what` (`GPU <address>`, `mdev parent <name>`).
+fn message_for(what: &str, state: HealthState, reasons: &[String]) -> String {
     let why = if reasons.is_empty() {
         String::new()
     } else {
         format!(": {}", reasons.join("; "))
     };
     clip(match state {
-        HealthState::Healthy => format!("GPU {gpu} healthy"),
-        HealthState::Degraded => format!("GPU {gpu} degraded but usable{why}"),
-        HealthState::Unhealthy => format!("GPU {gpu} unhealthy{why}"),
+        HealthState::Healthy => format!("{what} healthy"),
+        HealthState::Degraded => format!("{what} degraded but usable{why}"),
+        HealthState::Unhealthy => format!("{what} unhealthy{why}"),
         HealthState::Unknown if why.is_empty() => {
-            format!("GPU {gpu}: no health signal could be read")
+            format!("{what}: no health signal could be read")
         }
-        HealthState::Unknown => format!("GPU {gpu} health unknown{why}"),
+        HealthState::Unknown => format!("{what} health unknown{why}"),
     })
 }
 
@@ -93,12 +99,25 @@ pub fn device_states(
                 .parse::<DeviceName>()
                 .ok()
                 .and_then(|n| topology.gpu_by_address(&n.gpu()));
-            let (state, message) = match gpu {
-                Some(g) => (
+            // A device of a virtual mdev parent (no GPU behind it) takes the parent's verdict.
+            let parent = || {
+                let v = d.name.parse::<VirtualDeviceName>().ok()?;
+                v.parent(topology)
+            };
+            let (state, message) = match (gpu, parent()) {
+                (Some(g), _) => (
                     g.health.state,
                     message(&g.address.to_string(), g.health.state, &g.health.reasons),
                 ),
-                None => (
+                (None, Some(p)) => (
+                    p.health.state,
+                    message_for(
+                        &format!("mdev parent {}", p.id),
+                        p.health.state,
+                        &p.health.reasons,
+                    ),
+                ),
+                (None, None) => (
                     HealthState::Unknown,
                     format!("device {} names no GPU of this node", d.name),
                 ),
@@ -265,5 +284,27 @@ mod tests {
             ),
             "GPU 0000:3b:00.0 degraded but usable: link x8 of x16"
         );
+    }
+
+    #[test]
+    fn a_virtual_parents_device_takes_the_parents_health() {
+        let k =
+            gpu_sysfs::testing::FakeKernel::sample_mdev_drivers().unwrap_or_else(|e| panic!("{e}"));
+        let t = gpu_sysfs::discover::discover(&k, &gpu_sysfs::discover::DiscoverOptions::new("n"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let states = device_states(&t, "gpu.gpuslice.dev", Default::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mbochs = t
+            .mediated_devices
+            .parents
+            .iter()
+            .find(|p| p.id.to_string() == "mbochs")
+            .unwrap_or_else(|| panic!("no mbochs parent"));
+        let d = states
+            .iter()
+            .find(|s| s.device.starts_with("vgpu-mdev-mbochs-"))
+            .unwrap_or_else(|| panic!("{states:?}"));
+        assert_eq!(d.state, mbochs.health.state);
+        assert!(d.message.starts_with("mdev parent mbochs"), "{}", d.message);
     }
 }

@@ -27,7 +27,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use gpu_core::PciAddress;
+use gpu_core::{NodeTopology, Parent, ParentId, PciAddress};
 
 use crate::error::IntegrationError;
 
@@ -227,6 +227,15 @@ impl VirtualDeviceName {
         match self {
             VirtualDeviceName::Instance { label, .. } | VirtualDeviceName::Mixed { label } => label,
         }
+    }
+
+    /// The virtual mdev parent of `node` whose label the device names.
+    pub fn parent<'n>(&self, node: &'n NodeTopology) -> Option<&'n Parent> {
+        node.mediated_devices
+            .parents
+            .iter()
+            .filter(|p| p.gpu.is_none())
+            .find(|p| matches!(&p.id, ParentId::Named(n) if parent_label(n) == self.label()))
     }
 }
 

@@ -17,7 +17,7 @@ use gpu_core::{
 use serde::{Deserialize, Serialize};
 
 use super::build::Prepared;
-use super::device_name::{DeviceName, VirtualDeviceName, parent_label};
+use super::device_name::{DeviceName, VirtualDeviceName};
 pub use super::model::{
     AllocationConfig, AllocationResult, ClaimMeta, ClaimStatus, DeviceAllocationResult,
     DeviceResult, Opaque, PrepareInput,
@@ -552,12 +552,9 @@ fn plan_virtual(
     planned: &[PrepareAction],
 ) -> Result<PrepareAction> {
     let who = format!("request {}", r.request);
-    let parent = node
-        .mediated_devices
-        .parents
-        .iter()
-        .filter(|p| p.gpu.is_none() && p.framework == VgpuFramework::Mdev)
-        .find(|p| matches!(&p.id, ParentId::Named(n) if parent_label(n) == v.label()))
+    let parent = v
+        .parent(node)
+        .filter(|p| p.framework == VgpuFramework::Mdev)
         .ok_or_else(|| {
             crate::error::error!(NotFound, r.device;
                 "{who}: device {} names no virtual mdev parent of node {}",
