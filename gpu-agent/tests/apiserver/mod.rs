@@ -175,12 +175,12 @@ impl Body {
             json.extend_from_slice(value);
         };
         let mut had_meta = false;
-        for (key, raw) in members(&self.bytes) {
-            if key.1 == "metadata" {
+        for m in members(&self.bytes) {
+            if m.key == "metadata" {
                 had_meta = true;
-                put(&mut json, key.0, &serde_json::to_vec(&meta).unwrap());
+                put(&mut json, m.raw_key, &serde_json::to_vec(&meta).unwrap());
             } else {
-                put(&mut json, key.0, raw);
+                put(&mut json, m.raw_key, m.value);
             }
         }
         if !had_meta {
@@ -211,9 +211,18 @@ impl Body {
     }
 }
 
-/// The members of the JSON object `b` (already checked as JSON): each key (its raw text and
-/// its value) with its value's raw text.
-fn members(b: &[u8]) -> Vec<((&[u8], String), &[u8])> {
+/// One member of a JSON object, as text.
+struct Member<'a> {
+    /// The key as written (quoted, maybe escaped).
+    raw_key: &'a [u8],
+    /// The key.
+    key: String,
+    /// The value as written.
+    value: &'a [u8],
+}
+
+/// The members of the JSON object `b` (already checked as JSON).
+fn members(b: &[u8]) -> Vec<Member<'_>> {
     let mut out = Vec::new();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
@@ -237,7 +246,11 @@ fn members(b: &[u8]) -> Vec<((&[u8], String), &[u8])> {
         i = skip_ws(b, i);
         let start = i;
         i = value_end(b, i);
-        out.push(((raw_key, key), &b[start..i]));
+        out.push(Member {
+            raw_key,
+            key,
+            value: &b[start..i],
+        });
     }
     out
 }
