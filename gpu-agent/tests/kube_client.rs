@@ -23,6 +23,7 @@ async fn client_for(server: &ApiServer, timeout: Duration) -> KubeClient {
     KubeClient::connect(&ClientOptions {
         kubeconfig: Some(server.kubeconfig()),
         timeout,
+        ..ClientOptions::default()
     })
     .await
     .unwrap()
@@ -93,6 +94,7 @@ async fn refused_reads_are_forbidden() {
     let wrong = KubeClient::connect(&ClientOptions {
         kubeconfig: Some(server.kubeconfig_with_token("not-the-token")),
         timeout: Duration::from_secs(5),
+        ..ClientOptions::default()
     })
     .await
     .unwrap();
@@ -145,6 +147,7 @@ async fn a_server_that_never_answers_is_unavailable_after_the_timeout() {
     let client = KubeClient::connect(&ClientOptions {
         kubeconfig: Some(path),
         timeout: Duration::from_millis(300),
+        ..ClientOptions::default()
     })
     .await
     .unwrap();
@@ -180,6 +183,7 @@ async fn a_missing_or_broken_kubeconfig_is_a_configuration_error() {
     let err = KubeClient::connect(&ClientOptions {
         kubeconfig: Some(missing.clone()),
         timeout: Duration::from_secs(1),
+        ..ClientOptions::default()
     })
     .await
     .unwrap_err();
@@ -192,6 +196,7 @@ async fn a_missing_or_broken_kubeconfig_is_a_configuration_error() {
     let err = KubeClient::connect(&ClientOptions {
         kubeconfig: Some(broken),
         timeout: Duration::from_secs(1),
+        ..ClientOptions::default()
     })
     .await
     .unwrap_err();

@@ -1,6 +1,7 @@
 //! `gpuslice dra publish --inventory FLEET`'s library call: every node's pool published once,
-//! a dry run that plans without writing, a node without a Node object reported on its own, and
-//! 1,000 8-GPU H200 nodes against the stand-in.
+//! a dry run that plans without writing, a node without a Node object reported on its own, the
+//! requests a fleet costs and how many are in flight, and 1,000 8-GPU H200 nodes against the
+//! stand-in.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod apiserver;
@@ -40,6 +41,7 @@ async fn client(server: &ApiServer) -> KubeClient {
     KubeClient::connect(&ClientOptions {
         kubeconfig: Some(server.kubeconfig()),
         timeout: Duration::from_secs(10),
+        ..ClientOptions::default()
     })
     .await
     .unwrap()
@@ -151,11 +153,62 @@ async fn a_node_the_cluster_does_not_know_fails_alone() {
     check_all(&server, K8sVersion::V1_35);
 }
 
-/// 1,000 nodes' pools are 5,000 slices, 143 MB of JSON: in a debug build the stand-in alone
-/// (serde_json under one lock) takes about two minutes, so this runs on request:
-/// `cargo test --release -p gpu-agent --test kube_fleet -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_is_published_with_one_list_per_pool_and_a_bounded_number_of_requests_in_flight() {
+    let server = ApiServer::start("v1.36.2");
+    let nodes = fleet(12);
+    for (i, n) in nodes.iter().enumerate() {
+        server.add_node(&n.node, &format!("uid-{i}"));
+    }
+    let c = KubeClient::connect(&ClientOptions {
+        kubeconfig: Some(server.kubeconfig()),
+        timeout: Duration::from_secs(20),
+        max_in_flight: 4,
+    })
+    .await
+    .unwrap();
+    assert_eq!(c.max_in_flight(), 4);
+    let (_, done) = publish_nodes(
+        &c,
+        &nodes,
+        &SliceOptions::default(),
+        &BTreeMap::new(),
+        false,
+        6,
+    )
+    .await
+    .unwrap();
+    assert!(done.iter().all(|r| r.result.is_ok()));
+    let pools = server.pools();
+    assert_eq!(pools.len(), 12);
+    assert!(pools.values().all(|g| g.len() == 1 && g.contains(&1)));
+    // Per node: its Node read, one list of its pool, one create per slice; nothing else.
+    let asked = server.requests();
+    let per_node = server.slice_count() / 12;
+    for n in &nodes {
+        let mine: Vec<_> = asked
+            .iter()
+            .filter(|r| r.path.ends_with(&n.node) || r.query.contains(&n.node))
+            .collect();
+        assert_eq!(mine.len(), 2, "{}: {mine:?}", n.node);
+    }
+    let creates = asked.iter().filter(|r| r.method == "POST").count();
+    assert_eq!(creates, 12 * per_node);
+    assert_eq!(
+        asked.len(),
+        2 + 12 * (2 + per_node),
+        "/version and /apis once"
+    );
+    // The writes overlap, and never more than the client's bound.
+    let peak = server.peak_in_flight();
+    assert!((2..=4).contains(&peak), "peak {peak}");
+}
+
+/// 1,000 nodes' pools are 5,000 slices, 143 MB of JSON. The 10 s target holds for an optimized
+/// build (`cargo test --release -p gpu-agent --test kube_fleet`; the `publish` bench measures the
+/// same); a debug build, where serde is some ten times slower, gets 120 s (about 20 s on a quiet
+/// 2-core machine, 36 s on one loaded by five builds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "measures; run in a release build"]
 async fn a_thousand_h200_nodes_are_published_in_time() {
     let server = ApiServer::start("v1.36.2");
     let nodes = fleet(1000);
@@ -170,7 +223,7 @@ async fn a_thousand_h200_nodes_are_published_in_time() {
         &SliceOptions::default(),
         &BTreeMap::new(),
         false,
-        32,
+        16,
     )
     .await
     .unwrap();
@@ -185,17 +238,16 @@ async fn a_thousand_h200_nodes_are_published_in_time() {
         failed.len(),
         failed.first()
     );
-    let pools: std::collections::BTreeSet<String> = server
-        .slices()
-        .values()
-        .map(|s| s["spec"]["pool"]["name"].as_str().unwrap().to_owned())
-        .collect();
+    let pools = server.pools();
     assert_eq!(pools.len(), 1000);
+    assert!(pools.values().all(|g| g.len() == 1));
     eprintln!(
-        "1,000 H200 nodes' pools ({} slices) published in {:.2} s (the stand-in busy {:?})",
-        server.slices().len(),
+        "1,000 H200 nodes' pools ({} slices) published in {:.2} s (the stand-in under its lock {:?}, at most {} requests at once)",
+        server.slice_count(),
         took.as_secs_f64(),
-        server.state.lock().unwrap().busy
+        server.busy(),
+        server.peak_in_flight(),
     );
-    assert!(took < Duration::from_secs(10), "{took:?}");
+    let limit = Duration::from_secs(if cfg!(debug_assertions) { 120 } else { 10 });
+    assert!(took < limit, "{took:?}");
 }

@@ -1,9 +1,12 @@
 //! The agent keeps its node's ResourceSlices true in an API server stand-in on loopback: the
 //! first publish, changes made behind its back (an mdev by hand, a GPU turning Unhealthy, a GPU
-//! removed), an unchanged revision, a conflict, an outage, and the encodings of 1.35 and 1.36.2.
+//! removed, one turning Degraded), an unchanged revision, a conflict, the server gone for 30 s
+//! while the agent's API and kubelet plugin keep answering, the encodings of 1.35 and 1.36.2, and
+//! the sizes a watched layout picks before 1.36.2.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod apiserver;
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +25,7 @@ const NODE_UID: &str = "0b3c8f4e-1111-4222-8333-444455556666";
 const DRIVER: &str = "gpu.gpuslice.dev";
 const U1: &str = "6f1a2b3c-0000-4000-8000-000000000001";
 const SOON: Duration = Duration::from_secs(10);
+const NONFATAL: &str = "Undefined 0\nDLP 0\nSDES 0\nTLP 1\nFCP 0\nCmpltTO 0\nCmpltAbrt 0\nUnxCmplt 0\nRxOF 0\nMalfTLP 0\nECRC 0\nUnsupReq 0\nACSViol 0\nTOTAL_ERR_NONFATAL 1\n";
 const FATAL: &str = "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO 0\nCmpltAbrt 0\nUnxCmplt 0\nRxOF 0\nMalfTLP 1\nECRC 0\nUnsupReq 0\nACSViol 0\nTOTAL_ERR_FATAL 1\n";
 
 fn fast() -> PublishOptions {
@@ -37,6 +41,7 @@ async fn client(server: &ApiServer) -> KubeClient {
     KubeClient::connect(&ClientOptions {
         kubeconfig: Some(server.kubeconfig()),
         timeout: Duration::from_secs(2),
+        ..ClientOptions::default()
     })
     .await
     .unwrap()
@@ -110,6 +115,61 @@ fn expected_specs(agent: &Agent, version: K8sVersion) -> BTreeMap<String, Value>
             let mut spec = serde_json::to_value(&s.spec).unwrap();
             spec["pool"]["generation"] = json!(0);
             (s.metadata.name, spec)
+        })
+        .collect()
+}
+
+/// [`expected_specs`] with `--size-for` sizes.
+fn expected_specs_sized(
+    agent: &Agent,
+    version: K8sVersion,
+    size_for: &[(&str, &str)],
+) -> BTreeMap<String, Value> {
+    let snap = agent.snapshot();
+    let opts = DraOptions {
+        version,
+        size_for: size_for
+            .iter()
+            .map(|(g, p)| (g.parse().unwrap(), (*p).to_owned()))
+            .collect(),
+        ..DraOptions::default()
+    };
+    node_slices(&snap.topology, &opts)
+        .unwrap()
+        .slices
+        .into_iter()
+        .map(|s| {
+            let mut spec = serde_json::to_value(&s.spec).unwrap();
+            spec["pool"]["generation"] = json!(0);
+            (s.metadata.name, spec)
+        })
+        .collect()
+}
+
+/// Each device's name, its `health` attribute and its taints (`key:effect`).
+fn device_taints(slices: &BTreeMap<String, Value>) -> Vec<(String, String, Vec<String>)> {
+    slices
+        .values()
+        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+        .map(|d| {
+            let health = d["attributes"]["health"]["string"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned();
+            let taints = d["taints"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{}:{}",
+                        t["key"].as_str().unwrap(),
+                        t["effect"].as_str().unwrap()
+                    )
+                })
+                .collect();
+            (d["name"].as_str().unwrap().to_owned(), health, taints)
         })
         .collect()
 }
@@ -284,6 +344,144 @@ async fn a_gpu_turning_unhealthy_is_tainted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_turning_degraded_gets_the_informational_taint_where_the_version_has_it() {
+    for (git, version, has_taint) in [
+        ("v1.35.0", K8sVersion::V1_35, true),
+        ("v1.34.3", K8sVersion::V1_34, false),
+    ] {
+        let server = ApiServer::start(git);
+        server.add_node("node-a", NODE_UID);
+        let tree = gpu_sysfs::testing::fixtures::h200_host(&[]).unwrap();
+        let k = Arc::new(FakeKernel::new(tree).unwrap());
+        let a = agent(Arc::clone(&k));
+        let p = spawn_publisher(Arc::clone(&a), client(&server).await, fast())
+            .await
+            .unwrap();
+        wait_for("the first slices", || a.stats().slice_generation() == 1).await;
+        assert!(taints(&server.slices()).is_empty());
+        // One non-fatal AER error on the third GPU: Degraded, not Unhealthy.
+        let pf = gpu_sysfs::testing::fixtures::h200_pf(2);
+        std::fs::write(
+            k.root()
+                .join(format!("sys/bus/pci/devices/{pf}/aer_dev_nonfatal")),
+            NONFATAL,
+        )
+        .unwrap();
+        refresh(&a).await;
+        wait_for("generation 2", || a.stats().slice_generation() == 2).await;
+        let slices = server.slices();
+        assert_valid(&slices, version);
+        assert_eq!(stored_specs(&server), expected_specs(&a, version));
+        let devices = device_taints(&slices);
+        let degraded: Vec<_> = devices
+            .iter()
+            .filter(|(_, h, _)| h.eq_ignore_ascii_case("degraded"))
+            .collect();
+        assert!(
+            !degraded.is_empty(),
+            "{git}: the GPU's devices say Degraded"
+        );
+        assert!(degraded.len() < devices.len(), "{git}: only that GPU's");
+        for (name, health, t) in &devices {
+            let want: Vec<String> = if has_taint && health.eq_ignore_ascii_case("degraded") {
+                vec!["gpu.gpuslice.dev/degraded:None".to_owned()]
+            } else {
+                vec![]
+            };
+            assert_eq!(t, &want, "{git}: device {name} ({health})");
+        }
+        p.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn before_1_36_2_the_watched_layout_picks_each_gpus_size_and_size_for_wins() {
+    let server = ApiServer::start("v1.35.0");
+    server.add_node("node-a", NODE_UID);
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("layout.yaml");
+    let write_layout = |profile: &str, count: u32| {
+        std::fs::write(
+            &layout,
+            format!(
+                "version: v1\nvgpu-configs:\n  ours:\n    - devices: all\n      vgpu-devices:\n        {profile}: {count}\n"
+            ),
+        )
+        .unwrap();
+    };
+    write_layout("A2-1Q", 16);
+    let a = agent(Arc::new(FakeKernel::a2_mdev_host().unwrap()));
+    let watched = gpu_agent::WatchedLayout {
+        path: layout.clone(),
+        config: Some("ours".to_owned()),
+    };
+    let opts = PublishOptions {
+        layout: Some(watched.clone()),
+        ..fast()
+    };
+    let p = spawn_publisher(Arc::clone(&a), client(&server).await, opts)
+        .await
+        .unwrap();
+    wait_for("the first slices", || a.stats().slice_generation() == 1).await;
+    let gpu = "0000:08:00.0";
+    assert_valid(&server.slices(), K8sVersion::V1_35);
+    let by_layout = expected_specs_sized(&a, K8sVersion::V1_35, &[(gpu, "A2-1Q")]);
+    assert_eq!(stored_specs(&server), by_layout);
+    assert_ne!(
+        by_layout,
+        expected_specs(&a, K8sVersion::V1_35),
+        "the layout changes the size offered"
+    );
+
+    // The file is edited: the next revision offers the new size.
+    write_layout("A2-2Q", 8);
+    a.events().publish(EventKind::LayoutApplied, json!({}));
+    wait_for("generation 2", || a.stats().slice_generation() == 2).await;
+    assert_eq!(
+        stored_specs(&server),
+        expected_specs_sized(&a, K8sVersion::V1_35, &[(gpu, "A2-2Q")])
+    );
+    p.stop().await;
+
+    // --size-for names the GPU: it wins over the layout.
+    let opts = PublishOptions {
+        layout: Some(watched),
+        slices: gpu_agent::kube::SliceOptions {
+            size_for: [(gpu.parse().unwrap(), "A2-4Q".to_owned())].into(),
+            ..gpu_agent::kube::SliceOptions::default()
+        },
+        ..fast()
+    };
+    let p = spawn_publisher(Arc::clone(&a), client(&server).await, opts)
+        .await
+        .unwrap();
+    wait_for("generation 3", || a.stats().slice_generation() == 3).await;
+    let want = expected_specs_sized(&a, K8sVersion::V1_35, &[(gpu, "A2-4Q")]);
+    assert_ne!(want, by_layout);
+    assert_eq!(stored_specs(&server), want);
+    assert_valid(&server.slices(), K8sVersion::V1_35);
+    p.stop().await;
+
+    // From 1.36.2 (size-lock) no size is chosen ahead: the layout changes nothing.
+    let new = ApiServer::start("v1.36.2");
+    new.add_node("node-a", NODE_UID);
+    let b = agent(Arc::new(FakeKernel::a2_mdev_host().unwrap()));
+    let opts = PublishOptions {
+        layout: Some(gpu_agent::WatchedLayout {
+            path: layout.clone(),
+            config: Some("ours".to_owned()),
+        }),
+        ..fast()
+    };
+    let p = spawn_publisher(Arc::clone(&b), client(&new).await, opts)
+        .await
+        .unwrap();
+    wait_for("the first slices", || b.stats().slice_generation() == 1).await;
+    assert_eq!(stored_specs(&new), expected_specs(&b, K8sVersion::V1_36_2));
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gpu_removed_takes_its_devices_out_and_an_unchanged_revision_writes_nothing() {
     let server = ApiServer::start("v1.36.2");
     server.add_node("node-a", NODE_UID);
@@ -378,12 +576,8 @@ async fn a_conflict_on_update_re_reads_and_wins() {
         .unwrap();
     wait_for("the first slices", || a.stats().slice_generation() == 1).await;
     // Someone else writes the slice between the publisher's list and its update.
-    server.state.lock().unwrap().before_put = Some(Box::new(|slices, rv| {
-        for s in slices.values_mut() {
-            *rv += 1;
-            s["metadata"]["labels"] = json!({"someone": "else"});
-            s["metadata"]["resourceVersion"] = json!(rv.to_string());
-        }
+    server.state.lock().unwrap().before_put = Some(Box::new(|state| {
+        state.edit_slices(|s| s["metadata"]["labels"] = json!({"someone": "else"}));
     }));
     server.clear_requests();
     make_mdev_by_hand(&k);
@@ -432,39 +626,155 @@ async fn a_forbidden_write_is_retried_and_counted_as_a_failure() {
     p.stop().await;
 }
 
+/// A channel to one of the plugin's unix sockets.
+async fn plugin_channel(path: std::path::PathBuf) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::try_from("http://plugin.invalid")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap()
+}
+
+/// How long the API server stays away in the outage test (the 30 s).
+const OUTAGE: Duration = Duration::from_secs(30);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_latest_state_is_published_when_the_server_comes_back() {
+async fn the_server_gone_for_30_s_and_back_gets_the_latest_state_while_the_agent_keeps_answering() {
+    use gpu_agent::dra::proto::{dra_v1, registration};
     let server = ApiServer::start("v1.35.2");
     server.add_node("node-a", NODE_UID);
     let k = Arc::new(FakeKernel::a2_mdev_host().unwrap());
-    let a = agent(Arc::clone(&k));
-    let p = spawn_publisher(Arc::clone(&a), client(&server).await, fast())
-        .await
-        .unwrap();
-    wait_for("the first slices", || a.stats().slice_generation() == 1).await;
-    server.take_down();
-    make_mdev_by_hand(&k);
-    refresh(&a).await;
-    // The agent keeps serving while the server is away.
-    let t = Instant::now();
-    assert!(a.metrics_text().is_some());
-    assert!(t.elapsed() < Duration::from_millis(50));
-    wait_for("failed rounds", || a.stats().slice_publish_failures() >= 3).await;
-    std::fs::write(
-        k.root()
-            .join("sys/bus/pci/devices/0000:08:00.0/aer_dev_fatal"),
-        FATAL,
+    // The agent's API on its unix socket, the kubelet plugin reading claims from the same API
+    // server, and the publisher with its default back-off (250 ms doubling to 5 s).
+    let running = support::start_with(Arc::clone(&k), |c| c.metrics = true);
+    let a = Arc::clone(&running.agent);
+    let c = client(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = dir.path().join("kubelet");
+    let plugin = gpu_agent::dra::DraPlugin::new(
+        Arc::clone(&a),
+        Arc::new(c.clone()),
+        gpu_agent::dra::DraConfig {
+            driver: DRIVER.to_owned(),
+            kubelet_dir: kubelet.clone(),
+            cdi_dir: dir.path().join("cdi"),
+        },
     )
     .unwrap();
+    let (stop_plugin, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(gpu_agent::dra::serve(plugin, async move {
+        let _ = stopped.await;
+    }));
+    let reg = kubelet.join("plugins_registry/gpu.gpuslice.dev-reg.sock");
+    let endpoint = kubelet.join("plugins/gpu.gpuslice.dev/dra.sock");
+    wait_for("the plugin's sockets", || reg.exists() && endpoint.exists()).await;
+    let opts = PublishOptions {
+        min_interval: Duration::from_millis(100),
+        ..PublishOptions::default()
+    };
+    assert!(opts.max_backoff <= Duration::from_secs(5));
+    let p = spawn_publisher(Arc::clone(&a), c, opts).await.unwrap();
+    wait_for("the first slices", || a.stats().slice_generation() == 1).await;
+
+    server.take_down();
+    let down = Instant::now();
+    make_mdev_by_hand(&k);
     refresh(&a).await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut sick = false;
+    let mut checks = 0;
+    while down.elapsed() < OUTAGE {
+        // Every second: the agent's API and metrics, the plugin's registration and a prepare
+        // (whose claim cannot be read: answered with the claim's error, not left hanging).
+        let t = Instant::now();
+        let sock = running.socket.clone();
+        let (topology, metrics) = tokio::task::spawn_blocking(move || {
+            (
+                support::get(&sock, "/v1/topology").status,
+                support::get(&sock, "/metrics"),
+            )
+        })
+        .await
+        .unwrap();
+        assert_eq!(topology, 200);
+        assert_eq!(metrics.status, 200);
+        let mut r = registration::registration_client::RegistrationClient::new(
+            plugin_channel(reg.clone()).await,
+        );
+        let info = r
+            .get_info(registration::InfoRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(info.name, DRIVER);
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        if checks % 10 == 0 {
+            let t = Instant::now();
+            let mut d = dra_v1::dra_plugin_client::DraPluginClient::new(
+                plugin_channel(endpoint.clone()).await,
+            );
+            let uid = "3f1c7a52-0000-4000-8000-00000000aaaa";
+            let out = d
+                .node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
+                    claims: vec![dra_v1::Claim {
+                        namespace: "vms".into(),
+                        uid: uid.into(),
+                        name: "vm-gpu".into(),
+                    }],
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(!out.claims[uid].error.is_empty(), "{out:?}");
+            // The claim read's own deadline (2 s), not the outage, bounds the answer.
+            assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+        }
+        checks += 1;
+        if !sick && down.elapsed() > OUTAGE / 3 {
+            // A second change while away: the last state is the one to publish.
+            std::fs::write(
+                k.root()
+                    .join("sys/bus/pci/devices/0000:08:00.0/aer_dev_fatal"),
+                FATAL,
+            )
+            .unwrap();
+            refresh(&a).await;
+            sick = true;
+        }
+        tokio::time::sleep(Duration::from_secs(1).saturating_sub(t.elapsed())).await;
+    }
+    assert!(checks >= 20, "{checks} checks in the outage");
     assert_eq!(
         generation(&server.slices()),
         1,
         "nothing written while away"
     );
+    let failures = a.stats().slice_publish_failures();
+    // 250 ms doubling to 5 s over 30 s: at least 8 failed rounds, and no more than some 20.
+    assert!((8..=30).contains(&failures), "{failures} failures");
+    let (text, _) = a.metrics_text().unwrap().unwrap();
+    assert!(
+        text.contains(&format!(
+            "gpuslice_agent_slice_publish_failures_total {failures}"
+        )),
+        "{text}"
+    );
+
     server.bring_up();
+    let back = Instant::now();
     wait_for("generation 2", || a.stats().slice_generation() == 2).await;
+    // Within the longest back-off (5 s) and a round of the server's return.
+    assert!(
+        back.elapsed() < Duration::from_secs(7),
+        "{:?}",
+        back.elapsed()
+    );
     let slices = server.slices();
     assert_valid(&slices, K8sVersion::V1_35);
     assert!(!taints(&slices).is_empty(), "the last change is in");
@@ -472,7 +782,14 @@ async fn the_latest_state_is_published_when_the_server_comes_back() {
         stored_specs(&server),
         expected_specs(&a, "1.35.2".parse().unwrap())
     );
+    eprintln!(
+        "outage {OUTAGE:?}: {failures} failed rounds, {checks} checks of the API and plugin, back {:?} after the server",
+        back.elapsed()
+    );
     p.stop().await;
+    let _ = stop_plugin.send(());
+    served.await.unwrap().unwrap();
+    running.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

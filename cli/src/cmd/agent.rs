@@ -50,7 +50,8 @@ pub struct AgentArgs {
     pub no_nvml: bool,
     /// Keep this layout file applied: at start and whenever it changes (the file's directory
     /// is watched, so a mounted ConfigMap's symlink swap is seen). Same safety as `vgpu apply`:
-    /// instances a VM holds are left alone and reported.
+    /// instances a VM holds are left alone and reported. With `--dra`, before Kubernetes 1.36.2
+    /// it also picks the one size each GPU offers in the published slices.
     #[arg(long, value_name = "FILE")]
     pub layout: Option<PathBuf>,
     /// The config of --layout to apply (may be left out when the file has only one).
@@ -89,7 +90,7 @@ pub struct DraArgs {
     #[arg(long, value_name = "FILE", requires = "dra")]
     pub kubeconfig: Option<PathBuf>,
     /// Before Kubernetes 1.36.2: the one vGPU size an unlocked GPU offers in the published
-    /// slices (repeatable), as `export dra --size-for`.
+    /// slices (repeatable), as `export dra --size-for`; it wins over the size `--layout` gives.
     #[arg(long, value_name = "GPU=PROFILE", value_parser = crate::cmd::export::parse_size_for, requires = "dra")]
     pub size_for: Vec<(gpu_core::PciAddress, String)>,
     /// Do not publish this node's ResourceSlices (another process keeps them, e.g.
@@ -296,6 +297,11 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
                         size_for: a.dra.size_for.iter().cloned().collect(),
                     },
                     claims: store,
+                    // Before 1.36.2 each GPU offers the size the watched layout gives it.
+                    layout: a.layout.clone().map(|path| gpu_agent::WatchedLayout {
+                        path,
+                        config: a.config.clone(),
+                    }),
                     ..gpu_agent::kube::PublishOptions::default()
                 };
                 Some(

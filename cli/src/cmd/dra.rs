@@ -56,8 +56,9 @@ pub struct PublishArgs {
     /// The longest one request to the API server may take, in seconds.
     #[arg(long, default_value_t = 15, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=600))]
     pub timeout: u64,
-    /// How many nodes are published at a time.
-    #[arg(long, default_value_t = 32, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
+    /// How many nodes are published at a time, and the most requests on the wire to the API
+    /// server.
+    #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
     pub parallel: u64,
 }
 
@@ -129,11 +130,12 @@ fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
         driver: a.driver.clone(),
         size_for: a.size_for.iter().cloned().collect(),
     };
+    let parallel = usize::try_from(a.parallel).unwrap_or(1);
     let client_opts = ClientOptions {
         kubeconfig: a.kubeconfig.clone(),
         timeout: std::time::Duration::from_secs(a.timeout),
+        max_in_flight: parallel,
     };
-    let parallel = usize::try_from(a.parallel).unwrap_or(1);
     let rt = gpu_agent::runtime().context("cannot start the runtime")?;
     let (server, reports) = rt.block_on(async {
         let client = KubeClient::connect(&client_opts).await?;

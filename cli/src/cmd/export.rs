@@ -260,9 +260,8 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
     print_objects(g.output, &objects)
 }
 
-/// The one profile per GPU that the layout's config gives it (`--layout`, `-c`): the first type
-/// it asks of the GPU. A GPU the config asks types of two sizes of keeps the first, with a
-/// warning: before 1.36.2 a GPU offers one size.
+/// The one profile per GPU that the layout's config gives it (`--layout`, `-c`), as
+/// [`dra::layout_sizes`] chooses it; what it could not keep is said on stderr.
 fn layout_sizes(
     path: &std::path::Path,
     config: Option<&str>,
@@ -277,24 +276,12 @@ fn layout_sizes(
         .with_context(|| format!("--layout {}", path.display()))?;
     let mut out = BTreeMap::new();
     for node in nodes {
-        let wanted = gpu_core::layout::wanted_types(config, node)
+        let sizes = dra::layout_sizes(config, node)
             .with_context(|| format!("--layout {} on node {}", path.display(), node.node))?;
-        for (gpu, names) in wanted {
-            let Some(first) = names.first() else { continue };
-            let size = |n: &str| {
-                gpu_core::nvidia::VgpuTypeName::parse(n)
-                    .ok()
-                    .map(|t| t.framebuffer_mib())
-            };
-            if names.iter().any(|n| size(n) != size(first)) {
-                eprintln!(
-                    "gpuslice: --layout: {gpu} is given vGPUs of more than one size ({}); \
-                     before Kubernetes 1.36.2 it offers {first}'s size",
-                    names.join(", ")
-                );
-            }
-            out.insert(gpu, first.clone());
+        for w in &sizes.warnings {
+            eprintln!("gpuslice: --layout: {w}");
         }
+        out.extend(sizes.sizes);
     }
     Ok(out)
 }

@@ -5,12 +5,15 @@
 //! none is given, from the pod's in-cluster service account. Every request is bounded: the
 //! connection, each read and write, and the whole request have deadlines, so an API server that
 //! went away shows as [`KubeError::Unavailable`] within [`ClientOptions::timeout`], never as a
-//! hung task. The objects are sent and read as JSON (`serde_json::Value`): the slices are the
+//! hung task. At most [`ClientOptions::max_in_flight`] requests are on the wire at a time (the
+//! others queue, fairly, outside their deadline), so a fleet publish keeps the server busy without
+//! flooding it. The objects are sent and read as JSON (`serde_json::Value`): the slices are the
 //! documents `gpuslice export dra` builds, and a claim goes to the plugin as the server sent it.
 
 pub mod publish;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_integrations::dra::names::{is_dns_label, is_dns_subdomain};
@@ -27,6 +30,9 @@ pub use publish::{
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a whole request may take, unless [`ClientOptions::timeout`] says otherwise.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How many requests one client has on the wire at a time, unless
+/// [`ClientOptions::max_in_flight`] says otherwise.
+pub const MAX_IN_FLIGHT: usize = 16;
 
 /// Where the client finds its cluster, and how long it waits.
 #[derive(Debug, Clone)]
@@ -35,6 +41,8 @@ pub struct ClientOptions {
     pub kubeconfig: Option<PathBuf>,
     /// The longest one request may take, connection included.
     pub timeout: Duration,
+    /// The most requests on the wire at a time (clones of the client share the bound).
+    pub max_in_flight: usize,
 }
 
 impl Default for ClientOptions {
@@ -42,6 +50,7 @@ impl Default for ClientOptions {
         Self {
             kubeconfig: None,
             timeout: REQUEST_TIMEOUT,
+            max_in_flight: MAX_IN_FLIGHT,
         }
     }
 }
@@ -99,6 +108,8 @@ pub struct KubeClient {
     client: ::kube::Client,
     timeout: Duration,
     server: String,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    max_in_flight: usize,
 }
 
 impl std::fmt::Debug for KubeClient {
@@ -106,6 +117,7 @@ impl std::fmt::Debug for KubeClient {
         f.debug_struct("KubeClient")
             .field("server", &self.server)
             .field("timeout", &self.timeout)
+            .field("max_in_flight", &self.max_in_flight)
             .finish()
     }
 }
@@ -126,7 +138,7 @@ impl KubeClient {
                 ))
             })?,
         };
-        Self::from_config(config, opts.timeout)
+        Ok(Self::from_config(config, opts.timeout)?.with_max_in_flight(opts.max_in_flight))
     }
 
     /// A client from a prepared `kube` configuration; its connect, read and write deadlines are
@@ -147,7 +159,24 @@ impl KubeClient {
             client,
             timeout,
             server,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            max_in_flight: MAX_IN_FLIGHT,
         })
+    }
+
+    /// The same client with at most `n` (at least 1) requests on the wire at a time; the bound
+    /// is shared by the clones made from the result.
+    #[must_use]
+    pub fn with_max_in_flight(mut self, n: usize) -> Self {
+        let n = n.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        self.in_flight = Arc::new(tokio::sync::Semaphore::new(n));
+        self.max_in_flight = n;
+        self
+    }
+
+    /// The most requests this client has on the wire at a time.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
     }
 
     /// The API server's address.
@@ -194,24 +223,55 @@ impl KubeClient {
         self.exchange(method, path, body).await.map(drop)
     }
 
+    /// As [`KubeClient::write`] with a body already encoded as JSON (a document serialized
+    /// straight from its typed form, never built as a `serde_json::Value`).
+    ///
+    /// # Errors
+    /// As [`KubeClient::write`].
+    pub async fn write_json(
+        &self,
+        method: http::Method,
+        path: &str,
+        json: Vec<u8>,
+    ) -> Result<(), KubeError> {
+        self.send(method, path, Some(json)).await.map(drop)
+    }
+
     async fn exchange(
         &self,
         method: http::Method,
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<String, KubeError> {
-        let mut builder = http::Request::builder().method(method).uri(path);
         let bytes = match body {
-            Some(b) => {
-                builder = builder.header(http::header::CONTENT_TYPE, "application/json");
-                serde_json::to_vec(b).map_err(|e| KubeError::Invalid(e.to_string()))?
-            }
-            None => Vec::new(),
+            Some(b) => Some(serde_json::to_vec(b).map_err(|e| KubeError::Invalid(e.to_string()))?),
+            None => None,
         };
+        self.send(method, path, bytes).await
+    }
+
+    async fn send(
+        &self,
+        method: http::Method,
+        path: &str,
+        json: Option<Vec<u8>>,
+    ) -> Result<String, KubeError> {
+        let mut builder = http::Request::builder().method(method).uri(path);
+        if json.is_some() {
+            builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let bytes = json.unwrap_or_default();
         let req = builder
             .header(http::header::ACCEPT, "application/json")
             .body(bytes)
             .map_err(|e| KubeError::Invalid(format!("request {path}: {e}")))?;
+        // The wait for a turn is not part of the request's deadline: the requests ahead are
+        // bounded by theirs.
+        let _turn = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|e| KubeError::Unavailable(format!("{path}: {e}")))?;
         let text = match tokio::time::timeout(self.timeout, self.client.request_text(req)).await {
             Err(_) => {
                 return Err(KubeError::Unavailable(format!(

@@ -235,6 +235,17 @@ pub enum PlanStep {
     },
 }
 
+impl PlanStep {
+    /// The slice the step writes.
+    pub fn name(&self) -> &str {
+        match self {
+            PlanStep::Create { name }
+            | PlanStep::Update { name, .. }
+            | PlanStep::Delete { name } => name,
+        }
+    }
+}
+
 impl std::fmt::Display for PlanStep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -254,8 +265,8 @@ pub struct Plan {
     pub generation: i64,
     /// The writes, creates and updates before deletes; empty when the pool is as wanted.
     pub steps: Vec<PlanStep>,
-    /// The objects to create or replace, by name.
-    pub objects: BTreeMap<String, Value>,
+    /// The JSON bodies of the objects to create or replace, by name.
+    pub objects: BTreeMap<String, Vec<u8>>,
 }
 
 impl Plan {
@@ -278,18 +289,118 @@ pub struct PublishOutcome {
     pub conflicts: usize,
 }
 
-/// The JSON of a wanted slice with generation `generation`, owned by `owner`.
-fn slice_doc(s: &ResourceSlice, generation: i64, owner: Option<&NodeOwner>) -> Value {
-    let mut s = s.clone();
-    s.spec.pool.generation = generation;
-    let mut v = serde_json::to_value(&s).unwrap_or(Value::Null);
-    if let (Some(o), Some(meta)) = (owner, v.get_mut("metadata").and_then(Value::as_object_mut)) {
-        meta.insert(
-            "ownerReferences".to_owned(),
-            json!([{"apiVersion": "v1", "kind": "Node", "name": o.name, "uid": o.uid, "controller": true}]),
-        );
+/// A wanted slice as it is written: its generation set, owned by the Node, and (to replace
+/// it) the `resourceVersion` it replaces. Serialized straight from the typed slice, so a write
+/// never builds the document as a `serde_json::Value`.
+struct SliceDoc<'a> {
+    slice: &'a ResourceSlice,
+    generation: i64,
+    owner: Option<&'a NodeOwner>,
+    resource_version: Option<&'a str>,
+}
+
+impl serde::Serialize for SliceDoc<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use gpu_integrations::dra::model::{ObjectMeta, ResourcePool, ResourceSliceSpec};
+        use serde::ser::SerializeMap as _;
+        // Exhaustive patterns: a field added to the model does not compile until it is written
+        // here too.
+        let ResourceSlice {
+            api_version,
+            kind,
+            metadata,
+            spec,
+        } = self.slice;
+        let ObjectMeta { name, labels } = metadata;
+        let ResourceSliceSpec {
+            driver,
+            pool,
+            node_name,
+            shared_counters,
+            devices,
+        } = spec;
+        let ResourcePool {
+            name: pool_name,
+            generation: _,
+            resource_slice_count,
+        } = pool;
+        struct Meta<'a>(&'a SliceDoc<'a>, &'a str, &'a BTreeMap<String, String>);
+        impl serde::Serialize for Meta<'_> {
+            fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+                let Meta(doc, name, labels) = self;
+                let mut m = ser.serialize_map(None)?;
+                m.serialize_entry("name", name)?;
+                if !labels.is_empty() {
+                    m.serialize_entry("labels", labels)?;
+                }
+                if let Some(rv) = doc.resource_version {
+                    m.serialize_entry("resourceVersion", rv)?;
+                }
+                if let Some(o) = doc.owner {
+                    m.serialize_entry(
+                        "ownerReferences",
+                        &[json!({"apiVersion": "v1", "kind": "Node", "name": o.name, "uid": o.uid, "controller": true})],
+                    )?;
+                }
+                m.end()
+            }
+        }
+        struct Spec<'a> {
+            driver: &'a str,
+            pool: ResourcePool,
+            node_name: &'a Option<String>,
+            shared_counters: &'a [gpu_integrations::dra::model::CounterSet],
+            devices: &'a [gpu_integrations::dra::model::Device],
+        }
+        impl serde::Serialize for Spec<'_> {
+            fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+                let mut m = ser.serialize_map(None)?;
+                m.serialize_entry("driver", self.driver)?;
+                m.serialize_entry("pool", &self.pool)?;
+                if let Some(n) = self.node_name {
+                    m.serialize_entry("nodeName", n)?;
+                }
+                if !self.shared_counters.is_empty() {
+                    m.serialize_entry("sharedCounters", self.shared_counters)?;
+                }
+                if !self.devices.is_empty() {
+                    m.serialize_entry("devices", self.devices)?;
+                }
+                m.end()
+            }
+        }
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("apiVersion", api_version)?;
+        m.serialize_entry("kind", kind)?;
+        m.serialize_entry("metadata", &Meta(self, name, labels))?;
+        m.serialize_entry(
+            "spec",
+            &Spec {
+                driver,
+                pool: ResourcePool {
+                    name: pool_name.clone(),
+                    generation: self.generation,
+                    resource_slice_count: *resource_slice_count,
+                },
+                node_name,
+                shared_counters,
+                devices,
+            },
+        )?;
+        m.end()
     }
-    v
+}
+
+/// The JSON of a wanted slice with generation `generation`, owned by `owner` (to compare with
+/// what the server holds).
+fn slice_doc(s: &ResourceSlice, generation: i64, owner: Option<&NodeOwner>) -> Value {
+    let doc = SliceDoc {
+        slice: s,
+        generation,
+        owner,
+        resource_version: None,
+    };
+    serde_json::to_value(&doc).unwrap_or(Value::Null)
 }
 
 /// Whether everything `want` says is in `have` (`have` may hold more: fields the server
@@ -360,25 +471,27 @@ pub fn plan(target: &PoolTarget, existing: &[Value], floor: i64) -> Plan {
     let mut objects = BTreeMap::new();
     for s in &target.slices {
         let name = s.metadata.name.clone();
-        let mut doc = slice_doc(s, generation, target.owner.as_ref());
-        match by_name.get(name.as_str()) {
-            Some(have) => {
-                let rv = have
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
-                if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
-                    meta.insert("resourceVersion".to_owned(), Value::String(rv.clone()));
-                }
-                steps.push(PlanStep::Update {
-                    name: name.clone(),
-                    resource_version: rv,
-                });
-            }
+        let rv = by_name.get(name.as_str()).map(|have| {
+            have.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        });
+        let doc = SliceDoc {
+            slice: s,
+            generation,
+            owner: target.owner.as_ref(),
+            resource_version: rv,
+        };
+        // A typed document always serializes; an empty body would be refused by the server.
+        let body = serde_json::to_vec(&doc).unwrap_or_default();
+        match rv {
+            Some(rv) => steps.push(PlanStep::Update {
+                name: name.clone(),
+                resource_version: rv.to_owned(),
+            }),
             None => steps.push(PlanStep::Create { name: name.clone() }),
         }
-        objects.insert(name, doc);
+        objects.insert(name, body);
     }
     for name in by_name.keys().filter(|n| !wanted.contains(*n)) {
         steps.push(PlanStep::Delete {
@@ -421,54 +534,82 @@ pub async fn list_pool(
     }
 }
 
-/// Carries out `plan`'s writes in order; a slice already gone when deleted is fine.
+/// Carries out `plan`'s writes: the creates and updates first, then (once the new generation is
+/// complete) the deletes, each phase [`WRITES_IN_FLIGHT`] writes at a time. A slice already gone
+/// when deleted is fine.
 ///
 /// # Errors
-/// The first failing write (409 when a slice changed under it).
+/// The first failing write (409 when a slice changed under it); the writes in flight with it are
+/// dropped, and the next round lists again.
 pub async fn apply(client: &KubeClient, plan: &Plan) -> Result<(), KubeError> {
+    use futures_util::TryStreamExt as _;
     for step in &plan.steps {
-        let name = match step {
-            PlanStep::Create { name }
-            | PlanStep::Update { name, .. }
-            | PlanStep::Delete { name } => name,
-        };
+        let name = step.name();
         if !is_dns_subdomain(name) {
             return Err(KubeError::Invalid(format!(
                 "slice name {name:?} is not a DNS subdomain"
             )));
         }
-        let body = plan.objects.get(name);
-        let result = match step {
-            PlanStep::Create { .. } => client.request(http::Method::POST, SLICES_PATH, body).await,
-            PlanStep::Update { .. } => {
-                client
-                    .request(http::Method::PUT, &format!("{SLICES_PATH}/{name}"), body)
-                    .await
-            }
-            PlanStep::Delete { .. } => {
-                match client
-                    .request(http::Method::DELETE, &format!("{SLICES_PATH}/{name}"), None)
-                    .await
-                {
-                    Err(KubeError::Status { code: 404, .. }) => Ok(Value::Null),
-                    other => other,
-                }
-            }
-        };
-        result.map_err(|e| match e {
-            KubeError::Status {
-                code,
-                reason,
-                message,
-            } => KubeError::Status {
-                code,
-                reason,
-                message: format!("{step}: {message}"),
-            },
-            other => other,
-        })?;
+    }
+    let (deletes, writes): (Vec<&PlanStep>, Vec<&PlanStep>) = plan
+        .steps
+        .iter()
+        .partition(|s| matches!(s, PlanStep::Delete { .. }));
+    for phase in [writes, deletes] {
+        futures_util::stream::iter(phase.into_iter().map(Ok))
+            .try_for_each_concurrent(Some(WRITES_IN_FLIGHT), |step| {
+                write_step(client, plan, step)
+            })
+            .await?;
     }
     Ok(())
+}
+
+/// How many writes of one pool are on the wire at a time (the client's own bound applies too).
+pub const WRITES_IN_FLIGHT: usize = 8;
+
+async fn write_step(client: &KubeClient, plan: &Plan, step: &PlanStep) -> Result<(), KubeError> {
+    let name = step.name();
+    let body = || {
+        plan.objects
+            .get(name)
+            .cloned()
+            .ok_or_else(|| KubeError::Invalid(format!("{step}: the plan has no object {name}")))
+    };
+    // The answers (the objects as stored) are not needed: the next round lists.
+    let result = match step {
+        PlanStep::Create { .. } => {
+            client
+                .write_json(http::Method::POST, SLICES_PATH, body()?)
+                .await
+        }
+        PlanStep::Update { .. } => {
+            client
+                .write_json(http::Method::PUT, &format!("{SLICES_PATH}/{name}"), body()?)
+                .await
+        }
+        PlanStep::Delete { .. } => {
+            match client
+                .write(http::Method::DELETE, &format!("{SLICES_PATH}/{name}"), None)
+                .await
+            {
+                Err(KubeError::Status { code: 404, .. }) => Ok(()),
+                other => other,
+            }
+        }
+    };
+    result.map_err(|e| match e {
+        KubeError::Status {
+            code,
+            reason,
+            message,
+        } => KubeError::Status {
+            code,
+            reason,
+            message: format!("{step}: {message}"),
+        },
+        other => other,
+    })
 }
 
 /// One round for one pool: list, plan, apply; after a conflict (409, or a slice gone or already
@@ -521,9 +662,10 @@ pub struct NodeReport {
     pub warnings: Vec<String>,
 }
 
-/// Publishes every node's pool once (`gpuslice dra publish`), `parallel` nodes at a time; a dry
-/// run lists and plans without writing. The server's version picks the encoding. Each node's
-/// outcome is reported on its own: one failing node does not stop the others.
+/// Publishes every node's pool once (`gpuslice dra publish`), `parallel` nodes at a time (the
+/// client's [`KubeClient::max_in_flight`] bounds the requests); a dry run lists and plans without
+/// writing. The server's version picks the encoding. Each node's outcome is reported on its own:
+/// one failing node does not stop the others.
 ///
 /// # Errors
 /// What [`server_info`] returns: the server cannot be asked, or is too old.
@@ -537,47 +679,55 @@ pub async fn publish_nodes(
 ) -> Result<(ServerInfo, Vec<NodeReport>), KubeError> {
     let server = server_info(client).await?;
     let version = server.version;
-    let gate = Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
+    let parallel = parallel.max(1);
+    let opts = Arc::new(opts.clone());
     let prepared = Arc::new(prepared.clone());
     let mut tasks = tokio::task::JoinSet::new();
-    // Each node on its own task, so building slices and encoding them spreads over the cores.
-    for (i, node) in nodes.iter().enumerate() {
-        let (client, opts, prepared, gate) = (
-            client.clone(),
-            opts.clone(),
-            Arc::clone(&prepared),
-            Arc::clone(&gate),
-        );
-        let node = node.clone();
-        tasks.spawn(async move {
-            let _turn = gate.acquire_owned().await;
-            let name = node.node.clone();
-            let report = match wanted_slices(&node, version, &opts, (*prepared).clone()) {
-                Ok((slices, warnings)) => NodeReport {
-                    result: publish_one(&client, &name, &opts.driver, slices, dry_run).await,
-                    node: name,
-                    warnings,
-                },
-                Err(e) => NodeReport {
-                    node: name,
-                    result: Err(e),
-                    warnings: vec![],
-                },
-            };
-            (i, report)
-        });
-    }
-    let mut reports: Vec<(usize, NodeReport)> = Vec::with_capacity(nodes.len());
-    while let Some(done) = tasks.join_next().await {
-        match done {
-            Ok(r) => reports.push(r),
-            Err(e) => {
+    let mut reports: Vec<Option<NodeReport>> = vec![None; nodes.len()];
+    let mut next = 0;
+    // Each node on its own task, so building and encoding the slices spreads over the cores; a
+    // node is copied only when its turn comes, so at most `parallel` copies are alive.
+    loop {
+        while tasks.len() < parallel && next < nodes.len() {
+            let (client, opts, prepared) =
+                (client.clone(), Arc::clone(&opts), Arc::clone(&prepared));
+            let node = nodes[next].clone();
+            let i = next;
+            next += 1;
+            tasks.spawn(async move {
+                let name = node.node.clone();
+                let report = match wanted_slices(&node, version, &opts, (*prepared).clone()) {
+                    Ok((slices, warnings)) => {
+                        drop(node);
+                        NodeReport {
+                            result: publish_one(&client, &name, &opts.driver, slices, dry_run)
+                                .await,
+                            node: name,
+                            warnings,
+                        }
+                    }
+                    Err(e) => NodeReport {
+                        node: name,
+                        result: Err(e),
+                        warnings: vec![],
+                    },
+                };
+                (i, report)
+            });
+        }
+        match tasks.join_next().await {
+            None => break,
+            Some(Ok((i, r))) => {
+                if let Some(slot) = reports.get_mut(i) {
+                    *slot = Some(r);
+                }
+            }
+            Some(Err(e)) => {
                 return Err(KubeError::Invalid(format!("a publishing task failed: {e}")));
             }
         }
     }
-    reports.sort_by_key(|(i, _)| *i);
-    Ok((server, reports.into_iter().map(|(_, r)| r).collect()))
+    Ok((server, reports.into_iter().flatten().collect()))
 }
 
 async fn publish_one(
@@ -619,13 +769,18 @@ pub struct PublishOptions {
     pub slices: SliceOptions,
     /// The driver's claim store: capacity its prepared claims hold is not subtracted.
     pub claims: Option<Arc<ClaimStore>>,
+    /// The agent's `--layout`: before 1.36.2 each GPU offers the size the layout's config gives
+    /// it ([`gpu_integrations::dra::layout_sizes`]); [`SliceOptions::size_for`] wins for the GPUs
+    /// it names. The file is read again each round, so an edit applies with its revision.
+    pub layout: Option<crate::WatchedLayout>,
     /// At most one round per this during a burst of changes.
     pub min_interval: Duration,
     /// A round even without a change (it lists and repairs slices changed by others).
     pub resync: Duration,
     /// The first retry after a failure; doubled per failure up to [`PublishOptions::max_backoff`].
     pub backoff: Duration,
-    /// The longest wait between retries.
+    /// The longest wait between retries: once the server is back, the latest state is written
+    /// within about this long.
     pub max_backoff: Duration,
 }
 
@@ -634,10 +789,11 @@ impl Default for PublishOptions {
         Self {
             slices: SliceOptions::default(),
             claims: None,
+            layout: None,
             min_interval: Duration::from_millis(500),
             resync: Duration::from_secs(300),
             backoff: Duration::from_millis(250),
-            max_backoff: Duration::from_secs(30),
+            max_backoff: Duration::from_secs(5),
         }
     }
 }
@@ -706,6 +862,7 @@ pub async fn spawn_publisher(
         owner: None,
         floor: 0,
         last: None,
+        layout: None,
     };
     let task = tokio::spawn(publisher.run(stop_rx));
     Ok(PublisherHandle { task, stop, server })
@@ -722,6 +879,8 @@ struct Publisher {
     floor: i64,
     /// The wanted slices of the last round that succeeded.
     last: Option<Vec<ResourceSlice>>,
+    /// The layout file as last read, and its document when it parsed.
+    layout: Option<(Vec<u8>, Option<gpu_core::layout::LayoutFile>)>,
 }
 
 impl Publisher {
@@ -824,8 +983,19 @@ impl Publisher {
                 .map_err(|e| KubeError::Invalid(format!("reading the claim store: {e}")))?,
             None => BTreeMap::new(),
         };
-        let (slices, warnings) =
-            wanted_slices(&snap.topology, server.version, &self.opts.slices, prepared)?;
+        let (slices, warnings) = match self.layout_sizes(&snap.topology, server.version) {
+            Some((size_for, mut said)) => {
+                let opts = SliceOptions {
+                    driver: self.opts.slices.driver.clone(),
+                    size_for,
+                };
+                let (slices, warnings) =
+                    wanted_slices(&snap.topology, server.version, &opts, prepared)?;
+                said.extend(warnings);
+                (slices, said)
+            }
+            None => wanted_slices(&snap.topology, server.version, &self.opts.slices, prepared)?,
+        };
         if !force && self.last.as_ref() == Some(&slices) {
             return Ok(None);
         }
@@ -863,6 +1033,81 @@ impl Publisher {
             .record_slices_published(outcome.writes, outcome.generation);
         self.last = Some(target.slices);
         Ok(Some(outcome.writes))
+    }
+}
+
+impl Publisher {
+    /// `--size-for` over the sizes the watched layout gives (before 1.36.2, with `--layout`);
+    /// `None` when there is no layout to read. A file that cannot be read or does not parse
+    /// keeps the last one that did (the layout watcher refuses it too); said once per version.
+    fn layout_sizes(
+        &mut self,
+        node: &NodeTopology,
+        version: K8sVersion,
+    ) -> Option<(BTreeMap<PciAddress, String>, Vec<String>)> {
+        let watched = self.opts.layout.as_ref()?;
+        if version.encoding() == Encoding::SizeLock {
+            return None;
+        }
+        match crate::watch::read_layout_file(&watched.path) {
+            Ok(bytes) if self.layout.as_ref().is_some_and(|(b, _)| *b == bytes) => {}
+            Ok(bytes) => {
+                let limit = gpu_sysfs::DocumentLimit::from_env().unwrap_or_default();
+                let parsed = std::str::from_utf8(&bytes)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| {
+                        gpu_core::layout::LayoutFile::parse_max(t, limit.bytes())
+                            .map_err(|e| e.to_string())
+                    });
+                let doc = match parsed {
+                    Ok(f) => Some(f),
+                    Err(e) => {
+                        crate::log!(
+                            "gpuslice agent: slices: --layout {}: {e}; the last layout that parsed still picks the sizes",
+                            watched.path.display()
+                        );
+                        self.layout.take().and_then(|(_, d)| d)
+                    }
+                };
+                self.layout = Some((bytes, doc));
+            }
+            Err(e) => {
+                if self.layout.as_ref().is_none_or(|(b, _)| !b.is_empty()) {
+                    crate::log!(
+                        "gpuslice agent: slices: --layout {}: {e}; the last layout read still picks the sizes",
+                        watched.path.display()
+                    );
+                }
+                let doc = self.layout.take().and_then(|(_, d)| d);
+                self.layout = Some((Vec::new(), doc));
+            }
+        }
+        let mut size_for = BTreeMap::new();
+        let mut warnings = Vec::new();
+        let file = self.layout.as_ref().and_then(|(_, d)| d.as_ref());
+        let sizes = file.map(|f| {
+            f.select(watched.config.as_deref())
+                .and_then(|config| gpu_integrations::dra::layout_sizes(config, node))
+        });
+        match sizes {
+            Some(Ok(sizes)) => {
+                warnings.extend(sizes.warnings.iter().map(|w| format!("--layout: {w}")));
+                size_for = sizes.sizes;
+            }
+            Some(Err(e)) => warnings.push(format!(
+                "--layout {}: {e}; no GPU offers a size from it",
+                watched.path.display()
+            )),
+            None => {}
+        }
+        size_for.extend(
+            self.opts
+                .slices
+                .size_for
+                .iter()
+                .map(|(k, v)| (*k, v.clone())),
+        );
+        Some((size_for, warnings))
     }
 }
 

@@ -3,6 +3,14 @@
 //! replace with resourceVersion checks, delete). It records every request, can answer the next
 //! matching requests with an injected status (409, 403, 503, …), can be taken down (connections
 //! refused) and brought back on the same port, and writes a kubeconfig that points at it.
+//!
+//! It is cheap enough to stand in for a cluster of a thousand nodes. A ResourceSlice is kept as
+//! the JSON it will be served as, next to the fields its selectors and the tests read (name,
+//! node, driver, pool, generation, labels, resourceVersion): a write is checked as JSON in one
+//! pass that builds only its metadata, the stored text is the body with the server's metadata
+//! put in, and a read or list copies stored text. The lock is held only to look up and change
+//! the maps; bodies are read before and answers written after it, on the server's two threads.
+//! Shared by the gpu-agent and CLI tests and the `publish` bench (`#[path]`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, VecDeque};
@@ -45,15 +53,269 @@ pub struct Fault {
     pub times: usize,
 }
 
-/// A change made to the stored slices (and the resourceVersion counter) under a writer.
-pub type Tamper = Box<dyn FnOnce(&mut BTreeMap<String, Value>, &mut u64) + Send>;
+/// A change made to the stored objects under a writer (see [`State::edit_slices`]).
+pub type Tamper = Box<dyn FnOnce(&mut State) + Send>;
+
+/// A stored ResourceSlice: the JSON it is served as, and the fields selectors and tests read.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// The object as the server holds it.
+    pub json: Bytes,
+    pub name: String,
+    pub node: Option<String>,
+    pub driver: Option<String>,
+    pub pool: Option<String>,
+    pub generation: Option<i64>,
+    pub labels: BTreeMap<String, String>,
+    pub resource_version: String,
+    pub uid: String,
+}
+
+impl Stored {
+    /// The object as a JSON value.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap()
+    }
+
+    fn field(&self, key: &str) -> Option<String> {
+        match key {
+            "spec.driver" => self.driver.clone(),
+            "spec.nodeName" => self.node.clone(),
+            "spec.pool.name" => self.pool.clone(),
+            "metadata.name" => Some(self.name.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// What a write's body says, read in one pass that skips the devices and counters.
+#[derive(serde::Deserialize)]
+struct Head {
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    spec: Option<SpecKeys>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecKeys {
+    driver: Option<String>,
+    node_name: Option<String>,
+    pool: Option<PoolKeys>,
+}
+
+#[derive(serde::Deserialize)]
+struct PoolKeys {
+    name: Option<String>,
+    generation: Option<i64>,
+}
+
+/// A write's body: checked as JSON, its metadata parsed, the rest kept as text.
+pub struct Body {
+    bytes: Bytes,
+    head: Head,
+}
+
+impl Body {
+    fn parse(bytes: Bytes) -> Result<Self, String> {
+        let head: Head = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+        Ok(Body { bytes, head })
+    }
+
+    fn name(&self) -> Option<String> {
+        self.meta_str("name")
+    }
+
+    fn meta_str(&self, key: &str) -> Option<String> {
+        self.head
+            .metadata
+            .as_ref()?
+            .get(key)?
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    fn has_resource_version(&self) -> bool {
+        self.head
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("resourceVersion"))
+            .is_some_and(|v| !v.is_null())
+    }
+
+    /// The object to store: the body with the server's `resourceVersion` and `uid` in its
+    /// metadata.
+    fn into_stored(self, resource_version: String, uid: String) -> Stored {
+        let mut meta = self.head.metadata.unwrap_or_default();
+        meta.insert(
+            "resourceVersion".into(),
+            Value::String(resource_version.clone()),
+        );
+        meta.insert("uid".into(), Value::String(uid.clone()));
+        let labels = meta
+            .get("labels")
+            .and_then(Value::as_object)
+            .map(|l| {
+                l.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut json = Vec::with_capacity(self.bytes.len() + 96);
+        json.push(b'{');
+        let mut first = true;
+        let mut put = |json: &mut Vec<u8>, key: &[u8], value: &[u8]| {
+            if !first {
+                json.push(b',');
+            }
+            first = false;
+            json.extend_from_slice(key);
+            json.push(b':');
+            json.extend_from_slice(value);
+        };
+        let mut had_meta = false;
+        for m in members(&self.bytes) {
+            if m.key == "metadata" {
+                had_meta = true;
+                put(&mut json, m.raw_key, &serde_json::to_vec(&meta).unwrap());
+            } else {
+                put(&mut json, m.raw_key, m.value);
+            }
+        }
+        if !had_meta {
+            put(
+                &mut json,
+                b"\"metadata\"",
+                &serde_json::to_vec(&meta).unwrap(),
+            );
+        }
+        json.push(b'}');
+        let spec = self.head.spec;
+        let pool = spec.as_ref().and_then(|s| s.pool.as_ref());
+        Stored {
+            name: meta
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            node: spec.as_ref().and_then(|s| s.node_name.clone()),
+            driver: spec.as_ref().and_then(|s| s.driver.clone()),
+            pool: pool.and_then(|p| p.name.clone()),
+            generation: pool.and_then(|p| p.generation),
+            labels,
+            resource_version,
+            uid,
+            json: Bytes::from(json),
+        }
+    }
+}
+
+/// One member of a JSON object, as text.
+struct Member<'a> {
+    /// The key as written (quoted, maybe escaped).
+    raw_key: &'a [u8],
+    /// The key.
+    key: String,
+    /// The value as written.
+    value: &'a [u8],
+}
+
+/// The members of the JSON object `b` (already checked as JSON).
+fn members(b: &[u8]) -> Vec<Member<'_>> {
+    let mut out = Vec::new();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return out;
+    }
+    i += 1;
+    loop {
+        i = skip_ws(b, i);
+        match b.get(i) {
+            None | Some(b'}') => break,
+            Some(b',') => {
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        let key_end = value_end(b, i);
+        let raw_key = &b[i..key_end];
+        let key: String = serde_json::from_slice(raw_key).unwrap_or_default();
+        i = skip_ws(b, key_end) + 1; // the ':'
+        i = skip_ws(b, i);
+        let start = i;
+        i = value_end(b, i);
+        out.push(Member {
+            raw_key,
+            key,
+            value: &b[start..i],
+        });
+    }
+    out
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while b.get(i).is_some_and(u8::is_ascii_whitespace) {
+        i += 1;
+    }
+    i
+}
+
+/// The index just past the JSON value that starts at `i`.
+fn value_end(b: &[u8], i: usize) -> usize {
+    let string_end = |mut j: usize| {
+        j += 1;
+        while j < b.len() {
+            match b[j] {
+                b'\\' => j += 2,
+                b'"' => return j + 1,
+                _ => j += 1,
+            }
+        }
+        b.len()
+    };
+    match b.get(i) {
+        Some(b'"') => string_end(i),
+        Some(b'{' | b'[') => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while j < b.len() {
+                match b[j] {
+                    b'"' => {
+                        j = string_end(j);
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return j + 1;
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            b.len()
+        }
+        _ => {
+            let mut j = i;
+            while j < b.len() && !matches!(b[j], b',' | b'}' | b']') && !b[j].is_ascii_whitespace()
+            {
+                j += 1;
+            }
+            j
+        }
+    }
+}
 
 #[derive(Default)]
 pub struct State {
     pub git_version: String,
     pub has_resource_v1: bool,
     pub nodes: BTreeMap<String, Value>,
-    pub slices: BTreeMap<String, Value>,
+    pub slices: BTreeMap<String, Stored>,
     /// Slice names by `spec.nodeName`, for lists that select a node (entries may name slices
     /// removed behind the server's back; the list checks).
     pub by_node: BTreeMap<String, std::collections::BTreeSet<String>>,
@@ -61,15 +323,54 @@ pub struct State {
     pub rv: u64,
     pub requests: Vec<Recorded>,
     pub faults: VecDeque<Fault>,
-    /// Called (once) before a PUT is applied: lets a test change the object under the writer.
+    /// Called (once) before a PUT is applied: lets a test change the objects under the writer.
     pub before_put: Option<Tamper>,
     /// Time spent routing (under the state's lock), all requests together.
     pub busy: std::time::Duration,
 }
 
+impl State {
+    /// Changes every stored slice with `f`, as another writer would: each gets a new
+    /// `resourceVersion`.
+    pub fn edit_slices(&mut self, mut f: impl FnMut(&mut Value)) {
+        let names: Vec<String> = self.slices.keys().cloned().collect();
+        for name in names {
+            let Some(old) = self.slices.get(&name) else {
+                continue;
+            };
+            let uid = old.uid.clone();
+            let mut v = old.value();
+            f(&mut v);
+            self.rv += 1;
+            let body = Body::parse(Bytes::from(serde_json::to_vec(&v).unwrap())).unwrap();
+            let stored = body.into_stored(self.rv.to_string(), uid);
+            self.slices.insert(name, stored);
+        }
+    }
+}
+
+/// Requests being answered now, and the most at once.
+#[derive(Default)]
+pub struct InFlight {
+    now: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+impl InFlight {
+    fn enter(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let n = self.now.fetch_add(1, SeqCst) + 1;
+        self.peak.fetch_max(n, SeqCst);
+    }
+    fn leave(&self) {
+        self.now.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 pub struct ApiServer {
     pub addr: SocketAddr,
     pub state: Arc<Mutex<State>>,
+    in_flight: Arc<InFlight>,
     up: tokio::sync::watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -95,18 +396,21 @@ impl ApiServer {
         let (up, up_rx) = tokio::sync::watch::channel(true);
         let (stop, stop_rx) = tokio::sync::oneshot::channel();
         let st = state.clone();
+        let in_flight = Arc::new(InFlight::default());
+        let counting = Arc::clone(&in_flight);
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
                 .build()
                 .unwrap();
-            rt.block_on(run(std_listener, addr, st, up_rx, stop_rx));
+            rt.block_on(run(std_listener, addr, st, counting, up_rx, stop_rx));
         });
         let dir = tempfile::tempdir().unwrap();
         Self {
             addr,
             state,
+            in_flight,
             up,
             thread: Some(thread),
             stop: Some(stop),
@@ -183,7 +487,48 @@ impl ApiServer {
 
     /// The stored slices, by name.
     pub fn slices(&self) -> BTreeMap<String, Value> {
-        self.state.lock().unwrap().slices.clone()
+        let stored: Vec<(String, Bytes)> = self
+            .state
+            .lock()
+            .unwrap()
+            .slices
+            .iter()
+            .map(|(n, s)| (n.clone(), s.json.clone()))
+            .collect();
+        stored
+            .into_iter()
+            .map(|(n, j)| (n, serde_json::from_slice(&j).unwrap()))
+            .collect()
+    }
+
+    /// How many slices are stored.
+    pub fn slice_count(&self) -> usize {
+        self.state.lock().unwrap().slices.len()
+    }
+
+    /// The pools (`spec.pool.name`) the stored slices belong to, with each pool's generations.
+    pub fn pools(&self) -> BTreeMap<String, std::collections::BTreeSet<i64>> {
+        let s = self.state.lock().unwrap();
+        let mut out: BTreeMap<String, std::collections::BTreeSet<i64>> = BTreeMap::new();
+        for v in s.slices.values() {
+            let pool = v.pool.clone().unwrap_or_default();
+            out.entry(pool)
+                .or_default()
+                .insert(v.generation.unwrap_or(-1));
+        }
+        out
+    }
+
+    /// The most requests the server was answering at once.
+    pub fn peak_in_flight(&self) -> usize {
+        self.in_flight
+            .peak
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Time the server spent under its lock, all requests together.
+    pub fn busy(&self) -> std::time::Duration {
+        self.state.lock().unwrap().busy
     }
 }
 
@@ -211,6 +556,7 @@ async fn run(
     first: std::net::TcpListener,
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
+    in_flight: Arc<InFlight>,
     mut up: tokio::sync::watch::Receiver<bool>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
@@ -246,11 +592,20 @@ async fn run(
             }
             got = accept => {
                 if let Some((stream, _)) = got {
+                    // As an API server: answers are not held back waiting for an ACK.
+                    let _ = stream.set_nodelay(true);
                     let st = state.clone();
+                    let counting = Arc::clone(&in_flight);
                     conns.spawn(async move {
                         let svc = hyper::service::service_fn(move |req| {
                             let st = st.clone();
-                            async move { Ok::<_, Infallible>(handle(&st, req).await) }
+                            let counting = Arc::clone(&counting);
+                            async move {
+                                counting.enter();
+                                let r = handle(&st, req).await;
+                                counting.leave();
+                                Ok::<_, Infallible>(r)
+                            }
                         });
                         let _ = hyper::server::conn::http1::Builder::new()
                             .serve_connection(TokioIo::new(stream), svc)
@@ -264,20 +619,67 @@ async fn run(
     conns.abort_all();
 }
 
-fn answer(code: u16, body: &Value) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
-    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    r
+/// An answer, serialized once the lock is let go.
+pub enum Reply {
+    /// A document built for this answer.
+    Doc(u16, Value),
+    /// A stored object's JSON.
+    Stored(u16, Bytes),
+    /// A list of stored objects.
+    List {
+        kind: &'static str,
+        api_version: &'static str,
+        resource_version: String,
+        items: Vec<Bytes>,
+    },
 }
 
-fn status(code: u16, reason: &str, message: &str) -> Response<Full<Bytes>> {
-    answer(
+impl Reply {
+    fn into_response(self) -> Response<Full<Bytes>> {
+        let (code, bytes) = match self {
+            Reply::Doc(code, v) => (code, serde_json::to_vec(&v).unwrap()),
+            Reply::Stored(code, v) => (code, v.to_vec()),
+            Reply::List {
+                kind,
+                api_version,
+                resource_version,
+                items,
+            } => {
+                let mut out = serde_json::to_vec(&json!({
+                    "kind": kind, "apiVersion": api_version,
+                    "metadata": {"resourceVersion": resource_version}}))
+                .unwrap();
+                // The head without its closing brace, then the items one by one.
+                out.pop();
+                out.extend_from_slice(b",\"items\":[");
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(item);
+                }
+                out.extend_from_slice(b"]}");
+                (200, out)
+            }
+        };
+        let mut r = Response::new(Full::new(Bytes::from(bytes)));
+        *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+}
+
+fn answer(code: u16, body: &Value) -> Reply {
+    Reply::Doc(code, body.clone())
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Reply {
+    Reply::Doc(
         code,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": message, "reason": reason, "code": code}),
     )
 }
@@ -331,27 +733,20 @@ fn selected(selector: Option<&str>, get: impl Fn(&str) -> Option<String>) -> boo
     })
 }
 
-fn index(s: &mut State, name: &str, obj: &Value) {
-    if let Some(n) = obj["spec"]["nodeName"].as_str() {
+fn index(s: &mut State, stored: &Stored) {
+    if let Some(n) = &stored.node {
         s.by_node
-            .entry(n.to_owned())
+            .entry(n.clone())
             .or_default()
-            .insert(name.to_owned());
+            .insert(stored.name.clone());
     }
 }
 
-fn slice_field(s: &Value, key: &str) -> Option<String> {
-    let v = match key {
-        "spec.driver" => &s["spec"]["driver"],
-        "spec.nodeName" => &s["spec"]["nodeName"],
-        "spec.pool.name" => &s["spec"]["pool"]["name"],
-        "metadata.name" => &s["metadata"]["name"],
-        _ => return None,
-    };
-    v.as_str().map(str::to_owned)
+async fn handle(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    reply(state, req).await.into_response()
 }
 
-async fn handle(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn reply(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Reply {
     let method = req.method().as_str().to_owned();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
@@ -364,11 +759,13 @@ async fn handle(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<F
         Ok(b) => b.to_bytes(),
         Err(_) => return status(400, "BadRequest", "body"),
     };
-    let body: Option<Value> = if bytes.is_empty() {
+    // Checked and read before the lock is taken.
+    let body_len = bytes.len();
+    let body = if bytes.is_empty() {
         None
     } else {
-        match serde_json::from_slice(&bytes) {
-            Ok(v) => Some(v),
+        match Body::parse(bytes) {
+            Ok(b) => Some(b),
             Err(e) => return status(400, "BadRequest", &format!("body is not JSON: {e}")),
         }
     };
@@ -377,7 +774,7 @@ async fn handle(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<F
         method: method.clone(),
         path: path.clone(),
         query: query.clone(),
-        body_len: bytes.len(),
+        body_len,
     });
     if !authorized {
         return status(401, "Unauthorized", "Unauthorized");
@@ -398,17 +795,10 @@ async fn handle(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<F
     let routed = std::time::Instant::now();
     let r = route(&mut s, &method, &path, &query, body);
     s.busy += routed.elapsed();
-
     r
 }
 
-fn route(
-    s: &mut State,
-    method: &str,
-    path: &str,
-    query: &str,
-    body: Option<Value>,
-) -> Response<Full<Bytes>> {
+fn route(s: &mut State, method: &str, path: &str, query: &str, body: Option<Body>) -> Reply {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method, parts.as_slice()) {
         ("GET", ["version"]) => {
@@ -416,9 +806,9 @@ fn route(
             let mut it = v.split('.');
             let major = it.next().unwrap_or("1").to_owned();
             let minor = it.next().unwrap_or("0").to_owned();
-            answer(
+            Reply::Doc(
                 200,
-                &json!({"major": major, "minor": minor, "gitVersion": s.git_version,
+                json!({"major": major, "minor": minor, "gitVersion": s.git_version,
                         "gitCommit": "0", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
                         "goVersion": "go1.25", "compiler": "gc", "platform": "linux/amd64"}),
             )
@@ -432,16 +822,17 @@ fn route(
                     json!({"groupVersion": "resource.k8s.io/v1", "version": "v1"}),
                 );
             }
-            answer(
+            let preferred = versions[0].clone();
+            Reply::Doc(
                 200,
-                &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
                     {"name": "resource.k8s.io", "versions": versions,
-                     "preferredVersion": versions[0].clone()}]}),
+                     "preferredVersion": preferred}]}),
             )
         }
-        ("GET", ["apis", "resource.k8s.io", "v1"]) if s.has_resource_v1 => answer(
+        ("GET", ["apis", "resource.k8s.io", "v1"]) if s.has_resource_v1 => Reply::Doc(
             200,
-            &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "resource.k8s.io/v1",
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "resource.k8s.io/v1",
                     "resources": [
                         {"name": "resourceslices", "singularName": "resourceslice", "namespaced": false,
                          "kind": "ResourceSlice", "verbs": ["create","delete","get","list","update","watch"]},
@@ -484,13 +875,21 @@ fn route(
     }
 }
 
+fn not_found(n: &str) -> Reply {
+    status(
+        404,
+        "NotFound",
+        &format!("resourceslices.resource.k8s.io \"{n}\" not found"),
+    )
+}
+
 fn slices(
     s: &mut State,
     method: &str,
     name: Option<&str>,
     query: &str,
-    body: Option<Value>,
-) -> Response<Full<Bytes>> {
+    body: Option<Body>,
+) -> Reply {
     match (method, name) {
         ("GET", None) => {
             let fields = query_param(query, "fieldSelector");
@@ -500,7 +899,7 @@ fn slices(
                     .find_map(|t| t.strip_prefix("spec.nodeName="))
                     .map(str::to_owned)
             });
-            let candidates: Vec<&Value> = match &node {
+            let candidates: Vec<&Stored> = match &node {
                 Some(n) => s
                     .by_node
                     .get(n)
@@ -510,48 +909,38 @@ fn slices(
                     .collect(),
                 None => s.slices.values().collect(),
             };
-            let items: Vec<Value> = candidates
+            let items: Vec<Bytes> = candidates
                 .into_iter()
-                .filter(|v| selected(fields.as_deref(), |k| slice_field(v, k)))
-                .filter(|v| {
-                    selected(labels.as_deref(), |k| {
-                        v["metadata"]["labels"][k].as_str().map(str::to_owned)
-                    })
-                })
-                .cloned()
+                .filter(|v| selected(fields.as_deref(), |k| v.field(k)))
+                .filter(|v| selected(labels.as_deref(), |k| v.labels.get(k).cloned()))
+                .map(|v| v.json.clone())
                 .collect();
-            answer(
-                200,
-                &json!({"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
-                        "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
-            )
+            Reply::List {
+                kind: "ResourceSliceList",
+                api_version: "resource.k8s.io/v1",
+                resource_version: s.rv.to_string(),
+                items,
+            }
         }
         ("GET", Some(n)) => match s.slices.get(n) {
-            Some(v) => answer(200, v),
-            None => status(
-                404,
-                "NotFound",
-                &format!("resourceslices \"{n}\" not found"),
-            ),
+            Some(v) => Reply::Stored(200, v.json.clone()),
+            None => not_found(n),
         },
         ("POST", None) => {
-            let Some(mut obj) = body else {
+            let Some(body) = body else {
                 return status(400, "BadRequest", "no body");
             };
-            let Some(n) = obj["metadata"]["name"].as_str().map(str::to_owned) else {
+            let Some(n) = body.name() else {
                 return status(422, "Invalid", "metadata.name: Required value");
             };
             if s.slices.contains_key(&n) {
                 return status(
                     409,
                     "AlreadyExists",
-                    &format!("resourceslices \"{n}\" already exists"),
+                    &format!("resourceslices.resource.k8s.io \"{n}\" already exists"),
                 );
             }
-            if obj["metadata"]
-                .get("resourceVersion")
-                .is_some_and(|v| !v.is_null())
-            {
+            if body.has_resource_version() {
                 return status(
                     422,
                     "Invalid",
@@ -559,32 +948,24 @@ fn slices(
                 );
             }
             s.rv += 1;
-            obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
-            obj["metadata"]["uid"] = json!(format!("slice-uid-{}", s.rv));
-            index(s, &n, &obj);
-            s.slices.insert(n, obj.clone());
-            answer(201, &obj)
+            let stored = body.into_stored(s.rv.to_string(), format!("slice-uid-{}", s.rv));
+            index(s, &stored);
+            let json = stored.json.clone();
+            s.slices.insert(n, stored);
+            Reply::Stored(201, json)
         }
         ("PUT", Some(n)) => {
-            let Some(mut obj) = body else {
+            let Some(body) = body else {
                 return status(400, "BadRequest", "no body");
             };
             if let Some(f) = s.before_put.take() {
-                let State { slices, rv, .. } = s;
-                f(slices, rv);
+                f(s);
             }
             let Some(current) = s.slices.get(n) else {
-                return status(
-                    404,
-                    "NotFound",
-                    &format!("resourceslices \"{n}\" not found"),
-                );
+                return not_found(n);
             };
-            let sent = obj["metadata"]["resourceVersion"].as_str().unwrap_or("");
-            if sent
-                != current["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or("-")
+            if body.meta_str("resourceVersion").as_deref()
+                != Some(current.resource_version.as_str())
             {
                 return status(
                     409,
@@ -594,24 +975,20 @@ fn slices(
                     ),
                 );
             }
-            let uid = current["metadata"]["uid"].clone();
+            let uid = current.uid.clone();
             s.rv += 1;
-            obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
-            obj["metadata"]["uid"] = uid;
-            index(s, n, &obj);
-            s.slices.insert(n.to_owned(), obj.clone());
-            answer(200, &obj)
+            let stored = body.into_stored(s.rv.to_string(), uid);
+            index(s, &stored);
+            let json = stored.json.clone();
+            s.slices.insert(n.to_owned(), stored);
+            Reply::Stored(200, json)
         }
         ("DELETE", Some(n)) => match s.slices.remove(n) {
             Some(v) => {
                 s.rv += 1;
-                answer(200, &v)
+                Reply::Stored(200, v.json)
             }
-            None => status(
-                404,
-                "NotFound",
-                &format!("resourceslices \"{n}\" not found"),
-            ),
+            None => not_found(n),
         },
         _ => status(405, "MethodNotAllowed", "method not allowed"),
     }

@@ -8,7 +8,8 @@
 //! [`claim::prepare_claim`] / [`claim::unprepare_claim`]: [`prepare`] plans an allocation back
 //! onto the host in named steps, [`node`] carries that out (and undoes it), and [`store`] records
 //! what it did. The kubelet plugin hands the result to the container runtime as a CDI spec
-//! ([`cdi`]) carrying KubeVirt's device metadata ([`metadata`]).
+//! ([`cdi`]) carrying KubeVirt's device metadata ([`metadata`]). Before 1.36.2 a layout config
+//! picks the size each GPU offers ([`sizes`]).
 
 pub mod build;
 pub mod cdi;
@@ -21,6 +22,7 @@ pub mod names;
 pub mod node;
 pub mod prepare;
 pub mod rules;
+pub mod sizes;
 pub mod store;
 pub mod version;
 
@@ -30,5 +32,6 @@ pub use claim::{
     unprepare_claim,
 };
 pub use device_name::DeviceName;
+pub use sizes::{LayoutSizes, layout_sizes};
 pub use store::{ClaimStore, DEFAULT_STATE_DIR};
 pub use version::{DEFAULT_DRIVER, Encoding, K8sVersion};
