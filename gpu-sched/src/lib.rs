@@ -49,6 +49,7 @@
 
 mod classes;
 mod error;
+mod members;
 mod node;
 mod plan;
 mod policy;
