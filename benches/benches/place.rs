@@ -7,6 +7,11 @@
 //! - `place/8gpu_whole`: an 8-whole-GPU Machine on a fleet of 1,000 8-GPU passthrough nodes.
 //! - `place/56_mig_slices`: 56 one-slice MIG vGPUs (a whole 8-GPU H200 node) on 1,000 such nodes.
 //! - `place/scaling/<nodes>`: as `single`, from 100 to 100,000 nodes.
+//! - `place/discovered_10k/{place,refusal,mixed}`: 10,000 nodes built as a binding builds them,
+//!   from discovered host trees (an L40S with 16 VFs, an A2 with 16 VFs, an 8-GPU H200 in MIG
+//!   mode, a whole-GPU host; `support/hosts.rs`) through `gpu_health::open_node` and
+//!   `FleetState::add_node`: a placement, a refusal (a count no node holds, each host's in
+//!   turn), and one operation of a scheduler's mixed loop (70% place, 20% refusal, 10% release).
 //!
 //! Placed Machines are released outside the timed sections, so every sample sees a fleet with
 //! room; the memory of the 10k fleet is printed before the runs.
@@ -17,6 +22,10 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use gpu_core::Machine;
 use gpu_sched::{FleetState, Policy};
+#[allow(dead_code)] // writing the trees out is the `host_trees` example's part
+#[path = "support/hosts.rs"]
+mod hosts;
+
 use gpuslice_benches::fleetgen::{
     all_slices_machine, eight_gpu_machine, h200_fleet, mixed_fleet, whole_fleet, workload_machine,
 };
@@ -157,6 +166,8 @@ fn bench_place(c: &mut Criterion) {
     });
     drop(mig);
 
+    bench_discovered(&mut g);
+
     for nodes in [100usize, 1_000, 10_000, 100_000] {
         // Fleets are built only for the benches selected, one at a time.
         let mut fleet: Option<FleetState> = None;
@@ -169,6 +180,131 @@ fn bench_place(c: &mut Criterion) {
         drop(fleet);
     }
     g.finish();
+}
+
+/// The hosts' short names, in the order `hosts::discovered_hosts` gives them.
+const HOSTS: [&str; 4] = ["l40s", "a2", "h200", "whole"];
+
+/// A Machine of one device that fits on a fresh node of `host`, or, with `count`, one that no
+/// node holds.
+fn host_machine(name: &str, host: &str, count: Option<u32>) -> Machine {
+    let mut d = gpu_core::DeviceRequest {
+        name: "gpu".into(),
+        count,
+        ..gpu_core::DeviceRequest::default()
+    };
+    match host {
+        "l40s" => d.profile = Some("L40S-8Q".into()),
+        "a2" => d.profile = Some("A2-4Q".into()),
+        "h200" => d.profile = Some("H200X-1-18C".into()),
+        _ => d.vendor = Some("nvidia".into()),
+    }
+    Machine {
+        name: name.into(),
+        devices: vec![d],
+        ..Machine::default()
+    }
+}
+
+/// A small seeded generator, so that every run draws the same operations.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) as usize) % n.max(1)
+    }
+}
+
+fn bench_discovered(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    let protos = match hosts::discovered_hosts() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("bench hosts: {e}");
+            std::process::exit(1);
+        }
+    };
+    let t = Instant::now();
+    let mut state = build(gpu_core::Fleet::default());
+    for i in 0..10_000 {
+        let (host, proto) = &protos[i % protos.len()];
+        let mut topo = proto.clone();
+        topo.node = format!("{host}-{i:05}");
+        if let Err(e) = state.add_node(topo) {
+            eprintln!("bench node {i}: {e}");
+            std::process::exit(1);
+        }
+    }
+    println!(
+        "discovered_10k: 10,000 nodes of {} discovered hosts added in {:.2} s",
+        protos.len(),
+        t.elapsed().as_secs_f64()
+    );
+    let fits: Vec<Machine> = HOSTS.iter().map(|h| host_machine("vm", h, None)).collect();
+    let refused: Vec<Machine> = HOSTS
+        .iter()
+        .map(|h| host_machine(&format!("no-{h}"), h, Some(999)))
+        .collect();
+    g.sample_size(20).measurement_time(Duration::from_secs(3));
+    let mut k = 0usize;
+    g.bench_function("discovered_10k/place", |b| {
+        b.iter(|| {
+            k += 1;
+            black_box(
+                state
+                    .try_place(&fits[k % fits.len()], Policy::Binpack)
+                    .is_ok(),
+            )
+        });
+    });
+    g.bench_function("discovered_10k/refusal", |b| {
+        b.iter(|| {
+            k += 1;
+            black_box(
+                state
+                    .try_place(&refused[k % refused.len()], Policy::Binpack)
+                    .is_err(),
+            )
+        });
+    });
+    let mut rng = Lcg(7);
+    let mut placed: Vec<String> = Vec::new();
+    let (mut n, mut ops) = (0usize, 0u64);
+    // Every 10,000 operations (the loop the Python and Node benches run) the Machines still
+    // placed are released, untimed, so that the fleet never fills up.
+    g.bench_function("discovered_10k/mixed", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let r = rng.below(10);
+                let t = Instant::now();
+                if r < 7 {
+                    n += 1;
+                    let m = host_machine(&format!("m-{n}"), HOSTS[rng.below(4)], None);
+                    if state.place(&m, Policy::Binpack).is_ok() {
+                        placed.push(m.name);
+                    }
+                } else if r < 9 {
+                    let m = &refused[rng.below(refused.len())];
+                    black_box(state.place(m, Policy::Binpack).is_err());
+                } else if !placed.is_empty() {
+                    let name = placed.swap_remove(rng.below(placed.len()));
+                    black_box(state.release(&name).is_ok());
+                }
+                total += t.elapsed();
+                ops += 1;
+                if ops % 10_000 == 0 {
+                    for name in placed.drain(..) {
+                        let _ = state.release(&name);
+                    }
+                }
+            }
+            total
+        });
+    });
 }
 
 criterion_group!(benches, bench_place);

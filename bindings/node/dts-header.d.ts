@@ -244,6 +244,8 @@ export interface DegradedDevice {
 /** What `place` returns: the allocation, and the devices on Degraded GPUs when any. */
 export interface Placement extends Allocation {
   degraded?: DegradedDevice[]
+  /** True when the Machine was placed already, unchanged: its existing placement, nothing charged. */
+  alreadyPlaced?: boolean
 }
 
 /** The scheduler's state as data: what `Fleet#toJSON` writes and `Fleet.fromJSON` reads. */

@@ -705,9 +705,10 @@ export declare class Fleet {
    * with `degraded` listing the devices that landed on Degraded GPUs when any did. With
    * `dryRun: true`, returns where it would go and records nothing.
    *
+   * A Machine already placed with the same requests gets its placement back
+   * (`alreadyPlaced: true`, nothing charged again), so a retry after a timeout is safe.
    * Throws `UNSATISFIABLE` (with `reasons`) when no node can hold it, `INVALID_REQUEST` when
    * the Machine is malformed, already placed with other requests, or the policy is unknown.
-   * A Machine placed already, unchanged, gets its placement back with `alreadyPlaced: true`.
    */
   place(machine: Machine | string, options?: PlaceOptions): Placement
   /**

@@ -16,11 +16,12 @@
 //! node states, not with the fleet. The full scan is kept for tests ([`crate::FleetState`]'s
 //! `refusal_by_full_scan` under the `testing` feature) and a property checks both agree.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::members::{Members, Names};
 use crate::node::NodeState;
 
 /// A signature: the words a node's fit-relevant state writes.
@@ -168,16 +169,17 @@ pub(crate) struct Inner {
     shape_of: Vec<u32>,
     digest_of: Vec<u64>,
     class_of: Vec<Option<Arc<[u64]>>>,
-    names: Vec<Option<Arc<str>>>,
+    /// Names by slot, kept as they were by the refusals that hold a snapshot.
+    pub(crate) names: Names,
     dirty: Vec<u32>,
     is_dirty: Vec<bool>,
     /// Static digest -> (shape, a member to compare with).
     registry: HashMap<u64, Vec<(u32, u32)>>,
     next_shape: u32,
     /// Members per shape.
-    pub(crate) shapes: HashMap<u32, BTreeSet<u32>>,
+    pub(crate) shapes: HashMap<u32, Members>,
     /// Members per class signature (the first word is the shape).
-    pub(crate) classes: HashMap<Arc<[u64]>, BTreeSet<u32>>,
+    pub(crate) classes: HashMap<Arc<[u64]>, Members>,
 }
 
 /// The groupings, behind a lock so that a refusal (which only reads the fleet) can re-file the
@@ -245,7 +247,7 @@ impl Classes {
         inner.shapes.entry(sid).or_default().insert(id);
         inner.shape_of[slot] = sid;
         inner.digest_of[slot] = d;
-        inner.names[slot] = Some(Arc::from(n.name()));
+        inner.names.set(slot, Some(Arc::from(n.name())));
         inner.mark(slot);
     }
 
@@ -264,7 +266,6 @@ impl Inner {
             self.shape_of.resize(n, NONE);
             self.digest_of.resize(n, 0);
             self.class_of.resize(n, None);
-            self.names.resize(n, None);
             self.is_dirty.resize(n, false);
         }
     }
@@ -287,8 +288,8 @@ impl Inner {
         let id = u32::try_from(slot).unwrap_or(NONE);
         let mut next = None;
         if let Some(m) = self.shapes.get_mut(&sid) {
-            m.remove(&id);
-            next = m.iter().next().copied();
+            m.remove(id);
+            next = m.first();
             if m.is_empty() {
                 self.shapes.remove(&sid);
             }
@@ -304,7 +305,7 @@ impl Inner {
             }
         }
         self.shape_of[slot] = NONE;
-        self.names[slot] = None;
+        self.names.set(slot, None);
     }
 
     /// Re-files the nodes changed since the last call.
@@ -314,7 +315,7 @@ impl Inner {
             self.is_dirty[i] = false;
             if let Some(old) = self.class_of[i].take() {
                 if let Some(m) = self.classes.get_mut(&old) {
-                    m.remove(&id);
+                    m.remove(id);
                     if m.is_empty() {
                         self.classes.remove(&old);
                     }
@@ -336,8 +337,13 @@ impl Inner {
         }
     }
 
-    /// The name of a filed node.
-    pub(crate) fn name(&self, slot: u32) -> Option<&Arc<str>> {
-        self.names.get(slot as usize).and_then(Option::as_ref)
+    /// Nodes filed, each in its one shape.
+    pub(crate) fn filed(&self) -> usize {
+        self.shapes.values().map(Members::len).sum()
+    }
+
+    /// Whether the node in `slot` is filed.
+    pub(crate) fn is_filed(&self, slot: u32) -> bool {
+        self.shape_of.get(slot as usize).is_some_and(|&s| s != NONE)
     }
 }

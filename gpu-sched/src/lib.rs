@@ -38,7 +38,9 @@
 //! **Speed and size.** Per profile class and per vendor, a sorted index of `(free count, node)`
 //! gives the candidate nodes in policy order without scanning the fleet. A refusal fits one
 //! node per group of nodes whose state a fit cannot tell apart (same shape, same usage) and
-//! counts the rest, with the same result as asking every node. Nodes keep no topology of their
+//! counts the rest, with the same result as asking every node; each group's nodes are a
+//! reference-counted snapshot of the fleet's own member set, so a refusal does not grow with the
+//! fleet and one kept for later still reads as it was. Nodes keep no topology of their
 //! own: GPUs, parents, pools, profile lists, instance counts and offers are interned fleet-wide
 //! (every host of the same hardware, every VF of a GPU model and driver, reads the same), a VF's
 //! accounting is a few counters, and [`FleetState::nodes`] rebuilds the topologies on demand.
@@ -49,6 +51,7 @@
 
 mod classes;
 mod error;
+mod members;
 mod node;
 mod plan;
 mod policy;

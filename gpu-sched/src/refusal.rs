@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::members::{Members, Names};
+
 /// The kind of a per-node reason. JSON: the variant name (`TopologyUnsatisfiable`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ReasonKind {
@@ -225,9 +227,11 @@ pub struct NodeRefusal {
 /// Why a Machine could not be placed anywhere: every node considered, with its reasons.
 ///
 /// Nodes that gave the same reasons are held together (a refusal on a large fleet names
-/// thousands of nodes but says a handful of different things); [`Refusal::nodes`] lists them
-/// node by node. JSON: `{"machine", "nodesTotal", "nodes": [{"node", "reasons"}]}`, nodes in
-/// node order.
+/// thousands of nodes but says a handful of different things): a group is the reasons and a
+/// snapshot of the fleet's own set of nodes in that state, taken by reference count, so that a
+/// refusal costs in proportion to the number of groups, not to the fleet.
+/// [`Refusal::nodes`] lists them node by node. JSON: `{"machine", "nodesTotal", "nodes":
+/// [{"node", "reasons"}]}`, nodes in node order.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(into = "RefusalDoc", from = "RefusalDoc")]
 pub struct Refusal {
@@ -238,14 +242,19 @@ pub struct Refusal {
     /// The one node the Machine was asked to go to (`targetNode`, `--target-node`, a
     /// migration's destination): the message then names it.
     pub target: Option<String>,
-    /// Nodes with the same reasons, each node with its place in node order.
+    /// Nodes with the same reasons, each node by its place in node order.
     groups: Vec<RefusedGroup>,
+    /// The nodes' names by place, as they were when the Machine was refused.
+    names: Names,
+    /// A place the refusal did not consider (a migration's source), left out of every group.
+    skip: Option<u32>,
 }
 
+/// Nodes (by place) that gave the same reasons.
 #[derive(Debug, Clone)]
 pub(crate) struct RefusedGroup {
     pub reasons: Vec<Reason>,
-    pub nodes: Vec<(u32, Arc<str>)>,
+    pub members: Members,
 }
 
 /// The document form of a [`Refusal`].
@@ -294,17 +303,22 @@ impl Refusal {
     /// A refusal from its nodes' reasons (in node order).
     pub fn from_nodes(machine: String, nodes_total: usize, nodes: Vec<NodeRefusal>) -> Self {
         let mut groups: Vec<RefusedGroup> = Vec::new();
+        let mut names = Names::default();
         let mut by_reasons: HashMap<Vec<Reason>, usize> = HashMap::new();
         for (i, n) in nodes.into_iter().enumerate() {
             let at = u32::try_from(i).unwrap_or(u32::MAX);
-            let name: Arc<str> = Arc::from(n.node);
+            names.set(i, Some(Arc::from(n.node)));
             match by_reasons.get(&n.reasons) {
-                Some(&g) => groups[g].nodes.push((at, name)),
+                Some(&g) => {
+                    groups[g].members.insert(at);
+                }
                 None => {
                     by_reasons.insert(n.reasons.clone(), groups.len());
+                    let mut members = Members::default();
+                    members.insert(at);
                     groups.push(RefusedGroup {
                         reasons: n.reasons,
-                        nodes: vec![(at, name)],
+                        members,
                     });
                 }
             }
@@ -314,6 +328,8 @@ impl Refusal {
             nodes_total,
             target: None,
             groups,
+            names,
+            skip: None,
         }
     }
 
@@ -323,31 +339,55 @@ impl Refusal {
         self
     }
 
+    /// A refusal from groups of the fleet's nodes: `names` gives their names, `skip` a place
+    /// left out of every group.
     pub(crate) fn from_groups(
         machine: String,
         nodes_total: usize,
         groups: Vec<RefusedGroup>,
+        names: Names,
+        skip: Option<u32>,
     ) -> Self {
         Refusal {
             machine,
             nodes_total,
             target: None,
             groups,
+            names,
+            skip,
         }
+    }
+
+    /// The places of a group, in node order, without the skipped one.
+    fn places<'a>(&'a self, g: &'a RefusedGroup) -> impl Iterator<Item = u32> + 'a {
+        g.members.iter().filter(move |&p| Some(p) != self.skip)
+    }
+
+    /// How many nodes of a group refused.
+    fn count(&self, g: &RefusedGroup) -> usize {
+        let skipped = self.skip.is_some_and(|s| g.members.contains(s));
+        g.members.len() - usize::from(skipped)
+    }
+
+    /// The name of the node at a place.
+    fn name(&self, place: u32) -> String {
+        self.names
+            .get(place)
+            .map_or_else(String::new, |n| n.to_string())
     }
 
     /// Nodes that were considered and refused, in node order, each with its reasons (built on
     /// each call: a refusal keeps nodes with the same reasons together).
     pub fn nodes(&self) -> Vec<NodeRefusal> {
-        let mut all: Vec<(u32, &Arc<str>, &Vec<Reason>)> = self
+        let mut all: Vec<(u32, &Vec<Reason>)> = self
             .groups
             .iter()
-            .flat_map(|g| g.nodes.iter().map(move |(at, n)| (*at, n, &g.reasons)))
+            .flat_map(|g| self.places(g).map(move |p| (p, &g.reasons)))
             .collect();
         all.sort_by_key(|e| e.0);
         all.into_iter()
-            .map(|(_, n, r)| NodeRefusal {
-                node: n.to_string(),
+            .map(|(p, r)| NodeRefusal {
+                node: self.name(p),
                 reasons: r.clone(),
             })
             .collect()
@@ -355,14 +395,17 @@ impl Refusal {
 
     /// How many nodes refused (those considered and not fitting).
     pub fn refused_count(&self) -> usize {
-        self.groups.iter().map(|g| g.nodes.len()).sum()
+        self.groups.iter().map(|g| self.count(g)).sum()
     }
 
     /// The reasons one node gave, if it refused.
     pub fn reasons_of(&self, node: &str) -> Option<&[Reason]> {
         self.groups
             .iter()
-            .find(|g| g.nodes.iter().any(|(_, n)| &**n == node))
+            .find(|g| {
+                self.places(g)
+                    .any(|p| self.names.get(p).is_some_and(|n| &**n == node))
+            })
             .map(|g| g.reasons.as_slice())
     }
 
@@ -371,7 +414,8 @@ impl Refusal {
     pub fn groups(&self) -> Vec<(usize, String)> {
         let mut by_text: BTreeMap<String, usize> = BTreeMap::new();
         for g in &self.groups {
-            if g.nodes.is_empty() {
+            let count = self.count(g);
+            if count == 0 {
                 continue;
             }
             let text = g
@@ -380,7 +424,7 @@ impl Refusal {
                 .map(Reason::to_string)
                 .collect::<Vec<_>>()
                 .join(" and ");
-            *by_text.entry(text).or_default() += g.nodes.len();
+            *by_text.entry(text).or_default() += count;
         }
         let mut groups: Vec<(usize, String)> = by_text.into_iter().map(|(t, c)| (c, t)).collect();
         groups.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
@@ -413,8 +457,8 @@ impl Refusal {
     }
 }
 
-/// One set of reasons with the nodes (place in node order, name) that gave it.
-type Merged<'a> = (&'a Vec<Reason>, Vec<&'a (u32, Arc<str>)>);
+/// One set of reasons with the groups that gave it.
+type Merged<'a> = (&'a Vec<Reason>, Vec<&'a RefusedGroup>);
 
 /// How many node names a [`RefusalGroup`] lists.
 pub const FIRST_NODES: usize = 5;
@@ -458,19 +502,19 @@ pub struct RefusalReport {
 }
 
 impl Refusal {
-    /// The internal groups merged by equal reasons: (reasons, node positions and names).
+    /// The internal groups merged by equal reasons, groups without a refused node left out.
     fn merged(&self) -> Vec<Merged<'_>> {
         let mut out: Vec<Merged<'_>> = Vec::new();
         let mut at: HashMap<&Vec<Reason>, usize> = HashMap::new();
         for g in &self.groups {
-            if g.nodes.is_empty() {
+            if self.count(g) == 0 {
                 continue;
             }
             match at.get(&g.reasons) {
-                Some(&i) => out[i].1.extend(g.nodes.iter()),
+                Some(&i) => out[i].1.push(g),
                 None => {
                     at.insert(&g.reasons, out.len());
-                    out.push((&g.reasons, g.nodes.iter().collect()));
+                    out.push((&g.reasons, vec![g]));
                 }
             }
         }
@@ -478,29 +522,26 @@ impl Refusal {
     }
 
     /// The grouped summary: one [`RefusalGroup`] per set of reasons, most nodes first (ties:
-    /// the group whose first node comes first). Costs one pass over the refused nodes' places,
-    /// no per-node allocation.
+    /// the group whose first node comes first). Reads the first few places of each group: its
+    /// cost does not grow with the number of nodes.
     pub fn summary(&self) -> Vec<RefusalGroup> {
         let mut groups: Vec<(u32, RefusalGroup)> = self
             .merged()
             .into_iter()
-            .map(|(reasons, nodes)| {
-                // The first few by place, without sorting the group.
-                let mut first: Vec<&(u32, Arc<str>)> = Vec::with_capacity(FIRST_NODES + 1);
-                for n in &nodes {
-                    if first.len() == FIRST_NODES && first.last().is_some_and(|l| l.0 < n.0) {
-                        continue;
-                    }
-                    let i = first.partition_point(|f| f.0 < n.0);
-                    first.insert(i, n);
-                    first.truncate(FIRST_NODES);
-                }
-                let lead = first.first().map_or(u32::MAX, |f| f.0);
+            .map(|(reasons, parts)| {
+                // Each part is in node order: its first few are the candidates.
+                let mut first: Vec<u32> = parts
+                    .iter()
+                    .flat_map(|g| self.places(g).take(FIRST_NODES))
+                    .collect();
+                first.sort_unstable();
+                first.truncate(FIRST_NODES);
+                let lead = first.first().copied().unwrap_or(u32::MAX);
                 (
                     lead,
                     RefusalGroup {
-                        node_count: nodes.len(),
-                        first_nodes: first.iter().map(|f| f.1.to_string()).collect(),
+                        node_count: parts.iter().map(|g| self.count(g)).sum(),
+                        first_nodes: first.iter().map(|&p| self.name(p)).collect(),
                         reasons: reasons.clone(),
                     },
                 )
@@ -516,14 +557,14 @@ impl Refusal {
         let Some(want) = summary.get(i) else {
             return Vec::new();
         };
-        let mut nodes: Vec<&(u32, Arc<str>)> = self
+        let mut places: Vec<u32> = self
             .merged()
             .into_iter()
             .find(|(r, _)| **r == want.reasons)
-            .map(|(_, n)| n)
+            .map(|(_, parts)| parts.iter().flat_map(|g| self.places(g)).collect())
             .unwrap_or_default();
-        nodes.sort_by_key(|n| n.0);
-        nodes.iter().map(|n| n.1.to_string()).collect()
+        places.sort_unstable();
+        places.into_iter().map(|p| self.name(p)).collect()
     }
 
     /// The refusal as reported: the summary, and with `detail` every node's reasons.

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::classes::Classes;
 use crate::error::SchedError;
+use crate::members::Members;
 use crate::node::{Charge, NodeState, Pick, ProfileTables, vendor_ix};
 use crate::policy::Policy;
 use crate::refusal::{NodeRefusal, Refusal, RefusedGroup};
@@ -702,34 +703,29 @@ impl FleetState {
     }
 
     /// Says why no node can take the Machine: one fit per group of nodes in the same state
-    /// (see `classes.rs`), the same answer as asking every node.
+    /// (see `classes.rs`), the same answer as asking every node. The refusal keeps snapshots of
+    /// the groups' member sets and of the names (reference counts, see `members.rs`): its cost
+    /// grows with the number of different node states, not with the fleet.
     fn refuse(&self, m: &Resolved, policy: Policy, exclude: Option<usize>) -> Refusal {
         let mut c = self.classes.lock();
         c.refresh(&self.slots);
         let ex = exclude.and_then(|e| u32::try_from(e).ok());
-        let total = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(i, n)| n.is_some() && exclude != Some(*i))
-            .count();
+        let total = c.filed() - usize::from(ex.is_some_and(|e| c.is_filed(e)));
         let mut groups: Vec<RefusedGroup> = Vec::new();
-        let answer = |members: &BTreeSet<u32>, groups: &mut Vec<RefusedGroup>| {
+        let answer = |members: &Members, groups: &mut Vec<RefusedGroup>| {
             let Some(n) = members
                 .iter()
-                .find(|&&s| Some(s) != ex)
-                .and_then(|&s| self.slots.get(s as usize))
+                .find(|&s| Some(s) != ex)
+                .and_then(|s| self.slots.get(s as usize))
                 .and_then(|s| s.as_deref())
             else {
                 return;
             };
             if let Err(reasons) = n.fit(m, policy) {
-                let nodes = members
-                    .iter()
-                    .filter(|&&s| Some(s) != ex)
-                    .filter_map(|&s| c.name(s).map(|name| (s, Arc::clone(name))))
-                    .collect();
-                groups.push(RefusedGroup { reasons, nodes });
+                groups.push(RefusedGroup {
+                    reasons,
+                    members: members.clone(),
+                });
             }
         };
         // A shape offering none of the requested vGPU profiles refuses whatever its usage.
@@ -737,9 +733,8 @@ impl FleetState {
         if m.reqs.iter().all(Req::is_vgpu) {
             for (&sid, members) in &c.shapes {
                 let rep = members
-                    .iter()
-                    .next()
-                    .and_then(|&s| self.slots.get(s as usize))
+                    .first()
+                    .and_then(|s| self.slots.get(s as usize))
                     .and_then(|s| s.as_deref());
                 let Some(n) = rep else { continue };
                 let none = m.reqs.iter().all(|r| match &r.kind {
@@ -759,7 +754,7 @@ impl FleetState {
             }
             answer(members, &mut groups);
         }
-        Refusal::from_groups(m.name.clone(), total, groups)
+        Refusal::from_groups(m.name.clone(), total, groups, c.names.clone(), ex)
     }
 
     /// Asks every node why it cannot take the Machine (the reference for [`Self::refuse`]).

@@ -1215,16 +1215,14 @@ proptest! {
         policy in policy()
     ) {
         let mut s = state(nodes);
-        for step in &life {
-            if let Step::Place(m) = step {
-                let _ = s.place(m, policy);
-            }
-        }
+        apply(&mut s, &life, policy);
+        let mut kept: Vec<(gpu_sched::Refusal, Vec<gpu_sched::NodeRefusal>, Vec<gpu_sched::RefusalGroup>)> = Vec::new();
         for m in &probes {
             let Err(gpu_sched::SchedError::Unsatisfiable(r)) = s.try_place(m, policy) else {
                 continue;
             };
             let full = s.refusal_by_full_scan(m, policy).unwrap();
+            kept.push((r.clone(), full.nodes(), r.summary()));
             let summary = r.summary();
             // Expanding every group gives back every node with its reasons, in node order.
             let mut expanded: Vec<gpu_sched::NodeRefusal> = Vec::new();
@@ -1252,6 +1250,39 @@ proptest! {
             prop_assert_eq!(brief.nodes_refused, full.refused_count());
             prop_assert_eq!(&brief.groups, &summary);
             prop_assert_eq!(r.report(true).nodes, Some(full.nodes()));
+        }
+        // A refusal kept while the fleet changes (placements, releases, a new snapshot, a node
+        // removed) still says what the fleet said when it refused.
+        apply(&mut s, &life, policy);
+        let names: Vec<String> = s.nodes().map(|n| n.node).collect();
+        s.remove_node(&names[0]).unwrap();
+        let mut renamed = s.nodes().next().unwrap();
+        renamed.node = "zz-new".into();
+        s.add_node(renamed).unwrap();
+        for m in &probes {
+            let _ = s.try_place(m, policy);
+        }
+        for (r, nodes, summary) in &kept {
+            prop_assert_eq!(&r.nodes(), nodes);
+            prop_assert_eq!(&r.summary(), summary);
+            prop_assert_eq!(r.refused_count(), nodes.len());
+        }
+    }
+}
+
+/// Runs a fleet's life: placements, and releases of the `k`-th placed Machine.
+fn apply(s: &mut FleetState, life: &[Step], policy: Policy) {
+    for step in life {
+        match step {
+            Step::Place(m) => {
+                let _ = s.place(m, policy);
+            }
+            Step::Release(k) => {
+                let placed = s.allocations();
+                if !placed.is_empty() {
+                    s.release(&placed[k % placed.len()].machine).unwrap();
+                }
+            }
         }
     }
 }

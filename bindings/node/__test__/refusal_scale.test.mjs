@@ -52,6 +52,36 @@ test('the per-node reasons are built when read and equal the refusal nodes', () 
   })
 })
 
+test('a kept refusal still says what it said after the fleet changes', () => {
+  const fleet = many()
+  let kept
+  assert.throws(() => fleet.place(tooMany), (err) => {
+    kept = err
+    return true
+  })
+  const groups = kept.groups
+  for (let i = 0; i < 50; i++) {
+    fleet.place({ name: `m${i}`, devices: [{ name: 'gpu', profile: 'T4-4C' }] })
+  }
+  fleet.release('m3')
+  fleet.removeNode('n000')
+  // The fleet changed: a new refusal says other things, on fewer nodes.
+  assert.throws(() => fleet.place(tooMany), (err) => {
+    assert.equal(err.refusal.nodesTotal, 199)
+    assert.ok(err.groups.length >= 2)
+    return true
+  })
+  // The kept one, read only now, is what the fleet said then.
+  assert.deepEqual(kept.groups, groups)
+  const reasons = kept.reasons
+  assert.equal(reasons.length, 200)
+  assert.deepEqual(
+    reasons.map((n) => n.node),
+    names,
+  )
+  for (const n of reasons) assert.deepEqual(n.reasons, groups[0].reasons)
+})
+
 test('many nodes of one shape are written once and read back', () => {
   const fleet = many()
   const text = fleet.toText()

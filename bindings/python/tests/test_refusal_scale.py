@@ -62,6 +62,30 @@ def test_the_per_node_reasons_are_a_lazy_sequence_equal_to_the_detail(many):
         err.reasons[200]
 
 
+def test_a_kept_refusal_still_says_what_it_said_after_the_fleet_changes(many):
+    with pytest.raises(gpuslice.Unsatisfiable) as info:
+        many.place(T4)
+    err = info.value
+    groups = err.groups
+
+    for i in range(50):
+        many.place({"name": f"m{i}", "devices": [{"name": "gpu", "profile": "T4-4C"}]})
+    many.release("m3")
+    many.remove_node("n000")
+
+    # The fleet changed: a new refusal says other things, on fewer nodes.
+    with pytest.raises(gpuslice.Unsatisfiable) as again:
+        many.place(T4)
+    assert again.value.refusal.nodes_total == 199
+    assert len(again.value.groups) >= 2
+    # The kept one, read only now, is what the fleet said then.
+    assert err.groups == groups
+    assert len(err.reasons) == 200
+    assert err.reasons[0]["node"] == "n000"
+    assert all(n["reasons"] == groups[0]["reasons"] for n in err.reasons)
+    assert [n["node"] for n in err.refusal.detail()] == [f"n{i:03}" for i in range(200)]
+
+
 def test_many_nodes_of_one_shape_are_written_once(many, topology):
     text = many.to_text()
     assert "shapes:" in text
