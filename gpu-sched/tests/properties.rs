@@ -603,7 +603,10 @@ fn check_no_overcommit(f: &Fleet) -> Result<(), String> {
                     pool.charge(pr);
                 }
             }
-            if units > l {
+            // The proportional share is the rule only for a parent whose memory is not known: a
+            // pool counts by memory, as the kernel does (mbochs: 176 MiB free holds one small and
+            // two large, though 44 small or 2 large alone would read as 1 + 44 > 44 shares).
+            if !pools.contains_key(&p.pool_key().to_string()) && units > l {
                 return Err(format!("parent {pid} over-committed: {units}/{l} units"));
             }
         }
