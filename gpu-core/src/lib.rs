@@ -130,8 +130,10 @@ pub fn decode_reader_max<T: serde::de::DeserializeOwned>(
         what: what.to_owned(),
         message,
     };
-    let mut input =
-        std::io::BufReader::with_capacity(64 << 10, limits::JsonBounds::new(reader, max_bytes));
+    let mut bounds = limits::JsonBounds::new(reader, max_bytes);
+    // The decoder takes the buffered reader by value: std reads a `BufReader` byte by byte
+    // from its buffer, a `&mut BufReader` through a whole `read` call per byte.
+    let mut input = std::io::BufReader::with_capacity(64 << 10, &mut bounds);
     // The white space before the first byte that says which syntax it is; YAML keeps it.
     let mut lead: Vec<u8> = Vec::new();
     let first = loop {
@@ -156,11 +158,12 @@ pub fn decode_reader_max<T: serde::de::DeserializeOwned>(
     if matches!(first, Some(b'{' | b'[')) {
         let buffered = input.buffer().to_vec();
         input.get_mut().check_nesting(&buffered).map_err(fail)?;
-        let mut de = serde_json::Deserializer::from_reader(&mut input);
+        let mut de = serde_json::Deserializer::from_reader(input);
         let res = serde_path_to_error::deserialize(&mut de)
             .map_err(located)
             .and_then(|v| de.end().map(|()| v).map_err(|e| e.to_string()));
-        return match (res, input.get_ref().failure()) {
+        drop(de);
+        return match (res, bounds.failure()) {
             (Ok(v), _) => Ok((v, Syntax::Json)),
             (Err(_), Some(bound)) => Err(fail(bound.to_owned())),
             (Err(m), None) => Err(fail(m)),
