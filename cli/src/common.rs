@@ -223,17 +223,75 @@ pub fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
     text.with_context(|| format!("cannot read {what} file {}", path.display()))
 }
 
-/// Reads and decodes a fleet document (`-` for standard input), with the command's cap.
+/// Decodes a document named on the command line as it is read (`-` reads standard input), with
+/// the command's cap: `decode` gets the reader ([`gpu_sysfs::open_document`]: a named file only
+/// if it is a regular file, refused from its size over the cap) and the cap in bytes
+/// ([`gpu_core::decode_reader_max`] and what builds on it). The text is never held whole unless
+/// the decoder needs it (YAML).
+///
+/// With `flag` (`--inventory`) every error is given in `FLAG PATH`, and a document that does not
+/// decode needs no more naming.
 ///
 /// # Errors
-/// As [`read_input`], plus a fleet that does not decode or is inconsistent.
-pub fn read_fleet(path: &Path) -> anyhow::Result<(gpu_core::Fleet, String)> {
+/// As [`read_input`] for the file and its reading (a read stopped at the cap says how to raise
+/// it); a document that does not decode is a [`gpu_core::ConfigDocError`] in `{what} file PATH`
+/// (or in `FLAG PATH`).
+pub fn decode_input<T>(
+    path: &Path,
+    what: &str,
+    flag: Option<&str>,
+    decode: impl FnOnce(&mut gpu_sysfs::Document<'static>, usize) -> Result<T, gpu_core::CoreError>,
+) -> anyhow::Result<T> {
+    let read_context = || {
+        if path.as_os_str() == "-" {
+            format!("cannot read {what} from standard input")
+        } else {
+            format!("cannot read {what} file {}", path.display())
+        }
+    };
     use anyhow::Context;
-    let text = read_input(path, "fleet")?;
-    let fleet = gpu_core::Fleet::from_text_max(&text, document_limit().bytes())
-        .map_err(gpu_core::ConfigDocError)
-        .with_context(|| format!("fleet file {}", path.display()))?;
-    Ok((fleet, text))
+    let limit = document_limit();
+    let decoded = match gpu_sysfs::open_document(path, what, limit) {
+        Err(e) => Err(anyhow::Error::new(e).context(read_context())),
+        Ok(mut doc) => decode(&mut doc, limit.bytes()).map_err(|e| match doc.failure() {
+            // The decoder stopped because the read did: say why the read stopped.
+            Some(read) => anyhow::Error::new(read).context(read_context()),
+            None if flag.is_some() => anyhow::Error::new(gpu_core::ConfigDocError(e)),
+            None => anyhow::Error::new(gpu_core::ConfigDocError(e))
+                .context(format!("{what} file {}", path.display())),
+        }),
+    };
+    match flag {
+        Some(flag) => decoded.with_context(|| format!("{flag} {}", path.display())),
+        None => decoded,
+    }
+}
+
+/// Reads and decodes a fleet document (`-` for standard input), with the command's cap, every
+/// node's topology in full (errors in `FLAG PATH` with `flag`). JSON is decoded as it is read
+/// ([`decode_input`]).
+///
+/// # Errors
+/// As [`decode_input`], plus a fleet that is inconsistent.
+pub fn read_fleet(path: &Path, flag: Option<&str>) -> anyhow::Result<gpu_core::Fleet> {
+    decode_input(path, "fleet", flag, |r, max| {
+        gpu_core::Fleet::from_reader_max(r, max).map(|(f, _)| f)
+    })
+}
+
+/// Reads a fleet document as [`read_fleet`] does with its shapes kept shared (nodes of one
+/// `shapes` entry hold one copy: what a `FleetState` indexes, `FleetState::from_shared`), and
+/// the syntax it was written in.
+///
+/// # Errors
+/// As [`read_fleet`].
+pub fn read_shared_fleet(
+    path: &Path,
+    flag: Option<&str>,
+) -> anyhow::Result<(gpu_core::SharedFleet, gpu_core::Syntax)> {
+    decode_input(path, "fleet", flag, |r, max| {
+        gpu_core::SharedFleet::from_reader_max(r, max)
+    })
 }
 
 /// This host's topology with health graded, from `--root` (a directory or a `*.umockdev`
@@ -282,7 +340,7 @@ pub fn load_nodes(
     let Some(path) = inventory else {
         return Ok((vec![local_topology(g, None, false)?], vec![]));
     };
-    let (fleet, _) = read_fleet(path)?;
+    let fleet = read_fleet(path, None)?;
     Ok((fleet.nodes, fleet.allocations))
 }
 

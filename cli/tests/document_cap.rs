@@ -117,3 +117,72 @@ fn a_fifo_named_as_a_document_is_refused_without_blocking() {
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("is a FIFO"), "{e}");
 }
+
+/// A fleet in the full form, `n` copies of the example fleet's first node, as JSON.
+fn full_fleet(dir: &Path, n: usize) -> String {
+    let example =
+        gpu_core::Fleet::from_text(include_str!("../../examples/fleet/fleet.yaml")).unwrap();
+    let fleet = gpu_core::Fleet {
+        nodes: (0..n)
+            .map(|i| {
+                let mut t = example.nodes[0].clone();
+                t.node = format!("node-{i:03}");
+                t
+            })
+            .collect(),
+        ..gpu_core::Fleet::default()
+    };
+    let p = dir.join("full.json");
+    std::fs::write(&p, fleet.to_text_full(true).unwrap()).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn a_json_fleet_is_decoded_as_it_is_read_within_the_raised_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = full_fleet(dir.path(), 100);
+    let len = std::fs::metadata(&fleet).unwrap().len();
+    assert!(len > 1 << 20 && len < 2 << 20, "{len} bytes");
+    let show = |mib: &str| {
+        gpuslice(
+            &[
+                "topology",
+                "--max-document-mib",
+                mib,
+                "--inventory",
+                &fleet,
+                "--node",
+                "node-099",
+                "-o",
+                "json",
+            ],
+            &[],
+            None,
+        )
+    };
+    let refused = show("1");
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(&format!("fleet is {len} bytes; at most 1 MiB")),
+        "{}",
+        stderr(&refused)
+    );
+    let shown = show("2");
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let t: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(t["node"], "node-099");
+
+    // The same document on standard input is capped as it streams.
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .args(["gpu", "list", "--max-document-mib", "1", "--inventory", "-"])
+        .env_remove("GPUSLICE_MAX_DOCUMENT_MIB")
+        .stdin(std::fs::File::open(&fleet).unwrap())
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("cannot read fleet from standard input") && e.contains("larger than 1048576"),
+        "{e}"
+    );
+}

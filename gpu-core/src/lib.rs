@@ -77,16 +77,6 @@ pub fn decode_text_max<T: serde::de::DeserializeOwned>(
         message,
     };
     limits::check_document_max(text, max_bytes).map_err(fail)?;
-    fn located<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
-        let path = e.path().to_string();
-        let inner = e.inner().to_string();
-        // The YAML decoder names the path itself; JSON's does not.
-        if path == "." || inner.starts_with(&format!("{path}: ")) {
-            inner
-        } else {
-            format!("{path}: {inner}")
-        }
-    }
     let trimmed = text.trim_start();
     let res = if trimmed.starts_with('{') || trimmed.starts_with('[') {
         let mut de = serde_json::Deserializer::from_str(text);
@@ -96,6 +86,100 @@ pub fn decode_text_max<T: serde::de::DeserializeOwned>(
             .map_err(located)
     };
     res.map_err(fail)
+}
+
+fn located<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
+    let path = e.path().to_string();
+    let inner = e.inner().to_string();
+    // The YAML decoder names the path itself; JSON's does not.
+    if path == "." || inner.starts_with(&format!("{path}: ")) {
+        inner
+    } else {
+        format!("{path}: {inner}")
+    }
+}
+
+/// The syntax a document was written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Syntax {
+    /// JSON (the text starts with `{` or `[`).
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// Decodes JSON or YAML read from `reader` into `T`, naming `what` in the error, with a size cap
+/// of `max_bytes`: [`decode_text_max`] without holding the text.
+///
+/// JSON is decoded as it is read (its size and nesting checked on the bytes as they pass,
+/// [`limits::JsonBounds`]), so memory stays near the decoded value's size whatever the text's.
+/// YAML cannot be: its decoder (libyaml's event stream, loaded whole before `serde` sees a value)
+/// takes the whole text, so a YAML document is read up to the cap and then decoded. Which one it
+/// is shows from the first byte that is not white space, as in [`decode_text_max`].
+///
+/// # Errors
+/// As [`decode_text_max`]; a read error or a broken bound is a [`CoreError::Decode`] with its
+/// message (a caller that capped the reader itself can tell its own refusal apart first).
+pub fn decode_reader_max<T: serde::de::DeserializeOwned>(
+    what: &str,
+    reader: impl std::io::Read,
+    max_bytes: usize,
+) -> Result<(T, Syntax), CoreError> {
+    use std::io::{BufRead, Read};
+    let fail = |message: String| CoreError::Decode {
+        what: what.to_owned(),
+        message,
+    };
+    let mut bounds = limits::JsonBounds::new(reader, max_bytes);
+    // The decoder takes the buffered reader by value: std reads a `BufReader` byte by byte
+    // from its buffer, a `&mut BufReader` through a whole `read` call per byte.
+    let mut input = std::io::BufReader::with_capacity(64 << 10, &mut bounds);
+    // The white space before the first byte that says which syntax it is; YAML keeps it.
+    let mut lead: Vec<u8> = Vec::new();
+    let first = loop {
+        let buf = input.fill_buf().map_err(|e| fail(e.to_string()))?;
+        if buf.is_empty() {
+            break None;
+        }
+        match buf.iter().position(|b| !b.is_ascii_whitespace()) {
+            Some(i) => {
+                let first = buf[i];
+                lead.extend_from_slice(&buf[..i]);
+                input.consume(i);
+                break Some(first);
+            }
+            None => {
+                let n = buf.len();
+                lead.extend_from_slice(buf);
+                input.consume(n);
+            }
+        }
+    };
+    if matches!(first, Some(b'{' | b'[')) {
+        let buffered = input.buffer().to_vec();
+        input.get_mut().check_nesting(&buffered).map_err(fail)?;
+        let mut de = serde_json::Deserializer::from_reader(input);
+        let res = serde_path_to_error::deserialize(&mut de)
+            .map_err(located)
+            .and_then(|v| de.end().map(|()| v).map_err(|e| e.to_string()));
+        drop(de);
+        return match (res, bounds.failure()) {
+            (Ok(v), _) => Ok((v, Syntax::Json)),
+            (Err(_), Some(bound)) => Err(fail(bound.to_owned())),
+            (Err(m), None) => Err(fail(m)),
+        };
+    }
+    let mut bytes = lead;
+    input
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        fail(format!(
+            "not UTF-8 text (byte {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    decode_text_max(what, &text, max_bytes).map(|v| (v, Syntax::Yaml))
 }
 
 /// Checks a node, machine or request name: 1–253 characters of `[A-Za-z0-9._-]`, not starting

@@ -38,12 +38,7 @@ pub fn check_document(text: &str) -> Result<(), String> {
 /// As [`check_document`]; the size message says how to raise the cap.
 pub fn check_document_max(text: &str, max_bytes: usize) -> Result<(), String> {
     if text.len() > max_bytes {
-        return Err(format!(
-            "document is {} bytes; at most {} MiB are read (raise the cap with \
-             --max-document-mib or GPUSLICE_MAX_DOCUMENT_MIB)",
-            text.len(),
-            max_bytes >> 20
-        ));
+        return Err(too_large(Some(text.len()), max_bytes));
     }
     let mut flow: usize = 0;
     let mut quote: Option<u8> = None;
@@ -122,6 +117,138 @@ pub fn check_document_max(text: &str, max_bytes: usize) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A reader that checks JSON text for nesting and size as it passes, for decoding a document
+/// from a stream without holding its text ([`crate::decode_reader_max`]): the same bounds as
+/// [`check_document_max`] applies to text, measured on the bytes as they are read, so a hostile
+/// stream is refused at the byte that breaks a bound.
+///
+/// The size is checked from the first byte; nesting from when the text is known to be JSON
+/// ([`JsonBounds::check_nesting`], given what was read before that), as `[` and `{` outside
+/// strings. The first read past a bound fails with `InvalidData` naming it (and the line, for
+/// nesting), and so does every read after it.
+#[derive(Debug)]
+pub struct JsonBounds<R> {
+    inner: R,
+    max_bytes: usize,
+    seen: usize,
+    depth: usize,
+    line: usize,
+    in_string: bool,
+    escaped: bool,
+    nesting: bool,
+    failed: Option<String>,
+}
+
+impl<R: std::io::Read> JsonBounds<R> {
+    /// Checks what `inner` yields: at most `max_bytes` bytes, nested at most [`MAX_NESTING`].
+    pub fn new(inner: R, max_bytes: usize) -> Self {
+        JsonBounds {
+            inner,
+            max_bytes,
+            seen: 0,
+            depth: 0,
+            line: 1,
+            in_string: false,
+            escaped: false,
+            nesting: false,
+            failed: None,
+        }
+    }
+
+    /// Checks nesting from here on, starting with `before`: the bytes already read that the
+    /// caller holds (a buffer's content).
+    ///
+    /// # Errors
+    /// The nesting bound, when `before` already breaks it.
+    pub fn check_nesting(&mut self, before: &[u8]) -> Result<(), String> {
+        self.nesting = true;
+        let verdict = self.scan(before);
+        if let Err(m) = &verdict {
+            self.failed = Some(m.clone());
+        }
+        verdict
+    }
+
+    /// The bound that was broken, if one was: the decoder's own error then only repeats it.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    fn scan(&mut self, bytes: &[u8]) -> Result<(), String> {
+        for &b in bytes {
+            if self.in_string {
+                match b {
+                    _ if self.escaped => self.escaped = false,
+                    b'\\' => self.escaped = true,
+                    b'"' => self.in_string = false,
+                    b'\n' => self.line += 1,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'\n' => self.line += 1,
+                b'[' | b'{' => {
+                    self.depth += 1;
+                    if self.depth > MAX_NESTING {
+                        return Err(format!(
+                            "line {}: nested more than {MAX_NESTING} levels deep",
+                            self.line
+                        ));
+                    }
+                }
+                b']' | b'}' => self.depth = self.depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for JsonBounds<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let refuse = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_owned());
+        if let Some(m) = &self.failed {
+            return Err(refuse(m));
+        }
+        // One byte past the cap is enough to refuse; never read further than that.
+        let room = self.max_bytes.saturating_sub(self.seen).saturating_add(1);
+        let want = buf.len().min(room);
+        let n = self.inner.read(&mut buf[..want])?;
+        self.seen = self.seen.saturating_add(n);
+        let verdict = if self.seen > self.max_bytes {
+            Err(too_large(None, self.max_bytes))
+        } else if self.nesting {
+            self.scan(&buf[..n])
+        } else {
+            Ok(())
+        };
+        match verdict {
+            Ok(()) => Ok(n),
+            Err(m) => {
+                let e = refuse(&m);
+                self.failed = Some(m);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The message for a document over the cap of `max_bytes`: its size when known, and how to
+/// raise the cap.
+fn too_large(len: Option<usize>, max_bytes: usize) -> String {
+    let size = match len {
+        Some(n) => format!("is {n} bytes"),
+        None => format!("is larger than {max_bytes} bytes"),
+    };
+    format!(
+        "document {size}; at most {} MiB are read (raise the cap with --max-document-mib or \
+         GPUSLICE_MAX_DOCUMENT_MIB)",
+        max_bytes >> 20
+    )
 }
 
 /// Escapes a Prometheus label value per the text exposition format: backslash, double quote and

@@ -269,15 +269,15 @@ pub(crate) fn check_regular(file: &std::fs::File, path: &str) -> io::Result<()> 
 
 /// Reads at most `max` bytes; more is an error naming the file.
 fn read_capped(mut file: std::fs::File, max: usize, path: &str) -> io::Result<Vec<u8>> {
-    // A sysfs attribute arrives whole in one read: a short first read is the end of the file.
-    let first = max.min(8192) + 1;
-    let mut buf = vec![0u8; first];
-    let n = file.read(&mut buf)?;
+    // A sysfs attribute arrives whole in one read (at most a page): a short first read is the
+    // end of the file, and only what it gave is kept (no page-sized buffer per attribute).
+    let mut page = [0u8; 4097];
+    let first = max.min(4096) + 1;
+    let n = file.read(&mut page[..first])?;
+    let mut buf = page[..n].to_vec();
     if n < first {
-        buf.truncate(n);
         return Ok(buf);
     }
-    buf.truncate(n);
     let limit = u64::try_from(max).unwrap_or(u64::MAX) + 1 - u64::try_from(n).unwrap_or(0);
     file.take(limit).read_to_end(&mut buf)?;
     if buf.len() > max {

@@ -8,6 +8,8 @@
 //! `--max-document-mib` and the bindings' `max_document_mib` arguments give it directly). A named
 //! file is opened without blocking and refused unless it is a regular file: a FIFO would block,
 //! a device or socket is no document. Standard input is read as a stream, with the same cap.
+//! [`open_document`] hands the checked file (or standard input) to a decoder that reads as it
+//! decodes (`gpu_core::decode_reader_max`), so a large JSON fleet is never held as text.
 //!
 //! Text is checked for nesting by the decoder's caller ([`gpu_core::limits::check_document_max`]).
 
@@ -100,12 +102,32 @@ fn bad_env(v: &str) -> io::Error {
 /// `what` names the document in errors (`fleet`, `layout`).
 ///
 /// # Errors
-/// The open or read error; `InvalidData` for a file that is not a regular file (a FIFO, socket,
-/// device or directory), for a document over the cap (saying how to raise it) and for text that
-/// is not UTF-8.
+/// As [`open_document`], plus the read error and `InvalidData` for a document over the cap (saying
+/// how to raise it) or for text that is not UTF-8.
 pub fn read_document(path: &Path, what: &str, limit: DocumentLimit) -> io::Result<String> {
+    let mut doc = open_document(path, what, limit)?;
+    read_all(&mut doc, what)
+}
+
+/// Opens the document at `path` for reading as a stream of at most `limit` bytes (`-` is
+/// standard input), for a decoder that reads as it decodes: the file is checked as
+/// [`read_document`] checks it, and reading stops one byte past the cap ([`Document::failure`]
+/// then says so).
+///
+/// # Errors
+/// The open error; `InvalidData` for a file that is not a regular file (a FIFO, socket, device or
+/// directory) and for a regular file whose size is over the cap (saying how to raise it).
+pub fn open_document(
+    path: &Path,
+    what: &str,
+    limit: DocumentLimit,
+) -> io::Result<Document<'static>> {
     if path.as_os_str() == "-" {
-        return read_stream(io::stdin().lock(), what, limit);
+        return Ok(Document::new(
+            Source::Stdin(io::stdin().lock()),
+            what,
+            limit,
+        ));
     }
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -125,7 +147,7 @@ pub fn read_document(path: &Path, what: &str, limit: DocumentLimit) -> io::Resul
     if usize::try_from(meta.len()).map_or(true, |n| n > limit.bytes) {
         return Err(limit.too_large(what, Some(meta.len())));
     }
-    read_stream(file, what, limit)
+    Ok(Document::new(Source::File(file), what, limit))
 }
 
 /// Reads `from` as UTF-8 text up to `limit` bytes; one byte more is refused without reading
@@ -133,13 +155,16 @@ pub fn read_document(path: &Path, what: &str, limit: DocumentLimit) -> io::Resul
 ///
 /// # Errors
 /// The read error; `InvalidData` past the cap or for text that is not UTF-8.
-pub fn read_stream(from: impl Read, what: &str, limit: DocumentLimit) -> io::Result<String> {
+pub fn read_stream(mut from: impl Read, what: &str, limit: DocumentLimit) -> io::Result<String> {
+    read_all(
+        &mut Document::new(Source::Other(&mut from), what, limit),
+        what,
+    )
+}
+
+fn read_all(doc: &mut Document<'_>, what: &str) -> io::Result<String> {
     let mut buf = Vec::new();
-    let cap = u64::try_from(limit.bytes).unwrap_or(u64::MAX);
-    from.take(cap.saturating_add(1)).read_to_end(&mut buf)?;
-    if buf.len() > limit.bytes {
-        return Err(limit.too_large(what, None));
-    }
+    doc.read_to_end(&mut buf)?;
     String::from_utf8(buf).map_err(|e| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -149,6 +174,81 @@ pub fn read_stream(from: impl Read, what: &str, limit: DocumentLimit) -> io::Res
             ),
         )
     })
+}
+
+enum Source<'a> {
+    Stdin(io::StdinLock<'static>),
+    File(std::fs::File),
+    Other(&'a mut dyn Read),
+}
+
+/// A document being read ([`open_document`]): at most its cap, one byte more refused (and every
+/// read after that). Unbuffered: a decoder buffers as it needs.
+pub struct Document<'a> {
+    source: Source<'a>,
+    what: String,
+    limit: DocumentLimit,
+    seen: usize,
+    failed: Option<(io::ErrorKind, String)>,
+}
+
+impl std::fmt::Debug for Document<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Document")
+            .field("what", &self.what)
+            .field("limit", &self.limit)
+            .field("seen", &self.seen)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Document<'a> {
+    fn new(source: Source<'a>, what: &str, limit: DocumentLimit) -> Self {
+        Document {
+            source,
+            what: what.to_owned(),
+            limit,
+            seen: 0,
+            failed: None,
+        }
+    }
+
+    /// Why reading stopped, when it did: the cap (saying how to raise it) or the read error. A
+    /// decoder that failed after this only repeats it, so a caller reports this one.
+    pub fn failure(&self) -> Option<io::Error> {
+        self.failed
+            .as_ref()
+            .map(|(kind, m)| io::Error::new(*kind, m.clone()))
+    }
+}
+
+impl Read for Document<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(e) = self.failure() {
+            return Err(e);
+        }
+        let room = self.limit.bytes.saturating_sub(self.seen).saturating_add(1);
+        let want = buf.len().min(room);
+        let got = match &mut self.source {
+            Source::Stdin(s) => s.read(&mut buf[..want]),
+            Source::File(f) => f.read(&mut buf[..want]),
+            Source::Other(r) => r.read(&mut buf[..want]),
+        };
+        let verdict = got.and_then(|n| {
+            self.seen = self.seen.saturating_add(n);
+            if self.seen > self.limit.bytes {
+                Err(self.limit.too_large(&self.what, None))
+            } else {
+                Ok(n)
+            }
+        });
+        if let Err(e) = &verdict {
+            if e.kind() != io::ErrorKind::Interrupted {
+                self.failed = Some((e.kind(), e.to_string()));
+            }
+        }
+        verdict
+    }
 }
 
 #[cfg(test)]
@@ -197,11 +297,44 @@ mod tests {
     }
 
     #[test]
+    fn an_opened_document_reads_up_to_its_cap_and_then_says_why_it_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("fleet.json");
+        std::fs::write(&p, vec![b' '; 1 << 20]).unwrap();
+        let mut doc = open_document(&p, "fleet", DocumentLimit::from_mib(1)).unwrap();
+        let mut all = Vec::new();
+        doc.read_to_end(&mut all).unwrap();
+        assert_eq!((all.len(), doc.failure().is_none()), (1 << 20, true));
+
+        // A stream longer than its cap: refused at the byte past it, and every read after.
+        let mut src = io::repeat(b' ');
+        let mut doc = Document::new(Source::Other(&mut src), "fleet", DocumentLimit::from_mib(1));
+        let mut buf = vec![0u8; 64 << 10];
+        let mut got = 0;
+        let e = loop {
+            match doc.read(&mut buf) {
+                Ok(n) => got += n,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(got, 1 << 20, "no byte past the cap is handed on");
+        let stopped = doc.failure().unwrap().to_string();
+        assert_eq!(stopped, e.to_string());
+        assert!(
+            stopped.contains("fleet is larger than 1048576 bytes"),
+            "{stopped}"
+        );
+        assert!(doc.read(&mut buf).is_err());
+    }
+
+    #[test]
     fn a_fifo_is_refused_without_blocking() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("layout.yaml");
         nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();
         let e = read_document(&p, "layout", DocumentLimit::default()).unwrap_err();
+        assert!(e.to_string().contains("is a FIFO"), "{e}");
+        let e = open_document(&p, "layout", DocumentLimit::default()).unwrap_err();
         assert!(e.to_string().contains("is a FIFO"), "{e}");
     }
 

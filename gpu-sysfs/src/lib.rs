@@ -37,7 +37,7 @@ pub mod testing;
 pub mod umockdev;
 
 pub use confine::{OutsideRoot, is_outside_root};
-pub use document::{DocumentLimit, read_document};
+pub use document::{Document, DocumentLimit, open_document, read_document};
 pub use error::SysfsError;
 pub use host::{CommandOutput, Host, RealHost};
 pub use open::{OpenedRoot, RootKind, is_local_root, open_root};

@@ -113,13 +113,8 @@ pub struct EvacuateArgs {
 /// Reads a fleet file with its shapes kept shared (each shape indexed once, its nodes copies of
 /// that index: no topology is expanded per node), and says whether it was JSON.
 fn load_fleet(path: &Path) -> anyhow::Result<(FleetState, bool)> {
-    let text = crate::common::read_input(path, "fleet")?;
-    let json = text.trim_start().starts_with('{');
-    let fleet =
-        gpu_core::SharedFleet::from_text_max(&text, crate::common::document_limit().bytes())
-            .map_err(gpu_core::ConfigDocError)
-            .with_context(|| format!("fleet file {}", path.display()))?;
-    drop(text);
+    let (fleet, syntax) = crate::common::read_shared_fleet(path, None)?;
+    let json = syntax == gpu_core::Syntax::Json;
     let state =
         FleetState::from_shared(fleet).with_context(|| format!("fleet file {}", path.display()))?;
     Ok((state, json))

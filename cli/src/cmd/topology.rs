@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpu_core::{Allocation, Fleet, Gpu, NodeTopology, ParentId, PciAddress};
+use gpu_core::{Allocation, Fleet, FleetNode, Gpu, NodeTopology, ParentId, PciAddress};
 
 use crate::common::{Global, Output, local_topology_with, print_data, render_table};
 
@@ -68,12 +68,27 @@ pub(crate) fn print_warnings(t: &NodeTopology) {
     }
 }
 
+/// The fleet of `--inventory`, every node's topology in full ([`crate::common::read_fleet`]).
 pub(crate) fn read_fleet(path: &std::path::Path) -> anyhow::Result<Fleet> {
-    let text = crate::common::read_input(path, "fleet")
-        .with_context(|| format!("--inventory {}", path.display()))?;
-    Fleet::from_text_max(&text, crate::common::document_limit().bytes())
-        .map_err(gpu_core::ConfigDocError)
-        .with_context(|| format!("--inventory {}", path.display()))
+    crate::common::read_fleet(path, Some("--inventory"))
+}
+
+/// The message for a `--node` not in the fleet at `path`, listing the fleet's nodes.
+fn not_in_fleet<'a>(
+    n: &str,
+    path: &std::path::Path,
+    known: impl Iterator<Item = &'a str>,
+) -> anyhow::Error {
+    let known: Vec<&str> = known.collect();
+    anyhow::anyhow!(
+        "--node {n}: not in {} (nodes: {})",
+        path.display(),
+        if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known.join(", ")
+        }
+    )
 }
 
 pub(crate) fn fleet_node<'a>(
@@ -81,18 +96,11 @@ pub(crate) fn fleet_node<'a>(
     path: &std::path::Path,
     n: &str,
 ) -> anyhow::Result<&'a NodeTopology> {
-    fleet.nodes.iter().find(|t| t.node == n).ok_or_else(|| {
-        let known: Vec<&str> = fleet.nodes.iter().map(|t| t.node.as_str()).collect();
-        anyhow::anyhow!(
-            "--node {n}: not in {} (nodes: {})",
-            path.display(),
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
-        )
-    })
+    fleet
+        .nodes
+        .iter()
+        .find(|t| t.node == n)
+        .ok_or_else(|| not_in_fleet(n, path, fleet.nodes.iter().map(|t| t.node.as_str())))
 }
 
 /// `gpu` as the fleet's allocations leave it, and the Machines holding it: a GPU an allocation
@@ -129,9 +137,10 @@ pub(crate) fn allocated_view<'t>(
 /// An invalid `--root`, `--node` or `--mdev-parents`, or an `--nvml-lib` that does not open.
 pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.inventory {
-        let fleet = read_fleet(path)?;
+        // Shapes stay shared: only the node shown is expanded.
+        let (fleet, _) = crate::common::read_shared_fleet(path, Some("--inventory"))?;
         let Some(n) = g.node.as_deref() else {
-            let known: Vec<&str> = fleet.nodes.iter().map(|t| t.node.as_str()).collect();
+            let known: Vec<&str> = fleet.nodes.iter().map(FleetNode::name).collect();
             anyhow::bail!(
                 "topology --inventory needs the node to show: --node NAME (nodes: {})",
                 if known.is_empty() {
@@ -141,10 +150,15 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
                 }
             );
         };
-        let given = fleet_node(&fleet, path, n)?;
+        let given = fleet
+            .nodes
+            .iter()
+            .find(|t| t.name() == n)
+            .ok_or_else(|| not_in_fleet(n, path, fleet.nodes.iter().map(FleetNode::name)))?
+            .to_topology();
         let mut t = given.clone();
         for gpu in &mut t.gpus {
-            *gpu = allocated_view(given, &fleet.allocations, gpu).1;
+            *gpu = allocated_view(&given, &fleet.allocations, gpu).1;
         }
         match g.output {
             Output::Table => print!("{}", render_topology(&t, &fleet.allocations)),

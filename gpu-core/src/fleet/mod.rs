@@ -8,7 +8,11 @@
 //! either form gives the same [`Fleet`]. [`SharedFleet`] reads the document without expanding
 //! its shapes (each node of a shape holds the one shared copy), which is what a scheduler
 //! indexing thousands of nodes of one host shape wants ([`SharedFleet::into_fleet`] gives the
-//! same [`Fleet`]). The document form lives in [`wire`].
+//! same [`Fleet`]). Nodes written in full whose topologies are equal share one copy too when read
+//! (compared with the last few distinct topologies as each node is decoded), so the full form
+//! of a fleet of one host shape costs what the compact form does. [`Fleet::from_reader_max`] and
+//! [`SharedFleet::from_reader_max`] decode JSON as it is read ([`crate::decode_reader_max`]).
+//! The document form lives in [`wire`].
 
 mod wire;
 
@@ -63,6 +67,21 @@ impl Fleet {
         let f: Fleet = crate::decode_text_max("fleet", text, max_bytes)?;
         f.validate()?;
         Ok(f)
+    }
+
+    /// Reads a fleet from `reader` (JSON decoded as it is read, YAML read whole first:
+    /// [`crate::decode_reader_max`]) with a document cap of `max_bytes`, and says which syntax
+    /// it was in.
+    ///
+    /// # Errors
+    /// As [`Fleet::from_text`], plus the reader's errors as [`CoreError::Decode`].
+    pub fn from_reader_max(
+        reader: impl std::io::Read,
+        max_bytes: usize,
+    ) -> Result<(Self, crate::Syntax), CoreError> {
+        let (f, syntax): (Fleet, _) = crate::decode_reader_max("fleet", reader, max_bytes)?;
+        f.validate()?;
+        Ok((f, syntax))
     }
 
     /// The fleet as text for a file, in the compact form (a topology two or more nodes share is
@@ -248,6 +267,14 @@ impl FleetNode {
         }
     }
 
+    /// A copy of the node's whole topology (a shaped node's is its shape's, under its name).
+    pub fn to_topology(&self) -> NodeTopology {
+        match self {
+            FleetNode::Full(t) => t.clone(),
+            FleetNode::Shaped { node, shape } => HostShape::clone(shape).named(node.clone()),
+        }
+    }
+
     /// The node's whole topology (a shaped node's is its shape's, under its name).
     pub fn into_topology(self) -> NodeTopology {
         match self {
@@ -283,6 +310,19 @@ impl SharedFleet {
         let f: SharedFleet = crate::decode_text_max("fleet", text, max_bytes)?;
         f.validate()?;
         Ok(f)
+    }
+
+    /// [`Fleet::from_reader_max`], shapes kept shared.
+    ///
+    /// # Errors
+    /// As [`Fleet::from_reader_max`].
+    pub fn from_reader_max(
+        reader: impl std::io::Read,
+        max_bytes: usize,
+    ) -> Result<(Self, crate::Syntax), CoreError> {
+        let (f, syntax): (SharedFleet, _) = crate::decode_reader_max("fleet", reader, max_bytes)?;
+        f.validate()?;
+        Ok((f, syntax))
     }
 
     /// As [`Fleet::validate`].

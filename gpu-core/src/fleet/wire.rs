@@ -97,19 +97,103 @@ pub(crate) struct FleetDoc {
     #[serde(default)]
     shapes: BTreeMap<String, HostShape>,
     #[serde(default)]
-    nodes: Vec<NodeDoc>,
+    nodes: NodesDoc,
     #[serde(default)]
     allocations: Vec<AllocationDoc>,
     #[serde(default)]
     templates: BTreeMap<String, DeviceRequest>,
 }
 
-/// Expands one node of the document: its own topology, or its shape's under its name.
+/// A node as it is read: written with `shape` (resolved once the document's `shapes` are
+/// known), or in full, its topology already shared with an equal one written before it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum NodeEntry {
+    Named(NodeDoc),
+    Whole { node: String, shape: Arc<HostShape> },
+}
+
+/// The document's nodes, read one by one so that a fleet written in full costs the memory of
+/// its distinct topologies, not of every node's: a node whose topology equals one of the last
+/// [`RECENT`] distinct ones read shares that one's copy (as if the document had named a shape),
+/// so a 10,000-node fleet of one host shape written in full is held, and indexed, once.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct NodesDoc(Vec<NodeEntry>);
+
+/// How many distinct topologies a node written in full is compared with. Generated fleets
+/// repeat a few host shapes; the comparison stops at the first difference, so a fleet of all
+/// different nodes pays little.
+const RECENT: usize = 8;
+
+impl<'de> Deserialize<'de> for NodesDoc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Nodes;
+        impl<'de> serde::de::Visitor<'de> for Nodes {
+            type Value = NodesDoc;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sequence of nodes")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<NodesDoc, A::Error> {
+                let mut nodes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 12));
+                let mut recent: Vec<Arc<HostShape>> = Vec::with_capacity(RECENT);
+                while let Some(n) = seq.next_element::<NodeDoc>()? {
+                    nodes.push(share(n, &mut recent));
+                }
+                Ok(NodesDoc(nodes))
+            }
+        }
+        d.deserialize_seq(Nodes)
+    }
+}
+
+/// A node written with `shape` as it is; one written in full with its topology shared with an
+/// equal one among `recent` (most recently met last), or made the newest of them.
+fn share(n: NodeDoc, recent: &mut Vec<Arc<HostShape>>) -> NodeEntry {
+    if n.shape.is_some() {
+        return NodeEntry::Named(n);
+    }
+    let shape = HostShape {
+        gpus: n.gpus.unwrap_or_default(),
+        mediated_devices: n.mediated_devices.unwrap_or_default(),
+        warnings: n.warnings.unwrap_or_default(),
+    };
+    let shape = match recent.iter().rposition(|s| **s == shape) {
+        Some(i) => recent.remove(i),
+        None => {
+            if recent.len() == RECENT {
+                recent.remove(0);
+            }
+            Arc::new(shape)
+        }
+    };
+    recent.push(Arc::clone(&shape));
+    NodeEntry::Whole {
+        node: n.node,
+        shape,
+    }
+}
+
+/// Expands one node of the document: its own topology (shared with the equal ones written
+/// before or after it, if any), or its shape's under its name.
 fn expand(
     i: usize,
-    n: NodeDoc,
+    n: NodeEntry,
     shapes: &BTreeMap<String, Arc<HostShape>>,
 ) -> Result<FleetNode, String> {
+    let n = match n {
+        NodeEntry::Whole { node, shape } => {
+            // Alone in its topology: the node's own, as written.
+            return Ok(match Arc::try_unwrap(shape) {
+                Ok(own) => FleetNode::Full(own.named(node)),
+                Err(shape) => FleetNode::Shaped { node, shape },
+            });
+        }
+        NodeEntry::Named(n) => n,
+    };
     let Some(key) = n.shape else {
         return Ok(FleetNode::Full(NodeTopology {
             node: n.node,
@@ -156,6 +240,7 @@ impl TryFrom<FleetDoc> for SharedFleet {
             .collect();
         let nodes = doc
             .nodes
+            .0
             .into_iter()
             .enumerate()
             .map(|(i, n)| expand(i, n, &shapes))
