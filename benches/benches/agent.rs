@@ -388,7 +388,7 @@ fn bench(c: &mut Criterion) {
     let mut config = AgentConfig::new("bench");
     config.state_dir = Some(dir.join("resync-state"));
     let agent = Agent::open(Arc::new(host), config).unwrap_or_else(|e| fail("opening", e));
-    let text = agent.snapshot().topology_doc.text().to_owned();
+    let text = agent.snapshot().topology_doc().text().to_owned();
     c.bench_function("agent/render_topology_8gpu_h200", |b| {
         b.iter(|| gpu_agent::doc::Rendered::new(text.clone(), 1))
     });

@@ -136,11 +136,11 @@ async fn metrics(State(a): State<Arc<Agent>>) -> Response {
 }
 
 async fn topology(State(a): State<Arc<Agent>>, headers: HeaderMap) -> Response {
-    a.snapshot().topology_doc.respond(&headers)
+    a.snapshot().topology_doc().respond(&headers)
 }
 
 async fn health(State(a): State<Arc<Agent>>, headers: HeaderMap) -> Response {
-    a.snapshot().health_doc.respond(&headers)
+    a.snapshot().health_doc().respond(&headers)
 }
 
 async fn promises(State(a): State<Arc<Agent>>) -> Result<Response, ApiError> {

@@ -313,6 +313,44 @@ fn a_vgpu_claim_is_prepared_once_with_its_cdi_spec_and_unprepared_to_nothing() {
 }
 
 #[test]
+fn after_a_prepare_only_the_touched_pool_is_read_again_and_the_snapshot_is_the_hosts() {
+    let p = start(FakeKernel::a2_mdev_host().unwrap());
+    let uid = "6f1c2d3e-0000-4000-8000-00000000a002";
+    p.claims.put(claim("vm-2-gpu", uid, NODE, VGPU, a2_4q()));
+    let narrow = p.agent.stats().narrow_rereads();
+    assert_eq!(p.prepare_v1(&[("vm-2-gpu", uid)]).claims[uid].error, "");
+    // The mdev's parent and the pool it shares were read again, not the whole host, and the
+    // snapshot served is what a full read of the host gives now.
+    assert_eq!(p.agent.stats().narrow_rereads(), narrow + 1);
+    let served = p.agent.snapshot();
+    let (topology, health) =
+        gpu_agent::agent::compose_topology(p.agent.host(), p.agent.config()).unwrap();
+    assert_eq!(served.topology, topology);
+    assert_eq!(served.health, health);
+    assert_eq!(
+        served
+            .topology
+            .mediated_devices
+            .parents
+            .iter()
+            .map(|p| p.instances.len())
+            .sum::<usize>(),
+        1
+    );
+    // A repeat is answered from the record: nothing is read again, the revision stays.
+    assert_eq!(p.prepare_v1(&[("vm-2-gpu", uid)]).claims[uid].error, "");
+    assert_eq!(p.agent.stats().narrow_rereads(), narrow + 1);
+    assert_eq!(p.agent.snapshot().revision, served.revision);
+    // The unprepare reads the pool again too.
+    assert_eq!(p.unprepare_v1("vm-2-gpu", uid), "");
+    assert_eq!(p.agent.stats().narrow_rereads(), narrow + 2);
+    let (topology, _) =
+        gpu_agent::agent::compose_topology(p.agent.host(), p.agent.config()).unwrap();
+    assert_eq!(p.agent.snapshot().topology, topology);
+    p.shutdown();
+}
+
+#[test]
 fn an_agent_without_the_plugin_serves_no_dra_figures() {
     let agent = Agent::open(
         Arc::new(FakeKernel::a2_mdev_host().unwrap()),

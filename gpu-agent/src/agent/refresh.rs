@@ -1,6 +1,9 @@
 //! Reading the host again: the new snapshot, and the events that say what changed in it.
 
+use std::sync::atomic::Ordering;
+
 use gpu_core::NodeTopology;
+use gpu_sysfs::discover::Change;
 
 use super::Agent;
 use super::snapshot::{NarrowRead, compose_topology, rendered};
@@ -28,6 +31,30 @@ impl Agent {
     /// Discovery failing; the cached snapshot is kept.
     pub fn refresh(&self) -> Result<u64, ApiError> {
         self.refresh_with(&|_, _, _| None)
+    }
+
+    /// Refreshes the devices in `changes` only, when the narrow read can place them in the
+    /// cached snapshot (health re-graded when a PCI function changed, carried over otherwise),
+    /// else the whole host; an empty `changes` reads the whole host. The read a uevent asks
+    /// for, and the one after a write that knows what it touched.
+    ///
+    /// # Errors
+    /// Discovery failing; the cached snapshot is kept.
+    pub fn refresh_devices(&self, changes: &[Change]) -> Result<u64, ApiError> {
+        if changes.is_empty() {
+            return self.refresh();
+        }
+        self.refresh_with(&|host, config, cached| {
+            let mut topology =
+                gpu_sysfs::discover::rediscover(host, &config.discover, &cached.topology, changes)?;
+            let health = if changes.iter().any(|c| matches!(c, Change::Pci(_))) {
+                gpu_health::grade_topology(host, &mut topology, &config.health)
+            } else {
+                cached.health.clone()
+            };
+            self.stats.narrow_rereads.fetch_add(1, Ordering::Relaxed);
+            Some((topology, health))
+        })
     }
 
     /// As [`Agent::refresh`], but `narrow` may compose the new topology from the cached

@@ -1,6 +1,11 @@
-//! The host as the agent last read it, rendered once per revision for the read routes.
+//! The host as the agent last read it, rendered at most once per revision for the read routes.
+//!
+//! A snapshot's documents are rendered on their first read, not when the snapshot is made: a
+//! write (a vGPU made for a kubelet's claim, a layout step) pays for reading the host again,
+//! not for serializing and compressing documents that no reader may ask for before the next
+//! write replaces them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use gpu_core::NodeTopology;
 use gpu_health::GpuHealthReport;
@@ -20,10 +25,25 @@ pub struct Snapshot {
     pub topology: NodeTopology,
     /// Each GPU's health report.
     pub health: Vec<GpuHealthReport>,
-    /// `GET /v1/topology`'s body, rendered once (JSON, gzip and entity tag).
-    pub topology_doc: Rendered,
-    /// `GET /v1/health`'s body, rendered once.
-    pub health_doc: Rendered,
+    topology_doc: OnceLock<Rendered>,
+    health_doc: OnceLock<Rendered>,
+}
+
+impl Snapshot {
+    /// `GET /v1/topology`'s body (JSON, gzip and entity tag), rendered on the first call.
+    pub fn topology_doc(&self) -> &Rendered {
+        self.topology_doc.get_or_init(|| {
+            Rendered::new(with_revision(&self.topology, self.revision), self.revision)
+        })
+    }
+
+    /// `GET /v1/health`'s body, rendered on the first call.
+    pub fn health_doc(&self) -> &Rendered {
+        self.health_doc.get_or_init(|| {
+            let body = serde_json::json!({ "node": self.topology.node, "gpus": self.health });
+            Rendered::new(with_revision(&body, self.revision), self.revision)
+        })
+    }
 }
 
 /// A narrow re-read for [`Agent::refresh_with`]: the new topology and health reports composed
@@ -57,19 +77,11 @@ pub(crate) fn rendered(
     topology: NodeTopology,
     health: Vec<GpuHealthReport>,
 ) -> Arc<Snapshot> {
-    let topology_doc = Rendered::new(with_revision(&topology, revision), revision);
-    let health_doc = Rendered::new(
-        with_revision(
-            &serde_json::json!({ "node": topology.node, "gpus": health }),
-            revision,
-        ),
-        revision,
-    );
     Arc::new(Snapshot {
         revision,
         topology,
         health,
-        topology_doc,
-        health_doc,
+        topology_doc: OnceLock::new(),
+        health_doc: OnceLock::new(),
     })
 }

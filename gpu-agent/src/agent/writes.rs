@@ -5,10 +5,23 @@ use std::sync::Arc;
 
 use gpu_core::ErrorKind;
 use gpu_sysfs::apply::LayoutLock;
+use gpu_sysfs::discover::Change;
 
 use super::Agent;
 use crate::error::ApiError;
 use crate::state::{Device, Owner, Phase, Promise, StateFile};
+
+/// What a write changed on the host, so that the read after it covers exactly that.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Touched {
+    /// Nothing on the host (an answer from a record): the snapshot stays as it is.
+    Nothing,
+    /// These devices only: they are read again and spliced into the snapshot
+    /// ([`Agent::refresh_devices`]), or the whole host when the narrow read cannot place them.
+    Devices(Vec<Change>),
+    /// Not known (a failure midway, an undo): the whole host is read again.
+    Host,
+}
 
 impl Agent {
     /// Runs `f` as the one writer: after the agent's writer lock (async) and, when `host_lock`,
@@ -18,6 +31,22 @@ impl Agent {
         T: Send + 'static,
         F: FnOnce(&Agent) -> Result<T, ApiError> + Send + 'static,
     {
+        self.write_touching(host_lock, move |agent| (f(agent), Touched::Host))
+            .await
+    }
+
+    /// As [`Agent::write`], for a write that says what it changed on the host: the read after
+    /// it covers only that ([`Touched`]), still before the writer lock is released, so the
+    /// next write plans on a snapshot that includes this one.
+    pub(crate) async fn write_touching<T, F>(
+        self: &Arc<Self>,
+        host_lock: bool,
+        f: F,
+    ) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Agent) -> (Result<T, ApiError>, Touched) + Send + 'static,
+    {
         let _w = self.writer.lock().await;
         let me = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
@@ -26,8 +55,13 @@ impl Agent {
             } else {
                 None
             };
-            let out = f(&me);
-            if let Err(e) = me.refresh() {
+            let (out, touched) = f(&me);
+            let read = match &touched {
+                Touched::Nothing => Ok(0),
+                Touched::Devices(changes) if !changes.is_empty() => me.refresh_devices(changes),
+                Touched::Devices(_) | Touched::Host => me.refresh(),
+            };
+            if let Err(e) = read {
                 crate::log!("gpuslice agent: cannot read the host after a write: {e}");
             }
             out

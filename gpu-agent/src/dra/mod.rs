@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use gpu_integrations::dra::ClaimStore;
 use gpu_integrations::dra::cdi::CdiLayout;
 
 use crate::agent::Agent;
@@ -147,6 +148,8 @@ pub struct DraPlugin {
     claims: Arc<dyn ClaimSource>,
     config: DraConfig,
     cdi: CdiLayout,
+    /// The node's claim store (the one `gpuslice dra prepare` keeps), opened once.
+    store: ClaimStore,
 }
 
 impl std::fmt::Debug for DraPlugin {
@@ -161,7 +164,7 @@ impl DraPlugin {
     /// The plugin of `agent`, reading claims from `claims`.
     ///
     /// # Errors
-    /// A driver name that is not a DNS subdomain.
+    /// A driver name that is not a DNS subdomain; an agent whose host has no root directory.
     pub fn new(
         agent: Arc<Agent>,
         claims: Arc<dyn ClaimSource>,
@@ -173,6 +176,7 @@ impl DraPlugin {
             &config.driver,
         )
         .map_err(|e| format!("--dra-driver: {e}"))?;
+        let store = prepare::store_of(&agent)?;
         // Its counters are the agent's: served on `/metrics` from now on.
         agent
             .stats()
@@ -183,6 +187,7 @@ impl DraPlugin {
             claims,
             config,
             cdi,
+            store,
         }))
     }
 

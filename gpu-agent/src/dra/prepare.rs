@@ -13,6 +13,7 @@ use std::sync::Arc;
 use gpu_integrations::dra::cdi::CdiLayout;
 use gpu_integrations::dra::metadata::{ClaimRef, POD_CLAIM_NAME_ANNOTATION};
 use gpu_integrations::dra::model::{DeviceResult, PrepareInput};
+use gpu_integrations::dra::prepare::PrepareAction;
 use gpu_integrations::dra::{
     self, ClaimStore, DraNode, PrepareOptions, PreparedDevice, prepare_claim, unprepare_claim,
 };
@@ -20,6 +21,7 @@ use serde_json::Value;
 
 use super::DraPlugin;
 use crate::agent::Agent;
+use crate::agent::writes::Touched;
 use crate::claims::ClaimFetchError;
 
 /// A claim as the kubelet names it.
@@ -175,7 +177,11 @@ fn given(
         .collect()
 }
 
-fn store_of(agent: &Agent) -> Result<ClaimStore, String> {
+/// The node's claim store, in the agent's root.
+///
+/// # Errors
+/// A host without a root directory.
+pub(super) fn store_of(agent: &Agent) -> Result<ClaimStore, String> {
     let root = agent
         .host()
         .root_dir()
@@ -183,45 +189,62 @@ fn store_of(agent: &Agent) -> Result<ClaimStore, String> {
     ClaimStore::open(root, None).map_err(|e| e.to_string())
 }
 
-/// Prepares one checked claim on the host, as the writer: the library's prepare, then the CDI
-/// spec; when the spec cannot be written, what this call made is undone.
+/// What discovery reads again after a prepare or unprepare that changed `actions`.
+fn touched(actions: &[PrepareAction]) -> Touched {
+    if actions.is_empty() {
+        Touched::Nothing
+    } else {
+        Touched::Devices(actions.iter().map(dra::node::change_of).collect())
+    }
+}
+
+/// Prepares one checked claim on the host, as the writer: the library's prepare, planned on
+/// the agent's snapshot, then the CDI spec; when the spec cannot be written, what this call
+/// made is undone. Also says what it changed on the host, so that only that is read again.
 fn prepare_on_host(
     agent: &Agent,
+    store: &ClaimStore,
     cdi: &CdiLayout,
     driver: &str,
     checked: &Checked,
-) -> Result<Vec<GivenDevice>, String> {
+) -> (Result<Vec<GivenDevice>, String>, Touched) {
     let snapshot = agent.snapshot();
     let node = DraNode {
         host: agent.host(),
         topology: &snapshot.topology,
         recording: false,
     };
-    let store = store_of(agent)?;
     let opts = PrepareOptions {
         driver: driver.to_owned(),
         dry_run: false,
     };
-    let made = prepare_claim(&node, &store, &checked.claim, &opts).map_err(|e| e.to_string())?;
+    let made = match prepare_claim(&node, store, &checked.claim, &opts) {
+        Ok(made) => made,
+        // A refusal changed nothing; a failed write was undone, or not all of it: read all.
+        Err(e) => return (Err(e.to_string()), Touched::Host),
+    };
     match cdi.write(&checked.reference, &made.devices) {
-        Ok(w) => Ok(given(
-            &made.devices,
-            w.device_ids,
-            &checked.claim.allocation.results,
-            driver,
-        )),
+        Ok(w) => (
+            Ok(given(
+                &made.devices,
+                w.device_ids,
+                &checked.claim.allocation.results,
+                driver,
+            )),
+            touched(&made.touched),
+        ),
         Err(e) => {
             let mut why = format!("claim {}: {e}", checked.claim.uid);
             if !made.unchanged {
                 if let Err(u) =
-                    unprepare_claim(agent.host(), false, &store, &checked.claim.uid, false)
+                    unprepare_claim(agent.host(), false, store, &checked.claim.uid, false)
                 {
                     why.push_str(&format!("; undoing the prepare also failed: {u}"));
                 } else {
                     why.push_str("; the prepare was undone");
                 }
             }
-            Err(why)
+            (Err(why), Touched::Host)
         }
     }
 }
@@ -256,8 +279,10 @@ impl DraPlugin {
         let checked = check_claim(&doc, id, &self.config.driver)?;
         let me = Arc::clone(self);
         self.agent
-            .write(true, move |agent| {
-                Ok(prepare_on_host(agent, &me.cdi, &me.config.driver, &checked))
+            .write_touching(true, move |agent| {
+                let (out, touched) =
+                    prepare_on_host(agent, &me.store, &me.cdi, &me.config.driver, &checked);
+                (Ok(out), touched)
             })
             .await
             .map_err(|e| e.message)?
@@ -274,13 +299,15 @@ impl DraPlugin {
         let uid = id.uid.clone();
         let out = self
             .agent
-            .write(true, move |agent| {
-                Ok((|| {
-                    let store = store_of(agent)?;
-                    unprepare_claim(agent.host(), false, &store, &uid, false)
-                        .map_err(|e| e.to_string())?;
-                    me.cdi.remove(&uid).map_err(|e| format!("claim {uid}: {e}"))
-                })())
+            .write_touching(true, move |agent| {
+                match unprepare_claim(agent.host(), false, &me.store, &uid, false) {
+                    Ok(undone) => {
+                        let removed = me.cdi.remove(&uid).map_err(|e| format!("claim {uid}: {e}"));
+                        (Ok(removed), touched(&undone.touched))
+                    }
+                    // Refused with nothing changed, or some undo failed: read all.
+                    Err(e) => (Ok(Err(e.to_string())), Touched::Host),
+                }
             })
             .await
             .map_err(|e| e.message)

@@ -4,7 +4,6 @@
 //! when the agent shuts down.
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -124,25 +123,6 @@ impl Requests {
     }
 }
 
-/// Refreshes the agent: the devices in `changes` only when the narrow read can place them
-/// (health re-graded when a PCI function changed, carried over otherwise), else everything.
-fn refresh(agent: &Agent, changes: &[Change]) -> Result<u64, crate::ApiError> {
-    if changes.is_empty() {
-        return agent.refresh();
-    }
-    agent.refresh_with(&|host, config, cached| {
-        let mut topology =
-            gpu_sysfs::discover::rediscover(host, &config.discover, &cached.topology, changes)?;
-        let health = if changes.iter().any(|c| matches!(c, Change::Pci(_))) {
-            gpu_health::grade_topology(host, &mut topology, &config.health)
-        } else {
-            cached.health.clone()
-        };
-        agent.stats().narrow_rereads.fetch_add(1, Ordering::Relaxed);
-        Some((topology, health))
-    })
-}
-
 /// The running watchers.
 #[derive(Debug)]
 pub struct Watchers {
@@ -202,7 +182,7 @@ pub fn start(
             Box::new(move || {
                 while !stopping(&a) {
                     if let Some(changes) = r.take(TICK) {
-                        if let Err(e) = refresh(&a, &changes) {
+                        if let Err(e) = a.refresh_devices(&changes) {
                             crate::log!("gpuslice agent: refresh: {e}");
                         }
                     }

@@ -140,6 +140,10 @@ pub struct ClaimResult {
     pub unchanged: bool,
     /// The answer `gpuslice dra prepare` prints (with the QEMU and libvirt hand-off).
     pub answer: PrepareAnswer,
+    /// The devices this call changed on the host: those it made, and those of an interrupted
+    /// record it undid; empty when it changed nothing. A caller that keeps a picture of the
+    /// host reads these again ([`node::change_of`]), not the whole host.
+    pub touched: Vec<PrepareAction>,
 }
 
 /// What an unprepare did.
@@ -150,6 +154,10 @@ pub struct Unprepared {
     pub claim_uid: String,
     /// The devices removed or released (none for a claim that was not prepared).
     pub removed: Vec<String>,
+    /// The devices this call may have changed on the host (each undo is a no-op for a device
+    /// not there); empty when it changed nothing.
+    #[serde(skip)]
+    pub touched: Vec<PrepareAction>,
 }
 
 fn iommu_group(host: &dyn Host, device_dir: &str) -> Option<u32> {
@@ -228,6 +236,7 @@ fn result_of(
         devices,
         unchanged,
         answer,
+        touched: Vec::new(),
     }
 }
 
@@ -311,12 +320,13 @@ fn started(
 
 /// Undoes an interrupted (started) record that no longer answers its claim: every device of it
 /// that no other claim holds, refused as a whole while a VM holds one; then forgets it.
+/// Returns the actions undone.
 fn roll_back(
     host: &dyn Host,
     store: &ClaimStore,
     recorded: &PreparedClaim,
     others: &BTreeMap<String, String>,
-) -> Result<()> {
+) -> Result<Vec<PrepareAction>> {
     let mine: Vec<PrepareAction> = recorded
         .actions
         .iter()
@@ -329,7 +339,8 @@ fn roll_back(
         ..recorded.clone()
     };
     node::unprepare(host, &claim, false)?;
-    store.remove(&recorded.claim_uid)
+    store.remove(&recorded.claim_uid)?;
+    Ok(claim.actions)
 }
 
 /// Prepares `claim` on `dra`, with the checkpoint:
@@ -359,6 +370,7 @@ pub fn prepare_claim(
     let boot = node::boot_id(dra.host);
     let recorded = store.read(&claim.uid)?;
     let mut resume = None;
+    let mut touched = Vec::new();
     if let Some(rec) = recorded {
         let stale = rebooted(&rec, boot.as_deref());
         if rec.phase == ClaimPhase::Completed && !stale {
@@ -370,7 +382,8 @@ pub fn prepare_claim(
                 if stale {
                     store.remove(&claim.uid)?; // its devices went with the reboot
                 } else {
-                    roll_back(dra.host, store, &rec, &held_by_others(store, &claim.uid)?)?;
+                    touched =
+                        roll_back(dra.host, store, &rec, &held_by_others(store, &claim.uid)?)?;
                 }
             }
         } else if stale {
@@ -412,7 +425,11 @@ pub fn prepare_claim(
         ..planned
     };
     store.write(&done)?;
-    Ok(result_of(dra, done, &claim.allocation, false))
+    touched.extend(done.actions.iter().cloned());
+    Ok(ClaimResult {
+        touched,
+        ..result_of(dra, done, &claim.allocation, false)
+    })
 }
 
 /// Undoes what prepare recorded for claim `uid` on `host` (`force`: even while a VM holds a
@@ -438,6 +455,7 @@ pub fn unprepare_claim(
         return Ok(Unprepared {
             claim_uid: uid.to_owned(),
             removed: vec![],
+            touched: vec![],
         });
     };
     writable(recording)?;
@@ -446,6 +464,7 @@ pub fn unprepare_claim(
         return Ok(Unprepared {
             claim_uid: uid.to_owned(),
             removed: vec![],
+            touched: vec![],
         });
     }
     let others = held_by_others(store, uid)?;
@@ -475,5 +494,6 @@ pub fn unprepare_claim(
     Ok(Unprepared {
         claim_uid: uid.to_owned(),
         removed: present,
+        touched: mine.actions,
     })
 }

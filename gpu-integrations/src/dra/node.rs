@@ -9,6 +9,7 @@
 use gpu_core::{NodeTopology, PciAddress};
 use gpu_sysfs::Host;
 use gpu_sysfs::actuate::{self, ActuateError};
+use gpu_sysfs::discover::Change;
 use serde::Serialize;
 
 use super::prepare::{PrepareAction, PreparedClaim};
@@ -105,6 +106,16 @@ pub fn identity(a: &PrepareAction) -> String {
         PrepareAction::BindGpu { address, .. } => address.to_string(),
         PrepareAction::CreateMdev { uuid, .. } => uuid.to_string(),
         PrepareAction::SetVfType { vf, .. } => vf.to_string(),
+    }
+}
+
+/// What discovery reads again after `a` ran or was undone: the mdev parent of a vGPU (with
+/// the pool it shares), the PCI function of a bound GPU or a VF.
+pub fn change_of(a: &PrepareAction) -> Change {
+    match a {
+        PrepareAction::BindGpu { address, .. } => Change::Pci(*address),
+        PrepareAction::CreateMdev { parent, .. } => Change::MdevParent(parent.to_string()),
+        PrepareAction::SetVfType { vf, .. } => Change::Pci(*vf),
     }
 }
 
