@@ -272,9 +272,7 @@ pub fn dra_whole_gpu(_lab: &mut Lab) -> Outcome {
     })?;
 
     // The CDI spec and the nodes it names.
-    let spec_path = cdi_dir().join(format!("{DRIVER}-{uid}.json"));
-    let spec: Value = serde_json::from_str(&sys::read(&spec_path)?)
-        .map_err(|e| format!("{}: {e}", spec_path.display()))?;
+    let (spec_path, spec) = read_spec(uid)?;
     ensure(
         spec.pointer("/kind").and_then(Value::as_str) == Some(&format!("{DRIVER}/vfio")),
         || format!("CDI spec kind {:?}", spec.pointer("/kind")),
@@ -286,27 +284,7 @@ pub fn dra_whole_gpu(_lab: &mut Lab) -> Outcome {
     ensure(want_cdi.ends_with(&format!("={cdi_name}")), || {
         format!("the CDI spec's device is {cdi_name:?}, the answer names {want_cdi}")
     })?;
-    let nodes: Vec<&str> = dev
-        .pointer("/containerEdits/deviceNodes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|n| n.get("path").and_then(Value::as_str))
-        .collect();
-    let group_node = format!("/dev/vfio/{group}");
-    ensure(
-        nodes.contains(&"/dev/vfio/vfio") && nodes.contains(&group_node.as_str()),
-        || format!("the CDI spec names {nodes:?}, expected /dev/vfio/vfio and {group_node}"),
-    )?;
-    let open = |p: &str| {
-        fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(p)
-            .map_err(|e| format!("open {p} O_RDWR: {e}"))
-    };
-    let container = open("/dev/vfio/vfio")?;
-    let held = open(&group_node)?;
+    let (group_node, container, held) = open_group_nodes(dev, group)?;
 
     // Held open: refused, nothing undone.
     let refused = unprepare(name, uid)?;
@@ -639,33 +617,11 @@ pub fn dra_prepare_mdev(_lab: &mut Lab) -> Outcome {
     let group = sys::link_name(format!("{mdev}/iommu_group"))
         .ok_or_else(|| format!("{mdev} has no iommu_group"))?;
 
-    let spec_path = cdi_dir().join(format!("{DRIVER}-{uid}.json"));
-    let spec: Value = serde_json::from_str(&sys::read(&spec_path)?)
-        .map_err(|e| format!("{}: {e}", spec_path.display()))?;
+    let (_, spec) = read_spec(uid)?;
     let dev = spec
         .pointer("/devices/0")
         .ok_or("the CDI spec has no device")?;
-    let nodes: Vec<&str> = dev
-        .pointer("/containerEdits/deviceNodes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|n| n.get("path").and_then(Value::as_str))
-        .collect();
-    let group_node = format!("/dev/vfio/{group}");
-    ensure(
-        nodes.contains(&"/dev/vfio/vfio") && nodes.contains(&group_node.as_str()),
-        || format!("the CDI spec names {nodes:?}, expected /dev/vfio/vfio and {group_node}"),
-    )?;
-    let open = |p: &str| {
-        fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(p)
-            .map_err(|e| format!("open {p} O_RDWR: {e}"))
-    };
-    let container = open("/dev/vfio/vfio")?;
-    let held = open(&group_node)?;
+    let (group_node, container, held) = open_group_nodes(dev, &group)?;
     drop(held);
     drop(container);
 
@@ -787,27 +743,60 @@ fn mount_host() -> Result<(), String> {
 /// The `/dev` nodes the CDI spec of claim `uid` names, all opened O_RDWR by this process (as a
 /// VM's launcher would); the spec's path, the nodes and the open files.
 fn open_spec_nodes(uid: &str) -> Result<(PathBuf, Vec<String>, Vec<fs::File>), String> {
+    let (spec_path, spec) = read_spec(uid)?;
+    let nodes = spec
+        .pointer("/devices/0")
+        .map(device_nodes)
+        .unwrap_or_default();
+    let files = nodes
+        .iter()
+        .map(|p| open_rdwr(p).map_err(|e| format!("{e} (named by {})", spec_path.display())))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((spec_path, nodes, files))
+}
+
+/// The CDI spec `prepare` wrote for claim `uid`: its path and its JSON.
+fn read_spec(uid: &str) -> Result<(PathBuf, Value), String> {
     let spec_path = cdi_dir().join(format!("{DRIVER}-{uid}.json"));
     let spec: Value = serde_json::from_str(&sys::read(&spec_path)?)
         .map_err(|e| format!("{}: {e}", spec_path.display()))?;
-    let nodes: Vec<String> = spec
-        .pointer("/devices/0/containerEdits/deviceNodes")
+    Ok((spec_path, spec))
+}
+
+/// The `/dev` paths a CDI device's `containerEdits.deviceNodes` name.
+fn device_nodes(dev: &Value) -> Vec<String> {
+    dev.pointer("/containerEdits/deviceNodes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter_map(|n| n.get("path").and_then(Value::as_str).map(str::to_owned))
-        .collect();
-    let files = nodes
-        .iter()
-        .map(|p| {
-            fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(p)
-                .map_err(|e| format!("open {p} O_RDWR (named by {}): {e}", spec_path.display()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((spec_path, nodes, files))
+        .collect()
+}
+
+/// A device node opened O_RDWR, as a VM's launcher opens it.
+fn open_rdwr(p: &str) -> Result<fs::File, String> {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(p)
+        .map_err(|e| format!("open {p} O_RDWR: {e}"))
+}
+
+/// Checks that CDI device `dev` names `/dev/vfio/vfio` and `/dev/vfio/<group>` and opens both
+/// O_RDWR: the group's node path, the container and the group.
+fn open_group_nodes(
+    dev: &Value,
+    group: impl std::fmt::Display,
+) -> Result<(String, fs::File, fs::File), String> {
+    let nodes = device_nodes(dev);
+    let group_node = format!("/dev/vfio/{group}");
+    ensure(
+        nodes.iter().any(|n| n == "/dev/vfio/vfio") && nodes.contains(&group_node),
+        || format!("the CDI spec names {nodes:?}, expected /dev/vfio/vfio and {group_node}"),
+    )?;
+    let container = open_rdwr("/dev/vfio/vfio")?;
+    let held = open_rdwr(&group_node)?;
+    Ok((group_node, container, held))
 }
 
 /// The kubelet stand-in of `tests/dra/` in kind, in the guest: the host's python3 with grpcio
