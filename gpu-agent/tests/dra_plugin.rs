@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -17,7 +19,7 @@ use gpu_agent::{Agent, AgentConfig, EventKind};
 use gpu_sysfs::Host as _;
 use gpu_sysfs::testing::FakeKernel;
 use serde_json::{Value, json};
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 const DRIVER: &str = "gpu.gpuslice.dev";
 const NODE: &str = "node-a";
@@ -140,21 +142,8 @@ impl Plugin {
         self.kubelet.join("plugins/gpu.gpuslice.dev/dra.sock")
     }
     fn channel(&self, path: &Path) -> Channel {
-        let path = path.to_path_buf();
-        self.rt.block_on(async move {
-            Endpoint::try_from("http://plugin.invalid")
-                .unwrap()
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let path = path.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                            tokio::net::UnixStream::connect(path).await?,
-                        ))
-                    }
-                }))
-                .await
-                .unwrap()
-        })
+        self.rt
+            .block_on(support::plugin_channel(path.to_path_buf()))
     }
     fn prepare_v1(&self, claims: &[(&str, &str)]) -> dra_v1::NodePrepareResourcesResponse {
         let mut c = dra_v1::dra_plugin_client::DraPluginClient::new(self.channel(&self.endpoint()));

@@ -102,21 +102,7 @@ fn assert_valid(slices: &BTreeMap<String, Value>, version: K8sVersion) {
 
 /// What the same library call as `export dra` gives for the agent's host (generation aside).
 fn expected_specs(agent: &Agent, version: K8sVersion) -> BTreeMap<String, Value> {
-    let snap = agent.snapshot();
-    let opts = DraOptions {
-        version,
-        ..DraOptions::default()
-    };
-    node_slices(&snap.topology, &opts)
-        .unwrap()
-        .slices
-        .into_iter()
-        .map(|s| {
-            let mut spec = serde_json::to_value(&s.spec).unwrap();
-            spec["pool"]["generation"] = json!(0);
-            (s.metadata.name, spec)
-        })
-        .collect()
+    expected_specs_sized(agent, version, &[])
 }
 
 /// [`expected_specs`] with `--size-for` sizes.
@@ -640,22 +626,6 @@ async fn a_forbidden_write_is_retried_and_counted_as_a_failure() {
     p.stop().await;
 }
 
-/// A channel to one of the plugin's unix sockets.
-async fn plugin_channel(path: std::path::PathBuf) -> tonic::transport::Channel {
-    tonic::transport::Endpoint::try_from("http://plugin.invalid")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(path).await?,
-                ))
-            }
-        }))
-        .await
-        .unwrap()
-}
-
 /// How long the API server stays away in the outage test (the 30 s).
 const OUTAGE: Duration = Duration::from_secs(30);
 
@@ -719,7 +689,7 @@ async fn the_server_gone_for_30_s_and_back_gets_the_latest_state_while_the_agent
         assert_eq!(topology, 200);
         assert_eq!(metrics.status, 200);
         let mut r = registration::registration_client::RegistrationClient::new(
-            plugin_channel(reg.clone()).await,
+            support::plugin_channel(reg.clone()).await,
         );
         let info = r
             .get_info(registration::InfoRequest {})
@@ -731,7 +701,7 @@ async fn the_server_gone_for_30_s_and_back_gets_the_latest_state_while_the_agent
         if checks % 10 == 0 {
             let t = Instant::now();
             let mut d = dra_v1::dra_plugin_client::DraPluginClient::new(
-                plugin_channel(endpoint.clone()).await,
+                support::plugin_channel(endpoint.clone()).await,
             );
             let uid = "3f1c7a52-0000-4000-8000-00000000aaaa";
             let out = d
