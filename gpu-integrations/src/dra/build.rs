@@ -718,44 +718,13 @@ impl Ctx<'_> {
         g: &OneGpu<'_>,
         by_size: &BTreeMap<u64, Vec<&Resolved<'_>>>,
     ) -> Option<Device> {
-        let remaining = g.remaining;
-        let sizes: Vec<u64> = by_size
-            .keys()
-            .copied()
-            .filter(|s| *s <= remaining)
-            .collect();
-        let &smallest = sizes.first()?;
-        let policy = if sizes.len() <= 10 {
-            CapacityRequestPolicy {
-                default: Some(mib_quantity(smallest)),
-                valid_values: sizes.iter().map(|s| mib_quantity(*s)).collect(),
-                valid_range: None,
-            }
-        } else {
-            CapacityRequestPolicy {
-                default: Some(mib_quantity(smallest)),
-                valid_values: vec![],
-                valid_range: Some(CapacityRequestPolicyRange {
-                    min: mib_quantity(smallest),
-                    max: Some(mib_quantity(remaining - remaining % smallest)),
-                    step: Some(mib_quantity(smallest)),
-                }),
-            }
-        };
+        let capacity = mixed_framebuffer(by_size.keys().copied(), g.remaining)?;
         let mut attributes = g.vgpu_attrs.clone();
         attributes.insert("mixedSize".into(), DeviceAttribute::Bool(true));
         self.add_profile_attributes(
             &g.who(),
             &mut attributes,
             by_size.values().flatten().copied(),
-        );
-        let mut capacity = BTreeMap::new();
-        capacity.insert(
-            "framebuffer".to_owned(),
-            DeviceCapacity {
-                value: mib_quantity(remaining),
-                request_policy: Some(policy),
-            },
         );
         Some(Device {
             name: mixed_device_name(&g.gpu.address),
@@ -979,6 +948,43 @@ impl Ctx<'_> {
     }
 }
 
+/// The `framebuffer` capacity of a mixed-size device with `remaining` MiB free: taken per vGPU
+/// in one of the `sizes` (ascending) that still fit: listed when ten or fewer, else as a range in
+/// steps of the smallest. `None` when no size fits.
+fn mixed_framebuffer(
+    sizes: impl Iterator<Item = u64>,
+    remaining: u64,
+) -> Option<BTreeMap<String, DeviceCapacity>> {
+    let sizes: Vec<u64> = sizes.filter(|s| *s <= remaining).collect();
+    let &smallest = sizes.first()?;
+    let policy = if sizes.len() <= 10 {
+        CapacityRequestPolicy {
+            default: Some(mib_quantity(smallest)),
+            valid_values: sizes.iter().map(|s| mib_quantity(*s)).collect(),
+            valid_range: None,
+        }
+    } else {
+        CapacityRequestPolicy {
+            default: Some(mib_quantity(smallest)),
+            valid_values: vec![],
+            valid_range: Some(CapacityRequestPolicyRange {
+                min: mib_quantity(smallest),
+                max: Some(mib_quantity(remaining - remaining % smallest)),
+                step: Some(mib_quantity(smallest)),
+            }),
+        }
+    };
+    let mut capacity = BTreeMap::new();
+    capacity.insert(
+        "framebuffer".to_owned(),
+        DeviceCapacity {
+            value: mib_quantity(remaining),
+            request_policy: Some(policy),
+        },
+    );
+    Some(capacity)
+}
+
 /// The display types of a virtual parent by framebuffer size (see the module doc).
 type DisplayTypes<'p> = BTreeMap<u64, Vec<Resolved<'p>>>;
 
@@ -1066,38 +1072,12 @@ impl Ctx<'_> {
         attrs.insert("health".to_owned(), str_attr(parent.health.state.as_str()));
         let taints = self.taints_for(parent.health.state);
         if self.opts.version.encoding() == Encoding::SizeLock {
-            let fitting: Vec<u64> = sizes.keys().copied().filter(|s| *s <= remaining).collect();
-            let Some(&smallest) = fitting.first() else {
+            let Some(capacity) = mixed_framebuffer(sizes.keys().copied(), remaining) else {
                 return Some(plan);
-            };
-            let policy = if fitting.len() <= 10 {
-                CapacityRequestPolicy {
-                    default: Some(mib_quantity(smallest)),
-                    valid_values: fitting.iter().map(|s| mib_quantity(*s)).collect(),
-                    valid_range: None,
-                }
-            } else {
-                CapacityRequestPolicy {
-                    default: Some(mib_quantity(smallest)),
-                    valid_values: vec![],
-                    valid_range: Some(CapacityRequestPolicyRange {
-                        min: mib_quantity(smallest),
-                        max: Some(mib_quantity(remaining - remaining % smallest)),
-                        step: Some(mib_quantity(smallest)),
-                    }),
-                }
             };
             let mut attributes = attrs;
             attributes.insert("mixedSize".into(), DeviceAttribute::Bool(true));
             self.add_profile_attributes(&who, &mut attributes, sizes.values().flatten());
-            let mut capacity = BTreeMap::new();
-            capacity.insert(
-                "framebuffer".to_owned(),
-                DeviceCapacity {
-                    value: mib_quantity(remaining),
-                    request_policy: Some(policy),
-                },
-            );
             plan.devices.push(Device {
                 name: VirtualDeviceName::Mixed { label }.to_string(),
                 attributes,
