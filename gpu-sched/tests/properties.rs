@@ -1103,17 +1103,7 @@ proptest! {
         };
         check(&s)?;
         for step in &life {
-            match step {
-                Step::Place(m) => {
-                    let _ = s.place(m, policy);
-                }
-                Step::Release(k) => {
-                    let placed = s.allocations();
-                    if !placed.is_empty() {
-                        s.release(&placed[k % placed.len()].machine).unwrap();
-                    }
-                }
-            }
+            apply(&mut s, std::slice::from_ref(step), policy);
             check(&s)?;
         }
         // New snapshots and removed nodes are re-filed too.
