@@ -3,6 +3,7 @@
 //! and after a `kill -9` and the instance removed by hand, re-creates it with the same UUID; and
 //! sees through kernel uevents what is done by hand (mdevs made with `echo`, a GPU rebound).
 
+use crate::sys::ensure;
 use std::fs;
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::UnixStream;
@@ -96,10 +97,6 @@ fn call(method: &str, path: &str, body: &str) -> Result<(u16, Value), String> {
     let v = serde_json::from_str(body)
         .map_err(|e| format!("{method} {path}: not JSON ({e}): {body}"))?;
     Ok((status, v))
-}
-
-fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
-    if ok { Ok(()) } else { Err(why()) }
 }
 
 /// Creates an mbochs-small instance for `machine` through the socket; its UUID.

@@ -4,6 +4,7 @@
 //! Checks run in order and share a [`Lab`]: the vGPU checks build on the instances earlier ones
 //! created, as an operator's session would.
 
+use crate::sys::ensure;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
@@ -42,10 +43,6 @@ const SAMPLE_PARENTS: [(&str, &str); 3] = [
 const LAYOUT: &str = "/tmp/lab-layout.yaml";
 const FLEET: &str = "/tmp/lab-fleet.json";
 const MACHINE: &str = "/tmp/lab-machine.yaml";
-
-fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
-    if ok { Ok(()) } else { Err(why()) }
-}
 
 fn fmt_counts(counts: &BTreeMap<String, u32>, parent: &str) -> String {
     counts
@@ -698,10 +695,7 @@ pub fn gpu_bind_release(_lab: &mut Lab) -> Outcome {
         .ok_or_else(|| format!("{} has no IOMMU group", f.address))?;
 
     cli::run(&["gpu", "bind", &f.address])?.success()?;
-    let bound = sys::pci_function(&f.address)?;
-    ensure(bound.driver.as_deref() == Some("vfio-pci"), || {
-        format!("after bind {} is bound to {:?}", f.address, bound.driver)
-    })?;
+    sys::bound_to(&f.address, "vfio-pci", "bind")?;
     ensure(Path::new(&format!("/dev/vfio/{group}")).exists(), || {
         format!("no /dev/vfio/{group} after bind")
     })?;
@@ -711,13 +705,7 @@ pub fn gpu_bind_release(_lab: &mut Lab) -> Outcome {
     })?;
 
     cli::run(&["gpu", "release", &f.address])?.success()?;
-    let back = sys::pci_function(&f.address)?;
-    ensure(back.driver.as_deref() == Some(host_driver.as_str()), || {
-        format!(
-            "after release {} is bound to {:?}, was {host_driver}",
-            f.address, back.driver
-        )
-    })?;
+    let back = sys::bound_to(&f.address, &host_driver, "release")?;
     ensure(back.driver_override == "(null)", || {
         format!(
             "after release driver_override is {:?}",

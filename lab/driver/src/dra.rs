@@ -5,6 +5,7 @@
 //! kernel's vfio-pci and an mdev claim on the sample mbochs parent; the checks then open the
 //! `/dev/vfio` nodes the CDI spec names.
 
+use crate::sys::ensure;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -31,10 +32,6 @@ impl Drop for Agent {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
-    if ok { Ok(()) } else { Err(why()) }
 }
 
 fn kubelet_dir() -> PathBuf {
@@ -266,10 +263,7 @@ pub fn dra_whole_gpu(_lab: &mut Lab) -> Outcome {
             )
         },
     )?;
-    let bound = sys::pci_function(&f.address)?;
-    ensure(bound.driver.as_deref() == Some("vfio-pci"), || {
-        format!("after prepare {} is bound to {:?}", f.address, bound.driver)
-    })?;
+    sys::bound_to(&f.address, "vfio-pci", "prepare")?;
 
     // The CDI spec and the nodes it names.
     let (spec_path, spec) = read_spec(uid)?;
@@ -308,13 +302,7 @@ pub fn dra_whole_gpu(_lab: &mut Lab) -> Outcome {
     let e = unprepare(name, uid)?;
     let unprepare_s = t.elapsed().as_secs_f64();
     ensure(e.is_empty(), || format!("unprepare: {e}"))?;
-    let back = sys::pci_function(&f.address)?;
-    ensure(back.driver.as_deref() == Some(host_driver.as_str()), || {
-        format!(
-            "after unprepare {} is bound to {:?}, was {host_driver}",
-            f.address, back.driver
-        )
-    })?;
+    sys::bound_to(&f.address, &host_driver, "unprepare")?;
     ensure(cdi_specs().is_empty(), || {
         format!("CDI specs left after unprepare: {:?}", cdi_specs())
     })?;
@@ -935,13 +923,7 @@ pub fn dra_grpc_stand_in(_lab: &mut Lab) -> Outcome {
     ensure(ty.as_deref() == Some("mbochs-medium"), || {
         format!("after the grpcio prepare {mdev} has type {ty:?}")
     })?;
-    let bound = sys::pci_function(&f.address)?;
-    ensure(bound.driver.as_deref() == Some("vfio-pci"), || {
-        format!(
-            "after the grpcio prepare {} is bound to {:?}",
-            f.address, bound.driver
-        )
-    })?;
+    sys::bound_to(&f.address, "vfio-pci", "the grpcio prepare")?;
     let mut opened = Vec::new();
     for (_, uid, _, _) in &claims {
         let (_, nodes, files) = open_spec_nodes(uid)?;
@@ -984,13 +966,7 @@ pub fn dra_grpc_stand_in(_lab: &mut Lab) -> Outcome {
     ensure(!Path::new(&mdev).exists(), || {
         format!("{mdev} is still there after unprepare")
     })?;
-    let back = sys::pci_function(&f.address)?;
-    ensure(back.driver.as_deref() == Some(host_driver.as_str()), || {
-        format!(
-            "after unprepare {} is bound to {:?}, was {host_driver}",
-            f.address, back.driver
-        )
-    })?;
+    sys::bound_to(&f.address, &host_driver, "unprepare")?;
     ensure(cdi_specs().is_empty(), || {
         format!("CDI specs left after unprepare: {:?}", cdi_specs())
     })?;

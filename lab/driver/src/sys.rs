@@ -78,6 +78,24 @@ impl PciFunction {
     }
 }
 
+/// `Ok` when `ok`, else the error `why` says.
+pub fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(why()) }
+}
+
+/// The PCI function at `address`, required to be bound to `driver` (`after` says when, for the
+/// error).
+pub fn bound_to(address: &str, driver: &str, after: &str) -> Result<PciFunction, String> {
+    let f = pci_function(address)?;
+    ensure(f.driver.as_deref() == Some(driver), || {
+        format!(
+            "after {after} {address} is bound to {:?}, expected {driver}",
+            f.driver
+        )
+    })?;
+    Ok(f)
+}
+
 /// Reads one PCI function.
 pub fn pci_function(address: &str) -> Result<PciFunction, String> {
     let dir = PathBuf::from(SYS).join("bus/pci/devices").join(address);
