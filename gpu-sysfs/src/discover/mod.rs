@@ -20,6 +20,7 @@
 mod narrow;
 mod parse;
 mod pci;
+mod pci_names;
 mod pools;
 mod read;
 mod vgpu;

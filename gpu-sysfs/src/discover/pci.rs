@@ -352,21 +352,11 @@ pub(crate) fn model_name(
     sub_vendor: Option<gpu_core::PciId>,
     sub_device: Option<gpu_core::PciId>,
 ) -> String {
-    let Some(dev) = pci_ids::Device::from_vid_pid(vendor, device) else {
-        return String::new();
-    };
-    if let (Some(sv), Some(sd)) = (sub_vendor, sub_device) {
-        if let Some(s) = dev
-            .subsystems()
-            .find(|s| s.subvendor() == sv.0 && s.subdevice() == sd.0)
-        {
-            let (chip, board) = (dev.name(), s.name());
-            return if board.contains(chip) {
-                board.to_owned()
-            } else {
-                format!("{chip} ({board})")
-            };
-        }
+    let subsystem = sub_vendor.zip(sub_device).map(|(v, d)| (v.0, d.0));
+    match super::pci_names::lookup(vendor, device, subsystem) {
+        None => String::new(),
+        Some((chip, None)) => chip.to_owned(),
+        Some((chip, Some(board))) if board.contains(chip) => board.to_owned(),
+        Some((chip, Some(board))) => format!("{chip} ({board})"),
     }
-    dev.name().to_owned()
 }
