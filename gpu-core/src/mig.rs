@@ -266,6 +266,10 @@ impl MigGeometry {
 
     /// The profile named `name` (`3g.71gb`; case-insensitive, `MIG ` prefix allowed).
     pub fn profile_named(&self, name: &str) -> Option<&'static MigProfile> {
+        // Names gpuslice wrote itself are the table's own: the exact match first.
+        if let Some(p) = self.profiles.iter().find(|p| p.name == name) {
+            return Some(p);
+        }
         let name = name.trim();
         let name = name
             .strip_prefix("MIG ")
@@ -357,13 +361,97 @@ impl MigGeometry {
         pending: &[&MigProfile],
         profile: &MigProfile,
     ) -> Result<(), MigOccupancy> {
+        let Some(key) = self.memo_key(placed, existing, still_fit, pending, profile) else {
+            return self.search_every(placed, existing, still_fit, pending, profile);
+        };
+        if let Some(answer) = memo::get(key) {
+            return answer;
+        }
+        let answer = self.search_every(placed, existing, still_fit, pending, profile);
+        memo::put(key, answer);
+        answer
+    }
+
+    /// The key of one question to [`MigGeometry::fits_every_given`] in its memo: which product,
+    /// the known occupancy, how many of each profile exist and are pending, which profiles the
+    /// driver still listed, and the one asked about. The answer depends on nothing else (the
+    /// search sorts what it is given, and `still_fit` is only asked whether any is blocked).
+    /// `None` (asked without the memo) for a geometry or profile not in [`GEOMETRIES`], more
+    /// than eight profiles, or more than 15 instances of one.
+    fn memo_key(
+        &self,
+        placed: MigOccupancy,
+        existing: &[&MigProfile],
+        still_fit: &[&MigProfile],
+        pending: &[&MigProfile],
+        profile: &MigProfile,
+    ) -> Option<u128> {
+        let product = GEOMETRIES.iter().position(|g| std::ptr::eq(g, self))?;
+        if self.profiles.len() > 8 {
+            return None;
+        }
+        let index = |p: &MigProfile| self.profiles.iter().position(|q| std::ptr::eq(q, p));
+        let counts = |list: &[&MigProfile]| -> Option<u128> {
+            let mut c = [0u8; 8];
+            for p in list {
+                let n = c.get_mut(index(p)?)?;
+                *n += 1;
+                if *n > 15 {
+                    return None;
+                }
+            }
+            Some(
+                c.iter()
+                    .enumerate()
+                    .fold(0u128, |k, (i, n)| k | (u128::from(*n) << (4 * i))),
+            )
+        };
+        let mut fit = 0u128;
+        for p in still_fit {
+            fit |= 1 << index(p)?;
+        }
+        let key = 1u128 << 127
+            | u128::from(placed.0)
+            | (product as u128) << 16
+            | (index(profile)? as u128) << 24
+            | fit << 28
+            | counts(existing)? << 36
+            | counts(pending)? << 68;
+        Some(key)
+    }
+
+    /// The exhaustive search behind [`MigGeometry::fits_every_given`].
+    fn search_every(
+        &self,
+        placed: MigOccupancy,
+        existing: &[&MigProfile],
+        still_fit: &[&MigProfile],
+        pending: &[&MigProfile],
+        profile: &MigProfile,
+    ) -> Result<(), MigOccupancy> {
         let key = |p: &&MigProfile| std::cmp::Reverse((p.memory_slices, p.compute_slices, p.name));
-        let mut order: Vec<&MigProfile> = existing.to_vec();
-        order.sort_by_key(key);
-        let split = order.len();
-        let mut rest: Vec<&MigProfile> = pending.to_vec();
-        rest.sort_by_key(key);
-        order.extend(rest);
+        // A GPU holds at most seven instances: the order is kept on the stack (this runs for
+        // every GPU a placement considers), on the heap only past 16.
+        let split = existing.len();
+        let total = split + pending.len();
+        let mut inline: [&MigProfile; 16] = [profile; 16];
+        let mut heap: Vec<&MigProfile> = Vec::new();
+        let order: &mut [&MigProfile] = match inline.get_mut(..total) {
+            Some(order) => {
+                for (slot, p) in order.iter_mut().zip(existing.iter().chain(pending)) {
+                    *slot = p;
+                }
+                order
+            }
+            None => {
+                heap.extend(existing.iter().chain(pending).copied());
+                &mut heap
+            }
+        };
+        let (known, rest) = order.split_at_mut(split);
+        known.sort_unstable_by_key(key);
+        rest.sort_unstable_by_key(key);
+        let order: &[&MigProfile] = order;
         struct Search<'s> {
             geometry: &'s MigGeometry,
             order: &'s [&'s MigProfile],
@@ -395,8 +483,11 @@ impl MigGeometry {
                     return self.geometry.fits(occ, self.q).is_none().then_some(occ);
                 };
                 // Equal profiles of one group take increasing starts: each set is tried once.
-                let same_as_next =
-                    i + 1 != self.split && self.order.get(i + 1).is_some_and(|n| **n == *p);
+                let same_as_next = i + 1 != self.split
+                    && self
+                        .order
+                        .get(i + 1)
+                        .is_some_and(|n| std::ptr::eq(*n, p) || **n == *p);
                 for &s in p.starts {
                     if s < min_start || !occ.is_free(s, p) {
                         continue;
@@ -413,7 +504,7 @@ impl MigGeometry {
         }
         let mut search = Search {
             geometry: self,
-            order: &order,
+            order,
             split,
             still_fit,
             q: profile,
@@ -424,6 +515,49 @@ impl MigGeometry {
             None if !search.any => Err(placed),
             None => Ok(()),
         }
+    }
+}
+
+/// A small direct-mapped memo of [`MigGeometry::fits_every_given`], one per thread. A placement
+/// asks it of every MIG GPU it considers, and across a fleet the GPUs are in few states, so
+/// the same questions come again and again; the exhaustive search behind each costs far more
+/// than a look-up. A pure function's answers only: a slot holds one key and its answer, and a
+/// new key takes the slot of an old one.
+mod memo {
+    use super::MigOccupancy;
+    use std::cell::RefCell;
+
+    const SLOTS: usize = 1024;
+
+    type Answer = Result<(), MigOccupancy>;
+
+    thread_local! {
+        static TABLE: RefCell<Vec<(u128, Answer)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn slot(key: u128) -> usize {
+        let folded = (key as u64) ^ ((key >> 64) as u64);
+        (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % SLOTS
+    }
+
+    pub(super) fn get(key: u128) -> Option<Answer> {
+        TABLE.with(|t| {
+            t.borrow()
+                .get(slot(key))
+                .and_then(|(k, a)| (*k == key).then_some(*a))
+        })
+    }
+
+    pub(super) fn put(key: u128, answer: Answer) {
+        TABLE.with(|t| {
+            let mut t = t.borrow_mut();
+            if t.is_empty() {
+                t.resize(SLOTS, (0, Ok(())));
+            }
+            if let Some(s) = t.get_mut(slot(key)) {
+                *s = (key, answer);
+            }
+        });
     }
 }
 
@@ -682,6 +816,18 @@ struct Resolved {
 }
 
 impl Resolved {
+    /// Whether one more `profile` fits, as a [`SlotMisfit`] when not.
+    fn check(&self, profile: &MigProfile) -> Result<(), SlotMisfit> {
+        let g = self.geometry;
+        self.fits(profile).map_err(|blocked| SlotMisfit::NoStart {
+            product: g.product,
+            profile: profile.name,
+            starts: profile.starts,
+            held: blocked.held(),
+            total: g.memory_slices,
+        })
+    }
+
     fn fits(&self, profile: &MigProfile) -> Result<(), MigOccupancy> {
         self.geometry.fits_every_given(
             self.placed,
@@ -789,29 +935,33 @@ impl MigSlots {
     /// # Errors
     /// The [`SlotMisfit`] saying why not.
     pub fn check(&self, profile: &MigProfile) -> Result<(), SlotMisfit> {
-        let r = self.resolve()?;
-        let g = r.geometry;
-        r.fits(profile).map_err(|blocked| SlotMisfit::NoStart {
-            product: g.product,
-            profile: profile.name,
-            starts: profile.starts,
-            held: blocked.held(),
-            total: g.memory_slices,
-        })
+        self.resolve()?.check(profile)
     }
 
     /// How many more instances of `profile` fit, one after another (each charged with an
     /// unknown start, as the driver picks it).
     pub fn creatable(&self, profile: &'static MigProfile) -> u32 {
-        let Ok(mut r) = self.resolve() else {
-            return 0;
-        };
-        let mut n = 0;
-        while n < 16 && r.fits(profile).is_ok() {
+        self.room(profile, u32::MAX).unwrap_or(0)
+    }
+
+    /// [`MigSlots::check`] and [`MigSlots::creatable`] in one pass, the names looked up once:
+    /// how many more instances of `profile` fit one after another, counting no further than
+    /// `limit` (one is counted when one fits, whatever `limit`; a GPU holds at most 16).
+    ///
+    /// # Errors
+    /// The [`SlotMisfit`] saying why not even one fits.
+    pub fn room(&self, profile: &'static MigProfile, limit: u32) -> Result<u32, SlotMisfit> {
+        let mut r = self.resolve()?;
+        r.check(profile)?;
+        let mut n = 1;
+        while n < limit.min(16) {
             r.pending.push(profile);
+            if r.fits(profile).is_err() {
+                break;
+            }
             n += 1;
         }
-        n
+        Ok(n)
     }
 
     /// Holds one instance of `profile`, start unknown (the driver picks it at creation).
@@ -993,6 +1143,124 @@ mod tests {
         assert!(g.fits_every(empty, &[three], two).is_ok());
         // A set with no placement at all is full.
         assert!(g.fits_every(empty, &[three, three, three], one).is_err());
+    }
+
+    /// The memo gives back what the search answers, for every small H200 question, asked
+    /// twice (the second time from the memo, or from a slot another key took since).
+    #[test]
+    fn the_memo_answers_what_the_search_does() {
+        let g = h200();
+        let all: Vec<&MigProfile> = g.profiles.iter().collect();
+        let mut lists: Vec<Vec<&MigProfile>> = vec![vec![]];
+        for a in &all {
+            lists.push(vec![a]);
+            for b in &all {
+                lists.push(vec![a, b]);
+            }
+        }
+        let one = g.profile_named("1g.18gb").unwrap();
+        let mut at6 = MigOccupancy::empty();
+        at6.hold(6, one);
+        let mut asked = 0;
+        for round in 0..2 {
+            for placed in [MigOccupancy::empty(), at6] {
+                for existing in &lists {
+                    for pending in lists.iter().take(8) {
+                        for still_fit in [&[][..], &[one][..]] {
+                            for q in &all {
+                                let searched =
+                                    g.search_every(placed, existing, still_fit, pending, q);
+                                let given =
+                                    g.fits_every_given(placed, existing, still_fit, pending, q);
+                                assert_eq!(
+                                    given, searched,
+                                    "round {round}: {existing:?} {pending:?} {}",
+                                    q.name
+                                );
+                                asked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(asked > 10_000, "{asked}");
+        // A profile the table does not hold is answered by the search alone.
+        let odd = MigProfile {
+            name: "odd",
+            ..*one
+        };
+        assert_eq!(
+            g.fits_every_given(at6, &[&odd], &[], &[], one),
+            g.search_every(at6, &[&odd], &[], &[], one)
+        );
+    }
+
+    /// `room` (one look-up, counting on from the first fit) answers what checking and
+    /// charging one instance at a time does, for every H200 state of at most one instance of
+    /// unknown start, one at a known start and three pending, and every profile and limit.
+    #[test]
+    fn room_counts_what_charging_one_at_a_time_does() {
+        let g = h200();
+        let names: Vec<&str> = g.profiles.iter().map(|p| p.name).collect();
+        let mut states: Vec<MigSlots> = Vec::new();
+        let mut pendings: Vec<Vec<String>> = vec![vec![]];
+        for _ in 0..3 {
+            let longer: Vec<Vec<String>> = pendings
+                .iter()
+                .filter(|v| v.len() == pendings.last().map_or(0, Vec::len))
+                .flat_map(|v| {
+                    names.iter().map(move |n| {
+                        let mut v = v.clone();
+                        v.push((*n).to_owned());
+                        v
+                    })
+                })
+                .collect();
+            pendings.extend(longer);
+        }
+        let unplaced: Vec<Vec<String>> = std::iter::once(vec![])
+            .chain(names.iter().map(|n| vec![(*n).to_owned()]))
+            .collect();
+        let placed = [
+            vec![],
+            vec![MigPlaced {
+                profile: "1g.18gb".into(),
+                start: 6,
+            }],
+        ];
+        for pe in &pendings {
+            for un in &unplaced {
+                for pl in &placed {
+                    let mut s = MigSlots::new(g);
+                    s.pending.clone_from(pe);
+                    s.unplaced.clone_from(un);
+                    s.placed.clone_from(pl);
+                    states.push(s);
+                }
+            }
+        }
+        assert!(states.len() > 1000, "{}", states.len());
+        for s in &states {
+            for p in g.profiles {
+                let mut one_by_one = s.clone();
+                let mut n = 0;
+                while n < 16 && one_by_one.check(p).is_ok() {
+                    one_by_one.charge(p);
+                    n += 1;
+                }
+                assert_eq!(s.creatable(p), n, "{s:?} {}", p.name);
+                for limit in [1, 2, 7, u32::MAX] {
+                    match s.room(p, limit) {
+                        Ok(k) => assert_eq!(k, n.min(limit.max(1)), "{s:?} {} {limit}", p.name),
+                        Err(e) => {
+                            assert_eq!(n, 0, "{s:?} {}", p.name);
+                            assert_eq!(Err(e), s.check(p));
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

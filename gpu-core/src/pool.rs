@@ -101,27 +101,51 @@ impl Pool {
     /// # Errors
     /// The [`Misfit`] explaining why not.
     pub fn check(&self, profile: &Profile) -> Result<(), Misfit> {
+        self.room(profile).map(|_| ())
+    }
+
+    /// How many more instances of `profile` the pool holds (`u32::MAX` when the pool does not
+    /// constrain it, e.g. unknown framebuffer size).
+    pub fn creatable(&self, profile: &Profile) -> u32 {
+        self.room(profile).unwrap_or(0)
+    }
+
+    /// [`Pool::check`] and [`Pool::creatable`] in one pass: how many more instances of
+    /// `profile` the pool holds (at least one; `u32::MAX` when the pool does not constrain it),
+    /// or why not even one fits. A MIG-backed profile's slots are looked up once and the count
+    /// stops at what the free slices allow, which is what a placement asks of every GPU it
+    /// considers.
+    ///
+    /// # Errors
+    /// The [`Misfit`] explaining why no instance fits, as [`Pool::check`] says it.
+    pub fn room(&self, profile: &Profile) -> Result<u32, Misfit> {
         if let Some(slices) = profile.mig_slices {
             if self.has_time_sliced() {
                 return Err(Misfit::ModeConflict);
             }
-            if self.mig_slices_total.is_some() {
-                let free = self.free_mig_slices();
-                if slices > free {
-                    return Err(Misfit::MigSlices { need: slices, free });
+            let by_slices = match self.mig_slices_total {
+                Some(_) => {
+                    let free = self.free_mig_slices();
+                    if slices > free {
+                        return Err(Misfit::MigSlices { need: slices, free });
+                    }
+                    free.checked_div(slices).map_or(u32::MAX, u32::from)
                 }
-            }
-            if let (Some(slots), Some(mp)) = (&self.mig_slots, self.mig_profile(profile)) {
-                let mp = mp.map_err(Misfit::MigSlots)?;
-                slots.check(mp).map_err(Misfit::MigSlots)?;
-            }
-            return Ok(());
+                None => u32::MAX,
+            };
+            return match (&self.mig_slots, self.mig_profile(profile)) {
+                (Some(slots), Some(mp)) => {
+                    let mp = mp.map_err(Misfit::MigSlots)?;
+                    slots.room(mp, by_slices).map_err(Misfit::MigSlots)
+                }
+                _ => Ok(by_slices),
+            };
         }
         if self.mig_slices_used.unwrap_or(0) > 0 {
             return Err(Misfit::ModeConflict);
         }
         let Some(size) = profile.framebuffer_mib else {
-            return Ok(());
+            return Ok(u32::MAX);
         };
         if let (Some(locked), false) = (self.size_locked_mib, self.mixed_size) {
             if locked != size {
@@ -137,30 +161,10 @@ impl Pool {
                 free_mib: self.free_mib(),
             });
         }
-        Ok(())
-    }
-
-    /// How many more instances of `profile` the pool holds (`u32::MAX` when the pool does not
-    /// constrain it, e.g. unknown framebuffer size).
-    pub fn creatable(&self, profile: &Profile) -> u32 {
-        if self.check(profile).is_err() {
-            return 0;
-        }
-        if let Some(slices) = profile.mig_slices {
-            let by_slots = match (&self.mig_slots, self.mig_profile(profile)) {
-                (Some(slots), Some(Ok(mp))) => slots.creatable(mp),
-                (Some(_), Some(Err(_))) => 0,
-                _ => u32::MAX,
-            };
-            if self.mig_slices_total.is_none() || slices == 0 {
-                return by_slots;
-            }
-            return u32::from(self.free_mig_slices() / slices).min(by_slots);
-        }
-        match profile.framebuffer_mib {
-            Some(size) if size > 0 => u32::try_from(self.free_mib() / size).unwrap_or(u32::MAX),
-            _ => u32::MAX,
-        }
+        Ok(self
+            .free_mib()
+            .checked_div(size)
+            .map_or(u32::MAX, |n| u32::try_from(n).unwrap_or(u32::MAX)))
     }
 
     /// Charges one instance of `profile` (after a successful [`Pool::check`]). A MIG-backed one

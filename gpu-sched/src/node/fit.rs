@@ -305,12 +305,15 @@ impl NodeState {
                 excluded.add(Filter::NoFreeParent);
                 continue;
             }
-            let pool = overlay.pool(gi, g);
-            if let Some(Err(m)) = pool.map(|p| p.check(profile)) {
-                excluded.add(misfit_filter(&m));
-                continue;
-            }
-            let cap = parent_sum.min(creatable(pool, profile));
+            let room = match overlay.pool(gi, g).map(|p| p.room(profile)) {
+                Some(Err(m)) => {
+                    excluded.add(misfit_filter(&m));
+                    continue;
+                }
+                Some(Ok(n)) => n,
+                None => u32::MAX,
+            };
+            let cap = parent_sum.min(room);
             if cap == 0 {
                 excluded.add(Filter::PoolFull);
                 continue;
