@@ -129,6 +129,28 @@ impl Root {
         self.walk(path, flags, mode)
     }
 
+    /// Opens `rest` beneath the directory `dir` (opened through this root), never above it:
+    /// `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`. Only where `openat2` is known to
+    /// work; otherwise, and for a link that leaves `dir`, an error: the caller opens the
+    /// whole path with [`Root::open`] then.
+    ///
+    /// # Errors
+    /// The OS error; `ENOSYS` where `openat2` has not been seen to work.
+    pub fn open_beneath(
+        &self,
+        dir: BorrowedFd<'_>,
+        rest: &str,
+        flags: OFlag,
+    ) -> io::Result<OwnedFd> {
+        if OPENAT2.load(Ordering::Relaxed) != 1 {
+            return Err(Errno::ENOSYS.into());
+        }
+        let how = OpenHow::new()
+            .flags(flags | OFlag::O_CLOEXEC | OFlag::O_NOCTTY)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        Ok(openat2(dir, rest, how)?)
+    }
+
     /// Opens the directory holding `path`'s last component; returns it and that component.
     pub fn open_parent<'p>(&self, path: &'p str) -> io::Result<(OwnedFd, &'p str)> {
         match path.rsplit_once('/') {

@@ -224,6 +224,8 @@ pub struct RealHost {
     root: PathBuf,
     /// The open root when it is not `/`; `None` for the machine itself.
     confined: Option<std::sync::Arc<crate::confine::Root>>,
+    /// Directories held open for a burst of reads below them (shared by clones).
+    dirs: std::sync::Arc<crate::dircache::DirCache>,
 }
 
 impl RealHost {
@@ -251,12 +253,52 @@ impl RealHost {
                 })?,
             ))
         };
-        Ok(Self { root, confined })
+        Ok(Self {
+            root,
+            confined,
+            dirs: std::sync::Arc::default(),
+        })
     }
 
     fn full(&self, path: &str) -> io::Result<PathBuf> {
         check_relative(path)?;
         Ok(self.root.join(path))
+    }
+
+    /// Opens the root-relative `path` for reading as [`RealHost::open_in_root`] does, below a
+    /// directory held open when the reads before it were below the same one
+    /// ([`crate::dircache`]); any failure there is answered by the open from the root.
+    fn open_for_read(&self, path: &str, flags: nix::fcntl::OFlag) -> io::Result<std::fs::File> {
+        use nix::fcntl::OFlag;
+        check_relative(path)?;
+        let open_dir = |dir: &str| -> io::Result<std::os::fd::OwnedFd> {
+            let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            match &self.confined {
+                Some(root) => root.open(dir, dir_flags, nix::sys::stat::Mode::empty()),
+                None => Ok(nix::fcntl::open(
+                    &self.root.join(dir),
+                    dir_flags,
+                    nix::sys::stat::Mode::empty(),
+                )?),
+            }
+        };
+        if let Some((dir, rest)) = self.dirs.held_for(path, open_dir) {
+            use std::os::fd::AsFd;
+            let opened = match &self.confined {
+                Some(root) => root.open_beneath(dir.as_fd(), rest, flags),
+                None => nix::fcntl::openat(
+                    dir.as_fd(),
+                    rest,
+                    flags | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+                    nix::sys::stat::Mode::empty(),
+                )
+                .map_err(io::Error::from),
+            };
+            if let Ok(fd) = opened {
+                return Ok(std::fs::File::from(fd));
+            }
+        }
+        self.open_in_root(path, flags)
     }
 
     /// Opens the root-relative `path` with `flags`, resolving inside the root (links that stay
@@ -293,7 +335,7 @@ impl Host for RealHost {
     fn read_bounded(&self, path: &str, max: usize) -> io::Result<Vec<u8>> {
         use nix::fcntl::OFlag;
         // Non-blocking: opening a FIFO must not wait for a writer (it is refused just after).
-        let f = self.open_in_root(path, OFlag::O_RDONLY | OFlag::O_NONBLOCK)?;
+        let f = self.open_for_read(path, OFlag::O_RDONLY | OFlag::O_NONBLOCK)?;
         crate::confine::check_regular(&f, path)?;
         crate::confine::read_bounded(f, max, path)
     }
@@ -301,6 +343,8 @@ impl Host for RealHost {
     fn write(&self, path: &str, data: &[u8]) -> io::Result<()> {
         use nix::fcntl::OFlag;
         use std::io::Write;
+        // A write may remove or re-create the directories held for reads.
+        self.dirs.clear();
         // No O_CREAT, no truncation games: a sysfs attribute takes one write on an existing file.
         let mut f = self.open_in_root(path, OFlag::O_WRONLY | OFlag::O_NONBLOCK)?;
         crate::confine::check_regular(&f, path)?;
@@ -361,6 +405,7 @@ impl Host for RealHost {
     }
 
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        self.dirs.clear();
         if let Some((dir, _)) = path.rsplit_once('/') {
             make_state_dir(&self.root, dir)?;
         }
@@ -368,6 +413,7 @@ impl Host for RealHost {
     }
 
     fn create_dir_all(&self, path: &str) -> io::Result<()> {
+        self.dirs.clear();
         make_state_dir(&self.root, path).map(|_| ())
     }
 }
@@ -475,6 +521,47 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> io::Result<Comm
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reads below a held directory answer what reads from the root do: after the directory is
+    /// removed and made again (a device gone and back) the held one answers nothing and the
+    /// read is made from the root; a write lets held directories go; a link in a held directory
+    /// that leaves it (but not the root) is followed from the root.
+    #[test]
+    fn reads_below_a_held_directory_answer_what_reads_from_the_root_do() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("sys/dev");
+        std::fs::create_dir_all(&d).unwrap();
+        for (f, v) in [("a", "1"), ("b", "2"), ("c", "3")] {
+            std::fs::write(d.join(f), v).unwrap();
+        }
+        std::fs::write(t.path().join("sys/outside"), "o").unwrap();
+        std::os::unix::fs::symlink("../outside", d.join("link")).unwrap();
+        let h = RealHost::new(t.path()).unwrap();
+        let read = |p: &str| h.read(p).map(|b| String::from_utf8(b).unwrap());
+        assert_eq!(read("sys/dev/a").unwrap(), "1");
+        assert_eq!(
+            read("sys/dev/b").unwrap(),
+            "2",
+            "the second read holds sys/dev"
+        );
+        assert_eq!(
+            read("sys/dev/link").unwrap(),
+            "o",
+            "a link out of the held directory"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("c"), "new").unwrap();
+        assert_eq!(read("sys/dev/c").unwrap(), "new");
+        assert_eq!(read("sys/dev/c").unwrap(), "new");
+        // A directory moved aside while held would still answer; a write lets it go first.
+        h.write("sys/dev/c", b"w").unwrap();
+        std::fs::rename(&d, t.path().join("sys/old")).unwrap();
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("c"), "newer").unwrap();
+        assert_eq!(read("sys/dev/c").unwrap(), "newer");
+        assert!(read("sys/dev/a").is_err(), "gone from the new directory");
+    }
 
     #[test]
     fn paths_cannot_escape_the_root() {

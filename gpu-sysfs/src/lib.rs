@@ -19,6 +19,7 @@ pub mod apply;
 pub mod atomic;
 pub mod classify;
 pub mod confine;
+mod dircache;
 pub mod discover;
 pub mod doctor;
 pub mod document;

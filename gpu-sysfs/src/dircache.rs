@@ -1,0 +1,160 @@
+//! Directories held open for a burst of reads below them.
+//!
+//! Opening `sys/class/mdev_bus/0000:08:00.4/mdev_supported_types/nvidia-745/available_instances`
+//! from the root makes the kernel walk a dozen components (the class link into `sys/devices`
+//! among them) for every one of the 15 types of every parent; a GPU's dozen attributes each walk
+//! its whole device path again. Where two reads in a row fall below one directory (a device's
+//! directory, a parent's `mdev_supported_types`), [`DirCache`] opens that directory once and the
+//! reads after it resolve only what is left, beneath it: the same answers for half the cost of an
+//! open.
+//!
+//! Nothing is held long: a directory is let go 100 ms after it was opened and whenever the host
+//! is written through (a write may remove or re-create the very directories held: VFs re-made by
+//! `sriov_numvfs`), so a held directory never stands for one that was replaced since. A read
+//! through a held directory that fails for any reason is made again from the root, which gives
+//! the authoritative answer or error.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a directory stays open after it was opened.
+const HOLD: Duration = Duration::from_millis(100);
+
+/// Directories held at once.
+const HELD: usize = 4;
+
+#[derive(Debug)]
+struct Held {
+    dir: String,
+    fd: Arc<OwnedFd>,
+    opened: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    held: Vec<Held>,
+    /// The directory of the last read made from the root: a second read below it opens it.
+    last: String,
+}
+
+/// The directories held open; see the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct DirCache {
+    inner: Mutex<Inner>,
+}
+
+/// The directory a read of `path` is made below and what is left of the path under it: a
+/// parent's `mdev_supported_types` for the files of its types, otherwise the file's own
+/// directory. `None` for a path of one component.
+pub(crate) fn split(path: &str) -> Option<(&str, &str)> {
+    const TYPES: &str = "/mdev_supported_types/";
+    if let Some(i) = path.find(TYPES) {
+        let cut = i + TYPES.len() - 1;
+        return Some((&path[..cut], &path[cut + 1..]));
+    }
+    path.rsplit_once('/')
+}
+
+impl DirCache {
+    /// The open directory to resolve `path`'s rest beneath, and that rest: one held already, or
+    /// opened now with `open_dir` when the read before this one was below the same directory.
+    /// `None`: read from the root (and remember the directory for the next read).
+    pub(crate) fn held_for<'p>(
+        &self,
+        path: &'p str,
+        open_dir: impl FnOnce(&str) -> io::Result<OwnedFd>,
+    ) -> Option<(Arc<OwnedFd>, &'p str)> {
+        let (dir, rest) = split(path)?;
+        let now = Instant::now();
+        let mut inner = self.inner.lock().ok()?;
+        inner
+            .held
+            .retain(|h| now.saturating_duration_since(h.opened) < HOLD);
+        if let Some(h) = inner.held.iter().find(|h| h.dir == dir) {
+            return Some((Arc::clone(&h.fd), rest));
+        }
+        if inner.last != dir {
+            dir.clone_into(&mut inner.last);
+            return None;
+        }
+        let fd = Arc::new(open_dir(dir).ok()?);
+        if inner.held.len() >= HELD {
+            inner.held.remove(0);
+        }
+        inner.held.push(Held {
+            dir: dir.to_owned(),
+            fd: Arc::clone(&fd),
+            opened: now,
+        });
+        Some((fd, rest))
+    }
+
+    /// Lets every held directory go (the host is about to be written through).
+    pub(crate) fn clear(&self) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.held.clear();
+            inner.last.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_resolve_below_their_parents_list_and_attributes_below_their_device() {
+        assert_eq!(
+            split("sys/class/mdev_bus/0000:08:00.4/mdev_supported_types/nvidia-745/name"),
+            Some((
+                "sys/class/mdev_bus/0000:08:00.4/mdev_supported_types",
+                "nvidia-745/name"
+            ))
+        );
+        assert_eq!(
+            split("sys/bus/pci/devices/0000:08:00.0/vendor"),
+            Some(("sys/bus/pci/devices/0000:08:00.0", "vendor"))
+        );
+        assert_eq!(split("vendor"), None);
+    }
+
+    fn dir() -> io::Result<OwnedFd> {
+        nix::fcntl::open(
+            "/",
+            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(io::Error::from)
+    }
+
+    #[test]
+    fn a_directory_is_opened_on_the_second_read_below_it_and_let_go_on_a_write() {
+        let c = DirCache::default();
+        let opened = std::cell::Cell::new(0);
+        let open = |_: &str| {
+            opened.set(opened.get() + 1);
+            dir()
+        };
+        assert!(c.held_for("sys/a/x", open).is_none());
+        assert!(c.held_for("sys/b/x", open).is_none());
+        let (_, rest) = c
+            .held_for("sys/b/y", open)
+            .expect("held on the second read");
+        assert_eq!(rest, "y");
+        assert!(c.held_for("sys/b/z", open).is_some());
+        assert_eq!(opened.get(), 1);
+        c.clear();
+        assert!(c.held_for("sys/b/z", open).is_none(), "a write lets go");
+        assert_eq!(opened.get(), 1);
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_opened_sends_the_read_to_the_root() {
+        let c = DirCache::default();
+        let fail = |_: &str| -> io::Result<OwnedFd> { Err(io::Error::other("gone")) };
+        assert!(c.held_for("sys/b/x", fail).is_none());
+        assert!(c.held_for("sys/b/y", fail).is_none());
+    }
+}
