@@ -3,7 +3,7 @@
 //! Opening `sys/class/mdev_bus/0000:08:00.4/mdev_supported_types/nvidia-745/available_instances`
 //! from the root makes the kernel walk a dozen components (the class link into `sys/devices`
 //! among them) for every one of the 15 types of every parent; a GPU's dozen attributes each walk
-//! its whole device path again. Where two reads in a row fall below one directory (a device's
+//! its whole device path again. Where three reads in a row fall below one directory (a device's
 //! directory, a parent's `mdev_supported_types`), [`DirCache`] opens that directory once and the
 //! reads after it resolve only what is left, beneath it: the same answers for half the cost of an
 //! open.
@@ -25,6 +25,9 @@ const HOLD: Duration = Duration::from_millis(100);
 /// Directories held at once.
 const HELD: usize = 4;
 
+/// The read in a row below one directory that opens it.
+const OPEN_AT: u32 = 3;
+
 #[derive(Debug)]
 struct Held {
     dir: String,
@@ -35,8 +38,11 @@ struct Held {
 #[derive(Debug, Default)]
 struct Inner {
     held: Vec<Held>,
-    /// The directory of the last read made from the root: a second read below it opens it.
+    /// The directory of the last reads made from the root, and how many in a row fell below
+    /// it: the third opens it (a VF's two `nvidia/` files are read from the root, as a held
+    /// directory would cost them one open more).
     last: String,
+    run: u32,
 }
 
 /// The directories held open; see the module docs.
@@ -59,7 +65,8 @@ pub(crate) fn split(path: &str) -> Option<(&str, &str)> {
 
 impl DirCache {
     /// The open directory to resolve `path`'s rest beneath, and that rest: one held already, or
-    /// opened now with `open_dir` when the read before this one was below the same directory.
+    /// opened now with `open_dir` when the two reads before this one were below the same
+    /// directory.
     /// `None`: read from the root (and remember the directory for the next read).
     pub(crate) fn held_for<'p>(
         &self,
@@ -77,6 +84,11 @@ impl DirCache {
         }
         if inner.last != dir {
             dir.clone_into(&mut inner.last);
+            inner.run = 1;
+            return None;
+        }
+        inner.run += 1;
+        if inner.run < OPEN_AT {
             return None;
         }
         let fd = Arc::new(open_dir(dir).ok()?);
@@ -130,7 +142,7 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_is_opened_on_the_second_read_below_it_and_let_go_on_a_write() {
+    fn a_directory_is_opened_on_the_third_read_below_it_and_let_go_on_a_write() {
         let c = DirCache::default();
         let opened = std::cell::Cell::new(0);
         let open = |_: &str| {
@@ -139,9 +151,8 @@ mod tests {
         };
         assert!(c.held_for("sys/a/x", open).is_none());
         assert!(c.held_for("sys/b/x", open).is_none());
-        let (_, rest) = c
-            .held_for("sys/b/y", open)
-            .expect("held on the second read");
+        assert!(c.held_for("sys/b/w", open).is_none());
+        let (_, rest) = c.held_for("sys/b/y", open).expect("held on the third read");
         assert_eq!(rest, "y");
         assert!(c.held_for("sys/b/z", open).is_some());
         assert_eq!(opened.get(), 1);
@@ -154,7 +165,8 @@ mod tests {
     fn a_directory_that_cannot_be_opened_sends_the_read_to_the_root() {
         let c = DirCache::default();
         let fail = |_: &str| -> io::Result<OwnedFd> { Err(io::Error::other("gone")) };
-        assert!(c.held_for("sys/b/x", fail).is_none());
-        assert!(c.held_for("sys/b/y", fail).is_none());
+        for f in ["x", "y", "z"] {
+            assert!(c.held_for(&format!("sys/b/{f}"), fail).is_none());
+        }
     }
 }

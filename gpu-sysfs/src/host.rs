@@ -539,10 +539,11 @@ mod tests {
         let h = RealHost::new(t.path()).unwrap();
         let read = |p: &str| h.read(p).map(|b| String::from_utf8(b).unwrap());
         assert_eq!(read("sys/dev/a").unwrap(), "1");
+        assert_eq!(read("sys/dev/b").unwrap(), "2");
         assert_eq!(
             read("sys/dev/b").unwrap(),
             "2",
-            "the second read holds sys/dev"
+            "the third read holds sys/dev"
         );
         assert_eq!(
             read("sys/dev/link").unwrap(),
