@@ -24,6 +24,8 @@ def rss_kib() -> int:
 
 
 def main() -> None:
+    if len(sys.argv) < 2:
+        raise SystemExit(__doc__)
     path = sys.argv[1]
     nodes = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
     with open(path) as f:
