@@ -287,3 +287,64 @@ fn a_closed_stdout_ends_every_listing_quietly() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
     }
 }
+
+/// `gpu list --inventory` reads a fleet's shapes without expanding its nodes: the compact form
+/// of a fleet of many nodes of one host lists what the full form lists, row for row, with the
+/// fleet's allocations marking the GPUs they hold on the node they name.
+#[test]
+fn gpu_list_of_a_compact_fleet_lists_what_the_full_form_lists() {
+    let text = std::fs::read_to_string(golden_dir().join("fleet.yaml")).unwrap();
+    let mut fleet = gpu_core::Fleet::from_text(&text).unwrap();
+    let a2 = fleet.nodes[0].clone();
+    fleet.nodes = (0..50)
+        .map(|i| {
+            let mut t = a2.clone();
+            t.node = format!("a2-{i:02}");
+            t
+        })
+        .collect();
+    let (gpu, name) = (a2.gpus[0].address, &a2.gpus[0].name);
+    let doc = format!(
+        r#"{{"machine": "vm-1", "node": "a2-07", "devices": [{{"kind": "gpu", "request": "gpu", "name": "{name}", "address": "{gpu}"}}]}}"#
+    );
+    fleet.allocations = vec![serde_json::from_str(&doc).unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let compact = dir.path().join("compact.json");
+    let full = dir.path().join("full.json");
+    std::fs::write(&compact, fleet.to_text(true).unwrap()).unwrap();
+    std::fs::write(&full, fleet.to_text_full(true).unwrap()).unwrap();
+    let compact_len = std::fs::metadata(&compact).unwrap().len();
+    let full_len = std::fs::metadata(&full).unwrap().len();
+    assert!(compact_len * 10 < full_len, "{compact_len} vs {full_len}");
+    let list = |f: &Path, extra: &[&str]| {
+        let mut args = vec!["gpu", "list", "--inventory", f.to_str().unwrap()];
+        args.extend(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+            .args(&args)
+            .env_remove("GPUSLICE_ROOT")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for extra in [
+        &["-o", "json"][..],
+        &[][..],
+        &["--node", "a2-07", "-o", "json"][..],
+    ] {
+        assert_eq!(list(&compact, extra), list(&full, extra), "{extra:?}");
+    }
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&list(&compact, &["-o", "json"])).unwrap();
+    assert_eq!(rows.len(), 50 * a2.gpus.len());
+    let held: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| r["allocatedTo"] == serde_json::json!(["vm-1"]))
+        .collect();
+    assert_eq!(held.len(), 1, "only a2-07's GPU is held");
+    assert_eq!(held[0]["node"], "a2-07");
+}

@@ -37,9 +37,19 @@ pub fn allocated_gpu<'a>(
     allocations: &'a [Allocation],
     gpu: &PciAddress,
 ) -> Vec<(&'a Allocation, bool)> {
+    allocated_gpu_named(&node.node, allocations, gpu)
+}
+
+/// [`allocated_gpu`] of the node named `node` (a fleet's shaped node, whose topology is not
+/// expanded).
+pub fn allocated_gpu_named<'a>(
+    node: &str,
+    allocations: &'a [Allocation],
+    gpu: &PciAddress,
+) -> Vec<(&'a Allocation, bool)> {
     allocations
         .iter()
-        .filter(|a| a.node == node.node)
+        .filter(|a| a.node == node)
         .filter_map(|a| {
             let whole = a
                 .devices

@@ -10,12 +10,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gpu_core::{Gpu, NodeTopology, PciAddress};
+use gpu_core::FleetNode;
+use gpu_core::PciAddress;
 use gpu_sysfs::actuate::{self, GpuBinding, handoff::Handoff};
 
-use super::topology::{
-    GPU_HEADERS, allocated_view, fleet_node, gpu_row, print_warnings, read_fleet,
-};
+use super::topology::{GPU_HEADERS, allocated_view, gpu_row, not_in_fleet, print_warnings};
 use crate::common::{Global, Output, local_topology, open_node_host, print_data, render_table};
 
 /// Arguments of `gpuslice gpu list`.
@@ -51,30 +50,32 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let fleet = read_fleet(path)?;
-    let nodes: Vec<&NodeTopology> = match &g.node {
-        Some(n) => vec![fleet_node(&fleet, path, n)?],
-        None => fleet.nodes.iter().collect(),
-    };
+    // Shapes stay shared: a node's GPUs are read from its shape, no topology is expanded.
+    let (fleet, _) = crate::common::read_shared_fleet(path, Some("--inventory"))?;
+    let nodes: Vec<&FleetNode> =
+        match &g.node {
+            Some(n) => {
+                vec![fleet.nodes.iter().find(|t| t.name() == n).ok_or_else(|| {
+                    not_in_fleet(n, path, fleet.nodes.iter().map(FleetNode::name))
+                })?]
+            }
+            None => fleet.nodes.iter().collect(),
+        };
     // Each GPU as the fleet's allocations leave it: one an allocation holds is not free.
-    let held: Vec<(&NodeTopology, Gpu, Vec<String>)> = nodes
-        .iter()
-        .flat_map(|t| {
-            t.gpus
-                .iter()
-                .map(|gpu| allocated_view(t, &fleet.allocations, gpu))
-        })
-        .collect();
+    let held = nodes.iter().flat_map(|t| {
+        t.gpus()
+            .iter()
+            .map(|gpu| (t.name(), allocated_view(t.name(), &fleet.allocations, gpu)))
+    });
     match g.output {
         Output::Table => {
             let mut headers = vec!["NODE"];
             headers.extend(GPU_HEADERS);
             headers.push("ALLOCATED TO");
             let rows: Vec<Vec<String>> = held
-                .iter()
-                .map(|(t, gpu, machines)| {
-                    let mut r = vec![t.node.clone()];
-                    r.extend(gpu_row(gpu));
+                .map(|(node, (gpu, machines))| {
+                    let mut r = vec![node.to_owned()];
+                    r.extend(gpu_row(&gpu));
                     r.push(if machines.is_empty() {
                         "-".to_owned()
                     } else {
@@ -87,11 +88,14 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
         }
         other => {
             let mut list = Vec::new();
-            for (t, gpu, machines) in &held {
-                let mut v = serde_json::to_value(gpu)?;
+            for (node, (gpu, machines)) in held {
+                let mut v = serde_json::to_value(&gpu)?;
                 if let Some(obj) = v.as_object_mut() {
-                    obj.insert("node".to_owned(), serde_json::Value::String(t.node.clone()));
-                    obj.insert("allocatedTo".to_owned(), serde_json::to_value(machines)?);
+                    obj.insert(
+                        "node".to_owned(),
+                        serde_json::Value::String(node.to_owned()),
+                    );
+                    obj.insert("allocatedTo".to_owned(), serde_json::to_value(&machines)?);
                 }
                 list.push(v);
             }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpu_core::{Allocation, Fleet, FleetNode, Gpu, NodeTopology, ParentId, PciAddress};
+use gpu_core::{Allocation, FleetNode, Gpu, NodeTopology, ParentId, PciAddress};
 
 use crate::common::{Global, Output, local_topology_with, print_data, render_table};
 
@@ -68,13 +68,8 @@ pub(crate) fn print_warnings(t: &NodeTopology) {
     }
 }
 
-/// The fleet of `--inventory`, every node's topology in full ([`crate::common::read_fleet`]).
-pub(crate) fn read_fleet(path: &std::path::Path) -> anyhow::Result<Fleet> {
-    crate::common::read_fleet(path, Some("--inventory"))
-}
-
 /// The message for a `--node` not in the fleet at `path`, listing the fleet's nodes.
-fn not_in_fleet<'a>(
+pub(crate) fn not_in_fleet<'a>(
     n: &str,
     path: &std::path::Path,
     known: impl Iterator<Item = &'a str>,
@@ -91,26 +86,15 @@ fn not_in_fleet<'a>(
     )
 }
 
-pub(crate) fn fleet_node<'a>(
-    fleet: &'a Fleet,
-    path: &std::path::Path,
-    n: &str,
-) -> anyhow::Result<&'a NodeTopology> {
-    fleet
-        .nodes
-        .iter()
-        .find(|t| t.node == n)
-        .ok_or_else(|| not_in_fleet(n, path, fleet.nodes.iter().map(|t| t.node.as_str())))
-}
-
-/// `gpu` as the fleet's allocations leave it, and the Machines holding it: a GPU an allocation
-/// holds (whole, or a vGPU on it) is in use, whatever the node's snapshot said.
-pub(crate) fn allocated_view<'t>(
-    t: &'t NodeTopology,
+/// `gpu` of the node named `node` as the fleet's allocations leave it, and the Machines holding
+/// it: a GPU an allocation holds (whole, or a vGPU on it) is in use, whatever the node's snapshot
+/// said.
+pub(crate) fn allocated_view(
+    node: &str,
     allocations: &[Allocation],
     gpu: &Gpu,
-) -> (&'t NodeTopology, Gpu, Vec<String>) {
-    let holders = gpu_core::usage::allocated_gpu(t, allocations, &gpu.address);
+) -> (Gpu, Vec<String>) {
+    let holders = gpu_core::usage::allocated_gpu_named(node, allocations, &gpu.address);
     let mut g = gpu.clone();
     let machines: Vec<String> = holders.iter().map(|(a, _)| a.machine.clone()).collect();
     if let Some((a, whole)) = holders.first() {
@@ -128,7 +112,7 @@ pub(crate) fn allocated_view<'t>(
             ));
         }
     }
-    (t, g, machines)
+    (g, machines)
 }
 
 /// Runs `gpuslice topology`.
@@ -156,9 +140,9 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
             .find(|t| t.name() == n)
             .ok_or_else(|| not_in_fleet(n, path, fleet.nodes.iter().map(FleetNode::name)))?
             .to_topology();
-        let mut t = given.clone();
+        let mut t = given;
         for gpu in &mut t.gpus {
-            *gpu = allocated_view(&given, &fleet.allocations, gpu).1;
+            *gpu = allocated_view(n, &fleet.allocations, gpu).0;
         }
         match g.output {
             Output::Table => print!("{}", render_topology(&t, &fleet.allocations)),

@@ -259,6 +259,14 @@ impl FleetNode {
         }
     }
 
+    /// Its GPUs.
+    pub fn gpus(&self) -> &[Gpu] {
+        match self {
+            FleetNode::Full(t) => &t.gpus,
+            FleetNode::Shaped { shape, .. } => &shape.gpus,
+        }
+    }
+
     /// Its vGPU parents and pools.
     pub fn mediated_devices(&self) -> &MediatedDevices {
         match self {
