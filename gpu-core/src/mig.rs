@@ -230,6 +230,16 @@ pub const GEOMETRIES: &[MigGeometry] = &[
     g7("B200 180GB", "B200", &[], &B200_180),
 ];
 
+/// One question to [`MigGeometry::fits_every_given`].
+#[derive(Clone, Copy)]
+struct Ask<'q> {
+    placed: MigOccupancy,
+    existing: &'q [&'q MigProfile],
+    still_fit: &'q [&'q MigProfile],
+    pending: &'q [&'q MigProfile],
+    profile: &'q MigProfile,
+}
+
 impl MigGeometry {
     /// The geometry of the product with PCI device ID `device_id`.
     pub fn for_device(device_id: u16) -> Option<&'static MigGeometry> {
@@ -361,13 +371,20 @@ impl MigGeometry {
         pending: &[&MigProfile],
         profile: &MigProfile,
     ) -> Result<(), MigOccupancy> {
-        let Some(key) = self.memo_key(placed, existing, still_fit, pending, profile) else {
-            return self.search_every(placed, existing, still_fit, pending, profile);
+        let ask = Ask {
+            placed,
+            existing,
+            still_fit,
+            pending,
+            profile,
+        };
+        let Some(key) = self.memo_key(&ask) else {
+            return self.search_every(&ask);
         };
         if let Some(answer) = memo::get(key) {
             return answer;
         }
-        let answer = self.search_every(placed, existing, still_fit, pending, profile);
+        let answer = self.search_every(&ask);
         memo::put(key, answer);
         answer
     }
@@ -378,14 +395,14 @@ impl MigGeometry {
     /// search sorts what it is given, and `still_fit` is only asked whether any is blocked).
     /// `None` (asked without the memo) for a geometry or profile not in [`GEOMETRIES`], more
     /// than eight profiles, or more than 15 instances of one.
-    fn memo_key(
-        &self,
-        placed: MigOccupancy,
-        existing: &[&MigProfile],
-        still_fit: &[&MigProfile],
-        pending: &[&MigProfile],
-        profile: &MigProfile,
-    ) -> Option<u128> {
+    fn memo_key(&self, ask: &Ask<'_>) -> Option<u128> {
+        let Ask {
+            placed,
+            existing,
+            still_fit,
+            pending,
+            profile,
+        } = *ask;
         let product = GEOMETRIES.iter().position(|g| std::ptr::eq(g, self))?;
         if self.profiles.len() > 8 {
             return None;
@@ -421,14 +438,14 @@ impl MigGeometry {
     }
 
     /// The exhaustive search behind [`MigGeometry::fits_every_given`].
-    fn search_every(
-        &self,
-        placed: MigOccupancy,
-        existing: &[&MigProfile],
-        still_fit: &[&MigProfile],
-        pending: &[&MigProfile],
-        profile: &MigProfile,
-    ) -> Result<(), MigOccupancy> {
+    fn search_every(&self, ask: &Ask<'_>) -> Result<(), MigOccupancy> {
+        let Ask {
+            placed,
+            existing,
+            still_fit,
+            pending,
+            profile,
+        } = *ask;
         let key = |p: &&MigProfile| std::cmp::Reverse((p.memory_slices, p.compute_slices, p.name));
         // A GPU holds at most seven instances: the order is kept on the stack (this runs for
         // every GPU a placement considers), on the heap only past 16.
@@ -1168,8 +1185,13 @@ mod tests {
                     for pending in lists.iter().take(8) {
                         for still_fit in [&[][..], &[one][..]] {
                             for q in &all {
-                                let searched =
-                                    g.search_every(placed, existing, still_fit, pending, q);
+                                let searched = g.search_every(&Ask {
+                                    placed,
+                                    existing,
+                                    still_fit,
+                                    pending,
+                                    profile: q,
+                                });
                                 let given =
                                     g.fits_every_given(placed, existing, still_fit, pending, q);
                                 assert_eq!(
@@ -1192,7 +1214,13 @@ mod tests {
         };
         assert_eq!(
             g.fits_every_given(at6, &[&odd], &[], &[], one),
-            g.search_every(at6, &[&odd], &[], &[], one)
+            g.search_every(&Ask {
+                placed: at6,
+                existing: &[&odd],
+                still_fit: &[],
+                pending: &[],
+                profile: one,
+            })
         );
     }
 
