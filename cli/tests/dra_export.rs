@@ -581,7 +581,7 @@ fn h200_with_foreign_1g(placed: bool) -> gpu_core::NodeTopology {
     } else {
         slots.unplaced.push("1g.18gb".into());
     }
-    pool.mig_slots = Some(slots);
+    pool.mig_slots = Some(std::sync::Arc::new(slots));
     t
 }
 

@@ -173,7 +173,7 @@ impl Pool {
         if let Some(slices) = profile.mig_slices {
             self.mig_slices_used = Some(self.mig_slices_used.unwrap_or(0).saturating_add(slices));
             if let Some(Ok(mp)) = self.mig_profile(profile) {
-                if let Some(slots) = self.mig_slots.as_mut() {
+                if let Some(slots) = self.mig_slots.as_mut().map(std::sync::Arc::make_mut) {
                     slots.charge(mp);
                 }
             }
@@ -193,7 +193,7 @@ impl Pool {
         if let Some(slices) = profile.mig_slices {
             self.mig_slices_used = Some(self.mig_slices_used.unwrap_or(0).saturating_sub(slices));
             if let Some(Ok(mp)) = self.mig_profile(profile) {
-                if let Some(slots) = self.mig_slots.as_mut() {
+                if let Some(slots) = self.mig_slots.as_mut().map(std::sync::Arc::make_mut) {
                     slots.release(mp);
                 }
             }

@@ -459,9 +459,11 @@ pub struct Pool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_slices_used: Option<u8>,
     /// GPU-instance slots, on a MIG-capable GPU whose geometry gpuslice knows: where
-    /// MIG-backed vGPUs may still start. Without it only slice counts are checked.
+    /// MIG-backed vGPUs may still start. Without it only slice counts are checked. Shared by
+    /// the copies of a pool (every node of a fleet of one host keeps its pools), copied when
+    /// one of them charges or releases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mig_slots: Option<crate::mig::MigSlots>,
+    pub mig_slots: Option<std::sync::Arc<crate::mig::MigSlots>>,
 }
 
 /// The vGPU side of a node.

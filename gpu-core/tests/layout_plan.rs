@@ -1260,7 +1260,7 @@ fn h200_host_with_slots(live: &[(u32, &str, u64, u8)], starts: &[(&str, u8)]) ->
             start: *start,
         });
     }
-    t.mediated_devices.pools[0].mig_slots = Some(slots);
+    t.mediated_devices.pools[0].mig_slots = Some(std::sync::Arc::new(slots));
     t
 }
 

@@ -290,7 +290,8 @@ mod mig {
         t.pool(&ParentId::Pci(addr(H200)))
             .unwrap()
             .mig_slots
-            .clone()
+            .as_deref()
+            .cloned()
             .unwrap()
     }
 

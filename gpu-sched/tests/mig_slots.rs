@@ -22,7 +22,7 @@ fn h200() -> &'static MigGeometry {
 /// One H200 with 16 VFs whose pool tracks GPU-instance slots, as discovery writes it.
 fn h200_with_slots(node: &str) -> NodeTopology {
     let mut n = h200_node(node, 1, 16);
-    n.mediated_devices.pools[0].mig_slots = Some(MigSlots::new(h200()));
+    n.mediated_devices.pools[0].mig_slots = Some(std::sync::Arc::new(MigSlots::new(h200())));
     n
 }
 
@@ -44,7 +44,7 @@ fn with_one_g_at(mut n: NodeTopology, starts: &[u8]) -> NodeTopology {
         });
         let pool = &mut n.mediated_devices.pools[0];
         pool.mig_slices_used = Some(pool.mig_slices_used.unwrap_or(0) + 1);
-        if let Some(slots) = pool.mig_slots.as_mut() {
+        if let Some(slots) = pool.mig_slots.as_mut().map(std::sync::Arc::make_mut) {
             slots.placed.push(MigPlaced {
                 profile: "1g.18gb".into(),
                 start,

@@ -101,7 +101,7 @@ fn with_exact_slots_a_3g_at_4_leaves_room_for_a_2g_the_conservative_rule_refuses
         p.charge(&three);
         // The 3g takes slots 4-7 and the 2g slots 2-3 beside the 1g at 0 and 1; held wherever
         // they may sit, the two 1g may be at 4 and 5, and then the 3g at 0 leaves no 2g start.
-        let slots = p.mig_slots.clone().unwrap();
+        let slots = p.mig_slots.as_deref().cloned().unwrap();
         let two_g = slots.geometry().unwrap().profile_named("2g.35gb").unwrap();
         assert_eq!(slots.check(two_g).is_ok(), fits, "{slots:?}");
         assert_eq!(p.check(&two).is_ok(), fits, "{slots:?}");

@@ -452,7 +452,7 @@ pub(crate) fn build(
             mixed_size,
             mig_slices_total,
             mig_slices_used,
-            mig_slots: slots,
+            mig_slots: slots.map(std::sync::Arc::new),
         },
         exact,
     })
