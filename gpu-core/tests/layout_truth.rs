@@ -266,7 +266,8 @@ fn a_mig_layout_that_some_placement_holds_is_planned_in_an_order_the_driver_plac
     let with_slots = {
         let mut t = h200_mig(&[], true, true);
         let g = gpu_core::MigGeometry::for_device(0x2335).unwrap();
-        t.mediated_devices.pools[0].mig_slots = Some(std::sync::Arc::new(gpu_core::MigSlots::new(g)));
+        t.mediated_devices.pools[0].mig_slots =
+            Some(std::sync::Arc::new(gpu_core::MigSlots::new(g)));
         t
     };
     let hosts = [
