@@ -396,13 +396,6 @@ impl MigGeometry {
     /// `None` (asked without the memo) for a geometry or profile not in [`GEOMETRIES`], more
     /// than eight profiles, or more than 15 instances of one.
     fn memo_key(&self, ask: &Ask<'_>) -> Option<u128> {
-        let Ask {
-            placed,
-            existing,
-            still_fit,
-            pending,
-            profile,
-        } = *ask;
         let product = GEOMETRIES.iter().position(|g| std::ptr::eq(g, self))?;
         if self.profiles.len() > 8 {
             return None;
@@ -424,16 +417,16 @@ impl MigGeometry {
             )
         };
         let mut fit = 0u128;
-        for p in still_fit {
+        for p in ask.still_fit {
             fit |= 1 << index(p)?;
         }
         let key = 1u128 << 127
-            | u128::from(placed.0)
+            | u128::from(ask.placed.0)
             | (product as u128) << 16
-            | (index(profile)? as u128) << 24
+            | (index(ask.profile)? as u128) << 24
             | fit << 28
-            | counts(existing)? << 36
-            | counts(pending)? << 68;
+            | counts(ask.existing)? << 36
+            | counts(ask.pending)? << 68;
         Some(key)
     }
 
