@@ -271,16 +271,9 @@ impl RealHost {
     fn open_for_read(&self, path: &str, flags: nix::fcntl::OFlag) -> io::Result<std::fs::File> {
         use nix::fcntl::OFlag;
         check_relative(path)?;
-        let open_dir = |dir: &str| -> io::Result<std::os::fd::OwnedFd> {
-            let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-            match &self.confined {
-                Some(root) => root.open(dir, dir_flags, nix::sys::stat::Mode::empty()),
-                None => Ok(nix::fcntl::open(
-                    &self.root.join(dir),
-                    dir_flags,
-                    nix::sys::stat::Mode::empty(),
-                )?),
-            }
+        let open_dir = |dir: &str| {
+            self.open_in_root(dir, OFlag::O_PATH | OFlag::O_DIRECTORY)
+                .map(std::os::fd::OwnedFd::from)
         };
         if let Some((dir, rest)) = self.dirs.held_for(path, open_dir) {
             use std::os::fd::AsFd;
