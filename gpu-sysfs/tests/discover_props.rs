@@ -53,7 +53,8 @@ proptest! {
         lines in proptest::collection::btree_map(1u32..100_000, type_line(), 1..10),
         at in 0usize..10,
     ) {
-        let mut rows: Vec<String> = lines.values().map(|(id, n)| format!("{id} : {n}")).collect();
+        // The map's keys are the distinct IDs; the strategy's own ID may repeat.
+        let mut rows: Vec<String> = lines.iter().map(|(id, (_, n))| format!("{id} : {n}")).collect();
         let at = at % rows.len();
         rows.insert(at, String::new());
         rows.insert(0, "ID : vGPU Name".to_owned());
