@@ -61,20 +61,17 @@ impl HealthOptions {
     /// telemetry, with the reason kept in [`HealthOptions::telemetry_note`].
     pub fn with_nvml(policy: Policy) -> Self {
         match NvmlTelemetry::open(None) {
-            Ok(t) => HealthOptions {
-                policy,
-                telemetry: Some(Arc::new(t)),
-                telemetry_note: None,
-                baseline: BaselineSource::FromHost,
-                events: None,
-            },
-            Err(e) => HealthOptions {
-                policy,
-                telemetry: None,
-                telemetry_note: Some(format!("NVML unavailable: {e}")),
-                baseline: BaselineSource::FromHost,
-                events: None,
-            },
+            Ok(t) => Self::with_telemetry(policy, Arc::new(t)),
+            Err(e) => Self::unavailable(policy, &e),
+        }
+    }
+
+    /// `policy` without the NVML that was wanted: NVIDIA GPUs show their NVML signals as
+    /// Unknown, saying why.
+    pub fn unavailable(policy: Policy, why: &crate::NvmlUnavailable) -> Self {
+        HealthOptions {
+            telemetry_note: Some(format!("NVML unavailable: {why}")),
+            ..Self::without_telemetry(policy)
         }
     }
 

@@ -1,6 +1,8 @@
 //! The one call that composes discovery and health into a node's topology, shared by the CLI
 //! and the bindings.
 
+use std::sync::Arc;
+
 use gpu_core::{Health, HealthState, NodeTopology, ParentId, PciAddress};
 use gpu_sysfs::Host;
 use gpu_sysfs::discover::{DiscoverOptions, discover_with_links};
@@ -134,51 +136,81 @@ pub fn open_node_host(
     root: &std::path::Path,
     req: &NodeRequest,
 ) -> Result<OpenedNode, HealthError> {
+    let (mut opened, nvml) = open_node_parts(root, req, false)?;
+    opened.health = health_options(req, nvml.as_deref());
+    Ok(opened)
+}
+
+/// [`open_node_host`] with the health options left to [`health_options`]: the NVML the root
+/// allows, if any, opened once for the resolver and the telemetry; with `background`, the
+/// local NVML opens on its own thread while the caller discovers (a named library is opened
+/// first, so that one which does not open is an error before anything is read).
+fn open_node_parts(
+    root: &std::path::Path,
+    req: &NodeRequest,
+    background: bool,
+) -> Result<(OpenedNode, Option<Arc<crate::nvml::NvmlOnce>>), HealthError> {
+    use crate::nvml::NvmlOnce;
     let host = gpu_sysfs::open_root(root).map_err(|e| HealthError::Root(Box::new(e)))?;
     let mut discover = DiscoverOptions::new(req.node.clone());
     discover.mdev_parents = req.mdev_parents.clone();
     let local = host.is_local_host();
-    let policy = req.policy.clone();
-    let mut health = match &req.nvml {
-        NvmlSource::Off => HealthOptions::without_telemetry(policy),
-        NvmlSource::LocalOnly if !local => HealthOptions::without_telemetry(policy),
-        NvmlSource::LocalOnly => {
-            // Names vendor-VFIO types no VF lists any more; without a driver it is absent.
-            if let Ok(r) = crate::NvmlResolver::open() {
-                discover.resolver = Some(std::sync::Arc::new(r));
-            }
-            HealthOptions::with_nvml(policy)
-        }
+    let nvml = match &req.nvml {
+        NvmlSource::Off => None,
+        NvmlSource::LocalOnly if !local => None,
+        NvmlSource::LocalOnly if background => Some(NvmlOnce::start(None)),
+        NvmlSource::LocalOnly => Some(NvmlOnce::open_now(None)),
         NvmlSource::Library(lib) => {
-            let named = |e: crate::NvmlUnavailable| HealthError::NvmlLibrary {
-                path: lib.clone(),
-                message: e.to_string(),
-            };
-            let t = crate::NvmlTelemetry::open(Some(lib)).map_err(named)?;
-            // The named library also names vGPU types and places GPU instances.
-            let r = crate::NvmlResolver::open_library(Some(lib)).map_err(named)?;
-            discover.resolver = Some(std::sync::Arc::new(r));
-            HealthOptions::with_telemetry(policy, std::sync::Arc::new(t))
+            let once = NvmlOnce::open_now(Some(lib));
+            if let Err(e) = once.get() {
+                return Err(HealthError::NvmlLibrary {
+                    path: lib.clone(),
+                    message: e.to_string(),
+                });
+            }
+            Some(once)
         }
     };
+    if let Some(once) = &nvml {
+        // Names vendor-VFIO types no VF lists any more and places GPU instances; an NVML that
+        // does not open answers as no resolver would.
+        discover.resolver = Some(Arc::new(crate::NvmlResolver::over(Arc::clone(once))));
+    }
+    let health = HealthOptions::without_telemetry(req.policy.clone());
+    Ok((
+        OpenedNode {
+            host,
+            discover,
+            health,
+        },
+        nvml,
+    ))
+}
+
+/// The health options of `req` with the node's NVML (waiting for it if it is still opening):
+/// its telemetry, or the reason it has none; no NVML, no telemetry.
+fn health_options(req: &NodeRequest, nvml: Option<&crate::nvml::NvmlOnce>) -> HealthOptions {
+    let policy = req.policy.clone();
+    let mut health = match nvml.map(crate::nvml::NvmlOnce::telemetry) {
+        None => HealthOptions::without_telemetry(policy),
+        Some(Ok(t)) => HealthOptions::with_telemetry(policy, Arc::new(t)),
+        Some(Err(e)) => HealthOptions::unavailable(policy, &e),
+    };
     health.baseline = req.baseline.clone();
-    Ok(OpenedNode {
-        host,
-        discover,
-        health,
-    })
+    health
 }
 
 /// The one composition from a root to a node, used by every CLI command and both bindings:
-/// opens `root` and decides its options with [`open_node_host`], discovers the node and grades
-/// its health.
+/// opens `root` and decides its options as [`open_node_host`] does, discovers the node and
+/// grades its health. The local NVML opens while sysfs is read.
 ///
 /// # Errors
 /// As [`open_node_host`], plus [`HealthError::Discovery`] when discovery fails.
 pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNode, HealthError> {
-    let opened = open_node_host(root, req)?;
-    let (topology, reports) =
-        node_topology_with_reports(&opened.host, &opened.discover, &opened.health)?;
+    let (opened, nvml) = open_node_parts(root, req, true)?;
+    let (mut topology, links) = discover_with_links(&opened.host, &opened.discover)?;
+    let health = health_options(req, nvml.as_deref());
+    let reports = grade_topology_with_links(&opened.host, &mut topology, &health, &links);
     Ok(ComposedNode {
         host: opened.host,
         topology,

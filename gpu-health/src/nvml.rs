@@ -16,7 +16,8 @@
 #![allow(unsafe_code)]
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use gpu_core::PciAddress;
 use nvml_wrapper::enum_wrappers::device::{
@@ -99,9 +100,114 @@ pub(crate) fn open_library(library: Option<&Path>) -> Result<Nvml, NvmlUnavailab
     Ok(nvml)
 }
 
+/// One NVML for a node: the vGPU type-name resolver and the telemetry share it, so the library
+/// is looked up and initialized once per composition, not once per user. Its open may run on a
+/// thread of its own ([`NvmlOnce::start`]) while discovery reads sysfs: `nvmlInit` costs from
+/// a fraction of a millisecond (no driver: the loader's path search) to hundreds on a real
+/// host, and nothing in sysfs waits for it. The first [`NvmlOnce::get`] waits for the open.
+pub(crate) struct NvmlOnce {
+    library: String,
+    opened: OnceLock<Result<Arc<Nvml>, NvmlUnavailable>>,
+    pending: Mutex<Option<std::thread::JoinHandle<Result<Nvml, NvmlUnavailable>>>>,
+}
+
+impl std::fmt::Debug for NvmlOnce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlOnce")
+            .field("library", &self.library)
+            .field("opened", &self.opened.get().map(Result::is_ok))
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<Nvml> for NvmlOnce {
+    /// An NVML already opened (through the dynamic linker's default name).
+    fn from(nvml: Nvml) -> Self {
+        let once = NvmlOnce {
+            library: DEFAULT_LIBRARY.to_owned(),
+            opened: OnceLock::new(),
+            pending: Mutex::new(None),
+        };
+        let _ = once.opened.set(Ok(Arc::new(nvml)));
+        once
+    }
+}
+
+impl NvmlOnce {
+    fn name(library: Option<&Path>) -> String {
+        library
+            .map_or(OsStr::new(DEFAULT_LIBRARY), Path::as_os_str)
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// NVML opened now, on this thread.
+    pub(crate) fn open_now(library: Option<&Path>) -> Arc<Self> {
+        let once = NvmlOnce {
+            library: Self::name(library),
+            opened: OnceLock::new(),
+            pending: Mutex::new(None),
+        };
+        let _ = once.opened.set(open_library(library).map(Arc::new));
+        Arc::new(once)
+    }
+
+    /// NVML being opened on a thread of its own; where no thread can be started, opened now.
+    pub(crate) fn start(library: Option<PathBuf>) -> Arc<Self> {
+        let name = Self::name(library.as_deref());
+        let lib = library.clone();
+        match std::thread::Builder::new()
+            .name("gpuslice-nvml".into())
+            .spawn(move || open_library(lib.as_deref()))
+        {
+            Ok(handle) => Arc::new(NvmlOnce {
+                library: name,
+                opened: OnceLock::new(),
+                pending: Mutex::new(Some(handle)),
+            }),
+            Err(_) => Self::open_now(library.as_deref()),
+        }
+    }
+
+    /// The opened NVML, or why it is not there; waits for an open still running.
+    pub(crate) fn get(&self) -> Result<&Arc<Nvml>, &NvmlUnavailable> {
+        self.opened
+            .get_or_init(|| {
+                let handle = self
+                    .pending
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                let Some(handle) = handle else {
+                    return Err(NvmlUnavailable::InitFailed(
+                        "NVML was never opened".to_owned(),
+                    ));
+                };
+                handle
+                    .join()
+                    .unwrap_or_else(|_| {
+                        Err(NvmlUnavailable::InitFailed(
+                            "opening NVML panicked".to_owned(),
+                        ))
+                    })
+                    .map(Arc::new)
+            })
+            .as_ref()
+    }
+
+    /// Telemetry over this NVML, or why there is none.
+    pub(crate) fn telemetry(&self) -> Result<NvmlTelemetry, NvmlUnavailable> {
+        let nvml = self.get().map_err(Clone::clone)?;
+        Ok(NvmlTelemetry::from_shared(
+            Arc::clone(nvml),
+            self.library.clone(),
+        ))
+    }
+}
+
 /// [`Telemetry`] read through NVML.
 pub struct NvmlTelemetry {
-    nvml: Nvml,
+    nvml: Arc<Nvml>,
     library: String,
     driver_version: Option<String>,
 }
@@ -124,17 +230,18 @@ impl NvmlTelemetry {
     /// loaded, [`NvmlUnavailable::DriverNotLoaded`], [`NvmlUnavailable::NoPermission`], and
     /// [`NvmlUnavailable::InitFailed`] for any other init error.
     pub fn open(library: Option<&Path>) -> Result<Self, NvmlUnavailable> {
-        let library_name = library
-            .map_or(OsStr::new(DEFAULT_LIBRARY), Path::as_os_str)
-            .to_string_lossy()
-            .into_owned();
         let nvml = open_library(library)?;
+        Ok(Self::from_shared(Arc::new(nvml), NvmlOnce::name(library)))
+    }
+
+    /// Telemetry over an NVML opened already (shared with the type-name resolver).
+    fn from_shared(nvml: Arc<Nvml>, library: String) -> Self {
         let driver_version = nvml.sys_driver_version().ok();
-        Ok(NvmlTelemetry {
+        NvmlTelemetry {
             nvml,
-            library: library_name,
+            library,
             driver_version,
-        })
+        }
     }
 
     /// The driver version NVML reports, when it does.

@@ -4,6 +4,7 @@
 //! the other NVML code so that gpu-sysfs does not depend on NVML.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use gpu_core::PciAddress;
 use gpu_sysfs::resolver::{GpuInstances, TypeInfo, TypeNameResolver};
@@ -14,7 +15,7 @@ use gpu_sysfs::resolver::{GpuInstances, TypeInfo, TypeNameResolver};
 /// not know, or a driver without vGPU support, gives `None`, never an error. GPU instances are
 /// read afresh on each ask (they change as vGPUs come and go).
 pub struct NvmlResolver {
-    nvml: nvml_wrapper::Nvml,
+    nvml: Arc<crate::nvml::NvmlOnce>,
     cache: std::sync::Mutex<BTreeMap<PciAddress, BTreeMap<u32, TypeInfo>>>,
 }
 
@@ -31,10 +32,9 @@ impl NvmlResolver {
     /// NVML's error when the library is absent or does not initialise (no NVIDIA driver): a
     /// value for the caller to report, not a reason to fail discovery.
     pub fn open() -> Result<Self, nvml_wrapper::error::NvmlError> {
-        Ok(NvmlResolver {
-            nvml: nvml_wrapper::Nvml::init()?,
-            cache: std::sync::Mutex::new(BTreeMap::new()),
-        })
+        Ok(Self::over(Arc::new(crate::nvml::NvmlOnce::from(
+            nvml_wrapper::Nvml::init()?,
+        ))))
     }
 
     /// Loads NVML from `library` (a path, or `libnvidia-ml.so.1` through the dynamic linker
@@ -45,15 +45,26 @@ impl NvmlResolver {
     pub fn open_library(
         library: Option<&std::path::Path>,
     ) -> Result<Self, crate::nvml::NvmlUnavailable> {
-        Ok(NvmlResolver {
-            nvml: crate::nvml::open_library(library)?,
+        let once = crate::nvml::NvmlOnce::open_now(library);
+        once.get().map_err(Clone::clone)?;
+        Ok(Self::over(once))
+    }
+
+    /// A resolver over the node's one NVML (which may still be opening: the first question
+    /// waits for it; an NVML that did not open answers nothing).
+    pub(crate) fn over(nvml: Arc<crate::nvml::NvmlOnce>) -> Self {
+        NvmlResolver {
+            nvml,
             cache: std::sync::Mutex::new(BTreeMap::new()),
-        })
+        }
     }
 
     fn supported(&self, gpu: &PciAddress) -> BTreeMap<u32, TypeInfo> {
         let mut out = BTreeMap::new();
-        let Ok(dev) = self.nvml.device_by_pci_bus_id(gpu.to_string()) else {
+        let Ok(nvml) = self.nvml.get() else {
+            return out;
+        };
+        let Ok(dev) = nvml.device_by_pci_bus_id(gpu.to_string()) else {
             return out;
         };
         let Ok(types) = dev.vgpu_supported_types() else {
@@ -85,8 +96,13 @@ impl TypeNameResolver for NvmlResolver {
     }
 
     fn gpu_instances(&self, gpu: &PciAddress) -> GpuInstances {
-        match self.nvml.device_by_pci_bus_id(gpu.to_string()) {
-            Ok(dev) => crate::nvml::gpu_instances(&self.nvml, &dev),
+        let nvml = match self.nvml.get() {
+            Ok(n) => n,
+            // As without a resolver: NVML is not there to ask.
+            Err(e) => return GpuInstances::Unsupported(format!("no NVML: {e}")),
+        };
+        match nvml.device_by_pci_bus_id(gpu.to_string()) {
+            Ok(dev) => crate::nvml::gpu_instances(nvml, &dev),
             Err(nvml_wrapper::error::NvmlError::NotFound) => {
                 GpuInstances::Unsupported(format!("NVML does not know {gpu}"))
             }

@@ -443,3 +443,39 @@ mod mig {
         );
     }
 }
+
+/// A root with no devices at all: what NVML is opened for does not depend on the tree.
+fn empty_root() -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("sys/bus/pci/devices")).unwrap();
+    root
+}
+
+fn request_with(lib: &Path) -> gpu_health::NodeRequest {
+    let mut req = gpu_health::NodeRequest::new("n");
+    req.nvml = gpu_health::NvmlSource::Library(lib.to_path_buf());
+    req
+}
+
+#[test]
+fn a_composed_node_opens_its_nvml_once_for_the_telemetry_and_the_type_names() {
+    // The stub refuses a second nvmlInit_v2 while it is loaded: two opens would fail here.
+    let Some((_dir, lib)) = build_stub(&["STUB_INIT_ONCE"]) else {
+        return;
+    };
+    let root = empty_root();
+    let node = gpu_health::open_node(root.path(), &request_with(&lib)).unwrap();
+    assert!(node.topology.gpus.is_empty());
+}
+
+#[test]
+fn a_host_opened_for_changes_opens_its_nvml_once_too() {
+    let Some((_dir, lib)) = build_stub(&["STUB_INIT_ONCE"]) else {
+        return;
+    };
+    let root = empty_root();
+    let opened = gpu_health::open_node_host(root.path(), &request_with(&lib)).unwrap();
+    assert!(opened.discover.resolver.is_some());
+    assert!(opened.health.telemetry.is_some());
+    assert_eq!(opened.health.telemetry_note, None);
+}

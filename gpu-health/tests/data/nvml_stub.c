@@ -26,6 +26,7 @@
  * Build variants:
  *   -DSTUB_DRIVER_NOT_LOADED  nvmlInit_v2 returns NVML_ERROR_DRIVER_NOT_LOADED
  *   -DSTUB_NO_PERMISSION      nvmlInit_v2 returns NVML_ERROR_NO_PERMISSION
+ *   -DSTUB_INIT_ONCE          a second nvmlInit_v2 while loaded returns NVML_ERROR_UNKNOWN
  *   -DSTUB_NO_REMAP           nvmlDeviceGetRemappedRows is not exported (drivers before R450)
  *   -DSTUB_NO_SHUTDOWN        nvmlShutdown is not exported (not a usable NVML)
  *   -DSTUB_NO_GI_INFO         nvmlGpuInstanceGetInfo is not exported (a driver without MIG calls)
@@ -50,6 +51,7 @@ enum {
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_UNKNOWN = 999,
 };
 
 typedef struct {
@@ -85,6 +87,10 @@ nvmlReturn_t nvmlInit_v2(void) {
 #elif defined(STUB_NO_PERMISSION)
     return NVML_ERROR_NO_PERMISSION;
 #else
+#ifdef STUB_INIT_ONCE
+    static int inits_ever;
+    if (inits_ever++ > 0) return NVML_ERROR_UNKNOWN;
+#endif
     initialized++;
     return NVML_SUCCESS;
 #endif
