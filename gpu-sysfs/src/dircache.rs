@@ -38,12 +38,22 @@ struct Held {
 #[derive(Debug, Default)]
 struct Inner {
     held: Vec<Held>,
-    /// The directory of the last reads made from the root, and how many in a row fell below
-    /// it: the third opens it (a VF's two `nvidia/` files are read from the root, as a held
-    /// directory would cost them one open more).
-    last: String,
-    run: u32,
+    /// Per reading thread, the directory of its last reads made from the root, and how many in
+    /// a row fell below it: the third opens it (a VF's two `nvidia/` files are read from the
+    /// root, as a held directory would cost them one open more). Threads that read side by side
+    /// (discovery's prefetch) each keep their own run.
+    runs: Vec<Run>,
 }
+
+#[derive(Debug)]
+struct Run {
+    thread: std::thread::ThreadId,
+    last: String,
+    count: u32,
+}
+
+/// Reading threads whose runs are kept (the oldest is forgotten).
+const THREADS: usize = 8;
 
 /// The directories held open; see the module docs.
 #[derive(Debug, Default)]
@@ -82,13 +92,29 @@ impl DirCache {
         if let Some(h) = inner.held.iter().find(|h| h.dir == dir) {
             return Some((Arc::clone(&h.fd), rest));
         }
-        if inner.last != dir {
-            dir.clone_into(&mut inner.last);
-            inner.run = 1;
+        let me = std::thread::current().id();
+        let i = match inner.runs.iter().position(|r| r.thread == me) {
+            Some(i) => i,
+            None => {
+                if inner.runs.len() >= THREADS {
+                    inner.runs.remove(0);
+                }
+                inner.runs.push(Run {
+                    thread: me,
+                    last: String::new(),
+                    count: 0,
+                });
+                inner.runs.len() - 1
+            }
+        };
+        let run = &mut inner.runs[i];
+        if run.last != dir {
+            dir.clone_into(&mut run.last);
+            run.count = 1;
             return None;
         }
-        inner.run += 1;
-        if inner.run < OPEN_AT {
+        run.count += 1;
+        if run.count < OPEN_AT {
             return None;
         }
         let fd = Arc::new(open_dir(dir).ok()?);
@@ -107,7 +133,7 @@ impl DirCache {
     pub(crate) fn clear(&self) {
         if let Ok(mut inner) = self.inner.lock() {
             inner.held.clear();
-            inner.last.clear();
+            inner.runs.clear();
         }
     }
 }
@@ -159,6 +185,22 @@ mod tests {
         c.clear();
         assert!(c.held_for("sys/b/z", open).is_none(), "a write lets go");
         assert_eq!(opened.get(), 1);
+    }
+
+    #[test]
+    fn a_read_on_another_thread_does_not_break_this_threads_run() {
+        let c = DirCache::default();
+        assert!(c.held_for("sys/b/x", |_| dir()).is_none());
+        assert!(c.held_for("sys/b/w", |_| dir()).is_none());
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(c.held_for("sys/c/x", |_| dir()).is_none()))
+                .join()
+                .unwrap();
+        });
+        let (_, rest) = c
+            .held_for("sys/b/y", |_| dir())
+            .expect("still the third read in a row on this thread");
+        assert_eq!(rest, "y");
     }
 
     #[test]

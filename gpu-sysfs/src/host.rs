@@ -60,6 +60,13 @@ pub trait Host: Send + Sync + std::fmt::Debug {
     /// The root directory on this machine, when the host is a real directory tree.
     fn root_dir(&self) -> Option<&Path>;
 
+    /// True when reads from two threads at once go faster than from one: each read is a few
+    /// system calls into the kernel (a real directory tree), so discovery reads independent
+    /// parts of the tree side by side. An in-memory host answers at once and says false.
+    fn parallel_reads(&self) -> bool {
+        false
+    }
+
     /// Reads a whole file of at most `max` bytes (state files gpuslice keeps, larger than an
     /// attribute); a larger file is an `InvalidData` error.
     ///
@@ -395,6 +402,10 @@ impl Host for RealHost {
 
     fn root_dir(&self) -> Option<&Path> {
         Some(&self.root)
+    }
+
+    fn parallel_reads(&self) -> bool {
+        true
     }
 
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {

@@ -113,6 +113,9 @@ impl<O: Observer> Host for Observed<O> {
     fn root_dir(&self) -> Option<&Path> {
         self.inner.root_dir()
     }
+    fn parallel_reads(&self) -> bool {
+        self.inner.parallel_reads()
+    }
 }
 
 #[cfg(test)]

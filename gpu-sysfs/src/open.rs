@@ -206,6 +206,9 @@ impl Host for OpenedRoot {
     fn root_dir(&self) -> Option<&Path> {
         self.host().root_dir()
     }
+    fn parallel_reads(&self) -> bool {
+        self.host().parallel_reads()
+    }
     fn write_atomic(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
         self.host().write_atomic(path, data)
     }

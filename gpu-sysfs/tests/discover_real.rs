@@ -361,3 +361,91 @@ fn the_bundled_example_host_discovers_exactly_like_the_test_data() {
     let from_data = discover_on(&a2_host().host());
     assert_eq!(from_example, from_data);
 }
+
+/// A real tree that counts each read and listing (and which thread made it), reading side by
+/// side or not as told.
+#[derive(Debug)]
+struct Counted {
+    inner: RealHost,
+    parallel: bool,
+    reads: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
+    by_prefetch: std::sync::atomic::AtomicUsize,
+}
+
+impl Counted {
+    fn new(root: &std::path::Path, parallel: bool) -> Self {
+        Counted {
+            inner: RealHost::new(root).unwrap(),
+            parallel,
+            reads: std::sync::Mutex::default(),
+            by_prefetch: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn note(&self, what: String) {
+        if std::thread::current().name() == Some("gpuslice-prefetch") {
+            self.by_prefetch
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        *self.reads.lock().unwrap().entry(what).or_default() += 1;
+    }
+}
+
+impl gpu_sysfs::Host for Counted {
+    fn read(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        self.note(format!("read {path}"));
+        self.inner.read(path)
+    }
+    fn write(&self, _: &str, _: &[u8]) -> std::io::Result<()> {
+        panic!("discovery writes nothing")
+    }
+    fn list(&self, dir: &str) -> std::io::Result<Vec<String>> {
+        self.note(format!("list {dir}"));
+        self.inner.list(dir)
+    }
+    fn read_link(&self, path: &str) -> std::io::Result<std::path::PathBuf> {
+        self.note(format!("readlink {path}"));
+        self.inner.read_link(path)
+    }
+    fn exists(&self, path: &str) -> bool {
+        self.inner.exists(path)
+    }
+    fn run(
+        &self,
+        _: &str,
+        _: &[String],
+        _: std::time::Duration,
+    ) -> std::io::Result<gpu_sysfs::CommandOutput> {
+        panic!("discovery runs nothing")
+    }
+    fn root_dir(&self) -> Option<&std::path::Path> {
+        self.inner.root_dir()
+    }
+    fn parallel_reads(&self) -> bool {
+        self.parallel
+    }
+}
+
+#[test]
+fn reading_the_mdev_parents_beside_the_pci_scan_gives_the_same_topology_from_the_same_reads() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/hosts/a2-sriov-mdev.umockdev");
+    let replay = umockdev::materialize(&example).unwrap();
+    let serial = Counted::new(replay.root(), false);
+    let side_by_side = Counted::new(replay.root(), true);
+    let one = discover_on(&serial);
+    let two = discover_on(&side_by_side);
+    assert_eq!(one, two);
+    assert_eq!(serial.by_prefetch.into_inner(), 0);
+    // Every type's count and the facts of each type were read by the second thread...
+    let prefetched = side_by_side.by_prefetch.into_inner();
+    assert!(
+        prefetched > 200,
+        "{prefetched} reads on the prefetch thread"
+    );
+    // ...and each file exactly as often as a serial scan reads it: nothing twice, nothing more.
+    assert_eq!(
+        serial.reads.into_inner().unwrap(),
+        side_by_side.reads.into_inner().unwrap()
+    );
+}

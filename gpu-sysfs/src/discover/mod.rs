@@ -22,6 +22,7 @@ mod parse;
 mod pci;
 mod pci_names;
 mod pools;
+mod prefetch;
 mod read;
 mod vgpu;
 
@@ -109,6 +110,35 @@ fn type_names(host: &dyn Host, opts: &DiscoverOptions) -> Option<Arc<dyn TypeNam
     }
 }
 
+/// The GPUs: display and accelerator functions that are not VFs, with their companions.
+fn scan_gpus(table: &mut pci::PciTable<'_>, warnings: &mut Vec<String>) -> Vec<Gpu> {
+    let mut gpus: Vec<Gpu> = Vec::new();
+    // In address order a PF comes before its VFs, so its virtfn links mark them and VFs cost
+    // no read at all.
+    for a in table.addresses() {
+        if table.known_vf(&a) {
+            continue;
+        }
+        match table.class(&a) {
+            Some(c) if c.is_gpu() => {}
+            Some(_) => continue,
+            None => {
+                // Whatever it is cannot be told: say so rather than let a GPU vanish.
+                for w in table.take_warnings(&a) {
+                    warnings.push(format!("{a}: not examined, its class cannot be read: {w}"));
+                }
+                continue;
+            }
+        }
+        let Some((mut g, _entries)) = table.read_gpu(&a) else {
+            continue;
+        };
+        g.functions = table.companions(&a, g.vendor_id.0);
+        gpus.push(g);
+    }
+    gpus
+}
+
 /// Discovers the node's GPUs, vGPU parents, profiles, instances and pools.
 ///
 /// # Errors
@@ -137,34 +167,15 @@ pub fn discover_with_links(
         })?;
     let resolver = type_names(host, opts);
     let mut topo = NodeTopology::new(opts.node.clone());
-    let mut table = pci::PciTable::scan(host, &entries, &mut topo.warnings);
-
-    // GPUs: display and accelerator functions that are not VFs, with their companions.
-    let mut gpus: Vec<Gpu> = Vec::new();
-    // In address order a PF comes before its VFs, so its virtfn links mark them and VFs cost
-    // no read at all.
-    for a in table.addresses() {
-        if table.known_vf(&a) {
-            continue;
-        }
-        match table.class(&a) {
-            Some(c) if c.is_gpu() => {}
-            Some(_) => continue,
-            None => {
-                // Whatever it is cannot be told: say so rather than let a GPU vanish.
-                for w in table.take_warnings(&a) {
-                    topo.warnings
-                        .push(format!("{a}: not examined, its class cannot be read: {w}"));
-                }
-                continue;
-            }
-        }
-        let Some((mut g, _entries)) = table.read_gpu(&a) else {
-            continue;
-        };
-        g.functions = table.companions(&a, g.vendor_id.0);
-        gpus.push(g);
-    }
+    // The mdev parents' files are read on a second thread while the PCI scan runs.
+    let prefetch = prefetch::Prefetch::new(host);
+    let mut table = pci::PciTable::scan(&prefetch, &entries, &mut topo.warnings);
+    let mut gpus = std::thread::scope(|s| {
+        let worker = prefetch.start(s);
+        let gpus = scan_gpus(&mut table, &mut topo.warnings);
+        prefetch.finish(worker);
+        gpus
+    });
     let names = gpu_core::vendor::assign_names(
         &gpus
             .iter()
