@@ -38,6 +38,10 @@ use crate::telemetry::{GpuTelemetry, RowRemap, Telemetry};
 /// The library name opened when no path is given (found through the dynamic linker's paths).
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 
+/// The NVIDIA driver's control device, which NVML opens: absent, the driver is not loaded (or
+/// not given to this container) and the default library is not even looked for.
+pub const CONTROL_DEVICE: &str = "/dev/nvidiactl";
+
 /// Why NVML could not be opened. Each is an expected state of a host, not a fault of gpuslice.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NvmlUnavailable {
@@ -66,6 +70,13 @@ pub enum NvmlUnavailable {
 /// # Errors
 /// As [`NvmlTelemetry::open`].
 pub(crate) fn open_library(library: Option<&Path>) -> Result<Nvml, NvmlUnavailable> {
+    if library.is_none() && !Path::new(CONTROL_DEVICE).exists() {
+        // NVML talks to the driver through its control device: without it nvmlInit cannot
+        // succeed, and the dynamic linker's search for a library that is not installed (every
+        // hardware-capability directory of every default path, under the loader's lock, which
+        // also holds up every thread being started) is skipped.
+        return Err(NvmlUnavailable::DriverNotLoaded);
+    }
     let lib_os: &OsStr = library.map_or(OsStr::new(DEFAULT_LIBRARY), Path::as_os_str);
     let library_name = lib_os.to_string_lossy().into_owned();
     let nvml = Nvml::builder()

@@ -479,3 +479,20 @@ fn a_host_opened_for_changes_opens_its_nvml_once_too() {
     assert!(opened.health.telemetry.is_some());
     assert_eq!(opened.health.telemetry_note, None);
 }
+
+#[test]
+fn without_the_drivers_control_device_the_default_nvml_is_not_looked_for() {
+    if Path::new(gpu_health::nvml::CONTROL_DEVICE).exists() {
+        println!("SKIPPED: this machine has an NVIDIA driver");
+        return;
+    }
+    assert_eq!(
+        NvmlTelemetry::open(None).unwrap_err(),
+        NvmlUnavailable::DriverNotLoaded
+    );
+    // A named library is opened whatever the machine has.
+    let Some((_dir, lib)) = build_stub(&[]) else {
+        return;
+    };
+    assert!(NvmlTelemetry::open(Some(&lib)).is_ok());
+}
