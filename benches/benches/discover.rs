@@ -6,6 +6,8 @@
 //!   type directories with `name`, `description`, `device_api`, `available_instances`, ~7,700
 //!   files), the tree `mdevctl types` is compared against.
 //! - `discover/a2_real`: the real A2 recording bundled in `examples/hosts/` (16 VFs, 3 mdevs).
+//! - `discover/*_parallel`: the same trees read from two threads
+//!   (`RealHost::with_parallel_reads(true)`, what the CLI uses), against the default's one.
 //! - `discover/h200_8gpu_16vf_one_read`: as `h200_8gpu_16vf` through a host whose file read
 //!   costs 3 syscalls instead of `std::fs::read`'s 5 (what that change to `RealHost` would give).
 //!
@@ -157,6 +159,9 @@ impl gpu_sysfs::Host for OneReadHost {
     fn root_dir(&self) -> Option<&Path> {
         self.0.root_dir()
     }
+    fn parallel_reads(&self) -> bool {
+        self.0.parallel_reads()
+    }
 }
 
 /// User plus system CPU time of this process, in clock ticks (from `/proc/self/stat`).
@@ -241,6 +246,10 @@ fn bench_discover(c: &mut Criterion) {
     group.bench_function("h200_8gpu_16vf", |b| {
         b.iter(|| black_box(discover(&h, &opts)))
     });
+    let parallel = host(h200.root()).with_parallel_reads(true);
+    group.bench_function("h200_8gpu_16vf_parallel", |b| {
+        b.iter(|| black_box(discover(&parallel, &opts)))
+    });
     let fast = OneReadHost(host(h200.root()));
     group.bench_function("h200_8gpu_16vf_one_read", |b| {
         b.iter(|| black_box(discover(&fast, &opts)))
@@ -250,6 +259,10 @@ fn bench_discover(c: &mut Criterion) {
     let h = host(mdev.root());
     group.bench_function("mdev_8gpu_16vf", |b| {
         b.iter(|| black_box(discover(&h, &opts)))
+    });
+    let parallel = host(mdev.root()).with_parallel_reads(true);
+    group.bench_function("mdev_8gpu_16vf_parallel", |b| {
+        b.iter(|| black_box(discover(&parallel, &opts)))
     });
     // What a uevent for one mdev costs: its GPU's 16 VF parents (types, instances, pool) read
     // again and spliced into the cached topology.
@@ -276,6 +289,10 @@ fn bench_discover(c: &mut Criterion) {
     };
     let h = host(replay.root());
     group.bench_function("a2_real", |b| b.iter(|| black_box(discover(&h, &opts))));
+    let parallel = host(replay.root()).with_parallel_reads(true);
+    group.bench_function("a2_real_parallel", |b| {
+        b.iter(|| black_box(discover(&parallel, &opts)))
+    });
     group.finish();
 }
 

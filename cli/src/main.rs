@@ -106,6 +106,8 @@ fn main() -> ExitCode {
     common::set_document_limit(&cli.global);
     if !matches!(cli.command, Command::Agent(_)) {
         common::start_read_watchdog();
+        // One discovery and out: the idle second core reads beside the first.
+        gpu_sysfs::set_parallel_reads(true);
     }
     let g = &cli.global;
     g.announce_sandbox();

@@ -218,6 +218,20 @@ pub fn check_relative(path: &str) -> io::Result<()> {
     }
 }
 
+/// Whether [`RealHost`]s made from now on read from two threads at once.
+static PARALLEL_READS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes the [`RealHost`]s made from now on read from two threads at once during discovery
+/// (`on`) or from one. A process that discovers once and exits (the CLI) gains: its second core
+/// is idle, and the A2 topology process took 0.92–0.98× the wall time. Off by default: a
+/// process that discovers again and again (the agent, a binding in a scheduler) measured the
+/// reverse in the discovery benches (`a2_real` 4.07 ms against 3.39 ms serial), the thread's
+/// start and the two threads' contention on shared kernel structures costing more than the
+/// overlap gives.
+pub fn set_parallel_reads(on: bool) {
+    PARALLEL_READS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The real host: files under a root directory (`/` in production).
 ///
 /// Under any root but `/`, every open, `readlink`, listing and write resolves inside the root
@@ -233,6 +247,8 @@ pub struct RealHost {
     confined: Option<std::sync::Arc<crate::confine::Root>>,
     /// Directories held open for a burst of reads below them (shared by clones).
     dirs: std::sync::Arc<crate::dircache::DirCache>,
+    /// Whether discovery may read from two threads at once ([`Host::parallel_reads`]).
+    parallel: bool,
 }
 
 impl RealHost {
@@ -264,7 +280,16 @@ impl RealHost {
             root,
             confined,
             dirs: std::sync::Arc::default(),
+            parallel: PARALLEL_READS.load(std::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    /// The same host, reading from two threads at once or from one only (the default, see
+    /// [`set_parallel_reads`]): the answers are the same either way.
+    #[must_use]
+    pub fn with_parallel_reads(mut self, on: bool) -> Self {
+        self.parallel = on;
+        self
     }
 
     fn full(&self, path: &str) -> io::Result<PathBuf> {
@@ -405,7 +430,7 @@ impl Host for RealHost {
     }
 
     fn parallel_reads(&self) -> bool {
-        true
+        self.parallel
     }
 
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {

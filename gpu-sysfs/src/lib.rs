@@ -40,7 +40,7 @@ pub mod umockdev;
 pub use confine::{OutsideRoot, is_outside_root};
 pub use document::{Document, DocumentLimit, open_document, read_document};
 pub use error::SysfsError;
-pub use host::{CommandOutput, Host, RealHost};
+pub use host::{CommandOutput, Host, RealHost, set_parallel_reads};
 pub use open::{OpenedRoot, RootKind, is_local_root, open_root};
 pub use state_dir::StateDir;
 

@@ -437,15 +437,26 @@ fn reading_the_mdev_parents_beside_the_pci_scan_gives_the_same_topology_from_the
     let two = discover_on(&side_by_side);
     assert_eq!(one, two);
     assert_eq!(serial.by_prefetch.into_inner(), 0);
-    // Every type's count and the facts of each type were read by the second thread...
+    // The second thread read its share (at least the parents' listing; how many parents each
+    // thread takes depends on how fast the scan goes)...
     let prefetched = side_by_side.by_prefetch.into_inner();
-    assert!(
-        prefetched > 200,
-        "{prefetched} reads on the prefetch thread"
-    );
-    // ...and each file exactly as often as a serial scan reads it: nothing twice, nothing more.
-    assert_eq!(
-        serial.reads.into_inner().unwrap(),
-        side_by_side.reads.into_inner().unwrap()
-    );
+    assert!(prefetched > 0, "{prefetched} reads on the prefetch thread");
+    // ...and each file exactly as often as a serial scan reads it: nothing twice. The only
+    // reads a serial scan does not make are the `class` of a VF the second thread reached
+    // before the scan knew it for one (it meets the scan there and stops).
+    let serial = serial.reads.into_inner().unwrap();
+    let mut side_by_side = side_by_side.reads.into_inner().unwrap();
+    for (what, n) in &serial {
+        assert_eq!(side_by_side.remove(what), Some(*n), "{what}");
+    }
+    let vfs: Vec<String> = one
+        .gpus
+        .iter()
+        .filter_map(|g| g.sriov.as_ref())
+        .flat_map(|s| &s.vfs)
+        .map(|a| format!("read sys/bus/pci/devices/{a}/class"))
+        .collect();
+    for (what, n) in side_by_side {
+        assert!(vfs.contains(&what) && n == 1, "{what} read {n} times");
+    }
 }
