@@ -134,13 +134,7 @@ impl std::fmt::Debug for NvmlOnce {
 impl From<Nvml> for NvmlOnce {
     /// An NVML already opened (through the dynamic linker's default name).
     fn from(nvml: Nvml) -> Self {
-        let once = NvmlOnce {
-            library: DEFAULT_LIBRARY.to_owned(),
-            opened: OnceLock::new(),
-            pending: Mutex::new(None),
-        };
-        let _ = once.opened.set(Ok(Arc::new(nvml)));
-        once
+        Self::new(DEFAULT_LIBRARY.to_owned(), Some(Ok(nvml)), None)
     }
 }
 
@@ -152,15 +146,30 @@ impl NvmlOnce {
             .into_owned()
     }
 
+    /// An NVML opened already (`opened`) or being opened (`pending`).
+    fn new(
+        library: String,
+        opened: Option<Result<Nvml, NvmlUnavailable>>,
+        pending: Option<std::thread::JoinHandle<Result<Nvml, NvmlUnavailable>>>,
+    ) -> Self {
+        let once = NvmlOnce {
+            library,
+            opened: OnceLock::new(),
+            pending: Mutex::new(pending),
+        };
+        if let Some(result) = opened {
+            let _ = once.opened.set(result.map(Arc::new));
+        }
+        once
+    }
+
     /// NVML opened now, on this thread.
     pub(crate) fn open_now(library: Option<&Path>) -> Arc<Self> {
-        let once = NvmlOnce {
-            library: Self::name(library),
-            opened: OnceLock::new(),
-            pending: Mutex::new(None),
-        };
-        let _ = once.opened.set(open_library(library).map(Arc::new));
-        Arc::new(once)
+        Arc::new(Self::new(
+            Self::name(library),
+            Some(open_library(library)),
+            None,
+        ))
     }
 
     /// NVML being opened on a thread of its own; where no thread can be started, opened now.
@@ -171,11 +180,7 @@ impl NvmlOnce {
             .name("gpuslice-nvml".into())
             .spawn(move || open_library(lib.as_deref()))
         {
-            Ok(handle) => Arc::new(NvmlOnce {
-                library: name,
-                opened: OnceLock::new(),
-                pending: Mutex::new(Some(handle)),
-            }),
+            Ok(handle) => Arc::new(Self::new(name, None, Some(handle))),
             Err(_) => Self::open_now(library.as_deref()),
         }
     }

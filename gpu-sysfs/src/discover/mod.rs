@@ -171,13 +171,14 @@ pub fn discover_with_links(
     // while the PCI scan runs.
     let prefetch = prefetch::Prefetch::new(host);
     let mut table = pci::PciTable::scan(&prefetch, &entries, &mut topo.warnings);
-    let class_paths = table
-        .addresses()
-        .iter()
-        .map(|a| format!("{}/class", pci::dir(a)))
-        .collect();
     let mut gpus = std::thread::scope(|s| {
-        let worker = prefetch.start(s, class_paths);
+        let worker = prefetch.start(s, || {
+            table
+                .addresses()
+                .iter()
+                .map(|a| format!("{}/class", pci::dir(a)))
+                .collect()
+        });
         let gpus = scan_gpus(&mut table, &mut topo.warnings);
         prefetch.finish(worker);
         gpus

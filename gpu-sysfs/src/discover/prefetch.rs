@@ -163,13 +163,13 @@ impl<'h> Prefetch<'h> {
         }
     }
 
-    /// Starts reading the mdev parents, then the `class_paths` (the PCI functions' `class`
-    /// files in the scan's order) from the far end, on a thread of `scope`, when the host gains
-    /// from it and a thread can be started.
+    /// Starts reading the mdev parents, then what `class_paths` gives (the PCI functions'
+    /// `class` files in the scan's order) from the far end, on a thread of `scope`, when the
+    /// host gains from it and a thread can be started.
     pub(crate) fn start<'s>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        class_paths: Vec<String>,
+        class_paths: impl FnOnce() -> Vec<String>,
     ) -> Option<ScopedJoinHandle<'s, Read>>
     where
         'h: 's,
@@ -178,7 +178,8 @@ impl<'h> Prefetch<'h> {
             return None;
         }
         let host = self.host;
-        let classes = self.classes.get_or_init(|| Classes::new(class_paths));
+        // The paths are made only when a second thread will read them.
+        let classes = self.classes.get_or_init(|| Classes::new(class_paths()));
         let parents = &self.parents;
         let spawned = std::thread::Builder::new()
             .name("gpuslice-prefetch".into())
