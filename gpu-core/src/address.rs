@@ -114,10 +114,11 @@ impl FromStr for PciAddress {
             input: s.to_owned(),
             why: "missing '.FUNCTION'",
         })?;
-        let parts: Vec<&str> = head.split(':').collect();
-        let (domain, bus, device) = match parts.as_slice() {
-            [d, b, dev] => (*d, *b, *dev),
-            [b, dev] => ("0", *b, *dev),
+        let mut parts = head.split(':');
+        let fields = (parts.next(), parts.next(), parts.next(), parts.next());
+        let (domain, bus, device) = match fields {
+            (Some(d), Some(b), Some(dev), None) => (d, b, dev),
+            (Some(b), Some(dev), None, None) => ("0", b, dev),
             _ => {
                 return Err(CoreError::InvalidPciAddress {
                     input: s.to_owned(),
@@ -140,12 +141,28 @@ impl FromStr for PciAddress {
 }
 
 impl fmt::Display for PciAddress {
+    /// `DDDD:BB:DD.F` in lower-case hex (a domain past `ffff` takes up to 8 digits). Written by
+    /// hand rather than with `write!`: discovery formats an address into every path it reads.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:04x}:{:02x}:{:02x}.{:x}",
-            self.domain, self.bus, self.device, self.function
-        )
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut buf = [0u8; 17];
+        let digits = (8 - self.domain.leading_zeros() as usize / 4).max(4);
+        let mut at = 0;
+        for i in (0..digits).rev() {
+            buf[at] = HEX[((self.domain >> (i * 4)) & 0xf) as usize];
+            at += 1;
+        }
+        for (sep, v) in [(b':', self.bus), (b':', self.device)] {
+            buf[at] = sep;
+            buf[at + 1] = HEX[usize::from(v >> 4)];
+            buf[at + 2] = HEX[usize::from(v & 0xf)];
+            at += 3;
+        }
+        buf[at] = b'.';
+        buf[at + 1] = HEX[usize::from(self.function & 0xf)];
+        at += 2;
+        // Only ASCII hex digits and separators were written.
+        f.write_str(std::str::from_utf8(&buf[..at]).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -183,6 +200,24 @@ mod tests {
         let vmd = addr("10000:00:00.0");
         assert_eq!(vmd.domain(), 0x10000);
         assert_eq!(vmd.to_string(), "10000:00:00.0");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn prints_as_the_format_string_would_and_parses_back(
+            domain in proptest::prop_oneof![0u32..=0xffff, proptest::num::u32::ANY],
+            bus: u8,
+            device in 0u8..=0x1f,
+            function in 0u8..=7,
+        ) {
+            let a = PciAddress::new(domain, bus, device, function).unwrap();
+            let text = a.to_string();
+            proptest::prop_assert_eq!(
+                &text,
+                &format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}")
+            );
+            proptest::prop_assert_eq!(text.parse::<PciAddress>().unwrap(), a);
+        }
     }
 
     #[test]

@@ -311,58 +311,153 @@ fn read_capped(mut file: std::fs::File, max: usize, path: &str) -> io::Result<Ve
     Ok(buf)
 }
 
-/// A read in progress, for the watchdog.
-struct InFlight {
-    id: u64,
-    started: Instant,
-    path: String,
-    reported: bool,
+/// One reading thread's read in progress, for the watchdog. The reader touches only its own slot
+/// (no clock, no allocation once the path buffer has grown, no lock another reader takes): its
+/// sequence number is odd while a read is in progress, and the watchdog times what it sees.
+#[derive(Debug, Default)]
+struct Slot {
+    seq: AtomicU64,
+    path: Mutex<String>,
 }
 
 /// Whether a watchdog runs ([`start_read_watchdog`]): reads are tracked only then.
 static WATCHED: AtomicBool = AtomicBool::new(false);
-static NEXT_READ: AtomicU64 = AtomicU64::new(0);
-static IN_FLIGHT: Mutex<Vec<InFlight>> = Mutex::new(Vec::new());
+/// Every reading thread's slot; a thread's slot leaves when the thread ends.
+static SLOTS: Mutex<Vec<std::sync::Arc<Slot>>> = Mutex::new(Vec::new());
 
-fn in_flight() -> std::sync::MutexGuard<'static, Vec<InFlight>> {
-    IN_FLIGHT
+fn slots() -> std::sync::MutexGuard<'static, Vec<std::sync::Arc<Slot>>> {
+    SLOTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Removes its read from the in-flight list when the read ends, however it ends.
-struct Tracked(Option<u64>);
+/// This thread's slot, registered on its first tracked read and let go when it ends.
+struct Mine {
+    slot: std::sync::Arc<Slot>,
+    /// Tracked reads in progress on this thread (only the outermost is shown).
+    depth: std::cell::Cell<u32>,
+}
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        slots().retain(|s| !std::sync::Arc::ptr_eq(s, &self.slot));
+    }
+}
+
+thread_local! {
+    static MINE: Mine = {
+        let slot = std::sync::Arc::new(Slot::default());
+        slots().push(std::sync::Arc::clone(&slot));
+        Mine { slot, depth: std::cell::Cell::new(0) }
+    };
+}
+
+/// Marks its read as in progress until it ends, however it ends.
+struct Tracked(bool);
 
 impl Tracked {
     fn start(path: &str) -> Self {
         if !WATCHED.load(Ordering::Relaxed) {
-            return Tracked(None);
+            return Tracked(false);
         }
-        let id = NEXT_READ.fetch_add(1, Ordering::Relaxed);
-        in_flight().push(InFlight {
-            id,
-            started: Instant::now(),
-            path: path.to_owned(),
-            reported: false,
+        Self::begin(path)
+    }
+
+    /// Tracks the read whether or not a watchdog runs.
+    fn begin(path: &str) -> Self {
+        let started = MINE.try_with(|m| {
+            let depth = m.depth.get();
+            m.depth.set(depth + 1);
+            if depth == 0 {
+                {
+                    let mut p = m
+                        .slot
+                        .path
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    p.clear();
+                    p.push_str(path);
+                }
+                m.slot.seq.fetch_add(1, Ordering::Release);
+            }
         });
-        Tracked(Some(id))
+        Tracked(started.is_ok())
     }
 }
 
 impl Drop for Tracked {
     fn drop(&mut self) {
-        if let Some(id) = self.0 {
-            in_flight().retain(|r| r.id != id);
+        if !self.0 {
+            return;
         }
+        let _ = MINE.try_with(|m| {
+            let depth = m.depth.get().saturating_sub(1);
+            m.depth.set(depth);
+            if depth == 0 {
+                m.slot.seq.fetch_add(1, Ordering::Release);
+            }
+        });
     }
 }
 
+/// What the watchdog last saw of one slot's read in progress.
+struct Seen {
+    slot: std::sync::Weak<Slot>,
+    seq: u64,
+    since: Instant,
+    reported: bool,
+}
+
+/// One look of the watchdog: the reads in progress that it has seen for longer than `deadline`
+/// and not reported yet, as (path, how long it has seen them); `seen` carries what it saw
+/// from one look to the next. A read is timed from the first look that saw it, so the time
+/// given is never more than the read has waited.
+fn stalled_reads(seen: &mut Vec<Seen>, deadline: Duration) -> Vec<(String, Duration)> {
+    let now = Instant::now();
+    let mut next: Vec<Seen> = Vec::new();
+    let mut out = Vec::new();
+    for slot in slots().iter() {
+        let seq = slot.seq.load(Ordering::Acquire);
+        if seq % 2 == 0 {
+            continue;
+        }
+        let before = seen.iter().position(|s| {
+            s.seq == seq
+                && s.slot
+                    .upgrade()
+                    .is_some_and(|o| std::sync::Arc::ptr_eq(&o, slot))
+        });
+        let mut entry = match before {
+            Some(i) => seen.swap_remove(i),
+            None => Seen {
+                slot: std::sync::Arc::downgrade(slot),
+                seq,
+                since: now,
+                reported: false,
+            },
+        };
+        let waited = now.saturating_duration_since(entry.since);
+        if !entry.reported && waited > deadline {
+            entry.reported = true;
+            let path = slot
+                .path
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            out.push((path, waited));
+        }
+        next.push(entry);
+    }
+    *seen = next;
+    out
+}
+
 /// Starts this process's one watchdog of attribute reads: every `deadline / 4` it looks at the
-/// reads in progress and calls `on_stall(path, waited)` once for each that has waited longer
-/// than `deadline` (a hung driver, a stuck network file). Reads themselves run inline, on the
-/// caller's thread, with no hand-off: a command passes an `on_stall` that ends it with an error
-/// naming the file; a long-running caller marks what the file concerns as unknown. A second call
-/// changes nothing.
+/// reads in progress and calls `on_stall(path, waited)` once for each that has been in progress
+/// for longer than `deadline` (a hung driver, a stuck network file). Reads themselves run
+/// inline, on the caller's thread, with no hand-off: a command passes an `on_stall` that ends it
+/// with an error naming the file; a long-running caller marks what the file concerns as unknown.
+/// A second call changes nothing.
 ///
 /// # Errors
 /// The watchdog thread cannot be started.
@@ -377,17 +472,10 @@ pub fn start_read_watchdog(
     let spawned = std::thread::Builder::new()
         .name("gpuslice-read-watchdog".into())
         .spawn(move || {
+            let mut seen = Vec::new();
             loop {
                 std::thread::sleep(tick);
-                let stalled: Vec<(String, Duration)> = in_flight()
-                    .iter_mut()
-                    .filter(|r| !r.reported && r.started.elapsed() > deadline)
-                    .map(|r| {
-                        r.reported = true;
-                        (r.path.clone(), r.started.elapsed())
-                    })
-                    .collect();
-                for (path, waited) in stalled {
+                for (path, waited) in stalled_reads(&mut seen, deadline) {
                     on_stall(&path, waited);
                 }
             }
@@ -431,8 +519,11 @@ mod tests {
     #[test]
     fn the_watchdog_reports_a_read_that_does_not_answer_once() {
         let (tx, rx) = std::sync::mpsc::channel();
+        // Only this test's reads (another test tracks reads of its own on its own threads).
         start_read_watchdog(Duration::from_millis(40), move |path, waited| {
-            let _ = tx.send((path.to_owned(), waited));
+            if path.starts_with("sys/bus/pci/devices/0000:01:00.0/") {
+                let _ = tx.send((path.to_owned(), waited));
+            }
         })
         .unwrap();
         {
@@ -444,6 +535,49 @@ mod tests {
             std::thread::sleep(Duration::from_millis(100));
         }
         assert!(rx.try_recv().is_err(), "reported twice");
-        assert!(in_flight().is_empty(), "a finished read stays tracked");
+        // Quick reads, one after another, are never reported: each is a new read.
+        for _ in 0..20 {
+            let _quick = Tracked::start("sys/bus/pci/devices/0000:01:00.0/class");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(rx.try_recv().is_err(), "a finished read was reported");
+        let mine = MINE.with(|m| m.slot.seq.load(Ordering::Acquire));
+        assert_eq!(mine % 2, 0, "a finished read stays tracked");
+    }
+
+    #[test]
+    fn a_look_times_a_read_from_when_it_was_first_seen_and_a_thread_leaves_with_its_slot() {
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            let _t = Tracked::begin("sys/stuck/attr");
+            started_tx.send(()).unwrap();
+            end_rx.recv().unwrap();
+        });
+        started_rx.recv().unwrap();
+        let mut seen = Vec::new();
+        assert!(
+            stalled_reads(&mut seen, Duration::from_millis(30)).is_empty(),
+            "first look"
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        let stalled = stalled_reads(&mut seen, Duration::from_millis(30));
+        assert_eq!(stalled.len(), 1);
+        assert_eq!(stalled[0].0, "sys/stuck/attr");
+        assert!(stalled[0].1 >= Duration::from_millis(60));
+        assert!(
+            stalled_reads(&mut seen, Duration::from_millis(30)).is_empty(),
+            "once"
+        );
+        end_tx.send(()).unwrap();
+        reader.join().unwrap();
+        assert!(stalled_reads(&mut seen, Duration::from_millis(30)).is_empty());
+        assert!(
+            slots()
+                .iter()
+                .all(|s| *s.path.lock().unwrap() != "sys/stuck/attr"),
+            "a slot outlives its thread"
+        );
     }
 }

@@ -65,10 +65,18 @@ pub(crate) struct DirCache {
 /// parent's `mdev_supported_types` for the files of its types, otherwise the file's own
 /// directory. `None` for a path of one component.
 pub(crate) fn split(path: &str) -> Option<(&str, &str)> {
-    const TYPES: &str = "/mdev_supported_types/";
-    if let Some(i) = path.find(TYPES) {
-        let cut = i + TYPES.len() - 1;
-        return Some((&path[..cut], &path[cut + 1..]));
+    const TYPES: &str = "mdev_supported_types";
+    // Component by component (a `/` is one byte to look for; a substring search would build its
+    // searcher again for every read).
+    let mut start = 0;
+    for (i, b) in path.bytes().enumerate() {
+        if b != b'/' {
+            continue;
+        }
+        if start > 0 && &path[start..i] == TYPES {
+            return Some((&path[..i], &path[i + 1..]));
+        }
+        start = i + 1;
     }
     path.rsplit_once('/')
 }
@@ -84,13 +92,16 @@ impl DirCache {
         open_dir: impl FnOnce(&str) -> io::Result<OwnedFd>,
     ) -> Option<(Arc<OwnedFd>, &'p str)> {
         let (dir, rest) = split(path)?;
-        let now = Instant::now();
         let mut inner = self.inner.lock().ok()?;
-        inner
-            .held
-            .retain(|h| now.saturating_duration_since(h.opened) < HOLD);
-        if let Some(h) = inner.held.iter().find(|h| h.dir == dir) {
-            return Some((Arc::clone(&h.fd), rest));
+        // The clock only when something is held (most reads of a scan find nothing held).
+        if !inner.held.is_empty() {
+            let now = Instant::now();
+            inner
+                .held
+                .retain(|h| now.saturating_duration_since(h.opened) < HOLD);
+            if let Some(h) = inner.held.iter().find(|h| h.dir == dir) {
+                return Some((Arc::clone(&h.fd), rest));
+            }
         }
         let me = std::thread::current().id();
         let i = match inner.runs.iter().position(|r| r.thread == me) {
@@ -124,7 +135,7 @@ impl DirCache {
         inner.held.push(Held {
             dir: dir.to_owned(),
             fd: Arc::clone(&fd),
-            opened: now,
+            opened: Instant::now(),
         });
         Some((fd, rest))
     }
@@ -156,6 +167,19 @@ mod tests {
             Some(("sys/bus/pci/devices/0000:08:00.0", "vendor"))
         );
         assert_eq!(split("vendor"), None);
+        // Only a whole component that is not the first counts.
+        assert_eq!(
+            split("mdev_supported_types/nvidia-1/name"),
+            Some(("mdev_supported_types/nvidia-1", "name"))
+        );
+        assert_eq!(
+            split("sys/xmdev_supported_types/nvidia-1/name"),
+            Some(("sys/xmdev_supported_types/nvidia-1", "name"))
+        );
+        assert_eq!(
+            split("sys/a/mdev_supported_types"),
+            Some(("sys/a", "mdev_supported_types"))
+        );
     }
 
     fn dir() -> io::Result<OwnedFd> {

@@ -5,7 +5,7 @@
 //! tempdir tree, or the fake kernel that also reacts to writes.
 
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -202,13 +202,15 @@ pub fn normalize(path: &str) -> Option<String> {
 /// # Errors
 /// `InvalidInput` naming the path.
 pub fn check_relative(path: &str) -> io::Result<()> {
-    let ok = !path.is_empty()
-        && !path.contains('\0')
-        && path.split('/').all(|part| !matches!(part, "" | "." | ".."))
-        && Path::new(path)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)));
-    if ok {
+    // One pass over the bytes (every read of discovery comes through here): no NUL, and every
+    // `/`-separated component non-empty and neither `.` nor `..`, which also refuses a leading
+    // `/` (an empty first component) and a trailing one.
+    let plain = !path.is_empty()
+        && !path.as_bytes().contains(&0)
+        && path
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..");
+    if plain {
         Ok(())
     } else {
         Err(io::Error::new(
@@ -304,7 +306,8 @@ impl RealHost {
         use nix::fcntl::OFlag;
         check_relative(path)?;
         let open_dir = |dir: &str| {
-            self.open_in_root(dir, OFlag::O_PATH | OFlag::O_DIRECTORY)
+            // A prefix of a checked path is a checked path.
+            self.open_checked(dir, OFlag::O_PATH | OFlag::O_DIRECTORY)
                 .map(std::os::fd::OwnedFd::from)
         };
         if let Some((dir, rest)) = self.dirs.held_for(path, open_dir) {
@@ -323,15 +326,20 @@ impl RealHost {
                 return Ok(std::fs::File::from(fd));
             }
         }
-        self.open_in_root(path, flags)
+        self.open_checked(path, flags)
     }
 
     /// Opens the root-relative `path` with `flags`, resolving inside the root (links that stay
     /// inside are followed, one that leaves is an [`crate::confine::OutsideRoot`] error). Under
     /// `/` a plain open. Every file access of this host goes through here.
     fn open_in_root(&self, path: &str, flags: nix::fcntl::OFlag) -> io::Result<std::fs::File> {
-        use nix::fcntl::OFlag;
         check_relative(path)?;
+        self.open_checked(path, flags)
+    }
+
+    /// [`RealHost::open_in_root`] for a `path` already through [`check_relative`].
+    fn open_checked(&self, path: &str, flags: nix::fcntl::OFlag) -> io::Result<std::fs::File> {
+        use nix::fcntl::OFlag;
         match &self.confined {
             Some(root) => Ok(std::fs::File::from(root.open(
                 path,

@@ -176,7 +176,7 @@ pub fn discover_with_links(
             table
                 .addresses()
                 .iter()
-                .map(|a| format!("{}/class", pci::dir(a)))
+                .map(|a| pci::attr(a, "class"))
                 .collect()
         });
         let gpus = scan_gpus(&mut table, &mut topo.warnings);

@@ -38,6 +38,11 @@ pub(crate) fn dir(addr: &PciAddress) -> String {
     format!("{PCI_DEVICES}/{addr}")
 }
 
+/// The path of one attribute of a function in the bus view (one allocation).
+pub(crate) fn attr(addr: &PciAddress, name: &str) -> String {
+    format!("{PCI_DEVICES}/{addr}/{name}")
+}
+
 impl<'h> PciTable<'h> {
     /// Takes the bus listing; attributes are read on demand.
     pub fn scan(host: &'h dyn Host, entries: &[String], node_warnings: &mut Vec<String>) -> Self {
@@ -68,7 +73,7 @@ impl<'h> PciTable<'h> {
         if f.class.is_none() {
             f.class = Some(read::parsed(
                 host,
-                &format!("{}/class", dir(a)),
+                &attr(a, "class"),
                 &mut f.warnings,
                 read::class,
             ));
@@ -83,7 +88,7 @@ impl<'h> PciTable<'h> {
         if f.vendor.is_none() {
             f.vendor = Some(read::parsed(
                 host,
-                &format!("{}/vendor", dir(a)),
+                &attr(a, "vendor"),
                 &mut f.warnings,
                 read::hex16,
             ));
@@ -98,7 +103,7 @@ impl<'h> PciTable<'h> {
         if f.device.is_none() {
             f.device = Some(read::parsed(
                 host,
-                &format!("{}/device", dir(a)),
+                &attr(a, "device"),
                 &mut f.warnings,
                 read::hex16,
             ));
@@ -111,11 +116,7 @@ impl<'h> PciTable<'h> {
         let host = self.host;
         let f = self.func(a);
         if f.driver.is_none() {
-            f.driver = Some(read::link_name(
-                host,
-                &format!("{}/driver", dir(a)),
-                &mut f.warnings,
-            ));
+            f.driver = Some(read::link_name(host, &attr(a, "driver"), &mut f.warnings));
         }
         f.driver.clone().flatten()
     }
@@ -125,11 +126,11 @@ impl<'h> PciTable<'h> {
         let host = self.host;
         let f = self.func(a);
         if f.physfn.is_none() {
-            let name = read::link_name(host, &format!("{}/physfn", dir(a)), &mut f.warnings);
+            let name = read::link_name(host, &attr(a, "physfn"), &mut f.warnings);
             let pf = match name.map(|n| n.parse::<PciAddress>()) {
                 Some(Ok(p)) => Some(p),
                 Some(Err(e)) => {
-                    f.warnings.push(format!("{}/physfn: {e}", dir(a)));
+                    f.warnings.push(format!("{}: {e}", attr(a, "physfn")));
                     None
                 }
                 None => None,

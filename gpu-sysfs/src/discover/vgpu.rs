@@ -28,8 +28,42 @@ pub(crate) struct TypeFacts {
     mig_memory_gib: Option<u32>,
 }
 
-/// Type facts already read, by driver key and type directory name.
-pub(crate) type FactsCache = BTreeMap<(String, String), TypeFacts>;
+/// Type facts already read, by driver key (a host has one or two) and type directory name.
+#[derive(Debug, Default)]
+pub(crate) struct FactsCache(Vec<(String, BTreeMap<String, TypeFacts>)>);
+
+impl FactsCache {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// The facts of type `t` of `driver`, when read.
+    fn get(&self, driver: &str, t: &str) -> Option<&TypeFacts> {
+        self.0.iter().find(|(d, _)| d == driver)?.1.get(t)
+    }
+
+    /// The facts of type `t` of `driver`, read with `read` the first time they are asked for
+    /// (the keys are allocated only then).
+    fn get_or_read(
+        &mut self,
+        driver: &str,
+        t: &str,
+        read: impl FnOnce() -> TypeFacts,
+    ) -> &TypeFacts {
+        let i = match self.0.iter().position(|(d, _)| d == driver) {
+            Some(i) => i,
+            None => {
+                self.0.push((driver.to_owned(), BTreeMap::new()));
+                self.0.len() - 1
+            }
+        };
+        let types = &mut self.0[i].1;
+        if !types.contains_key(t) {
+            types.insert(t.to_owned(), read());
+        }
+        &types[t]
+    }
+}
 
 /// Parents found on the host, before filtering and pool capping.
 #[derive(Debug, Default)]
@@ -80,7 +114,7 @@ impl VgpuScan {
     /// Reads the mdev parents, their types and all mdev instances.
     pub fn mdev(&mut self, pci: &mut PciTable<'_>) {
         let host = pci.host;
-        let mut facts: FactsCache = BTreeMap::new();
+        let mut facts = FactsCache::new();
         let mut by_entry: BTreeMap<String, usize> = BTreeMap::new();
         let mut driver_of: Vec<String> = Vec::new();
         for entry in read::list(host, MDEV_BUS, &mut self.node_warnings) {
@@ -355,10 +389,9 @@ pub(crate) fn read_mdev_parent(
             continue;
         };
         let tdir = format!("{types_dir}/{t}");
-        let f = facts
-            .entry((driver_key.to_owned(), t.clone()))
-            .or_insert_with(|| read_type_facts(host, &tdir, &t, &mut parent.warnings))
-            .clone();
+        let f = facts.get_or_read(driver_key, &t, || {
+            read_type_facts(host, &tdir, &t, &mut parent.warnings)
+        });
         let reported = read::parsed(
             host,
             &format!("{tdir}/available_instances"),
@@ -375,10 +408,10 @@ pub(crate) fn read_mdev_parent(
                     .warnings
                     .push(format!("{tdir}/available_instances: missing"));
             }
-            parent.profiles.push(profile_from_facts(tid, &f, 0));
+            parent.profiles.push(profile_from_facts(tid, f, 0));
             continue;
         };
-        parent.profiles.push(profile_from_facts(tid, &f, reported));
+        parent.profiles.push(profile_from_facts(tid, f, reported));
     }
     parent
 }
@@ -404,7 +437,7 @@ pub(crate) fn read_instance(
     let tid = read::name_as::<VgpuTypeId>(&t, &type_path, &mut parent.warnings)?;
     // Keyed by driver, not parent: the type is found even when this parent's own type
     // directory is missing (a partial recording).
-    let f = facts.get(&(driver_key.to_owned(), t.clone())).cloned();
+    let f = facts.get(driver_key, &t);
     if f.is_none() {
         parent.warnings.push(format!(
             "mdev {uuid}: type {t} is not listed by any parent of driver {driver_key}; its size is unknown"
@@ -414,8 +447,8 @@ pub(crate) fn read_instance(
         uuid: Some(uuid),
         address: None,
         profile: tid,
-        profile_name: f.as_ref().map(|f| f.name.clone()),
-        framebuffer_mib: f.as_ref().and_then(|f| f.framebuffer_mib),
+        profile_name: f.map(|f| f.name.clone()),
+        framebuffer_mib: f.and_then(|f| f.framebuffer_mib),
         in_use: None,
     })
 }
