@@ -16,7 +16,7 @@ pub enum Output {
     Yaml,
 }
 
-/// Options of every subcommand.
+// Options of every subcommand.
 #[derive(Args, Debug, Clone)]
 pub struct Global {
     /// The host: a directory standing for its `/`, a `*.umockdev` recording to replay (writes are

@@ -22,6 +22,7 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 enum Command {
     /// Whole GPUs: list, bind to vfio-pci, release to the host driver.
     #[command(subcommand)]
@@ -62,6 +63,7 @@ enum Command {
 }
 
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 enum GpuCommand {
     /// List GPUs (this host, or a fleet with --inventory).
     List(cmd::gpu::GpuListArgs),
@@ -72,6 +74,7 @@ enum GpuCommand {
 }
 
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 enum VgpuCommand {
     /// Create a vGPU instance.
     Create(cmd::vgpu::CreateArgs),
@@ -151,5 +154,40 @@ fn main() -> ExitCode {
             }
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn abouts(c: &clap::Command, at: &str, out: &mut Vec<(String, String)>) {
+        // Building adds the `help` subcommands; they are clap's own.
+        for sub in c.get_subcommands().filter(|s| s.get_name() != "help") {
+            let path = format!("{at} {}", sub.get_name());
+            let about = sub.get_about().map(ToString::to_string).unwrap_or_default();
+            out.push((path.clone(), about));
+            abouts(sub, &path, out);
+        }
+    }
+
+    /// Subcommands are built only when named (`defer`), so an `Args` struct's doc comment would
+    /// replace the subcommand's own description once built (in its `--help`): every subcommand
+    /// keeps the one its variant gives, built or not.
+    #[test]
+    fn every_subcommand_keeps_its_variants_description_when_built() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let mut before = Vec::new();
+        abouts(&Cli::command(), "gpuslice", &mut before);
+        let mut built = Cli::command();
+        built.build();
+        let mut after = Vec::new();
+        abouts(&built, "gpuslice", &mut after);
+        assert!(before.len() > 30, "only {} subcommands", before.len());
+        for (path, about) in &before {
+            assert!(!about.is_empty(), "{path}: no description");
+        }
+        assert_eq!(before, after);
     }
 }

@@ -16,7 +16,7 @@ use crate::common::Global;
 /// The socket a default agent listens on.
 pub const DEFAULT_SOCKET: &str = "/run/gpuslice/agent.sock";
 
-/// Arguments of `gpuslice agent`.
+// Arguments of `gpuslice agent`.
 #[derive(clap::Args, Debug)]
 pub struct AgentArgs {
     /// Where to listen: `unix:PATH` or `tcp:ADDR:PORT` (repeatable). Default:
@@ -68,7 +68,7 @@ pub struct AgentArgs {
     pub dra: DraArgs,
 }
 
-/// The kubelet plugin's options (`--dra`).
+// The kubelet plugin's options (`--dra`).
 #[derive(clap::Args, Debug)]
 pub struct DraArgs {
     /// Also serve as a Kubernetes DRA driver: register with the kubelet and prepare the claims

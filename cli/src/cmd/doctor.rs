@@ -7,7 +7,7 @@ use gpu_sysfs::doctor::{self, Verdict};
 
 use crate::common::{Global, Output, render_table};
 
-/// `gpuslice doctor` arguments.
+// `gpuslice doctor` arguments.
 #[derive(Args, Debug)]
 pub struct DoctorArgs {}
 

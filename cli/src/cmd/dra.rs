@@ -17,6 +17,7 @@ use gpu_integrations::dra::{self, ClaimStore, DEFAULT_DRIVER, model, rules};
 
 /// `gpuslice dra` subcommands.
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum DraCommand {
     /// Create what an allocated ResourceClaim names on this node.
     Prepare(PrepareArgs),
@@ -31,7 +32,7 @@ pub enum DraCommand {
     Publish(PublishArgs),
 }
 
-/// `dra publish` arguments.
+// `dra publish` arguments.
 #[derive(Args, Debug)]
 pub struct PublishArgs {
     /// The kubeconfig file (its current context); without it, the in-cluster service account.
@@ -62,7 +63,7 @@ pub struct PublishArgs {
     pub parallel: u64,
 }
 
-/// `dra check` arguments.
+// `dra check` arguments.
 #[derive(Args, Debug)]
 pub struct CheckArgs {
     /// The file with the slices (`-` for standard input).
@@ -73,7 +74,7 @@ pub struct CheckArgs {
     pub k8s_version: gpu_integrations::dra::K8sVersion,
 }
 
-/// `dra prepare` arguments.
+// `dra prepare` arguments.
 #[derive(Args, Debug)]
 pub struct PrepareArgs {
     /// The ResourceClaim with `status.allocation` (or a bare AllocationResult), JSON or YAML;
@@ -94,7 +95,7 @@ pub struct PrepareArgs {
     pub dry_run: bool,
 }
 
-/// `dra unprepare` arguments.
+// `dra unprepare` arguments.
 #[derive(Args, Debug)]
 pub struct UnprepareArgs {
     /// The claim's UID.

@@ -15,6 +15,7 @@ use gpu_integrations::{cloud_init, device_nodes, handoff, kubevirt, yaml};
 
 /// `gpuslice export` subcommands.
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum ExportCommand {
     /// QEMU `-device` arguments (one per line; `-o json` for an argument array).
     Qemu(HandoffArgs),
@@ -37,7 +38,7 @@ pub enum ExportCommand {
     Dra(DraArgs),
 }
 
-/// Which devices to hand off.
+// Which devices to hand off.
 #[derive(Args, Debug)]
 #[group(skip)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["uuid", "address", "allocation"])))]
@@ -69,7 +70,7 @@ pub struct HandoffArgs {
     pub device_nodes: bool,
 }
 
-/// `export kubevirt` arguments.
+// `export kubevirt` arguments.
 #[derive(Args, Debug)]
 pub struct KubevirtArgs {
     /// A fleet file (JSON or YAML) instead of this host.
@@ -84,7 +85,7 @@ pub struct KubevirtArgs {
     pub resource_prefix: String,
 }
 
-/// `export cloud-init` arguments.
+// `export cloud-init` arguments.
 #[derive(Args, Debug)]
 pub struct CloudInitArgs {
     /// The client configuration token (`.tok`) downloaded from the NVIDIA License System.
@@ -92,7 +93,7 @@ pub struct CloudInitArgs {
     pub license_token: PathBuf,
 }
 
-/// `export dra` arguments.
+// `export dra` arguments.
 #[derive(Args, Debug)]
 pub struct DraArgs {
     /// The DRA driver name.

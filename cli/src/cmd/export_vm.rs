@@ -10,7 +10,7 @@ use crate::common::{Global, Output};
 use gpu_integrations::dra::DEFAULT_DRIVER;
 use gpu_integrations::{cloud_init, kubevirt, kubevirt_vm, yaml};
 
-/// `export vm` arguments.
+// `export vm` arguments.
 #[derive(Args, Debug)]
 pub struct VmArgs {
     /// The allocation (the JSON/YAML `place` prints, one allocation or several).

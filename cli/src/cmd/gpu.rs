@@ -17,7 +17,7 @@ use gpu_sysfs::actuate::{self, GpuBinding, handoff::Handoff};
 use super::topology::{GPU_HEADERS, allocated_view, gpu_row, not_in_fleet, print_warnings};
 use crate::common::{Global, Output, local_topology, open_node_host, print_data, render_table};
 
-/// Arguments of `gpuslice gpu list`.
+// Arguments of `gpuslice gpu list`.
 #[derive(clap::Args, Debug)]
 pub struct GpuListArgs {
     /// List the GPUs of every node in a fleet file (JSON or YAML) instead of this host; with
@@ -167,7 +167,7 @@ fn print_binding(verb: &str, b: &GpuBinding) {
         println!("warning: {w}");
     }
 }
-/// `gpu bind` arguments.
+// `gpu bind` arguments.
 #[derive(Args, Debug)]
 pub struct BindArgs {
     /// The GPU: PCI address (`0000:01:00.0`) or name (`nvidia0`). Its companion functions
@@ -207,7 +207,7 @@ pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `gpu release` arguments.
+// `gpu release` arguments.
 #[derive(Args, Debug)]
 pub struct ReleaseArgs {
     /// The GPU: PCI address or name.

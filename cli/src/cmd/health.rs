@@ -18,7 +18,7 @@ pub enum FailOn {
     Unhealthy,
 }
 
-/// Arguments of `gpuslice health`.
+// Arguments of `gpuslice health`.
 #[derive(clap::Args, Debug)]
 pub struct HealthArgs {
     /// Grading policy file (TOML, or YAML/JSON) overriding the built-in defaults.

@@ -26,7 +26,7 @@ use gpu_sysfs::apply::{
 
 use crate::common::{Global, Output, open_node_host, print_data, read_input};
 
-/// Where the layout comes from.
+// Where the layout comes from.
 #[derive(Args, Debug, Clone)]
 pub struct LayoutSource {
     /// Layout file (NVIDIA vgpu-device-manager format or gpuslice's per-device forms); `-` reads
@@ -48,7 +48,7 @@ pub struct LayoutSource {
     pub config: Option<String>,
 }
 
-/// Options of the commands that write.
+// Options of the commands that write.
 #[derive(Args, Debug, Clone)]
 pub struct WriteOptions {
     /// Print the plan and write nothing.
@@ -68,7 +68,7 @@ pub struct WriteOptions {
     pub sriov_chroot: Option<String>,
 }
 
-/// `gpuslice vgpu apply`.
+// `gpuslice vgpu apply`.
 #[derive(Args, Debug)]
 pub struct ApplyArgs {
     #[command(flatten)]
@@ -77,14 +77,14 @@ pub struct ApplyArgs {
     write: WriteOptions,
 }
 
-/// `gpuslice vgpu assert`.
+// `gpuslice vgpu assert`.
 #[derive(Args, Debug)]
 pub struct AssertArgs {
     #[command(flatten)]
     source: LayoutSource,
 }
 
-/// `gpuslice vgpu clear`.
+// `gpuslice vgpu clear`.
 #[derive(Args, Debug)]
 pub struct ClearArgs {
     #[command(flatten)]

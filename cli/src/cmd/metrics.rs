@@ -9,7 +9,7 @@ use crate::common::{Global, load_nodes};
 
 use gpu_integrations::metrics;
 
-/// Arguments of `gpuslice metrics`.
+// Arguments of `gpuslice metrics`.
 #[derive(clap::Args, Debug)]
 pub struct MetricsArgs {
     /// A fleet file (JSON or YAML `Fleet`) to report instead of this host; read again on every

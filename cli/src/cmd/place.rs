@@ -16,7 +16,7 @@ use crate::common::{Global, Output, print_data, read_input, render_table};
 /// Exit status when the fleet cannot hold what was asked (the refusal is on stderr).
 const EXIT_REFUSED: u8 = 3;
 
-/// `gpuslice place` arguments.
+// `gpuslice place` arguments.
 #[derive(Args, Debug)]
 pub struct PlaceArgs {
     /// The fleet file: `{nodes: [...], allocations: [...], templates: {...}}`, JSON or YAML.
@@ -65,6 +65,7 @@ fn parse_policy(s: &str) -> Result<Policy, String> {
 /// `gpuslice plan` subcommands. Each prints a plan and changes nothing; each exits 3 when part
 /// of the plan cannot be made (a Machine that cannot move).
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum PlanCommand {
     /// Where a Machine would go on another node: same GPU family (or --gpu), same vGPU profile.
     Migrate(MigrateArgs),
@@ -74,7 +75,7 @@ pub enum PlanCommand {
     Evacuate(EvacuateArgs),
 }
 
-/// `gpuslice plan migrate` arguments.
+// `gpuslice plan migrate` arguments.
 #[derive(Args, Debug)]
 pub struct MigrateArgs {
     /// The fleet file.
@@ -94,7 +95,7 @@ pub struct MigrateArgs {
     pub detail: bool,
 }
 
-/// `gpuslice plan drain` arguments (the node comes from the global `--node`).
+// `gpuslice plan drain` arguments (the node comes from the global `--node`).
 #[derive(Args, Debug)]
 pub struct DrainArgs {
     /// The fleet file.
@@ -102,7 +103,7 @@ pub struct DrainArgs {
     pub inventory: PathBuf,
 }
 
-/// `gpuslice plan evacuate` arguments.
+// `gpuslice plan evacuate` arguments.
 #[derive(Args, Debug)]
 pub struct EvacuateArgs {
     /// The fleet file.

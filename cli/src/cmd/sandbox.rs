@@ -16,6 +16,7 @@ const DEFAULT_LABEL: &str = "examples/hosts/a2-sriov-mdev.umockdev (bundled)";
 
 /// `gpuslice sandbox ...`.
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum SandboxCommand {
     /// Make a sandbox host in DIR: a writable copy of a host where a fake kernel reacts to every
     /// write as Linux and NVIDIA's drivers do. Use it with `--root sandbox:DIR` (or
@@ -28,7 +29,7 @@ pub enum SandboxCommand {
     Unhold(UnholdArgs),
 }
 
-/// `gpuslice sandbox init`.
+// `gpuslice sandbox init`.
 #[derive(Args, Debug)]
 pub struct InitArgs {
     /// The directory to make (new or empty).
@@ -40,7 +41,7 @@ pub struct InitArgs {
     pub from: Option<PathBuf>,
 }
 
-/// `gpuslice sandbox hold`.
+// `gpuslice sandbox hold`.
 #[derive(Args, Debug)]
 pub struct HoldArgs {
     /// A vGPU's UUID, a PCI address, or a VFIO node (`/dev/vfio/7`).
@@ -48,7 +49,7 @@ pub struct HoldArgs {
     pub device: String,
 }
 
-/// `gpuslice sandbox unhold`.
+// `gpuslice sandbox unhold`.
 #[derive(Args, Debug)]
 pub struct UnholdArgs {
     /// The process ID `sandbox hold` printed.

@@ -14,12 +14,13 @@ use crate::common::{Global, Output, print_data};
 
 /// `gpuslice sriov` subcommands.
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum SriovCommand {
     /// Enable the VFs of an NVIDIA GPU with `sriov-manage -e <BDF>` (checked afterwards).
     Enable(SriovEnableArgs),
 }
 
-/// `sriov enable` arguments.
+// `sriov enable` arguments.
 #[derive(Args, Debug)]
 pub struct SriovEnableArgs {
     /// The physical GPU: PCI address or name.

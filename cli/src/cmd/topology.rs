@@ -10,7 +10,7 @@ use gpu_core::{Allocation, FleetNode, Gpu, NodeTopology, ParentId, PciAddress};
 
 use crate::common::{Global, Output, local_topology_with, print_data, render_table};
 
-/// Arguments of `gpuslice topology`.
+// Arguments of `gpuslice topology`.
 #[derive(clap::Args, Debug)]
 pub struct TopologyArgs {
     /// Publish only these vGPU parents (comma-separated parent IDs such as `0000:08:00.4` or

@@ -11,7 +11,7 @@ use gpu_sysfs::actuate::{self, CreateTarget, Created};
 use super::gpu::{open_host, print_handoff, resolve_gpu};
 use crate::common::{Global, Output, print_data};
 
-/// `vgpu create` arguments.
+// `vgpu create` arguments.
 #[derive(Args, Debug)]
 pub struct CreateArgs {
     /// The parent: an mdev parent (`0000:08:00.4`, `mbochs`), an NVIDIA vendor-VFIO VF, or the
@@ -127,7 +127,7 @@ fn report_created(g: &Global, created: &Created) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `vgpu remove` arguments.
+// `vgpu remove` arguments.
 #[derive(Args, Debug)]
 pub struct RemoveArgs {
     /// An mdev UUID, or the PCI address of a vendor-VFIO VF to clear.
@@ -178,7 +178,7 @@ pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `vgpu list` arguments.
+// `vgpu list` arguments.
 #[derive(Args, Debug)]
 pub struct ListArgs {}
 
