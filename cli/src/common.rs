@@ -158,7 +158,14 @@ pub fn render_error(e: &anyhow::Error) -> String {
 pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result<()> {
     match out {
         Output::Yaml => print!("{}", serde_yaml_ng::to_string(value)?),
-        _ => println!("{}", serde_json::to_string_pretty(value)?),
+        _ => {
+            // Written into room for a whole host's topology (the A2's is 116 KB) rather than
+            // grown by doubling, and printed with its newline in one write.
+            let mut buf = Vec::with_capacity(256 * 1024);
+            serde_json::to_writer_pretty(&mut buf, value)?;
+            buf.push(b'\n');
+            print!("{}", String::from_utf8(buf)?);
+        }
     }
     Ok(())
 }

@@ -174,6 +174,10 @@ impl NvmlOnce {
 
     /// NVML being opened on a thread of its own; where no thread can be started, opened now.
     pub(crate) fn start(library: Option<PathBuf>) -> Arc<Self> {
+        if library.is_none() && !Path::new(CONTROL_DEVICE).exists() {
+            // The answer is known at once (no driver, see open_library): no thread to start.
+            return Self::open_now(None);
+        }
         let name = Self::name(library.as_deref());
         let lib = library.clone();
         match std::thread::Builder::new()
@@ -486,5 +490,26 @@ impl Telemetry for NvmlTelemetry {
             Err(NvmlError::NotFound) => GpuTelemetry::unknown("NVML does not know this device"),
             Err(e) => GpuTelemetry::unknown(&format!("NVML: {e}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_drivers_control_device_no_thread_is_started_for_the_default_library() {
+        if Path::new(CONTROL_DEVICE).exists() {
+            println!("SKIPPED: this machine has an NVIDIA driver");
+            return;
+        }
+        let once = NvmlOnce::start(None);
+        let pending = once
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some();
+        assert!(!pending, "a thread was started to find no driver");
+        assert!(matches!(once.get(), Err(NvmlUnavailable::DriverNotLoaded)));
     }
 }
