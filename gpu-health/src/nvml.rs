@@ -131,13 +131,6 @@ impl std::fmt::Debug for NvmlOnce {
     }
 }
 
-impl From<Nvml> for NvmlOnce {
-    /// An NVML already opened (through the dynamic linker's default name).
-    fn from(nvml: Nvml) -> Self {
-        Self::new(DEFAULT_LIBRARY.to_owned(), Some(Ok(nvml)), None)
-    }
-}
-
 impl NvmlOnce {
     fn name(library: Option<&Path>) -> String {
         library

@@ -26,15 +26,22 @@ impl std::fmt::Debug for NvmlResolver {
 }
 
 impl NvmlResolver {
-    /// Loads NVML.
+    /// Loads NVML the way [`NvmlResolver::open_library`] does with `None` (not looked for at
+    /// all without the driver's control device, [`crate::nvml::CONTROL_DEVICE`]), with the
+    /// error as NVML's own kind. Prefer [`NvmlResolver::open_library`], whose error says more.
     ///
     /// # Errors
-    /// NVML's error when the library is absent or does not initialise (no NVIDIA driver): a
-    /// value for the caller to report, not a reason to fail discovery.
+    /// `DriverNotLoaded`, `NoPermission`, `LibraryNotFound`, or `Unknown` for any other
+    /// failure to initialise: a value for the caller to report, not a reason to fail discovery.
     pub fn open() -> Result<Self, nvml_wrapper::error::NvmlError> {
-        Ok(Self::over(Arc::new(crate::nvml::NvmlOnce::from(
-            nvml_wrapper::Nvml::init()?,
-        ))))
+        use crate::nvml::NvmlUnavailable as U;
+        use nvml_wrapper::error::NvmlError as E;
+        Self::open_library(None).map_err(|e| match e {
+            U::DriverNotLoaded => E::DriverNotLoaded,
+            U::NoPermission => E::NoPermission,
+            U::LibraryNotFound { .. } => E::LibraryNotFound,
+            U::InitFailed(_) => E::Unknown,
+        })
     }
 
     /// Loads NVML from `library` (a path, or `libnvidia-ml.so.1` through the dynamic linker
@@ -125,5 +132,17 @@ mod tests {
             }
             Err(e) => assert!(!e.to_string().is_empty()),
         }
+    }
+
+    #[test]
+    fn open_does_not_look_for_nvml_without_the_drivers_control_device() {
+        if std::path::Path::new(crate::nvml::CONTROL_DEVICE).exists() {
+            println!("SKIPPED: this machine has an NVIDIA driver");
+            return;
+        }
+        assert!(matches!(
+            NvmlResolver::open(),
+            Err(nvml_wrapper::error::NvmlError::DriverNotLoaded)
+        ));
     }
 }
