@@ -42,6 +42,15 @@ pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 /// not given to this container) and the default library is not even looked for.
 pub const CONTROL_DEVICE: &str = "/dev/nvidiactl";
 
+/// True when the default library is asked for and the driver's control device is missing. NVML
+/// talks to the driver through that device: without it nvmlInit cannot succeed, and the dynamic
+/// linker's search for a library that is not installed (every hardware-capability directory of
+/// every default path, under the loader's lock, which also holds up every thread being started)
+/// is skipped. A named library is always opened.
+fn no_driver_for(library: Option<&Path>) -> bool {
+    library.is_none() && !Path::new(CONTROL_DEVICE).exists()
+}
+
 /// Why NVML could not be opened. Each is an expected state of a host, not a fault of gpuslice.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NvmlUnavailable {
@@ -70,11 +79,7 @@ pub enum NvmlUnavailable {
 /// # Errors
 /// As [`NvmlTelemetry::open`].
 pub(crate) fn open_library(library: Option<&Path>) -> Result<Nvml, NvmlUnavailable> {
-    if library.is_none() && !Path::new(CONTROL_DEVICE).exists() {
-        // NVML talks to the driver through its control device: without it nvmlInit cannot
-        // succeed, and the dynamic linker's search for a library that is not installed (every
-        // hardware-capability directory of every default path, under the loader's lock, which
-        // also holds up every thread being started) is skipped.
+    if no_driver_for(library) {
         return Err(NvmlUnavailable::DriverNotLoaded);
     }
     let lib_os: &OsStr = library.map_or(OsStr::new(DEFAULT_LIBRARY), Path::as_os_str);
@@ -167,8 +172,8 @@ impl NvmlOnce {
 
     /// NVML being opened on a thread of its own; where no thread can be started, opened now.
     pub(crate) fn start(library: Option<PathBuf>) -> Arc<Self> {
-        if library.is_none() && !Path::new(CONTROL_DEVICE).exists() {
-            // The answer is known at once (no driver, see open_library): no thread to start.
+        if no_driver_for(library.as_deref()) {
+            // The answer is known at once: no thread to start.
             return Self::open_now(None);
         }
         let name = Self::name(library.as_deref());

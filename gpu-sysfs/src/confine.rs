@@ -421,11 +421,9 @@ fn stalled_reads(seen: &mut Vec<Seen>, deadline: Duration) -> Vec<(String, Durat
         if seq % 2 == 0 {
             continue;
         }
+        // The same slot: a `Weak` keeps its allocation, so no other slot can have its address.
         let before = seen.iter().position(|s| {
-            s.seq == seq
-                && s.slot
-                    .upgrade()
-                    .is_some_and(|o| std::sync::Arc::ptr_eq(&o, slot))
+            s.seq == seq && std::ptr::eq(s.slot.as_ptr(), std::sync::Arc::as_ptr(slot))
         });
         let mut entry = match before {
             Some(i) => seen.swap_remove(i),

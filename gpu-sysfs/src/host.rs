@@ -225,7 +225,8 @@ static PARALLEL_READS: std::sync::atomic::AtomicBool = std::sync::atomic::Atomic
 
 /// Makes the [`RealHost`]s made from now on read from two threads at once during discovery
 /// (`on`) or from one. A process that discovers once and exits (the CLI) gains: its second core
-/// is idle, and the A2 topology process took 0.92–0.98× the wall time. Off by default: a
+/// is idle, and the A2 topology process took 0.7–0.9 ms (8–11 %) less wall time than the
+/// same build reading from one thread (3 Dec 2026). Off by default: a
 /// process that discovers again and again (the agent, a binding in a scheduler) measured the
 /// reverse in the discovery benches (`a2_real` 4.07 ms against 3.39 ms serial), the thread's
 /// start and the two threads' contention on shared kernel structures costing more than the
