@@ -167,18 +167,11 @@ pub fn discover_with_links(
         })?;
     let resolver = type_names(host, opts);
     let mut topo = NodeTopology::new(opts.node.clone());
-    // The mdev parents' files (then PCI classes from the far end) are read on a second thread
-    // while the PCI scan runs.
+    // The mdev parents' files are read on a second thread while the PCI scan runs.
     let prefetch = prefetch::Prefetch::new(host);
     let mut table = pci::PciTable::scan(&prefetch, &entries, &mut topo.warnings);
     let mut gpus = std::thread::scope(|s| {
-        let worker = prefetch.start(s, || {
-            table
-                .addresses()
-                .iter()
-                .map(|a| pci::attr(a, "class"))
-                .collect()
-        });
+        let worker = prefetch.start(s);
         let gpus = scan_gpus(&mut table, &mut topo.warnings);
         prefetch.finish(worker);
         gpus

@@ -10,19 +10,16 @@
 //! file the prefetch did not read (or a second read of one) goes to the host as before.
 //!
 //! The parents are shared out: the second thread reads them from the first one on, and the
-//! scan, once its PCI part is over, from the last one back, until they meet. When the parents
-//! are read and the PCI scan still runs, the second thread takes the PCI
-//! functions' `class` files from the far end of the address list while the scan works forward
-//! from the near one: each file is claimed by whichever thread comes first, read once, and the
-//! scan waits for a file the other thread is reading at that moment. The second thread stops
-//! where it meets the scan (and when the scan ends), so at most the last few of a VF's `class`,
-//! which the scan never asks for, are read for nothing.
+//! scan, once its PCI part is over, from the last one back, until they meet. (The second thread
+//! once also took PCI functions' `class` files from the far end of the address list when it
+//! ran out of parents; measured side by side on the A2 recording it gained nothing, so the PCI
+//! scan reads its own.)
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Duration;
 
@@ -36,119 +33,11 @@ pub(crate) struct Read {
     lists: HashMap<String, io::Result<Vec<String>>>,
 }
 
-/// A `class` file nobody has claimed.
-const FREE: u8 = 0;
-/// A `class` file the second thread claimed.
-const THEIRS: u8 = 1;
-/// A `class` file the scan claimed.
-const OURS: u8 = 2;
-
-/// The PCI functions' `class` files, shared by the scan and the second thread: each is read by
-/// the thread that claims it first.
-#[derive(Debug)]
-struct Classes {
-    paths: Vec<String>,
-    index: HashMap<String, usize>,
-    /// Per file: [`FREE`], [`THEIRS`] (the second thread reads it) or [`OURS`] (the scan
-    /// read it, or took the second thread's answer: a read after that goes to the host).
-    claimed: Vec<AtomicU8>,
-    /// Answers the second thread read, by index, until the scan takes them.
-    answers: Mutex<HashMap<usize, io::Result<Vec<u8>>>>,
-    answered: Condvar,
-    /// The scan is over: the second thread claims no more.
-    stop: AtomicBool,
-    /// The second thread claims no more and has handed over every answer it claimed (set
-    /// however it ends, a panic included).
-    quit: AtomicBool,
-}
-
-impl Classes {
-    fn new(paths: Vec<String>) -> Self {
-        let index = paths
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.clone(), i))
-            .collect();
-        let claimed = paths.iter().map(|_| AtomicU8::new(FREE)).collect();
-        Classes {
-            paths,
-            index,
-            claimed,
-            answers: Mutex::default(),
-            answered: Condvar::new(),
-            stop: AtomicBool::new(false),
-            quit: AtomicBool::new(false),
-        }
-    }
-
-    /// Claims file `i` for `who` when nobody has.
-    fn claim(&self, i: usize, who: u8) -> bool {
-        self.claimed[i]
-            .compare_exchange(FREE, who, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// The second thread's part: from the far end, until it meets a file the scan claimed.
-    fn read_from_the_end(&self, host: &dyn Host) {
-        for i in (0..self.paths.len()).rev() {
-            if self.stop.load(Ordering::Acquire) || !self.claim(i, THEIRS) {
-                break;
-            }
-            let answer = host.read(&self.paths[i]);
-            if let Ok(mut answers) = self.answers.lock() {
-                answers.insert(i, answer);
-            }
-            self.answered.notify_all();
-        }
-    }
-
-    /// The scan's read of `path`, when it is a `class` file: read here if the second thread
-    /// has not claimed it, else its answer (waited for while it is being read). `None`: not a
-    /// `class` file, or one whose answer was lost (the host is asked again).
-    fn take(&self, path: &str, host: &dyn Host) -> Option<io::Result<Vec<u8>>> {
-        let i = *self.index.get(path)?;
-        if self.claim(i, OURS) {
-            return Some(host.read(path));
-        }
-        if self.claimed[i].load(Ordering::Acquire) == OURS {
-            return None;
-        }
-        let mut answers = self.answers.lock().ok()?;
-        loop {
-            if let Some(a) = answers.remove(&i) {
-                self.claimed[i].store(OURS, Ordering::Release);
-                return Some(a);
-            }
-            if self.quit.load(Ordering::Acquire) {
-                return None;
-            }
-            answers = self
-                .answered
-                .wait_timeout(answers, Duration::from_millis(10))
-                .ok()?
-                .0;
-        }
-    }
-}
-
-/// Marks the second thread's end, however it ends, and wakes a scan waiting on it.
-struct Quit<'c>(&'c Classes);
-
-impl Drop for Quit<'_> {
-    fn drop(&mut self) {
-        self.0.quit.store(true, Ordering::Release);
-        // Taking the lock orders the flag before a waiter's next look.
-        drop(self.0.answers.lock());
-        self.0.answered.notify_all();
-    }
-}
-
 /// A host whose mdev parents' files may have been read already; see the module docs.
 #[derive(Debug)]
 pub(crate) struct Prefetch<'h> {
     host: &'h dyn Host,
     read: OnceLock<Mutex<Read>>,
-    classes: OnceLock<Classes>,
     parents: OnceLock<Parents>,
 }
 
@@ -158,18 +47,15 @@ impl<'h> Prefetch<'h> {
         Prefetch {
             host,
             read: OnceLock::new(),
-            classes: OnceLock::new(),
             parents: OnceLock::new(),
         }
     }
 
-    /// Starts reading the mdev parents, then what `class_paths` gives (the PCI functions'
-    /// `class` files in the scan's order) from the far end, on a thread of `scope`, when the
-    /// host gains from it and a thread can be started.
+    /// Starts reading the mdev parents on a thread of `scope`, when the host gains from it and
+    /// a thread can be started.
     pub(crate) fn start<'s>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        class_paths: impl FnOnce() -> Vec<String>,
     ) -> Option<ScopedJoinHandle<'s, Read>>
     where
         'h: 's,
@@ -178,35 +64,24 @@ impl<'h> Prefetch<'h> {
             return None;
         }
         let host = self.host;
-        // The paths are made only when a second thread will read them.
-        let classes = self.classes.get_or_init(|| Classes::new(class_paths()));
         let parents = &self.parents;
-        let spawned = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("gpuslice-prefetch".into())
             .spawn_scoped(scope, move || {
-                let _quit = Quit(classes);
                 let mut read = Read::default();
                 let listed = host.list(MDEV_BUS);
                 let entries = listed.as_ref().map_or_else(|_| Vec::new(), Clone::clone);
                 read.lists.insert(MDEV_BUS.to_owned(), listed);
                 let parents = parents.get_or_init(|| Parents::new(entries));
                 parents.read_while_free(host, 0..parents.entries.len(), &mut read);
-                classes.read_from_the_end(host);
                 read
-            });
-        if spawned.is_err() {
-            // No second thread: the scan claims every file itself.
-            classes.quit.store(true, Ordering::Release);
-        }
-        spawned.ok()
+            })
+            .ok()
     }
 
     /// Ends the second thread's part (the scan is over) and takes what it read, for the calls
     /// after this one.
     pub(crate) fn finish(&self, worker: Option<ScopedJoinHandle<'_, Read>>) {
-        if let Some(c) = self.classes.get() {
-            c.stop.store(true, Ordering::Release);
-        }
         // The parents the second thread has not reached yet are read here, from the last.
         let mut read = Read::default();
         if let Some(p) = self.parents.get() {
@@ -296,9 +171,6 @@ impl Parents {
 
 impl Host for Prefetch<'_> {
     fn read(&self, path: &str) -> io::Result<Vec<u8>> {
-        if let Some(answer) = self.classes.get().and_then(|c| c.take(path, self.host)) {
-            return answer;
-        }
         self.taken(|r| r.files.remove(path))
             .unwrap_or_else(|| self.host.read(path))
     }
@@ -356,63 +228,6 @@ impl Host for Prefetch<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn tree() -> (tempfile::TempDir, crate::RealHost, Vec<String>) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut paths = Vec::new();
-        for (i, f) in ["0000:00:00.0", "0000:00:01.0", "0000:00:02.0"]
-            .iter()
-            .enumerate()
-        {
-            let d = dir.path().join("sys/bus/pci/devices").join(f);
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("class"), format!("0x03000{i}\n")).unwrap();
-            paths.push(format!("sys/bus/pci/devices/{f}/class"));
-        }
-        let host = crate::RealHost::new(dir.path()).unwrap();
-        (dir, host, paths)
-    }
-
-    #[test]
-    fn each_class_is_read_by_the_thread_that_claims_it_and_handed_over_once() {
-        let (_dir, host, paths) = tree();
-        let c = Classes::new(paths.clone());
-        // The scan claims the first; the second thread then reads from the far end and stops
-        // where it meets the scan.
-        assert_eq!(c.take(&paths[0], &host).unwrap().unwrap(), b"0x030000\n");
-        c.read_from_the_end(&host);
-        assert_eq!(c.answers.lock().unwrap().len(), 2);
-        assert_eq!(c.take(&paths[2], &host).unwrap().unwrap(), b"0x030002\n");
-        assert_eq!(c.take(&paths[1], &host).unwrap().unwrap(), b"0x030001\n");
-        assert!(c.answers.lock().unwrap().is_empty());
-        // A second read of any of them goes to the host, never waits.
-        for p in &paths {
-            assert!(c.take(p, &host).is_none(), "{p}");
-        }
-        assert!(
-            c.take("sys/bus/pci/devices/0000:00:00.0/vendor", &host)
-                .is_none()
-        );
-    }
-
-    #[test]
-    fn a_claimed_class_whose_answer_never_comes_is_read_from_the_host_once_the_thread_quit() {
-        let (_dir, host, paths) = tree();
-        let c = Classes::new(paths.clone());
-        assert!(c.claim(1, THEIRS));
-        drop(Quit(&c));
-        assert!(c.take(&paths[1], &host).is_none());
-    }
-
-    #[test]
-    fn the_second_thread_claims_nothing_once_the_scan_is_over() {
-        let (_dir, host, paths) = tree();
-        let c = Classes::new(paths);
-        c.stop.store(true, Ordering::Release);
-        c.read_from_the_end(&host);
-        assert!(c.answers.lock().unwrap().is_empty());
-        assert!(c.claimed.iter().all(|s| s.load(Ordering::Acquire) == FREE));
-    }
 
     #[test]
     fn the_parents_are_shared_out_and_each_types_facts_read_once() {
