@@ -8,6 +8,10 @@
 //! reads after it resolve only what is left, beneath it: the same answers for half the cost of an
 //! open.
 //!
+//! Each reading thread holds its own directories, under a lock of its own (threads are spread
+//! over [`SHARDS`] locks in the order they first read): discovery's two reading threads never
+//! wait for each other here, and every read takes only an uncontended lock.
+//!
 //! Nothing is held long: a directory is let go 100 ms after it was opened and whenever the host
 //! is written through (a write may remove or re-create the very directories held: VFs re-made by
 //! `sriov_numvfs`), so a held directory never stands for one that was replaced since. A read
@@ -16,6 +20,7 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -55,10 +60,22 @@ struct Run {
 /// Reading threads whose runs are kept (the oldest is forgotten).
 const THREADS: usize = 8;
 
+/// Locks the reading threads are spread over.
+const SHARDS: usize = 4;
+
 /// The directories held open; see the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct DirCache {
-    inner: Mutex<Inner>,
+    shards: [Mutex<Inner>; SHARDS],
+}
+
+/// This thread's shard: threads take them in turn, in the order of their first read.
+fn my_shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    MINE.try_with(|m| *m).unwrap_or(0)
 }
 
 /// The directory a read of `path` is made below and what is left of the path under it: a
@@ -92,7 +109,7 @@ impl DirCache {
         open_dir: impl FnOnce(&str) -> io::Result<OwnedFd>,
     ) -> Option<(Arc<OwnedFd>, &'p str)> {
         let (dir, rest) = split(path)?;
-        let mut inner = self.inner.lock().ok()?;
+        let mut inner = self.shards[my_shard()].lock().ok()?;
         // The clock only when something is held (most reads of a scan find nothing held).
         if !inner.held.is_empty() {
             let now = Instant::now();
@@ -142,9 +159,11 @@ impl DirCache {
 
     /// Lets every held directory go (the host is about to be written through).
     pub(crate) fn clear(&self) {
-        if let Ok(mut inner) = self.inner.lock() {
-            inner.held.clear();
-            inner.runs.clear();
+        for shard in &self.shards {
+            if let Ok(mut inner) = shard.lock() {
+                inner.held.clear();
+                inner.runs.clear();
+            }
         }
     }
 }
@@ -225,6 +244,38 @@ mod tests {
             .held_for("sys/b/y", |_| dir())
             .expect("still the third read in a row on this thread");
         assert_eq!(rest, "y");
+    }
+
+    #[test]
+    fn threads_hold_their_own_directories_and_a_write_lets_go_of_all() {
+        let c = DirCache::default();
+        let opened = std::sync::atomic::AtomicUsize::new(0);
+        let open = |_: &str| {
+            opened.fetch_add(1, Ordering::Relaxed);
+            dir()
+        };
+        for f in ["x", "y", "z"] {
+            let _ = c.held_for(&format!("sys/b/{f}"), open);
+        }
+        assert!(c.held_for("sys/b/w", open).is_some());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for f in ["x", "y", "z"] {
+                    let _ = c.held_for(&format!("sys/b/{f}"), open);
+                }
+                assert!(c.held_for("sys/b/w", open).is_some());
+            })
+            .join()
+            .unwrap();
+        });
+        // One open per thread (the second thread's own shard, or the first's when they share one:
+        // then it found the directory held already).
+        assert!((1..=2).contains(&opened.load(Ordering::Relaxed)));
+        c.clear();
+        assert!(
+            c.held_for("sys/b/v", open).is_none(),
+            "a write lets go on every thread"
+        );
     }
 
     #[test]
