@@ -157,25 +157,26 @@ pub fn discover_with_links(
     host: &dyn Host,
     opts: &DiscoverOptions,
 ) -> Result<(NodeTopology, BTreeMap<PciAddress, crate::link::LinkFiles>), SysfsError> {
-    let entries = host
-        .list(pci::PCI_DEVICES)
-        .map_err(|e| SysfsError::InvalidRoot {
-            path: host
-                .root_dir()
-                .map_or_else(|| "(host)".to_owned(), |p| p.display().to_string()),
-            why: format!("cannot list {}: {e}", pci::PCI_DEVICES),
-        })?;
-    let resolver = type_names(host, opts);
     let mut topo = NodeTopology::new(opts.node.clone());
-    // The mdev parents' files are read on a second thread while the PCI scan runs.
     let prefetch = prefetch::Prefetch::new(host);
-    let mut table = pci::PciTable::scan(&prefetch, &entries, &mut topo.warnings);
-    let mut gpus = std::thread::scope(|s| {
+    let (resolver, mut table, mut gpus) = std::thread::scope(|s| {
+        // The mdev parents' files are read on a second thread from here on, while the PCI
+        // functions are listed and scanned.
         let worker = prefetch.start(s);
+        let entries = host
+            .list(pci::PCI_DEVICES)
+            .map_err(|e| SysfsError::InvalidRoot {
+                path: host
+                    .root_dir()
+                    .map_or_else(|| "(host)".to_owned(), |p| p.display().to_string()),
+                why: format!("cannot list {}: {e}", pci::PCI_DEVICES),
+            })?;
+        let resolver = type_names(host, opts);
+        let mut table = pci::PciTable::scan(&prefetch, &entries, &mut topo.warnings);
         let gpus = scan_gpus(&mut table, &mut topo.warnings);
         prefetch.finish(worker);
-        gpus
-    });
+        Ok::<_, SysfsError>((resolver, table, gpus))
+    })?;
     let names = gpu_core::vendor::assign_names(
         &gpus
             .iter()
