@@ -1,14 +1,11 @@
-//! The `gpuslice` command: GPU and vGPU inventory, placement, health and host setup.
+//! The command line of both binaries: its parser, and the dispatch of every subcommand.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod cmd;
-mod common;
-mod progress;
-
-use common::Global;
+use crate::cmd;
+use crate::common::{self, Global};
 
 /// GPU sharing for VM orchestrators: whole-GPU passthrough, vGPUs (mdev and NVIDIA vendor-specific
 /// VFIO), MIG-backed profiles, health, and fleet placement.
@@ -103,39 +100,96 @@ fn exit_quietly_on_closed_stdout() {
     }));
 }
 
-fn main() -> ExitCode {
+/// What only `gpuslice-agent` runs: the long-running servers, with the agent's HTTP, gRPC,
+/// TLS and Kubernetes stacks (`gpuslice agent`, `gpuslice metrics --listen`, `gpuslice dra
+/// publish`). The `gpuslice` binary leaves those stacks out (a one-shot command starts in about
+/// two thirds of the time) and hands these commands to `gpuslice-agent`.
+#[derive(Debug)]
+pub struct Served {
+    global: Global,
+    what: ServedCommand,
+}
+
+#[derive(Debug)]
+enum ServedCommand {
+    Agent(cmd::agent::AgentArgs),
+    Metrics(cmd::metrics::MetricsArgs),
+    DraPublish(cmd::dra::PublishArgs),
+}
+
+impl Served {
+    /// The command as a user writes it, for messages.
+    fn name(&self) -> &'static str {
+        match self.what {
+            ServedCommand::Agent(_) => "gpuslice agent",
+            ServedCommand::Metrics(_) => "gpuslice metrics --listen",
+            ServedCommand::DraPublish(_) => "gpuslice dra publish",
+        }
+    }
+}
+
+/// The name of the binary that runs [`Served`] commands, installed next to `gpuslice`.
+pub const AGENT_BINARY: &str = "gpuslice-agent";
+
+/// Runs a [`Served`] command in this process (the `gpuslice-agent` binary).
+///
+/// # Errors
+/// As the command.
+pub fn serve_here(s: Served) -> anyhow::Result<ExitCode> {
+    common::classify_also(gpu_agent::error::as_classified);
+    let g = &s.global;
+    if !matches!(s.what, ServedCommand::Agent(_)) {
+        common::start_read_watchdog();
+    }
+    g.announce_sandbox();
+    match s.what {
+        ServedCommand::Agent(a) => cmd::agent::run(g, a),
+        ServedCommand::Metrics(a) => cmd::metrics::serve(g, a),
+        ServedCommand::DraPublish(a) => cmd::dra::publish(g, &a),
+    }
+}
+
+/// Hands a [`Served`] command to the `gpuslice-agent` binary next to this one: the process
+/// becomes it (`exec`, the same process id, arguments, environment and standard streams), so a
+/// service manager or a `kill` sees no difference. Returns only when it cannot.
+///
+/// # Errors
+/// `gpuslice-agent` is not next to this binary, or cannot be run; the message says how to
+/// install it.
+pub fn serve_in_agent_binary(s: Served) -> anyhow::Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("{}: cannot find this binary's path: {e}", s.name()))?;
+    let agent = me.with_file_name(AGENT_BINARY);
+    let err = std::process::Command::new(&agent)
+        .arg0("gpuslice")
+        .args(std::env::args_os().skip(1))
+        .exec();
+    anyhow::bail!(
+        "{} runs in the {AGENT_BINARY} binary, which is installed next to gpuslice \
+         ({}): {err}; install both (`cargo install --path cli` installs gpuslice and \
+         {AGENT_BINARY})",
+        s.name(),
+        agent.display()
+    )
+}
+
+/// The whole command: parses the command line and runs the subcommand named, handing the
+/// [`Served`] ones to `serve` ([`serve_here`] or [`serve_in_agent_binary`]). Exit status 0 on
+/// success; on failure the error on stderr (`-o json`: `{"error": {...}}`) and the status the
+/// command gives (2 for an error).
+pub fn main(serve: fn(Served) -> anyhow::Result<ExitCode>) -> ExitCode {
     exit_quietly_on_closed_stdout();
     let cli = Cli::parse();
     common::set_document_limit(&cli.global);
-    if !matches!(cli.command, Command::Agent(_)) {
+    let g = &cli.global;
+    if !is_served(&cli.command) {
         common::start_read_watchdog();
         // One discovery and out: the idle second core reads beside the first.
         gpu_sysfs::set_parallel_reads(true);
+        g.announce_sandbox();
     }
-    let g = &cli.global;
-    g.announce_sandbox();
-    let result = match cli.command {
-        Command::Gpu(GpuCommand::List(a)) => cmd::gpu::gpu_list(g, a),
-        Command::Gpu(GpuCommand::Bind(a)) => cmd::gpu::bind(g, a),
-        Command::Gpu(GpuCommand::Release(a)) => cmd::gpu::release(g, a),
-        Command::Topology(a) => cmd::topology::topology(g, a),
-        Command::Health(a) => cmd::health::run(g, a),
-        Command::Vgpu(VgpuCommand::Create(a)) => cmd::vgpu::create(g, a),
-        Command::Vgpu(VgpuCommand::Remove(a)) => cmd::vgpu::remove(g, a),
-        Command::Vgpu(VgpuCommand::List(a)) => cmd::vgpu::list(g, a),
-        Command::Vgpu(VgpuCommand::Apply(a)) => cmd::layout::apply(g, a),
-        Command::Vgpu(VgpuCommand::Assert(a)) => cmd::layout::assert(g, a),
-        Command::Vgpu(VgpuCommand::Clear(a)) => cmd::layout::clear(g, a),
-        Command::Sriov(c) => cmd::sriov::sriov(g, c),
-        Command::Place(a) => cmd::place::place(g, a),
-        Command::Plan(c) => cmd::place::plan(g, c),
-        Command::Metrics(a) => cmd::metrics::run(g, a),
-        Command::Export(c) => cmd::export::run(g, c),
-        Command::Dra(c) => cmd::dra::run(g, c),
-        Command::Agent(a) => cmd::agent::run(g, a),
-        Command::Doctor(a) => cmd::doctor::run(g, a),
-        Command::Sandbox(c) => cmd::sandbox::run(g, c),
-    };
+    let result = run(g, cli.command, serve);
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -154,6 +208,54 @@ fn main() -> ExitCode {
             }
             ExitCode::from(2)
         }
+    }
+}
+
+/// Whether `command` is one of the [`Served`] ones.
+fn is_served(command: &Command) -> bool {
+    match command {
+        Command::Agent(_) | Command::Dra(cmd::dra::DraCommand::Publish(_)) => true,
+        Command::Metrics(a) => a.listen.is_some(),
+        _ => false,
+    }
+}
+
+fn run(
+    g: &Global,
+    command: Command,
+    serve: fn(Served) -> anyhow::Result<ExitCode>,
+) -> anyhow::Result<ExitCode> {
+    let served = |what| {
+        serve(Served {
+            global: g.clone(),
+            what,
+        })
+    };
+    match command {
+        Command::Gpu(GpuCommand::List(a)) => cmd::gpu::gpu_list(g, a),
+        Command::Gpu(GpuCommand::Bind(a)) => cmd::gpu::bind(g, a),
+        Command::Gpu(GpuCommand::Release(a)) => cmd::gpu::release(g, a),
+        Command::Topology(a) => cmd::topology::topology(g, a),
+        Command::Health(a) => cmd::health::run(g, a),
+        Command::Vgpu(VgpuCommand::Create(a)) => cmd::vgpu::create(g, a),
+        Command::Vgpu(VgpuCommand::Remove(a)) => cmd::vgpu::remove(g, a),
+        Command::Vgpu(VgpuCommand::List(a)) => cmd::vgpu::list(g, a),
+        Command::Vgpu(VgpuCommand::Apply(a)) => cmd::layout::apply(g, a),
+        Command::Vgpu(VgpuCommand::Assert(a)) => cmd::layout::assert(g, a),
+        Command::Vgpu(VgpuCommand::Clear(a)) => cmd::layout::clear(g, a),
+        Command::Sriov(c) => cmd::sriov::sriov(g, c),
+        Command::Place(a) => cmd::place::place(g, a),
+        Command::Plan(c) => cmd::place::plan(g, c),
+        Command::Metrics(a) if a.listen.is_some() => served(ServedCommand::Metrics(a)),
+        Command::Metrics(a) => cmd::metrics::run(g, &a),
+        Command::Export(c) => cmd::export::run(g, c),
+        Command::Dra(cmd::dra::DraCommand::Prepare(a)) => cmd::dra::prepare(g, &a),
+        Command::Dra(cmd::dra::DraCommand::Unprepare(a)) => cmd::dra::unprepare(g, &a),
+        Command::Dra(cmd::dra::DraCommand::Check(a)) => cmd::dra::check(&a),
+        Command::Dra(cmd::dra::DraCommand::Publish(a)) => served(ServedCommand::DraPublish(a)),
+        Command::Agent(a) => served(ServedCommand::Agent(a)),
+        Command::Doctor(a) => cmd::doctor::run(g, a),
+        Command::Sandbox(c) => cmd::sandbox::run(g, c),
     }
 }
 

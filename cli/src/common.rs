@@ -405,12 +405,30 @@ pub struct ErrorReport {
     pub errno_name: Option<String>,
 }
 
-/// The library error types an `anyhow` chain may hold: the agent's (which reaches health,
-/// discovery, the scheduler and the model) and the integrations'.
+/// A classifier of library errors: the error as a [`gpu_core::ClassifiedError`] when it is one
+/// of the library's.
+pub type Classifier =
+    for<'a> fn(&'a (dyn std::error::Error + 'static)) -> Option<&'a dyn gpu_core::ClassifiedError>;
+
+/// The agent's error types, classified only in the binary that runs the agent
+/// ([`crate::serve_here`]): `gpuslice` itself does not link the agent.
+static ALSO: std::sync::OnceLock<Classifier> = std::sync::OnceLock::new();
+
+/// Classifies the error types `also` knows as well (a second call changes nothing).
+pub fn classify_also(also: Classifier) {
+    let _ = ALSO.set(also);
+}
+
+/// The library error types an `anyhow` chain may hold: health's (which reaches discovery and
+/// the model), the scheduler's, the integrations' and, where it runs, the agent's.
 fn classified<'a>(
     cause: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a dyn gpu_core::ClassifiedError> {
-    gpu_agent::error::as_classified(cause).or_else(|| gpu_integrations::error::as_classified(cause))
+    ALSO.get()
+        .and_then(|also| also(cause))
+        .or_else(|| gpu_health::error::as_classified(cause))
+        .or_else(|| gpu_sched::as_classified(cause))
+        .or_else(|| gpu_integrations::error::as_classified(cause))
 }
 
 impl ErrorReport {

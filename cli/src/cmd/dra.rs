@@ -109,21 +109,11 @@ pub struct UnprepareArgs {
     pub force: bool,
 }
 
-/// Runs `gpuslice dra`.
+/// Runs `gpuslice dra publish` (in the `gpuslice-agent` binary: it talks to the API server).
 ///
 /// # Errors
-/// When the claim cannot be read or mapped, or the host refuses a change (already-made changes
-/// of the same call are undone).
-pub fn run(g: &Global, c: DraCommand) -> anyhow::Result<ExitCode> {
-    match c {
-        DraCommand::Prepare(a) => prepare(g, &a),
-        DraCommand::Unprepare(a) => unprepare(g, &a),
-        DraCommand::Check(a) => check(&a),
-        DraCommand::Publish(a) => publish(g, &a),
-    }
-}
-
-fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
+/// When the API server cannot be reached or refuses the slices.
+pub fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
     use gpu_agent::kube::{self, ClientOptions, KubeClient, SliceOptions};
     let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
     let prepared = ClaimStore::open(&g.root, a.state_dir.as_deref())?.read_prepared()?;
@@ -210,7 +200,11 @@ fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
+/// Runs `gpuslice dra check` (exit 1 when a slice breaks a rule of the version).
+///
+/// # Errors
+/// When the slices cannot be read or decoded.
+pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
     let slices = model::parse_slices(&read_input(&a.file, "slices")?)?;
     let violations = rules::check(&slices, a.k8s_version);
     for v in &violations {
@@ -228,7 +222,12 @@ fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
+/// Runs `gpuslice dra prepare`.
+///
+/// # Errors
+/// When the claim cannot be read or mapped, or the host refuses a change (already-made
+/// changes of the same call are undone).
+pub fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
     let text = read_input(&a.claim, "claim")?;
     let input: PrepareInput = gpu_core::decode_text("ResourceClaim", &text)?;
     let claim = dra::Claim::from_input(input, a.claim_uid.clone())?;
@@ -249,7 +248,11 @@ fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn unprepare(g: &Global, a: &UnprepareArgs) -> anyhow::Result<ExitCode> {
+/// Runs `gpuslice dra unprepare`.
+///
+/// # Errors
+/// When the recorded claim cannot be read or the host refuses a removal.
+pub fn unprepare(g: &Global, a: &UnprepareArgs) -> anyhow::Result<ExitCode> {
     let store = ClaimStore::open(&g.root, a.state_dir.as_deref())?;
     gpu_core::validate_name(&g.node_name()).context("--node")?;
     // The root is opened as prepare opens it, so a root that is no host is refused alike

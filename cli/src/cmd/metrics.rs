@@ -24,28 +24,44 @@ pub struct MetricsArgs {
     pub max_requests: Option<u64>,
 }
 
-/// Runs `gpuslice metrics`.
-///
-/// # Errors
-/// When the inventory cannot be read or the address cannot be bound.
-pub fn run(g: &Global, a: MetricsArgs) -> anyhow::Result<ExitCode> {
+/// The metrics of this host (or of `--inventory`), rendered afresh.
+fn renderer(
+    g: &Global,
+    a: &MetricsArgs,
+) -> anyhow::Result<impl Fn() -> Result<String, String> + Send + Sync + use<>> {
     if a.inventory.is_none() {
         // As `topology` does: a node name that cannot be valid is refused before any output.
         gpu_core::validate_name(&g.node_name()).context("--node")?;
     }
     let (g2, inventory) = (g.clone(), a.inventory.clone());
-    let render = move || -> Result<String, String> {
+    Ok(move || -> Result<String, String> {
         let (nodes, allocations) =
             load_nodes(&g2, inventory.as_deref()).map_err(|e| crate::common::render_error(&e))?;
         for n in &nodes {
             gpu_core::validate_name(&n.node).map_err(|e| format!("node: {e}"))?;
         }
         metrics::render(&nodes, &allocations).map_err(|e| e.to_string())
-    };
+    })
+}
+
+/// Runs `gpuslice metrics` without `--listen`: prints them once.
+///
+/// # Errors
+/// When the inventory or the host cannot be read.
+pub fn run(g: &Global, a: &MetricsArgs) -> anyhow::Result<ExitCode> {
+    let text = renderer(g, a)?().map_err(anyhow::Error::msg)?;
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `gpuslice metrics --listen` (in the `gpuslice-agent` binary: the agent's server).
+///
+/// # Errors
+/// When the node name is invalid or the address cannot be bound.
+pub fn serve(g: &Global, a: MetricsArgs) -> anyhow::Result<ExitCode> {
+    let render = renderer(g, &a)?;
     let Some(addr) = &a.listen else {
-        let text = render().map_err(anyhow::Error::msg)?;
-        print!("{text}");
-        return Ok(ExitCode::SUCCESS);
+        return run(g, &a);
     };
     // The agent's server: one task per connection, deadlines for slow clients (a stalled client
     // no longer holds the scrape of others).
