@@ -138,10 +138,7 @@ pub const AGENT_BINARY: &str = "gpuslice-agent";
 pub fn serve_here(s: Served) -> anyhow::Result<ExitCode> {
     common::classify_also(gpu_agent::error::as_classified);
     let g = &s.global;
-    if !matches!(s.what, ServedCommand::Agent(_)) {
-        common::start_read_watchdog();
-    }
-    g.announce_sandbox();
+    start(g, matches!(s.what, ServedCommand::Agent(_)));
     match s.what {
         ServedCommand::Agent(a) => cmd::agent::run(g, a),
         ServedCommand::Metrics(a) => cmd::metrics::serve(g, a),
@@ -184,10 +181,7 @@ pub fn main(serve: fn(Served) -> anyhow::Result<ExitCode>) -> ExitCode {
     common::set_document_limit(&cli.global);
     let g = &cli.global;
     if !is_served(&cli.command) {
-        common::start_read_watchdog();
-        // One discovery and out: the idle second core reads beside the first.
-        gpu_sysfs::set_parallel_reads(true);
-        g.announce_sandbox();
+        start(g, false);
     }
     let result = run(g, cli.command, serve);
     match result {
@@ -209,6 +203,18 @@ pub fn main(serve: fn(Served) -> anyhow::Result<ExitCode>) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// What a command sets up before it runs, in either binary: the one watchdog of host reads and
+/// the second reading thread (not for the agent, which bounds its own reads and shares the host's
+/// cores with its VMs), and the sandbox notice.
+fn start(g: &Global, agent: bool) {
+    if !agent {
+        common::start_read_watchdog();
+        // One discovery and out: the idle second core reads beside the first.
+        gpu_sysfs::set_parallel_reads(true);
+    }
+    g.announce_sandbox();
 }
 
 /// Whether `command` is one of the [`Served`] ones.

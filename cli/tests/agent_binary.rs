@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use gpu_sysfs::testing::TreeBuilder;
@@ -24,6 +24,17 @@ fn alone(dir: &Path) -> PathBuf {
     let bin = dir.join("gpuslice");
     std::fs::copy(env!("CARGO_BIN_EXE_gpuslice"), &bin).unwrap();
     bin
+}
+
+/// `bin --root ROOT --node node-a ARGS...`, run to its end.
+fn on_host<S: AsRef<std::ffi::OsStr>>(bin: &Path, root: &Path, args: &[S]) -> Output {
+    Command::new(bin)
+        .arg("--root")
+        .arg(root)
+        .args(["--node", "node-a"])
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn host() -> gpu_sysfs::testing::builder::Tree {
@@ -81,13 +92,7 @@ fn without_the_agent_binary_served_commands_say_what_to_install_and_the_rest_wor
             "127.0.0.1:0".to_owned(),
         ],
     ] {
-        let out = Command::new(&bin)
-            .arg("--root")
-            .arg(tree.root())
-            .args(["--node", "node-a"])
-            .args(&args)
-            .output()
-            .unwrap();
+        let out = on_host(&bin, tree.root(), &args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(
@@ -105,42 +110,31 @@ fn without_the_agent_binary_served_commands_say_what_to_install_and_the_rest_wor
         .unwrap();
     assert!(help.status.success());
     assert!(String::from_utf8_lossy(&help.stdout).contains("--listen"));
-    let metrics = Command::new(&bin)
-        .arg("--root")
-        .arg(tree.root())
-        .args(["--node", "node-a", "metrics"])
-        .output()
-        .unwrap();
+    let metrics = on_host(&bin, tree.root(), &["metrics"]);
     assert!(
         metrics.status.success(),
         "{}",
         String::from_utf8_lossy(&metrics.stderr)
     );
     assert!(String::from_utf8_lossy(&metrics.stdout).contains("gpuslice_"));
-    let topology = Command::new(&bin)
-        .arg("--root")
-        .arg(tree.root())
-        .args(["--node", "node-a", "topology", "-o", "json"])
-        .output()
-        .unwrap();
+    let topology = on_host(&bin, tree.root(), &["topology", "-o", "json"]);
     assert!(topology.status.success());
 }
 
 #[test]
 fn the_agent_binary_takes_the_whole_command_line_too() {
     let tree = host();
-    let via_agent = Command::new(env!("CARGO_BIN_EXE_gpuslice-agent"))
-        .arg("--root")
-        .arg(tree.root())
-        .args(["--node", "node-a", "topology", "-o", "json"])
-        .output()
-        .unwrap();
-    let direct = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
-        .arg("--root")
-        .arg(tree.root())
-        .args(["--node", "node-a", "topology", "-o", "json"])
-        .output()
-        .unwrap();
+    let json = ["topology", "-o", "json"];
+    let via_agent = on_host(
+        Path::new(env!("CARGO_BIN_EXE_gpuslice-agent")),
+        tree.root(),
+        &json,
+    );
+    let direct = on_host(
+        Path::new(env!("CARGO_BIN_EXE_gpuslice")),
+        tree.root(),
+        &json,
+    );
     assert!(via_agent.status.success());
     assert_eq!(via_agent.stdout, direct.stdout);
     let version = Command::new(env!("CARGO_BIN_EXE_gpuslice-agent"))

@@ -59,10 +59,10 @@ pub fn run(g: &Global, a: &MetricsArgs) -> anyhow::Result<ExitCode> {
 /// # Errors
 /// When the node name is invalid or the address cannot be bound.
 pub fn serve(g: &Global, a: MetricsArgs) -> anyhow::Result<ExitCode> {
-    let render = renderer(g, &a)?;
     let Some(addr) = &a.listen else {
         return run(g, &a);
     };
+    let render = renderer(g, &a)?;
     // The agent's server: one task per connection, deadlines for slow clients (a stalled client
     // no longer holds the scrape of others).
     let rt = gpu_agent::runtime().context("cannot start the server's runtime")?;
