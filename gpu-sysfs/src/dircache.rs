@@ -12,6 +12,13 @@
 //! over [`SHARDS`] locks in the order they first read): discovery's two reading threads never
 //! wait for each other here, and every read takes only an uncontended lock.
 //!
+//! A read below a device's directory before that directory is held (each PCI function's `class`
+//! in the scan, the first attributes of a GPU) resolves below the bus listing it is an entry of,
+//! `sys/bus/pci/devices`, held from its first such read: the entry's link is still followed, but
+//! the components above it and the mount point at `/sys` are not walked again for every
+//! function. Only under `/`, where links are followed as the kernel follows them; under another
+//! root a link may not leave the directory it is resolved beneath.
+//!
 //! Nothing is held long: a directory is let go 100 ms after it was opened and whenever the host
 //! is written through (a write may remove or re-create the very directories held: VFs re-made by
 //! `sriov_numvfs`), so a held directory never stands for one that was replaced since. A read
@@ -57,6 +64,21 @@ struct Run {
     count: u32,
 }
 
+/// Listings whose entries are links to the directories they list, held for the reads below their
+/// entries ([`DirCache::with_listings`]).
+const LISTINGS: [&str; 1] = ["sys/bus/pci/devices"];
+
+/// The listing of [`LISTINGS`] `path` is below an entry of (a file in the entry's directory or
+/// deeper), and the rest of `path` beneath the listing.
+pub(crate) fn below_listing(path: &str) -> Option<(&'static str, &str)> {
+    LISTINGS.iter().find_map(|l| {
+        let rest = path.strip_prefix(l)?.strip_prefix('/')?;
+        // An entry and something below it: the entry alone is read where it is listed already.
+        let (entry, _) = rest.split_once('/')?;
+        (!entry.is_empty()).then_some((*l, rest))
+    })
+}
+
 /// Reading threads whose runs are kept (the oldest is forgotten).
 const THREADS: usize = 8;
 
@@ -67,6 +89,8 @@ const SHARDS: usize = 4;
 #[derive(Debug, Default)]
 pub(crate) struct DirCache {
     shards: [Mutex<Inner>; SHARDS],
+    /// Whether reads below an entry of [`LISTINGS`] may resolve beneath the listing.
+    listings: bool,
 }
 
 /// This thread's shard: threads take them in turn, in the order of their first read.
@@ -99,9 +123,19 @@ pub(crate) fn split(path: &str) -> Option<(&str, &str)> {
 }
 
 impl DirCache {
+    /// A cache that also holds the bus listings of [`LISTINGS`] for reads below their entries:
+    /// only where links are followed as the kernel follows them (under `/`).
+    pub(crate) fn with_listings() -> Self {
+        DirCache {
+            listings: true,
+            ..Self::default()
+        }
+    }
+
     /// The open directory to resolve `path`'s rest beneath, and that rest: one held already, or
     /// opened now with `open_dir` when the two reads before this one were below the same
-    /// directory.
+    /// directory; otherwise, where the cache holds listings, the listing the path is below
+    /// ([`below_listing`]), opened with `open_dir` the first time.
     /// `None`: read from the root (and remember the directory for the next read).
     pub(crate) fn held_for<'p>(
         &self,
@@ -110,50 +144,21 @@ impl DirCache {
     ) -> Option<(Arc<OwnedFd>, &'p str)> {
         let (dir, rest) = split(path)?;
         let mut inner = self.shards[my_shard()].lock().ok()?;
-        // The clock only when something is held (most reads of a scan find nothing held).
-        if !inner.held.is_empty() {
-            let now = Instant::now();
-            inner
-                .held
-                .retain(|h| now.saturating_duration_since(h.opened) < HOLD);
-            if let Some(h) = inner.held.iter().find(|h| h.dir == dir) {
-                return Some((Arc::clone(&h.fd), rest));
+        if !inner.third_in_a_row(dir) {
+            // Not held and not to be opened: below a listing's entry, the listing serves.
+            let (listing, below) = below_listing(path).filter(|_| self.listings)?;
+            if let Some(h) = inner.held.iter().find(|h| h.dir == listing) {
+                return Some((Arc::clone(&h.fd), below));
             }
+            let fd = Arc::new(open_dir(listing).ok()?);
+            inner.hold(listing, &fd);
+            return Some((fd, below));
         }
-        let me = std::thread::current().id();
-        let i = match inner.runs.iter().position(|r| r.thread == me) {
-            Some(i) => i,
-            None => {
-                if inner.runs.len() >= THREADS {
-                    inner.runs.remove(0);
-                }
-                inner.runs.push(Run {
-                    thread: me,
-                    last: String::new(),
-                    count: 0,
-                });
-                inner.runs.len() - 1
-            }
-        };
-        let run = &mut inner.runs[i];
-        if run.last != dir {
-            dir.clone_into(&mut run.last);
-            run.count = 1;
-            return None;
-        }
-        run.count += 1;
-        if run.count < OPEN_AT {
-            return None;
+        if let Some(h) = inner.held.iter().find(|h| h.dir == dir) {
+            return Some((Arc::clone(&h.fd), rest));
         }
         let fd = Arc::new(open_dir(dir).ok()?);
-        if inner.held.len() >= HELD {
-            inner.held.remove(0);
-        }
-        inner.held.push(Held {
-            dir: dir.to_owned(),
-            fd: Arc::clone(&fd),
-            opened: Instant::now(),
-        });
+        inner.hold(dir, &fd);
         Some((fd, rest))
     }
 
@@ -165,6 +170,57 @@ impl DirCache {
                 inner.runs.clear();
             }
         }
+    }
+}
+
+impl Inner {
+    /// Whether a read below `dir` goes beneath it: it is held (held directories past their
+    /// time are let go first), or this read is the third in a row below it on this thread.
+    fn third_in_a_row(&mut self, dir: &str) -> bool {
+        // The clock only when something is held (most reads of a scan find nothing held).
+        if !self.held.is_empty() {
+            let now = Instant::now();
+            self.held
+                .retain(|h| now.saturating_duration_since(h.opened) < HOLD);
+            if self.held.iter().any(|h| h.dir == dir) {
+                return true;
+            }
+        }
+        let me = std::thread::current().id();
+        let i = match self.runs.iter().position(|r| r.thread == me) {
+            Some(i) => i,
+            None => {
+                if self.runs.len() >= THREADS {
+                    self.runs.remove(0);
+                }
+                self.runs.push(Run {
+                    thread: me,
+                    last: String::new(),
+                    count: 0,
+                });
+                self.runs.len() - 1
+            }
+        };
+        let run = &mut self.runs[i];
+        if run.last != dir {
+            dir.clone_into(&mut run.last);
+            run.count = 1;
+            return false;
+        }
+        run.count += 1;
+        run.count >= OPEN_AT
+    }
+
+    /// Holds `fd` open as `dir`, letting the oldest go when [`HELD`] are held.
+    fn hold(&mut self, dir: &str, fd: &Arc<OwnedFd>) {
+        if self.held.len() >= HELD {
+            self.held.remove(0);
+        }
+        self.held.push(Held {
+            dir: dir.to_owned(),
+            fd: Arc::clone(fd),
+            opened: Instant::now(),
+        });
     }
 }
 
@@ -275,6 +331,49 @@ mod tests {
         assert!(
             c.held_for("sys/b/v", open).is_none(),
             "a write lets go on every thread"
+        );
+    }
+
+    #[test]
+    fn reads_below_a_bus_entry_resolve_beneath_the_bus_listing_until_the_entry_is_held() {
+        let c = DirCache::with_listings();
+        let opened = std::cell::RefCell::new(Vec::<String>::new());
+        let open = |d: &str| {
+            opened.borrow_mut().push(d.to_owned());
+            dir()
+        };
+        let pci = "sys/bus/pci/devices";
+        // Each function's class, below the listing opened once.
+        for f in ["0000:00:00.0", "0000:00:01.0", "0000:08:00.0"] {
+            let path = format!("{pci}/{f}/class");
+            let (_, rest) = c.held_for(&path, open).expect("below the listing");
+            assert_eq!(rest, format!("{f}/class"));
+        }
+        assert_eq!(*opened.borrow(), [pci]);
+        // The third read in a row below one function opens the function's own directory.
+        let vendor = format!("{pci}/0000:08:00.0/vendor");
+        let (_, rest) = c.held_for(&vendor, open).unwrap();
+        assert_eq!(rest, "0000:08:00.0/vendor");
+        let device = format!("{pci}/0000:08:00.0/device");
+        let (_, rest) = c.held_for(&device, open).unwrap();
+        assert_eq!(rest, "device");
+        assert_eq!(
+            opened.borrow().last().unwrap(),
+            &format!("{pci}/0000:08:00.0")
+        );
+        // The listing itself, and paths elsewhere, are not below an entry.
+        assert_eq!(below_listing(pci), None);
+        assert_eq!(below_listing(&format!("{pci}/0000:00:00.0")), None);
+        assert_eq!(below_listing("sys/bus/pci/devicesX/a/b"), None);
+        assert_eq!(below_listing("sys/class/mdev_bus/0000:08:00.4/x"), None);
+    }
+
+    #[test]
+    fn without_listings_a_bus_entry_is_read_from_the_root() {
+        let c = DirCache::default();
+        assert!(
+            c.held_for("sys/bus/pci/devices/0000:00:00.0/class", |_| dir())
+                .is_none()
         );
     }
 

@@ -279,10 +279,18 @@ impl RealHost {
                 })?,
             ))
         };
+        // Under `/` links are followed as the kernel follows them, so a bus listing can serve
+        // the reads below its entries; under another root a link may not leave where it is
+        // resolved beneath.
+        let dirs = if confined.is_none() {
+            crate::dircache::DirCache::with_listings()
+        } else {
+            crate::dircache::DirCache::default()
+        };
         Ok(Self {
             root,
             confined,
-            dirs: std::sync::Arc::default(),
+            dirs: std::sync::Arc::new(dirs),
             parallel: PARALLEL_READS.load(std::sync::atomic::Ordering::Relaxed),
         })
     }
@@ -414,7 +422,24 @@ impl Host for RealHost {
 
     fn read_link(&self, path: &str) -> io::Result<PathBuf> {
         match &self.confined {
-            None => std::fs::read_link(self.full(path)?),
+            None => {
+                check_relative(path)?;
+                let open_dir = |dir: &str| {
+                    self.open_checked(
+                        dir,
+                        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
+                    )
+                    .map(std::os::fd::OwnedFd::from)
+                };
+                // Below a held directory when the reads before were below it too; any failure
+                // there is answered from the root.
+                if let Some((dir, rest)) = self.dirs.held_for(path, open_dir) {
+                    if let Ok(target) = nix::fcntl::readlinkat(dir.as_ref(), rest) {
+                        return Ok(PathBuf::from(target));
+                    }
+                }
+                std::fs::read_link(self.root.join(path))
+            }
             Some(root) => {
                 check_relative(path)?;
                 let (dir, last) = root.open_parent(path)?;
