@@ -13,10 +13,10 @@
 //! wait for each other here, and every read takes only an uncontended lock.
 //!
 //! A read below a device's directory before that directory is held (each PCI function's `class`
-//! in the scan, the first attributes of a GPU) resolves below the bus listing it is an entry of,
-//! `sys/bus/pci/devices`, held from its first such read: the entry's link is still followed, but
-//! the components above it and the mount point at `/sys` are not walked again for every
-//! function. Only under `/`, where links are followed as the kernel follows them; under another
+//! in the scan, the first attributes of a GPU, a parent's first types) resolves below the listing
+//! it is an entry of, `sys/bus/pci/devices` or `sys/class/mdev_bus`, held from its first such
+//! read: the entry's link is still followed, but the components above it and the mount point at
+//! `/sys` are not walked again for every function. Only under `/`, where links are followed as the kernel follows them; under another
 //! root a link may not leave the directory it is resolved beneath.
 //!
 //! Nothing is held long: a directory is let go 100 ms after it was opened and whenever the host
@@ -66,7 +66,7 @@ struct Run {
 
 /// Listings whose entries are links to the directories they list, held for the reads below their
 /// entries ([`DirCache::with_listings`]).
-const LISTINGS: [&str; 1] = ["sys/bus/pci/devices"];
+const LISTINGS: [&str; 2] = ["sys/bus/pci/devices", "sys/class/mdev_bus"];
 
 /// The listing of [`LISTINGS`] `path` is below an entry of (a file in the entry's directory or
 /// deeper), and the rest of `path` beneath the listing.
@@ -365,7 +365,14 @@ mod tests {
         assert_eq!(below_listing(pci), None);
         assert_eq!(below_listing(&format!("{pci}/0000:00:00.0")), None);
         assert_eq!(below_listing("sys/bus/pci/devicesX/a/b"), None);
-        assert_eq!(below_listing("sys/class/mdev_bus/0000:08:00.4/x"), None);
+        assert_eq!(
+            below_listing("sys/class/mdev_bus/0000:08:00.4/mdev_supported_types/nvidia-745/name"),
+            Some((
+                "sys/class/mdev_bus",
+                "0000:08:00.4/mdev_supported_types/nvidia-745/name"
+            ))
+        );
+        assert_eq!(below_listing("sys/class/mdev_busX/0000:08:00.4/x"), None);
     }
 
     #[test]
