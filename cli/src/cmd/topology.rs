@@ -159,6 +159,9 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
         }
         other => print_data(other, &t)?,
     }
+    // The process ends next: the system takes the topology's memory back at once, faster than
+    // freeing its thousands of strings one by one.
+    std::mem::forget(t);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -33,6 +33,23 @@ pub(crate) struct Read {
     lists: HashMap<String, io::Result<Vec<String>>>,
 }
 
+impl Read {
+    /// Adds what `other` read.
+    fn merge(&mut self, other: Read) {
+        absorb(&mut self.files, other.files);
+        absorb(&mut self.lists, other.lists);
+    }
+}
+
+/// Adds `theirs` to `ours`, the smaller map into the larger (most often one thread read every
+/// parent and the other none: then nothing is hashed again).
+fn absorb<V>(ours: &mut HashMap<String, V>, mut theirs: HashMap<String, V>) {
+    if ours.len() < theirs.len() {
+        std::mem::swap(ours, &mut theirs);
+    }
+    ours.extend(theirs);
+}
+
 /// A host whose mdev parents' files may have been read already; see the module docs.
 #[derive(Debug)]
 pub(crate) struct Prefetch<'h> {
@@ -89,8 +106,7 @@ impl<'h> Prefetch<'h> {
         }
         // A thread that panicked read nothing usable: the host answers for its part.
         if let Some(Ok(theirs)) = worker.map(ScopedJoinHandle::join) {
-            read.files.extend(theirs.files);
-            read.lists.extend(theirs.lists);
+            read.merge(theirs);
         }
         let _ = self.read.set(Mutex::new(read));
     }
