@@ -159,12 +159,19 @@ pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result
     match out {
         Output::Yaml => print!("{}", serde_yaml_ng::to_string(value)?),
         _ => {
-            // Written into room for a whole host's topology (the A2's is 116 KB) rather than
-            // grown by doubling, and printed with its newline in one write.
-            let mut buf = Vec::with_capacity(256 * 1024);
-            serde_json::to_writer_pretty(&mut buf, value)?;
-            buf.push(b'\n');
-            print!("{}", String::from_utf8(buf)?);
+            use std::io::Write as _;
+            // Streamed through a buffer of a few pages: a whole host's document (the A2's is
+            // 116 KB) in one fresh buffer cost a page fault for every 4 KiB of it.
+            let mut out = std::io::BufWriter::with_capacity(32 * 1024, std::io::stdout().lock());
+            let written = serde_json::to_writer_pretty(&mut out, value)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"))
+                .and_then(|()| out.flush());
+            match written {
+                // A reader that went away (`| head`) ends the command quietly, as print! does.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+                other => other?,
+            }
         }
     }
     Ok(())

@@ -149,6 +149,11 @@ impl Parents {
     fn read(&self, host: &dyn Host, i: usize, into: &mut Read) {
         let types_dir = format!("{MDEV_BUS}/{}/mdev_supported_types", self.entries[i]);
         let types = host.list(&types_dir);
+        if let (Ok(t), true) = (&types, into.files.capacity() == 0) {
+            // Room for every parent's counts and each type's facts once, as parents of one GPU
+            // list the same types: the map is not grown (and copied) a handful of times.
+            into.files.reserve(t.len() * (self.entries.len() + 3));
+        }
         for t in types.iter().flatten() {
             let tdir = format!("{types_dir}/{t}");
             let first = self
