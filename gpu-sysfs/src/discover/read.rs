@@ -8,8 +8,13 @@ use crate::host::Host;
 
 /// Reads an attribute as trimmed text. `None` when absent; other errors are pushed to `warnings`.
 pub(crate) fn text(host: &dyn Host, path: &str, warnings: &mut Vec<String>) -> Option<String> {
+    bytes(host, path, warnings).map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+}
+
+/// Reads an attribute's bytes. `None` when absent; other errors are pushed to `warnings`.
+fn bytes(host: &dyn Host, path: &str, warnings: &mut Vec<String>) -> Option<Vec<u8>> {
     match host.read(path) {
-        Ok(bytes) => Some(String::from_utf8_lossy(&bytes).trim().to_owned()),
+        Ok(bytes) => Some(bytes),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => {
             warnings.push(format!("{path}: {e}"));
@@ -25,8 +30,9 @@ pub(crate) fn parsed<T>(
     warnings: &mut Vec<String>,
     parse: impl FnOnce(&str, &str) -> Result<T, SysfsError>,
 ) -> Option<T> {
-    let t = text(host, path, warnings)?;
-    match parse(&t, path) {
+    // As `text`, without a copy of the text: it is parsed where it was read.
+    let bytes = bytes(host, path, warnings)?;
+    match parse(String::from_utf8_lossy(&bytes).trim(), path) {
         Ok(v) => Some(v),
         Err(e) => {
             warnings.push(e.to_string());

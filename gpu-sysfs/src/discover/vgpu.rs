@@ -382,31 +382,26 @@ pub(crate) fn read_mdev_parent(
             Vec::new()
         }
     };
+    parent.profiles.reserve(types.len());
+    // One path for every type's files: `<types_dir>/<type>` and the file below it.
+    let mut path = types_dir.clone();
     for t in types {
         let Some(tid) =
             read::name_as::<VgpuTypeId>(&t, format_args!("{types_dir}/{t}"), &mut parent.warnings)
         else {
             continue;
         };
-        let tdir = format!("{types_dir}/{t}");
+        path.truncate(types_dir.len());
+        path.push('/');
+        path.push_str(&t);
         let f = facts.get_or_read(driver_key, &t, || {
-            read_type_facts(host, &tdir, &t, &mut parent.warnings)
+            read_type_facts(host, &path, &t, &mut parent.warnings)
         });
-        let reported = read::parsed(
-            host,
-            &format!("{tdir}/available_instances"),
-            &mut parent.warnings,
-            parse::parse_u32,
-        );
+        path.push_str("/available_instances");
+        let reported = read::parsed(host, &path, &mut parent.warnings, parse::parse_u32);
         let Some(reported) = reported else {
-            if !parent
-                .warnings
-                .iter()
-                .any(|w| w.starts_with(&format!("{tdir}/available_instances")))
-            {
-                parent
-                    .warnings
-                    .push(format!("{tdir}/available_instances: missing"));
+            if !parent.warnings.iter().any(|w| w.starts_with(path.as_str())) {
+                parent.warnings.push(format!("{path}: missing"));
             }
             parent.profiles.push(profile_from_facts(tid, f, 0));
             continue;
