@@ -40,6 +40,11 @@ const HELD: usize = 4;
 /// The read in a row below one directory that opens it.
 const OPEN_AT: u32 = 3;
 
+/// The read in a row below one entry of a held listing that opens the entry's own directory:
+/// below the listing a read costs only the entry's link more, so the open pays only for a
+/// longer run (a GPU's attributes, not a companion function's two or three).
+const OPEN_BELOW_LISTING_AT: u32 = 5;
+
 #[derive(Debug)]
 struct Held {
     dir: String,
@@ -144,9 +149,15 @@ impl DirCache {
     ) -> Option<(Arc<OwnedFd>, &'p str)> {
         let (dir, rest) = split(path)?;
         let mut inner = self.shards[my_shard()].lock().ok()?;
-        if !inner.third_in_a_row(dir) {
+        let listed = below_listing(path).filter(|_| self.listings);
+        let open_at = if listed.is_some() {
+            OPEN_BELOW_LISTING_AT
+        } else {
+            OPEN_AT
+        };
+        if !inner.held_or_run_of(dir, open_at) {
             // Not held and not to be opened: below a listing's entry, the listing serves.
-            let (listing, below) = below_listing(path).filter(|_| self.listings)?;
+            let (listing, below) = listed?;
             if let Some(h) = inner.held.iter().find(|h| h.dir == listing) {
                 return Some((Arc::clone(&h.fd), below));
             }
@@ -175,8 +186,8 @@ impl DirCache {
 
 impl Inner {
     /// Whether a read below `dir` goes beneath it: it is held (held directories past their
-    /// time are let go first), or this read is the third in a row below it on this thread.
-    fn third_in_a_row(&mut self, dir: &str) -> bool {
+    /// time are let go first), or this read is the `open_at`th in a row below it on this thread.
+    fn held_or_run_of(&mut self, dir: &str, open_at: u32) -> bool {
         // The clock only when something is held (most reads of a scan find nothing held).
         if !self.held.is_empty() {
             let now = Instant::now();
@@ -208,13 +219,19 @@ impl Inner {
             return false;
         }
         run.count += 1;
-        run.count >= OPEN_AT
+        run.count >= open_at
     }
 
-    /// Holds `fd` open as `dir`, letting the oldest go when [`HELD`] are held.
+    /// Holds `fd` open as `dir`, letting the oldest go when [`HELD`] are held (a listing
+    /// last: a scan reads below it between the device directories it holds).
     fn hold(&mut self, dir: &str, fd: &Arc<OwnedFd>) {
         if self.held.len() >= HELD {
-            self.held.remove(0);
+            let oldest = self
+                .held
+                .iter()
+                .position(|h| !LISTINGS.contains(&h.dir.as_str()))
+                .unwrap_or(0);
+            self.held.remove(oldest);
         }
         self.held.push(Held {
             dir: dir.to_owned(),
@@ -350,17 +367,39 @@ mod tests {
             assert_eq!(rest, format!("{f}/class"));
         }
         assert_eq!(*opened.borrow(), [pci]);
-        // The third read in a row below one function opens the function's own directory.
-        let vendor = format!("{pci}/0000:08:00.0/vendor");
-        let (_, rest) = c.held_for(&vendor, open).unwrap();
-        assert_eq!(rest, "0000:08:00.0/vendor");
-        let device = format!("{pci}/0000:08:00.0/device");
-        let (_, rest) = c.held_for(&device, open).unwrap();
-        assert_eq!(rest, "device");
+        // The fifth read in a row below one function opens the function's own directory; a
+        // companion's two or three reads stay below the listing.
+        for f in ["vendor", "device", "subsystem_vendor"] {
+            let path = format!("{pci}/0000:08:00.0/{f}");
+            let (_, rest) = c.held_for(&path, open).unwrap();
+            assert_eq!(rest, format!("0000:08:00.0/{f}"));
+        }
+        assert_eq!(*opened.borrow(), [pci]);
+        let path = format!("{pci}/0000:08:00.0/subsystem_device");
+        let (_, rest) = c.held_for(&path, open).unwrap();
+        assert_eq!(rest, "subsystem_device");
         assert_eq!(
             opened.borrow().last().unwrap(),
             &format!("{pci}/0000:08:00.0")
         );
+        // Device directories held after it let each other go, not the listing.
+        for gpu in [
+            "0000:41:00.0",
+            "0000:81:00.0",
+            "0000:c1:00.0",
+            "0000:e1:00.0",
+        ] {
+            for f in ["a", "b", "c", "d", "e"] {
+                let path = format!("{pci}/{gpu}/{f}");
+                let _ = c.held_for(&path, open);
+            }
+        }
+        let before = opened.borrow().len();
+        let path = format!("{pci}/0000:00:00.0/class");
+        let (_, rest) = c.held_for(&path, open).unwrap();
+        assert_eq!(rest, "0000:00:00.0/class");
+        assert_eq!(opened.borrow().len(), before, "the listing is still held");
+        assert_eq!(opened.borrow().iter().filter(|d| *d == pci).count(), 1);
         // The listing itself, and paths elsewhere, are not below an entry.
         assert_eq!(below_listing(pci), None);
         assert_eq!(below_listing(&format!("{pci}/0000:00:00.0")), None);
