@@ -403,7 +403,14 @@ impl Host for RealHost {
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
         let mut names: Vec<String> = match &self.confined {
             None => std::fs::read_dir(self.full(dir)?)?
-                .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .filter_map(|e| {
+                    // The name as it came, unless it is not UTF-8 (then lossily, as before).
+                    e.ok().map(|e| {
+                        e.file_name()
+                            .into_string()
+                            .unwrap_or_else(|n| n.to_string_lossy().into_owned())
+                    })
+                })
                 .collect(),
             Some(_) => {
                 use nix::fcntl::OFlag;

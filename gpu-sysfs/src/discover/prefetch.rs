@@ -159,7 +159,7 @@ impl Parents {
             let first = self
                 .seen
                 .lock()
-                .is_ok_and(|mut seen| seen.insert(t.clone()));
+                .is_ok_and(|mut seen| !seen.contains(t) && seen.insert(t.clone()));
             let facts: &[&str] = if first {
                 &["name", "description", "device_api", "available_instances"]
             } else {
