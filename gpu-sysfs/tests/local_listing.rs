@@ -27,6 +27,20 @@ fn functions() -> Option<Vec<String>> {
     Some(names)
 }
 
+/// Asserts that our answer for `path` is the plain one: the same value, or an error of the same
+/// kind.
+fn same<T: PartialEq + std::fmt::Debug>(
+    path: &str,
+    ours: std::io::Result<T>,
+    theirs: std::io::Result<T>,
+) {
+    match (ours, theirs) {
+        (Ok(ours), Ok(theirs)) => assert_eq!(ours, theirs, "{path}"),
+        (Err(ours), Err(theirs)) => assert_eq!(ours.kind(), theirs.kind(), "{path}"),
+        (ours, theirs) => panic!("{path}: {ours:?} against {theirs:?}"),
+    }
+}
+
 #[test]
 fn reads_below_the_bus_listing_give_what_a_plain_open_gives() {
     let Some(names) = functions() else { return };
@@ -43,12 +57,7 @@ fn reads_below_the_bus_listing_give_what_a_plain_open_gives() {
                 "subsystem_device",
             ] {
                 let path = format!("{PCI}/{n}/{attr}");
-                let plain = std::fs::read(format!("/{path}"));
-                match (host.read(&path), plain) {
-                    (Ok(ours), Ok(theirs)) => assert_eq!(ours, theirs, "{path}"),
-                    (Err(ours), Err(theirs)) => assert_eq!(ours.kind(), theirs.kind(), "{path}"),
-                    (ours, theirs) => panic!("{path}: {ours:?} against {theirs:?}"),
-                }
+                same(&path, host.read(&path), std::fs::read(format!("/{path}")));
             }
         }
     }
@@ -63,12 +72,11 @@ fn links_below_held_directories_read_as_from_the_root() {
         let _ = host.read(&format!("{PCI}/{n}/class"));
         for link in ["driver", "iommu_group", "physfn", "subsystem"] {
             let path = format!("{PCI}/{n}/{link}");
-            let plain = std::fs::read_link(format!("/{path}"));
-            match (host.read_link(&path), plain) {
-                (Ok(ours), Ok(theirs)) => assert_eq!(ours, theirs, "{path}"),
-                (Err(ours), Err(theirs)) => assert_eq!(ours.kind(), theirs.kind(), "{path}"),
-                (ours, theirs) => panic!("{path}: {ours:?} against {theirs:?}"),
-            }
+            same(
+                &path,
+                host.read_link(&path),
+                std::fs::read_link(format!("/{path}")),
+            );
         }
     }
     // A function that is not there is not there, held listing or not.
