@@ -16,8 +16,10 @@
 //! in the scan, the first attributes of a GPU, a parent's first types) resolves below the listing
 //! it is an entry of, `sys/bus/pci/devices` or `sys/class/mdev_bus`, held from its first such
 //! read: the entry's link is still followed, but the components above it and the mount point at
-//! `/sys` are not walked again for every function. Only under `/`, where links are followed as the kernel follows them; under another
-//! root a link may not leave the directory it is resolved beneath.
+//! `/sys` are not walked again for every function. Only under `/`, where links are followed as
+//! the kernel follows them; under another root a link may not leave the directory it is
+//! resolved beneath. A listing is never replaced, so it stays held while the device directories
+//! held after it come and go.
 //!
 //! Nothing is held long: a directory is let go 100 ms after it was opened and whenever the host
 //! is written through (a write may remove or re-create the very directories held: VFs re-made by
@@ -188,7 +190,8 @@ impl Inner {
     /// Whether a read below `dir` goes beneath it: it is held (held directories past their
     /// time are let go first), or this read is the `open_at`th in a row below it on this thread.
     fn held_or_run_of(&mut self, dir: &str, open_at: u32) -> bool {
-        // The clock only when something is held (most reads of a scan find nothing held).
+        // The clock only when something is held (under another root than `/`, most reads of a
+        // scan find nothing held).
         if !self.held.is_empty() {
             let now = Instant::now();
             self.held

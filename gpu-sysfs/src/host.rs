@@ -314,12 +314,7 @@ impl RealHost {
     fn open_for_read(&self, path: &str, flags: nix::fcntl::OFlag) -> io::Result<std::fs::File> {
         use nix::fcntl::OFlag;
         check_relative(path)?;
-        let open_dir = |dir: &str| {
-            // A prefix of a checked path is a checked path.
-            self.open_checked(dir, OFlag::O_PATH | OFlag::O_DIRECTORY)
-                .map(std::os::fd::OwnedFd::from)
-        };
-        if let Some((dir, rest)) = self.dirs.held_for(path, open_dir) {
+        if let Some((dir, rest)) = self.dirs.held_for(path, |d| self.open_held(d)) {
             use std::os::fd::AsFd;
             let opened = match &self.confined {
                 Some(root) => root.open_beneath(dir.as_fd(), rest, flags),
@@ -336,6 +331,14 @@ impl RealHost {
             }
         }
         self.open_checked(path, flags)
+    }
+
+    /// Opens `dir`, a prefix of a path already through [`check_relative`] (so checked too), to be
+    /// held for the reads below it.
+    fn open_held(&self, dir: &str) -> io::Result<std::os::fd::OwnedFd> {
+        use nix::fcntl::OFlag;
+        self.open_checked(dir, OFlag::O_PATH | OFlag::O_DIRECTORY)
+            .map(std::os::fd::OwnedFd::from)
     }
 
     /// Opens the root-relative `path` with `flags`, resolving inside the root (links that stay
@@ -431,16 +434,9 @@ impl Host for RealHost {
         match &self.confined {
             None => {
                 check_relative(path)?;
-                let open_dir = |dir: &str| {
-                    self.open_checked(
-                        dir,
-                        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
-                    )
-                    .map(std::os::fd::OwnedFd::from)
-                };
                 // Below a held directory when the reads before were below it too; any failure
                 // there is answered from the root.
-                if let Some((dir, rest)) = self.dirs.held_for(path, open_dir) {
+                if let Some((dir, rest)) = self.dirs.held_for(path, |d| self.open_held(d)) {
                     if let Ok(target) = nix::fcntl::readlinkat(dir.as_ref(), rest) {
                         return Ok(PathBuf::from(target));
                     }
