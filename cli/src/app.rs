@@ -94,7 +94,7 @@ fn exit_quietly_on_closed_stdout() {
     std::panic::set_hook(Box::new(move |info| {
         let text = info.to_string();
         if text.contains("failed printing to stdout") && text.contains("Broken pipe") {
-            std::process::exit(0);
+            common::reader_went_away();
         }
         default(info);
     }));

@@ -154,6 +154,13 @@ pub fn render_error(e: &anyhow::Error) -> String {
     gpu_core::error_chain(e.as_ref())
 }
 
+/// Ends the command when the reader of its standard output has gone away (`| head`): quietly,
+/// with exit 0. The one answer for `print!` (through the panic hook `app::main` installs) and
+/// for documents streamed by [`print_data`].
+pub(crate) fn reader_went_away() -> ! {
+    std::process::exit(0)
+}
+
 /// Prints a serializable value as JSON or YAML per `out` (tables are the caller's job).
 pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result<()> {
     match out {
@@ -168,8 +175,7 @@ pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result
                 .and_then(|()| out.write_all(b"\n"))
                 .and_then(|()| out.flush());
             match written {
-                // A reader that went away (`| head`) ends the command quietly, as print! does.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => reader_went_away(),
                 other => other?,
             }
         }

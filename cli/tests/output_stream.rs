@@ -4,19 +4,20 @@
 use std::io::Read;
 use std::process::{Command, Stdio};
 
-fn recording() -> String {
-    format!(
+/// `gpuslice topology -o json` of the A2 recording (a 116 KB document).
+fn topology_json() -> Command {
+    let recording = format!(
         "{}/../examples/hosts/a2-sriov-mdev.umockdev",
         env!("CARGO_MANIFEST_DIR")
-    )
+    );
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuslice"));
+    c.args(["--root", &recording, "topology", "-o", "json"]);
+    c
 }
 
 #[test]
 fn a_streamed_topology_is_one_whole_json_document_and_a_newline() {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
-        .args(["--root", &recording(), "topology", "-o", "json"])
-        .output()
-        .unwrap();
+    let out = topology_json().output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -34,8 +35,7 @@ fn a_streamed_topology_is_one_whole_json_document_and_a_newline() {
 
 #[test]
 fn a_reader_that_goes_away_ends_the_command_quietly() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuslice"))
-        .args(["--root", &recording(), "topology", "-o", "json"])
+    let mut child = topology_json()
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -151,28 +151,30 @@ impl DirCache {
     ) -> Option<(Arc<OwnedFd>, &'p str)> {
         let (dir, rest) = split(path)?;
         let mut inner = self.shards[my_shard()].lock().ok()?;
-        let listed = below_listing(path).filter(|_| self.listings);
+        inner.let_go_of_old();
+        if let Some(fd) = inner.find(dir) {
+            return Some((fd, rest));
+        }
+        let listed = if self.listings {
+            below_listing(path)
+        } else {
+            None
+        };
         let open_at = if listed.is_some() {
             OPEN_BELOW_LISTING_AT
         } else {
             OPEN_AT
         };
-        if !inner.held_or_run_of(dir, open_at) {
-            // Not held and not to be opened: below a listing's entry, the listing serves.
-            let (listing, below) = listed?;
-            if let Some(h) = inner.held.iter().find(|h| h.dir == listing) {
-                return Some((Arc::clone(&h.fd), below));
-            }
-            let fd = Arc::new(open_dir(listing).ok()?);
-            inner.hold(listing, &fd);
-            return Some((fd, below));
+        if inner.run_reaches(dir, open_at) {
+            return Some((inner.open_and_hold(dir, open_dir)?, rest));
         }
-        if let Some(h) = inner.held.iter().find(|h| h.dir == dir) {
-            return Some((Arc::clone(&h.fd), rest));
-        }
-        let fd = Arc::new(open_dir(dir).ok()?);
-        inner.hold(dir, &fd);
-        Some((fd, rest))
+        // Not held and not to be opened: below a listing's entry, the listing serves.
+        let (listing, below) = listed?;
+        let fd = match inner.find(listing) {
+            Some(fd) => fd,
+            None => inner.open_and_hold(listing, open_dir)?,
+        };
+        Some((fd, below))
     }
 
     /// Lets every held directory go (the host is about to be written through).
@@ -187,19 +189,26 @@ impl DirCache {
 }
 
 impl Inner {
-    /// Whether a read below `dir` goes beneath it: it is held (held directories past their
-    /// time are let go first), or this read is the `open_at`th in a row below it on this thread.
-    fn held_or_run_of(&mut self, dir: &str, open_at: u32) -> bool {
-        // The clock only when something is held (under another root than `/`, most reads of a
-        // scan find nothing held).
+    /// Lets go of the directories held past their time (the clock only when something is held:
+    /// under another root than `/`, most reads of a scan find nothing held).
+    fn let_go_of_old(&mut self) {
         if !self.held.is_empty() {
             let now = Instant::now();
             self.held
                 .retain(|h| now.saturating_duration_since(h.opened) < HOLD);
-            if self.held.iter().any(|h| h.dir == dir) {
-                return true;
-            }
         }
+    }
+
+    /// The held directory `dir`.
+    fn find(&self, dir: &str) -> Option<Arc<OwnedFd>> {
+        self.held
+            .iter()
+            .find(|h| h.dir == dir)
+            .map(|h| Arc::clone(&h.fd))
+    }
+
+    /// Whether this read is the `open_at`th in a row below `dir` on this thread.
+    fn run_reaches(&mut self, dir: &str, open_at: u32) -> bool {
         let me = std::thread::current().id();
         let i = match self.runs.iter().position(|r| r.thread == me) {
             Some(i) => i,
@@ -225,9 +234,14 @@ impl Inner {
         run.count >= open_at
     }
 
-    /// Holds `fd` open as `dir`, letting the oldest go when [`HELD`] are held (a listing
-    /// last: a scan reads below it between the device directories it holds).
-    fn hold(&mut self, dir: &str, fd: &Arc<OwnedFd>) {
+    /// Opens `dir` with `open` and holds it, letting the oldest go when [`HELD`] are held (a
+    /// listing last: a scan reads below it between the device directories it holds).
+    fn open_and_hold(
+        &mut self,
+        dir: &str,
+        open: impl FnOnce(&str) -> io::Result<OwnedFd>,
+    ) -> Option<Arc<OwnedFd>> {
+        let fd = Arc::new(open(dir).ok()?);
         if self.held.len() >= HELD {
             let oldest = self
                 .held
@@ -238,9 +252,10 @@ impl Inner {
         }
         self.held.push(Held {
             dir: dir.to_owned(),
-            fd: Arc::clone(fd),
+            fd: Arc::clone(&fd),
             opened: Instant::now(),
         });
+        Some(fd)
     }
 }
 
