@@ -184,6 +184,26 @@ fn every_vf_used_reads_as_no_free_parent() {
 }
 
 #[test]
+fn a_vf_alone_in_its_pool_takes_one_vgpu() {
+    // One VF enabled: the parent is its pool's only one, and 14 GiB stay free after a 2Q,
+    // but the VF reads 1 for every type: a second vGPU does not fit on it.
+    let mut s = fleet(vec![a2_node("a", 1, 1)]);
+    s.place(&vgpu("m1", "A2-2Q", 1), Policy::Binpack).unwrap();
+    for p in ["A2-2Q", "A2-1Q"] {
+        let e = s.try_place(&vgpu("m2", p, 1), Policy::Binpack).unwrap_err();
+        let text = refusal_text(e);
+        assert!(text.contains(", 0 free"), "{p}: {text}");
+    }
+    assert!(
+        s.try_place(&vgpu("m2", "A2-2Q", 2), Policy::Binpack)
+            .is_err()
+    );
+    // Released, the VF takes one again.
+    s.release("m1").unwrap();
+    s.place(&vgpu("m3", "A2-4Q", 1), Policy::Binpack).unwrap();
+}
+
+#[test]
 fn profiles_match_by_id_or_name_ignoring_case_and_prefix() {
     let s = fleet(vec![a2_node("a", 1, 4), l40s_node("b", 1, 4)]);
     for p in [

@@ -603,6 +603,18 @@ fn check_no_overcommit(f: &Fleet) -> Result<(), String> {
                     pool.charge(pr);
                 }
             }
+            let most = p
+                .profiles
+                .iter()
+                .map(|x| x.available_instances)
+                .max()
+                .unwrap_or(0);
+            if types.len() > most as usize {
+                return Err(format!(
+                    "parent {pid} holds {} vGPUs; its largest count was {most}",
+                    types.len()
+                ));
+            }
             // The proportional share is the rule only for a parent whose memory is not known: a
             // pool counts by memory, as the kernel does (mbochs: 176 MiB free holds one small and
             // two large, though 44 small or 2 large alone would read as 1 + 44 > 44 shares).
@@ -715,6 +727,17 @@ fn vgpus_valid(n: &NodeTopology, all: &[Slot]) -> bool {
         if pooled {
             let same = all.iter().filter(|s| **s == (pi, ti)).count();
             if same > pr.available_instances as usize {
+                return false;
+            }
+            // The kernel counts each type from what is left: no parent holds more instances
+            // than its largest count (a VF that takes one vGPU reads 1 for every type).
+            let most = p
+                .profiles
+                .iter()
+                .map(|x| x.available_instances)
+                .max()
+                .unwrap_or(0);
+            if all.iter().filter(|s| s.0 == pi).count() > most as usize {
                 return false;
             }
         } else {

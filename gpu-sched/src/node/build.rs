@@ -124,8 +124,16 @@ impl NodeState {
                 && offerable
                     .iter()
                     .all(|(_, pr)| pr.framebuffer_mib.is_some() && pr.mig_slices.is_none());
+            // Within the pool, one parent holds no more instances than its largest count: the
+            // kernel counts each type from what is left, so the smallest type's count bounds the
+            // total (a VF that takes one vGPU reads 1 for every type; 16 GiB left of its pool
+            // would otherwise let a second vGPU onto it).
             let cap = if pooled {
-                UNIT_CAP
+                offerable
+                    .iter()
+                    .map(|(_, pr)| u64::from(pr.available_instances))
+                    .max()
+                    .unwrap_or(0)
             } else {
                 lcm_capped(p.profiles.iter().map(|pr| pr.available_instances))
             };
