@@ -603,12 +603,7 @@ fn check_no_overcommit(f: &Fleet) -> Result<(), String> {
                     pool.charge(pr);
                 }
             }
-            let most = p
-                .profiles
-                .iter()
-                .map(|x| x.available_instances)
-                .max()
-                .unwrap_or(0);
+            let most = largest_count(p);
             if types.len() > most as usize {
                 return Err(format!(
                     "parent {pid} holds {} vGPUs; its largest count was {most}",
@@ -624,6 +619,16 @@ fn check_no_overcommit(f: &Fleet) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The most instances one parent can hold: the kernel counts each type from what is left, so
+/// no parent holds more than its largest count (a VF that takes one vGPU reads 1 for every type).
+fn largest_count(p: &gpu_core::Parent) -> u32 {
+    p.profiles
+        .iter()
+        .map(|x| x.available_instances)
+        .max()
+        .unwrap_or(0)
 }
 
 type Slot = (usize, usize);
@@ -729,15 +734,7 @@ fn vgpus_valid(n: &NodeTopology, all: &[Slot]) -> bool {
             if same > pr.available_instances as usize {
                 return false;
             }
-            // The kernel counts each type from what is left: no parent holds more instances
-            // than its largest count (a VF that takes one vGPU reads 1 for every type).
-            let most = p
-                .profiles
-                .iter()
-                .map(|x| x.available_instances)
-                .max()
-                .unwrap_or(0);
-            if all.iter().filter(|s| s.0 == pi).count() > most as usize {
+            if all.iter().filter(|s| s.0 == pi).count() > largest_count(p) as usize {
                 return false;
             }
         } else {

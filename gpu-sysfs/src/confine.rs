@@ -566,6 +566,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(60));
         let stalled = look(&mut seen);
         assert_eq!(stalled.len(), 1);
+        assert_eq!(stalled[0].0, "sys/stuck/attr");
         assert!(stalled[0].1 >= Duration::from_millis(60));
         assert!(look(&mut seen).is_empty(), "once");
         end_tx.send(()).unwrap();
