@@ -87,6 +87,73 @@ pub enum CoreError {
         /// How this front-end forces it (`--force`, `?force=true`).
         force: &'static str,
     },
+    /// A document is larger than the cap on what is read ([`crate::limits::check_document_max`]).
+    #[error(
+        "document {}; at most {} MiB are read (raise the cap with --max-document-mib or \
+         GPUSLICE_MAX_DOCUMENT_MIB)",
+        crate::limits::size_of_document(*.len, *.max_bytes),
+        .max_bytes >> 20
+    )]
+    DocumentTooLarge {
+        /// Its size in bytes, when known (a stream is refused at the first byte past the cap).
+        len: Option<usize>,
+        /// The cap.
+        max_bytes: usize,
+    },
+    /// A document nests sequences and mappings deeper than [`crate::limits::MAX_NESTING`].
+    #[error(
+        "line {line}: nested more than {} levels deep",
+        crate::limits::MAX_NESTING
+    )]
+    NestedTooDeep {
+        /// The 1-based line where the bound was broken.
+        line: usize,
+    },
+    /// A node of a fleet document cannot be read as written (a `shape` it names is missing, or
+    /// it gives its own topology besides one).
+    #[error("nodes[{index}] (node {node:?}): {why}")]
+    FleetNode {
+        /// Its index in `nodes`.
+        index: usize,
+        /// Its name.
+        node: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A device of a fleet document's allocation, in the short shape, cannot be completed from
+    /// its node's topology.
+    #[error(
+        "allocations: Machine {machine:?}: device {index} (parent {}, profile {:?}): {why}",
+        device.parent,
+        device.profile
+    )]
+    ShortDevice {
+        /// The Machine the allocation is for.
+        machine: String,
+        /// The device's index in the allocation.
+        index: usize,
+        /// The device as written (boxed: it is rare, and the error stays small).
+        device: Box<crate::fleet::ShortVgpu>,
+        /// Why it cannot be completed.
+        why: String,
+    },
+    /// No GPU of this per-node name on the host ([`crate::NodeTopology::gpu_address_by_name`]).
+    #[error("no GPU named {name:?} on this host; GPUs: {known}")]
+    UnknownGpuName {
+        /// The name asked for.
+        name: String,
+        /// The host's GPUs (`name (address)`, comma-separated), or `none`.
+        known: String,
+    },
+    /// A PCI device filter of a layout was not `0xDDDDVVVV[:0xSSSSVVVV]`.
+    #[error(
+        "invalid device-filter {input:?}: expected 0xDDDDVVVV (device and vendor ID) with an \
+         optional :0xSSSSVVVV (subsystem device and vendor ID)"
+    )]
+    InvalidDeviceFilter {
+        /// The text that was given.
+        input: String,
+    },
     /// A JSON or YAML document could not be decoded into the model.
     #[error("cannot decode {what}: {message}")]
     Decode {
@@ -98,13 +165,14 @@ pub enum CoreError {
 }
 
 impl CoreError {
-    /// The kind of this error: `invalid-request` for an inconsistent request, `invalid-argument`
-    /// for any other malformed value. A front-end decoding a configuration document (a fleet, a
+    /// The kind of this error: `invalid-request` for an inconsistent request, `not-found` for a
+    /// GPU name the host does not have, `invalid-argument` for any other malformed value. A front-end decoding a configuration document (a fleet, a
     /// topology) reports [`CoreError::kind_in_config`] instead.
     pub fn kind(&self) -> crate::ErrorKind {
         match self {
             CoreError::InvalidRequest { .. } => crate::ErrorKind::InvalidRequest,
             CoreError::Unhealthy { .. } => crate::ErrorKind::Unhealthy,
+            CoreError::UnknownGpuName { .. } => crate::ErrorKind::NotFound,
             _ => crate::ErrorKind::InvalidArgument,
         }
     }
@@ -115,6 +183,7 @@ impl CoreError {
         match self {
             CoreError::InvalidRequest { .. } => crate::ErrorKind::InvalidRequest,
             CoreError::Unhealthy { .. } => crate::ErrorKind::Unhealthy,
+            CoreError::UnknownGpuName { .. } => crate::ErrorKind::NotFound,
             _ => crate::ErrorKind::InvalidConfig,
         }
     }

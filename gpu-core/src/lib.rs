@@ -76,7 +76,7 @@ pub fn decode_text_max<T: serde::de::DeserializeOwned>(
         what: what.to_owned(),
         message,
     };
-    limits::check_document_max(text, max_bytes).map_err(fail)?;
+    limits::check_document_max(text, max_bytes).map_err(|e| fail(e.to_string()))?;
     let trimmed = text.trim_start();
     let res = if trimmed.starts_with('{') || trimmed.starts_with('[') {
         let mut de = serde_json::Deserializer::from_str(text);
@@ -157,7 +157,10 @@ pub fn decode_reader_max<T: serde::de::DeserializeOwned>(
     };
     if matches!(first, Some(b'{' | b'[')) {
         let buffered = input.buffer().to_vec();
-        input.get_mut().check_nesting(&buffered).map_err(fail)?;
+        input
+            .get_mut()
+            .check_nesting(&buffered)
+            .map_err(|e| fail(e.to_string()))?;
         let mut de = serde_json::Deserializer::from_reader(input);
         let res = serde_path_to_error::deserialize(&mut de)
             .map_err(located)
@@ -165,7 +168,7 @@ pub fn decode_reader_max<T: serde::de::DeserializeOwned>(
         drop(de);
         return match (res, bounds.failure()) {
             (Ok(v), _) => Ok((v, Syntax::Json)),
-            (Err(_), Some(bound)) => Err(fail(bound.to_owned())),
+            (Err(_), Some(bound)) => Err(fail(bound.to_string())),
             (Err(m), None) => Err(fail(m)),
         };
     }

@@ -5,6 +5,8 @@
 //! layout asking for 4294967295 vGPUs is refused at the count, a 200 KB document of nested `[`
 //! at the nesting scan, long before a decoder or planner would grow memory for them.
 
+use crate::error::CoreError;
+
 /// The most instances of one vGPU type on one GPU or parent. No GPU holds more than a few dozen
 /// (NVIDIA's smallest profiles give 32–48 per board); the sample drivers' limits are smaller.
 pub const MAX_INSTANCES: u32 = 1024;
@@ -26,8 +28,8 @@ pub const MAX_NESTING: usize = 64;
 /// linear time whatever the decoder would do with it.
 ///
 /// # Errors
-/// A message naming the bound that was exceeded (and the line, for nesting).
-pub fn check_document(text: &str) -> Result<(), String> {
+/// [`CoreError::DocumentTooLarge`] or [`CoreError::NestedTooDeep`] (naming the line).
+pub fn check_document(text: &str) -> Result<(), CoreError> {
     check_document_max(text, MAX_DOCUMENT_BYTES)
 }
 
@@ -36,9 +38,12 @@ pub fn check_document(text: &str) -> Result<(), String> {
 ///
 /// # Errors
 /// As [`check_document`]; the size message says how to raise the cap.
-pub fn check_document_max(text: &str, max_bytes: usize) -> Result<(), String> {
+pub fn check_document_max(text: &str, max_bytes: usize) -> Result<(), CoreError> {
     if text.len() > max_bytes {
-        return Err(too_large(Some(text.len()), max_bytes));
+        return Err(CoreError::DocumentTooLarge {
+            len: Some(text.len()),
+            max_bytes,
+        });
     }
     let mut flow: usize = 0;
     let mut quote: Option<u8> = None;
@@ -69,12 +74,7 @@ pub fn check_document_max(text: &str, max_bytes: usize) -> Result<(), String> {
                 }
             }
         }
-        let too_deep = || {
-            Err(format!(
-                "line {}: nested more than {MAX_NESTING} levels deep",
-                n + 1
-            ))
-        };
+        let too_deep = || Err(CoreError::NestedTooDeep { line: n + 1 });
         if block + flow > MAX_NESTING {
             return too_deep();
         }
@@ -138,7 +138,7 @@ pub struct JsonBounds<R> {
     in_string: bool,
     escaped: bool,
     nesting: bool,
-    failed: Option<String>,
+    failed: Option<CoreError>,
 }
 
 impl<R: std::io::Read> JsonBounds<R> {
@@ -161,22 +161,22 @@ impl<R: std::io::Read> JsonBounds<R> {
     /// caller holds (a buffer's content).
     ///
     /// # Errors
-    /// The nesting bound, when `before` already breaks it.
-    pub fn check_nesting(&mut self, before: &[u8]) -> Result<(), String> {
+    /// [`CoreError::NestedTooDeep`], when `before` already breaks the nesting bound.
+    pub fn check_nesting(&mut self, before: &[u8]) -> Result<(), CoreError> {
         self.nesting = true;
         let verdict = self.scan(before);
-        if let Err(m) = &verdict {
-            self.failed = Some(m.clone());
+        if let Err(e) = &verdict {
+            self.failed = Some(e.clone());
         }
         verdict
     }
 
     /// The bound that was broken, if one was: the decoder's own error then only repeats it.
-    pub fn failure(&self) -> Option<&str> {
-        self.failed.as_deref()
+    pub fn failure(&self) -> Option<&CoreError> {
+        self.failed.as_ref()
     }
 
-    fn scan(&mut self, bytes: &[u8]) -> Result<(), String> {
+    fn scan(&mut self, bytes: &[u8]) -> Result<(), CoreError> {
         for &b in bytes {
             if self.in_string {
                 match b {
@@ -194,10 +194,7 @@ impl<R: std::io::Read> JsonBounds<R> {
                 b'[' | b'{' => {
                     self.depth += 1;
                     if self.depth > MAX_NESTING {
-                        return Err(format!(
-                            "line {}: nested more than {MAX_NESTING} levels deep",
-                            self.line
-                        ));
+                        return Err(CoreError::NestedTooDeep { line: self.line });
                     }
                 }
                 b']' | b'}' => self.depth = self.depth.saturating_sub(1),
@@ -210,9 +207,10 @@ impl<R: std::io::Read> JsonBounds<R> {
 
 impl<R: std::io::Read> std::io::Read for JsonBounds<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let refuse = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_owned());
-        if let Some(m) = &self.failed {
-            return Err(refuse(m));
+        let refuse =
+            |e: &CoreError| std::io::Error::new(std::io::ErrorKind::InvalidData, e.clone());
+        if let Some(e) = &self.failed {
+            return Err(refuse(e));
         }
         // One byte past the cap is enough to refuse; never read further than that.
         let room = self.max_bytes.saturating_sub(self.seen).saturating_add(1);
@@ -220,7 +218,10 @@ impl<R: std::io::Read> std::io::Read for JsonBounds<R> {
         let n = self.inner.read(&mut buf[..want])?;
         self.seen = self.seen.saturating_add(n);
         let verdict = if self.seen > self.max_bytes {
-            Err(too_large(None, self.max_bytes))
+            Err(CoreError::DocumentTooLarge {
+                len: None,
+                max_bytes: self.max_bytes,
+            })
         } else if self.nesting {
             self.scan(&buf[..n])
         } else {
@@ -228,27 +229,22 @@ impl<R: std::io::Read> std::io::Read for JsonBounds<R> {
         };
         match verdict {
             Ok(()) => Ok(n),
-            Err(m) => {
-                let e = refuse(&m);
-                self.failed = Some(m);
+            Err(bound) => {
+                let e = refuse(&bound);
+                self.failed = Some(bound);
                 Err(e)
             }
         }
     }
 }
 
-/// The message for a document over the cap of `max_bytes`: its size when known, and how to
-/// raise the cap.
-fn too_large(len: Option<usize>, max_bytes: usize) -> String {
-    let size = match len {
+/// How a document over the cap of `max_bytes` is described: its size when known (`len`), else
+/// that it is larger than the cap ([`CoreError::DocumentTooLarge`]).
+pub(crate) fn size_of_document(len: Option<usize>, max_bytes: usize) -> String {
+    match len {
         Some(n) => format!("is {n} bytes"),
         None => format!("is larger than {max_bytes} bytes"),
-    };
-    format!(
-        "document {size}; at most {} MiB are read (raise the cap with --max-document-mib or \
-         GPUSLICE_MAX_DOCUMENT_MIB)",
-        max_bytes >> 20
-    )
+    }
 }
 
 /// Escapes a Prometheus label value per the text exposition format: backslash, double quote and
@@ -275,7 +271,8 @@ mod tests {
         let doc = "[".repeat(200_000);
         let start = std::time::Instant::now();
         let e = check_document(&doc).unwrap_err();
-        assert!(e.contains("line 1: nested more than 64"), "{e}");
+        assert_eq!(e, CoreError::NestedTooDeep { line: 1 });
+        assert_eq!(e.to_string(), "line 1: nested more than 64 levels deep");
         assert!(start.elapsed() < std::time::Duration::from_secs(1));
         let blocks: String = (0..100)
             .map(|i| format!("{}a{i}:\n", " ".repeat(i)))
@@ -298,9 +295,13 @@ mod tests {
     fn a_huge_document_is_refused_by_size() {
         let doc = " ".repeat(MAX_DOCUMENT_BYTES + 1);
         let e = check_document(&doc).unwrap_err();
-        assert!(
-            e.contains("bytes") && e.contains("--max-document-mib"),
-            "{e}"
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "document is {} bytes; at most 64 MiB are read (raise the cap with \
+                 --max-document-mib or GPUSLICE_MAX_DOCUMENT_MIB)",
+                MAX_DOCUMENT_BYTES + 1
+            )
         );
         check_document_max(&doc, MAX_DOCUMENT_BYTES + (1 << 20)).unwrap();
     }

@@ -528,12 +528,12 @@ impl NodeTopology {
         self.gpus.iter().find(|g| g.name == name)
     }
 
-    /// The address of the GPU named `name`; otherwise a message naming it and listing the GPUs
+    /// The address of the GPU named `name`; otherwise an error naming it and listing the GPUs
     /// this node has (what the CLI and the agent answer for an unknown GPU name).
     ///
     /// # Errors
-    /// No GPU of that name.
-    pub fn gpu_address_by_name(&self, name: &str) -> Result<PciAddress, String> {
+    /// [`CoreError::UnknownGpuName`] when no GPU has that name.
+    pub fn gpu_address_by_name(&self, name: &str) -> Result<PciAddress, CoreError> {
         if let Some(g) = self.gpu_by_name(name) {
             return Ok(g.address);
         }
@@ -542,14 +542,14 @@ impl NodeTopology {
             .iter()
             .map(|g| format!("{} ({})", g.name, g.address))
             .collect();
-        Err(format!(
-            "no GPU named {name:?} on this host; GPUs: {}",
-            if known.is_empty() {
+        Err(CoreError::UnknownGpuName {
+            name: name.to_owned(),
+            known: if known.is_empty() {
                 "none".to_owned()
             } else {
                 known.join(", ")
-            }
-        ))
+            },
+        })
     }
 
     /// The GPU at this address.

@@ -341,3 +341,19 @@ fn a_named_parent_entry_is_refused_when_malformed() {
         invalid("version: v1\nvgpu-configs:\n  lab:\n    ../mbochs: {mbochs-small: 1}\n");
     assert!(why.contains("device name"), "{why}");
 }
+
+#[test]
+fn a_malformed_device_filter_is_a_typed_error_naming_the_text() {
+    let e = DeviceFilter::parse("0x1E78").unwrap_err();
+    assert_eq!(
+        e,
+        gpu_core::CoreError::InvalidDeviceFilter {
+            input: "0x1E78".into()
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "invalid device-filter \"0x1E78\": expected 0xDDDDVVVV (device and vendor ID) with an \
+         optional :0xSSSSVVVV (subsystem device and vendor ID)"
+    );
+}

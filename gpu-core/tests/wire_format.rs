@@ -241,6 +241,42 @@ fn decode_errors_name_what_and_where() {
 }
 
 #[test]
+fn a_node_naming_a_missing_shape_is_refused_naming_the_node_and_the_shape() {
+    let e = Fleet::from_text("nodes: [ {node: n1, shape: l40s} ]").unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("nodes[0] (node \"n1\"): no shape \"l40s\" in the fleet's `shapes`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_gpu_name_the_host_lacks_is_not_found_listing_the_host_gpus() {
+    let mut topo = NodeTopology::new("n1");
+    let e = topo.gpu_address_by_name("nvidia7").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert_eq!(
+        e.to_string(),
+        "no GPU named \"nvidia7\" on this host; GPUs: none"
+    );
+    topo.gpus.push(Gpu::new(
+        "nvidia0",
+        "0000:3b:00.0".parse().unwrap(),
+        0x10de,
+        0x1e78,
+        0x030000,
+    ));
+    assert_eq!(
+        topo.gpu_address_by_name("nvidia7").unwrap_err().to_string(),
+        "no GPU named \"nvidia7\" on this host; GPUs: nvidia0 (0000:3b:00.0)"
+    );
+    assert_eq!(
+        topo.gpu_address_by_name("nvidia0").unwrap().to_string(),
+        "0000:3b:00.0"
+    );
+}
+
+#[test]
 fn a_file_that_is_not_a_fleet_is_refused_not_read_as_an_empty_fleet() {
     let e =
         Fleet::from_text("name: inference\ndevices: [{name: gpu, profile: A2-4Q}]\n").unwrap_err();

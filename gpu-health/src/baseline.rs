@@ -69,22 +69,31 @@ impl Baseline {
     /// Parses the baseline file's text.
     ///
     /// # Errors
-    /// The decoder's message.
-    pub fn from_json(text: &str) -> Result<Self, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
+    /// [`HealthError::BaselineDecode`] without a path: its message is the decoder's.
+    pub fn from_json(text: &str) -> Result<Self, HealthError> {
+        Self::decode(text, None)
+    }
+
+    fn decode(text: &str, path: Option<&std::path::Path>) -> Result<Self, HealthError> {
+        serde_json::from_str(text).map_err(|source| HealthError::BaselineDecode {
+            path: path.map(std::path::Path::to_path_buf),
+            source,
+        })
     }
 
     /// Reads [`BASELINE_PATH`] from the host: `Ok(None)` when there is none.
     ///
     /// # Errors
-    /// A message naming the file when it cannot be read or parsed.
-    pub fn load(host: &dyn Host) -> Result<Option<Self>, String> {
+    /// [`HealthError::BaselineRead`] or [`HealthError::BaselineDecode`], naming the file.
+    pub fn load(host: &dyn Host) -> Result<Option<Self>, HealthError> {
+        let path = std::path::Path::new(BASELINE_PATH);
         match host.read_bounded(BASELINE_PATH, BASELINE_MAX) {
-            Ok(bytes) => Self::from_json(&String::from_utf8_lossy(&bytes))
-                .map(Some)
-                .map_err(|e| format!("{BASELINE_PATH}: {e}")),
+            Ok(bytes) => Self::decode(&String::from_utf8_lossy(&bytes), Some(path)).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{BASELINE_PATH}: {e}")),
+            Err(source) => Err(HealthError::BaselineRead {
+                path: path.to_owned(),
+                source,
+            }),
         }
     }
 

@@ -23,6 +23,48 @@ pub enum HealthError {
         /// What is wrong, with the key or line.
         message: String,
     },
+    /// A policy value serde accepts and gpuslice does not: a board's width is no PCIe lane count.
+    #[error(
+        "link.boards: {model} width {width} is not a PCIe lane count (1, 2, 4, 8, 12, 16 or 32)"
+    )]
+    PolicyLaneCount {
+        /// The board's model as the policy names it.
+        model: String,
+        /// The width given.
+        width: u32,
+    },
+    /// A temperature margin of the policy is over 50 °C.
+    #[error("{key} {value} is more than 50 °C")]
+    PolicyMargin {
+        /// The key (`temperature.slowdownMarginC`).
+        key: &'static str,
+        /// The margin given.
+        value: u32,
+    },
+    /// An XID is given two verdicts.
+    #[error("xid: XID {xid} is in both xid.unhealthy and xid.degraded; give it one verdict")]
+    PolicyXidTwice {
+        /// The XID.
+        xid: u64,
+    },
+    /// The baseline file could not be read.
+    #[error("{}: {source}", path.display())]
+    BaselineRead {
+        /// The file (root-relative).
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The baseline file (or text) is not a baseline.
+    #[error("{}{source}", path.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default())]
+    BaselineDecode {
+        /// The file (root-relative); `None` for text given directly.
+        path: Option<PathBuf>,
+        /// The decoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The baseline file could not be written.
     #[error("baseline {}", path.display())]
     BaselineWrite {
@@ -49,12 +91,17 @@ pub enum HealthError {
 }
 
 impl HealthError {
-    /// The kind of this error: `invalid-config` for a malformed policy, `host-error` for a policy
-    /// or baseline file that cannot be read or written, discovery's kind otherwise.
+    /// The kind of this error: `invalid-config` for a malformed policy or baseline, `host-error`
+    /// for a policy or baseline file that cannot be read or written, discovery's kind otherwise.
     pub fn kind(&self) -> gpu_core::ErrorKind {
         match self {
-            HealthError::Policy { .. } => gpu_core::ErrorKind::InvalidConfig,
+            HealthError::Policy { .. }
+            | HealthError::PolicyLaneCount { .. }
+            | HealthError::PolicyMargin { .. }
+            | HealthError::PolicyXidTwice { .. }
+            | HealthError::BaselineDecode { .. } => gpu_core::ErrorKind::InvalidConfig,
             HealthError::PolicyRead { .. }
+            | HealthError::BaselineRead { .. }
             | HealthError::BaselineWrite { .. }
             | HealthError::NvmlLibrary { .. } => gpu_core::ErrorKind::HostError,
             HealthError::Root(d) => d.kind(),
@@ -73,10 +120,10 @@ impl gpu_core::ClassifiedError for HealthError {
         match self {
             HealthError::Root(d) => d.errno(),
             HealthError::Discovery(d) => d.errno(),
-            HealthError::PolicyRead { source, .. } | HealthError::BaselineWrite { source, .. } => {
-                source.raw_os_error()
-            }
-            HealthError::Policy { .. } | HealthError::NvmlLibrary { .. } => None,
+            HealthError::PolicyRead { source, .. }
+            | HealthError::BaselineRead { source, .. }
+            | HealthError::BaselineWrite { source, .. } => source.raw_os_error(),
+            _ => None,
         }
     }
 
@@ -86,13 +133,18 @@ impl gpu_core::ClassifiedError for HealthError {
         match self {
             HealthError::Root(d) => d.detail(),
             HealthError::Discovery(d) => d.detail(),
+            HealthError::BaselineDecode { path, .. } => ErrorDetail::Host {
+                path: path.as_ref().map(|p| p.display().to_string()),
+                errno: None,
+            },
             HealthError::PolicyRead { path, .. }
+            | HealthError::BaselineRead { path, .. }
             | HealthError::BaselineWrite { path, .. }
             | HealthError::NvmlLibrary { path, .. } => ErrorDetail::Host {
                 path: Some(path.display().to_string()),
                 errno: self.errno(),
             },
-            HealthError::Policy { .. } => ErrorDetail::None,
+            _ => ErrorDetail::None,
         }
     }
 }

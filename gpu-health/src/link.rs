@@ -8,7 +8,7 @@
 
 use gpu_core::PciAddress;
 use gpu_sysfs::Host;
-use gpu_sysfs::link::{LinkFile, LinkFiles};
+use gpu_sysfs::link::{LinkFile, LinkFiles, LinkParseError};
 use serde::{Deserialize, Serialize};
 
 use crate::reading::Reading;
@@ -32,7 +32,7 @@ pub use gpu_sysfs::link::{parse_speed, parse_width};
 fn reading<T>(
     file: &str,
     f: &LinkFile,
-    parse: fn(&str) -> Result<Option<T>, String>,
+    parse: fn(&str) -> Result<Option<T>, LinkParseError>,
 ) -> Reading<T> {
     match f {
         LinkFile::Text(t) => match parse(t) {

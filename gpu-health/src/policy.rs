@@ -390,7 +390,7 @@ impl Policy {
             message,
         };
         // Size and nesting first: a hostile file is refused before any decoder sees it.
-        gpu_core::limits::check_document(text).map_err(err)?;
+        gpu_core::limits::check_document(text).map_err(|e| err(e.to_string()))?;
         let mut policy: Policy = if text.trim().is_empty() {
             Policy::default()
         } else {
@@ -405,7 +405,7 @@ impl Policy {
         };
         policy.link.boards =
             merge_boards(builtin_boards(), std::mem::take(&mut policy.link.boards));
-        policy.validate().map_err(err)?;
+        policy.validate().map_err(|e| err(e.to_string()))?;
         Ok(policy)
     }
 
@@ -423,14 +423,15 @@ impl Policy {
     /// Checks values serde cannot: lane counts and temperature margins.
     ///
     /// # Errors
-    /// A message naming the key and the value.
-    pub fn validate(&self) -> Result<(), String> {
+    /// [`HealthError::PolicyLaneCount`], [`HealthError::PolicyMargin`] or
+    /// [`HealthError::PolicyXidTwice`], naming the key and the value.
+    pub fn validate(&self) -> Result<(), HealthError> {
         for b in &self.link.boards {
             if !matches!(b.width, 1 | 2 | 4 | 8 | 12 | 16 | 32) {
-                return Err(format!(
-                    "link.boards: {} width {} is not a PCIe lane count (1, 2, 4, 8, 12, 16 or 32)",
-                    b.model, b.width
-                ));
+                return Err(HealthError::PolicyLaneCount {
+                    model: b.model.clone(),
+                    width: b.width,
+                });
             }
         }
         for (key, v) in [
@@ -444,7 +445,7 @@ impl Policy {
             ),
         ] {
             if v > 50 {
-                return Err(format!("{key} {v} is more than 50 °C"));
+                return Err(HealthError::PolicyMargin { key, value: v });
             }
         }
         if let Some(x) = self
@@ -453,9 +454,7 @@ impl Policy {
             .iter()
             .find(|x| self.xid.degraded.contains(x))
         {
-            return Err(format!(
-                "xid: XID {x} is in both xid.unhealthy and xid.degraded; give it one verdict"
-            ));
+            return Err(HealthError::PolicyXidTwice { xid: *x });
         }
         Ok(())
     }

@@ -389,6 +389,29 @@ fn a_garbled_baseline_is_ignored_with_a_warning() {
 }
 
 #[test]
+fn a_garbled_baseline_fails_to_load_as_an_invalid_config_naming_the_file() {
+    let mut b = TreeBuilder::new();
+    b.file(BASELINE_PATH, "{\"devices\": [");
+    let t = b.finish().unwrap();
+    let host = RealHost::new(t.root()).unwrap();
+    let e = Baseline::load(&host).unwrap_err();
+    assert!(
+        matches!(&e, gpu_health::HealthError::BaselineDecode { path: Some(p), .. } if p.to_str() == Some(BASELINE_PATH)),
+        "{e:?}"
+    );
+    assert_eq!(e.kind(), gpu_core::ErrorKind::InvalidConfig);
+    let decoder = serde_json::from_str::<Baseline>("{\"devices\": [").unwrap_err();
+    assert_eq!(e.to_string(), format!("{BASELINE_PATH}: {decoder}"));
+    assert_eq!(
+        Baseline::from_json("{\"devices\": [")
+            .unwrap_err()
+            .to_string(),
+        decoder.to_string(),
+        "text given directly is named by the decoder's message alone"
+    );
+}
+
+#[test]
 fn a_recorded_baseline_keeps_the_widest_link_and_the_latest_counters() {
     let mut b = TreeBuilder::new();
     add_gpu(

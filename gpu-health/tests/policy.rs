@@ -101,6 +101,41 @@ fn a_bad_value_is_rejected_naming_it() {
 }
 
 #[test]
+fn values_serde_accepts_and_the_policy_refuses_are_typed_with_the_same_words() {
+    let mut p = Policy::default();
+    p.temperature.slowdown_margin_c = 51;
+    let e = p.validate().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            HealthError::PolicyMargin {
+                key: "temperature.slowdownMarginC",
+                value: 51
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "temperature.slowdownMarginC 51 is more than 50 °C"
+    );
+    assert_eq!(e.kind(), gpu_core::ErrorKind::InvalidConfig);
+    let e = message(
+        toml("[[link.boards]]\nmodel = \"Odd\"\nvendor = \"10de\"\ndevice = \"1234\"\nwidth = 6\n")
+            .unwrap_err(),
+    );
+    assert_eq!(
+        e,
+        "policy test.toml: link.boards: Odd width 6 is not a PCIe lane count (1, 2, 4, 8, 12, 16 or 32)"
+    );
+    let e = message(toml("[xid]\nunhealthy = [79]\ndegraded = [79]\n").unwrap_err());
+    assert_eq!(
+        e,
+        "policy test.toml: xid: XID 79 is in both xid.unhealthy and xid.degraded; give it one verdict"
+    );
+}
+
+#[test]
 fn boards_in_a_file_add_to_the_built_in_table_and_replace_same_ids() {
     let p = toml(
         "[[link.boards]]\nmodel = \"A2 (relabelled)\"\nvendor = \"10de\"\ndevice = \"25b6\"\nsubsystemVendor = \"10de\"\nsubsystemDevice = \"157e\"\nwidth = 4\n\n[[link.boards]]\nmodel = \"Custom\"\nvendor = \"1002\"\ndevice = \"7448\"\nwidth = 8\n",

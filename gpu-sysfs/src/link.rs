@@ -74,17 +74,34 @@ impl LinkFiles {
     }
 }
 
+/// A link file whose text is neither a value nor one of the kernel's words for "none".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkParseError {
+    /// A width file that does not hold a lane count (1 to 32).
+    #[error("expected a lane count, found {found:?}")]
+    Width {
+        /// The text found (its first 40 characters).
+        found: String,
+    },
+    /// A speed file that holds neither a speed nor `Unknown`.
+    #[error("expected a speed such as \"16.0 GT/s PCIe\", found {found:?}")]
+    Speed {
+        /// The text found (its first 40 characters).
+        found: String,
+    },
+}
+
 /// Parses a link width file: a decimal lane count. `0` (what VFs and links that are down
 /// report) means the kernel has no width to report and gives `None`.
 ///
 /// # Errors
-/// A message naming the text when it is not a lane count (1 to 32).
-pub fn parse_width(text: &str) -> Result<Option<u32>, String> {
+/// [`LinkParseError::Width`] naming the text when it is not a lane count (1 to 32).
+pub fn parse_width(text: &str) -> Result<Option<u32>, LinkParseError> {
     let t = text.trim();
     match t.parse::<u32>() {
         Ok(0) => Ok(None),
         Ok(n) if n <= 32 => Ok(Some(n)),
-        _ => Err(format!("expected a lane count, found {:?}", cut(t))),
+        _ => Err(LinkParseError::Width { found: cut(t) }),
     }
 }
 
@@ -92,18 +109,13 @@ pub fn parse_width(text: &str) -> Result<Option<u32>, String> {
 /// the kernel prints when the speed field is not a known value) or an empty file gives `None`.
 ///
 /// # Errors
-/// A message naming the text when it is neither a speed nor `Unknown`.
-pub fn parse_speed(text: &str) -> Result<Option<f64>, String> {
+/// [`LinkParseError::Speed`] naming the text when it is neither a speed nor `Unknown`.
+pub fn parse_speed(text: &str) -> Result<Option<f64>, LinkParseError> {
     let t = text.trim();
     if t.is_empty() || t.starts_with("Unknown") || t.eq_ignore_ascii_case("unknown") {
         return Ok(None);
     }
-    let bad = || {
-        format!(
-            "expected a speed such as \"16.0 GT/s PCIe\", found {:?}",
-            cut(t)
-        )
-    };
+    let bad = || LinkParseError::Speed { found: cut(t) };
     let number = t.strip_suffix("PCIe").unwrap_or(t).trim();
     let number = number.strip_suffix("GT/s").ok_or_else(bad)?.trim();
     match number.parse::<f64>() {
@@ -134,5 +146,25 @@ mod tests {
         assert_eq!(parse_speed(""), Ok(None));
         assert!(parse_speed("fast").is_err());
         assert!(parse_speed("NaN GT/s").is_err());
+    }
+
+    #[test]
+    fn a_file_that_is_no_link_value_is_a_typed_error_quoting_its_text() {
+        let e = parse_width("x8\n").unwrap_err();
+        assert_eq!(e, LinkParseError::Width { found: "x8".into() });
+        assert_eq!(e.to_string(), "expected a lane count, found \"x8\"");
+        let e = parse_speed("fast").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "expected a speed such as \"16.0 GT/s PCIe\", found \"fast\""
+        );
+        let long = "9".repeat(60);
+        assert_eq!(
+            parse_width(&long).unwrap_err(),
+            LinkParseError::Width {
+                found: "9".repeat(40)
+            },
+            "the text is quoted up to 40 characters"
+        );
     }
 }

@@ -287,18 +287,62 @@ fn layout_sizes(
     Ok(out)
 }
 
+/// A `--size-for` value that is not `GPU=PROFILE`; each names the value given.
+#[derive(Debug)]
+pub(crate) enum SizeForError {
+    /// No `=` in it.
+    NoEquals { given: String },
+    /// The part before `=` is not a PCI address.
+    NotAddress {
+        given: String,
+        gpu: String,
+        source: gpu_core::CoreError,
+    },
+    /// Nothing after `=`.
+    NoProfile { given: String },
+}
+
+impl std::fmt::Display for SizeForError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SizeForError::NoEquals { given } => {
+                write!(f, "{given:?}: expected GPU=PROFILE (0000:41:00.0=L40S-8Q)")
+            }
+            SizeForError::NotAddress { given, gpu, source } => {
+                write!(f, "{given:?}: GPU {gpu:?} is not a PCI address: {source}")
+            }
+            SizeForError::NoProfile { given } => write!(f, "{given:?}: no profile after ="),
+        }
+    }
+}
+
+impl std::error::Error for SizeForError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SizeForError::NotAddress { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
 /// `GPU=PROFILE` of `--size-for`.
-pub(crate) fn parse_size_for(s: &str) -> Result<(gpu_core::PciAddress, String), String> {
-    let (gpu, profile) = s
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?}: expected GPU=PROFILE (0000:41:00.0=L40S-8Q)"))?;
+pub(crate) fn parse_size_for(s: &str) -> Result<(gpu_core::PciAddress, String), SizeForError> {
+    let (gpu, profile) = s.split_once('=').ok_or_else(|| SizeForError::NoEquals {
+        given: s.to_owned(),
+    })?;
     let gpu = gpu
         .trim()
         .parse()
-        .map_err(|e| format!("{s:?}: GPU {gpu:?} is not a PCI address: {e}"))?;
+        .map_err(|source| SizeForError::NotAddress {
+            given: s.to_owned(),
+            gpu: gpu.to_owned(),
+            source,
+        })?;
     let profile = profile.trim();
     if profile.is_empty() {
-        return Err(format!("{s:?}: no profile after ="));
+        return Err(SizeForError::NoProfile {
+            given: s.to_owned(),
+        });
     }
     Ok((gpu, profile.to_owned()))
 }
@@ -320,4 +364,37 @@ pub fn print_objects(out: Output, objects: &[Object]) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_size_for_value_that_is_not_gpu_equals_profile_is_refused_naming_it() {
+        let (gpu, profile) = parse_size_for(" 0000:41:00.0 = L40S-8Q ").unwrap();
+        assert_eq!(
+            (gpu.to_string().as_str(), profile.as_str()),
+            ("0000:41:00.0", "L40S-8Q")
+        );
+        assert_eq!(
+            parse_size_for("L40S-8Q").unwrap_err().to_string(),
+            "\"L40S-8Q\": expected GPU=PROFILE (0000:41:00.0=L40S-8Q)"
+        );
+        assert_eq!(
+            parse_size_for("0000:41:00.0=").unwrap_err().to_string(),
+            "\"0000:41:00.0=\": no profile after ="
+        );
+        let e = parse_size_for("gpu0=L40S-8Q").unwrap_err();
+        let address = "gpu0".parse::<PciAddress>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("\"gpu0=L40S-8Q\": GPU \"gpu0\" is not a PCI address: {address}")
+        );
+        assert!(
+            std::error::Error::source(&e).is_some(),
+            "the address error is its source"
+        );
+    }
 }

@@ -58,8 +58,8 @@ struct PlacedOut<'a> {
     saved: bool,
 }
 
-fn parse_policy(s: &str) -> Result<Policy, String> {
-    s.parse().map_err(|e: SchedError| e.to_string())
+fn parse_policy(s: &str) -> Result<Policy, SchedError> {
+    s.parse()
 }
 
 /// `gpuslice plan` subcommands. Each prints a plan and changes nothing; each exits 3 when part

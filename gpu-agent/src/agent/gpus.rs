@@ -21,7 +21,7 @@ impl Agent {
         let snap = self.snapshot();
         snap.topology
             .gpu_address_by_name(&name)
-            .map_err(ApiError::not_found)
+            .map_err(|e| ApiError::not_found(e.to_string()))
     }
 
     /// `POST /v1/gpus/{name|bdf}/bind` and `/release`. A bind of a GPU the served topology

@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::{Fleet, FleetNode, HostShape, SharedFleet};
 use crate::allocation::{AllocatedDevice, Allocation, AllocationStatus};
+use crate::error::CoreError;
 use crate::ids::{MdevUuid, ParentId};
 use crate::nvidia::strip_prefix;
 use crate::request::DeviceRequest;
@@ -183,7 +184,7 @@ fn expand(
     i: usize,
     n: NodeEntry,
     shapes: &BTreeMap<String, Arc<HostShape>>,
-) -> Result<FleetNode, String> {
+) -> Result<FleetNode, CoreError> {
     let n = match n {
         NodeEntry::Whole { node, shape } => {
             // Alone in its topology: the node's own, as written.
@@ -202,19 +203,21 @@ fn expand(
             warnings: n.warnings.unwrap_or_default(),
         }));
     };
+    let bad = |why: String| CoreError::FleetNode {
+        index: i,
+        node: n.node.clone(),
+        why,
+    };
     if n.gpus.is_some() || n.mediated_devices.is_some() || n.warnings.is_some() {
-        return Err(format!(
-            "nodes[{i}] (node {:?}): a node with `shape` gives no gpus, mediatedDevices or \
-             warnings of its own (write a node that differs from its shape in full)",
-            n.node
+        return Err(bad(
+            "a node with `shape` gives no gpus, mediatedDevices or warnings of its own (write a \
+             node that differs from its shape in full)"
+                .to_owned(),
         ));
     }
-    let shape = shapes.get(&key).ok_or_else(|| {
-        format!(
-            "nodes[{i}] (node {:?}): no shape {key:?} in the fleet's `shapes`",
-            n.node
-        )
-    })?;
+    let shape = shapes
+        .get(&key)
+        .ok_or_else(|| bad(format!("no shape {key:?} in the fleet's `shapes`")))?;
     Ok(FleetNode::Shaped {
         node: n.node,
         shape: Arc::clone(shape),
@@ -222,17 +225,17 @@ fn expand(
 }
 
 impl TryFrom<FleetDoc> for Fleet {
-    type Error = String;
+    type Error = CoreError;
 
-    fn try_from(doc: FleetDoc) -> Result<Self, String> {
+    fn try_from(doc: FleetDoc) -> Result<Self, CoreError> {
         SharedFleet::try_from(doc).map(SharedFleet::into_fleet)
     }
 }
 
 impl TryFrom<FleetDoc> for SharedFleet {
-    type Error = String;
+    type Error = CoreError;
 
-    fn try_from(doc: FleetDoc) -> Result<Self, String> {
+    fn try_from(doc: FleetDoc) -> Result<Self, CoreError> {
         let shapes: BTreeMap<String, Arc<HostShape>> = doc
             .shapes
             .into_iter()
@@ -285,12 +288,12 @@ fn complete(
     i: usize,
     d: &ShortVgpu,
     before: &[AllocatedDevice],
-) -> Result<AllocatedDevice, String> {
-    let fail = |why: String| {
-        format!(
-            "allocations: Machine {machine:?}: device {i} (parent {}, profile {:?}): {why}",
-            d.parent, d.profile
-        )
+) -> Result<AllocatedDevice, CoreError> {
+    let fail = |why: String| CoreError::ShortDevice {
+        machine: machine.to_owned(),
+        index: i,
+        device: Box::new(d.clone()),
+        why,
     };
     let node = node.ok_or_else(|| {
         fail(format!(

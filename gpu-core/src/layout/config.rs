@@ -29,6 +29,7 @@ use serde::Serialize;
 use serde_yaml_ng::Value;
 
 use crate::address::PciAddress;
+use crate::error::CoreError;
 use crate::ids::ParentId;
 use crate::nvidia::{VgpuTypeName, names_match, strip_prefix};
 use crate::topology::{Gpu, PciId};
@@ -132,8 +133,8 @@ impl DeviceFilter {
     /// Parses `0xDDDDVVVV[:0xSSSSVVVV]` (the `0x` is optional, hex digits in either case).
     ///
     /// # Errors
-    /// A message saying what is wrong with `text`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    /// [`CoreError::InvalidDeviceFilter`] naming `text`.
+    pub fn parse(text: &str) -> Result<Self, CoreError> {
         fn word(part: &str) -> Option<(u16, u16)> {
             let hex = part
                 .strip_prefix("0x")
@@ -150,11 +151,8 @@ impl DeviceFilter {
             Some((m, s)) => (m, Some(s)),
             None => (t, None),
         };
-        let bad = || {
-            format!(
-                "invalid device-filter {text:?}: expected 0xDDDDVVVV (device and vendor ID) \
-                 with an optional :0xSSSSVVVV (subsystem device and vendor ID)"
-            )
+        let bad = || CoreError::InvalidDeviceFilter {
+            input: text.to_owned(),
         };
         let (device, vendor) = word(main).ok_or_else(bad)?;
         let subsystem = match sub {
@@ -265,8 +263,9 @@ impl LayoutFile {
     /// # Errors
     /// As [`LayoutFile::parse`].
     pub fn parse_max(text: &str, max_bytes: usize) -> Result<Self, LayoutError> {
-        crate::limits::check_document_max(text, max_bytes)
-            .map_err(|message| LayoutError::Decode { message })?;
+        crate::limits::check_document_max(text, max_bytes).map_err(|e| LayoutError::Decode {
+            message: e.to_string(),
+        })?;
         let root: Value = serde_yaml_ng::from_str(text).map_err(|e| LayoutError::Decode {
             message: e.to_string(),
         })?;
@@ -432,7 +431,7 @@ fn parse_devices(v: &Value, at: &str) -> Result<Devices, LayoutError> {
 
 fn parse_filters(v: &Value, at: &str) -> Result<Vec<DeviceFilter>, LayoutError> {
     let one = |item: &Value| match item {
-        Value::String(s) => DeviceFilter::parse(s).map_err(|why| invalid(at, why)),
+        Value::String(s) => DeviceFilter::parse(s).map_err(|e| invalid(at, e.to_string())),
         other => Err(invalid(
             at,
             format!(

@@ -92,7 +92,7 @@ pub fn parse_description(text: &str, file: &str) -> Result<TypeDescription, Sysf
 /// # Errors
 /// [`SysfsError::Malformed`] naming `file` for any other text.
 pub fn parse_link_speed(text: &str, file: &str) -> Result<Option<f64>, SysfsError> {
-    crate::link::parse_speed(text).map_err(|e| SysfsError::malformed(file, 1, e))
+    crate::link::parse_speed(text).map_err(|e| SysfsError::malformed(file, 1, e.to_string()))
 }
 
 /// Parses a PCIe link width with the one link parser ([`crate::link::parse_width`]): the lane
@@ -101,7 +101,7 @@ pub fn parse_link_speed(text: &str, file: &str) -> Result<Option<f64>, SysfsErro
 /// # Errors
 /// [`SysfsError::Malformed`] naming `file` for any other text.
 pub fn parse_link_width(text: &str, file: &str) -> Result<Option<u32>, SysfsError> {
-    crate::link::parse_width(text).map_err(|e| SysfsError::malformed(file, 1, e))
+    crate::link::parse_width(text).map_err(|e| SysfsError::malformed(file, 1, e.to_string()))
 }
 
 /// Parses an unsigned decimal attribute (`sriov_numvfs`, `current_link_width`, `available_instances`).

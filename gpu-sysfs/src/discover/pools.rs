@@ -195,6 +195,44 @@ fn mig_slots(
     Some((slots, false))
 }
 
+/// How NVML's GPU-instance placements disagree with what sysfs shows (said in a discovery note).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Disagreement {
+    /// A GPU instance whose compute and memory slices match no profile of the product.
+    #[error(
+        "GPU instance {id} has {compute_slices} compute slices over {memory_slices} memory \
+         slices, which no {product} profile has"
+    )]
+    NoProfile {
+        id: u32,
+        compute_slices: u32,
+        memory_slices: u32,
+        product: &'static str,
+    },
+    /// A GPU instance at a start its profile does not allow, or over another one.
+    #[error(
+        "GPU instance {id} ({profile}) at memory slice {start} is not an allowed start or \
+         overlaps another"
+    )]
+    BadStart {
+        id: u32,
+        profile: &'static str,
+        start: u32,
+    },
+    /// The MIG-backed vGPUs and the GPU instances do not pair off (`summary` lists both).
+    #[error("{summary}")]
+    Unpaired { summary: String },
+    /// GPU instances are left over once every vGPU has one.
+    #[error(
+        "{summary}; {left} GPU instance(s) hold no MIG-backed vGPU, and whether a new vGPU \
+         takes one or needs a GPU instance of its own is the driver's choice"
+    )]
+    Unused { summary: String, left: usize },
+    /// A type the driver still lists has no free start beside the placements.
+    #[error("the driver still lists a {profile} type, which has no free start beside them")]
+    StillListed { profile: &'static str },
+}
+
 /// The GPU instances NVML reports as placements of `geometry`'s profiles, when they agree with
 /// what sysfs shows: each placement is an allowed start of a profile of its compute and memory
 /// slices and overlaps no other, the `existing` MIG-backed vGPUs and the GPU instances pair off
@@ -202,13 +240,13 @@ fn mig_slots(
 /// still lists (`still_listed`) has a free start beside them.
 ///
 /// # Errors
-/// What disagrees, in words.
+/// The [`Disagreement`] found first.
 fn exact_placements(
     geometry: &MigGeometry,
     instances: &[GpuInstancePlacement],
     existing: &[(u8, Option<&'static MigProfile>)],
     still_listed: &[&'static MigProfile],
-) -> Result<Vec<MigPlaced>, String> {
+) -> Result<Vec<MigPlaced>, Disagreement> {
     let mut occupied = MigOccupancy::empty();
     let mut placed: Vec<(&'static MigProfile, u8)> = Vec::new();
     for gi in instances {
@@ -217,21 +255,22 @@ fn exact_placements(
                 && u32::from(p.memory_slices) == gi.size
         });
         let Some(profile) = profile else {
-            return Err(format!(
-                "GPU instance {} has {} compute slices over {} memory slices, which no {} \
-                 profile has",
-                gi.id, gi.compute_slices, gi.size, geometry.product
-            ));
+            return Err(Disagreement::NoProfile {
+                id: gi.id,
+                compute_slices: gi.compute_slices,
+                memory_slices: gi.size,
+                product: geometry.product,
+            });
         };
         let start = u8::try_from(gi.start)
             .ok()
             .filter(|s| profile.starts.contains(s));
         let Some(start) = start.filter(|s| occupied.is_free(*s, profile)) else {
-            return Err(format!(
-                "GPU instance {} ({}) at memory slice {} is not an allowed start or overlaps \
-                 another",
-                gi.id, profile.name, gi.start
-            ));
+            return Err(Disagreement::BadStart {
+                id: gi.id,
+                profile: profile.name,
+                start: gi.start,
+            });
         };
         occupied.hold(start, profile);
         placed.push((profile, start));
@@ -263,28 +302,27 @@ fn exact_placements(
             Some(k) => {
                 unmatched.remove(k);
             }
-            None => return Err(summary(existing)),
+            None => {
+                return Err(Disagreement::Unpaired {
+                    summary: summary(existing),
+                });
+            }
         }
     }
     if !unmatched.is_empty() {
         // A GPU instance without a vGPU (created ahead, as the vGPU setup guides do) may be
         // the one a new vGPU of its profile takes, or hold slots a new one cannot: that is the
         // driver's choice, so neither is assumed.
-        return Err(format!(
-            "{}; {} GPU instance(s) hold no MIG-backed vGPU, and whether a new vGPU takes one \
-             or needs a GPU instance of its own is the driver's choice",
-            summary(existing),
-            unmatched.len()
-        ));
+        return Err(Disagreement::Unused {
+            summary: summary(existing),
+            left: unmatched.len(),
+        });
     }
     if let Some(p) = still_listed
         .iter()
         .find(|p| geometry.fits(occupied, p).is_none())
     {
-        return Err(format!(
-            "the driver still lists a {} type, which has no free start beside them",
-            p.name
-        ));
+        return Err(Disagreement::StillListed { profile: p.name });
     }
     Ok(placed
         .into_iter()
