@@ -84,8 +84,8 @@ pub trait Host: Send + Sync + std::fmt::Debug {
     }
 
     /// Replaces a state file (not a sysfs attribute) with `data` atomically: write a temporary
-    /// file, fsync, rename, fsync the directory. Hosts without a directory tree keep the data
-    /// as a plain write.
+    /// file, fsync, move it into place, fsync the directory (on a real tree the one confined
+    /// writer, [`crate::atomic`]). Hosts without a directory tree keep the data as a plain write.
     ///
     /// # Errors
     /// The I/O error; the file is then as it was.

@@ -361,7 +361,7 @@ fn open_kernel(
 }
 
 /// Writes the state file through the one confined writer: a temporary file created exclusively
-/// under an unpredictable name beside it, renamed into place; a link or non-regular file at
+/// under an unpredictable name beside it, moved into place; a link or non-regular file at
 /// `sandbox.json` is refused, never written through.
 fn write_state(dir: &Path, state: &SandboxState) -> Result<(), SysfsError> {
     let path = dir.join(STATE_FILE);

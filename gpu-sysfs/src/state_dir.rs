@@ -9,7 +9,7 @@
 //!   leads outside the root), so no state is ever read or written through a planted link;
 //! - **atomic**: a file is replaced with [`Host::write_atomic`], which on a real tree is the one
 //!   confined writer ([`crate::atomic::Dir::write`]: a temporary file created exclusively under
-//!   an unpredictable name, fsync, rename, fsync of the directory), so a reader or a restart sees
+//!   an unpredictable name, fsync, moved into place, fsync of the directory), so a reader or a restart sees
 //!   the old file or the new one, and a planted link or FIFO is refused, never written through;
 //! - **bounded**: a file is read with [`Host::read_bounded`], only when it is a regular file (a
 //!   FIFO or device is refused without blocking) and never past the cap the caller gives;
@@ -427,7 +427,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = StateDir::at(&d.path().join("state")).unwrap();
         s.create().unwrap();
-        // A directory where the file should be: rename fails with EISDIR/ENOTEMPTY-like errno.
+        // A directory where the file should be: refused with EISDIR.
         std::fs::create_dir(s.file_path("f")).unwrap();
         std::fs::write(s.file_path("f").join("x"), "").unwrap();
         let e = s.write("f", b"1").unwrap_err();

@@ -13,7 +13,7 @@
 //! link, and a claim's metadata directories are made below them the same way, so a link
 //! planted at `<kubelet-dir>/plugins/<driver>/metadata` (or anywhere below) is refused, naming
 //! it. A file is written to a temporary file created exclusively under an unpredictable name and
-//! renamed into place, so the runtime never reads half a spec and a link planted at a guessed
+//! moved into place, so the runtime never reads half a spec and a link planted at a guessed
 //! temporary name is never written through. A link, FIFO or directory where a spec or metadata
 //! file belongs is refused without being opened, so a prepare never blocks on it while it holds
 //! the node's locks. A file that already holds the same text is left alone (a repeated prepare
