@@ -121,7 +121,7 @@ impl Root {
                 // Not available: remember, walk from now on.
                 Err(Errno::ENOSYS | Errno::E2BIG) => OPENAT2.store(2, Ordering::Relaxed),
                 // EXDEV: an absolute link or a `..` that leaves (the walk tells which); EAGAIN:
-                // a concurrent rename; EPERM: perhaps a seccomp filter. The walk decides.
+                // a concurrent move; EPERM: perhaps a seccomp filter. The walk decides.
                 Err(Errno::EXDEV | Errno::EAGAIN | Errno::EPERM) => {}
                 Err(e) => return Err(e.into()),
             }

@@ -75,7 +75,7 @@ impl DocumentLimit {
         self.bytes
     }
 
-    fn too_large(self, what: &str, size: Option<u64>) -> io::Error {
+    pub(crate) fn too_large(self, what: &str, size: Option<u64>) -> io::Error {
         let mib = self.bytes >> 20;
         let size = match size {
             Some(s) => format!("is {s} bytes"),

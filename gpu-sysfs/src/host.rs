@@ -84,8 +84,8 @@ pub trait Host: Send + Sync + std::fmt::Debug {
     }
 
     /// Replaces a state file (not a sysfs attribute) with `data` atomically: write a temporary
-    /// file, fsync, rename, fsync the directory. Hosts without a directory tree keep the data
-    /// as a plain write.
+    /// file, fsync, move it into place, fsync the directory (on a real tree the one confined
+    /// writer, [`crate::atomic`]). Hosts without a directory tree keep the data as a plain write.
     ///
     /// # Errors
     /// The I/O error; the file is then as it was.
@@ -472,10 +472,11 @@ impl Host for RealHost {
 
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
         self.dirs.clear();
-        if let Some((dir, _)) = path.rsplit_once('/') {
-            make_state_dir(&self.root, dir)?;
-        }
-        crate::atomic::write_file_atomic(&self.full(path)?, data)
+        check_relative(path)?;
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        crate::atomic::Dir::open(&self.root)?
+            .create_sub(dir)?
+            .write(name, data)
     }
 
     fn create_dir_all(&self, path: &str) -> io::Result<()> {
@@ -489,32 +490,12 @@ impl Host for RealHost {
 /// file is never written through a link that leaves the root.
 ///
 /// # Errors
-/// `InvalidInput` for a component that is a link or a file; the I/O error of `mkdir`.
+/// As [`crate::atomic::Dir::create_sub`]: a component that is a link (`InvalidInput`) or not a
+/// directory (`InvalidData`), naming it; the I/O error of `mkdirat`.
 pub fn make_state_dir(root: &Path, rel: &str) -> io::Result<PathBuf> {
     check_relative(rel)?;
-    let mut at = root.to_path_buf();
-    for part in rel.split('/') {
-        at.push(part);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "{} is a link or a file, not a directory; no state is written through it",
-                        at.display()
-                    ),
-                ));
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => match std::fs::create_dir(&at) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            },
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(at)
+    crate::atomic::Dir::open(root)?.create_sub(rel)?;
+    Ok(root.join(rel))
 }
 
 /// Runs a command, killing it after `timeout`; stdout and stderr are captured.

@@ -8,7 +8,7 @@
 //! clears every VF), so the memory never outlives the numbering it describes.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use gpu_core::{NodeTopology, PciAddress, VgpuFramework};
@@ -27,10 +27,16 @@ pub struct RememberedNames {
 
 impl RememberedNames {
     /// The names remembered under `root` (none when the file is missing or unreadable: it is
-    /// only a memory, and discovery reports what stays unnamed).
+    /// only a memory, and discovery reports what stays unnamed). The file is read through the
+    /// confined reader ([`crate::atomic::Dir::read`]): bounded, only a regular file, never
+    /// through a link.
     pub fn load(root: &Path, inner: Option<Arc<dyn TypeNameResolver>>) -> Self {
-        let names = std::fs::read(path(root))
+        let (dir, name) = NAMES_PATH.rsplit_once('/').unwrap_or(("", NAMES_PATH));
+        let names = crate::atomic::Dir::open(root)
+            .and_then(|r| r.sub(dir))
             .ok()
+            .flatten()
+            .and_then(|d| d.read(name, MAX_NAMES_BYTES).ok().flatten())
             .and_then(|b| parse(&b))
             .unwrap_or_default();
         RememberedNames { names, inner }
@@ -100,7 +106,8 @@ impl RememberedNames {
     }
 
     /// Writes the memory to [`NAMES_PATH`] through the host's atomic writer
-    /// ([`Host::write_atomic`]: a reader never sees half, and the root's confinement covers it).
+    /// ([`crate::host::Host::write_atomic`], on a real tree the one confined writer of [`crate::atomic`]: a
+    /// reader never sees half, and nothing is written through a link).
     ///
     /// # Errors
     /// The I/O error.
@@ -119,10 +126,6 @@ fn parse(bytes: &[u8]) -> Option<BTreeMap<u32, String>> {
     let mut names = serde_json::from_slice::<BTreeMap<u32, String>>(bytes).ok()?;
     names.retain(|_, n| !n.is_empty() && n.trim() == n);
     Some(names)
-}
-
-fn path(root: &Path) -> PathBuf {
-    root.join(NAMES_PATH)
 }
 
 impl TypeNameResolver for RememberedNames {

@@ -13,6 +13,14 @@
 //! - `sandbox.lock`, taken for every write, so that two processes (the agent and a command)
 //!   react one at a time, as the kernel does.
 //!
+//! `DIR` is the operator's; what is in it is not trusted. `sandbox.json` is read with the
+//! document cap ([`crate::DocumentLimit`]), only when it is a regular file (a FIFO there is
+//! refused without being opened), and every field that becomes a path or an address is checked
+//! when the sandbox is opened (parents, type directories and drivers are plain names, host
+//! drivers' keys are PCI addresses), naming the field that is wrong. `sandbox.json` and
+//! `sandbox.lock` are written and opened through the one confined writer ([`crate::atomic`]):
+//! never through a link, only regular files; `host` must be a directory of `DIR`, not a link.
+//!
 //! Everything the kernel would do to the machine happens inside `host/`: `sriov-manage` is
 //! emulated and no other program runs.
 
@@ -27,6 +35,8 @@ use gpu_core::nvidia::{TypeDescription, VgpuTypeName};
 use serde::{Deserialize, Serialize};
 
 use crate::SysfsError;
+use crate::atomic::Dir;
+use crate::document::DocumentLimit;
 use crate::host::{CommandOutput, Host, RealHost};
 use crate::testing::fake_kernel::sample_pools;
 use crate::testing::{FakeKernel, FakePool, TreeBuilder};
@@ -350,26 +360,25 @@ fn open_kernel(
     Ok(pools.iter().cloned().fold(k, FakeKernel::with_pool))
 }
 
+/// Writes the state file through the one confined writer: a temporary file created exclusively
+/// under an unpredictable name beside it, moved into place; a link or non-regular file at
+/// `sandbox.json` is refused, never written through.
 fn write_state(dir: &Path, state: &SandboxState) -> Result<(), SysfsError> {
     let path = dir.join(STATE_FILE);
     let text = serde_json::to_string_pretty(state)
         .map_err(|e| err_at(&path, io::Error::other(e.to_string())))?;
-    let tmp = dir.join(format!("{STATE_FILE}.tmp"));
-    std::fs::write(&tmp, format!("{text}\n")).map_err(|e| err_at(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| err_at(&path, e))
+    Dir::open(dir)
+        .and_then(|d| d.write(STATE_FILE, format!("{text}\n").as_bytes()))
+        .map_err(|e| err_at(&path, e))
 }
 
 /// Takes the write lock of the sandbox in `dir`, waiting at most [`LOCK_WAIT`] for another
-/// process's write.
+/// process's write. The lock file is opened in `dir` never through a link and only when it is a
+/// regular file, so taking it cannot create or block on anything outside the sandbox.
 fn lock_dir(dir: &Path) -> io::Result<nix::fcntl::Flock<std::fs::File>> {
     use nix::fcntl::{Flock, FlockArg};
-    let path = dir.join(LOCK_FILE);
     let deadline = Instant::now() + LOCK_WAIT;
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)?;
+    let mut file = Dir::open(dir)?.open_lock(LOCK_FILE)?;
     loop {
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(l) => return Ok(l),
@@ -390,6 +399,60 @@ fn lock_dir(dir: &Path) -> io::Result<nix::fcntl::Flock<std::fs::File>> {
     }
 }
 
+/// A name from the state file that becomes a path component (a parent, a type directory, a
+/// driver): one plain name, no `/`, `.` or `..`.
+fn check_field_name(path: &Path, field: &str, value: &str) -> Result<(), SysfsError> {
+    crate::atomic::check_name(value).map_err(|_| {
+        SysfsError::malformed(
+            path.display().to_string(),
+            0,
+            format!("{field}: {value:?} is not a plain name (no `/`, `.` or `..`); not used"),
+        )
+    })
+}
+
+/// Checks every field of a state file that becomes a path or an address, naming the first that
+/// is wrong: a hand-edited file cannot make the fake kernel look or write outside its tree.
+fn validate(path: &Path, state: &SandboxState) -> Result<(), SysfsError> {
+    for (i, pool) in state.pools.iter().enumerate() {
+        match pool {
+            FakePool::Units { parent, costs, .. } => {
+                check_field_name(path, &format!("pools[{i}].parent"), parent)?;
+                for (j, (ty, _)) in costs.iter().enumerate() {
+                    check_field_name(path, &format!("pools[{i}].costs[{j}]"), ty)?;
+                }
+            }
+            FakePool::NvidiaMdev { parents, .. } => {
+                for (j, p) in parents.iter().enumerate() {
+                    check_field_name(path, &format!("pools[{i}].parents[{j}]"), p)?;
+                }
+            }
+            FakePool::VendorVfio { types, .. } => {
+                for (j, (_, name)) in types.iter().enumerate() {
+                    if name.is_empty() || name.chars().any(char::is_control) {
+                        return Err(SysfsError::malformed(
+                            path.display().to_string(),
+                            0,
+                            format!("pools[{i}].types[{j}]: {name:?} is not a vGPU type name"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for (bdf, driver) in &state.host_drivers {
+        if let Err(e) = bdf.parse::<PciAddress>() {
+            return Err(SysfsError::malformed(
+                path.display().to_string(),
+                0,
+                format!("hostDrivers: {bdf:?} is not a PCI address ({e})"),
+            ));
+        }
+        check_field_name(path, &format!("hostDrivers[{bdf:?}]"), driver)?;
+    }
+    Ok(())
+}
+
 /// An opened sandbox: the fake kernel over `DIR/host`, every write taken under `DIR`'s lock
 /// and the host drivers it learns written back to `DIR/sandbox.json`.
 #[derive(Debug)]
@@ -407,20 +470,31 @@ pub struct Sandbox {
 /// [`SysfsError::Io`] naming what could not be read.
 pub fn open(dir: &Path) -> Result<Sandbox, SysfsError> {
     let path = dir.join(STATE_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(SysfsError::InvalidRoot {
-                path: format!("{PREFIX}{}", dir.display()),
-                why: format!(
-                    "no {STATE_FILE} there; make a sandbox first with `gpuslice sandbox init {}`",
-                    dir.display()
-                ),
-            });
+    let not_a_sandbox = || SysfsError::InvalidRoot {
+        path: format!("{PREFIX}{}", dir.display()),
+        why: format!(
+            "no {STATE_FILE} there; make a sandbox first with `gpuslice sandbox init {}`",
+            dir.display()
+        ),
+    };
+    let base = match Dir::open(dir) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_a_sandbox()),
+        Err(e) => return Err(err_at(dir, e)),
+    };
+    // Read with the document cap, only a regular file (a FIFO is refused without being opened).
+    let limit = DocumentLimit::from_env().map_err(|e| err_at(&path, e))?;
+    if let Ok(crate::atomic::Entry::File { size }) = base.entry(STATE_FILE) {
+        if size > u64::try_from(limit.bytes()).unwrap_or(u64::MAX) {
+            return Err(err_at(&path, limit.too_large(STATE_FILE, Some(size))));
         }
+    }
+    let text = match base.read(STATE_FILE, limit.bytes()) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Err(not_a_sandbox()),
         Err(e) => return Err(err_at(&path, e)),
     };
-    let state: SandboxState = serde_json::from_str(&text)
+    let state: SandboxState = serde_json::from_slice(&text)
         .map_err(|e| SysfsError::malformed(path.display().to_string(), e.line(), e.to_string()))?;
     if state.format != FORMAT {
         return Err(SysfsError::InvalidRoot {
@@ -431,7 +505,24 @@ pub fn open(dir: &Path) -> Result<Sandbox, SysfsError> {
             ),
         });
     }
+    validate(&path, &state)?;
+    // The tree is a directory of the sandbox, never a link to one elsewhere.
     let host_dir = dir.join(HOST_DIR);
+    match base.sub(HOST_DIR) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return Err(SysfsError::InvalidRoot {
+                path: format!("{PREFIX}{}", dir.display()),
+                why: format!("no {HOST_DIR} directory there (the sandbox's tree)"),
+            });
+        }
+        Err(e) => {
+            return Err(SysfsError::InvalidRoot {
+                path: format!("{PREFIX}{}", dir.display()),
+                why: e.to_string(),
+            });
+        }
+    }
     // Opening settles the tree and recounts the pools (writes): one process at a time.
     let lock = lock_dir(dir).map_err(|e| err_at(&dir.join(LOCK_FILE), e))?;
     let kernel = open_kernel(&host_dir, &state.pools, &state.host_drivers)?;
@@ -532,7 +623,7 @@ impl Host for Sandbox {
 }
 
 #[cfg(all(test, feature = "testing"))]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -582,5 +673,165 @@ mod tests {
         let e = init(&dir, Path::new("/")).unwrap_err();
         assert!(e.to_string().contains("the machine's own `/`"), "{e}");
         assert!(!dir.exists());
+    }
+
+    /// A sandbox made from the kernel's sample drivers, in `<tempdir>/sbx`.
+    fn made() -> (tempfile::TempDir, PathBuf) {
+        let k = FakeKernel::sample_mdev_drivers().unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("sbx");
+        init(&dir, k.root()).unwrap();
+        (t, dir)
+    }
+
+    /// Runs `f` on another thread; a call that has not answered in 10 s fails the test (a FIFO
+    /// opened by mistake blocks forever).
+    fn promptly<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the call blocked")
+    }
+
+    fn set_state(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+        let path = dir.join(STATE_FILE);
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(&mut v);
+        std::fs::write(&path, v.to_string()).unwrap();
+    }
+
+    #[test]
+    fn a_link_at_the_lock_file_is_refused_and_creates_nothing_outside() {
+        let (t, dir) = made();
+        let _ = std::fs::remove_file(dir.join(LOCK_FILE));
+        let outside = t.path().join("created-outside");
+        std::os::unix::fs::symlink(&outside, dir.join(LOCK_FILE)).unwrap();
+        let e = open(&dir).unwrap_err();
+        assert!(format!("{e:#}").contains(LOCK_FILE), "{e}");
+        let chain = std::error::Error::source(&e).map(ToString::to_string);
+        assert!(
+            chain.is_some_and(|c| c.contains("sandbox.lock is a link")),
+            "{e:?}"
+        );
+        assert!(!outside.exists(), "a read-only open made a file outside");
+    }
+
+    #[test]
+    fn a_link_at_the_old_temporary_state_name_is_never_written_through() {
+        let (t, dir) = made();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let planted = dir.join(format!("{STATE_FILE}.tmp"));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let s = open(&dir).unwrap();
+        let state = s.state.lock().unwrap().clone();
+        write_state(&dir, &state).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(planted.symlink_metadata().unwrap().file_type().is_symlink());
+        assert!(
+            std::fs::symlink_metadata(dir.join(STATE_FILE))
+                .unwrap()
+                .file_type()
+                .is_file()
+        );
+    }
+
+    #[test]
+    fn a_link_at_the_state_file_is_refused_and_its_target_unchanged() {
+        let (t, dir) = made();
+        let s = open(&dir).unwrap();
+        let state = s.state.lock().unwrap().clone();
+        let victim = t.path().join("victim.json");
+        std::fs::write(&victim, "keep").unwrap();
+        std::fs::remove_file(dir.join(STATE_FILE)).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join(STATE_FILE)).unwrap();
+        let e = write_state(&dir, &state).unwrap_err();
+        let text = std::error::Error::source(&e).map(ToString::to_string);
+        assert!(
+            text.is_some_and(|t| t.contains("sandbox.json is a link")),
+            "{e:?}"
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(open(&dir).is_err(), "a linked state file is not read");
+    }
+
+    #[test]
+    fn a_host_tree_that_is_a_link_elsewhere_is_refused_naming_it() {
+        let (t, dir) = made();
+        let other = t.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::copy(dir.join(STATE_FILE), other.join(STATE_FILE)).unwrap();
+        std::os::unix::fs::symlink(dir.join(HOST_DIR), other.join(HOST_DIR)).unwrap();
+        let e = open(&other).unwrap_err();
+        assert!(e.to_string().contains("other/host is a link"), "{e}");
+    }
+
+    #[test]
+    fn a_fifo_at_the_state_file_is_refused_promptly_naming_it() {
+        let (_t, dir) = made();
+        std::fs::remove_file(dir.join(STATE_FILE)).unwrap();
+        nix::unistd::mkfifo(&dir.join(STATE_FILE), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = promptly(move || open(&dir).unwrap_err());
+        let text = format!(
+            "{e}: {}",
+            std::error::Error::source(&e)
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        );
+        assert!(text.contains("sandbox.json is a FIFO"), "{text}");
+    }
+
+    #[test]
+    fn a_state_file_over_the_document_cap_is_refused_before_it_is_read() {
+        let (_t, dir) = made();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(STATE_FILE))
+            .unwrap();
+        f.set_len(1 << 30).unwrap();
+        let e = open(&dir).unwrap_err();
+        let text = std::error::Error::source(&e)
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(text.contains("sandbox.json is 1073741824 bytes"), "{text}");
+        assert!(text.contains("--max-document-mib"), "{text}");
+    }
+
+    #[test]
+    fn an_invalid_pci_address_in_the_state_file_is_refused_naming_it() {
+        let (_t, dir) = made();
+        set_state(&dir, |v| {
+            v["hostDrivers"]["0000:zz:00.0"] = serde_json::json!("nvidia");
+        });
+        let e = open(&dir).unwrap_err();
+        assert!(
+            e.to_string().contains("hostDrivers: \"0000:zz:00.0\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_parent_or_driver_that_would_leave_the_tree_is_refused_naming_the_field() {
+        let (_t, dir) = made();
+        set_state(&dir, |v| {
+            v["pools"][0]["parent"] = serde_json::json!("../../etc");
+        });
+        let e = open(&dir).unwrap_err();
+        assert!(
+            e.to_string().contains("pools[0].parent: \"../../etc\""),
+            "{e}"
+        );
+        let (_t, dir) = made();
+        set_state(&dir, |v| {
+            v["hostDrivers"]["0000:00:02.0"] = serde_json::json!("..");
+        });
+        let e = open(&dir).unwrap_err();
+        assert!(
+            e.to_string().contains("hostDrivers[\"0000:00:02.0\"]"),
+            "{e}"
+        );
     }
 }

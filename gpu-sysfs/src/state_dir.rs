@@ -7,23 +7,25 @@
 //! - **confined**: every component of the directory must be a directory; a component that is a
 //!   link is refused with the link and its target named (an [`crate::OutsideRoot`] error when it
 //!   leads outside the root), so no state is ever read or written through a planted link;
-//! - **atomic**: a file is replaced with [`Host::write_atomic`] (a private temporary file, fsync,
-//!   rename, fsync of the directory), so a reader or a restart sees the old file or the new one;
+//! - **atomic**: a file is replaced with [`Host::write_atomic`], which on a real tree is the one
+//!   confined writer ([`crate::atomic::Dir::write`]: a temporary file created exclusively under
+//!   an unpredictable name, fsync, moved into place, fsync of the directory), so a reader or a restart sees
+//!   the old file or the new one, and a planted link or FIFO is refused, never written through;
 //! - **bounded**: a file is read with [`Host::read_bounded`], only when it is a regular file (a
 //!   FIFO or device is refused without blocking) and never past the cap the caller gives;
 //! - **one lock discipline**: a read-modify-write of the directory's files holds
-//!   [`StateDir::lock`], an exclusive `flock` on `<dir>/.lock`, waited for at most a bounded time.
+//!   [`StateDir::lock`], an exclusive `flock` on `<dir>/.lock` (never opened through a link, only
+//!   a regular file), waited for at most a bounded time.
 
-use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::atomic::Dir;
 use crate::confine::OutsideRoot;
 use crate::host::check_relative;
 use crate::{Host, RealHost};
@@ -45,57 +47,17 @@ pub struct StateDir {
     rel: String,
 }
 
-/// An error naming the state path it concerns, keeping the I/O error's kind (and an
+/// An error naming the state path it concerns, keeping the I/O error's kind and errno (and an
 /// [`OutsideRoot`] inside it, so [`crate::is_outside_root`] still answers).
 fn at_path(path: &Path, e: io::Error) -> io::Error {
-    if crate::is_outside_root(&e) {
+    if crate::is_outside_root(&e) || e.to_string().contains(&path.display().to_string()) {
         return e;
     }
-    let text = e.to_string();
-    let shown = path.display().to_string();
-    if text.contains(&shown) {
-        return e;
-    }
-    match e.raw_os_error() {
-        // Keep the errno: callers tell a full disk (ENOSPC) from a read-only one (EROFS).
-        Some(_) => io::Error::new(
-            e.kind(),
-            StateIoError {
-                path: shown,
-                source: e,
-            },
-        ),
-        None => io::Error::new(e.kind(), format!("{shown}: {text}")),
-    }
+    crate::atomic::os_error_at(path, e)
 }
 
-/// An OS error on a state path: the path, then the OS's message.
-#[derive(Debug)]
-struct StateIoError {
-    path: String,
-    source: io::Error,
-}
-
-impl std::fmt::Display for StateIoError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.path, self.source)
-    }
-}
-
-impl std::error::Error for StateIoError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
-/// The errno of a state-directory error, looking through the path wrapper.
-pub fn errno_of(e: &io::Error) -> Option<i32> {
-    e.raw_os_error().or_else(|| {
-        e.get_ref()
-            .and_then(|inner| inner.downcast_ref::<StateIoError>())
-            .and_then(|s| s.source.raw_os_error())
-    })
-}
+/// The errno of a state-directory error, looking through the path it names.
+pub use crate::atomic::errno_of;
 
 impl StateDir {
     /// The state directory `rel` (`var/lib/gpuslice/agent`) inside `host`'s root. Nothing is
@@ -129,7 +91,7 @@ impl StateDir {
     /// A path that names no directory (empty, `/`, or with a `..` component), or an ancestor
     /// that cannot be opened.
     pub fn at(dir: &Path) -> io::Result<Self> {
-        let bad = || {
+        let (base, rest) = Dir::split_named(dir).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -137,35 +99,7 @@ impl StateDir {
                     dir.display().to_string()
                 ),
             )
-        };
-        if dir.as_os_str().is_empty()
-            || dir.components().any(|c| matches!(c, Component::ParentDir))
-            || dir.file_name().is_none()
-        {
-            return Err(bad());
-        }
-        // The components to create (or confine), from the deepest ancestor that is a
-        // directory on this machine.
-        let mut base = dir.to_path_buf();
-        let mut rest: Vec<String> = Vec::new();
-        loop {
-            let name = base
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .ok_or_else(bad)?;
-            rest.push(name);
-            base = match base.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                _ => PathBuf::from("."),
-            };
-            if std::fs::metadata(&base).is_ok_and(|m| m.is_dir()) {
-                break;
-            }
-            if base == Path::new("/") || base == Path::new(".") {
-                return Err(bad());
-            }
-        }
-        rest.reverse();
+        })?;
         let host = RealHost::new(&base)?;
         Self::in_root(Arc::new(host), &rest.join("/"))
     }
@@ -294,13 +228,13 @@ impl StateDir {
             return Ok(());
         }
         // Component by component: the file removed is in the directory checked.
-        let dir = crate::host::make_state_dir(&self.base, dir)?;
+        let Some(dir) = Dir::open(&self.base)?.sub(dir)? else {
+            return Ok(());
+        };
         let last = rel.rsplit('/').next().unwrap_or(name);
-        match std::fs::remove_file(dir.join(last)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(at_path(&self.file_path(name), e)),
-        }
+        dir.remove(last)
+            .map(|_| ())
+            .map_err(|e| at_path(&self.file_path(name), e))
     }
 
     /// The entry names of the subdirectory `sub` (`""` for the directory itself), sorted; a
@@ -332,24 +266,11 @@ impl StateDir {
         self.create()?;
         let path = self.file_path(LOCK_FILE);
         self.check_rel(&self.rel_of(LOCK_FILE)?)?;
+        let dir = Dir::open(&self.base)?.create_sub(&self.rel)?;
         let start = Instant::now();
         loop {
-            // Read-only when it is there: a lock is taken on a read-only disk too.
-            let file = match OpenOptions::new()
-                .read(true)
-                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-                .open(&path)
-            {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .mode(0o600)
-                    .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-                    .open(&path),
-                other => other,
-            }
-            .map_err(|e| at_path(&path, e))?;
+            // Never through a link, only a regular file; read-only when it is there.
+            let file = dir.open_lock(LOCK_FILE).map_err(|e| at_path(&path, e))?;
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(lock) => return Ok(StateLock { _lock: lock }),
                 Err((_, Errno::EWOULDBLOCK | Errno::EINTR)) => {}
@@ -506,7 +427,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = StateDir::at(&d.path().join("state")).unwrap();
         s.create().unwrap();
-        // A directory where the file should be: rename fails with EISDIR/ENOTEMPTY-like errno.
+        // A directory where the file should be: refused with EISDIR.
         std::fs::create_dir(s.file_path("f")).unwrap();
         std::fs::write(s.file_path("f").join("x"), "").unwrap();
         let e = s.write("f", b"1").unwrap_err();

@@ -6,12 +6,22 @@
 //! device name. Kind `<driver>/vfio`; per prepared device one CDI device `<uid>-<index>` with
 //! the legacy VFIO nodes (`/dev/vfio/vfio` and `/dev/vfio/<group>`; KubeVirt does not open
 //! iommufd yet), and on the first device of each request the read-only bind mount of that
-//! request's KubeVirt metadata file ([`super::metadata`]). The files are written to a temporary
-//! name and renamed into place, so the runtime never reads half a spec; a file that already holds
-//! the same text is left alone (a repeated prepare writes nothing).
+//! request's KubeVirt metadata file ([`super::metadata`]).
+//!
+//! Every file goes through gpuslice's one confined writer ([`gpu_sysfs::atomic`]): the CDI
+//! directory and the metadata directory are reached from their parents without following a
+//! link, and a claim's metadata directories are made below them the same way, so a link
+//! planted at `<kubelet-dir>/plugins/<driver>/metadata` (or anywhere below) is refused, naming
+//! it. A file is written to a temporary file created exclusively under an unpredictable name and
+//! moved into place, so the runtime never reads half a spec and a link planted at a guessed
+//! temporary name is never written through. A link, FIFO or directory where a spec or metadata
+//! file belongs is refused without being opened, so a prepare never blocks on it while it holds
+//! the node's locks. A file that already holds the same text is left alone (a repeated prepare
+//! writes nothing).
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
+
+use gpu_sysfs::atomic::Dir;
 
 use serde_json::{Value, json};
 
@@ -203,13 +213,13 @@ impl CdiLayout {
         let mut changed = false;
         let mut result = Ok(());
         for (path, text) in &files {
-            result = write_if_changed(path, text).map(|c| changed |= c);
+            result = self.write_metadata(path, text).map(|c| changed |= c);
             if result.is_err() {
                 break;
             }
         }
         if result.is_ok() {
-            result = write_if_changed(&spec_path, &spec).map(|c| changed |= c);
+            result = self.write_spec(&spec_path, &spec).map(|c| changed |= c);
         }
         if let Err(e) = result {
             // Best effort: what a failed write leaves would only be found by this claim's
@@ -224,21 +234,61 @@ impl CdiLayout {
         })
     }
 
+    /// Writes the spec file `path` (in [`CdiLayout::cdi_dir`]) unless it holds `text` already.
+    fn write_spec(&self, path: &Path, text: &str) -> Result<bool> {
+        let name = file_name(path)?;
+        Dir::create_named(&self.cdi_dir)
+            .and_then(|d| d.write_if_changed(name, text.as_bytes()))
+            .map_err(|e| IntegrationError::state("cannot write", path, e))
+    }
+
+    /// Writes the metadata file `path` (below [`CdiLayout::metadata_dir`], as
+    /// [`CdiLayout::render`] names it) unless it holds `text` already; the claim's and the
+    /// request's directories are made below the metadata directory, never through a link.
+    fn write_metadata(&self, path: &Path, text: &str) -> Result<bool> {
+        let name = file_name(path)?;
+        let rel = path
+            .parent()
+            .and_then(|p| p.strip_prefix(&self.metadata_dir).ok())
+            .and_then(Path::to_str)
+            .ok_or_else(|| {
+                IntegrationError::state(
+                    "cannot write",
+                    path,
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "not below the metadata directory",
+                    ),
+                )
+            })?;
+        Dir::create_named(&self.metadata_dir)
+            .and_then(|d| d.create_sub(rel))
+            .and_then(|d| d.write_if_changed(name, text.as_bytes()))
+            .map_err(|e| IntegrationError::state("cannot write", path, e))
+    }
+
     /// Removes the spec and the metadata files of claim `uid`; what is not there is no error.
     ///
     /// # Errors
     /// `Invalid` for a UID that cannot name a file; `State` when a file cannot be removed.
     pub fn remove(&self, uid: &str) -> Result<()> {
         let spec = self.spec_path(uid)?;
-        match std::fs::remove_file(&spec) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(IntegrationError::state("cannot remove CDI spec", spec, e)),
+        let name = file_name(&spec)?;
+        match Dir::named(&self.cdi_dir) {
+            Ok(Some(d)) => {
+                d.remove(name)
+                    .map_err(|e| IntegrationError::state("cannot remove CDI spec", &spec, e))?;
+            }
+            Ok(None) => {}
+            Err(e) => return Err(IntegrationError::state("cannot remove CDI spec", &spec, e)),
         }
         let dir = self.claim_metadata_dir(uid)?;
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        match Dir::named(&self.metadata_dir) {
+            Ok(Some(d)) => d
+                .remove_tree(uid)
+                .map(|_| ())
+                .map_err(|e| IntegrationError::state("cannot remove device metadata", dir, e)),
+            Ok(None) => Ok(()),
             Err(e) => Err(IntegrationError::state(
                 "cannot remove device metadata",
                 dir,
@@ -248,31 +298,15 @@ impl CdiLayout {
     }
 }
 
-/// Writes `text` to `path` through a temporary file in the same directory and a rename, unless
-/// the file already holds exactly `text`. Returns whether it wrote.
-fn write_if_changed(path: &Path, text: &str) -> Result<bool> {
-    if std::fs::read(path).is_ok_and(|old| old == text.as_bytes()) {
-        return Ok(false);
-    }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)
-        .map_err(|e| IntegrationError::state("cannot create directory", dir, e))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(IntegrationError::state("cannot write", path, e));
-    }
-    Ok(true)
+/// The file name of a path this module made (always one).
+fn file_name(path: &Path) -> Result<&str> {
+    path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        IntegrationError::state(
+            "cannot write",
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -372,5 +406,95 @@ mod tests {
         assert!(e.to_string().contains("claim UID"), "{e}");
         assert!(!t.path().join("cdi").exists());
         assert!(CdiLayout::new(t.path().into(), t.path().into(), "Not_A_Driver").is_err());
+    }
+
+    /// Runs `f` on another thread; a call that has not answered in 10 s fails the test (a FIFO
+    /// opened by mistake blocks forever).
+    fn promptly<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the call blocked")
+    }
+
+    #[test]
+    fn a_link_planted_at_the_metadata_directory_is_refused_naming_it_and_nothing_lands_outside() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let outside = t.path().join("outside");
+        std::fs::create_dir(&outside).expect("outside");
+        std::os::unix::fs::symlink(&outside, t.path().join("meta")).expect("link");
+        let l = layout(t.path());
+        let e = l.write(&claim(), &[gpu(Some(12))]).expect_err("a link");
+        assert!(e.to_string().contains("meta is a link"), "{e}");
+        assert_eq!(std::fs::read_dir(&outside).expect("dir").count(), 0);
+        assert!(
+            !t.path()
+                .join("cdi")
+                .join(format!("gpu.gpuslice.dev-{UID}.json"))
+                .exists()
+        );
+    }
+
+    #[test]
+    fn a_link_planted_at_a_claims_metadata_directory_is_refused_and_removal_does_not_follow_it() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let outside = t.path().join("outside");
+        std::fs::create_dir(&outside).expect("outside");
+        std::fs::write(outside.join("keep"), "x").expect("keep");
+        std::fs::create_dir(t.path().join("meta")).expect("meta");
+        std::os::unix::fs::symlink(&outside, t.path().join("meta").join(UID)).expect("link");
+        let l = layout(t.path());
+        let e = l.write(&claim(), &[gpu(Some(12))]).expect_err("a link");
+        assert!(e.to_string().contains(&format!("{UID} is a link")), "{e}");
+        assert_eq!(std::fs::read_dir(&outside).expect("dir").count(), 1);
+        l.remove(UID).expect("the link itself is removed");
+        assert!(outside.join("keep").exists());
+        assert!(!t.path().join("meta").join(UID).exists());
+    }
+
+    #[test]
+    fn a_link_planted_at_the_old_guessable_temporary_name_is_left_alone_with_its_target() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "keep").expect("victim");
+        let cdi = t.path().join("cdi");
+        std::fs::create_dir(&cdi).expect("cdi");
+        let name = format!("gpu.gpuslice.dev-{UID}.json");
+        let planted = cdi.join(format!(".{name}.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).expect("link");
+        let w = layout(t.path())
+            .write(&claim(), &[gpu(Some(12))])
+            .expect("write");
+        assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "keep");
+        assert!(
+            planted
+                .symlink_metadata()
+                .expect("still there")
+                .file_type()
+                .is_symlink()
+        );
+        let spec = w.spec.symlink_metadata().expect("spec");
+        assert!(
+            spec.file_type().is_file(),
+            "the spec is a file, not the link"
+        );
+    }
+
+    #[test]
+    fn a_fifo_at_the_spec_path_is_refused_promptly_naming_it() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let cdi = t.path().join("cdi");
+        std::fs::create_dir(&cdi).expect("cdi");
+        let fifo = cdi.join(format!("gpu.gpuslice.dev-{UID}.json"));
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let l = layout(t.path());
+        let e = promptly(move || l.write(&claim(), &[gpu(Some(12))]).expect_err("a FIFO"));
+        assert!(
+            e.to_string()
+                .contains(&format!("gpu.gpuslice.dev-{UID}.json is a FIFO")),
+            "{e}"
+        );
     }
 }
