@@ -115,6 +115,24 @@ pub struct GpuInstanceProfile {
     pub memory_mib: u64,
 }
 
+impl GpuInstanceProfile {
+    /// The profile among `profiles` (as [`crate::NvmlDevices::gpu_instance_profiles`] lists
+    /// them) that is gpu-core's `profile`: the same compute slices and the memory nearest its
+    /// GB, the lowest profile index on a tie (so `1g.10gb` rather than `1g.10gb+me`, index 7).
+    /// NVML reports memory in MiB as the driver carves it (9984 for a 10 GB slice), which is
+    /// why the nearest is taken rather than an equal one.
+    pub fn for_mig_profile<'a>(
+        profiles: &'a [GpuInstanceProfile],
+        profile: &gpu_core::mig::MigProfile,
+    ) -> Option<&'a GpuInstanceProfile> {
+        let want_mib = u64::from(profile.memory_gb) * 1024;
+        profiles
+            .iter()
+            .filter(|p| p.slice_count == u32::from(profile.compute_slices))
+            .min_by_key(|p| (p.memory_mib.abs_diff(want_mib), p.index))
+    }
+}
+
 /// One GPU instance with its profile and placement (`nvmlGpuInstanceInfo_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -275,6 +293,40 @@ mod tests {
         assert!(p(2, 2).overlaps(p(0, 4)));
         assert!(!p(0, 4).overlaps(p(4, 4)));
         assert!(!p(4, 1).overlaps(p(0, 4)));
+    }
+
+    #[test]
+    fn gpu_cores_profile_is_found_among_nvmls_by_slices_and_nearest_memory() {
+        // As `nvidia-smi mig -lgip` lists them on an H100 80GB.
+        let nvml = |index, id, slice_count, memory_mib| GpuInstanceProfile {
+            index,
+            id,
+            slice_count,
+            instance_count: 1,
+            memory_mib,
+        };
+        let listed = [
+            nvml(0, 19, 1, 9984),
+            nvml(7, 20, 1, 9984),
+            nvml(9, 15, 1, 20096),
+            nvml(1, 14, 2, 20096),
+            nvml(2, 9, 3, 40448),
+            nvml(3, 5, 4, 40448),
+            nvml(4, 0, 7, 81152),
+        ];
+        let g = gpu_core::mig::MigGeometry::for_device(0x2330).unwrap();
+        let id = |name: &str| {
+            let p = g.profile_named(name).unwrap();
+            GpuInstanceProfile::for_mig_profile(&listed, p).map(|p| p.id)
+        };
+        assert_eq!(id("1g.10gb"), Some(19));
+        assert_eq!(id("1g.20gb"), Some(15));
+        assert_eq!(id("3g.40gb"), Some(9));
+        assert_eq!(id("7g.80gb"), Some(0));
+        assert_eq!(
+            GpuInstanceProfile::for_mig_profile(&listed[..1], g.profile_named("2g.20gb").unwrap()),
+            None
+        );
     }
 
     #[test]
