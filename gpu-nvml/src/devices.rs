@@ -1,5 +1,5 @@
 //! The trait every NVML answer comes through: [`crate::NvmlLibrary`] on a host, the fake
-//! ([`crate::fake::FakeNvml`], feature `testing`) in tests and the sandbox.
+//! (`fake::FakeNvml`, feature `testing`) in tests and the sandbox.
 
 use gpu_core::PciAddress;
 

@@ -12,7 +12,7 @@
 //! - [`NvmlLibrary`] is the real one: `libnvidia-ml.so.1` loaded at run time (a host without it
 //!   is a value, [`NvmlUnavailable`], never a link failure or a panic), nvml-wrapper's safe
 //!   calls where it has them and raw calls, in one small module, where it does not;
-//! - [`fake::FakeNvml`] (feature `testing`) answers as the driver does, on gpu-core's MIG
+//! - `fake::FakeNvml` (feature `testing`) answers as the driver does, on gpu-core's MIG
 //!   geometry, so the writers above can be tested, and tried in the sandbox, without a GPU.
 //!
 //! A failed call is an [`NvmlError`]: the call's name and an [`NvmlErrorKind`] translated from
