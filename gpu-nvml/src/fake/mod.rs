@@ -107,7 +107,9 @@ impl FakeNvml {
     /// # Errors
     /// `INVALID_ARGUMENT` for a type the GPU does not support; `INSUFFICIENT_RESOURCES` for a
     /// placement not creatable now (NVML's creatable placements are the ones a vGPU may take);
-    /// `NOT_FOUND` for a MIG-backed type without a GPU instance of its profile.
+    /// `NOT_FOUND` for a MIG-backed type without a GPU instance of its profile, and
+    /// `INSUFFICIENT_RESOURCES` when that instance already holds a vGPU; `NOT_SUPPORTED` for a
+    /// time-sliced type on a GPU in MIG mode.
     pub fn start_vgpu(
         &self,
         gpu: &PciAddress,
@@ -130,6 +132,26 @@ impl FakeNvml {
                 if !fits {
                     return Err(NvmlErrorKind::NotFound);
                 }
+                // One vGPU per GPU instance (time-sliced vGPUs inside MIG instances are not
+                // modelled).
+                if g.active.iter().any(|(_, inside)| *inside == gpu_instance) {
+                    return Err(NvmlErrorKind::InsufficientResources);
+                }
+                let instance = g.next_vgpu;
+                g.next_vgpu = g.next_vgpu.saturating_add(1);
+                g.active.push((
+                    ActiveVgpu {
+                        instance,
+                        type_id,
+                        placement_id: None,
+                    },
+                    gpu_instance,
+                ));
+                return Ok(instance);
+            }
+            if g.mig_enabled() {
+                // A time-sliced type does not run on a GPU in MIG mode.
+                return Err(NvmlErrorKind::NotSupported);
             }
             let mode = g.vgpu_mode.unwrap_or(VgpuMode::Homogeneous);
             if let Some(p) = placement_id {

@@ -381,3 +381,35 @@ fn module_ids_are_read_on_nvswitch_boards_only() {
         NvmlErrorKind::NotSupported
     );
 }
+
+#[test]
+fn mig_backed_vgpus_of_different_sizes_share_a_gpu_one_per_instance() {
+    let types = vec![
+        FakeVgpuType::new(1061, "NVIDIA H100XM-1-10C", 10240, 0, &[]).mig_backed(19),
+        FakeVgpuType::new(1066, "NVIDIA H100XM-3-40C", 40960, 0, &[]).mig_backed(9),
+        FakeVgpuType::new(1070, "NVIDIA H100XM-80C", 81920, 8, &[0]),
+    ];
+    let n = FakeNvml::new().with_gpu(
+        addr(H100),
+        FakeGpu::mig(h100_geometry())
+            .with_mig_mode(MigMode::Enabled)
+            .with_vgpu_types(types),
+    );
+    let gpu = addr(H100);
+    let three = n.create_gpu_instance(&gpu, 9, at(0, 4)).unwrap();
+    let one = n.create_gpu_instance(&gpu, 19, at(4, 1)).unwrap();
+    n.start_vgpu(&gpu, 1066, None, Some(three.id)).unwrap();
+    n.start_vgpu(&gpu, 1061, None, Some(one.id)).unwrap();
+    assert_eq!(
+        n.start_vgpu(&gpu, 1061, None, Some(one.id))
+            .unwrap_err()
+            .kind,
+        NvmlErrorKind::InsufficientResources
+    );
+    // A time-sliced type does not run while the GPU is in MIG mode.
+    assert_eq!(
+        n.start_vgpu(&gpu, 1070, Some(0), None).unwrap_err().kind,
+        NvmlErrorKind::NotSupported
+    );
+    assert_eq!(n.active_vgpus(&gpu).unwrap().len(), 2);
+}
