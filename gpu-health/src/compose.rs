@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use gpu_core::{Health, HealthState, NodeTopology, ParentId, PciAddress};
+use gpu_nvml::{NvmlDevices, NvmlLibrary};
 use gpu_sysfs::Host;
 use gpu_sysfs::discover::{DiscoverOptions, discover_with_links};
 use serde::Serialize;
@@ -137,7 +138,7 @@ pub fn open_node_host(
     req: &NodeRequest,
 ) -> Result<OpenedNode, HealthError> {
     let (mut opened, nvml) = open_node_parts(root, req, false)?;
-    opened.health = health_options(req, nvml.as_deref());
+    opened.health = health_options(req, nvml.as_ref());
     Ok(opened)
 }
 
@@ -149,8 +150,7 @@ fn open_node_parts(
     root: &std::path::Path,
     req: &NodeRequest,
     background: bool,
-) -> Result<(OpenedNode, Option<Arc<crate::nvml::NvmlOnce>>), HealthError> {
-    use crate::nvml::NvmlOnce;
+) -> Result<(OpenedNode, Option<Arc<NvmlLibrary>>), HealthError> {
     let host = gpu_sysfs::open_root(root).map_err(|e| HealthError::Root(Box::new(e)))?;
     let mut discover = DiscoverOptions::new(req.node.clone());
     discover.mdev_parents = req.mdev_parents.clone();
@@ -158,23 +158,24 @@ fn open_node_parts(
     let nvml = match &req.nvml {
         NvmlSource::Off => None,
         NvmlSource::LocalOnly if !local => None,
-        NvmlSource::LocalOnly if background => Some(NvmlOnce::start(None)),
-        NvmlSource::LocalOnly => Some(NvmlOnce::open_now(None)),
+        NvmlSource::LocalOnly if background => Some(Arc::new(NvmlLibrary::start(None))),
+        NvmlSource::LocalOnly => Some(Arc::new(NvmlLibrary::open_now(None))),
         NvmlSource::Library(lib) => {
-            let once = NvmlOnce::open_now(Some(lib));
-            if let Err(e) = once.get() {
+            let once = NvmlLibrary::open_now(Some(lib));
+            if let Err(e) = once.wait() {
                 return Err(HealthError::NvmlLibrary {
                     path: lib.clone(),
                     message: e.to_string(),
                 });
             }
-            Some(once)
+            Some(Arc::new(once))
         }
     };
     if let Some(once) = &nvml {
         // Names vendor-VFIO types no VF lists any more and places GPU instances; an NVML that
         // does not open answers as no resolver would.
-        discover.resolver = Some(Arc::new(crate::NvmlResolver::over(Arc::clone(once))));
+        let devices: Arc<dyn NvmlDevices> = Arc::clone(once) as Arc<dyn NvmlDevices>;
+        discover.resolver = Some(Arc::new(crate::NvmlResolver::over(devices)));
     }
     let health = HealthOptions::without_telemetry(req.policy.clone());
     Ok((
@@ -189,9 +190,15 @@ fn open_node_parts(
 
 /// The health options of `req` with the node's NVML (waiting for it if it is still opening):
 /// its telemetry, or the reason it has none; no NVML, no telemetry.
-fn health_options(req: &NodeRequest, nvml: Option<&crate::nvml::NvmlOnce>) -> HealthOptions {
+fn health_options(req: &NodeRequest, nvml: Option<&Arc<NvmlLibrary>>) -> HealthOptions {
     let policy = req.policy.clone();
-    let mut health = match nvml.map(crate::nvml::NvmlOnce::telemetry) {
+    let telemetry = |n: &Arc<NvmlLibrary>| {
+        n.wait().map(|()| {
+            let devices: Arc<dyn NvmlDevices> = Arc::clone(n) as Arc<dyn NvmlDevices>;
+            crate::NvmlTelemetry::over(devices)
+        })
+    };
+    let mut health = match nvml.map(telemetry) {
         None => HealthOptions::without_telemetry(policy),
         Some(Ok(t)) => HealthOptions::with_telemetry(policy, Arc::new(t)),
         Some(Err(e)) => HealthOptions::unavailable(policy, &e),
@@ -209,7 +216,7 @@ fn health_options(req: &NodeRequest, nvml: Option<&crate::nvml::NvmlOnce>) -> He
 pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNode, HealthError> {
     let (opened, nvml) = open_node_parts(root, req, true)?;
     let (mut topology, links) = discover_with_links(&opened.host, &opened.discover)?;
-    let health = health_options(req, nvml.as_deref());
+    let health = health_options(req, nvml.as_ref());
     let reports = grade_topology_with_links(&opened.host, &mut topology, &health, &links);
     Ok(ComposedNode {
         host: opened.host,

@@ -9,8 +9,9 @@
 //! - the **PCIe link** width and speed from sysfs, see [`link`];
 //! - **driver telemetry** through the [`Telemetry`] trait: ECC counts, retired pages, row
 //!   remapping, temperature against the GPU's thresholds, PCIe replays and memory size. The
-//!   [`NvmlTelemetry`] adapter loads `libnvidia-ml.so.1` at run time; without it those signals
-//!   are Unknown, not an error.
+//!   [`NvmlTelemetry`] adapter reads them through gpu-nvml's `NvmlDevices` (the trait NVML's
+//!   writers use too: `libnvidia-ml.so.1` loaded at run time, or the fake); without the library
+//!   those signals are Unknown, not an error.
 //!
 //! Each signal reads as a value, Unsupported or Unknown ([`Reading`]). A [`Policy`] (defaults in
 //! code, overrides from a TOML or YAML file) grades them ([`grade()`]): Unhealthy, Degraded,

@@ -1,21 +1,25 @@
 //! The NVML vGPU type-name resolver: names vendor-VFIO type numbers that no VF lists any more,
 //! and reports the GPU instances (with their placements) of MIG-enabled GPUs, so that
-//! discovery holds exactly the memory slices existing MIG-backed vGPUs occupy. It lives with
-//! the other NVML code so that gpu-sysfs does not depend on NVML.
+//! discovery holds exactly the memory slices existing MIG-backed vGPUs occupy. It asks gpu-nvml's
+//! [`NvmlDevices`], so that gpu-sysfs does not depend on NVML.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gpu_core::PciAddress;
-use gpu_sysfs::resolver::{GpuInstances, TypeInfo, TypeNameResolver};
+use gpu_nvml::{NvmlDevices, NvmlErrorKind, NvmlLibrary};
+use gpu_sysfs::resolver::{GpuInstancePlacement, GpuInstances, TypeInfo, TypeNameResolver};
 
-/// A resolver over NVML (`libnvidia-ml.so.1`, loaded at run time): the GPU's supported vGPU
-/// types (`nvmlDeviceGetSupportedVgpus`) with their names, framebuffer sizes and per-GPU maxima,
-/// and its GPU instances with their placements. Type answers are cached per GPU; a GPU NVML does
-/// not know, or a driver without vGPU support, gives `None`, never an error. GPU instances are
-/// read afresh on each ask (they change as vGPUs come and go).
+/// The device lookup gpu-nvml names when a GPU cannot be found.
+const LOOKUP: &str = "nvmlDeviceGetHandleByPciBusId_v2";
+
+/// A resolver over NVML (`libnvidia-ml.so.1`, loaded at run time, or the fake): the GPU's
+/// supported vGPU types (`nvmlDeviceGetSupportedVgpus`) with their names, framebuffer sizes and
+/// per-GPU maxima, and its GPU instances with their placements. Type answers are cached per GPU;
+/// a GPU NVML does not know, or a driver without vGPU support, gives `None`, never an error. GPU
+/// instances are read afresh on each ask (they change as vGPUs come and go).
 pub struct NvmlResolver {
-    nvml: Arc<crate::nvml::NvmlOnce>,
+    devices: Arc<dyn NvmlDevices>,
     cache: std::sync::Mutex<BTreeMap<PciAddress, BTreeMap<u32, TypeInfo>>>,
 }
 
@@ -52,43 +56,35 @@ impl NvmlResolver {
     pub fn open_library(
         library: Option<&std::path::Path>,
     ) -> Result<Self, crate::nvml::NvmlUnavailable> {
-        let once = crate::nvml::NvmlOnce::open_now(library);
-        once.get().map_err(Clone::clone)?;
-        Ok(Self::over(once))
+        Ok(Self::over(Arc::new(NvmlLibrary::open(library)?)))
     }
 
-    /// A resolver over the node's one NVML (which may still be opening: the first question
-    /// waits for it; an NVML that did not open answers nothing).
-    pub(crate) fn over(nvml: Arc<crate::nvml::NvmlOnce>) -> Self {
+    /// A resolver over NVML's devices: the node's one NVML (which may still be opening: the
+    /// first question waits for it; an NVML that did not open answers nothing), or the fake.
+    pub fn over(devices: Arc<dyn NvmlDevices>) -> Self {
         NvmlResolver {
-            nvml,
+            devices,
             cache: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
     fn supported(&self, gpu: &PciAddress) -> BTreeMap<u32, TypeInfo> {
-        let mut out = BTreeMap::new();
-        let Ok(nvml) = self.nvml.get() else {
-            return out;
+        let Ok(types) = self.devices.vgpu_supported_types(gpu) else {
+            return BTreeMap::new();
         };
-        let Ok(dev) = nvml.device_by_pci_bus_id(gpu.to_string()) else {
-            return out;
-        };
-        let Ok(types) = dev.vgpu_supported_types() else {
-            return out;
-        };
-        for t in types {
-            let Ok(name) = t.name() else { continue };
-            out.insert(
-                t.id(),
-                TypeInfo {
-                    name,
-                    framebuffer_mib: t.framebuffer_size().ok().map(|b| b / (1024 * 1024)),
-                    max_instances: t.max_instances().ok(),
-                },
-            );
-        }
-        out
+        types
+            .into_iter()
+            .map(|t| {
+                (
+                    t.id,
+                    TypeInfo {
+                        name: t.name,
+                        framebuffer_mib: t.framebuffer_mib,
+                        max_instances: t.max_instances,
+                    },
+                )
+            })
+            .collect()
     }
 }
 
@@ -102,18 +98,47 @@ impl TypeNameResolver for NvmlResolver {
         cache.get(gpu).and_then(|m| m.get(&id)).cloned()
     }
 
+    /// A library without one of the GPU-instance calls, a GPU without MIG profiles and a GPU not
+    /// in MIG mode are [`GpuInstances::Unsupported`]; any other failure is
+    /// [`GpuInstances::Failed`] with NVML's reason.
     fn gpu_instances(&self, gpu: &PciAddress) -> GpuInstances {
-        let nvml = match self.nvml.get() {
-            Ok(n) => n,
-            // As without a resolver: NVML is not there to ask.
-            Err(e) => return GpuInstances::Unsupported(format!("no NVML: {e}")),
+        let e = match self.devices.gpu_instances(gpu) {
+            Ok(list) => {
+                return GpuInstances::Known(
+                    list.iter()
+                        .map(|g| GpuInstancePlacement {
+                            id: g.id,
+                            compute_slices: g.slice_count,
+                            start: g.placement.start,
+                            size: g.placement.size,
+                        })
+                        .collect(),
+                );
+            }
+            Err(e) => e,
         };
-        match nvml.device_by_pci_bus_id(gpu.to_string()) {
-            Ok(dev) => crate::nvml::gpu_instances(nvml, &dev),
-            Err(nvml_wrapper::error::NvmlError::NotFound) => {
+        match (e.call, &e.kind) {
+            // As without a resolver: NVML is not there to ask.
+            (_, NvmlErrorKind::Unavailable(u)) => {
+                GpuInstances::Unsupported(format!("no NVML: {u}"))
+            }
+            (LOOKUP, NvmlErrorKind::NotFound) => {
                 GpuInstances::Unsupported(format!("NVML does not know {gpu}"))
             }
-            Err(e) => GpuInstances::Failed(format!("NVML: {e}")),
+            (LOOKUP, kind) => GpuInstances::Failed(format!("NVML: {kind}")),
+            (call, NvmlErrorKind::FunctionNotFound) => {
+                GpuInstances::Unsupported(format!("the loaded NVML lacks {call}"))
+            }
+            ("nvmlDeviceGetGpuInstanceProfileInfo", NvmlErrorKind::NotSupported) => {
+                GpuInstances::Unsupported("the GPU has no GPU-instance profiles".to_owned())
+            }
+            (_, NvmlErrorKind::NotSupported) => {
+                GpuInstances::Unsupported("the GPU is not in MIG mode".to_owned())
+            }
+            (_, NvmlErrorKind::NoPermission) => {
+                GpuInstances::Failed(format!("{e} (listing GPU instances needs root)"))
+            }
+            _ => GpuInstances::Failed(e.to_string()),
         }
     }
 }
@@ -121,6 +146,8 @@ impl TypeNameResolver for NvmlResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_nvml::MigMode;
+    use gpu_nvml::fake::{FakeGpu, FakeNvml, FakeVgpuType};
 
     #[test]
     fn nvml_resolver_is_an_error_value_without_a_driver() {
@@ -144,5 +171,48 @@ mod tests {
             NvmlResolver::open(),
             Err(nvml_wrapper::error::NvmlError::DriverNotLoaded)
         ));
+    }
+
+    #[test]
+    fn the_resolver_reads_types_and_gpu_instances_through_the_trait() {
+        let gpu: PciAddress = "0000:18:00.0".parse().unwrap();
+        let geometry = gpu_core::mig::MigGeometry::for_device(0x2335).unwrap();
+        let fake = Arc::new(
+            FakeNvml::new().with_gpu(
+                gpu,
+                FakeGpu::mig(geometry)
+                    .with_mig_mode(MigMode::Enabled)
+                    .with_vgpu_types(vec![FakeVgpuType::new(
+                        1414,
+                        "NVIDIA H200X-1-18C",
+                        18432,
+                        0,
+                        &[],
+                    )]),
+            ),
+        );
+        fake.create_gpu_instance(&gpu, 19, gpu_nvml::Placement { start: 4, size: 1 })
+            .unwrap();
+        let r = NvmlResolver::over(fake.clone());
+        assert_eq!(
+            r.resolve(&gpu, 1414).map(|t| t.name),
+            Some("NVIDIA H200X-1-18C".to_owned())
+        );
+        assert_eq!(
+            r.gpu_instances(&gpu),
+            GpuInstances::Known(vec![GpuInstancePlacement {
+                id: 1,
+                compute_slices: 1,
+                start: 4,
+                size: 1
+            }])
+        );
+        fake.set_mig_mode(&gpu, MigMode::Disabled).unwrap_err();
+        fake.destroy_gpu_instance(&gpu, 1).unwrap();
+        fake.set_mig_mode(&gpu, MigMode::Disabled).unwrap();
+        assert_eq!(
+            r.gpu_instances(&gpu),
+            GpuInstances::Unsupported("the GPU has no GPU-instance profiles".into())
+        );
     }
 }
