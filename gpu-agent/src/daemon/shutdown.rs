@@ -159,7 +159,14 @@ impl Running {
         stopped.parts.push((
             Part::Watchers,
             match joined {
-                Ok(()) => Stop::Done,
+                Ok(true) => Stop::Done,
+                Ok(false) => {
+                    crate::log!(
+                        "gpuslice agent: a watcher still stopping after {} s (a read that does not answer)",
+                        WATCHERS_TIMEOUT.as_secs()
+                    );
+                    Stop::StillStopping
+                }
                 Err(e) => Stop::Failed(std::io::Error::other(e.to_string())),
             },
         ));

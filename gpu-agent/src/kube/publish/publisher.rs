@@ -25,7 +25,7 @@ pub struct PublishOptions {
     /// The agent's `--layout`: before 1.36.2 each GPU offers the size the layout's config gives
     /// it ([`gpu_integrations::dra::layout_sizes`]); [`SliceOptions::size_for`] wins for the GPUs
     /// it names. The file is read again each round, so an edit applies with its revision.
-    pub layout: Option<crate::WatchedLayout>,
+    pub layout: Option<crate::watch::WatchedLayout>,
     /// At most one round per this during a burst of changes.
     pub min_interval: Duration,
     /// A round even without a change (it lists and repairs slices changed by others).
