@@ -300,4 +300,16 @@ mod tests {
         assert_eq!(v["error"]["errnoName"], "ENOSPC");
         assert_eq!(e.status, 503);
     }
+
+    #[test]
+    fn a_render_failure_is_a_500_naming_its_cause() {
+        let e = RenderError::new(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "fleet.json: no such file",
+        ));
+        let a = ApiError::from_render(&e);
+        assert_eq!(a.status, 500);
+        assert_eq!(a.kind, ErrorKind::Other);
+        assert_eq!(a.message, "fleet.json: no such file");
+    }
 }

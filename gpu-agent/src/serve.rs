@@ -540,3 +540,34 @@ pub async fn resync_every(agent: Arc<Agent>, period: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_address_parses_or_says_which_form_it_lacks() {
+        assert_eq!(
+            "unix:/run/a.sock".parse::<Listen>(),
+            Ok(Listen::Unix(PathBuf::from("/run/a.sock")))
+        );
+        assert_eq!(
+            "tcp:127.0.0.1:9836".parse::<Listen>(),
+            Ok(Listen::Tcp("127.0.0.1:9836".to_owned()))
+        );
+        assert_eq!("unix:".parse::<Listen>(), Err(ListenError::NoPath));
+        assert_eq!(
+            "tcp:localhost".parse::<Listen>(),
+            Err(ListenError::NoPort("localhost".to_owned()))
+        );
+        let e = "http://x".parse::<Listen>().unwrap_err();
+        assert!(
+            e.to_string().contains("give unix:PATH or tcp:ADDR:PORT"),
+            "{e}"
+        );
+        assert_eq!(
+            gpu_core::ClassifiedError::kind(&e),
+            ErrorKind::InvalidArgument
+        );
+    }
+}

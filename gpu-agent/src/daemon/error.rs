@@ -113,3 +113,40 @@ fn kube_context(kubeconfig: Option<&std::path::Path>) -> String {
         None => "--dra: the in-cluster configuration (or pass --kubeconfig)".to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_core::ErrorKind;
+
+    #[test]
+    fn an_agent_refusal_is_said_once_and_classified_by_the_agents_kind() {
+        let e = DaemonError::agent(ApiError::new(
+            ErrorKind::HostError,
+            "state directory /x: a link",
+        ));
+        let c = gpu_core::Classified::of_chain(&e, crate::error::as_classified);
+        assert_eq!(c.kind, ErrorKind::HostError);
+        assert_eq!(c.message, "state directory /x: a link");
+    }
+
+    #[test]
+    fn a_cause_is_kept_after_the_option_it_concerns() {
+        let e = DaemonError::Token {
+            path: PathBuf::from("/etc/token"),
+            source: crate::agent::config::TokenError::TooShort,
+        };
+        assert_eq!(
+            gpu_core::error_chain(&e),
+            "--token-file /etc/token: the token is shorter than 16 characters"
+        );
+        let e = DaemonError::Kube {
+            kubeconfig: None,
+            source: KubeError::Config("no cluster".to_owned()),
+        };
+        assert_eq!(
+            gpu_core::error_chain(&e),
+            "--dra: the in-cluster configuration (or pass --kubeconfig): kubernetes client configuration: no cluster"
+        );
+    }
+}
