@@ -148,12 +148,6 @@ impl Global {
     }
 }
 
-/// Renders an error chain on one line: `outer: inner: innermost` (gpuslice's one formatter,
-/// [`gpu_core::error_chain`]).
-pub fn render_error(e: &anyhow::Error) -> String {
-    gpu_core::error_chain(e.as_ref())
-}
-
 /// Ends the command when the reader of its standard output has gone away (`| head`): quietly,
 /// with exit 0. The one answer for `print!` (through the panic hook `app::main` installs) and
 /// for documents streamed by [`print_data`].

@@ -113,6 +113,12 @@ impl ApiError {
         }
     }
 
+    /// A metrics text that could not be rendered: `500 other`, whatever the cause (a scrape
+    /// cannot fix it), the message naming it.
+    pub fn from_render(e: &RenderError) -> Self {
+        Self::new(ErrorKind::Other, gpu_core::error_chain(e))
+    }
+
     /// An invalid identity (UUID, address, name) or request given in `field`: the model error's
     /// kind (`invalid-argument` for a malformed value).
     pub fn from_core(field: &str, e: &gpu_core::CoreError) -> Self {
@@ -133,6 +139,48 @@ impl From<ActuateError> for ApiError {
         Self::from_actuate(&e)
     }
 }
+
+/// Why a metrics text could not be rendered: the renderer's own error (an embedder's hook, the
+/// fleet file `gpuslice metrics --listen` reads on each scrape), kept as the source.
+#[derive(Debug)]
+pub struct RenderError(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl RenderError {
+    /// The renderer failed with `e`.
+    pub fn new(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+        RenderError(e.into())
+    }
+
+    /// The renderer's error.
+    pub fn cause(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self.0.as_ref()
+    }
+}
+
+impl std::fmt::Display for RenderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for RenderError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// An [`ApiError`] as the cause of another error (the daemon's, which names what failed): shown
+/// as its message alone, so a chain does not say it twice, and classified by its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiCause(pub ApiError);
+
+impl std::fmt::Display for ApiCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.message)
+    }
+}
+
+impl std::error::Error for ApiCause {}
 
 /// Renders an error and its sources on one line: gpuslice's one formatter.
 pub use gpu_core::error_chain as chain;
@@ -164,6 +212,9 @@ pub fn as_classified<'a>(
     }
     if let Some(u) = e.downcast_ref::<crate::uevent::UeventError>() {
         return Some(u);
+    }
+    if let Some(c) = e.downcast_ref::<ApiCause>() {
+        return Some(&c.0);
     }
     gpu_health::error::as_classified(e).or_else(|| gpu_sched::as_classified(e))
 }
@@ -248,5 +299,17 @@ mod tests {
         assert_eq!(v["error"]["errno"], 28);
         assert_eq!(v["error"]["errnoName"], "ENOSPC");
         assert_eq!(e.status, 503);
+    }
+
+    #[test]
+    fn a_render_failure_is_a_500_naming_its_cause() {
+        let e = RenderError::new(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "fleet.json: no such file",
+        ));
+        let a = ApiError::from_render(&e);
+        assert_eq!(a.status, 500);
+        assert_eq!(a.kind, ErrorKind::Other);
+        assert_eq!(a.message, "fleet.json: no such file");
     }
 }

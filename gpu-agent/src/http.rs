@@ -64,8 +64,8 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .with_state(agent)
 }
 
-/// Renders metrics text on each scrape: the body, or a message served as a 500.
-pub type Render = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+/// Renders metrics text on each scrape: the body, or why not (served as a 500 naming it).
+pub type Render = Arc<dyn Fn() -> Result<String, crate::error::RenderError> + Send + Sync>;
 
 /// A router serving only `GET /metrics` (and HEAD) from `render`, with the API's JSON errors for
 /// other routes and methods: what `gpuslice metrics --listen` serves.
@@ -77,7 +77,7 @@ pub fn metrics_router(render: Render, content_type: String) -> Router {
             // Rendering a fleet file reads it: off the async threads.
             let out = tokio::task::spawn_blocking(move || render())
                 .await
-                .unwrap_or_else(|e| Err(e.to_string()));
+                .unwrap_or_else(|e| Err(crate::error::RenderError::new(e)));
             match out {
                 Ok(text) => {
                     let mut r = Response::new(Body::from(text));
@@ -86,7 +86,7 @@ pub fn metrics_router(render: Render, content_type: String) -> Router {
                     }
                     r
                 }
-                Err(e) => ApiError::new(ErrorKind::Other, e).into_response(),
+                Err(e) => ApiError::from_render(&e).into_response(),
             }
         }
     };
@@ -115,10 +115,12 @@ async fn wrong_method(req: Request) -> ApiError {
 }
 
 async fn healthz(State(a): State<Arc<Agent>>) -> Response {
-    json_value(
-        StatusCode::OK,
-        &serde_json::json!({ "status": "ok", "revision": a.events().revision() }),
-    )
+    let mut doc = serde_json::json!({ "status": "ok", "revision": a.events().revision() });
+    // The agent serves whatever the API server says; a publisher it keeps waiting shows here.
+    if let Some(p) = a.stats().publisher() {
+        doc["slicePublisher"] = serde_json::to_value(p).unwrap_or_default();
+    }
+    json_value(StatusCode::OK, &doc)
 }
 
 async fn metrics(State(a): State<Arc<Agent>>) -> Response {

@@ -1,6 +1,9 @@
 //! The gpuslice node agent: the host's GPUs and vGPUs served to an orchestrator over a versioned
 //! HTTP API on a unix socket (or TCP with a bearer token), with promises kept across restarts.
 //!
+//! [`Daemon`] is the agent as `gpuslice agent` runs it, built from a [`DaemonConfig`]: the
+//! listeners, the uevent socket, the Kubernetes client, the slice publisher, the kubelet
+//! plugin and the order they stop in. Its parts can also be used one by one:
 //! [`Agent::open`] reads the promises in the state directory, re-creates the recorded devices
 //! that are missing and reads the topology; [`serve::serve`] answers the API on its listeners
 //! until shutdown; [`watch::start`] keeps the served picture current (kernel uevents, a periodic
@@ -21,6 +24,7 @@ macro_rules! log {
 
 pub mod agent;
 pub mod claims;
+pub mod daemon;
 pub mod doc;
 pub mod dra;
 pub mod error;
@@ -35,11 +39,12 @@ pub mod watch;
 
 pub use agent::{
     Agent, AgentConfig, CreateRequest, HandoffTarget, Hooks, MIN_TOKEN_LEN, MetricsHook, Outcome,
-    Reconciled, Snapshot, compose_topology, config_for_root, parse_token,
+    Reconciled, Snapshot, TokenError, compose_topology, config_for_root, parse_token,
 };
-pub use error::ApiError;
+pub use daemon::{Daemon, DaemonConfig, DaemonDra, DaemonError};
+pub use error::{ApiError, RenderError};
 pub use events::{Event, EventBus, EventKind};
-pub use serve::{Access, Listen, Listener, ServeOptions, serve, serve_router};
+pub use serve::{Access, Listen, ListenError, Listener, ServeOptions, serve, serve_router};
 pub use sources::{UeventMode, open_gpu_events, open_uevents, read_file};
 pub use state::{Device, Owner, Phase, Promise, StateFile, StateStore};
 pub use uevent::{ChannelSource, NetlinkSource, Uevent, UeventSource};

@@ -40,24 +40,42 @@ pub enum Listen {
     Tcp(String),
 }
 
+/// Why a `--listen` address does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListenError {
+    /// `unix:` with no path.
+    #[error("unix: needs a socket path (unix:/run/gpuslice/agent.sock)")]
+    NoPath,
+    /// `tcp:` without `ADDR:PORT`.
+    #[error("tcp:{0}: give ADDR:PORT (tcp:127.0.0.1:9836)")]
+    NoPort(String),
+    /// Neither `unix:` nor `tcp:`.
+    #[error("{0:?}: give unix:PATH or tcp:ADDR:PORT (unix:/run/gpuslice/agent.sock)")]
+    Scheme(String),
+}
+
+impl gpu_core::ClassifiedError for ListenError {
+    fn kind(&self) -> ErrorKind {
+        ErrorKind::InvalidArgument
+    }
+}
+
 impl FromStr for Listen {
-    type Err = String;
+    type Err = ListenError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if let Some(p) = s.strip_prefix("unix:") {
             if p.is_empty() {
-                return Err("unix: needs a socket path (unix:/run/gpuslice/agent.sock)".to_owned());
+                return Err(ListenError::NoPath);
             }
             return Ok(Listen::Unix(PathBuf::from(p)));
         }
         if let Some(a) = s.strip_prefix("tcp:") {
             if a.rsplit_once(':').is_none() {
-                return Err(format!("tcp:{a}: give ADDR:PORT (tcp:127.0.0.1:9836)"));
+                return Err(ListenError::NoPort(a.to_owned()));
             }
             return Ok(Listen::Tcp(a.to_owned()));
         }
-        Err(format!(
-            "{s:?}: give unix:PATH or tcp:ADDR:PORT (unix:/run/gpuslice/agent.sock)"
-        ))
+        Err(ListenError::Scheme(s.to_owned()))
     }
 }
 
@@ -520,5 +538,36 @@ pub async fn resync_every(agent: Arc<Agent>, period: Duration) {
             Err(e) => crate::log!("gpuslice agent: resync: {e}"),
             Ok(Ok(_)) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_address_parses_or_says_which_form_it_lacks() {
+        assert_eq!(
+            "unix:/run/a.sock".parse::<Listen>(),
+            Ok(Listen::Unix(PathBuf::from("/run/a.sock")))
+        );
+        assert_eq!(
+            "tcp:127.0.0.1:9836".parse::<Listen>(),
+            Ok(Listen::Tcp("127.0.0.1:9836".to_owned()))
+        );
+        assert_eq!("unix:".parse::<Listen>(), Err(ListenError::NoPath));
+        assert_eq!(
+            "tcp:localhost".parse::<Listen>(),
+            Err(ListenError::NoPort("localhost".to_owned()))
+        );
+        let e = "http://x".parse::<Listen>().unwrap_err();
+        assert!(
+            e.to_string().contains("give unix:PATH or tcp:ADDR:PORT"),
+            "{e}"
+        );
+        assert_eq!(
+            gpu_core::ClassifiedError::kind(&e),
+            ErrorKind::InvalidArgument
+        );
     }
 }

@@ -127,8 +127,8 @@ pub struct StateFile {
 pub struct StateStore {
     /// The directory on this machine, for messages.
     path: PathBuf,
-    /// The directory, or why it cannot be used.
-    dir: Result<StateDir, String>,
+    /// The directory, or why it cannot be used (said on each use).
+    dir: Result<StateDir, Arc<std::io::Error>>,
 }
 
 fn host_error(message: String) -> ApiError {
@@ -139,8 +139,7 @@ impl StateStore {
     /// A store in the directory `dir` on this machine (created on the first write).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         let path = dir.into();
-        let dir =
-            StateDir::at(&path).map_err(|e| format!("state directory {}: {e}", path.display()));
+        let dir = StateDir::at(&path).map_err(Arc::new);
         StateStore { path, dir }
     }
 
@@ -169,7 +168,9 @@ impl StateStore {
     }
 
     fn state_dir(&self) -> Result<&StateDir, ApiError> {
-        self.dir.as_ref().map_err(|e| host_error(e.clone()))
+        self.dir
+            .as_ref()
+            .map_err(|e| host_error(format!("state directory {}: {e}", self.path.display())))
     }
 
     /// Checks, before anything starts, that the state can be kept: no component of the

@@ -1,20 +1,15 @@
-//! `gpuslice agent`: the node agent, serving this host's GPUs over a versioned HTTP API (the
-//! `gpu-agent` crate) until SIGTERM. This module parses and checks the options, opens the agent,
-//! starts the watchers (kernel uevents, the periodic resync, a watched layout file) and runs the
-//! server.
+//! `gpuslice agent`: the node agent, serving this host's GPUs over a versioned HTTP API until
+//! SIGTERM. This module parses the flags into a [`gpu_agent::DaemonConfig`]; the library checks
+//! them, builds the daemon and stops it in order ([`gpu_agent::Daemon`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use gpu_agent::{Access, Agent, Listen, Listener};
+use anyhow::Context;
+use gpu_agent::{DaemonConfig, DaemonDra, UeventMode, WatchedLayout};
 
 use crate::common::Global;
-
-/// The socket a default agent listens on.
-pub const DEFAULT_SOCKET: &str = "/run/gpuslice/agent.sock";
 
 // Arguments of `gpuslice agent`.
 #[derive(clap::Args, Debug)]
@@ -110,250 +105,44 @@ pub enum Uevents {
     Off,
 }
 
-/// The most a token file may hold.
-const MAX_TOKEN_FILE: usize = 4096;
-
-fn read_token(path: &std::path::Path) -> anyhow::Result<Arc<[u8]>> {
-    let bytes = gpu_agent::read_file(path, MAX_TOKEN_FILE).context("cannot read --token-file")?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("--token-file {}: not UTF-8 text", path.display()))?;
-    gpu_agent::parse_token(&text)
-        .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", path.display()))
-}
-
-/// Where the agent listens when `--listen` is not given: [`DEFAULT_SOCKET`] on the live host,
-/// the same path inside the root for any other root (a tree or a sandbox is never served on
-/// the real host's socket).
-fn default_listen(root: &std::path::Path, live: bool) -> Listen {
-    if live {
-        Listen::Unix(PathBuf::from(DEFAULT_SOCKET))
-    } else {
-        Listen::Unix(root.join(DEFAULT_SOCKET.trim_start_matches('/')))
-    }
-}
-
-/// Runs the agent until SIGTERM or Ctrl-C.
-///
-/// Every option and file is checked before anything touches the host: the node name, the
-/// listen addresses (and that TCP has a token or `--insecure-read-only`; unix paths checked, TCP
-/// bound), the token file and its length, the root, the state directory and its file, the layout
-/// file. Only then does reconcile run; the unix sockets are bound after it.
+/// Runs the agent until SIGTERM or Ctrl-C: the flags become a [`DaemonConfig`], checked by
+/// [`gpu_agent::Daemon::open`] before anything touches the host.
 ///
 /// # Errors
 /// Invalid options, a host that cannot be opened, a malformed state file, a listener that cannot
-/// be bound (or a TCP listener without a token).
+/// be bound (or a TCP listener without a token): see [`gpu_agent::DaemonError`].
 pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
-    let node = g.node_name();
-    gpu_core::validate_name(&node).context("--node")?;
-    let live = gpu_health::is_local_root(&g.root);
-    if a.dra.dra && !gpu_integrations::dra::names::is_dns_subdomain(&a.dra.dra_driver) {
-        bail!(
-            "--dra-driver {:?}: not a DNS subdomain (lower-case letters, digits, '-' and '.')",
-            a.dra.dra_driver
-        );
-    }
-    let listens: Vec<Listen> = if a.listen.is_empty() {
-        vec![default_listen(&g.root, live)]
-    } else {
-        a.listen
-            .iter()
-            .map(|s| s.parse::<Listen>().map_err(anyhow::Error::msg))
-            .collect::<anyhow::Result<_>>()
-            .context("--listen")?
+    let listen: Result<Vec<_>, _> = a.listen.iter().map(|s| s.parse()).collect();
+    let named = a.config;
+    let mut config = DaemonConfig {
+        listen: listen.context("--listen")?,
+        token_file: a.token_file,
+        insecure_read_only: a.insecure_read_only,
+        socket_group: a.socket_group,
+        state_dir: a.state_dir,
+        resync: (a.resync > 0).then(|| Duration::from_secs(a.resync)),
+        lock_timeout: Duration::from_secs(a.lock_timeout),
+        nvml: !a.no_nvml,
+        layout: a.layout.map(|path| WatchedLayout {
+            path,
+            config: named,
+        }),
+        uevents: match a.uevents {
+            Uevents::Auto => UeventMode::Auto,
+            Uevents::On => UeventMode::On,
+            Uevents::Off => UeventMode::Off,
+        },
+        read_deadline: Duration::from_millis(a.read_deadline.max(1)),
+        document_limit: crate::common::document_limit(),
+        ..DaemonConfig::new(g.node_name(), g.root.clone())
     };
-    let token = a.token_file.as_deref().map(read_token).transpose()?;
-    if token.is_none() && !a.insecure_read_only {
-        if let Some(Listen::Tcp(addr)) = listens.iter().find(|l| matches!(l, Listen::Tcp(_))) {
-            bail!(
-                "--listen tcp:{addr} needs --token-file (or --insecure-read-only to serve GETs only)"
-            );
-        }
+    if a.dra.dra {
+        let mut dra = DaemonDra::new(&a.dra.dra_driver);
+        (dra.plugin.kubelet_dir, dra.plugin.cdi_dir) = (a.dra.kubelet_dir, a.dra.cdi_dir);
+        (dra.kubeconfig, dra.publish) = (a.dra.kubeconfig, !a.dra.no_publish);
+        dra.size_for = a.dra.size_for.into_iter().collect();
+        config.dra = Some(dra);
     }
-    if g.root.is_file() {
-        bail!(
-            "--root {}: the agent needs a directory tree it can change, not a recording",
-            g.root.display()
-        );
-    }
-    let mut req = gpu_health::NodeRequest::new(node.clone());
-    if a.no_nvml {
-        req.nvml = gpu_health::NvmlSource::Off;
-    }
-    let (host, mut config) = gpu_agent::config_for_root(&g.root, &req)
-        .with_context(|| format!("--root {}", g.root.display()))?;
-    config.state_dir = a.state_dir.clone();
-    config.lock_timeout = Duration::from_secs(a.lock_timeout);
-    Agent::check_state(&host, &config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    if let Some(l) = &a.layout {
-        // A layout that does not parse is refused before anything starts.
-        let text = crate::common::read_input(l, "--layout")?;
-        let file = gpu_core::layout::LayoutFile::parse(&text)
-            .with_context(|| format!("--layout {}", l.display()))?;
-        file.select(a.config.as_deref())
-            .with_context(|| format!("--layout {}", l.display()))?;
-    }
-    // The uevent socket is bound before the first read of the host and before the listeners:
-    // every device change from then on is queued for the agent, even before its watchers run.
-    let mode = match a.uevents {
-        Uevents::Auto => gpu_agent::UeventMode::Auto,
-        Uevents::On => gpu_agent::UeventMode::On,
-        Uevents::Off => gpu_agent::UeventMode::Off,
-    };
-    let uevents = gpu_agent::open_uevents(mode, live)
-        .context("--uevents on: cannot open the kernel's uevent socket")?;
-    let gpu_events = gpu_agent::open_gpu_events(live, a.no_nvml, &mut config.health);
-    let rt = gpu_agent::runtime().context("cannot start the agent's runtime")?;
-    rt.block_on(async move {
-        // Checked before reconcile: a unix path that cannot be served is refused here, and TCP
-        // addresses are bound now (a bind that fails stops the agent before it changes
-        // anything). Unix sockets are bound once the agent is open, so a client that finds the
-        // socket finds the promises reconciled.
-        let mut tcp = Vec::new();
-        for l in &listens {
-            match l {
-                Listen::Unix(p) => {
-                    Listener::check_unix(p, a.socket_group.as_deref())?;
-                }
-                Listen::Tcp(addr) => tcp.push(Listener::bind_tcp(
-                    addr,
-                    Access {
-                        token: token.clone(),
-                        read_only: token.is_none() && a.insecure_read_only,
-                    },
-                )?),
-            }
-        }
-        // The API server is reached before anything changes on the host: a kubeconfig that
-        // cannot be used stops the agent here.
-        let claims: Option<gpu_agent::kube::KubeClient> = if a.dra.dra {
-            let opts = gpu_agent::kube::ClientOptions {
-                kubeconfig: a.dra.kubeconfig.clone(),
-                ..gpu_agent::kube::ClientOptions::default()
-            };
-            let client = gpu_agent::kube::KubeClient::connect(&opts)
-                .await
-                .with_context(|| match &a.dra.kubeconfig {
-                    Some(k) => format!("--kubeconfig {}", k.display()),
-                    None => "--dra: the in-cluster configuration (or pass --kubeconfig)".to_owned(),
-                })?;
-            eprintln!(
-                "gpuslice agent: reading ResourceClaims from {}",
-                client.server()
-            );
-            Some(client)
-        } else {
-            None
-        };
-        let agent = Agent::open(host, config).map_err(|e| anyhow::anyhow!("{}", e.message))?;
-        for r in agent.reconciled() {
-            eprintln!(
-                "gpuslice agent: promise {}: {}{}",
-                r.promise.device.id(),
-                r.outcome.as_str(),
-                r.message.map(|m| format!(" ({m})")).unwrap_or_default()
-            );
-        }
-        let mut tcp = tcp.into_iter();
-        let mut listeners = Vec::new();
-        for l in &listens {
-            let bound = match l {
-                Listen::Unix(p) => Listener::bind_unix(p, a.socket_group.as_deref())?,
-                Listen::Tcp(_) => match tcp.next() {
-                    Some(t) => t,
-                    None => bail!("internal: a TCP listener went missing"),
-                },
-            };
-            eprintln!("gpuslice agent: serving on {}", bound.address());
-            listeners.push(bound);
-        }
-        let watch = gpu_agent::WatchOptions {
-            resync: (a.resync > 0).then(|| Duration::from_secs(a.resync)),
-            uevents,
-            gpu_events,
-            layout: a.layout.clone().map(|path| gpu_agent::WatchedLayout {
-                path,
-                config: a.config.clone(),
-            }),
-            read_deadline: Duration::from_millis(a.read_deadline.max(1)),
-            ..gpu_agent::WatchOptions::default()
-        };
-        let watchers = gpu_agent::watch::start(&agent, watch, tokio::runtime::Handle::current())
-            .context("--layout")?;
-        let terminated = gpu_agent::on_terminate()?;
-        // The publisher keeps this node's ResourceSlices true in the API server; its handle
-        // lives until the agent stops (dropping it stops publishing).
-        let publisher = match (&claims, a.dra.no_publish) {
-            (Some(client), false) => {
-                let store = match agent.host().root_dir() {
-                    Some(root) => Some(Arc::new(
-                        gpu_integrations::dra::ClaimStore::open(root, None)
-                            .context("--dra: the claim store")?,
-                    )),
-                    None => None,
-                };
-                let opts = gpu_agent::kube::PublishOptions {
-                    slices: gpu_agent::kube::SliceOptions {
-                        driver: a.dra.dra_driver.clone(),
-                        size_for: a.dra.size_for.iter().cloned().collect(),
-                    },
-                    claims: store,
-                    // Before 1.36.2 each GPU offers the size the watched layout gives it.
-                    layout: a.layout.clone().map(|path| gpu_agent::WatchedLayout {
-                        path,
-                        config: a.config.clone(),
-                    }),
-                    ..gpu_agent::kube::PublishOptions::default()
-                };
-                Some(
-                    gpu_agent::kube::spawn_publisher(Arc::clone(&agent), client.clone(), opts)
-                        .await
-                        .context("--dra: publishing ResourceSlices")?,
-                )
-            }
-            _ => None,
-        };
-        let plugin = match claims {
-            Some(client) => {
-                let claims: Arc<dyn gpu_agent::claims::ClaimSource> = Arc::new(client);
-                let config = gpu_agent::dra::DraConfig {
-                    driver: a.dra.dra_driver.clone(),
-                    kubelet_dir: a.dra.kubelet_dir.clone(),
-                    cdi_dir: a.dra.cdi_dir.clone(),
-                };
-                let plugin = gpu_agent::dra::DraPlugin::new(Arc::clone(&agent), claims, config)
-                    .map_err(anyhow::Error::msg)?;
-                // The plugin stops with the agent: its shutdown is the agent's.
-                let bound = gpu_agent::dra::bind(plugin).context("--dra")?;
-                let mut down = agent.shutdown_signal();
-                Some(tokio::spawn(bound.run(async move {
-                    let _ = down.wait_for(|v| *v).await;
-                })))
-            }
-            None => None,
-        };
-        gpu_agent::serve(agent, listeners, async move {
-            terminated.await;
-            eprintln!("gpuslice agent: shutting down");
-        })
-        .await?;
-        if let Some(p) = publisher {
-            if tokio::time::timeout(Duration::from_secs(5), p.stop())
-                .await
-                .is_err()
-            {
-                eprintln!("gpuslice agent: slice publisher still stopping after 5 s");
-            }
-        }
-        if let Some(p) = plugin {
-            match tokio::time::timeout(Duration::from_secs(5), p).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => eprintln!("gpuslice agent: DRA plugin: {e}"),
-                Ok(Err(e)) => eprintln!("gpuslice agent: DRA plugin: {e}"),
-                Err(_) => eprintln!("gpuslice agent: DRA plugin still stopping after 5 s"),
-            }
-        }
-        watchers.join(Duration::from_secs(2));
-        anyhow::Ok(())
-    })?;
+    gpu_agent::Daemon::open(config)?.run_blocking()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -25,23 +25,24 @@ pub struct MetricsArgs {
 }
 
 /// The metrics of this host (or of `--inventory`), rendered afresh.
-fn renderer(
-    g: &Global,
-    a: &MetricsArgs,
-) -> anyhow::Result<impl Fn() -> Result<String, String> + Send + Sync + use<>> {
+///
+/// # Errors
+/// The inventory or the host cannot be read; a node name that cannot be valid.
+fn render(g: &Global, inventory: Option<&std::path::Path>) -> anyhow::Result<String> {
+    let (nodes, allocations) = load_nodes(g, inventory)?;
+    for n in &nodes {
+        gpu_core::validate_name(&n.node).context("node")?;
+    }
+    Ok(metrics::render(&nodes, &allocations)?)
+}
+
+/// Checks what can be checked before the first render: a node name that cannot be valid is
+/// refused before any output, as `topology` does.
+fn check(g: &Global, a: &MetricsArgs) -> anyhow::Result<()> {
     if a.inventory.is_none() {
-        // As `topology` does: a node name that cannot be valid is refused before any output.
         gpu_core::validate_name(&g.node_name()).context("--node")?;
     }
-    let (g2, inventory) = (g.clone(), a.inventory.clone());
-    Ok(move || -> Result<String, String> {
-        let (nodes, allocations) =
-            load_nodes(&g2, inventory.as_deref()).map_err(|e| crate::common::render_error(&e))?;
-        for n in &nodes {
-            gpu_core::validate_name(&n.node).map_err(|e| format!("node: {e}"))?;
-        }
-        metrics::render(&nodes, &allocations).map_err(|e| e.to_string())
-    })
+    Ok(())
 }
 
 /// Runs `gpuslice metrics` without `--listen`: prints them once.
@@ -49,8 +50,8 @@ fn renderer(
 /// # Errors
 /// When the inventory or the host cannot be read.
 pub fn run(g: &Global, a: &MetricsArgs) -> anyhow::Result<ExitCode> {
-    let text = renderer(g, a)?().map_err(anyhow::Error::msg)?;
-    print!("{text}");
+    check(g, a)?;
+    print!("{}", render(g, a.inventory.as_deref())?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -62,7 +63,10 @@ pub fn serve(g: &Global, a: MetricsArgs) -> anyhow::Result<ExitCode> {
     let Some(addr) = &a.listen else {
         return run(g, &a);
     };
-    let render = renderer(g, &a)?;
+    check(g, &a)?;
+    let (g2, inventory) = (g.clone(), a.inventory.clone());
+    // Each scrape reads afresh; a failure is the scrape's 500, with the chain as its message.
+    let render = move || render(&g2, inventory.as_deref()).map_err(gpu_agent::RenderError::new);
     // The agent's server: one task per connection, deadlines for slow clients (a stalled client
     // no longer holds the scrape of others).
     let rt = gpu_agent::runtime().context("cannot start the server's runtime")?;

@@ -11,7 +11,8 @@ use gpu_sysfs::discover::DiscoverOptions;
 
 /// Renders Prometheus text for a topology in place of gpuslice's own exposition (an embedder's
 /// or a test's renderer): the body or a message.
-pub type MetricsHook = Arc<dyn Fn(&NodeTopology) -> Result<String, String> + Send + Sync>;
+pub type MetricsHook =
+    Arc<dyn Fn(&NodeTopology) -> Result<String, crate::error::RenderError> + Send + Sync>;
 
 /// What an embedder may put in place of the agent's own pieces.
 #[derive(Clone, Default)]
@@ -85,17 +86,29 @@ pub fn config_for_root(
 /// The shortest bearer token accepted: a shorter one can be guessed.
 pub const MIN_TOKEN_LEN: usize = 16;
 
+/// Why a bearer token is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// Fewer than [`MIN_TOKEN_LEN`] characters.
+    #[error("the token is shorter than {MIN_TOKEN_LEN} characters")]
+    TooShort,
+}
+
+impl gpu_core::ClassifiedError for TokenError {
+    fn kind(&self) -> gpu_core::ErrorKind {
+        gpu_core::ErrorKind::InvalidArgument
+    }
+}
+
 /// A bearer token as a token file holds it: the text without surrounding whitespace, at least
 /// [`MIN_TOKEN_LEN`] characters.
 ///
 /// # Errors
-/// A token shorter than [`MIN_TOKEN_LEN`] characters.
-pub fn parse_token(text: &str) -> Result<Arc<[u8]>, String> {
+/// [`TokenError::TooShort`].
+pub fn parse_token(text: &str) -> Result<Arc<[u8]>, TokenError> {
     let token = text.trim();
     if token.len() < MIN_TOKEN_LEN {
-        return Err(format!(
-            "the token is shorter than {MIN_TOKEN_LEN} characters"
-        ));
+        return Err(TokenError::TooShort);
     }
     Ok(Arc::from(token.as_bytes()))
 }
@@ -110,6 +123,6 @@ mod tests {
             parse_token("  0123456789abcdef\n").ok().as_deref(),
             Some(&b"0123456789abcdef"[..])
         );
-        assert!(parse_token("short\n").is_err());
+        assert_eq!(parse_token("short\n"), Err(TokenError::TooShort));
     }
 }

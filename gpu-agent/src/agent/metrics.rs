@@ -1,8 +1,6 @@
 //! `GET /metrics`: gpuslice's node metrics of the served topology (`gpu_integrations::metrics`,
 //! the same as `gpuslice metrics`), or an embedder's renderer, followed by the agent's own figures.
 
-use gpu_core::ErrorKind;
-
 use super::Agent;
 use crate::error::ApiError;
 
@@ -27,7 +25,7 @@ impl Agent {
         } else if self.config.metrics {
             (
                 gpu_integrations::metrics::render(std::slice::from_ref(&snap.topology), &[])
-                    .map_err(|e| e.to_string()),
+                    .map_err(crate::error::RenderError::new),
                 gpu_integrations::metrics::CONTENT_TYPE.to_owned(),
             )
         } else {
@@ -38,7 +36,7 @@ impl Agent {
                 text.push_str(&self.stats.render(self.bus.revision(), self.bus.sent()));
                 (text, content_type)
             })
-            .map_err(|e| ApiError::new(ErrorKind::Other, e)),
+            .map_err(|e| ApiError::from_render(&e)),
         )
     }
 }

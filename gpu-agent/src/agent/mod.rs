@@ -35,13 +35,15 @@ pub mod stats;
 pub mod vgpus;
 pub mod writes;
 
-pub use config::{AgentConfig, Hooks, MIN_TOKEN_LEN, MetricsHook, config_for_root, parse_token};
+pub use config::{
+    AgentConfig, Hooks, MIN_TOKEN_LEN, MetricsHook, TokenError, config_for_root, parse_token,
+};
 pub use handoff::HandoffTarget;
 pub use reconcile::{Outcome, Reconciled};
 pub use request::CreateRequest;
 pub use snapshot::{NarrowRead, Snapshot, compose_topology};
 pub use stall::{InFlightReads, TrackedHost};
-pub use stats::Stats;
+pub use stats::{PublisherCondition, Stats};
 
 /// The node agent: one per host.
 #[derive(Debug)]

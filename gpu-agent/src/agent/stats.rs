@@ -1,4 +1,6 @@
-//! The agent's own figures, served at the end of `/metrics`.
+//! The agent's own figures, served at the end of `/metrics`, the kubelet plugin's counters
+//! ([`DraStats`]) among them. They live here, below both the agent and the plugin: the plugin
+//! drives the agent, so the agent's figures import nothing of the plugin.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -25,8 +27,23 @@ pub struct Stats {
     pub(crate) slice_latency_count: AtomicU64,
     pub(crate) slice_latency_nanos_last: AtomicU64,
     /// The kubelet plugin's counters (`gpuslice agent --dra`), served once a plugin runs.
-    pub(crate) dra: crate::dra::DraStats,
+    pub(crate) dra: DraStats,
     pub(crate) dra_on: AtomicBool,
+    /// The slice publisher's condition, while one runs.
+    publisher: std::sync::Mutex<Option<PublisherCondition>>,
+}
+
+/// Whether the slice publisher keeps the node's ResourceSlices true, as `/healthz` shows it.
+/// A publisher the API server's answers keep from publishing (a `/version` that is garbage or
+/// too old, no `resource.k8s.io/v1`, refused credentials, an outage) is not ready and says why;
+/// the agent serves on and the publisher asks again with back-off.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PublisherCondition {
+    /// Whether its last round went through.
+    pub ready: bool,
+    /// Why not, when it is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -62,6 +79,21 @@ impl Stats {
 
     pub(crate) fn record_slice_failure(&self) {
         self.slice_publish_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_publisher(&self, condition: PublisherCondition) {
+        *self
+            .publisher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(condition);
+    }
+
+    /// The slice publisher's condition; `None` when no publisher runs.
+    pub fn publisher(&self) -> Option<PublisherCondition> {
+        self.publisher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn record_slice_latency(&self, took: Duration) {
@@ -245,8 +277,70 @@ impl Stats {
             "Time from the last host change to its ResourceSlices written.",
             format!("{}", secs(&self.slice_latency_nanos_last)),
         );
+        metric(
+            "gpuslice_agent_slice_publisher_blocked",
+            "gauge",
+            "1 while the API server's answers keep the slice publisher from publishing (it retries with back-off).",
+            u8::from(self.publisher().is_some_and(|c| !c.ready)).to_string(),
+        );
         if self.dra_on.load(Ordering::Relaxed) {
             out.push_str(&self.dra.render());
+        }
+        out
+    }
+}
+
+/// What the plugin counted (`/metrics`-ready figures, and the tests' witness).
+#[derive(Debug, Default)]
+pub struct DraStats {
+    /// `NotifyRegistrationStatus` calls saying the kubelet registered the plugin.
+    pub registered: AtomicU64,
+    /// `NotifyRegistrationStatus` calls saying it did not.
+    pub registration_failed: AtomicU64,
+    /// Claims prepared (including repeats answered from the record).
+    pub prepared: AtomicU64,
+    /// Claims whose prepare was refused or failed.
+    pub prepare_failed: AtomicU64,
+    /// Claims unprepared.
+    pub unprepared: AtomicU64,
+    /// Claims whose unprepare failed.
+    pub unprepare_failed: AtomicU64,
+}
+
+impl DraStats {
+    /// Prometheus text of the counters.
+    pub fn render(&self) -> String {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut out = String::new();
+        for (family, help, label, rows) in [
+            (
+                "gpuslice_dra_registrations_total",
+                "Kubelet registration results of the DRA plugin.",
+                "registered",
+                [
+                    ("true", &self.registered),
+                    ("false", &self.registration_failed),
+                ],
+            ),
+            (
+                "gpuslice_dra_prepares_total",
+                "Claims the DRA plugin prepared, by result.",
+                "result",
+                [("ok", &self.prepared), ("error", &self.prepare_failed)],
+            ),
+            (
+                "gpuslice_dra_unprepares_total",
+                "Claims the DRA plugin unprepared, by result.",
+                "result",
+                [("ok", &self.unprepared), ("error", &self.unprepare_failed)],
+            ),
+        ] {
+            out.push_str(&format!(
+                "# HELP {family} {help}\n# TYPE {family} counter\n"
+            ));
+            for (value, counter) in rows {
+                out.push_str(&format!("{family}{{{label}=\"{value}\"}} {}\n", n(counter)));
+            }
         }
         out
     }

@@ -17,7 +17,7 @@ use gpu_integrations::dra::{ClaimStore, DeviceName, DraOptions};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use super::DraPlugin;
+use super::{DraError, DraPlugin};
 use crate::agent::Snapshot;
 
 /// How often the list is sent when nothing happens.
@@ -83,14 +83,13 @@ pub fn device_states(
     topology: &NodeTopology,
     driver: &str,
     prepared: std::collections::BTreeMap<String, gpu_integrations::dra::Prepared>,
-) -> Result<Vec<DeviceState>, String> {
+) -> Result<Vec<DeviceState>, DraError> {
     let opts = DraOptions {
         driver: driver.to_owned(),
         prepared,
         ..DraOptions::default()
     };
-    let slices =
-        gpu_integrations::dra::build::node_slices(topology, &opts).map_err(|e| e.to_string())?;
+    let slices = gpu_integrations::dra::build::node_slices(topology, &opts)?;
     let mut out = Vec::new();
     for slice in &slices.slices {
         for d in &slice.spec.devices {
@@ -138,15 +137,9 @@ impl DraPlugin {
     ///
     /// # Errors
     /// See [`device_states`]; the claim store cannot be read.
-    pub fn health(&self, snapshot: &Snapshot) -> Result<Vec<DeviceState>, String> {
-        let root = self
-            .agent
-            .host()
-            .root_dir()
-            .ok_or_else(|| "the host has no root directory".to_owned())?;
-        let prepared = ClaimStore::open(root, None)
-            .and_then(|s| s.read_prepared())
-            .map_err(|e| e.to_string())?;
+    pub fn health(&self, snapshot: &Snapshot) -> Result<Vec<DeviceState>, DraError> {
+        let root = self.agent.host().root_dir().ok_or(DraError::NoRoot)?;
+        let prepared = ClaimStore::open(root, None).and_then(|s| s.read_prepared())?;
         device_states(&snapshot.topology, &self.config.driver, prepared)
     }
 

@@ -19,6 +19,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The plugin's counters live with the agent's figures ([`crate::agent::stats`]), which the
+/// plugin's code imports and which import nothing of it.
+pub use crate::agent::stats::DraStats;
+
 use gpu_integrations::dra::ClaimStore;
 use gpu_integrations::dra::cdi::CdiLayout;
 
@@ -86,59 +90,37 @@ impl DraConfig {
     }
 }
 
-/// What the plugin counted (`/metrics`-ready figures, and the tests' witness).
-#[derive(Debug, Default)]
-pub struct DraStats {
-    /// `NotifyRegistrationStatus` calls saying the kubelet registered the plugin.
-    pub registered: AtomicU64,
-    /// `NotifyRegistrationStatus` calls saying it did not.
-    pub registration_failed: AtomicU64,
-    /// Claims prepared (including repeats answered from the record).
-    pub prepared: AtomicU64,
-    /// Claims whose prepare was refused or failed.
-    pub prepare_failed: AtomicU64,
-    /// Claims unprepared.
-    pub unprepared: AtomicU64,
-    /// Claims whose unprepare failed.
-    pub unprepare_failed: AtomicU64,
+/// Why the plugin cannot start, or cannot answer for a claim or for device health.
+#[derive(Debug, thiserror::Error)]
+pub enum DraError {
+    /// The driver name cannot name CDI devices.
+    #[error("--dra-driver")]
+    Driver(#[source] gpu_integrations::IntegrationError),
+    /// The agent's host has no root directory to keep the claim store in.
+    #[error("the host has no root directory")]
+    NoRoot,
+    /// The claim store cannot be opened or read, or the slices cannot be built.
+    #[error(transparent)]
+    Integration(#[from] gpu_integrations::IntegrationError),
+    /// A claim that was not prepared or unprepared: the reason, as the kubelet is told it.
+    #[error("{0}")]
+    Claim(String),
 }
 
-impl DraStats {
-    /// Prometheus text of the counters.
-    pub fn render(&self) -> String {
-        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut out = String::new();
-        for (family, help, label, rows) in [
-            (
-                "gpuslice_dra_registrations_total",
-                "Kubelet registration results of the DRA plugin.",
-                "registered",
-                [
-                    ("true", &self.registered),
-                    ("false", &self.registration_failed),
-                ],
-            ),
-            (
-                "gpuslice_dra_prepares_total",
-                "Claims the DRA plugin prepared, by result.",
-                "result",
-                [("ok", &self.prepared), ("error", &self.prepare_failed)],
-            ),
-            (
-                "gpuslice_dra_unprepares_total",
-                "Claims the DRA plugin unprepared, by result.",
-                "result",
-                [("ok", &self.unprepared), ("error", &self.unprepare_failed)],
-            ),
-        ] {
-            out.push_str(&format!(
-                "# HELP {family} {help}\n# TYPE {family} counter\n"
-            ));
-            for (value, counter) in rows {
-                out.push_str(&format!("{family}{{{label}=\"{value}\"}} {}\n", n(counter)));
-            }
+impl DraError {
+    /// A claim's failure, whatever form the prepare step gives it.
+    pub fn claim(e: impl std::fmt::Display) -> Self {
+        DraError::Claim(e.to_string())
+    }
+}
+
+impl gpu_core::ClassifiedError for DraError {
+    fn kind(&self) -> gpu_core::ErrorKind {
+        match self {
+            DraError::Driver(e) | DraError::Integration(e) => gpu_core::ClassifiedError::kind(e),
+            DraError::NoRoot => gpu_core::ErrorKind::HostError,
+            DraError::Claim(_) => gpu_core::ErrorKind::Other,
         }
-        out
     }
 }
 
@@ -169,14 +151,14 @@ impl DraPlugin {
         agent: Arc<Agent>,
         claims: Arc<dyn ClaimSource>,
         config: DraConfig,
-    ) -> Result<Arc<Self>, String> {
+    ) -> Result<Arc<Self>, DraError> {
         let cdi = CdiLayout::new(
             config.cdi_dir.clone(),
             config.plugin_dir().join("metadata"),
             &config.driver,
         )
-        .map_err(|e| format!("--dra-driver: {e}"))?;
-        let store = prepare::store_of(&agent)?;
+        .map_err(DraError::Driver)?;
+        let store = prepare::store_of(&agent).map_err(DraError::claim)?;
         // Its counters are the agent's: served on `/metrics` from now on.
         agent
             .stats()

@@ -7,17 +7,17 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::DraPlugin;
 use super::prepare::{ClaimId, GivenDevice};
+use super::{DraError, DraPlugin};
 
 /// Answers a prepare request: per claim UID, the devices or the error.
 async fn prepare_all(
     plugin: &Arc<DraPlugin>,
     claims: Vec<ClaimId>,
-) -> Vec<(String, Result<Vec<GivenDevice>, String>)> {
+) -> Vec<(String, Result<Vec<GivenDevice>, DraError>)> {
     let mut out = Vec::with_capacity(claims.len());
     for id in claims {
-        let answer = plugin.prepare(&id).await;
+        let answer = plugin.prepare(&id).await.map_err(DraError::claim);
         out.push((id.uid, answer));
     }
     out
@@ -27,10 +27,10 @@ async fn prepare_all(
 async fn unprepare_all(
     plugin: &Arc<DraPlugin>,
     claims: Vec<ClaimId>,
-) -> Vec<(String, Result<(), String>)> {
+) -> Vec<(String, Result<(), DraError>)> {
     let mut out = Vec::with_capacity(claims.len());
     for id in claims {
-        let answer = plugin.unprepare(&id).await;
+        let answer = plugin.unprepare(&id).await.map_err(DraError::claim);
         out.push((id.uid, answer));
     }
     out
@@ -80,7 +80,7 @@ macro_rules! dra_service {
                         },
                         Err(error) => p::NodePrepareResourceResponse {
                             devices: vec![],
-                            error,
+                            error: error.to_string(),
                         },
                     };
                     answer.insert(uid, entry);
@@ -104,7 +104,7 @@ macro_rules! dra_service {
                         (
                             uid,
                             p::NodeUnprepareResourceResponse {
-                                error: r.err().unwrap_or_default(),
+                                error: r.err().map(|e| e.to_string()).unwrap_or_default(),
                             },
                         )
                     })

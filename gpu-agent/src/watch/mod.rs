@@ -136,18 +136,22 @@ impl Watchers {
         self.requests.request();
     }
 
-    /// Waits for the threads to end (after the agent's shutdown). A thread stuck in a read
-    /// that never answers is left behind.
-    pub fn join(self, within: Duration) {
+    /// Waits for the threads to end (after the agent's shutdown); whether all of them did. A
+    /// thread stuck in a read that never answers is left behind.
+    pub fn join(self, within: Duration) -> bool {
         let end = Instant::now() + within;
+        let mut all = true;
         for t in self.threads {
             while !t.is_finished() && Instant::now() < end {
                 std::thread::sleep(Duration::from_millis(20));
             }
             if t.is_finished() {
                 let _ = t.join();
+            } else {
+                all = false;
             }
         }
+        all
     }
 }
 
