@@ -28,6 +28,7 @@
 pub mod error;
 pub mod node;
 pub mod open;
+mod probe;
 pub mod target;
 
 pub use error::{NodeError, as_classified};

@@ -22,6 +22,7 @@ use gpu_sysfs::discover::DiscoverOptions;
 use serde::Serialize;
 
 use crate::NodeError;
+use crate::probe::Probe;
 use crate::target::{Target, choose_target};
 
 /// The host-wide write lock (`run/gpuslice/vgpu.lock` under the root), released on drop.
@@ -204,7 +205,7 @@ impl<'h> Node<'h> {
 
     /// Creates a vGPU of `profile` on `parent` (see [`choose_target`]), named by `name` once
     /// the target is known (an mdev needs a UUID; `name` may refuse one for a VF), under the
-    /// lock.
+    /// lock when anything is to be written (asking again for what exists writes nothing).
     ///
     /// # Errors
     /// [`NodeError::Lock`]; what `gpu_named` and `name` answer; the errors of
@@ -214,15 +215,33 @@ impl<'h> Node<'h> {
         parent: &ParentId,
         profile: &str,
         force: bool,
-        gpu_named: impl FnOnce(&str) -> Result<PciAddress, E>,
-        name: impl FnOnce(&Target) -> Result<Option<MdevUuid>, E>,
+        gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
+        name: impl Fn(&Target) -> Result<Option<MdevUuid>, E>,
     ) -> Result<Created, E> {
-        let locked = self.lock()?;
-        let target = locked.choose_target(parent, profile, None, gpu_named)?;
-        let uuid = name(&target)?;
-        // A UUID that already exists on a parent of the GPU is found there again.
-        let target = target.for_uuid(self.host, uuid.as_ref())?;
-        Ok(locked.create_vgpu(&target, uuid, force)?)
+        self.check_then_write(|host| {
+            let target = choose_target(host, parent, profile, None, &gpu_named)?;
+            let uuid = name(&target)?;
+            // A UUID that already exists on a parent of the GPU is found there again.
+            let target = target.for_uuid(host, uuid.as_ref())?;
+            Ok(create_at(host, &target, uuid, force)?)
+        })
+    }
+
+    /// Runs `op` on a [`Probe`] of the host first: when it gets through without trying to
+    /// change anything, its answer (a refusal, or nothing to do) is the answer, and neither the
+    /// lock nor the host was touched. Otherwise `op` runs again, for real, under the lock: the
+    /// choices it makes are made again there, on the host as the lock leaves it.
+    fn check_then_write<T, E: From<NodeError>>(
+        &self,
+        op: impl Fn(&dyn Host) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let probe = Probe::new(self.host);
+        let checked = op(&probe);
+        if !probe.tried_to_write() {
+            return checked;
+        }
+        let _lock = self.acquire()?;
+        op(self.host)
     }
 
     /// Removes a vGPU: an mdev instance, or a VF's type. One a process (a VM) holds open is
@@ -231,7 +250,7 @@ impl<'h> Node<'h> {
     /// # Errors
     /// [`NodeError::Lock`], [`NodeError::RemoveMdev`], [`NodeError::ClearVf`].
     pub fn remove_vgpu(&self, id: &VgpuId, force: bool) -> Result<Removed, NodeError> {
-        self.lock()?.remove_vgpu(id, force)
+        self.check_then_write(|host| remove_at(host, id, force))
     }
 
     /// Binds the GPU `gpu` and its companion functions to vfio-pci.
@@ -239,7 +258,7 @@ impl<'h> Node<'h> {
     /// # Errors
     /// [`NodeError::Lock`], [`NodeError::Bind`].
     pub fn bind_gpu(&self, gpu: &PciAddress) -> Result<GpuBinding, NodeError> {
-        self.lock()?.bind_gpu(gpu)
+        self.check_then_write(|host| bind_at(host, gpu))
     }
 
     /// Gives the GPU `gpu` back to its host driver (refused while a process holds it, unless
@@ -248,7 +267,7 @@ impl<'h> Node<'h> {
     /// # Errors
     /// [`NodeError::Lock`], [`NodeError::Release`].
     pub fn release_gpu(&self, gpu: &PciAddress, force: bool) -> Result<GpuBinding, NodeError> {
-        self.lock()?.release_gpu(gpu, force)
+        self.check_then_write(|host| release_at(host, gpu, force))
     }
 
     /// Enables SR-IOV on `pf` with `sriov-manage`, checked afterwards.
@@ -260,7 +279,7 @@ impl<'h> Node<'h> {
         pf: &PciAddress,
         opts: &SriovOptions,
     ) -> Result<SriovEnabled, NodeError> {
-        self.lock()?.enable_sriov(pf, opts)
+        self.check_then_write(|host| enable_sriov_at(host, pf, opts))
     }
 
     /// Disables SR-IOV on `pf`; refused while a VF holds a vGPU or is open, naming it.
@@ -268,7 +287,7 @@ impl<'h> Node<'h> {
     /// # Errors
     /// [`NodeError::Lock`], [`NodeError::DisableSriov`].
     pub fn disable_sriov(&self, pf: &PciAddress) -> Result<SriovDisabled, NodeError> {
-        self.lock()?.disable_sriov(pf)
+        self.check_then_write(|host| disable_sriov_at(host, pf))
     }
 
     /// Applies (or clears) a layout: planned against the host, then written under the lock,
@@ -355,43 +374,7 @@ impl Locked<'_, '_> {
         uuid: Option<MdevUuid>,
         force: bool,
     ) -> Result<Created, NodeError> {
-        let host = self.node.host;
-        match target {
-            Target::Mdev {
-                parent,
-                type_id,
-                on_gpu,
-            } => {
-                let uuid = uuid.ok_or_else(|| NodeError::Unnamed {
-                    parent: parent.clone(),
-                })?;
-                let at = CreateTarget::Mdev {
-                    parent: parent.clone(),
-                    type_id: type_id.clone(),
-                };
-                actuate::create_vgpu(host, &at, Some(uuid), type_id.as_str(), force).map_err(
-                    |source| NodeError::CreateMdev {
-                        uuid,
-                        parent: parent.clone(),
-                        on_gpu: *on_gpu,
-                        source: Box::new(source),
-                    },
-                )
-            }
-            Target::VendorVfio { vf, type_num } => {
-                let at = CreateTarget::VendorVfio {
-                    vf: *vf,
-                    type_num: *type_num,
-                };
-                actuate::create_vgpu(host, &at, None, "", force).map_err(|source| {
-                    NodeError::SetVfType {
-                        vf: *vf,
-                        type_num: *type_num,
-                        source: Box::new(source),
-                    }
-                })
-            }
-        }
+        create_at(self.node.host, target, uuid, force)
     }
 
     /// [`Node::remove_vgpu`] under this lock.
@@ -399,23 +382,7 @@ impl Locked<'_, '_> {
     /// # Errors
     /// [`NodeError::RemoveMdev`], [`NodeError::ClearVf`].
     pub fn remove_vgpu(&self, id: &VgpuId, force: bool) -> Result<Removed, NodeError> {
-        let host = self.node.host;
-        match id {
-            VgpuId::Mdev(uuid) => actuate::remove_mdev(host, uuid, force)
-                .map(Removed::Mdev)
-                .map_err(|source| NodeError::RemoveMdev {
-                    uuid: *uuid,
-                    source: Box::new(source),
-                }),
-            VgpuId::Vf(vf) => {
-                actuate::clear_vf(host, vf, force)
-                    .map(Removed::Vf)
-                    .map_err(|source| NodeError::ClearVf {
-                        vf: *vf,
-                        source: Box::new(source),
-                    })
-            }
-        }
+        remove_at(self.node.host, id, force)
     }
 
     /// [`Node::bind_gpu`] under this lock.
@@ -423,10 +390,7 @@ impl Locked<'_, '_> {
     /// # Errors
     /// [`NodeError::Bind`].
     pub fn bind_gpu(&self, gpu: &PciAddress) -> Result<GpuBinding, NodeError> {
-        actuate::bind_gpu(self.node.host, gpu).map_err(|source| NodeError::Bind {
-            gpu: *gpu,
-            source: Box::new(source),
-        })
+        bind_at(self.node.host, gpu)
     }
 
     /// [`Node::release_gpu`] under this lock.
@@ -434,10 +398,7 @@ impl Locked<'_, '_> {
     /// # Errors
     /// [`NodeError::Release`].
     pub fn release_gpu(&self, gpu: &PciAddress, force: bool) -> Result<GpuBinding, NodeError> {
-        actuate::release_gpu(self.node.host, gpu, force).map_err(|source| NodeError::Release {
-            gpu: *gpu,
-            source: Box::new(source),
-        })
+        release_at(self.node.host, gpu, force)
     }
 
     /// [`Node::enable_sriov`] under this lock.
@@ -449,10 +410,7 @@ impl Locked<'_, '_> {
         pf: &PciAddress,
         opts: &SriovOptions,
     ) -> Result<SriovEnabled, NodeError> {
-        actuate::enable_sriov(self.node.host, pf, opts).map_err(|source| NodeError::EnableSriov {
-            pf: *pf,
-            source: Box::new(source),
-        })
+        enable_sriov_at(self.node.host, pf, opts)
     }
 
     /// [`Node::disable_sriov`] under this lock.
@@ -460,10 +418,7 @@ impl Locked<'_, '_> {
     /// # Errors
     /// [`NodeError::DisableSriov`].
     pub fn disable_sriov(&self, pf: &PciAddress) -> Result<SriovDisabled, NodeError> {
-        actuate::disable_sriov(self.node.host, pf).map_err(|source| NodeError::DisableSriov {
-            pf: *pf,
-            source: Box::new(source),
-        })
+        disable_sriov_at(self.node.host, pf)
     }
 
     /// [`Node::apply_layout`] under this lock (a dry run too plans under it).
@@ -484,4 +439,99 @@ impl Locked<'_, '_> {
         apply::apply_layout_locked(self.node.host, config, &opts, &self.lock, events)
             .map_err(|e| NodeError::Layout(Box::new(e)))
     }
+}
+
+/// Makes the vGPU at `target` on `host`.
+fn create_at(
+    host: &dyn Host,
+    target: &Target,
+    uuid: Option<MdevUuid>,
+    force: bool,
+) -> Result<Created, NodeError> {
+    match target {
+        Target::Mdev {
+            parent,
+            type_id,
+            on_gpu,
+        } => {
+            let uuid = uuid.ok_or_else(|| NodeError::Unnamed {
+                parent: parent.clone(),
+            })?;
+            let at = CreateTarget::Mdev {
+                parent: parent.clone(),
+                type_id: type_id.clone(),
+            };
+            actuate::create_vgpu(host, &at, Some(uuid), type_id.as_str(), force).map_err(|source| {
+                NodeError::CreateMdev {
+                    uuid,
+                    parent: parent.clone(),
+                    on_gpu: *on_gpu,
+                    source: Box::new(source),
+                }
+            })
+        }
+        Target::VendorVfio { vf, type_num } => {
+            let at = CreateTarget::VendorVfio {
+                vf: *vf,
+                type_num: *type_num,
+            };
+            actuate::create_vgpu(host, &at, None, "", force).map_err(|source| {
+                NodeError::SetVfType {
+                    vf: *vf,
+                    type_num: *type_num,
+                    source: Box::new(source),
+                }
+            })
+        }
+    }
+}
+
+/// Removes the vGPU `id` on `host`.
+fn remove_at(host: &dyn Host, id: &VgpuId, force: bool) -> Result<Removed, NodeError> {
+    match id {
+        VgpuId::Mdev(uuid) => actuate::remove_mdev(host, uuid, force)
+            .map(Removed::Mdev)
+            .map_err(|source| NodeError::RemoveMdev {
+                uuid: *uuid,
+                source: Box::new(source),
+            }),
+        VgpuId::Vf(vf) => actuate::clear_vf(host, vf, force)
+            .map(Removed::Vf)
+            .map_err(|source| NodeError::ClearVf {
+                vf: *vf,
+                source: Box::new(source),
+            }),
+    }
+}
+
+fn bind_at(host: &dyn Host, gpu: &PciAddress) -> Result<GpuBinding, NodeError> {
+    actuate::bind_gpu(host, gpu).map_err(|source| NodeError::Bind {
+        gpu: *gpu,
+        source: Box::new(source),
+    })
+}
+
+fn release_at(host: &dyn Host, gpu: &PciAddress, force: bool) -> Result<GpuBinding, NodeError> {
+    actuate::release_gpu(host, gpu, force).map_err(|source| NodeError::Release {
+        gpu: *gpu,
+        source: Box::new(source),
+    })
+}
+
+fn enable_sriov_at(
+    host: &dyn Host,
+    pf: &PciAddress,
+    opts: &SriovOptions,
+) -> Result<SriovEnabled, NodeError> {
+    actuate::enable_sriov(host, pf, opts).map_err(|source| NodeError::EnableSriov {
+        pf: *pf,
+        source: Box::new(source),
+    })
+}
+
+fn disable_sriov_at(host: &dyn Host, pf: &PciAddress) -> Result<SriovDisabled, NodeError> {
+    actuate::disable_sriov(host, pf).map_err(|source| NodeError::DisableSriov {
+        pf: *pf,
+        source: Box::new(source),
+    })
 }
