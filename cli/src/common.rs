@@ -426,14 +426,14 @@ pub fn classify_also(also: Classifier) {
     let _ = ALSO.set(also);
 }
 
-/// The library error types an `anyhow` chain may hold: health's (which reaches discovery and
-/// the model), the scheduler's, the integrations' and, where it runs, the agent's.
+/// The library error types an `anyhow` chain may hold: the node writer's (which reaches health,
+/// discovery and the model), the scheduler's, the integrations' and, where it runs, the agent's.
 fn classified<'a>(
     cause: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a dyn gpu_core::ClassifiedError> {
     ALSO.get()
         .and_then(|also| also(cause))
-        .or_else(|| gpu_health::error::as_classified(cause))
+        .or_else(|| gpu_node::as_classified(cause))
         .or_else(|| gpu_sched::as_classified(cause))
         .or_else(|| gpu_integrations::error::as_classified(cause))
 }

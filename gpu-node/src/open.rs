@@ -4,4 +4,6 @@
 //! the only door the front-ends use, so that a node that is going to be changed is opened the
 //! same way everywhere.
 
-pub use gpu_health::{ComposedNode, NodeRequest, NvmlSource, OpenedNode, open_node, open_node_host};
+pub use gpu_health::{
+    ComposedNode, NodeRequest, NvmlSource, OpenedNode, open_node, open_node_host,
+};

@@ -2,8 +2,8 @@
 //! vfio-pci and back.
 //!
 //! Each command parses its identities into validated types before touching the host (nothing is
-//! written for a malformed address or name), runs one `gpu_sysfs::actuate` operation on a host
-//! opened at `--root`, and prints what was done with the QEMU and libvirt snippets.
+//! written for a malformed address or name), runs one operation of the node's writer
+//! ([`gpu_node::Node`]) on a host opened at `--root`, and prints what was done with the QEMU and libvirt snippets.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gpu_core::FleetNode;
 use gpu_core::PciAddress;
-use gpu_sysfs::actuate::{self, GpuBinding, handoff::Handoff};
+use gpu_sysfs::actuate::{GpuBinding, handoff::Handoff};
 
 use super::topology::{GPU_HEADERS, allocated_view, gpu_row, not_in_fleet, print_warnings};
 use crate::common::{Global, Output, local_topology, open_node_host, print_data, render_table};
@@ -119,6 +119,19 @@ pub(crate) fn open_host(g: &Global, changes: bool) -> anyhow::Result<gpu_health:
     Ok(opened)
 }
 
+/// The one writer of the node `--root` opened ([`gpu_node::Node`]), saying on stderr when it
+/// waits for another writer's lock.
+pub(crate) fn writer(opened: &gpu_health::OpenedNode) -> gpu_node::Node<'_> {
+    fn waiting(lock: &std::path::Path) {
+        eprintln!(
+            "gpuslice: waiting for another gpuslice writer to finish (lock {})",
+            lock.display()
+        );
+    }
+    const WAITING: gpu_node::node::LockWaiting<'static> = &waiting;
+    gpu_node::Node::of(opened).on_lock_wait(WAITING)
+}
+
 /// A GPU given as a PCI address or a per-node name (`nvidia0`), resolved through discovery.
 pub(crate) fn resolve_gpu(
     opened: &gpu_health::OpenedNode,
@@ -186,7 +199,6 @@ pub struct BindArgs {
 /// failed steps (after rolling back).
 pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
-    let host = opened.host.host();
     let gpu = resolve_gpu(&opened, &a.gpu)?;
     let topo = crate::common::local_topology(g, None, false)
         .with_context(|| format!("cannot grade the health of {gpu} before binding it"))?;
@@ -198,8 +210,7 @@ pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
             eprintln!("gpuslice: warning: {w}");
         }
     }
-    let b =
-        actuate::bind_gpu(host, &gpu).with_context(|| format!("cannot bind {gpu} to vfio-pci"))?;
+    let b = writer(&opened).bind_gpu(&gpu)?;
     match g.output {
         Output::Table => print_binding("bound", &b),
         out => print_data(out, &b)?,
@@ -224,10 +235,8 @@ pub struct ReleaseArgs {
 /// Invalid input, a device in use without `--force`, failed steps (after rolling back).
 pub fn release(g: &Global, a: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
-    let host = opened.host.host();
     let gpu = resolve_gpu(&opened, &a.gpu)?;
-    let b = actuate::release_gpu(host, &gpu, a.force)
-        .with_context(|| format!("cannot release {gpu} to its host driver"))?;
+    let b = writer(&opened).release_gpu(&gpu, a.force)?;
     match g.output {
         Output::Table => print_binding("released", &b),
         out => print_data(out, &b)?,

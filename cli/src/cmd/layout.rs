@@ -2,7 +2,8 @@
 //!
 //! The file is NVIDIA's vgpu-device-manager format (read unchanged) or gpuslice's per-device
 //! forms; `docs/layouts.md` describes both. Planning is `gpu_core::layout`, execution (lock,
-//! SR-IOV, writes, rollback) is `gpu_sysfs::apply`; this module reads arguments and prints.
+//! SR-IOV, writes, rollback) is the node's writer (`gpu_node::Node::apply_layout`); this module
+//! reads arguments and prints.
 //!
 //! Exit status: 0 applied (or already applied); 1 not applied (`assert`) or GPUs left unchanged
 //! because a VM uses their vGPUs; 2 nothing was changed because of an error (bad file, unknown
@@ -18,11 +19,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gpu_core::layout::{Assertion, LayoutFile, Mode, Plan, Step};
 use gpu_core::nvidia::strip_prefix;
+use gpu_node::{LayoutWrite, NodeError};
 use gpu_sysfs::actuate::SriovOptions;
-use gpu_sysfs::apply::{
-    ApplyError, ApplyEvent, ApplyOptions, ApplyReport, ApplyStatus, apply_layout, assert_config,
-    describe,
-};
+use gpu_sysfs::apply::{ApplyError, ApplyEvent, ApplyReport, ApplyStatus, describe};
 
 use crate::common::{Global, Output, open_node_host, print_data, read_input};
 
@@ -117,7 +116,7 @@ pub fn assert(g: &Global, a: AssertArgs) -> anyhow::Result<ExitCode> {
     let file = read_layout(&a.source.file)?;
     let config = file.select(a.source.config.as_deref())?;
     let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
-    let result = assert_config(opened.host.host(), config, &opened.discover)?;
+    let result = gpu_node::Node::of(&opened).assert_layout(config)?;
     match g.output {
         Output::Table => print_assertion(&result),
         out => print_data(out, &result)?,
@@ -135,21 +134,20 @@ fn run(g: &Global, src: &LayoutSource, w: &WriteOptions, mode: Mode) -> anyhow::
             g.root.display()
         );
     }
-    let mut opts = ApplyOptions::new(g.node_name());
-    opts.discover = opened.discover;
-    opts.mode = mode;
-    opts.force = w.force;
-    opts.dry_run = w.dry_run;
-    opts.lock_timeout = w.lock_timeout.map(seconds).transpose()?;
-    opts.sriov = SriovOptions {
-        timeout: seconds(w.sriov_timeout)?,
-        chroot: w.sriov_chroot.clone(),
-        ..SriovOptions::default()
+    let lock_timeout = w.lock_timeout.map(seconds).transpose()?;
+    let how = LayoutWrite {
+        mode,
+        force: w.force,
+        dry_run: w.dry_run,
+        sriov: SriovOptions {
+            timeout: seconds(w.sriov_timeout)?,
+            chroot: w.sriov_chroot.clone(),
+            ..SriovOptions::default()
+        },
     };
+    let node = gpu_node::Node::of(&opened).lock_timeout(lock_timeout);
     let mut progress = Progress::new(g.output == Output::Table);
-    let result = apply_layout(opened.host.host(), config, &opts, &mut |e| {
-        progress.event(&e)
-    });
+    let result = node.apply_layout(config, &how, &mut |e| progress.event(&e));
     progress.finish();
     match result {
         Ok(report) => {
@@ -162,19 +160,22 @@ fn run(g: &Global, src: &LayoutSource, w: &WriteOptions, mode: Mode) -> anyhow::
                 _ => 0,
             }))
         }
-        Err(ApplyError::Failed { report }) => {
-            match g.output {
-                Output::Table => print_report(&report),
-                out => print_data(out, &report)?,
+        Err(NodeError::Layout(e)) => match *e {
+            ApplyError::Failed { report } => {
+                match g.output {
+                    Output::Table => print_report(&report),
+                    out => print_data(out, &report)?,
+                }
+                let code = if report.status == ApplyStatus::RollbackIncomplete {
+                    4
+                } else {
+                    3
+                };
+                eprintln!("gpuslice: {}", ApplyError::Failed { report });
+                Ok(ExitCode::from(code))
             }
-            let code = if report.status == ApplyStatus::RollbackIncomplete {
-                4
-            } else {
-                3
-            };
-            eprintln!("gpuslice: {}", ApplyError::Failed { report });
-            Ok(ExitCode::from(code))
-        }
+            other => Err(NodeError::Layout(Box::new(other)).into()),
+        },
         Err(e) => Err(e.into()),
     }
 }

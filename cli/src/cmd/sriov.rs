@@ -1,15 +1,15 @@
-//! `gpuslice sriov enable`: the VFs of an NVIDIA GPU through `sriov-manage`, with a timeout,
-//! checked afterwards.
+//! `gpuslice sriov enable|disable`: the VFs of an NVIDIA GPU, made through `sriov-manage` (with a
+//! timeout, checked afterwards) and taken away again once none holds a vGPU.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::{Args, Subcommand};
 use gpu_sysfs::actuate::{self, SriovOptions};
 
-use super::gpu::{open_host, resolve_gpu};
+use super::gpu::{open_host, resolve_gpu, writer};
 use crate::common::{Global, Output, print_data};
 
 /// `gpuslice sriov` subcommands.
@@ -18,6 +18,9 @@ use crate::common::{Global, Output, print_data};
 pub enum SriovCommand {
     /// Enable the VFs of an NVIDIA GPU with `sriov-manage -e <BDF>` (checked afterwards).
     Enable(SriovEnableArgs),
+    /// Disable the VFs of a GPU (`sriov_numvfs` set to 0); refused while a VF holds a vGPU or a
+    /// process holds one open.
+    Disable(SriovDisableArgs),
 }
 
 // `sriov enable` arguments.
@@ -37,25 +40,35 @@ pub struct SriovEnableArgs {
     pub program: String,
 }
 
+// `sriov disable` arguments.
+#[derive(Args, Debug)]
+pub struct SriovDisableArgs {
+    /// The physical GPU: PCI address or name.
+    #[arg(value_name = "BDF|NAME")]
+    pub gpu: String,
+}
+
 /// Runs `sriov` subcommands.
 ///
 /// # Errors
-/// Invalid input; the script timing out, failing, or exiting 0 without enabling VFs.
+/// Invalid input; the script timing out, failing, or exiting 0 without enabling VFs; a VF that
+/// holds a vGPU or is open (disable).
 pub fn sriov(g: &Global, c: SriovCommand) -> anyhow::Result<ExitCode> {
-    let SriovCommand::Enable(a) = c;
+    let a = match c {
+        SriovCommand::Enable(a) => a,
+        SriovCommand::Disable(a) => return disable(g, &a),
+    };
     if a.timeout == 0 {
         bail!("--timeout must be at least 1 second");
     }
     let opened = open_host(g, true)?;
-    let host = opened.host.host();
     let pf = resolve_gpu(&opened, &a.gpu)?;
     let opts = SriovOptions {
         timeout: Duration::from_secs(a.timeout),
         chroot: a.chroot.map(|p| p.to_string_lossy().into_owned()),
         program: a.program,
     };
-    let r = actuate::enable_sriov(host, &pf, &opts)
-        .with_context(|| format!("cannot enable SR-IOV on {pf}"))?;
+    let r = writer(&opened).enable_sriov(&pf, &opts)?;
     match g.output {
         Output::Table => {
             if r.changed {
@@ -67,6 +80,20 @@ pub fn sriov(g: &Global, c: SriovCommand) -> anyhow::Result<ExitCode> {
                 println!("  {vf}");
             }
         }
+        out => print_data(out, &r)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn disable(g: &Global, a: &SriovDisableArgs) -> anyhow::Result<ExitCode> {
+    let opened = open_host(g, true)?;
+    let pf = resolve_gpu(&opened, &a.gpu)?;
+    let r = writer(&opened).disable_sriov(&pf)?;
+    match g.output {
+        Output::Table if r.changed => {
+            println!("disabled SR-IOV on {} ({} VFs removed)", r.pf, r.vfs.len());
+        }
+        Output::Table => println!("{} has no VFs (nothing to disable)", r.pf),
         out => print_data(out, &r)?,
     }
     Ok(ExitCode::SUCCESS)

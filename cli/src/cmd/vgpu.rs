@@ -5,10 +5,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gpu_core::{MdevUuid, ParentId, PciAddress};
-use gpu_sysfs::actuate::{self, CreateTarget, Created};
+use gpu_core::{MdevUuid, ParentId};
+use gpu_node::{Removed, VgpuId};
+use gpu_sysfs::actuate::{self, Created};
 
-use super::gpu::{open_host, print_handoff, resolve_gpu};
+use super::gpu::{open_host, print_handoff, resolve_gpu, writer};
 use crate::common::{Global, Output, print_data};
 
 // `vgpu create` arguments.
@@ -60,27 +61,14 @@ fn mdev_uuid(a: &CreateArgs) -> anyhow::Result<MdevUuid> {
 /// Invalid input, unknown parent or profile, no capacity, a UUID taken by another type.
 pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
-    let host = opened.host.host();
     let parent: ParentId = a.parent.parse().context("invalid --parent")?;
-    let target = actuate::create_target(host, &parent, &a.profile, |n| resolve_gpu(&opened, n))?;
-    let uuid = if target.is_mdev() {
-        Some(mdev_uuid(&a)?)
-    } else {
-        None
-    };
-    let what = match (&target, uuid) {
-        (CreateTarget::Mdev { parent, .. }, Some(u)) => {
-            format!("cannot create mdev {u} on {parent}")
-        }
-        (CreateTarget::MdevOnGpu { gpu, .. }, Some(u)) => {
-            format!("cannot create mdev {u} on a VF of {gpu}")
-        }
-        (CreateTarget::VendorVfio { vf, type_num }, _) => {
-            format!("cannot give VF {vf} vGPU type {type_num}")
-        }
-        _ => "cannot create the vGPU".to_owned(),
-    };
-    let created = actuate::create_vgpu(host, &target, uuid, &a.profile, a.force).context(what)?;
+    let created = writer(&opened).create_vgpu(
+        &parent,
+        &a.profile,
+        a.force,
+        |n| resolve_gpu(&opened, n),
+        |t| t.is_mdev().then(|| mdev_uuid(&a)).transpose(),
+    )?;
     report_created(g, &created)
 }
 
@@ -144,36 +132,30 @@ pub struct RemoveArgs {
 /// Invalid input, a device in use without `--force`, refused writes.
 pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
-    let host = opened.host.host();
-    let (text, value) = if let Ok(u) = a.target.parse::<MdevUuid>() {
-        let r = actuate::remove_mdev(host, &u, a.force)
-            .with_context(|| format!("cannot remove mdev {u}"))?;
-        let text = match &r.warning {
-            _ if r.changed => format!("removed mdev {u}"),
-            Some(w) => {
-                eprintln!("warning: {w}");
-                format!("mdev {u} cannot be reached (nothing removed)")
-            }
-            None => format!("no mdev {u} (nothing to remove)"),
-        };
-        (text, serde_json::to_value(&r)?)
-    } else if let Ok(vf) = a.target.parse::<PciAddress>() {
-        let r = actuate::clear_vf(host, &vf, a.force)
-            .with_context(|| format!("cannot clear VF {vf}"))?;
-        let text = match &r.previous {
-            Some(p) if r.changed => format!("cleared VF {vf} (had type {p})"),
-            _ => format!("VF {vf} has no vGPU type (nothing to clear)"),
-        };
-        (text, serde_json::to_value(&r)?)
-    } else {
+    let Some(id) = VgpuId::parse(&a.target) else {
         bail!(
             "{:?} is neither an mdev UUID (8-4-4-4-12 hex digits) nor a PCI address",
             a.target
         );
     };
+    let removed = writer(&opened).remove_vgpu(&id, a.force)?;
+    let text = match &removed {
+        Removed::Mdev(r) => match &r.warning {
+            _ if r.changed => format!("removed mdev {}", r.uuid),
+            Some(w) => {
+                eprintln!("warning: {w}");
+                format!("mdev {} cannot be reached (nothing removed)", r.uuid)
+            }
+            None => format!("no mdev {} (nothing to remove)", r.uuid),
+        },
+        Removed::Vf(r) => match &r.previous {
+            Some(p) if r.changed => format!("cleared VF {} (had type {p})", r.vf),
+            _ => format!("VF {} has no vGPU type (nothing to clear)", r.vf),
+        },
+    };
     match g.output {
         Output::Table => println!("{text}"),
-        out => print_data(out, &value)?,
+        out => print_data(out, &removed)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -188,8 +170,7 @@ pub struct ListArgs {}
 /// An unreadable host root.
 pub fn list(g: &Global, _a: ListArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, false)?;
-    let host = opened.host.host();
-    let listing = actuate::list_vgpus(host)?;
+    let listing = writer(&opened).list_vgpus()?;
     for w in &listing.warnings {
         eprintln!("warning: {w}");
     }

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use gpu_core::{GpuRef, PciAddress};
-use gpu_sysfs::actuate;
 
 use super::Agent;
 use super::handoff::HandoffTarget;
@@ -52,13 +51,13 @@ impl Agent {
         };
         let me = Arc::clone(self);
         let mut value = self
-            .write(true, move |a| {
+            .write(false, move |a| {
+                let node = a.node();
                 let r = if bind {
-                    actuate::bind_gpu(a.host.as_ref(), &addr)
+                    node.bind_gpu(&addr)
                 } else {
-                    actuate::release_gpu(a.host.as_ref(), &addr, force)
-                }
-                .map_err(|e| ApiError::from_actuate(&e).context(addr))?;
+                    node.release_gpu(&addr, force)
+                }?;
                 Ok(serde_json::to_value(&r).unwrap_or_default())
             })
             .await?;

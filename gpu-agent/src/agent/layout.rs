@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gpu_sysfs::apply::ApplyOptions;
+use gpu_node::LayoutWrite;
 
 use super::Agent;
 use super::request::no_path;
@@ -48,19 +48,18 @@ impl Agent {
         file.select(config.as_deref())
             .map_err(|e| ApiError::new(e.kind(), chain(&e)).with_status(400))?;
         let me = Arc::clone(self);
-        // apply_layout takes the host's layout lock itself.
+        // The node's writer takes the host's lock itself (not for a dry run).
         let report = self
             .write(false, move |a| {
                 let cfg = file
                     .select(config.as_deref())
                     .map_err(|e| ApiError::new(e.kind(), chain(&e)).with_status(400))?;
-                let mut opts = ApplyOptions::new(a.config.discover.node.clone());
-                opts.discover = a.config.discover.clone();
-                opts.dry_run = dry_run;
-                opts.force = force;
-                opts.lock_timeout = Some(a.config.lock_timeout);
-                gpu_sysfs::apply::apply_layout(a.host.as_ref(), cfg, &opts, &mut |_| {})
-                    .map_err(|e| ApiError::from_apply(&e))
+                let how = LayoutWrite {
+                    dry_run,
+                    force,
+                    ..LayoutWrite::default()
+                };
+                Ok(a.node().apply_layout(cfg, &how, &mut |_| {})?)
             })
             .await?;
         let mut value = serde_json::to_value(&report).unwrap_or_default();

@@ -1,9 +1,12 @@
-//! `POST /v1/vgpus`, `DELETE /v1/vgpus/{id}`, `GET /v1/vgpus`: vGPU instances and their hand-off.
+//! `POST /v1/vgpus`, `DELETE /v1/vgpus/{id}`, `GET /v1/vgpus`: vGPU instances and their hand-off,
+//! made and removed by the node's writer ([`gpu_node::Node`]) under its lock, with the promise
+//! recorded around the write.
 
 use std::sync::Arc;
 
-use gpu_core::{MdevUuid, ParentId, PciAddress};
-use gpu_sysfs::actuate::{self, CreateTarget, Created};
+use gpu_core::{MdevUuid, ParentId};
+use gpu_node::{Removed, Target, VgpuId};
+use gpu_sysfs::actuate::{self, Created};
 
 use super::Agent;
 use super::handoff::HandoffTarget;
@@ -59,7 +62,7 @@ impl Agent {
         };
         let me = Arc::clone(self);
         let out = self
-            .write(true, move |a| a.create_locked(&req, parent, uuid, owner))
+            .write(false, move |a| a.create_locked(&req, parent, uuid, owner))
             .await?;
         let (kind, id, body) = out;
         let rev = me
@@ -80,8 +83,9 @@ impl Agent {
         uuid: Option<MdevUuid>,
         owner: Owner,
     ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
-        let host = self.host.as_ref();
-        let target = actuate::create_target(host, &parent, &req.profile, |n| {
+        let node = self.node();
+        let locked = node.lock()?;
+        let target = locked.choose_target(&parent, &req.profile, uuid.as_ref(), |n| {
             self.snapshot()
                 .topology
                 .gpu_by_name(n)
@@ -92,20 +96,20 @@ impl Agent {
                     ))
                 })
         })?;
-        let (device, context, handoff, kind) = match &target {
-            CreateTarget::Mdev { type_id, .. } | CreateTarget::MdevOnGpu { type_id, .. } => {
+        let (device, handoff, kind) = match &target {
+            Target::Mdev { type_id, .. } => {
                 let uuid = uuid.ok_or_else(|| {
                     ApiError::invalid("an mdev instance needs a name: give uuid or machine")
                 })?;
+                // Promised on the parent asked for; the record follows where it was made.
                 let device = Device::Mdev {
                     uuid,
                     parent: parent.clone(),
                     type_id: type_id.clone(),
                 };
-                let context = format!("cannot create mdev {uuid}");
-                (device, context, HandoffTarget::Mdev(uuid), "mdev")
+                (device, HandoffTarget::Mdev(uuid), "mdev")
             }
-            CreateTarget::VendorVfio { vf, type_num } => {
+            Target::VendorVfio { vf, type_num } => {
                 if uuid.is_some() && req.machine.is_none() {
                     return Err(ApiError::invalid(
                         "uuid names mdev instances; a vendor-VFIO vGPU is named by its VF",
@@ -115,14 +119,12 @@ impl Agent {
                     vf: *vf,
                     type_num: *type_num,
                 };
-                let context = format!("cannot give VF {vf} type {type_num}");
-                (device, context, HandoffTarget::Pci(*vf), "vendorVfio")
+                (device, HandoffTarget::Pci(*vf), "vendorVfio")
             }
         };
         let id = device.id();
         let (made, warning) = self.with_promise(device.clone(), owner, &req.profile, || {
-            let made = actuate::create_vgpu(host, &target, uuid, &req.profile, req.force)
-                .map_err(|e| ApiError::from_actuate(&e).context(&context))?;
+            let made = locked.create_vgpu(&target, uuid, req.force)?;
             let actual = match &made {
                 Created::Mdev(m) => Device::Mdev {
                     uuid: m.uuid,
@@ -154,59 +156,33 @@ impl Agent {
         force: bool,
     ) -> Result<serde_json::Value, ApiError> {
         no_path("target", &target)?;
-        enum Target {
-            Mdev(MdevUuid),
-            Vf(PciAddress),
-        }
-        let (id, what) = if let Ok(u) = target.parse::<MdevUuid>() {
-            (u.to_string(), Target::Mdev(u))
-        } else if let Ok(vf) = target.parse::<PciAddress>() {
-            (vf.to_string(), Target::Vf(vf))
-        } else {
+        let Some(what) = VgpuId::parse(&target) else {
             return Err(ApiError::invalid(format!(
                 "{target:?} is neither an mdev UUID nor a PCI address"
             )));
         };
+        let id = match what {
+            VgpuId::Mdev(u) => u.to_string(),
+            VgpuId::Vf(vf) => vf.to_string(),
+        };
         let me = Arc::clone(self);
         let (value, warning) = self
-            .write(true, move |a| {
-                let host = a.host.as_ref();
-                let (removed, warning, promised) = a.with_removal(&id, || {
-                    let (value, changed, missing) = match &what {
-                        Target::Mdev(u) => {
-                            let r = actuate::remove_mdev(host, u, force).map_err(|e| {
-                                ApiError::from_actuate(&e)
-                                    .context(format!("cannot remove mdev {u}"))
-                            })?;
-                            let missing = match (&r.warning, r.changed) {
-                                (Some(w), false) => format!(" ({w})"),
-                                _ => String::new(),
-                            };
-                            (
-                                serde_json::to_value(&r).unwrap_or_default(),
-                                r.changed,
-                                missing,
-                            )
-                        }
-                        Target::Vf(vf) => {
-                            let r = actuate::clear_vf(host, vf, force).map_err(|e| {
-                                ApiError::from_actuate(&e).context(format!("cannot clear VF {vf}"))
-                            })?;
-                            (
-                                serde_json::to_value(&r).unwrap_or_default(),
-                                r.changed,
-                                String::new(),
-                            )
-                        }
+            .write(false, move |a| {
+                let node = a.node();
+                let locked = node.lock()?;
+                let (removed, warning, promised) =
+                    a.with_removal(&id, || Ok(locked.remove_vgpu(&what, force)?))?;
+                if !removed.changed() && !promised {
+                    let missing = match &removed {
+                        Removed::Mdev(r) => r.warning.as_ref().map(|w| format!(" ({w})")),
+                        Removed::Vf(_) => None,
                     };
-                    Ok((value, changed, missing))
-                })?;
-                let (value, changed, missing) = removed;
-                if !changed && !promised {
                     return Err(ApiError::not_found(format!(
-                        "no vGPU {id} on this host, and none promised{missing}"
+                        "no vGPU {id} on this host, and none promised{}",
+                        missing.unwrap_or_default()
                     )));
                 }
+                let value = serde_json::to_value(&removed).unwrap_or_default();
                 Ok(((id, value), warning))
             })
             .await?;
@@ -228,8 +204,7 @@ impl Agent {
     /// # Errors
     /// An unreadable host.
     pub fn list_blocking(&self) -> Result<serde_json::Value, ApiError> {
-        let host = self.host.as_ref();
-        let listing = actuate::list_vgpus(host)?;
+        let listing = self.node().list_vgpus()?;
         let state = self.load()?;
         let mut v = serde_json::json!({
             "revision": self.bus.revision(),

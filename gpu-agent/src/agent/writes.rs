@@ -1,10 +1,10 @@
 //! The one writer: every change to the host runs here, after the agent's writer lock and the
-//! host's layout lock, and every change is recorded in the promises before and after.
+//! host's layout lock, through the node's writer ([`gpu_node::Node`]), and every change is
+//! recorded in the promises before and after.
 
 use std::sync::Arc;
 
 use gpu_core::ErrorKind;
-use gpu_sysfs::apply::LayoutLock;
 use gpu_sysfs::discover::Change;
 
 use super::Agent;
@@ -70,18 +70,26 @@ impl Agent {
         .map_err(|e| ApiError::new(ErrorKind::Other, format!("the write did not finish: {e}")))?
     }
 
-    pub(super) fn layout_lock(&self) -> Result<LayoutLock, ApiError> {
-        let root = self
-            .host
-            .root_dir()
-            .ok_or_else(|| ApiError::new(ErrorKind::HostError, "the host has no root directory"))?;
-        LayoutLock::acquire(root, Some(self.config.lock_timeout), &mut |p| {
+    /// The node's one writer ([`gpu_node::Node`]) on the agent's host: every change the agent
+    /// makes goes through it, under the host-wide lock it takes (waiting at most the
+    /// configured lock timeout).
+    pub(crate) fn node(&self) -> gpu_node::Node<'_> {
+        fn waiting(lock: &std::path::Path) {
             crate::log!(
-                "gpuslice agent: waiting for {} (another gpuslice vgpu apply)",
-                p.display()
+                "gpuslice agent: waiting for {} (another gpuslice writer)",
+                lock.display()
             );
-        })
-        .map_err(|e| ApiError::from_apply(&e))
+        }
+        const WAITING: gpu_node::node::LockWaiting<'static> = &waiting;
+        gpu_node::Node::new(self.host.as_ref(), &self.config.discover)
+            .lock_timeout(Some(self.config.lock_timeout))
+            .on_lock_wait(WAITING)
+    }
+
+    /// The host-wide write lock, held by a caller across steps of its own (reconcile, a DRA
+    /// prepare), taken through the node's writer.
+    pub(super) fn layout_lock(&self) -> Result<gpu_node::WriteLock, ApiError> {
+        Ok(self.node().acquire()?)
     }
 
     pub(super) fn load(&self) -> Result<StateFile, ApiError> {
@@ -220,6 +228,17 @@ impl Agent {
                 }
                 Err(e)
             }
+        }
+    }
+}
+
+impl From<gpu_node::NodeError> for ApiError {
+    /// A failure of the node's writer, classified as the step below it is; a layout that cannot
+    /// be planned is the request's fault (400).
+    fn from(e: gpu_node::NodeError) -> Self {
+        match e.apply() {
+            Some(a) => ApiError::from_apply(a),
+            None => ApiError::from_error(&e),
         }
     }
 }

@@ -189,6 +189,14 @@ pub enum ActuateError {
         /// The `/dev/vfio` node held open.
         node: String,
     },
+    /// SR-IOV cannot be turned off: one of the PF's VFs holds a vGPU or is open by a process.
+    #[error("{pf}: SR-IOV stays enabled: {why}; remove its vGPUs (and stop the VM using it) first")]
+    VfInUse {
+        /// The physical function.
+        pf: String,
+        /// Which VF, and what it holds (`VF 0000:26:00.4 holds vGPU type 1155`).
+        why: String,
+    },
     /// After `drivers_probe` (which reports success even when probing failed) the device is not
     /// bound to the expected driver.
     #[error(
@@ -369,7 +377,7 @@ impl ActuateError {
             ActuateError::Unexpected { .. } => K::Unexpected,
             ActuateError::ExistsOtherType { .. } => K::ExistsOtherType,
             ActuateError::NotCreatable { .. } => K::NotCreatable,
-            ActuateError::InUse { .. } => K::InUse,
+            ActuateError::InUse { .. } | ActuateError::VfInUse { .. } => K::InUse,
             ActuateError::ProbeFailed { .. } => K::ProbeFailed,
             ActuateError::GroupNotViable { .. } => K::GroupNotViable,
             ActuateError::NoIommu { .. } => K::NoIommu,

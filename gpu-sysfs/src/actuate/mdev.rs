@@ -390,22 +390,25 @@ pub fn list_instances(host: &dyn Host) -> Result<Vec<MdevInstance>> {
     Ok(out)
 }
 
-/// Creates an instance of `profile` named `uuid` on some mdev parent of the physical GPU `gpu`:
-/// the GPU itself when it is a parent (T4 and older), else the first of its VFs that can take one
-/// more (Ampere SR-IOV cards, where each VF is a parent).
-///
-/// Idempotent across restarts: when `uuid` already exists with this type on a parent of this GPU,
-/// it is returned with `changed: false` instead of another VF being picked.
+/// The mdev parent of the physical GPU `gpu` that an instance of `profile` named `uuid` goes
+/// to, and the type there: the one rule every road that creates on a GPU shares (`vgpu create`,
+/// the agent's `POST /v1/vgpus`, a layout's creations). The parents are the GPU itself when it is
+/// a parent (T4 and older), then its VFs in VF order (Ampere SR-IOV cards, where each VF is a
+/// parent); the first that can take one more and is not in `exclude` (parents a layout keeps for
+/// its later creations) is chosen. When `uuid` already exists with this type on a parent of this
+/// GPU, that parent is the answer (a restart asks again for the same instance). Reads only.
 ///
 /// # Errors
-/// [`ActuateError::UnknownProfile`] when no parent of the GPU offers the profile,
-/// [`ActuateError::Exhausted`] when none has room, and the errors of [`create_mdev`].
-pub fn create_mdev_on_gpu(
+/// [`ActuateError::Unsupported`] when neither the GPU nor its VFs are mdev parents,
+/// [`ActuateError::UnknownProfile`] when the first parent does not offer the profile,
+/// [`ActuateError::Exhausted`] when none has room.
+pub fn mdev_parent_on_gpu(
     host: &dyn Host,
     gpu: &gpu_core::PciAddress,
     profile: &str,
-    uuid: MdevUuid,
-) -> Result<MdevInstance> {
+    uuid: Option<&MdevUuid>,
+    exclude: &[ParentId],
+) -> Result<(ParentId, VgpuTypeId)> {
     let mut parents: Vec<ParentId> = vec![ParentId::Pci(*gpu)];
     parents.extend(
         super::vendor::vfs_of(host, gpu)
@@ -420,12 +423,12 @@ pub fn create_mdev_on_gpu(
         });
     };
     let type_id = resolve_mdev_profile(host, first, profile)?;
-    if let Some((parent, existing)) = locate(host, &uuid) {
+    if let Some((parent, existing)) = uuid.and_then(|u| locate(host, u)) {
         if parents.contains(&parent) && existing == type_id {
-            return Ok(instance(host, uuid, parent, existing, false));
+            return Ok((parent, existing));
         }
     }
-    let free = parents.iter().find(|p| {
+    let free = parents.iter().filter(|p| !exclude.contains(p)).find(|p| {
         host.read_string(&format!(
             "{}/mdev_supported_types/{type_id}/available_instances",
             parent_link(p)
@@ -435,14 +438,7 @@ pub fn create_mdev_on_gpu(
         .is_some_and(|n| n > 0)
     });
     match free {
-        Some(parent) => create_mdev(
-            host,
-            &MdevCreate {
-                parent: parent.clone(),
-                type_id,
-                uuid,
-            },
-        ),
+        Some(parent) => Ok((parent.clone(), type_id)),
         None => Err(ActuateError::Exhausted {
             path: format!(
                 "/sys/bus/pci/devices/{gpu} (every mdev parent of the GPU, type {type_id})"
@@ -450,4 +446,29 @@ pub fn create_mdev_on_gpu(
             errno: "available_instances 0".to_owned(),
         }),
     }
+}
+
+/// Creates an instance of `profile` named `uuid` on the parent of the physical GPU `gpu` that
+/// [`mdev_parent_on_gpu`] chooses.
+///
+/// Idempotent across restarts: when `uuid` already exists with this type on a parent of this GPU,
+/// it is returned with `changed: false` instead of another VF being picked.
+///
+/// # Errors
+/// The errors of [`mdev_parent_on_gpu`] and [`create_mdev`].
+pub fn create_mdev_on_gpu(
+    host: &dyn Host,
+    gpu: &gpu_core::PciAddress,
+    profile: &str,
+    uuid: MdevUuid,
+) -> Result<MdevInstance> {
+    let (parent, type_id) = mdev_parent_on_gpu(host, gpu, profile, Some(&uuid), &[])?;
+    create_mdev(
+        host,
+        &MdevCreate {
+            parent,
+            type_id,
+            uuid,
+        },
+    )
 }

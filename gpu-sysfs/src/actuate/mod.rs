@@ -9,7 +9,8 @@
 //! - [`vendor`]: NVIDIA vendor-specific VFIO, where a VF takes one vGPU type through
 //!   `nvidia/current_vgpu_type`;
 //! - [`sriov`]: enable SR-IOV with NVIDIA's `sriov-manage`, bounded by a timeout and checked
-//!   afterwards, because the script can hang or exit 0 without doing anything;
+//!   afterwards, because the script can hang or exit 0 without doing anything; and disable it,
+//!   refused while a VF holds a vGPU or is open;
 //! - [`bind`]: move a whole GPU with its companion functions to `vfio-pci` and back, checking the
 //!   `driver` link after `drivers_probe` (which reports success even when probing failed) and
 //!   undoing every step already made when a later one fails;
@@ -40,9 +41,12 @@ pub use handoff::Handoff;
 pub use inuse::{Holder, holder_of};
 pub use mdev::{
     MdevCreate, MdevInstance, MdevRemoved, create_mdev, create_mdev_on_gpu, create_mdevs,
-    list_instances, mdev_types, remove_mdev, resolve_mdev_profile, unreachable_instance,
+    list_instances, mdev_parent_on_gpu, mdev_types, remove_mdev, resolve_mdev_profile,
+    unreachable_instance,
 };
-pub use sriov::{SRIOV_MANAGE, SriovEnabled, SriovOptions, enable_sriov};
+pub use sriov::{
+    SRIOV_MANAGE, SriovDisabled, SriovEnabled, SriovOptions, disable_sriov, enable_sriov,
+};
 pub use vendor::{
     VfCleared, VfInstance, VfTypeSet, clear_vf, creatable_types, current_type, free_vf_for,
     is_vendor_vfio_vf, list_vf_instances, resolve_gpu_profile, resolve_vf_profile, set_vf_type,

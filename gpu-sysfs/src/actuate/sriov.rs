@@ -171,3 +171,101 @@ pub fn enable_sriov(host: &dyn Host, pf: &PciAddress, opts: &SriovOptions) -> Re
         command: Some(command),
     })
 }
+
+/// The outcome of [`disable_sriov`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SriovDisabled {
+    /// The physical function.
+    pub pf: PciAddress,
+    /// The VFs it had (gone now).
+    pub vfs: Vec<PciAddress>,
+    /// True when this call disabled SR-IOV; false when the PF had no VFs.
+    pub changed: bool,
+}
+
+/// Why a VF keeps SR-IOV on: the vGPU it holds (mdev instances on it, or a vendor-VFIO type),
+/// or the process that holds it open. `None` for a VF that can go.
+fn vf_in_use(host: &dyn Host, vf: &PciAddress) -> Result<Option<String>> {
+    let dir = pci_dir(vf);
+    let instances: Vec<String> = host
+        .list(&dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.parse::<gpu_core::MdevUuid>().is_ok() && host.exists(&format!("{dir}/{e}/mdev_type"))
+        })
+        .collect();
+    if !instances.is_empty() {
+        return Ok(Some(format!(
+            "VF {vf} holds mdev instance(s) {}",
+            instances.join(", ")
+        )));
+    }
+    if super::vendor::is_vendor_vfio_vf(host, vf) {
+        let t = super::vendor::current_type(host, vf)?;
+        if t != 0 {
+            return Ok(Some(format!("VF {vf} holds vGPU type {t}")));
+        }
+    }
+    Ok(super::holder_of(host, &dir).map(|h| format!("VF {vf} is open by {h} ({})", h.node)))
+}
+
+/// Disables SR-IOV on `pf`: `0` written to `sriov_numvfs` (the kernel's own interface, the one a
+/// layout's rollback uses), and `sriov_numvfs` read back.
+///
+/// Refused while any VF holds a vGPU (an mdev instance, a vendor-VFIO type) or is open by a
+/// process, naming it: the VFs go away with their devices, under any VM using them. Idempotent:
+/// a PF without VFs is reported with `changed: false` and nothing is written.
+///
+/// # Errors
+/// - [`ActuateError::NotFound`]: no such device; [`ActuateError::Unsupported`]: a VF, or not
+///   SR-IOV capable;
+/// - [`ActuateError::VfInUse`]: a VF holds a vGPU or is open (nothing written);
+/// - errors of the write; [`ActuateError::NotApplied`] when VFs are still there afterwards.
+pub fn disable_sriov(host: &dyn Host, pf: &PciAddress) -> Result<SriovDisabled> {
+    let dir = require_pci(host, pf)?;
+    if host.exists(&format!("{dir}/physfn")) {
+        return Err(ActuateError::Unsupported {
+            device: pf.to_string(),
+            why: "is a virtual function; disable SR-IOV on its physical function".to_owned(),
+        });
+    }
+    let Some(before) = numvfs(host, pf)? else {
+        return Err(ActuateError::Unsupported {
+            device: pf.to_string(),
+            why: "is not SR-IOV capable (no sriov_numvfs)".to_owned(),
+        });
+    };
+    let vfs = super::vendor::vfs_of(host, pf);
+    if before == 0 {
+        return Ok(SriovDisabled {
+            pf: *pf,
+            vfs,
+            changed: false,
+        });
+    }
+    for vf in &vfs {
+        if let Some(why) = vf_in_use(host, vf)? {
+            return Err(ActuateError::VfInUse {
+                pf: pf.to_string(),
+                why,
+            });
+        }
+    }
+    let path = format!("{dir}/sriov_numvfs");
+    super::write(host, &path, b"0")?;
+    let after = numvfs(host, pf)?.unwrap_or(0);
+    if after != 0 {
+        return Err(ActuateError::NotApplied {
+            path: format!("/{path}"),
+            wrote: "0".to_owned(),
+            found: after.to_string(),
+        });
+    }
+    Ok(SriovDisabled {
+        pf: *pf,
+        vfs,
+        changed: true,
+    })
+}

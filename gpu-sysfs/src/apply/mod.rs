@@ -19,6 +19,7 @@
 //! given their types back, SR-IOV turned off again) and the report carries both the failure and
 //! what the rollback achieved.
 
+mod choose;
 mod lock;
 mod readback;
 
@@ -321,9 +322,30 @@ pub fn apply_layout(
         });
     }
     let root = host.root_dir().ok_or(ApplyError::NoRoot)?;
-    let _lock = LayoutLock::acquire(root, opts.lock_timeout, &mut |path| {
+    let lock = LayoutLock::acquire(root, opts.lock_timeout, &mut |path| {
         events(ApplyEvent::WaitingForLock { path })
     })?;
+    apply_layout_locked(host, config, opts, &lock, events)
+}
+
+/// [`apply_layout`] for a caller that holds the host's lock already (`gpu_node`'s writer, which
+/// takes it once around a whole operation); `opts.dry_run` and `opts.lock_timeout` are not
+/// looked at.
+///
+/// # Errors
+/// [`ApplyError::Discover`] and [`ApplyError::Layout`] before anything is written;
+/// [`ApplyError::Failed`] when a write failed, with the rollback's outcome.
+pub fn apply_layout_locked(
+    host: &dyn Host,
+    config: &LayoutConfig,
+    opts: &ApplyOptions,
+    _held: &LayoutLock,
+    events: &mut dyn FnMut(ApplyEvent<'_>),
+) -> Result<ApplyReport, ApplyError> {
+    let plan_opts = PlanOptions {
+        mode: opts.mode,
+        force: opts.force,
+    };
     let (topo, mut memory) = observe_with(host, &opts.discover)?;
     if let Some(m) = memory.as_mut() {
         if m.learn(&topo) {
@@ -361,10 +383,8 @@ pub fn apply_layout(
         // The VFs exist now: their types are known, so plan again and check everything before
         // the first instance is written.
         let again = observe(host, &opts.discover)
-            .map_err(|e| format!("discovering the host after enabling SR-IOV: {e}"))
-            .and_then(|t| {
-                plan_layout_named(config, &t, &plan_opts, &names).map_err(|e| e.to_string())
-            });
+            .map_err(Replan::Discover)
+            .and_then(|t| plan_layout_named(config, &t, &plan_opts, &names).map_err(Replan::Plan));
         plan = match again {
             Ok(p) if !p.needs_sriov() => p,
             Ok(p) => {
@@ -380,7 +400,7 @@ pub fn apply_layout(
                 );
                 return Err(run.fail(p, why, events));
             }
-            Err(why) => return Err(run.fail(plan, why, events)),
+            Err(why) => return Err(run.fail(plan, why.to_string(), events)),
         };
     }
     if plan.is_noop() && run.changes.is_empty() {
@@ -402,6 +422,10 @@ pub fn apply_layout(
     let mut steps = plan.steps.clone();
     let mut index = 0;
     while index < steps.len() {
+        if let Err(e) = choose::rechoose(host, &mut steps, index) {
+            let why = format!("{}: {e}", describe(&steps[index]));
+            return Err(run.fail(plan, why, events));
+        }
         let step = &steps[index];
         events(ApplyEvent::Step { index, total, step });
         if let Err(e) = run.step(step) {
@@ -409,7 +433,7 @@ pub fn apply_layout(
             return Err(run.fail(plan, why, events));
         }
         if let Err(why) = readback::recheck(&topo, opts, &mut steps, index) {
-            return Err(run.fail(plan, why, events));
+            return Err(run.fail(plan, why.to_string(), events));
         }
         index += 1;
     }
@@ -459,6 +483,32 @@ pub fn describe(step: &Step) -> String {
             }
         },
     }
+}
+
+/// Why the plan could not be made again after SR-IOV was enabled.
+#[derive(Debug, thiserror::Error)]
+enum Replan {
+    #[error("discovering the host after enabling SR-IOV: {0}")]
+    Discover(SysfsError),
+    #[error("{0}")]
+    Plan(LayoutError),
+}
+
+/// A change a rollback could not undo: what is left on the host, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{left}: {source}")]
+struct UndoFailed {
+    left: String,
+    source: UndoCause,
+}
+
+/// The failed write behind an [`UndoFailed`].
+#[derive(Debug, thiserror::Error)]
+enum UndoCause {
+    #[error("{0}")]
+    Actuate(Box<ActuateError>),
+    #[error("{0}")]
+    Write(std::io::Error),
 }
 
 /// A change and how to undo it.
@@ -685,12 +735,18 @@ impl Run<'_> {
             })
     }
 
-    fn undo(&self, u: &Undo) -> Result<String, String> {
+    fn undo(&self, u: &Undo) -> Result<String, UndoFailed> {
         let host = self.host;
+        let failed = |left: String| {
+            move |e: ActuateError| UndoFailed {
+                left,
+                source: UndoCause::Actuate(Box::new(e)),
+            }
+        };
         match u {
             Undo::RemoveCreated(uuid) => remove_mdev(host, uuid, true)
                 .map(|_| format!("removed mdev {uuid} again"))
-                .map_err(|e| format!("mdev {uuid} is still there: {e}")),
+                .map_err(failed(format!("mdev {uuid} is still there"))),
             Undo::Recreate(req) => create_mdev(host, req)
                 .map(|_| {
                     format!(
@@ -698,23 +754,24 @@ impl Run<'_> {
                         req.uuid, req.type_id, req.parent
                     )
                 })
-                .map_err(|e| {
-                    format!(
-                        "mdev {} ({}) on {} could not be re-created: {e}",
-                        req.uuid, req.type_id, req.parent
-                    )
-                }),
+                .map_err(failed(format!(
+                    "mdev {} ({}) on {} could not be re-created",
+                    req.uuid, req.type_id, req.parent
+                ))),
             Undo::ClearSet(vf) => clear_vf(host, vf, true)
                 .map(|_| format!("cleared VF {vf} again"))
-                .map_err(|e| format!("VF {vf} keeps its new type: {e}")),
+                .map_err(failed(format!("VF {vf} keeps its new type"))),
             Undo::Retype(vf, n) => set_vf_type(host, vf, *n, true)
                 .map(|_| format!("gave VF {vf} its type {n} back"))
-                .map_err(|e| format!("VF {vf} lost its type {n}: {e}")),
+                .map_err(failed(format!("VF {vf} lost its type {n}"))),
             Undo::DisableSriov(pf) => {
                 let path = format!("sys/bus/pci/devices/{pf}/sriov_numvfs");
                 host.write(&path, b"0")
                     .map(|()| format!("disabled SR-IOV on {pf} again"))
-                    .map_err(|e| format!("SR-IOV stays enabled on {pf}: {e}"))
+                    .map_err(|e| UndoFailed {
+                        left: format!("SR-IOV stays enabled on {pf}"),
+                        source: UndoCause::Write(e),
+                    })
             }
         }
     }
@@ -734,7 +791,7 @@ impl Run<'_> {
         for u in self.journal.iter().rev() {
             match self.undo(u) {
                 Ok(s) => undone.push(s),
-                Err(s) => leftover.push(s),
+                Err(e) => leftover.push(e.to_string()),
             }
         }
         let complete = leftover.is_empty();

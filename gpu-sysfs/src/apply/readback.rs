@@ -41,6 +41,40 @@ fn mig_create(
     Some((*pf, geometry, profile))
 }
 
+/// Why the creations still to come on a GPU can no longer be written, after the placement the
+/// driver chose was read back.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Readback {
+    /// NVML reports a GPU instance at a placement the product does not have.
+    #[error(
+        "after {written}: NVML reports GPU instance {id} of {pf} ({compute} compute slices at \
+         memory slice {start} over {size}), which no {product} placement has; stopped before the \
+         next write"
+    )]
+    UnknownPlacement {
+        written: String,
+        id: u32,
+        pf: PciAddress,
+        compute: u32,
+        start: u32,
+        size: u32,
+        product: &'static str,
+    },
+    /// The creations still to come fit in no order around what the driver placed.
+    #[error(
+        "after {written}: the driver placed the GPU instances of {pf} at {shown} (read back \
+         through NVML), where the {count} still to create ({names}) fit in no order; stopped \
+         before writing them"
+    )]
+    NoOrder {
+        written: String,
+        pf: PciAddress,
+        shown: String,
+        count: usize,
+        names: String,
+    },
+}
+
 /// After step `done` (just written), re-checks the MIG-backed creations still to come on the
 /// same GPU against the placements the resolver reports, reordering them in `steps` when
 /// another order lands.
@@ -52,7 +86,7 @@ pub(super) fn recheck(
     opts: &ApplyOptions,
     steps: &mut [Step],
     done: usize,
-) -> Result<(), String> {
+) -> Result<(), Readback> {
     let Some(resolver) = opts.discover.resolver.as_ref() else {
         return Ok(());
     };
@@ -90,12 +124,15 @@ pub(super) fn recheck(
                 shown.push(format!("{} at {s}", p.name));
             }
             _ => {
-                return Err(format!(
-                    "after {written}: NVML reports GPU instance {} of {pf} ({} compute slices at \
-                     memory slice {} over {}), which no {} placement has; stopped before the \
-                     next write",
-                    gi.id, gi.compute_slices, gi.start, gi.size, geometry.product
-                ));
+                return Err(Readback::UnknownPlacement {
+                    written,
+                    id: gi.id,
+                    pf,
+                    compute: gi.compute_slices,
+                    start: gi.start,
+                    size: gi.size,
+                    product: geometry.product,
+                });
             }
         }
     }
@@ -116,14 +153,13 @@ pub(super) fn recheck(
     }
     let Some(order) = geometry.creation_order(&[occupied], &new) else {
         let names: Vec<&str> = new.iter().map(|p| p.name).collect();
-        return Err(format!(
-            "after {written}: the driver placed the GPU instances of {pf} at {} (read back \
-             through NVML), where the {} still to create ({}) fit in no order; stopped before \
-             writing them",
-            shown.join(", "),
-            new.len(),
-            names.join(", ")
-        ));
+        return Err(Readback::NoOrder {
+            written,
+            pf,
+            shown: shown.join(", "),
+            count: new.len(),
+            names: names.join(", "),
+        });
     };
     let moved: Vec<Step> = order.iter().map(|&i| steps[rest[i].0].clone()).collect();
     for ((at, _), step) in rest.iter().zip(moved) {

@@ -1,0 +1,140 @@
+//! Choosing where a vGPU goes: the one function every road that creates one asks.
+//!
+//! A request names a parent or a GPU and a profile. The answer is a concrete place: the mdev
+//! parent (a VF of an SR-IOV card when a GPU was named; the rule is
+//! [`gpu_sysfs::actuate::mdev_parent_on_gpu`], which a layout's creations follow too) and the
+//! type directory there, or the vendor-VFIO VF and the type number. `gpuslice vgpu create`, the
+//! agent's `POST /v1/vgpus` and a layout asking for the same profile on the same GPU land on the
+//! same parent.
+
+use gpu_core::{MdevUuid, ParentId, PciAddress, VgpuTypeId};
+use gpu_sysfs::Host;
+use gpu_sysfs::actuate::{self, ActuateError, CreateTarget};
+use serde::Serialize;
+
+use crate::NodeError;
+
+/// Where a vGPU goes, and its type there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Target {
+    /// An mdev instance.
+    Mdev {
+        /// The parent it goes on.
+        parent: ParentId,
+        /// The parent's type directory for the profile.
+        type_id: VgpuTypeId,
+        /// The GPU the request named, when the parent was chosen among its VFs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_gpu: Option<PciAddress>,
+    },
+    /// A vendor-VFIO vGPU: the VF takes the type.
+    VendorVfio {
+        /// The VF.
+        vf: PciAddress,
+        /// The vendor-VFIO type number.
+        type_num: u32,
+    },
+}
+
+impl Target {
+    /// Whether the vGPU is an mdev instance (which needs a UUID).
+    pub fn is_mdev(&self) -> bool {
+        matches!(self, Target::Mdev { .. })
+    }
+
+    /// The parent the vGPU goes on: the mdev parent, or the VF.
+    pub fn parent(&self) -> ParentId {
+        match self {
+            Target::Mdev { parent, .. } => parent.clone(),
+            Target::VendorVfio { vf, .. } => ParentId::Pci(*vf),
+        }
+    }
+}
+
+impl Target {
+    /// The same target for an mdev named `uuid`: when the parent was chosen among a GPU's VFs
+    /// and `uuid` already exists with this type on one of them, that one (a restart asks again
+    /// for the same instance). Reads only.
+    ///
+    /// # Errors
+    /// [`NodeError::Choose`], as [`choose_target`].
+    pub fn for_uuid(self, host: &dyn Host, uuid: Option<&MdevUuid>) -> Result<Target, NodeError> {
+        match (self, uuid) {
+            (
+                Target::Mdev {
+                    type_id,
+                    on_gpu: Some(gpu),
+                    ..
+                },
+                Some(u),
+            ) => {
+                let (parent, type_id) =
+                    actuate::mdev_parent_on_gpu(host, &gpu, type_id.as_str(), Some(u), &[])
+                        .map_err(|e| NodeError::Choose(Box::new(e)))?;
+                Ok(Target::Mdev {
+                    parent,
+                    type_id,
+                    on_gpu: Some(gpu),
+                })
+            }
+            (t, _) => Ok(t),
+        }
+    }
+}
+
+/// Chooses where a vGPU of `profile` asked on `parent` goes: `parent` is an mdev parent (used
+/// as is), a GPU (by address, or a name `gpu_named` resolves) whose VFs are mdev parents (the
+/// first with room, or the one already holding `uuid` with this type), a vendor-VFIO VF (used as
+/// is), or the GPU of vendor-VFIO VFs (its first free VF that lists the type). Reads only.
+///
+/// # Errors
+/// What `gpu_named` answers; [`NodeError::Choose`] with [`ActuateError::UnknownProfile`],
+/// [`ActuateError::NotAParent`], [`ActuateError::NoFreeVf`] or [`ActuateError::Exhausted`].
+pub fn choose_target<E: From<NodeError>>(
+    host: &dyn Host,
+    parent: &ParentId,
+    profile: &str,
+    uuid: Option<&MdevUuid>,
+    gpu_named: impl FnOnce(&str) -> Result<PciAddress, E>,
+) -> Result<Target, E> {
+    let choose = |e: ActuateError| E::from(NodeError::Choose(Box::new(e)));
+    let found =
+        actuate::create_target(host, parent, profile, |n| gpu_named(n).map_err(Pass::Named));
+    Ok(match found {
+        Err(Pass::Named(e)) => return Err(e),
+        Err(Pass::Actuate(e)) => return Err(choose(e)),
+        Ok(CreateTarget::Mdev { parent, type_id }) => Target::Mdev {
+            parent,
+            type_id,
+            on_gpu: None,
+        },
+        Ok(CreateTarget::MdevOnGpu { gpu, .. }) => {
+            let (parent, type_id) =
+                actuate::mdev_parent_on_gpu(host, &gpu, profile, uuid, &[]).map_err(choose)?;
+            Target::Mdev {
+                parent,
+                type_id,
+                on_gpu: Some(gpu),
+            }
+        }
+        Ok(CreateTarget::VendorVfio { vf, type_num }) => Target::VendorVfio { vf, type_num },
+    })
+}
+
+/// [`actuate::create_target`]'s error: the caller's lookup failed (carried through untouched),
+/// or actuation did.
+enum Pass<E> {
+    Named(E),
+    Actuate(ActuateError),
+}
+
+impl<E> From<ActuateError> for Pass<E> {
+    fn from(e: ActuateError) -> Self {
+        Pass::Actuate(e)
+    }
+}
