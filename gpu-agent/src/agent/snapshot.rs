@@ -46,8 +46,8 @@ impl Snapshot {
     }
 }
 
-/// A narrow re-read for [`Agent::refresh_with`]: the new topology and health reports composed
-/// from the cached snapshot, or `None` to read the whole host.
+/// A narrow re-read for [`Agent::refresh_with`](super::Agent::refresh_with): the new topology
+/// and health reports composed from the cached snapshot, or `None` to read the whole host.
 pub type NarrowRead<'a> =
     dyn Fn(&dyn Host, &AgentConfig, &Snapshot) -> Option<(NodeTopology, Vec<GpuHealthReport>)> + 'a;
 

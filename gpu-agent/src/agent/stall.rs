@@ -22,8 +22,8 @@ pub struct InFlightReads {
     in_flight: Mutex<HashMap<u64, InFlight>>,
 }
 
-/// A [`Host`] whose reads and listings the agent tracks ([`InFlightReads`]); every other call
-/// goes straight to the wrapped host.
+/// A [`Host`](gpu_sysfs::Host) whose reads and listings the agent tracks ([`InFlightReads`]);
+/// every other call goes straight to the wrapped host.
 pub type TrackedHost = Observed<InFlightReads>;
 
 #[derive(Debug)]

@@ -15,8 +15,8 @@
 //! bounded back-off while the server fails. Nothing else in the agent waits on it.
 //!
 //! One concern per file: [`server`] (what the API server is, who owns the pool), [`diff`] (the
-//! wanted slices and the pure plan), [`apply`] (the writes and a whole round) and [`publisher`]
-//! (the agent's debounced loop).
+//! wanted slices and the pure plan), [`apply`](mod@apply) (the writes and a whole round) and
+//! [`publisher`] (the agent's debounced loop).
 
 pub mod apply;
 pub mod diff;
