@@ -460,9 +460,19 @@ impl Dir {
 
     /// Checks that the target `name` is a regular file or missing before it is replaced.
     fn check_replaceable(&self, name: &str) -> io::Result<Entry> {
+        self.expect_file(name, "not replaced")
+    }
+
+    /// What `name` is when it is a regular file or missing, looked at without opening it; a
+    /// link or anything but a regular file is refused, naming it (`not_done` says what is not
+    /// done: `not read`).
+    ///
+    /// # Errors
+    /// The refusal; the OS error of `fstatat`.
+    pub fn expect_file(&self, name: &str, not_done: &str) -> io::Result<Entry> {
         match self.entry(name)? {
             e @ (Entry::Missing | Entry::File { .. }) => Ok(e),
-            other => Err(self.refuse(name, other, "a regular file", "not replaced")),
+            other => Err(self.refuse(name, other, "a regular file", not_done)),
         }
     }
 

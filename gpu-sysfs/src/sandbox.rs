@@ -411,6 +411,25 @@ fn check_field_name(path: &Path, field: &str, value: &str) -> Result<(), SysfsEr
     })
 }
 
+/// The field of a state file that does not decode because an address in it does not parse
+/// (`pools[1].pf`), when that is why: the decoder's own message names only a line.
+fn field_error(path: &Path, text: &[u8]) -> Option<SysfsError> {
+    let v: serde_json::Value = serde_json::from_slice(text).ok()?;
+    for (i, pool) in v.get("pools")?.as_array()?.iter().enumerate() {
+        if let Some(pf) = pool.get("pf") {
+            let ok = pf.as_str().is_some_and(|a| a.parse::<PciAddress>().is_ok());
+            if !ok {
+                return Some(SysfsError::malformed(
+                    path.display().to_string(),
+                    0,
+                    format!("pools[{i}].pf: {pf} is not a PCI address"),
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// Checks every field of a state file that becomes a path or an address, naming the first that
 /// is wrong: a hand-edited file cannot make the fake kernel look or write outside its tree.
 fn validate(path: &Path, state: &SandboxState) -> Result<(), SysfsError> {
@@ -494,8 +513,11 @@ pub fn open(dir: &Path) -> Result<Sandbox, SysfsError> {
         Ok(None) => return Err(not_a_sandbox()),
         Err(e) => return Err(err_at(&path, e)),
     };
-    let state: SandboxState = serde_json::from_slice(&text)
-        .map_err(|e| SysfsError::malformed(path.display().to_string(), e.line(), e.to_string()))?;
+    let state: SandboxState = serde_json::from_slice(&text).map_err(|e| {
+        field_error(&path, &text).unwrap_or_else(|| {
+            SysfsError::malformed(path.display().to_string(), e.line(), e.to_string())
+        })
+    })?;
     if state.format != FORMAT {
         return Err(SysfsError::InvalidRoot {
             path: format!("{PREFIX}{}", dir.display()),
@@ -809,6 +831,24 @@ mod tests {
         let e = open(&dir).unwrap_err();
         assert!(
             e.to_string().contains("hostDrivers: \"0000:zz:00.0\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_invalid_physical_function_address_in_the_state_file_is_refused_naming_its_field() {
+        let (_t, dir) = made();
+        set_state(&dir, |v| {
+            v["pools"] = serde_json::json!([{
+                "kind": "vendorVfio",
+                "pf": "0000:3b:zz.0",
+                "framebufferMib": 49152,
+                "types": [],
+            }]);
+        });
+        let e = open(&dir).unwrap_err();
+        assert!(
+            e.to_string().contains("pools[0].pf: \"0000:3b:zz.0\""),
             "{e}"
         );
     }

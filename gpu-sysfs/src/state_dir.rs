@@ -196,6 +196,11 @@ impl StateDir {
     pub fn read(&self, name: &str, max: usize) -> io::Result<Option<Vec<u8>>> {
         let rel = self.rel_of(name)?;
         self.check_rel(&rel)?;
+        // Looked at before it is opened: a FIFO or device there is refused, never opened.
+        let (dir, last) = rel.rsplit_once('/').unwrap_or(("", rel.as_str()));
+        if let Ok(Some(d)) = Dir::open(&self.base).and_then(|b| b.sub(dir)) {
+            d.expect_file(last, "not read")?;
+        }
         match self.host.read_bounded(&rel, max) {
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),

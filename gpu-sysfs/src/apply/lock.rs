@@ -1,8 +1,7 @@
 //! The host-wide lock that serializes layout changes: an exclusive `flock` on
 //! `<root>/run/gpuslice/vgpu.lock`, held until the [`LayoutLock`] is dropped.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -47,20 +46,16 @@ impl LayoutLock {
             path: path.display().to_string(),
             source,
         };
-        if let Some((dir, _)) = LOCK_PATH.rsplit_once('/') {
-            crate::host::make_state_dir(root, dir).map_err(lock_err)?;
-        }
+        let (dir, name) = LOCK_PATH.rsplit_once('/').unwrap_or(("", LOCK_PATH));
+        let dir = crate::atomic::Dir::open(root)
+            .and_then(|r| r.create_sub(dir))
+            .map_err(lock_err)?;
         let start = Instant::now();
         let mut told = false;
         loop {
-            // Never through a link: a planted one would have the lock created outside the root.
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                .open(&path)
-                .map_err(lock_err)?;
+            // The confined writer's lock file: never through a link, never a FIFO (which would
+            // block the open), only a regular file.
+            let file = dir.open_lock(name).map_err(lock_err)?;
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(lock) => return Ok(LayoutLock { _lock: lock, path }),
                 Err((_, Errno::EWOULDBLOCK)) => {}
