@@ -1,12 +1,14 @@
-//! The README's `console` blocks run as shown.
+//! The `console` blocks of the README, of `docs/*.md` and of `examples/*/README.md` run as shown.
 //!
 //! Every line of a ```` ```console ```` block that starts with `$ ` is a command a reader types
 //! from the repository's root: `gpuslice ...` (run with the built binary) or `export
 //! GPUSLICE_ROOT=...` (kept for the lines after it, as a shell would). Lines without `$ ` are
 //! what the command prints: each one shown (other than `...`) must appear in its output, in
 //! order. A command ends with exit 0, or with the status its `; echo "exit $?"` line shows.
-//! `/tmp/gs` stands for a fresh directory of the test's own, so a sandbox made there is new on
-//! every run. Commands of other programs belong in ```` ```sh ```` blocks, which are not run.
+//! `cd DIR` moves the session (from the repository's root); a command ending in `>/dev/null`
+//! shows only its standard error. Each file is one session, and `/tmp/gs` stands for a fresh
+//! directory of the test's own, so a sandbox made there is new on every run. Commands of other
+//! programs belong in ```` ```sh ```` (or ```` ```text ````) blocks, which are not run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -170,53 +172,62 @@ fn matches_shown(printed: &str, shown: &str) -> bool {
     rest.ends_with(last)
 }
 
-#[test]
-fn the_readme_console_blocks_run_as_shown_on_a_fresh_sandbox() {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
-    let steps = console_steps(&readme);
-    assert!(
-        steps
-            .iter()
-            .filter(|s| s.command.starts_with("gpuslice "))
-            .count()
-            >= 10,
-        "the README's walkthroughs lost their runnable commands: {steps:#?}"
-    );
+/// Runs the steps of one Markdown file as one shell session from the repository's root: a fresh
+/// directory for `/tmp/gs`, no `GPUSLICE_ROOT` until the file exports one.
+fn run_session(file: &str, steps: &[Step]) {
     let tmp = tempfile::tempdir().unwrap();
     let sandbox = tmp.path().join("gs");
     let sandbox_str = sandbox.to_str().unwrap().to_string();
     let mut root_env: Option<String> = None;
-    for step in &steps {
+    let mut cwd = workspace_root();
+    for step in steps {
         let concrete = step.command.replace(SANDBOX_PLACEHOLDER, &sandbox_str);
         if let Some(value) = concrete.strip_prefix("export GPUSLICE_ROOT=") {
             root_env = Some(value.to_string());
             continue;
         }
+        if let Some(dir) = concrete.strip_prefix("cd ") {
+            cwd = cwd.join(dir.trim());
+            assert!(
+                cwd.is_dir(),
+                "{file} line {}: no directory {dir}",
+                step.line
+            );
+            continue;
+        }
+        // `>/dev/null` at the end: the reader sees only standard error.
+        let (concrete, quiet) = match concrete.strip_suffix(" >/dev/null") {
+            Some(c) => (c.to_string(), true),
+            None => (concrete, false),
+        };
         let argv = words(&concrete);
         assert!(
             argv.first().map(String::as_str) == Some("gpuslice")
-                && !concrete.contains(['|', '&', '>', '<', '`']),
-            "README line {}: `{}` is not a plain gpuslice command; put it in a ```sh block",
+                && !concrete.contains(['|', '&', '>', '<', '`', '#']),
+            "{file} line {}: `{}` is not a plain gpuslice command; put it in a ```sh block",
             step.line,
             step.command
         );
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuslice"));
         cmd.args(&argv[1..])
-            .current_dir(workspace_root())
+            .current_dir(&cwd)
             .env_remove("GPUSLICE_ROOT");
         if let Some(root) = &root_env {
             cmd.env("GPUSLICE_ROOT", root);
         }
         let out = cmd.output().unwrap();
-        let stdout =
-            String::from_utf8_lossy(&out.stdout).replace(&sandbox_str, SANDBOX_PLACEHOLDER);
+        let stdout = if quiet {
+            String::new()
+        } else {
+            String::from_utf8_lossy(&out.stdout).replace(&sandbox_str, SANDBOX_PLACEHOLDER)
+        };
         let stderr =
             String::from_utf8_lossy(&out.stderr).replace(&sandbox_str, SANDBOX_PLACEHOLDER);
         let printed = format!("{stdout}{stderr}");
         assert_eq!(
             out.status.code(),
             Some(step.exit),
-            "README line {}: `{}` ended with {:?}, the README shows exit {}\n{printed}",
+            "{file} line {}: `{}` ended with {:?}, the page shows exit {}\n{printed}",
             step.line,
             step.command,
             out.status.code(),
@@ -227,12 +238,58 @@ fn the_readme_console_blocks_run_as_shown_on_a_fresh_sandbox() {
         for shown in &step.shown {
             assert!(
                 streams.iter_mut().any(|s| s.advance_past(shown)),
-                "README line {}: `{}` did not print, in this order, the line\n{shown}\nIt printed:\n{printed}",
+                "{file} line {}: `{}` did not print, in this order, the line\n{shown}\nIt printed:\n{printed}",
                 step.line,
                 step.command
             );
         }
     }
+}
+
+fn steps_of(file: &str) -> Vec<Step> {
+    let text = std::fs::read_to_string(workspace_root().join(file)).unwrap();
+    console_steps(&text)
+}
+
+#[test]
+fn the_readme_console_blocks_run_as_shown_on_a_fresh_sandbox() {
+    let steps = steps_of("README.md");
+    let commands = steps
+        .iter()
+        .filter(|s| s.command.starts_with("gpuslice "))
+        .count();
+    assert!(
+        commands >= 10,
+        "the README's walkthroughs lost their runnable commands: {steps:#?}"
+    );
+    run_session("README.md", &steps);
+}
+
+#[test]
+fn the_console_blocks_of_docs_and_examples_run_as_shown() {
+    let mut files: Vec<String> = Vec::new();
+    for dir in ["docs", "examples"] {
+        for entry in std::fs::read_dir(workspace_root().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let page = if path.is_dir() {
+                path.join("README.md")
+            } else {
+                path
+            };
+            if page.extension().is_some_and(|e| e == "md") && page.is_file() {
+                let rel = page.strip_prefix(workspace_root()).unwrap().to_owned();
+                files.push(rel.to_str().unwrap().to_string());
+            }
+        }
+    }
+    files.sort();
+    let mut ran = 0;
+    for file in &files {
+        let steps = steps_of(file);
+        ran += steps.len();
+        run_session(file, &steps);
+    }
+    assert!(ran > 0, "no console block found in {files:?}");
 }
 
 #[test]
