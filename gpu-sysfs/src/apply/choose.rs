@@ -48,3 +48,56 @@ pub(super) fn rechoose(host: &dyn Host, steps: &mut [Step], at: usize) -> Result
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use gpu_core::layout::PlannedInstance;
+    use gpu_core::{MdevUuid, PciAddress};
+
+    use super::*;
+    use crate::testing::FakeKernel;
+
+    fn create(parent: &str, n: u32) -> Step {
+        Step::Create {
+            gpu: ParentId::Pci("0000:08:00.0".parse().unwrap()),
+            instance: PlannedInstance {
+                framework: VgpuFramework::Mdev,
+                parent: ParentId::Pci(parent.parse().unwrap()),
+                uuid: Some(MdevUuid::for_machine("vm", "gpu", n)),
+                type_id: Some("nvidia-746".parse().unwrap()),
+                type_name: Some("NVIDIA A2-4Q".to_owned()),
+                framebuffer_mib: Some(4096),
+                in_use: None,
+            },
+        }
+    }
+
+    fn parent(s: &Step) -> PciAddress {
+        match s {
+            Step::Create { instance, .. } => instance.parent.pci().unwrap(),
+            other => panic!("not a creation: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_layout_creation_goes_where_vgpu_create_would_keeping_the_vfs_of_later_ones() {
+        let k = FakeKernel::a2_mdev_host().unwrap();
+        // The first creation was planned further on; the first VF with room, 08:00.4, is kept
+        // for the second, so the first goes to 08:00.5.
+        let mut steps = vec![create("0000:08:00.6", 0), create("0000:08:00.4", 1)];
+        rechoose(&k, &mut steps, 0).unwrap();
+        assert_eq!(parent(&steps[0]), "0000:08:00.5".parse().unwrap());
+        assert_eq!(parent(&steps[1]), "0000:08:00.4".parse().unwrap());
+        // The choice is the one `vgpu create --parent 0000:08:00.0` makes.
+        let (by_create, _) = mdev_parent_on_gpu(
+            &k,
+            &"0000:08:00.0".parse().unwrap(),
+            "A2-4Q",
+            None,
+            &[ParentId::Pci("0000:08:00.4".parse().unwrap())],
+        )
+        .unwrap();
+        assert_eq!(by_create, ParentId::Pci(parent(&steps[0])));
+    }
+}
