@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_core::{Gpu, GpuState, HealthState, MigOccupancy, Parent, ParentId, nvidia};
 
-use super::super::device_name::{counter_set_name, gpu_device_name};
-use super::super::model::*;
-use super::super::names::mib_quantity;
-use super::super::version::*;
 use super::Ctx;
 use super::mig::{exactly_placed, mig_memory_slices};
 use super::parts::{BySize, GpuPlan, MigGroups, Resolved, counters, int_attr, resolve, str_attr};
+use crate::dra::device_name::{counter_set_name, gpu_device_name};
+use crate::dra::model::*;
+use crate::dra::names::mib_quantity;
+use crate::dra::version::*;
 
 /// What a GPU's parents hold that `dra prepare` did not make.
 #[derive(Debug, Clone, Default)]

@@ -4,9 +4,9 @@
 
 use crate::error::{Result, fail};
 
-use super::super::model::*;
-use super::super::version::*;
 use super::parts::{GpuPlan, consumed_counters, limited};
+use crate::dra::model::*;
+use crate::dra::version::*;
 
 /// A slice being filled.
 #[derive(Debug, Default)]

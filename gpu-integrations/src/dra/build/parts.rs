@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use gpu_core::{Profile, nvidia};
 
-use super::super::model::*;
-use super::super::version::*;
+use crate::dra::model::*;
+use crate::dra::version::*;
 
 /// A profile with its sizes resolved from the model or, failing that, from its NVIDIA name.
 #[derive(Debug, Clone)]

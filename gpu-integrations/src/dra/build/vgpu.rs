@@ -6,16 +6,16 @@ use std::collections::BTreeMap;
 
 use gpu_core::nvidia;
 
-use super::super::device_name::{
-    mig_device_name, mixed_device_name, vgpu_device_name, vgpu_instance_device_name,
-};
-use super::super::model::*;
-use super::super::names::{mib_quantity, profile_attribute};
-use super::super::version::*;
 use super::Ctx;
 use super::gpu::OneGpu;
 use super::mig::mig_spans;
 use super::parts::{Resolved, counters, int_attr};
+use crate::dra::device_name::{
+    mig_device_name, mixed_device_name, vgpu_device_name, vgpu_instance_device_name,
+};
+use crate::dra::model::*;
+use crate::dra::names::{mib_quantity, profile_attribute};
+use crate::dra::version::*;
 
 impl Ctx<'_> {
     /// The attributes of a vGPU device of `size` (and `more`) that can become any profile of

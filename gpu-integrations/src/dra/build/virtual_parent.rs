@@ -4,13 +4,13 @@ use std::collections::BTreeMap;
 
 use gpu_core::Parent;
 
-use super::super::device_name::{VirtualDeviceName, parent_label, virtual_counter_set_name};
-use super::super::model::*;
-use super::super::names::mib_quantity;
-use super::super::version::*;
 use super::Ctx;
 use super::parts::{GpuPlan, Resolved, counters, int_attr, resolve, str_attr};
 use super::vgpu::mixed_framebuffer;
+use crate::dra::device_name::{VirtualDeviceName, parent_label, virtual_counter_set_name};
+use crate::dra::model::*;
+use crate::dra::names::mib_quantity;
+use crate::dra::version::*;
 
 /// The display types of a virtual parent by framebuffer size (see the module doc).
 type DisplayTypes<'p> = BTreeMap<u64, Vec<Resolved<'p>>>;
