@@ -441,7 +441,7 @@ fn classified<'a>(
         .and_then(|also| also(cause))
         .or_else(|| gpu_health::error::as_classified(cause))
         .or_else(|| gpu_sched::as_classified(cause))
-        .or_else(|| gpu_integrations::error::as_classified(cause))
+        .or_else(|| gpu_node::dra::as_classified(cause))
 }
 
 impl ErrorReport {

@@ -10,6 +10,7 @@
 //! The CLI, the node agent, the kubelet plugin and the bindings call it and only render the
 //! answer. See `docs/architecture.md` for where this crate stands among the others.
 
+pub mod dra;
 pub mod open;
 
 pub use open::{ComposedNode, NodeRequest, NvmlSource, OpenedNode, open_node, open_node_host};

@@ -176,7 +176,7 @@ impl DraPlugin {
             &config.driver,
         )
         .map_err(|e| format!("--dra-driver: {e}"))?;
-        let store = prepare::store_of(&agent)?;
+        let store = prepare::store_of(&agent).map_err(|e| e.to_string())?;
         // Its counters are the agent's: served on `/metrics` from now on.
         agent
             .stats()

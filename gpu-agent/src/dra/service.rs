@@ -8,13 +8,13 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::DraPlugin;
-use super::prepare::{ClaimId, GivenDevice};
+use super::prepare::{ClaimError, ClaimId, GivenDevice};
 
 /// Answers a prepare request: per claim UID, the devices or the error.
 async fn prepare_all(
     plugin: &Arc<DraPlugin>,
     claims: Vec<ClaimId>,
-) -> Vec<(String, Result<Vec<GivenDevice>, String>)> {
+) -> Vec<(String, Result<Vec<GivenDevice>, ClaimError>)> {
     let mut out = Vec::with_capacity(claims.len());
     for id in claims {
         let answer = plugin.prepare(&id).await;
@@ -27,7 +27,7 @@ async fn prepare_all(
 async fn unprepare_all(
     plugin: &Arc<DraPlugin>,
     claims: Vec<ClaimId>,
-) -> Vec<(String, Result<(), String>)> {
+) -> Vec<(String, Result<(), ClaimError>)> {
     let mut out = Vec::with_capacity(claims.len());
     for id in claims {
         let answer = plugin.unprepare(&id).await;
@@ -80,7 +80,7 @@ macro_rules! dra_service {
                         },
                         Err(error) => p::NodePrepareResourceResponse {
                             devices: vec![],
-                            error,
+                            error: error.to_string(),
                         },
                     };
                     answer.insert(uid, entry);
@@ -104,7 +104,7 @@ macro_rules! dra_service {
                         (
                             uid,
                             p::NodeUnprepareResourceResponse {
-                                error: r.err().unwrap_or_default(),
+                                error: r.err().map(|e| e.to_string()).unwrap_or_default(),
                             },
                         )
                     })
