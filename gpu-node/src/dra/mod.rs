@@ -16,24 +16,27 @@
 //! it inside its writer; the CLI takes it around the call.
 
 pub mod check;
+pub mod claim;
 pub mod error;
+pub mod host;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gpu_integrations::dra::ClaimStore;
 use gpu_integrations::dra::cdi::CdiLayout;
 use gpu_integrations::dra::model::DeviceResult;
-use gpu_integrations::dra::{
-    ClaimResult, ClaimStore, DraNode, PrepareOptions, PreparedDevice, Unprepared, prepare_claim,
-    unprepare_claim,
-};
 use gpu_sysfs::Host;
 use gpu_sysfs::apply::LayoutLock;
 use serde::Serialize;
 use serde_json::Value;
 
 pub use check::{Checked, ClaimId, OPAQUE_FIELDS, OPAQUE_KIND, check_claim};
+pub use claim::{prepare_claim, unprepare_claim};
 pub use error::{DraError, as_classified};
+pub use gpu_integrations::dra::{
+    Claim, ClaimResult, DraNode, PrepareOptions, PreparedDevice, Unprepared,
+};
 
 /// What a prepare or unprepare works with besides the node: the driver, the claim store, and
 /// where the CDI spec and KubeVirt's metadata go (none: no CDI files).
