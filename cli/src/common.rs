@@ -435,7 +435,7 @@ fn classified<'a>(
         .and_then(|also| also(cause))
         .or_else(|| gpu_node::as_classified(cause))
         .or_else(|| gpu_sched::as_classified(cause))
-        .or_else(|| gpu_integrations::error::as_classified(cause))
+        .or_else(|| gpu_node::dra::as_classified(cause))
 }
 
 impl ErrorReport {

@@ -25,6 +25,7 @@
 //! Failures are [`NodeError`]s, one variant per operation, each carrying the step's own error
 //! as its source; their kinds are the source's ([`gpu_core::ErrorKind`]).
 
+pub mod dra;
 pub mod error;
 pub mod node;
 pub mod open;

@@ -1,7 +1,10 @@
 //! `gpuslice dra prepare|unprepare|check|publish`: the node side of Kubernetes DRA.
 //!
-//! A kubelet plugin wrapper forwards the claim it is asked to prepare (as JSON) and gets back the
-//! devices to hand to the VM. What was created is recorded under the state directory, one file per
+//! `prepare` and `unprepare` are the kubelet plugin's own calls ([`gpu_node::dra::prepare`] /
+//! [`gpu_node::dra::unprepare`]): the same checks of the claim, the same plan, record and undo,
+//! under the same host lock, and with `--cdi-dir` the same CDI spec and KubeVirt metadata. A
+//! wrapper forwards the claim it is asked to prepare (as JSON or YAML) and gets back the devices
+//! to hand to the VM. What was created is recorded under the state directory, one file per
 //! claim, so that `unprepare` removes exactly that, a repeated `prepare` answers the same, and
 //! `gpuslice export dra` does not subtract the scheduler's own vGPUs from what it publishes.
 
@@ -12,8 +15,14 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::common::{Global, Output, load_nodes, open_node, read_input, render_table};
-use gpu_integrations::dra::model::PrepareInput;
+use gpu_integrations::dra::cdi::CdiLayout;
 use gpu_integrations::dra::{self, ClaimStore, DEFAULT_DRIVER, model, rules};
+use gpu_node::dra::{ClaimId, DraSetup};
+
+/// The kubelet's default directory (the plugin's `--kubelet-dir`).
+const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
+/// How long a prepare or unprepare waits for the host lock another writer holds.
+const LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// `gpuslice dra` subcommands.
 #[derive(Subcommand, Debug)]
@@ -87,12 +96,46 @@ pub struct PrepareArgs {
     /// The DRA driver name the devices were published under.
     #[arg(long, default_value = DEFAULT_DRIVER, value_name = "NAME")]
     pub driver: String,
-    /// Where prepared claims are recorded (default: var/lib/gpuslice/dra inside --root).
+    /// Where prepared claims are recorded (default: var/lib/gpuslice/dra inside --root; for
+    /// `--root sandbox:DIR`, inside the sandbox's host tree).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// Print the plan without changing the host.
     #[arg(long)]
     pub dry_run: bool,
+    #[command(flatten)]
+    pub cdi: CdiArgs,
+}
+
+// Where the CDI spec and KubeVirt's metadata go (`--cdi-dir`), as the kubelet plugin writes them.
+#[derive(Args, Debug)]
+pub struct CdiArgs {
+    /// Also write the claim's CDI spec (`<driver>-<uid>.json`) in DIR and its KubeVirt device
+    /// metadata, as the kubelet plugin does (a host path, taken as given, not under --root);
+    /// `unprepare` removes them.
+    #[arg(long, value_name = "DIR")]
+    pub cdi_dir: Option<PathBuf>,
+    /// The kubelet's directory (taken as given): the metadata files go in
+    /// `<DIR>/plugins/<driver>/metadata`, where the plugin puts them.
+    #[arg(long, default_value = DEFAULT_KUBELET_DIR, value_name = "DIR", requires = "cdi_dir")]
+    pub kubelet_dir: PathBuf,
+}
+
+impl CdiArgs {
+    /// The CDI layout of `driver`, when `--cdi-dir` was given.
+    fn layout(&self, driver: &str) -> anyhow::Result<Option<CdiLayout>> {
+        let Some(cdi_dir) = &self.cdi_dir else {
+            return Ok(None);
+        };
+        let metadata = self
+            .kubelet_dir
+            .join("plugins")
+            .join(driver)
+            .join("metadata");
+        Ok(Some(
+            CdiLayout::new(cdi_dir.clone(), metadata, driver).context("--driver")?,
+        ))
+    }
 }
 
 // `dra unprepare` arguments.
@@ -107,6 +150,11 @@ pub struct UnprepareArgs {
     /// Remove instances even while a VM holds them open.
     #[arg(long)]
     pub force: bool,
+    /// The DRA driver name (it names the CDI spec `--cdi-dir` removes).
+    #[arg(long, default_value = DEFAULT_DRIVER, value_name = "NAME")]
+    pub driver: String,
+    #[command(flatten)]
+    pub cdi: CdiArgs,
 }
 
 /// Runs `gpuslice dra publish` (in the `gpuslice-agent` binary: it talks to the API server).
@@ -222,48 +270,89 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Runs `gpuslice dra prepare`.
+/// Takes the host lock of `host` for a prepare or unprepare, saying on stderr when it waits.
+fn lock(host: &dyn gpu_sysfs::Host) -> anyhow::Result<gpu_sysfs::apply::LayoutLock> {
+    Ok(gpu_node::dra::lock_host(
+        host,
+        Some(LOCK_TIMEOUT),
+        &mut |path| {
+            eprintln!(
+                "gpuslice: waiting for another gpuslice writer to finish (lock {})",
+                path.display()
+            );
+        },
+    )?)
+}
+
+/// Runs `gpuslice dra prepare`: the kubelet plugin's call, on `--root`.
 ///
 /// # Errors
-/// When the claim cannot be read or mapped, or the host refuses a change (already-made
-/// changes of the same call are undone).
+/// When the claim cannot be read or is refused (the plugin's checks and the planner's), or the
+/// host refuses a change (already-made changes of the same call are undone), or the CDI files
+/// cannot be written (the prepare is undone).
 pub fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
     let text = read_input(&a.claim, "claim")?;
-    let input: PrepareInput = gpu_core::decode_text("ResourceClaim", &text)?;
-    let claim = dra::Claim::from_input(input, a.claim_uid.clone())?;
-    let store = ClaimStore::open(&g.root, a.state_dir.as_deref())?;
+    let doc: serde_json::Value = gpu_core::decode_text("ResourceClaim", &text)?;
+    let id = ClaimId::of_document(&doc, a.claim_uid.as_deref())?;
+    let cdi = a.cdi.layout(&a.driver)?;
     gpu_core::validate_name(&g.node_name()).context("--node")?;
     let opened = open_node(g, &gpu_health::NodeRequest::new(g.node_name()))?;
+    let store = gpu_node::dra::claim_store(&opened.host, a.state_dir.as_deref())?;
     let node = dra::DraNode {
         host: &opened.host,
         topology: &opened.topology,
         recording: opened.host.is_recording(),
     };
-    let opts = dra::PrepareOptions {
-        driver: a.driver.clone(),
+    let setup = DraSetup {
+        driver: &a.driver,
+        store: &store,
+        cdi: cdi.as_ref(),
         dry_run: a.dry_run,
     };
-    let result = dra::prepare_claim(&node, &store, &claim, &opts)?;
-    println!("{}", serde_json::to_string_pretty(&result.answer)?);
+    let _lock = if a.dry_run {
+        None
+    } else {
+        // A store reached through a link is refused before the host is locked or changed.
+        store.check()?;
+        Some(lock(&opened.host)?)
+    };
+    let done = gpu_node::dra::prepare(&node, &doc, &id, &setup)?;
+    let mut answer = serde_json::to_value(&done.result.answer)?;
+    if let (Some(spec), Some(fields)) = (&done.cdi_spec, answer.as_object_mut()) {
+        fields.insert(
+            "cdi".to_owned(),
+            serde_json::json!({"spec": spec.display().to_string(), "devices": done.given}),
+        );
+    }
+    println!("{}", serde_json::to_string_pretty(&answer)?);
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs `gpuslice dra unprepare`.
+/// Runs `gpuslice dra unprepare`: the kubelet plugin's call, on `--root`.
 ///
 /// # Errors
-/// When the recorded claim cannot be read or the host refuses a removal.
+/// When the recorded claim cannot be read, the host refuses a removal, or the CDI files cannot
+/// be removed.
 pub fn unprepare(g: &Global, a: &UnprepareArgs) -> anyhow::Result<ExitCode> {
-    let store = ClaimStore::open(&g.root, a.state_dir.as_deref())?;
+    let cdi = a.cdi.layout(&a.driver)?;
     gpu_core::validate_name(&g.node_name()).context("--node")?;
     // The root is opened as prepare opens it, so a root that is no host is refused alike
     // (not answered "nothing to undo").
     let opened = open_node(g, &gpu_health::NodeRequest::new(g.node_name()))?;
-    let done = dra::unprepare_claim(
+    let store = gpu_node::dra::claim_store(&opened.host, a.state_dir.as_deref())?;
+    let setup = DraSetup {
+        driver: &a.driver,
+        store: &store,
+        cdi: cdi.as_ref(),
+        dry_run: false,
+    };
+    let _lock = lock(&opened.host)?;
+    let done = gpu_node::dra::unprepare(
         &opened.host,
         opened.host.is_recording(),
-        &store,
         &a.claim_uid,
         a.force,
+        &setup,
     )?;
     println!("{}", serde_json::to_string(&done)?);
     Ok(ExitCode::SUCCESS)

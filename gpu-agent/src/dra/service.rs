@@ -7,17 +7,17 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::prepare::{ClaimId, GivenDevice};
-use super::{DraError, DraPlugin};
+use super::DraPlugin;
+use super::prepare::{ClaimError, ClaimId, GivenDevice};
 
 /// Answers a prepare request: per claim UID, the devices or the error.
 async fn prepare_all(
     plugin: &Arc<DraPlugin>,
     claims: Vec<ClaimId>,
-) -> Vec<(String, Result<Vec<GivenDevice>, DraError>)> {
+) -> Vec<(String, Result<Vec<GivenDevice>, ClaimError>)> {
     let mut out = Vec::with_capacity(claims.len());
     for id in claims {
-        let answer = plugin.prepare(&id).await.map_err(DraError::claim);
+        let answer = plugin.prepare(&id).await;
         out.push((id.uid, answer));
     }
     out
@@ -27,10 +27,10 @@ async fn prepare_all(
 async fn unprepare_all(
     plugin: &Arc<DraPlugin>,
     claims: Vec<ClaimId>,
-) -> Vec<(String, Result<(), DraError>)> {
+) -> Vec<(String, Result<(), ClaimError>)> {
     let mut out = Vec::with_capacity(claims.len());
     for id in claims {
-        let answer = plugin.unprepare(&id).await.map_err(DraError::claim);
+        let answer = plugin.unprepare(&id).await;
         out.push((id.uid, answer));
     }
     out

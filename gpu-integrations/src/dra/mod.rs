@@ -4,11 +4,12 @@
 //! [`version`] holds the API's limits per Kubernetes version, [`device_name`] the grammar of the
 //! device names, [`rules`] checks the slices against the API's limits and gpuslice's exclusivity promise,
 //! [`claims`] holds example ResourceClaims, [`model`] the API's types (slices, classes, and the
-//! allocated claims the node side reads). The node side is one call per claim,
-//! [`claim::prepare_claim`] / [`claim::unprepare_claim`]: [`prepare`] plans an allocation back
-//! onto the host in named steps, [`node`] carries that out (and undoes it), and [`store`] records
-//! what it did. The kubelet plugin hands the result to the container runtime as a CDI spec
-//! ([`cdi`]) carrying KubeVirt's device metadata ([`metadata`]). Before 1.36.2 a layout config
+//! allocated claims the node side reads). The node side is one call per claim in the one writer
+//! (`gpu_node::dra::prepare` / `unprepare`); here are its pure parts: [`claim`] the claim and
+//! the devices a prepare gives, [`prepare`] plans an allocation back onto the host in named
+//! steps, [`node`] what a plan means for the node (identities, the hand-off answer), and
+//! [`store`] the record of what was done. The result goes to the container runtime as a CDI
+//! spec ([`cdi`]) carrying KubeVirt's device metadata ([`metadata`]). Before 1.36.2 a layout config
 //! picks the size each GPU offers ([`sizes`]).
 
 pub mod build;
@@ -27,10 +28,7 @@ pub mod store;
 pub mod version;
 
 pub use build::{DraOptions, Prepared, export};
-pub use claim::{
-    Claim, ClaimResult, DraNode, PrepareOptions, PreparedDevice, Unprepared, prepare_claim,
-    unprepare_claim,
-};
+pub use claim::{Claim, ClaimResult, DraNode, PrepareOptions, PreparedDevice, Unprepared};
 pub use device_name::DeviceName;
 pub use sizes::{LayoutSizes, layout_sizes};
 pub use store::{ClaimStore, DEFAULT_STATE_DIR};

@@ -78,6 +78,15 @@ impl StateFiles {
         })
     }
 
+    /// Refuses a claims directory reached through a link (or a file), creating nothing; a
+    /// store not there yet is fine.
+    fn check(&self) -> std::io::Result<()> {
+        match &self.claims {
+            Some(d) => d.check(),
+            None => Ok(()),
+        }
+    }
+
     /// Creates the claims directory and its parents (refusing links).
     fn create(&self) -> std::io::Result<()> {
         self.writable()?.create()
@@ -250,6 +259,19 @@ impl ClaimStore {
         let claims = format!("{}/claims", self.dir);
         self.files
             .create()
+            .map_err(|e| self.unwritable(e, "cannot create", &claims))
+    }
+
+    /// Refuses a store reached through a link (or a file) without creating anything: a caller
+    /// that locks or changes the host first asks this, so a store that could not take the
+    /// record is refused before anything else is touched.
+    ///
+    /// # Errors
+    /// A component of the store that is a link or a file.
+    pub fn check(&self) -> Result<()> {
+        let claims = format!("{}/claims", self.dir);
+        self.files
+            .check()
             .map_err(|e| self.unwritable(e, "cannot create", &claims))
     }
 

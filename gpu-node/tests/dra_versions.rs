@@ -19,9 +19,9 @@ use gpu_core::{NodeTopology, ParentId, PciAddress, nvidia};
 use gpu_integrations::dra::model::{Object, PrepareInput, ResourceSlice};
 use gpu_integrations::dra::names::parse_quantity;
 use gpu_integrations::dra::{
-    Claim, ClaimStore, DraNode, DraOptions, K8sVersion, PrepareOptions, export, prepare_claim,
-    unprepare_claim,
+    Claim, ClaimStore, DraNode, DraOptions, K8sVersion, PrepareOptions, export,
 };
+use gpu_node::dra::{prepare_claim, unprepare_claim};
 use gpu_sysfs::discover::{DiscoverOptions, discover};
 use gpu_sysfs::testing::FakeKernel;
 use gpu_sysfs::testing::fake_kernel::L40S_TYPES;

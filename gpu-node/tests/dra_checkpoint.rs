@@ -21,8 +21,8 @@ use gpu_integrations::dra::model::PrepareInput;
 use gpu_integrations::dra::prepare::{ClaimPhase, PrepareAction, PreparedClaim};
 use gpu_integrations::dra::{
     Claim, ClaimResult, ClaimStore, DEFAULT_STATE_DIR, DraNode, PrepareOptions, Unprepared,
-    prepare_claim, unprepare_claim,
 };
+use gpu_node::dra::{prepare_claim, unprepare_claim};
 use gpu_sysfs::discover::{DiscoverOptions, discover};
 use gpu_sysfs::testing::FakeKernel;
 use gpu_sysfs::testing::fake_kernel::Entry;

@@ -12,9 +12,8 @@ use gpu_core::NodeTopology;
 use gpu_integrations::dra::build::{DraOptions, node_slices};
 use gpu_integrations::dra::model::{Device, Object, PrepareInput, ResourceSlice};
 use gpu_integrations::dra::prepare::PrepareAction;
-use gpu_integrations::dra::{
-    Claim, ClaimStore, DraNode, K8sVersion, PrepareOptions, export, prepare_claim, unprepare_claim,
-};
+use gpu_integrations::dra::{Claim, ClaimStore, DraNode, K8sVersion, PrepareOptions, export};
+use gpu_node::dra::{prepare_claim, unprepare_claim};
 use gpu_sysfs::discover::{DiscoverOptions, discover};
 use gpu_sysfs::testing::FakeKernel;
 use gpu_sysfs::{Host, actuate};
