@@ -91,7 +91,7 @@ pub enum CoreError {
     #[error(
         "document {}; at most {} MiB are read (raise the cap with --max-document-mib or \
          GPUSLICE_MAX_DOCUMENT_MIB)",
-        crate::limits::size_of_document(*.len, *.max_bytes),
+        size_of_document(*.len, *.max_bytes),
         .max_bytes >> 20
     )]
     DocumentTooLarge {
@@ -100,14 +100,14 @@ pub enum CoreError {
         /// The cap.
         max_bytes: usize,
     },
-    /// A document nests sequences and mappings deeper than [`crate::limits::MAX_NESTING`].
-    #[error(
-        "line {line}: nested more than {} levels deep",
-        crate::limits::MAX_NESTING
-    )]
+    /// A document nests sequences and mappings deeper than the bound
+    /// (`gpu_core::limits::MAX_NESTING`).
+    #[error("line {line}: nested more than {max} levels deep")]
     NestedTooDeep {
         /// The 1-based line where the bound was broken.
         line: usize,
+        /// The bound.
+        max: usize,
     },
     /// A node of a fleet document cannot be read as written (a `shape` it names is missing, or
     /// it gives its own topology besides one).
@@ -123,17 +123,17 @@ pub enum CoreError {
     /// A device of a fleet document's allocation, in the short shape, cannot be completed from
     /// its node's topology.
     #[error(
-        "allocations: Machine {machine:?}: device {index} (parent {}, profile {:?}): {why}",
-        device.parent,
-        device.profile
+        "allocations: Machine {machine:?}: device {index} (parent {parent}, profile {profile:?}): {why}"
     )]
     ShortDevice {
         /// The Machine the allocation is for.
         machine: String,
         /// The device's index in the allocation.
         index: usize,
-        /// The device as written (boxed: it is rare, and the error stays small).
-        device: Box<crate::fleet::ShortVgpu>,
+        /// The device's parent, as written.
+        parent: crate::ParentId,
+        /// The device's profile, as written.
+        profile: String,
         /// Why it cannot be completed.
         why: String,
     },
@@ -356,6 +356,14 @@ impl ClassifiedError for CoreError {
 impl ClassifiedError for ConfigDocError {
     fn kind(&self) -> crate::ErrorKind {
         self.kind()
+    }
+}
+
+/// How a document's size reads in [`CoreError::DocumentTooLarge`].
+fn size_of_document(len: Option<usize>, max_bytes: usize) -> String {
+    match len {
+        Some(n) => format!("is {n} bytes"),
+        None => format!("is larger than {max_bytes} bytes"),
     }
 }
 

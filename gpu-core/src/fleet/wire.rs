@@ -292,7 +292,8 @@ fn complete(
     let fail = |why: String| CoreError::ShortDevice {
         machine: machine.to_owned(),
         index: i,
-        device: Box::new(d.clone()),
+        parent: d.parent.clone(),
+        profile: d.profile.clone(),
         why,
     };
     let node = node.ok_or_else(|| {
