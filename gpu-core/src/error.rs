@@ -122,18 +122,14 @@ pub enum CoreError {
     },
     /// A device of a fleet document's allocation, in the short shape, cannot be completed from
     /// its node's topology.
-    #[error(
-        "allocations: Machine {machine:?}: device {index} (parent {parent}, profile {profile:?}): {why}"
-    )]
+    #[error("allocations: Machine {machine:?}: device {index} ({device}): {why}")]
     ShortDevice {
         /// The Machine the allocation is for.
         machine: String,
         /// The device's index in the allocation.
         index: usize,
-        /// The device's parent, as written.
-        parent: crate::ParentId,
-        /// The device's profile, as written.
-        profile: String,
+        /// The device as written: `parent P, profile "T"`.
+        device: String,
         /// Why it cannot be completed.
         why: String,
     },

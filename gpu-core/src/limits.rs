@@ -74,7 +74,12 @@ pub fn check_document_max(text: &str, max_bytes: usize) -> Result<(), CoreError>
                 }
             }
         }
-        let too_deep = || Err(CoreError::NestedTooDeep { line: n + 1, max: MAX_NESTING });
+        let too_deep = || {
+            Err(CoreError::NestedTooDeep {
+                line: n + 1,
+                max: MAX_NESTING,
+            })
+        };
         if block + flow > MAX_NESTING {
             return too_deep();
         }
@@ -194,7 +199,10 @@ impl<R: std::io::Read> JsonBounds<R> {
                 b'[' | b'{' => {
                     self.depth += 1;
                     if self.depth > MAX_NESTING {
-                        return Err(CoreError::NestedTooDeep { line: self.line, max: MAX_NESTING });
+                        return Err(CoreError::NestedTooDeep {
+                            line: self.line,
+                            max: MAX_NESTING,
+                        });
                     }
                 }
                 b']' | b'}' => self.depth = self.depth.saturating_sub(1),
@@ -238,9 +246,6 @@ impl<R: std::io::Read> std::io::Read for JsonBounds<R> {
     }
 }
 
-/// How a document over the cap of `max_bytes` is described: its size when known (`len`), else
-/// that it is larger than the cap ([`CoreError::DocumentTooLarge`]).
-
 /// Escapes a Prometheus label value per the text exposition format: backslash, double quote and
 /// line feed become `\\`, `\"` and `\n`; everything else is kept.
 pub fn escape_label_value(value: &str) -> String {
@@ -265,7 +270,13 @@ mod tests {
         let doc = "[".repeat(200_000);
         let start = std::time::Instant::now();
         let e = check_document(&doc).unwrap_err();
-        assert_eq!(e, CoreError::NestedTooDeep { line: 1, max: MAX_NESTING });
+        assert_eq!(
+            e,
+            CoreError::NestedTooDeep {
+                line: 1,
+                max: MAX_NESTING
+            }
+        );
         assert_eq!(e.to_string(), "line 1: nested more than 64 levels deep");
         assert!(start.elapsed() < std::time::Duration::from_secs(1));
         let blocks: String = (0..100)

@@ -296,7 +296,7 @@ pub(crate) enum SizeForError {
     NotAddress {
         given: String,
         gpu: String,
-        source: gpu_core::CoreError,
+        source: Box<gpu_core::CoreError>,
     },
     /// Nothing after `=`.
     NoProfile { given: String },
@@ -319,7 +319,7 @@ impl std::fmt::Display for SizeForError {
 impl std::error::Error for SizeForError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            SizeForError::NotAddress { source, .. } => Some(source),
+            SizeForError::NotAddress { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }
@@ -336,7 +336,7 @@ pub(crate) fn parse_size_for(s: &str) -> Result<(gpu_core::PciAddress, String), 
         .map_err(|source| SizeForError::NotAddress {
             given: s.to_owned(),
             gpu: gpu.to_owned(),
-            source,
+            source: Box::new(source),
         })?;
     let profile = profile.trim();
     if profile.is_empty() {

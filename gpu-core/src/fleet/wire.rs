@@ -292,8 +292,7 @@ fn complete(
     let fail = |why: String| CoreError::ShortDevice {
         machine: machine.to_owned(),
         index: i,
-        parent: d.parent.clone(),
-        profile: d.profile.clone(),
+        device: format!("parent {}, profile {:?}", d.parent, d.profile),
         why,
     };
     let node = node.ok_or_else(|| {
