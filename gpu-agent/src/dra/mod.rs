@@ -6,7 +6,7 @@
 //! `v1beta1.DRAPlugin`, [`service`]) and watches its devices' health (`DRAResourceHealth`,
 //! [`health`]). A prepare reads each claim from the API server through a [`ClaimSource`],
 //! checks it ([`prepare`]), and makes its devices with the library's one call
-//! (`gpu_integrations::dra::prepare_claim`) as one of the agent's writes: after the agent's
+//! (`gpu_node::dra::prepare`) as one of the agent's writes: after the agent's
 //! writer lock and the host's layout lock, one claim at a time. Each prepared claim gets a CDI
 //! spec and KubeVirt's device metadata (`gpu_integrations::dra::cdi`); an unprepare takes both
 //! away again.

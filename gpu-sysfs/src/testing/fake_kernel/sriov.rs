@@ -49,6 +49,8 @@ impl FakeKernel {
                 std::fs::remove_dir_all(self.root.join(&vdir))?;
             }
             let _ = std::fs::remove_file(self.root.join(format!("sys/bus/pci/devices/{vf}")));
+            // A VF that was an mdev parent leaves the mdev bus with it.
+            let _ = std::fs::remove_file(self.root.join(format!("sys/class/mdev_bus/{vf}")));
             let _ = std::fs::remove_file(self.root.join(format!("{dev}/virtfn{i}")));
         }
         self.write_file(&format!("{dev}/sriov_numvfs"), "0\n")
