@@ -236,6 +236,72 @@ fn sriov_enable_on_a_sandbox_makes_the_virtual_functions() {
 }
 
 #[test]
+fn sriov_disable_is_refused_while_a_vf_holds_a_vgpu_then_takes_the_vfs_away() {
+    let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("sbx");
+    ok(gpuslice(&[
+        "sandbox",
+        "init",
+        dir.to_str().unwrap(),
+        "--from",
+        k.root().to_str().unwrap(),
+    ]));
+    let pf = "0000:26:00.0";
+    let numvfs = || {
+        std::fs::read_to_string(dir.join(format!("host/sys/bus/pci/devices/{pf}/sriov_numvfs")))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let made: serde_json::Value = serde_json::from_str(&stdout(&ok(on(
+        &dir,
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            pf,
+            "--profile",
+            "NVIDIA L40S-24Q",
+            "-o",
+            "json",
+        ],
+    ))))
+    .unwrap();
+    let vf = made["vf"].as_str().unwrap().to_owned();
+
+    // A VF holds a vGPU: refused, naming it, and SR-IOV stays on.
+    let o = on(&dir, &["sriov", "disable", pf]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("cannot disable SR-IOV on {pf}")),
+        "{err}"
+    );
+    assert!(err.contains(&format!("VF {vf} holds vGPU type")), "{err}");
+    assert_eq!(numvfs(), "4");
+    let o = on(&dir, &["sriov", "disable", pf, "-o", "json"]);
+    let err = stderr(&o);
+    let at = err
+        .find('{')
+        .unwrap_or_else(|| panic!("no error document in {err}"));
+    let doc: serde_json::Value = serde_json::from_str(&err[at..]).unwrap();
+    assert_eq!(doc["error"]["kind"], "in-use", "{doc}");
+
+    // Once the vGPU is gone, the VFs go.
+    ok(on(&dir, &["vgpu", "remove", &vf]));
+    let out = stdout(&ok(on(&dir, &["sriov", "disable", pf])));
+    assert_eq!(
+        out.trim(),
+        format!("disabled SR-IOV on {pf} (4 VFs removed)")
+    );
+    assert_eq!(numvfs(), "0");
+    assert!(!dir.join(format!("host/sys/bus/pci/devices/{vf}")).exists());
+    let out = stdout(&ok(on(&dir, &["sriov", "disable", pf])));
+    assert_eq!(out.trim(), format!("{pf} has no VFs (nothing to disable)"));
+}
+
+#[test]
 fn a_gpu_bound_to_vfio_pci_in_one_command_goes_back_to_its_host_driver_in_the_next() {
     let k = FakeKernel::passthrough_host().unwrap();
     let t = tempfile::tempdir().unwrap();
