@@ -259,4 +259,10 @@ fn sriov_enabled_again_on_a_recorded_host_puts_the_vfs_beside_their_pf() {
     assert!(!s.exists("sys/devices/pci0000:00/0000:08:00.0"));
     assert!(!s.exists("sys/devices/pci0000:00/0000:08:00.4"));
     assert_eq!(s.read_string(&format!("{pf}/sriov_numvfs")).unwrap(), "16");
+    // The A2's driver registers the new VFs as mdev parents with the types they had.
+    let t = "sys/class/mdev_bus/0000:08:00.5/mdev_supported_types/nvidia-746";
+    assert_eq!(s.read_string(&format!("{t}/name")).unwrap(), "NVIDIA A2-4Q");
+    assert_eq!(s.read_string(&format!("{t}/available_instances")).unwrap(), "1");
+    s.write(&format!("{t}/create"), U1.as_bytes()).unwrap();
+    assert!(s.exists(&format!("sys/bus/mdev/devices/{U1}")));
 }

@@ -424,9 +424,17 @@ impl TreeBuilder {
         }
     }
 
+    /// [`TreeBuilder::parent_dir`] where the tree has the PCI function.
+    fn parent_dir_in_tree(&self, parent: &str) -> String {
+        match parent.parse::<PciAddress>() {
+            Ok(a) => self.dev_dir(&a),
+            Err(_) => Self::parent_dir(parent),
+        }
+    }
+
     /// Registers an mdev parent (PCI address or virtual name) with its types.
     pub fn mdev_parent(&mut self, parent: &str, types: &[MdevTypeSpec]) -> &mut Self {
-        let dir = Self::parent_dir(parent);
+        let dir = self.parent_dir_in_tree(parent);
         self.mkdir(&dir);
         let depth = "../../";
         self.link(
@@ -441,7 +449,11 @@ impl TreeBuilder {
 
     /// Adds or replaces one type under an mdev parent.
     pub fn mdev_type(&mut self, parent: &str, t: MdevTypeSpec) -> &mut Self {
-        let tdir = format!("{}/mdev_supported_types/{}", Self::parent_dir(parent), t.id);
+        let tdir = format!(
+            "{}/mdev_supported_types/{}",
+            self.parent_dir_in_tree(parent),
+            t.id
+        );
         self.mkdir(&format!("{tdir}/devices"));
         self.file(&format!("{tdir}/name"), &format!("{}\n", t.name));
         self.file(
@@ -471,7 +483,7 @@ impl TreeBuilder {
                 return self;
             }
         };
-        let pdir = Self::parent_dir(parent);
+        let pdir = self.parent_dir_in_tree(parent);
         let idir = format!("{pdir}/{u}");
         self.mkdir(&idir);
         self.link(
