@@ -56,7 +56,13 @@ fn sandbox(name: &str) -> (tempfile::TempDir, PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join(name);
     let from = format!("examples/hosts/{name}.umockdev");
-    ok(gpuslice(&["sandbox", "init", "--from", &from, dir.to_str().unwrap()]));
+    ok(gpuslice(&[
+        "sandbox",
+        "init",
+        "--from",
+        &from,
+        dir.to_str().unwrap(),
+    ]));
     (t, dir)
 }
 
@@ -185,17 +191,30 @@ fn l40s_host_offers_vendor_vfio_types_on_every_vf_and_takes_every_write() {
     assert_eq!(ps.len(), 32);
     assert!(ps.iter().all(|p| p["framework"] == "vendor-vfio"));
     // Every VF lists the captured types.
-    assert!(ps.iter().all(|p| p["profiles"].as_array().unwrap().len() == 23));
+    assert!(
+        ps.iter()
+            .all(|p| p["profiles"].as_array().unwrap().len() == 23)
+    );
     assert_eq!(pool(&t, pf)["totalMiB"], 49152);
 
     ok(on(
         &dir,
-        &["vgpu", "create", "--parent", "0000:26:00.4", "--profile", "L40S-24Q"],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "0000:26:00.4",
+            "--profile",
+            "L40S-24Q",
+        ],
     ));
     assert_eq!(vgpu_type(&dir, "0000:26:00.4"), "1155");
     ok(on(&dir, &["vgpu", "remove", "0000:26:00.4"]));
     assert_eq!(vgpu_type(&dir, "0000:26:00.4"), "0");
-    ok(on(&dir, &["vgpu", "apply", "-f", LAYOUTS, "-c", "l40s-2x24q"]));
+    ok(on(
+        &dir,
+        &["vgpu", "apply", "-f", LAYOUTS, "-c", "l40s-2x24q"],
+    ));
     assert_eq!(vgpu_type(&dir, "0000:26:00.4"), "1155");
     assert_eq!(vgpu_type(&dir, "0000:26:00.5"), "1155");
     let e = refused(on(&dir, &["sriov", "disable", pf]));
@@ -205,7 +224,14 @@ fn l40s_host_offers_vendor_vfio_types_on_every_vf_and_takes_every_write() {
     // The VFs made again list the card's types and take one.
     ok(on(
         &dir,
-        &["vgpu", "create", "--parent", "0000:26:00.5", "--profile", "L40S-48Q"],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "0000:26:00.5",
+            "--profile",
+            "L40S-48Q",
+        ],
     ));
     assert_eq!(vgpu_type(&dir, "0000:26:00.5"), "1156");
 }
@@ -235,11 +261,25 @@ fn h200_host_offers_mig_backed_types_placed_by_the_gpus_slices() {
     // A 4g instance takes slices 0-3: a second one has nowhere to start.
     ok(on(
         &dir,
-        &["vgpu", "create", "--parent", "0000:18:00.4", "--profile", "H200X-4-71C"],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "0000:18:00.4",
+            "--profile",
+            "H200X-4-71C",
+        ],
     ));
     let e = refused(on(
         &dir,
-        &["vgpu", "create", "--parent", "0000:18:00.5", "--profile", "H200X-4-71C"],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "0000:18:00.5",
+            "--profile",
+            "H200X-4-71C",
+        ],
     ));
     assert!(e.contains("has no vGPU type \"H200X-4-71C\""), "{e}");
     assert!(e.contains("1418 (NVIDIA H200X-3-71C)"), "{e}");
@@ -251,12 +291,23 @@ fn h200_host_offers_mig_backed_types_placed_by_the_gpus_slices() {
     let t = topology(&dir);
     let p = pool(&t, pf);
     assert_eq!(p["migSlicesUsed"], 6, "{p}");
-    assert_eq!(p["migSlots"]["creatable"], serde_json::json!(["1g.18gb"]), "{p}");
+    assert_eq!(
+        p["migSlots"]["creatable"],
+        serde_json::json!(["1g.18gb"]),
+        "{p}"
+    );
     ok(on(&dir, &["vgpu", "apply", "-f", LAYOUTS, "-c", "none"]));
     sriov_round_trip(&dir, pf, "16", "0000:18:00.4");
     ok(on(
         &dir,
-        &["vgpu", "create", "--parent", "0000:18:00.4", "--profile", "H200X-7-141C"],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "0000:18:00.4",
+            "--profile",
+            "H200X-7-141C",
+        ],
     ));
     assert_eq!(vgpu_type(&dir, "0000:18:00.4"), "1420");
 }
@@ -296,18 +347,37 @@ fn mixed_node_has_an_mdev_a2_and_a_vendor_vfio_l40s_and_one_layout_sets_both() {
 
     ok(on(
         &dir,
-        &["vgpu", "create", "--parent", "0000:08:00.5", "--profile", "A2-4Q", "--uuid", U1],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "0000:08:00.5",
+            "--profile",
+            "A2-4Q",
+            "--uuid",
+            U1,
+        ],
     ));
     ok(on(
         &dir,
-        &["vgpu", "create", "--parent", "0000:84:00.4", "--profile", "L40S-24Q"],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "0000:84:00.4",
+            "--profile",
+            "L40S-24Q",
+        ],
     ));
     assert_eq!(vgpu_type(&dir, "0000:84:00.4"), "1155");
     ok(on(&dir, &["vgpu", "remove", U1]));
     ok(on(&dir, &["vgpu", "remove", "0000:84:00.4"]));
     assert!(!sys(&dir, &format!("bus/mdev/devices/{U1}")).exists());
 
-    ok(on(&dir, &["vgpu", "apply", "-f", LAYOUTS, "-c", "a2-4q-l40s-24q"]));
+    ok(on(
+        &dir,
+        &["vgpu", "apply", "-f", LAYOUTS, "-c", "a2-4q-l40s-24q"],
+    ));
     let list: Value =
         serde_json::from_slice(&ok(on(&dir, &["vgpu", "list", "-o", "json"])).stdout).unwrap();
     let mdevs = list["mdevs"].as_array().unwrap();
@@ -321,10 +391,26 @@ fn mixed_node_has_an_mdev_a2_and_a_vendor_vfio_l40s_and_one_layout_sets_both() {
     // The A2's VFs made again are mdev parents with their types; the whole card is free.
     ok(on(
         &dir,
-        &["vgpu", "create", "--parent", "0000:08:00.5", "--profile", "A2-16Q", "--uuid", U1],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "0000:08:00.5",
+            "--profile",
+            "A2-16Q",
+            "--uuid",
+            U1,
+        ],
     ));
     ok(on(
         &dir,
-        &["vgpu", "create", "--parent", "0000:84:00.4", "--profile", "L40S-48Q"],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "0000:84:00.4",
+            "--profile",
+            "L40S-48Q",
+        ],
     ));
 }

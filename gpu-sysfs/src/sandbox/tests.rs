@@ -228,9 +228,9 @@ fn a_parent_or_driver_that_would_leave_the_tree_is_refused_naming_the_field() {
 }
 
 #[test]
-fn sriov_enabled_again_on_a_recorded_host_puts_the_vfs_beside_their_pf() {
-    let bundled = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/hosts/a2-sriov-mdev.umockdev");
+fn sriov_enabled_again_on_a_recorded_host_puts_the_vfs_beside_their_pf_with_their_types() {
+    let bundled =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hosts/a2-sriov-mdev.umockdev");
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("sbx");
     init(&dir, &bundled).unwrap();
@@ -250,9 +250,7 @@ fn sriov_enabled_again_on_a_recorded_host_puts_the_vfs_beside_their_pf() {
         format!("{bridge}/0000:08:00.0")
     );
     assert_eq!(
-        s.kernel()
-            .canonicalize(&format!("{pf}/virtfn15"))
-            .unwrap(),
+        s.kernel().canonicalize(&format!("{pf}/virtfn15")).unwrap(),
         format!("{bridge}/0000:08:02.3")
     );
     // Nothing is made at the builder's default place for a function.
@@ -262,7 +260,10 @@ fn sriov_enabled_again_on_a_recorded_host_puts_the_vfs_beside_their_pf() {
     // The A2's driver registers the new VFs as mdev parents with the types they had.
     let t = "sys/class/mdev_bus/0000:08:00.5/mdev_supported_types/nvidia-746";
     assert_eq!(s.read_string(&format!("{t}/name")).unwrap(), "NVIDIA A2-4Q");
-    assert_eq!(s.read_string(&format!("{t}/available_instances")).unwrap(), "1");
+    assert_eq!(
+        s.read_string(&format!("{t}/available_instances")).unwrap(),
+        "1"
+    );
     s.write(&format!("{t}/create"), U1.as_bytes()).unwrap();
     assert!(s.exists(&format!("sys/bus/mdev/devices/{U1}")));
 }

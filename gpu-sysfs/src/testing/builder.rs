@@ -140,7 +140,11 @@ const BUS_PCI: &str = "sys/bus/pci";
 /// `sys/`), written as the kernel writes it: up to `sys/`, then down.
 fn up_to(at: &str, to: &str) -> String {
     let ups = at.matches('/').count().saturating_sub(1);
-    format!("{}{}", "../".repeat(ups), to.strip_prefix("sys/").unwrap_or(to))
+    format!(
+        "{}{}",
+        "../".repeat(ups),
+        to.strip_prefix("sys/").unwrap_or(to)
+    )
 }
 
 impl TreeBuilder {
