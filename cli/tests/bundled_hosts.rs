@@ -4,51 +4,34 @@
 //! layouts), each command a separate process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod sandbox_support;
 
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use sandbox_support::{gpuslice, ok, on, stderr, stdout};
 use serde_json::Value;
 
 const U1: &str = "11111111-2222-3333-4444-555555555555";
 const LAYOUTS: &str = "examples/hosts/layouts.yaml";
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn gpuslice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuslice"))
-        .env_remove("GPUSLICE_ROOT")
-        .current_dir(workspace())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn on(dir: &Path, args: &[&str]) -> Output {
-    let root = format!("sandbox:{}", dir.display());
-    let mut all = vec!["--root", root.as_str(), "--node", "bundled"];
-    all.extend_from_slice(args);
-    gpuslice(&all)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn ok(o: Output) -> Output {
-    assert!(o.status.success(), "{}", text(&o));
-    o
-}
-
 fn refused(o: Output) -> String {
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    assert_eq!(o.status.code(), Some(2), "{}\n{}", stdout(&o), stderr(&o));
+    stderr(&o)
+}
+
+/// `vgpu apply -f examples/hosts/layouts.yaml -c CONFIG`.
+fn apply(dir: &Path, config: &str) -> Output {
+    on(dir, &["vgpu", "apply", "-f", LAYOUTS, "-c", config])
+}
+
+/// `vgpu create --parent PARENT --profile PROFILE [--uuid UUID]`.
+fn create(dir: &Path, parent: &str, profile: &str, uuid: Option<&str>) -> Output {
+    let mut args = vec!["vgpu", "create", "--parent", parent, "--profile", profile];
+    if let Some(u) = uuid {
+        args.extend(["--uuid", u]);
+    }
+    on(dir, &args)
 }
 
 /// A sandbox made from the bundled host `name` (`examples/hosts/<name>.umockdev`).
@@ -134,7 +117,7 @@ fn device_dir(dir: &Path, bdf: &str) -> String {
 
 /// SR-IOV off then on again: the VFs come back beside their PF, below its bridge.
 fn sriov_round_trip(dir: &Path, pf: &str, vfs: &str, first_vf: &str) {
-    let out = String::from_utf8(ok(on(dir, &["sriov", "disable", pf])).stdout).unwrap();
+    let out = stdout(&ok(on(dir, &["sriov", "disable", pf])));
     assert!(out.contains(&format!("({vfs} VFs removed)")), "{out}");
     assert_eq!(numvfs(dir, pf), "0");
     assert!(!sys(dir, &format!("bus/pci/devices/{first_vf}")).exists());
@@ -197,42 +180,19 @@ fn l40s_host_offers_vendor_vfio_types_on_every_vf_and_takes_every_write() {
     );
     assert_eq!(pool(&t, pf)["totalMiB"], 49152);
 
-    ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:26:00.4",
-            "--profile",
-            "L40S-24Q",
-        ],
-    ));
+    ok(create(&dir, "0000:26:00.4", "L40S-24Q", None));
     assert_eq!(vgpu_type(&dir, "0000:26:00.4"), "1155");
     ok(on(&dir, &["vgpu", "remove", "0000:26:00.4"]));
     assert_eq!(vgpu_type(&dir, "0000:26:00.4"), "0");
-    ok(on(
-        &dir,
-        &["vgpu", "apply", "-f", LAYOUTS, "-c", "l40s-2x24q"],
-    ));
+    ok(apply(&dir, "l40s-2x24q"));
     assert_eq!(vgpu_type(&dir, "0000:26:00.4"), "1155");
     assert_eq!(vgpu_type(&dir, "0000:26:00.5"), "1155");
     let e = refused(on(&dir, &["sriov", "disable", pf]));
     assert!(e.contains("VF 0000:26:00.4 holds vGPU type 1155"), "{e}");
-    ok(on(&dir, &["vgpu", "apply", "-f", LAYOUTS, "-c", "none"]));
+    ok(apply(&dir, "none"));
     sriov_round_trip(&dir, pf, "32", "0000:26:00.4");
     // The VFs made again list the card's types and take one.
-    ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:26:00.5",
-            "--profile",
-            "L40S-48Q",
-        ],
-    ));
+    ok(create(&dir, "0000:26:00.5", "L40S-48Q", None));
     assert_eq!(vgpu_type(&dir, "0000:26:00.5"), "1156");
 }
 
@@ -259,35 +219,12 @@ fn h200_host_offers_mig_backed_types_placed_by_the_gpus_slices() {
     assert!(names.contains(&"NVIDIA H200X-7-141C"), "{names:?}");
 
     // A 4g instance takes slices 0-3: a second one has nowhere to start.
-    ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:18:00.4",
-            "--profile",
-            "H200X-4-71C",
-        ],
-    ));
-    let e = refused(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:18:00.5",
-            "--profile",
-            "H200X-4-71C",
-        ],
-    ));
+    ok(create(&dir, "0000:18:00.4", "H200X-4-71C", None));
+    let e = refused(create(&dir, "0000:18:00.5", "H200X-4-71C", None));
     assert!(e.contains("has no vGPU type \"H200X-4-71C\""), "{e}");
     assert!(e.contains("1418 (NVIDIA H200X-3-71C)"), "{e}");
     ok(on(&dir, &["vgpu", "remove", "0000:18:00.4"]));
-    ok(on(
-        &dir,
-        &["vgpu", "apply", "-f", LAYOUTS, "-c", "h200-3g-2g-1g"],
-    ));
+    ok(apply(&dir, "h200-3g-2g-1g"));
     let t = topology(&dir);
     let p = pool(&t, pf);
     assert_eq!(p["migSlicesUsed"], 6, "{p}");
@@ -296,19 +233,9 @@ fn h200_host_offers_mig_backed_types_placed_by_the_gpus_slices() {
         serde_json::json!(["1g.18gb"]),
         "{p}"
     );
-    ok(on(&dir, &["vgpu", "apply", "-f", LAYOUTS, "-c", "none"]));
+    ok(apply(&dir, "none"));
     sriov_round_trip(&dir, pf, "16", "0000:18:00.4");
-    ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:18:00.4",
-            "--profile",
-            "H200X-7-141C",
-        ],
-    ));
+    ok(create(&dir, "0000:18:00.4", "H200X-7-141C", None));
     assert_eq!(vgpu_type(&dir, "0000:18:00.4"), "1420");
 }
 
@@ -345,39 +272,14 @@ fn mixed_node_has_an_mdev_a2_and_a_vendor_vfio_l40s_and_one_layout_sets_both() {
     assert!(parents(&t, a2).iter().all(|p| p["framework"] == "mdev"));
     assert_eq!(parents(&t, l40s).len(), 32);
 
-    ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:08:00.5",
-            "--profile",
-            "A2-4Q",
-            "--uuid",
-            U1,
-        ],
-    ));
-    ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:84:00.4",
-            "--profile",
-            "L40S-24Q",
-        ],
-    ));
+    ok(create(&dir, "0000:08:00.5", "A2-4Q", Some(U1)));
+    ok(create(&dir, "0000:84:00.4", "L40S-24Q", None));
     assert_eq!(vgpu_type(&dir, "0000:84:00.4"), "1155");
     ok(on(&dir, &["vgpu", "remove", U1]));
     ok(on(&dir, &["vgpu", "remove", "0000:84:00.4"]));
     assert!(!sys(&dir, &format!("bus/mdev/devices/{U1}")).exists());
 
-    ok(on(
-        &dir,
-        &["vgpu", "apply", "-f", LAYOUTS, "-c", "a2-4q-l40s-24q"],
-    ));
+    ok(apply(&dir, "a2-4q-l40s-24q"));
     let list: Value =
         serde_json::from_slice(&ok(on(&dir, &["vgpu", "list", "-o", "json"])).stdout).unwrap();
     let mdevs = list["mdevs"].as_array().unwrap();
@@ -385,32 +287,10 @@ fn mixed_node_has_an_mdev_a2_and_a_vendor_vfio_l40s_and_one_layout_sets_both() {
     assert!(mdevs.iter().all(|m| m["typeName"] == "NVIDIA A2-4Q"));
     assert_eq!(list["vendorVfio"].as_array().unwrap().len(), 2, "{list}");
 
-    ok(on(&dir, &["vgpu", "apply", "-f", LAYOUTS, "-c", "none"]));
+    ok(apply(&dir, "none"));
     sriov_round_trip(&dir, a2, "16", "0000:08:00.4");
     sriov_round_trip(&dir, l40s, "32", "0000:84:00.4");
     // The A2's VFs made again are mdev parents with their types; the whole card is free.
-    ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:08:00.5",
-            "--profile",
-            "A2-16Q",
-            "--uuid",
-            U1,
-        ],
-    ));
-    ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:84:00.4",
-            "--profile",
-            "L40S-48Q",
-        ],
-    ));
+    ok(create(&dir, "0000:08:00.5", "A2-16Q", Some(U1)));
+    ok(create(&dir, "0000:84:00.4", "L40S-48Q", None));
 }
