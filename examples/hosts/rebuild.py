@@ -28,15 +28,8 @@ L40S_CAPTURE = os.path.join(ROOT, "gpu-sysfs/tests/data/l40s-vf-0000-26-00.4/nvi
 # H200 SXM MIG-backed vGPU types: names from NVIDIA vgpu-device-manager's
 # examples/config-example.yaml (Apache-2.0); 1414 = H200X-1-18C is a published ID, the other
 # IDs follow it in that order (not published; resolve names, never IDs).
-H200_MIG_TYPES = [
-    (1414, "NVIDIA H200X-1-18C"),
-    (1415, "NVIDIA H200X-1-18CME"),
-    (1416, "NVIDIA H200X-1-35C"),
-    (1417, "NVIDIA H200X-2-35C"),
-    (1418, "NVIDIA H200X-3-71C"),
-    (1419, "NVIDIA H200X-4-71C"),
-    (1420, "NVIDIA H200X-7-141C"),
-]
+H200_MIG_NAMES = ["1-18C", "1-18CME", "1-35C", "2-35C", "3-71C", "4-71C", "7-141C"]
+H200_MIG_TYPES = [(1414 + i, f"NVIDIA H200X-{n}") for i, n in enumerate(H200_MIG_NAMES)]
 
 
 def bdf(bus, dev=0, fn=0, dom=0):
