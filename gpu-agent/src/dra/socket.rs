@@ -41,13 +41,16 @@ pub fn bind(path: &Path) -> io::Result<Bound> {
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            // Non-blocking, with a deadline: a process that bound it and never accepts does not
+            // hang the start.
+            let found = crate::liveness::probe(path, crate::liveness::PROBE_TIMEOUT).map_err(named)?;
+            if found.is_held() {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrInUse,
                     format!(
-                        "{}: another process is serving this socket (is a second plugin for this \
-                         driver running?)",
-                        path.display()
+                        "{}: {} (is a second plugin for this driver running?)",
+                        path.display(),
+                        found.describe()
                     ),
                 ));
             }
