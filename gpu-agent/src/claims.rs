@@ -90,8 +90,9 @@ impl DirClaims {
         if !is_dns_label(namespace) || !is_dns_subdomain(name) {
             return Err(not_found());
         }
-        let unavailable =
-            |e: std::io::Error| ClaimFetchError::Unavailable(format!("{}: {e}", self.dir.display()));
+        let unavailable = |e: std::io::Error| {
+            ClaimFetchError::Unavailable(format!("{}: {e}", self.dir.display()))
+        };
         let dir = gpu_sysfs::atomic::Dir::open(&self.dir).map_err(unavailable)?;
         let names = dir.list().map_err(unavailable)?;
         for file in names
@@ -103,13 +104,19 @@ impl DirClaims {
                 Ok(Some(bytes)) => match String::from_utf8(bytes) {
                     Ok(t) => t,
                     Err(_) => {
-                        log!("gpuslice agent: {}: not UTF-8 text; skipped", dir.file_path(file).display());
+                        log!(
+                            "gpuslice agent: {}: not UTF-8 text; skipped",
+                            dir.file_path(file).display()
+                        );
                         continue;
                     }
                 },
                 Ok(None) => continue,
                 Err(e) => {
-                    log!("gpuslice agent: claims directory: {}; skipped", crate::shown::message(&e.to_string()));
+                    log!(
+                        "gpuslice agent: claims directory: {}; skipped",
+                        crate::shown::message(&e.to_string())
+                    );
                     continue;
                 }
             };
@@ -125,9 +132,16 @@ impl DirClaims {
                         continue;
                     }
                 };
-            let meta = |key: &str| doc.pointer(&format!("/metadata/{key}")).and_then(serde_json::Value::as_str);
-            let is_claim = doc.get("kind").and_then(serde_json::Value::as_str) == Some("ResourceClaim");
-            if is_claim && meta("namespace").unwrap_or("default") == namespace && meta("name") == Some(name) {
+            let meta = |key: &str| {
+                doc.pointer(&format!("/metadata/{key}"))
+                    .and_then(serde_json::Value::as_str)
+            };
+            let is_claim =
+                doc.get("kind").and_then(serde_json::Value::as_str) == Some("ResourceClaim");
+            if is_claim
+                && meta("namespace").unwrap_or("default") == namespace
+                && meta("name") == Some(name)
+            {
                 return Ok(doc);
             }
         }
@@ -146,7 +160,9 @@ impl ClaimSource for DirClaims {
             let (ns, n) = (namespace.to_owned(), name.to_owned());
             tokio::task::spawn_blocking(move || me.find(&ns, &n))
                 .await
-                .map_err(|e| ClaimFetchError::Unavailable(format!("the claims directory's reader: {e}")))?
+                .map_err(|e| {
+                    ClaimFetchError::Unavailable(format!("the claims directory's reader: {e}"))
+                })?
         })
     }
 }

@@ -46,7 +46,10 @@ mod tests {
         let shown = name(&long);
         assert!(shown.len() < MAX_NAME + 40, "{}", shown.len());
         assert!(shown.starts_with(&"x".repeat(MAX_NAME - 1)));
-        assert!(shown.ends_with(&format!("… ({} bytes)", long.len())), "{shown}");
+        assert!(
+            shown.ends_with(&format!("… ({} bytes)", long.len())),
+            "{shown}"
+        );
         assert!(!shown.contains('é'), "the cut splits no character");
     }
 }

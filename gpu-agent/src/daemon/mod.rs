@@ -184,8 +184,14 @@ impl Daemon {
         let watchers = start_watchers(&agent, &config, uevents, gpu_events)?;
         let (publisher, plugin) = match &config.dra {
             Some(dra) => {
-                kube::start(&agent, dra, config.layout.clone(), client, config.document_limit)
-                    .await?
+                kube::start(
+                    &agent,
+                    dra,
+                    config.layout.clone(),
+                    client,
+                    config.document_limit,
+                )
+                .await?
             }
             None => (None, None),
         };

@@ -43,7 +43,8 @@ pub fn bind(path: &Path) -> io::Result<Bound> {
         Ok(m) if m.file_type().is_socket() => {
             // Non-blocking, with a deadline: a process that bound it and never accepts does not
             // hang the start.
-            let found = crate::liveness::probe(path, crate::liveness::PROBE_TIMEOUT).map_err(named)?;
+            let found =
+                crate::liveness::probe(path, crate::liveness::PROBE_TIMEOUT).map_err(named)?;
             if found.is_held() {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrInUse,
