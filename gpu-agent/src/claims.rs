@@ -32,6 +32,9 @@ pub enum ClaimFetchError {
     /// The answer was not a ResourceClaim document.
     #[error("API server answer is not a ResourceClaim: {0}")]
     Invalid(String),
+    /// The answer was larger than the agent reads (its cap), and refused unread.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 /// Reads ResourceClaims from wherever they are kept (the API server; a fake in tests).

@@ -479,6 +479,9 @@ impl ClaimSource for KubeClient {
                     return Err(ClaimFetchError::Invalid(e.to_string()));
                 }
                 Err(KubeError::Unavailable(m)) => return Err(ClaimFetchError::Unavailable(m)),
+                Err(e @ KubeError::TooLarge { .. }) => {
+                    return Err(ClaimFetchError::TooLarge(e.to_string()));
+                }
                 Err(e) => return Err(ClaimFetchError::Invalid(e.to_string())),
             };
             let kind = doc.get("kind").and_then(serde_json::Value::as_str);
