@@ -109,9 +109,8 @@ fn the_agent_stays_under_64_mib_through_a_256_mib_slice_list_and_a_1_gib_claim()
         let mut last_error = String::new();
         // The publisher lists on its own, with back-off; the kubelet asks for the claim.
         while t0.elapsed() < Duration::from_secs(15) {
-            let mut c = dra_v1::dra_plugin_client::DraPluginClient::new(
-                channel(endpoint.clone()).await,
-            );
+            let mut c =
+                dra_v1::dra_plugin_client::DraPluginClient::new(channel(endpoint.clone()).await);
             let answer = c
                 .node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
                     claims: vec![dra_v1::Claim {
@@ -131,7 +130,9 @@ fn the_agent_stays_under_64_mib_through_a_256_mib_slice_list_and_a_1_gib_claim()
         let healthz_ok = agent.snapshot().topology.node == "node-a";
         stop.send(()).unwrap();
         served.await.unwrap().unwrap();
-        (started, after, peak, prepares, refused, last_error, healthz_ok)
+        (
+            started, after, peak, prepares, refused, last_error, healthz_ok,
+        )
     });
     let (started, after, peak, prepares, refused, last_error, alive) = report;
     let lists = server

@@ -89,7 +89,15 @@ fn the_plugin_prepares_and_unprepares_a_claim_from_a_directory_with_no_kubeconfi
             .env("HOME", dir.path())
             .arg("--root")
             .arg(format!("sandbox:{}", sandbox.display()))
-            .args(["--node", "demo", "agent", "--uevents", "off", "--resync", "0"])
+            .args([
+                "--node",
+                "demo",
+                "agent",
+                "--uevents",
+                "off",
+                "--resync",
+                "0",
+            ])
             .arg("--listen")
             .arg(format!("unix:{}", dir.path().join("a.sock").display()))
             .args(["--dra", "--no-publish", "--claims-dir"])
@@ -117,16 +125,22 @@ fn the_plugin_prepares_and_unprepares_a_claim_from_a_directory_with_no_kubeconfi
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut c = dra_v1::dra_plugin_client::DraPluginClient::new(rt.block_on(channel(endpoint)));
     let prepared = rt
-        .block_on(c.node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
-            claims: vec![claim("vm1-vgpu", UID), claim("outside", "uid-out")],
-        }))
+        .block_on(
+            c.node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
+                claims: vec![claim("vm1-vgpu", UID), claim("outside", "uid-out")],
+            }),
+        )
         .unwrap()
         .into_inner();
     let answer = &prepared.claims[UID];
     assert_eq!(answer.error, "", "{answer:?}");
     assert_eq!(answer.devices[0].device_name, "vgpu-0000-08-00-0-4096mi");
     assert_eq!(answer.devices[0].pool_name, "demo");
-    assert_eq!(mdevs(&sandbox), before + 1, "the vGPU was made on the sandbox");
+    assert_eq!(
+        mdevs(&sandbox),
+        before + 1,
+        "the vGPU was made on the sandbox"
+    );
     assert!(
         prepared.claims["uid-out"].error.contains("not found"),
         "{:?}",
@@ -135,9 +149,11 @@ fn the_plugin_prepares_and_unprepares_a_claim_from_a_directory_with_no_kubeconfi
     // A name of 3.9 MB: answered and logged cut, with its length.
     let long = "n".repeat(3_900_000);
     let refused = rt
-        .block_on(c.node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
-            claims: vec![claim(&long, "uid-long")],
-        }))
+        .block_on(
+            c.node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
+                claims: vec![claim(&long, "uid-long")],
+            }),
+        )
         .unwrap()
         .into_inner();
     let error = &refused.claims["uid-long"].error;

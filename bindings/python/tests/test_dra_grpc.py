@@ -45,7 +45,7 @@ UID = "6f1c2d3e-0000-4000-8000-00000000d001"
 def stubs(out: Path) -> Tuple[Any, Any, Any, Any]:
     """The DRA v1 and registration v1 messages and stubs, generated from proto/."""
     src = out / "proto"
-    src.mkdir()
+    src.mkdir(parents=True)
     # Both files are called api.proto: copied under their own names so the modules differ.
     shutil.copy(REPO / "proto/dra/v1/api.proto", src / "dra_v1.proto")
     shutil.copy(REPO / "proto/pluginregistration/v1/api.proto", src / "registration_v1.proto")

@@ -94,8 +94,8 @@ pub enum DaemonError {
     /// The kubelet plugin cannot be built.
     #[error(transparent)]
     Plugin(#[from] crate::dra::DraError),
-    /// The kubelet plugin's sockets cannot be bound. (No longer returned by a start: sockets
-    /// another process holds are reported in `/healthz` and tried again.)
+    /// The kubelet plugin's sockets cannot be bound (sockets another process holds are not
+    /// this: they are reported in `/healthz` and tried again with back-off).
     #[error("--dra")]
     PluginSockets(#[source] std::io::Error),
     /// `--claims-dir` names no directory.

@@ -82,8 +82,15 @@ pub(super) async fn start(
         (None, None) => return Err(DaemonError::NoClaimSource),
     };
     let plugin = DraPlugin::new(Arc::clone(agent), claims, dra.plugin.clone())?;
-    // The plugin stops with the agent: its shutdown is the agent's.
-    let task = tokio::spawn(serve_plugin(Arc::clone(agent), plugin));
+    // The plugin stops with the agent: its shutdown is the agent's. Sockets another process
+    // holds are waited out; any other failure to bind them (a path too long, a directory that
+    // cannot be made) stops the daemon here.
+    let first = match crate::dra::bind(Arc::clone(&plugin)) {
+        Ok(bound) => Ok(bound),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(e),
+        Err(e) => return Err(DaemonError::PluginSockets(e)),
+    };
+    let task = tokio::spawn(serve_plugin(Arc::clone(agent), plugin, first));
     Ok((publisher, Some(task)))
 }
 
@@ -94,13 +101,22 @@ const PLUGIN_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(6
 /// holds (a second plugin, or a process that bound `dra.sock` and never accepts) do not stop
 /// the agent: it says what it found once, shows it in `/healthz` (`draPlugin`) and
 /// `gpuslice_agent_dra_plugin_blocked`, and tries again with back-off.
-async fn serve_plugin(agent: Arc<Agent>, plugin: Arc<DraPlugin>) -> std::io::Result<()> {
+async fn serve_plugin(
+    agent: Arc<Agent>,
+    plugin: Arc<DraPlugin>,
+    first: std::io::Result<crate::dra::Bound>,
+) -> std::io::Result<()> {
     use crate::agent::stats::PublisherCondition;
     let mut down = agent.shutdown_signal();
     let mut wait = std::time::Duration::from_secs(1);
     let mut said: Option<String> = None;
+    let mut next = Some(first);
     loop {
-        match crate::dra::bind(Arc::clone(&plugin)) {
+        let tried = match next.take() {
+            Some(t) => t,
+            None => crate::dra::bind(Arc::clone(&plugin)),
+        };
+        match tried {
             Ok(bound) => {
                 if said.is_some() {
                     crate::log!("gpuslice agent: the kubelet plugin's sockets are free now");
