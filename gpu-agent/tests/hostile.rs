@@ -446,3 +446,73 @@ fn a_claim_name_of_3_9_mb_is_cut_in_the_answer() {
         "a name no claim can have is not asked for"
     );
 }
+
+/// One HTTP/2 frame, written raw.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// An HPACK literal without indexing of the static name `index` (4-bit prefix, below 15).
+fn literal(index: u8, value: &[u8]) -> Vec<u8> {
+    assert!(index < 15 && value.len() < 127);
+    let mut out = vec![index, value.len() as u8];
+    out.extend_from_slice(value);
+    out
+}
+
+#[test]
+fn a_client_sending_the_socket_path_as_authority_is_answered_not_reset() {
+    let server = ApiServer::start("v1.36.2");
+    let p = serve_plugin(&server);
+    let registration = p
+        .endpoint
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("plugins_registry/gpu.gpuslice.dev-reg.sock");
+    let path = registration.to_str().unwrap().as_bytes().to_vec();
+    let mut s = UnixStream::connect(&registration).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // As grpc-core sends it: `:authority` is the socket path.
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    block.extend(literal(4, b"/pluginregistration.Registration/GetInfo"));
+    block.extend(literal(1, &path));
+    block.extend_from_slice(&[0x0f, 0x10, 16]); // content-type (static 31)
+    block.extend_from_slice(b"application/grpc");
+    block.extend_from_slice(&[0x00, 2, b't', b'e', 8]);
+    block.extend_from_slice(b"trailers");
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(0x1, 0x4, 1, &block));
+    out.extend(frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0])); // an empty InfoRequest
+    s.write_all(&out).unwrap();
+    let mut answered = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        s.read_exact(&mut head).unwrap();
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).unwrap();
+        let (kind, flags) = (head[3], head[4]);
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+        match kind {
+            0x4 if flags & 1 == 0 => s.write_all(&frame(0x4, 1, 0, &[])).unwrap(),
+            0x3 if stream == 1 => panic!("the stream was reset: error code {payload:?}"),
+            0x0 if stream == 1 => answered.extend_from_slice(&payload),
+            0x1 if stream == 1 && flags & 0x1 != 0 => break, // the trailers
+            _ => {}
+        }
+    }
+    let text = String::from_utf8_lossy(&answered);
+    assert!(
+        text.contains("DRAPlugin") && text.contains(DRIVER),
+        "{text:?}"
+    );
+}

@@ -373,21 +373,24 @@ impl KubeClient {
             return Err(too_large());
         }
         let limit = usize::try_from(cap).unwrap_or(usize::MAX);
-        let mut bytes = Vec::with_capacity(
-            announced
-                .and_then(|n| usize::try_from(n).ok())
-                .unwrap_or(0)
-                .min(limit),
-        );
+        // The pieces are kept as they came and joined once at the end, into one buffer of the
+        // answer's size: a growing buffer would hold up to twice the cap while it grows.
+        let mut pieces = Vec::new();
+        let mut len = 0usize;
         let mut body = answer.into_body();
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| from_kube(path, e))?;
             if let Ok(data) = frame.into_data() {
-                if data.len() > limit.saturating_sub(bytes.len()) {
+                if data.len() > limit.saturating_sub(len) {
                     return Err(too_large());
                 }
-                bytes.extend_from_slice(&data);
+                len += data.len();
+                pieces.push(data);
             }
+        }
+        let mut bytes = Vec::with_capacity(len);
+        for piece in pieces {
+            bytes.extend_from_slice(&piece);
         }
         String::from_utf8(bytes)
             .map_err(|e| KubeError::Invalid(format!("{path}: the answer is not UTF-8: {e}")))
