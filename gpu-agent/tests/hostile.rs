@@ -477,6 +477,12 @@ fn a_client_sending_the_socket_path_as_authority_is_answered_not_reset() {
         .parent()
         .unwrap()
         .join("plugins_registry/gpu.gpuslice.dev-reg.sock");
+    for _ in 0..500 {
+        if registration.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let path = registration.to_str().unwrap().as_bytes().to_vec();
     let mut s = UnixStream::connect(&registration).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
