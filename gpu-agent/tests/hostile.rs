@@ -303,8 +303,13 @@ fn serve_plugin(server: &ApiServer) -> Served {
     rt.spawn(gpu_agent::dra::serve(plugin, async move {
         let _ = rx.await;
     }));
-    for _ in 0..200 {
-        if endpoint.exists() {
+    let registration = endpoint
+        .ancestors()
+        .nth(3)
+        .unwrap()
+        .join("plugins_registry/gpu.gpuslice.dev-reg.sock");
+    for _ in 0..3000 {
+        if registration.exists() {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
