@@ -65,21 +65,6 @@ fn gpuslice() -> std::path::PathBuf {
     bin
 }
 
-async fn channel(path: std::path::PathBuf) -> tonic::transport::Channel {
-    tonic::transport::Endpoint::try_from("http://plugin.invalid")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(path).await?,
-                ))
-            }
-        }))
-        .await
-        .unwrap()
-}
-
 #[test]
 #[ignore = "streams gigabytes through loopback; run by hand for benches/RESULTS-agent.md"]
 fn the_agent_stays_under_64_mib_through_a_256_mib_slice_list_and_a_1_gib_claim() {
@@ -147,8 +132,11 @@ fn the_agent_stays_under_64_mib_through_a_256_mib_slice_list_and_a_1_gib_claim()
         let mut prepares = 0;
         let mut last_error = String::new();
         while t0.elapsed() < Duration::from_secs(15) {
-            let mut c =
-                dra_v1::dra_plugin_client::DraPluginClient::new(channel(endpoint.clone()).await);
+            let mut c = dra_v1::dra_plugin_client::DraPluginClient::new(
+                gpu_agent::dra::socket::channel(endpoint.clone())
+                    .await
+                    .unwrap(),
+            );
             let answer = c
                 .node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
                     claims: vec![dra_v1::Claim {

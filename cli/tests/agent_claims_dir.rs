@@ -31,21 +31,6 @@ fn mdevs(sandbox: &Path) -> usize {
     std::fs::read_dir(sandbox.join("host/sys/bus/mdev/devices")).map_or(0, Iterator::count)
 }
 
-async fn channel(path: PathBuf) -> tonic::transport::Channel {
-    tonic::transport::Endpoint::try_from("http://plugin.invalid")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(path).await?,
-                ))
-            }
-        }))
-        .await
-        .unwrap()
-}
-
 fn claim(name: &str, uid: &str) -> dra_v1::Claim {
     dra_v1::Claim {
         namespace: "default".into(),
@@ -123,7 +108,10 @@ fn the_plugin_prepares_and_unprepares_a_claim_from_a_directory_with_no_kubeconfi
         std::thread::sleep(Duration::from_millis(50));
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let mut c = dra_v1::dra_plugin_client::DraPluginClient::new(rt.block_on(channel(endpoint)));
+    let mut c = dra_v1::dra_plugin_client::DraPluginClient::new(
+        rt.block_on(gpu_agent::dra::socket::channel(endpoint))
+            .unwrap(),
+    );
     let prepared = rt
         .block_on(
             c.node_prepare_resources(dra_v1::NodePrepareResourcesRequest {

@@ -75,3 +75,21 @@ pub fn bind(path: &Path) -> io::Result<Bound> {
         guard: Remove(path.to_path_buf()),
     })
 }
+
+/// A gRPC channel to one of the plugin's unix sockets, as the kubelet opens one (the
+/// authority is not looked at): for an orchestrator or a test that drives the plugin itself.
+///
+/// # Errors
+/// The socket cannot be connected to.
+pub async fn channel(path: PathBuf) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    tonic::transport::Endpoint::from_static("http://plugin.invalid")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
+}
