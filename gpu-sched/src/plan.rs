@@ -245,6 +245,7 @@ impl FleetState {
             .get(machine)
             .ok_or_else(|| SchedError::UnknownMachine {
                 machine: machine.to_owned(),
+                nearest: Vec::new(),
             })?;
         let slot = self
             .slot_of(to_node)

@@ -1,7 +1,7 @@
 //! Turning a Machine into checked, resolved requests: templates applied, profiles looked up in
 //! the fleet's catalogue, GPU names split into exact names, addresses and families.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpu_core::nvidia::{VgpuTypeName, strip_prefix};
 use gpu_core::{DeviceClass, DeviceRequest, Machine, Profile, Vendor};
@@ -17,6 +17,9 @@ pub(crate) type ClassId = u32;
 pub(crate) struct Catalog {
     by_pair: HashMap<(String, String), ClassId>,
     by_key: HashMap<String, Vec<ClassId>>,
+    /// Every profile name as offered, without its `NVIDIA `/`GRID ` prefix: what an unknown
+    /// name is compared with.
+    names: BTreeSet<String>,
     count: u32,
 }
 
@@ -39,7 +42,13 @@ impl Catalog {
         if name != id {
             self.by_key.entry(name).or_default().push(c);
         }
+        self.names.insert(strip_prefix(&p.name).to_owned());
         c
+    }
+
+    /// The offered names nearest to `text`, a name no node offers ([`crate::suggest::nearest`]).
+    pub(crate) fn nearest(&self, text: &str) -> Vec<&str> {
+        crate::suggest::nearest(strip_prefix(text.trim()), &self.names)
     }
 
     /// The class of a profile as an allocation records it (type ID and name), if the fleet has it.
@@ -87,7 +96,7 @@ pub(crate) enum Kind {
     Vgpu {
         /// The profile as written.
         text: String,
-        /// Matching classes (empty when no node offers it).
+        /// Matching classes (never empty: a profile no node offers is an invalid request).
         classes: Vec<ClassId>,
     },
     /// Whole GPUs.
@@ -199,6 +208,24 @@ fn resolve_merged(m: &Machine, catalog: &Catalog) -> Result<Resolved, SchedError
     })
 }
 
+/// A profile no node of the fleet offers, by ID or name: a request that cannot be right (no
+/// capacity freed later would place it), answered with the offered names nearest to it.
+fn unknown_profile(machine: &str, request: &str, profile: &str, catalog: &Catalog) -> SchedError {
+    let nearest = catalog.nearest(profile);
+    let hint = if nearest.is_empty() {
+        String::new()
+    } else {
+        format!("; nearest offered: {}", nearest.join(", "))
+    };
+    invalid(
+        machine,
+        format!(
+            "device request {request:?}: no node in the fleet offers vGPU profile {:?}{hint}",
+            profile.trim()
+        ),
+    )
+}
+
 fn resolve_request(machine: &str, d: &DeviceRequest, catalog: &Catalog) -> Result<Req, SchedError> {
     let vendor = d
         .vendor_ref()
@@ -226,9 +253,13 @@ fn resolve_request(machine: &str, d: &DeviceRequest, catalog: &Catalog) -> Resul
         ));
     }
     let kind = if let Some(p) = &d.profile {
+        let classes = catalog.resolve(p);
+        if classes.is_empty() {
+            return Err(unknown_profile(machine, &d.name, p, catalog));
+        }
         Kind::Vgpu {
             text: p.trim().to_owned(),
-            classes: catalog.resolve(p),
+            classes,
         }
     } else {
         let mut exact = Vec::new();

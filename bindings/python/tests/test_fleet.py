@@ -26,7 +26,7 @@ def test_a_new_fleet_is_empty():
 
     assert fleet.allocations() == []
     assert fleet.to_dict() == {"nodes": [], "allocations": []}
-    assert repr(fleet) == "<gpuslice.Fleet nodes=0>"
+    assert repr(fleet) == "<gpuslice.Fleet 0 node(s): none; 0 allocation(s): none>"
 
 
 def test_place_puts_a_vgpu_on_a_parent_offering_the_profile(fleet):
