@@ -78,7 +78,7 @@ fn cli_kind(case: &Value, dir: &Path) -> String {
     // Every error, a refusal too, prints `{"error": {"kind": ..., "message": ...}}` and nothing
     // else.
     assert_eq!(
-        doc.as_object().map(|o| o.keys().collect::<Vec<_>>()),
+        doc.as_object().map(|o| o.keys().map(String::as_str).collect::<Vec<_>>()),
         Some(vec!["error"]),
         "{}: {doc}",
         case["name"]

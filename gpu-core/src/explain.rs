@@ -63,7 +63,7 @@ pub fn why_full(topo: &NodeTopology, target: &ParentId, profile: &str) -> Option
 /// What a pool holds: `4 × 4096 MiB` by instance size, or the MiB used when sizes are unknown.
 fn held(pool: &Pool, parents: &[&Parent]) -> String {
     let mut sizes: BTreeMap<u64, u32> = BTreeMap::new();
-    let mut unsized = 0u32;
+    let mut unknown_size = 0u32;
     for p in parents {
         for i in &p.instances {
             let size = i.framebuffer_mib.or_else(|| {
@@ -74,7 +74,7 @@ fn held(pool: &Pool, parents: &[&Parent]) -> String {
             });
             match size {
                 Some(s) => *sizes.entry(s).or_default() += 1,
-                None => unsized += 1,
+                None => unknown_size += 1,
             }
         }
     }
@@ -83,8 +83,8 @@ fn held(pool: &Pool, parents: &[&Parent]) -> String {
         .rev()
         .map(|(size, n)| format!("{n} × {size} MiB"))
         .collect();
-    if unsized > 0 {
-        parts.push(format!("{unsized} of unknown size"));
+    if unknown_size > 0 {
+        parts.push(format!("{unknown_size} of unknown size"));
     }
     if parts.is_empty() {
         return format!("no vGPU ({} MiB used)", pool.used_mib);

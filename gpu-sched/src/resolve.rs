@@ -96,7 +96,8 @@ pub(crate) enum Kind {
     Vgpu {
         /// The profile as written.
         text: String,
-        /// Matching classes (never empty: a profile no node offers is an invalid request).
+        /// Matching classes (empty only in a fleet without nodes: where there are nodes, a
+        /// profile none offers is an invalid request).
         classes: Vec<ClassId>,
     },
     /// Whole GPUs.
@@ -153,17 +154,22 @@ fn invalid(machine: &str, why: impl Into<String>) -> SchedError {
     }
 }
 
-/// Applies templates (`use:`), validates, and resolves profiles and GPU names.
+/// Applies templates (`use:`), validates, and resolves profiles and GPU names. With
+/// `known_only` (a fleet that has nodes), a profile no node offers is an invalid request; in a
+/// fleet without nodes nothing can be told from the catalogue, and the request is refused for
+/// want of nodes instead.
 ///
 /// # Errors
-/// [`SchedError::InvalidRequest`] for a malformed Machine or an unknown template.
+/// [`SchedError::InvalidRequest`] for a malformed Machine, an unknown template or (with
+/// `known_only`) a profile no node offers.
 pub(crate) fn resolve(
     m: &Machine,
     templates: &BTreeMap<String, DeviceRequest>,
     catalog: &Catalog,
+    known_only: bool,
 ) -> Result<Resolved, SchedError> {
     if m.devices.iter().all(|d| d.template.is_none()) {
-        return resolve_merged(m, catalog);
+        return resolve_merged(m, catalog, known_only);
     }
     let mut merged = m.clone();
     for d in &mut merged.devices {
@@ -192,14 +198,18 @@ pub(crate) fn resolve(
             *d = d.merged_with(tpl);
         }
     }
-    resolve_merged(&merged, catalog)
+    resolve_merged(&merged, catalog, known_only)
 }
 
-fn resolve_merged(m: &Machine, catalog: &Catalog) -> Result<Resolved, SchedError> {
+fn resolve_merged(
+    m: &Machine,
+    catalog: &Catalog,
+    known_only: bool,
+) -> Result<Resolved, SchedError> {
     m.validate().map_err(|e| invalid(&m.name, e.to_string()))?;
     let mut reqs = Vec::with_capacity(m.devices.len());
     for d in &m.devices {
-        reqs.push(resolve_request(&m.name, d, catalog)?);
+        reqs.push(resolve_request(&m.name, d, catalog, known_only)?);
     }
     Ok(Resolved {
         name: m.name.clone(),
@@ -226,7 +236,12 @@ fn unknown_profile(machine: &str, request: &str, profile: &str, catalog: &Catalo
     )
 }
 
-fn resolve_request(machine: &str, d: &DeviceRequest, catalog: &Catalog) -> Result<Req, SchedError> {
+fn resolve_request(
+    machine: &str,
+    d: &DeviceRequest,
+    catalog: &Catalog,
+    known_only: bool,
+) -> Result<Req, SchedError> {
     let vendor = d
         .vendor_ref()
         .map_err(|_| {
@@ -254,7 +269,7 @@ fn resolve_request(machine: &str, d: &DeviceRequest, catalog: &Catalog) -> Resul
     }
     let kind = if let Some(p) = &d.profile {
         let classes = catalog.resolve(p);
-        if classes.is_empty() {
+        if classes.is_empty() && known_only {
             return Err(unknown_profile(machine, &d.name, p, catalog));
         }
         Kind::Vgpu {

@@ -284,6 +284,11 @@ impl FleetState {
             .map(|n| n.topology())
     }
 
+    /// Whether the fleet has (or had) any node: only then can a profile be told unknown.
+    pub(crate) fn has_nodes(&self) -> bool {
+        !self.slots.is_empty()
+    }
+
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
         self.slots.iter().flatten().count()

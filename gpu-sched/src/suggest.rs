@@ -61,7 +61,8 @@ mod tests {
     #[test]
     fn a_typo_is_answered_with_the_names_of_its_family_nearest_first() {
         let offered = names(&["A2-4Q", "A2-8Q", "A2-16Q", "L40S-24Q", "mbochs-small"]);
-        assert_eq!(nearest("A2-44Q", &offered), ["A2-4Q", "A2-8Q", "A2-16Q"]);
+        // Nearest first; ties by name.
+        assert_eq!(nearest("A2-44Q", &offered), ["A2-4Q", "A2-16Q", "A2-8Q"]);
         assert_eq!(nearest("l40s-48q", &offered), ["L40S-24Q"]);
         assert!(nearest("T4-8Q", &offered).len() <= 2);
         assert!(nearest("completely-else", &offered).is_empty());

@@ -25,7 +25,10 @@ fn vgpu(name: &str, profile: &str, count: u32) -> Machine {
 fn unplace_gives_the_capacity_back_so_the_same_machine_fits_again() {
     let mut s = fleet(vec![a2_node("a", 1, 4)]);
     s.place(&vgpu("m", "A2-4Q", 4), Policy::Binpack).unwrap();
-    assert!(s.try_place(&vgpu("n", "A2-4Q", 1), Policy::Binpack).is_err());
+    assert!(
+        s.try_place(&vgpu("n", "A2-4Q", 1), Policy::Binpack)
+            .is_err()
+    );
     let u = s.unplace("m").unwrap();
     assert_eq!(u.allocation.machine, "m");
     assert_eq!(u.allocation.devices.len(), 4);
