@@ -78,12 +78,17 @@ fn cli_kind(case: &Value, dir: &Path) -> String {
     // Every error, a refusal too, prints `{"error": {"kind": ..., "message": ...}}` and nothing
     // else.
     assert_eq!(
-        doc.as_object().map(|o| o.keys().map(String::as_str).collect::<Vec<_>>()),
+        doc.as_object()
+            .map(|o| o.keys().map(String::as_str).collect::<Vec<_>>()),
         Some(vec!["error"]),
         "{}: {doc}",
         case["name"]
     );
-    assert!(doc["error"]["message"].is_string(), "{}: {doc}", case["name"]);
+    assert!(
+        doc["error"]["message"].is_string(),
+        "{}: {doc}",
+        case["name"]
+    );
     doc["error"]["kind"]
         .as_str()
         .unwrap_or_else(|| panic!("{}: no kind in {doc}", case["name"]))

@@ -37,7 +37,14 @@ fn unplace_save_releases_what_place_save_recorded_so_it_fits_again() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = fleet_copy(dir.path());
     let machine = golden("desktop.yaml").display().to_string();
-    let place = ["place", "--inventory", &fleet, "--machine", &machine, "--save"];
+    let place = [
+        "place",
+        "--inventory",
+        &fleet,
+        "--machine",
+        &machine,
+        "--save",
+    ];
     let out = gpuslice(&place);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let placed = std::fs::read_to_string(&fleet).unwrap();
@@ -88,13 +95,7 @@ fn unplace_without_save_says_what_would_be_released_and_changes_nothing() {
     assert_eq!(doc["devices"][0]["name"], "nvidia3");
     assert_eq!(std::fs::read_to_string(&fleet).unwrap(), before);
 
-    let out = gpuslice(&[
-        "unplace",
-        "--inventory",
-        &fleet,
-        "--machine",
-        "train-1",
-    ]);
+    let out = gpuslice(&["unplace", "--inventory", &fleet, "--machine", "train-1"]);
     let stdout = text(&out.stdout);
     assert!(stdout.contains("would be released"), "{stdout}");
     assert!(stdout.contains("pass --save"), "{stdout}");
@@ -143,7 +144,9 @@ fn a_profile_no_node_offers_is_an_invalid_request_listing_the_nearest_names() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("no node in the fleet offers vGPU profile \"A2-44Q\"; nearest offered: A2-4Q"),
+        stderr.contains(
+            "no node in the fleet offers vGPU profile \"A2-44Q\"; nearest offered: A2-4Q"
+        ),
         "{stderr}"
     );
     let out = gpuslice(&[
@@ -179,7 +182,12 @@ fn a_json_refusal_has_the_shape_of_every_other_error() {
     let keys: Vec<&String> = doc.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["error"], "{doc}");
     assert_eq!(doc["error"]["kind"], "unsatisfiable");
-    assert!(doc["error"]["message"].as_str().unwrap().contains("0/5 nodes"));
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("0/5 nodes")
+    );
     assert_eq!(doc["error"]["refusal"]["machine"], "too-big");
 }
 
@@ -195,7 +203,11 @@ fn json_is_answered_with_the_output_option() {
 #[test]
 fn type_is_mdevctls_name_for_profile() {
     let out = gpuslice(&["vgpu", "create", "--help"]);
-    assert!(text(&out.stdout).contains("--type"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("--type"),
+        "{}",
+        text(&out.stdout)
+    );
     // Parsed as --profile: the command gets past the arguments to the (missing) host.
     let dir = tempfile::tempdir().unwrap();
     let out = gpuslice(&[

@@ -16,12 +16,21 @@ use crate::topology::{NodeTopology, Parent, Pool, Profile};
 /// framebuffer, 0 MiB free`; for vendor-VFIO GPUs the VFs are counted too (`16 of 16 VFs hold
 /// a vGPU`).
 pub fn why_full(topo: &NodeTopology, target: &ParentId, profile: &str) -> Option<String> {
-    let key = topo
-        .mediated_devices
-        .parents
+    // A parent draws from its GPU's pool; a GPU is named by address or by its per-node name.
+    let by_name = topo
+        .gpus
         .iter()
-        .find(|p| p.id == *target)
-        .map_or_else(|| target.clone(), Parent::pool_key);
+        .find(|g| matches!(target, ParentId::Named(n) if *n == g.name))
+        .map(|g| ParentId::Pci(g.address));
+    let key = match by_name {
+        Some(k) => k,
+        None => topo
+            .mediated_devices
+            .parents
+            .iter()
+            .find(|p| p.id == *target)
+            .map_or_else(|| target.clone(), Parent::pool_key),
+    };
     let pool = topo.mediated_devices.pools.iter().find(|p| p.gpu == key)?;
     let parents: Vec<&Parent> = topo
         .mediated_devices

@@ -70,9 +70,7 @@ pub fn vgpu_types(topo: &NodeTopology, parent: Option<&ParentId>) -> Vec<ParentT
                     id: t.id.clone(),
                     name: t.name.clone(),
                     available_instances: t.available_instances,
-                    driver_reports: t
-                        .reported_instances
-                        .filter(|r| *r != t.available_instances),
+                    driver_reports: t.reported_instances.filter(|r| *r != t.available_instances),
                     device_api: t.device_api.clone(),
                     framebuffer_mib: t.framebuffer_mib,
                     description: t.description.clone(),

@@ -100,7 +100,10 @@ fn refuse_held(chosen: &[Selected], scope: &ClearScope, force: bool) -> Result<(
     if force {
         return Ok(());
     }
-    match chosen.iter().find_map(|s| s.held_by.as_ref().map(|h| (s, h))) {
+    match chosen
+        .iter()
+        .find_map(|s| s.held_by.as_ref().map(|h| (s, h)))
+    {
         Some((s, h)) => Err(NodeError::Clear {
             scope: scope.to_string(),
             source: Box::new(ActuateError::InUse {

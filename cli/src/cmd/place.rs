@@ -280,7 +280,10 @@ pub fn unplace(g: &Global, a: UnplaceArgs) -> anyhow::Result<ExitCode> {
                     al.status.as_str()
                 )
             };
-            print!("{head}{}", render_table(&DEVICE_HEADER, &device_rows(&state, al)));
+            print!(
+                "{head}{}",
+                render_table(&DEVICE_HEADER, &device_rows(&state, al))
+            );
             if unplaced.on_host {
                 println!(
                     "note: its devices were created on node {}; remove them there (`gpuslice vgpu remove`, `gpuslice gpu release`)",
