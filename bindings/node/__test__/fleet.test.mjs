@@ -114,12 +114,12 @@ test('place throws UNSATISFIABLE with structured reasons when no node holds the 
   })
 })
 
-test('place reports a profile no node offers as ProfileNotOffered', () => {
+test('place rejects a profile no node offers as INVALID_REQUEST', () => {
   const fleet = fleetOf('node-a')
 
   assert.throws(() => fleet.place(vgpuMachine('vm', 'A100-4C')), (err) => {
-    assert.equal(err.code, 'UNSATISFIABLE')
-    assert.equal(err.reasons[0].reasons[0].kind, 'ProfileNotOffered')
+    assert.equal(err.code, 'INVALID_REQUEST')
+    assert.match(err.message, /no node in the fleet offers vGPU profile "A100-4C"/)
     return true
   })
 })

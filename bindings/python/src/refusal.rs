@@ -195,12 +195,13 @@ impl Refusal {
 
     /// The Machine, the message and the grouped reasons.
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let text = |s: &str| pyo3::types::PyString::new(py, s).repr();
         Ok(format!(
-            "Refusal(machine={:?}, nodes_total={}, nodes_refused={}, message={:?}, groups={})",
-            self.refusal.machine,
+            "Refusal(machine={}, nodes_total={}, nodes_refused={}, message={}, groups={})",
+            text(&self.refusal.machine)?,
             self.refusal.nodes_total,
             self.refusal.refused_count(),
-            self.refusal.render(),
+            text(&self.refusal.render())?,
             self.groups.bind(py).repr()?
         ))
     }
