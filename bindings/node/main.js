@@ -31,7 +31,7 @@ function showable(err) {
   if (Object.prototype.hasOwnProperty.call(err, inspect)) return err
   Object.defineProperty(err, inspect, {
     enumerable: false,
-    value(depth, options, util) {
+    value(depth, options, inspectFn) {
       const data = {}
       for (const key of Object.keys(err)) {
         if (key === 'reasons') continue
@@ -48,7 +48,8 @@ function showable(err) {
         data.reasons = reasons.slice(0, SHOWN)
         if (reasons.length > SHOWN) data.moreReasons = reasons.length - SHOWN
       }
-      const show = util ? util.inspect : require('node:util').inspect
+      // Node passes its `inspect` as the third argument (16.14+).
+      const show = typeof inspectFn === 'function' ? inspectFn : require('node:util').inspect
       return `${err.stack || err.message} ${show(data, { ...options, depth: 4 })}`
     },
   })

@@ -4,8 +4,12 @@ import { test, before } from 'node:test'
 import assert from 'node:assert/strict'
 import { inspect } from 'node:util'
 
-import gpuslice from './gpuslice.mjs'
+import { createRequire } from 'node:module'
+
 import { twoGpuHost } from './hosttree.mjs'
+
+// The package's entry point (`main` in package.json), which gives values their inspect.
+const gpuslice = createRequire(import.meta.url)('../main.js')
 
 const { Fleet } = gpuslice
 
