@@ -21,6 +21,15 @@ fn gpuslice(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Runs `gpuslice -o json ARGS` that fails: its exit status and the error document on stderr.
+fn json_failure(args: &[&str]) -> (Option<i32>, Value) {
+    let out = gpuslice(&[&["-o", "json"][..], args].concat());
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    let doc = serde_json::from_slice(&out.stderr)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    (out.status.code(), doc)
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -122,17 +131,8 @@ fn unplace_of_an_unknown_machine_is_a_clear_error_with_exit_2() {
         "{stderr}"
     );
     assert_eq!(std::fs::read_to_string(&fleet).unwrap(), before);
-    let out = gpuslice(&[
-        "-o",
-        "json",
-        "unplace",
-        "--inventory",
-        &fleet,
-        "--machine",
-        "train-9",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    let doc: Value = serde_json::from_slice(&out.stderr).unwrap();
+    let (code, doc) = json_failure(&["unplace", "--inventory", &fleet, "--machine", "train-9"]);
+    assert_eq!(code, Some(2));
     assert_eq!(doc["error"]["kind"], "not-found", "{doc}");
 }
 
@@ -149,17 +149,8 @@ fn a_profile_no_node_offers_is_an_invalid_request_listing_the_nearest_names() {
         ),
         "{stderr}"
     );
-    let out = gpuslice(&[
-        "-o",
-        "json",
-        "place",
-        "--inventory",
-        &fleet,
-        "--machine",
-        &machine,
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    let doc: Value = serde_json::from_slice(&out.stderr).unwrap();
+    let (code, doc) = json_failure(&["place", "--inventory", &fleet, "--machine", &machine]);
+    assert_eq!(code, Some(2));
     assert_eq!(doc["error"]["kind"], "invalid-request", "{doc}");
 }
 
@@ -167,18 +158,8 @@ fn a_profile_no_node_offers_is_an_invalid_request_listing_the_nearest_names() {
 fn a_json_refusal_has_the_shape_of_every_other_error() {
     let fleet = golden("fleet.yaml").display().to_string();
     let machine = golden("too-big.yaml").display().to_string();
-    let out = gpuslice(&[
-        "-o",
-        "json",
-        "place",
-        "--inventory",
-        &fleet,
-        "--machine",
-        &machine,
-    ]);
-    assert_eq!(out.status.code(), Some(3));
-    assert!(out.stdout.is_empty());
-    let doc: Value = serde_json::from_slice(&out.stderr).unwrap();
+    let (code, doc) = json_failure(&["place", "--inventory", &fleet, "--machine", &machine]);
+    assert_eq!(code, Some(3));
     let keys: Vec<&String> = doc.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["error"], "{doc}");
     assert_eq!(doc["error"]["kind"], "unsatisfiable");

@@ -9,6 +9,7 @@ use pyo3::types::PyType;
 
 use crate::convert::{document, to_py};
 use crate::errors::Failure;
+use crate::repr::{REPR_ITEMS, listed};
 
 /// A fleet of nodes and the Machines placed on it, held in Rust.
 ///
@@ -285,19 +286,4 @@ impl Fleet {
             )
         })
     }
-}
-
-/// How many items a `repr` shows before it counts the rest.
-pub(crate) const REPR_ITEMS: usize = 5;
-
-/// `a, b, c` and `... (N more)` when `total` is larger than what is shown; `none` when empty.
-pub(crate) fn listed(shown: &[String], total: usize) -> String {
-    if shown.is_empty() {
-        return "none".to_owned();
-    }
-    let mut s = shown.join(", ");
-    if total > shown.len() {
-        s.push_str(&format!(", ... ({} more)", total - shown.len()));
-    }
-    s
 }

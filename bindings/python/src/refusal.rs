@@ -79,7 +79,7 @@ impl RefusedNodes {
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let list = self.list(py)?;
         let n = list.len();
-        let shown = list.get_slice(0, crate::fleet::REPR_ITEMS);
+        let shown = list.get_slice(0, crate::repr::REPR_ITEMS);
         let mut s = format!("RefusedNodes({}", shown.repr()?);
         if n > shown.len() {
             s.pop();
