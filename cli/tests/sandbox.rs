@@ -155,7 +155,7 @@ fn every_output_on_a_sandbox_says_so_on_stderr_and_json_stays_a_document() {
 }
 
 #[test]
-fn a_vgpu_a_sandbox_holder_keeps_open_is_not_removed_until_it_lets_go() {
+fn a_vgpu_a_sandbox_holder_keeps_open_is_not_removed_or_cleared_until_it_lets_go() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("sbx");
     init_default(&dir);
@@ -178,8 +178,31 @@ fn a_vgpu_a_sandbox_holder_keeps_open_is_not_removed_until_it_lets_go() {
     let o = on(&dir, &["vgpu", "remove", U1]);
     assert_ne!(o.status.code(), Some(0));
     assert!(stderr(&o).contains(&format!("pid {pid}")), "{}", stderr(&o));
+    // `vgpu clear --gpu` keeps the same rule, for every vGPU of the GPU before the first goes.
+    let o = on(&dir, &["vgpu", "clear", "--gpu", "nvidia0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains(&format!("pid {pid}")), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("mdev {U1}")), "{}", stderr(&o));
+    assert_eq!(mdevs(&dir), 4, "nothing removed before the check failed");
+    let doc = error_doc(&on(
+        &dir,
+        &["-o", "json", "vgpu", "clear", "--gpu", "nvidia0"],
+    ));
+    assert_eq!(doc["error"]["kind"], "in-use", "{doc}");
     ok(on(&dir, &["sandbox", "unhold", &pid]));
     ok(on(&dir, &["vgpu", "remove", U1]));
+    // Once let go, the GPU is cleared without a layout file.
+    let dry = stdout(&ok(on(
+        &dir,
+        &["vgpu", "clear", "--gpu", "0000:08:00.0", "--dry-run"],
+    )));
+    assert!(dry.contains("dry run: 3 vGPU(s) to clear"), "{dry}");
+    assert_eq!(mdevs(&dir), 3);
+    let o = stdout(&ok(on(&dir, &["vgpu", "clear", "--gpu", "nvidia0"])));
+    assert!(o.contains("cleared 3 vGPU(s) on 0000:08:00.0"), "{o}");
+    assert_eq!(mdevs(&dir), 0);
+    let again = stdout(&ok(on(&dir, &["vgpu", "clear", "--all"])));
+    assert!(again.contains("nothing to clear"), "{again}");
 }
 
 #[test]
@@ -398,52 +421,6 @@ fn mdevs(dir: &Path) -> usize {
     let o = ok(on(dir, &["-o", "json", "vgpu", "list"]));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     doc["mdevs"].as_array().unwrap().len()
-}
-
-#[test]
-fn clear_gpu_refuses_a_vgpu_a_vm_holds_naming_it_and_removes_nothing_then_clears_them_all() {
-    let t = tempfile::tempdir().unwrap();
-    let dir = t.path().join("sbx");
-    init_default(&dir);
-    assert_eq!(mdevs(&dir), 3);
-    ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:08:00.5",
-            "--profile",
-            "A2-4Q",
-            "--uuid",
-            U1,
-        ],
-    ));
-    let pid = stdout(&ok(on(&dir, &["sandbox", "hold", U1])))
-        .trim()
-        .to_owned();
-    let o = on(&dir, &["vgpu", "clear", "--gpu", "nvidia0"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
-    assert!(stderr(&o).contains(&format!("pid {pid}")), "{}", stderr(&o));
-    assert!(stderr(&o).contains(&format!("mdev {U1}")), "{}", stderr(&o));
-    assert_eq!(mdevs(&dir), 4, "nothing removed before the check failed");
-    let o = on(&dir, &["-o", "json", "vgpu", "clear", "--gpu", "nvidia0"]);
-    let doc = error_doc(&o);
-    assert_eq!(doc["error"]["kind"], "in-use", "{doc}");
-
-    ok(on(&dir, &["sandbox", "unhold", &pid]));
-    let dry = stdout(&ok(on(
-        &dir,
-        &["vgpu", "clear", "--gpu", "0000:08:00.0", "--dry-run"],
-    )));
-    assert!(dry.contains("dry run: 4 vGPU(s) to clear"), "{dry}");
-    assert_eq!(mdevs(&dir), 4);
-    let o = stdout(&ok(on(&dir, &["vgpu", "clear", "--gpu", "nvidia0"])));
-    assert!(o.contains(&format!("removed mdev {U1}")), "{o}");
-    assert!(o.contains("cleared 4 vGPU(s) on 0000:08:00.0"), "{o}");
-    assert_eq!(mdevs(&dir), 0);
-    let again = stdout(&ok(on(&dir, &["vgpu", "clear", "--all"])));
-    assert!(again.contains("nothing to clear"), "{again}");
 }
 
 #[test]
