@@ -29,6 +29,7 @@ pub mod clear;
 pub mod dra;
 pub mod error;
 mod full;
+pub mod handoff;
 pub mod node;
 pub mod open;
 mod probe;
@@ -36,6 +37,6 @@ pub mod target;
 
 pub use clear::{ClearScope, Cleared};
 pub use error::{NodeError, as_classified};
-pub use node::{LayoutWrite, Locked, Node, Removed, VgpuId, WriteLock};
+pub use node::{LayoutWrite, Locked, Node, Removed, VgpuId, WriteLock, lock_host};
 pub use open::{ComposedNode, NodeRequest, NvmlSource, OpenedNode, open_node, open_node_host};
 pub use target::{Target, choose_target};
