@@ -433,3 +433,26 @@ fn a_body_announced_as_a_terabyte_gets_413_at_once_and_the_connection_closes_unr
         "the answer and the close took {took:?}"
     );
 }
+
+#[test]
+fn a_whole_gpu_bind_on_a_vgpu_host_is_a_409_conflict_naming_the_gpu_once() {
+    let k = Arc::new(FakeKernel::a2_mdev_host().unwrap());
+    let a = start(Arc::clone(&k));
+    let r = request(&a.socket, "POST", "/v1/gpus/0000:08:00.0/bind", None);
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.kind(), "conflict");
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert_eq!(message.matches("0000:08:00.0").count(), 1, "{message}");
+    assert!(message.contains("SR-IOV"), "{message}");
+    // Nothing changed: the GPU keeps its driver.
+    assert_eq!(
+        k.read_link("sys/bus/pci/devices/0000:08:00.0/driver")
+            .unwrap()
+            .file_name()
+            .unwrap(),
+        "nvidia"
+    );
+    // A VF given as a GPU is the request's fault.
+    let vf = request(&a.socket, "POST", "/v1/gpus/0000:08:00.4/bind", None);
+    assert_eq!(vf.status, 400, "{}", vf.body);
+}
