@@ -36,6 +36,9 @@ enum Command {
     Sriov(cmd::sriov::SriovCommand),
     /// Place a Machine's device requests on a fleet.
     Place(cmd::place::PlaceArgs),
+    /// Make a placed Machine's devices on this node in one call (its allocation from a fleet
+    /// file), checked before the first write and undone on failure; print the hand-off.
+    Realize(cmd::realize::RealizeArgs),
     /// Plan migrations, node drains and health-driven evacuations.
     #[command(subcommand)]
     Plan(cmd::place::PlanCommand),
@@ -252,6 +255,7 @@ fn run(
         Command::Sriov(c) => cmd::sriov::sriov(g, c),
         Command::Place(a) => cmd::place::place(g, a),
         Command::Plan(c) => cmd::place::plan(g, c),
+        Command::Realize(a) => cmd::realize::run(g, &a),
         Command::Metrics(a) if a.listen.is_some() => served(ServedCommand::Metrics(a)),
         Command::Metrics(a) => cmd::metrics::run(g, &a),
         Command::Export(c) => cmd::export::run(g, c),
