@@ -2,74 +2,30 @@
 //! separate process: the sandbox's topology as a fleet, `place --save`, then `realize`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod export_support;
 
-fn gpuslice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuslice"))
-        .env_remove("GPUSLICE_ROOT")
-        .args(args)
-        .output()
-        .unwrap()
-}
+use std::path::{Path, PathBuf};
 
-fn on(dir: &Path, args: &[&str]) -> Output {
-    let root = format!("sandbox:{}", dir.display());
-    let mut all = vec!["--root", root.as_str(), "--node", "demo"];
-    all.extend_from_slice(args);
-    gpuslice(&all)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        text(&o.stdout),
-        text(&o.stderr)
-    );
-    o
-}
+use export_support::{ok, ok_on, on, run};
 
 /// The A2 sandbox, its topology written as a fleet file, and a desktop Machine placed and saved
-/// there: the fleet file's path.
-fn placed(t: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+/// there: the sandbox and the fleet file.
+fn placed(t: &Path) -> (PathBuf, PathBuf) {
     let dir = t.join("sbx");
     let from = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../examples/hosts/a2-sriov-mdev.umockdev"
     );
-    ok(gpuslice(&[
-        "sandbox",
-        "init",
-        "--from",
-        from,
-        dir.to_str().unwrap(),
-    ]));
-    let topology = ok(on(&dir, &["topology", "-o", "json", "--no-nvml"]));
-    let node: serde_json::Value = serde_json::from_slice(&topology.stdout).unwrap();
+    ok(&["sandbox", "init", "--from", from, dir.to_str().unwrap()]);
+    let node: serde_json::Value =
+        serde_json::from_str(&ok_on(&dir, &["topology", "-o", "json", "--no-nvml"])).unwrap();
     let fleet = t.join("fleet.json");
-    let doc = serde_json::json!({"nodes": [node]});
-    std::fs::write(&fleet, serde_json::to_string(&doc).unwrap()).unwrap();
+    std::fs::write(&fleet, serde_json::json!({"nodes": [node]}).to_string()).unwrap();
     let machine = t.join("desktop.yaml");
-    std::fs::write(
-        &machine,
-        "name: desktop-1\ndevices:\n  - {name: gpu, profile: A2-4Q}\n",
-    )
-    .unwrap();
-    let m = machine.to_str().unwrap();
-    ok(gpuslice(&[
-        "place",
-        "--inventory",
-        fleet.to_str().unwrap(),
-        "--machine",
-        m,
-        "--save",
-    ]));
+    let spec = "name: desktop-1\ndevices:\n  - {name: gpu, profile: A2-4Q}\n";
+    std::fs::write(&machine, spec).unwrap();
+    let (f, m) = (fleet.to_str().unwrap(), machine.to_str().unwrap());
+    ok(&["place", "--inventory", f, "--machine", m, "--save"]);
     (dir, fleet)
 }
 
@@ -78,38 +34,22 @@ fn a_machine_placed_and_saved_is_realized_on_the_sandbox_in_one_command() {
     let t = tempfile::tempdir().unwrap();
     let (dir, fleet) = placed(t.path());
     let f = fleet.to_str().unwrap();
-    let o = ok(on(
-        &dir,
-        &[
-            "realize",
-            "--inventory",
-            f,
-            "--machine",
-            "desktop-1",
-            "-o",
-            "json",
-        ],
-    ));
-    let done: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let args = ["realize", "--inventory", f, "--machine", "desktop-1"];
+    let json = ok_on(&dir, &[&args[..], &["-o", "json"]].concat());
+    let done: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(done["machine"], "desktop-1");
     assert_eq!(done["changed"], true, "{done}");
-    let uuid = done["devices"][0]["created"]["uuid"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let uuid = done["devices"][0]["created"]["uuid"].as_str().unwrap();
     let qemu = done["handoff"]["qemu"][1].as_str().unwrap();
-    assert_eq!(qemu, format!("vfio-pci,sysfsdev=/sys/bus/mdev/devices/{uuid}"));
-    // The vGPU is on the sandbox host now, as `vgpu list` reads it in another process.
-    let listed = text(&ok(on(&dir, &["vgpu", "list"])).stdout);
-    assert!(listed.contains(&uuid), "{listed}");
-    // Again: nothing to make.
-    let again = text(
-        &ok(on(
-            &dir,
-            &["realize", "--inventory", f, "--machine", "desktop-1"],
-        ))
-        .stdout,
+    assert_eq!(
+        qemu,
+        format!("vfio-pci,sysfsdev=/sys/bus/mdev/devices/{uuid}")
     );
+    // The vGPU is on the sandbox host now, as `vgpu list` reads it in another process.
+    let listed = ok_on(&dir, &["vgpu", "list"]);
+    assert!(listed.contains(uuid), "{listed}");
+    // Again: nothing to make.
+    let again = ok_on(&dir, &args);
     assert!(
         again.starts_with("already realized: Machine desktop-1 on node demo"),
         "{again}"
@@ -123,8 +63,8 @@ fn an_allocation_for_another_node_is_refused_naming_both_with_nothing_changed() 
     let (dir, fleet) = placed(t.path());
     let root = format!("sandbox:{}", dir.display());
     let f = fleet.to_str().unwrap();
-    let before = ok(on(&dir, &["vgpu", "list", "-o", "json"])).stdout;
-    let args = [
+    let before = ok_on(&dir, &["vgpu", "list", "-o", "json"]);
+    let o = run(&[
         "--root",
         &root,
         "--node",
@@ -134,20 +74,20 @@ fn an_allocation_for_another_node_is_refused_naming_both_with_nothing_changed() 
         f,
         "-o",
         "json",
-    ];
-    let o = gpuslice(&args);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    let e: serde_json::Value =
-        serde_json::from_slice(o.stderr.split(|b| *b == b'\n').nth(1).unwrap())
-            .unwrap_or_else(|_| panic!("{}", text(&o.stderr)));
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    // After the sandbox notice, the error document.
+    let doc = stderr.lines().nth(1).unwrap_or_default();
+    let e: serde_json::Value = serde_json::from_str(doc).unwrap_or_else(|_| panic!("{stderr}"));
     assert_eq!(e["error"]["kind"], "invalid-request", "{e}");
     let m = e["error"]["message"].as_str().unwrap();
     assert!(
         m.contains("is for node demo, but this host is node other"),
         "{m}"
     );
-    let after = ok(on(&dir, &["vgpu", "list", "-o", "json"])).stdout;
-    assert_eq!(text(&before), text(&after), "nothing changed");
+    let after = ok_on(&dir, &["vgpu", "list", "-o", "json"]);
+    assert_eq!(before, after, "nothing changed");
 }
 
 #[test]
@@ -157,18 +97,15 @@ fn a_write_that_did_not_finish_is_warned_about_by_the_next_command_that_opens_th
     // What a `realize` killed after its first change leaves.
     let record = dir.join("host/var/lib/gpuslice/node/intent.json");
     std::fs::create_dir_all(record.parent().unwrap()).unwrap();
-    let intent = serde_json::json!({"op": "realize", "what": "realize Machine desktop-1: create \
-        A2-4Q mdev 1b4e on 0000:08:00.5", "check": "`gpuslice vgpu list`", "state": "started",
-        "pid": 4242, "started": 0});
+    let what = "realize Machine desktop-1: create A2-4Q mdev 1b4e on 0000:08:00.5";
+    let intent = serde_json::json!({"op": "realize", "what": what,
+        "check": "`gpuslice vgpu list`", "state": "started", "pid": 4242, "started": 0});
     std::fs::write(&record, intent.to_string()).unwrap();
-    let o = ok(on(&dir, &["vgpu", "list"]));
-    let err = text(&o.stderr);
-    assert!(
-        err.contains(
-            "warning: an earlier gpuslice write (process 4242, realize: realize Machine desktop-1"
-        ),
-        "{err}"
-    );
+    let o = on(&dir, &["vgpu", "list"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let said = format!("warning: an earlier gpuslice write (process 4242, realize: {what})");
+    assert!(err.contains(&said), "{err}");
     assert!(
         err.contains("did not finish; check: `gpuslice vgpu list`"),
         "{err}"
