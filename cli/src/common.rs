@@ -200,13 +200,20 @@ pub fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
 /// node's topology in full (errors in `FLAG PATH` with `flag`). JSON is decoded as it is read
 /// ([`gpu_sysfs::document::decode_input`]).
 pub fn read_fleet(path: &Path, flag: Option<&str>) -> anyhow::Result<gpu_core::Fleet> {
+    decode_fleet(path, flag, |r, max| {
+        gpu_core::Fleet::from_reader_max(r, max).map(|(f, _)| f)
+    })
+}
+
+/// A fleet document decoded by `decode` as it is read, with the command's cap.
+fn decode_fleet<T>(
+    path: &Path,
+    flag: Option<&str>,
+    decode: impl FnOnce(&mut gpu_sysfs::Document<'static>, usize) -> Result<T, gpu_core::CoreError>,
+) -> anyhow::Result<T> {
     let limit = document_limit();
     Ok(gpu_sysfs::document::decode_input(
-        path,
-        "fleet",
-        flag,
-        limit,
-        |r, max| gpu_core::Fleet::from_reader_max(r, max).map(|(f, _)| f),
+        path, "fleet", flag, limit, decode,
     )?)
 }
 
@@ -217,14 +224,9 @@ pub fn read_shared_fleet(
     path: &Path,
     flag: Option<&str>,
 ) -> anyhow::Result<(gpu_core::SharedFleet, gpu_core::Syntax)> {
-    let limit = document_limit();
-    Ok(gpu_sysfs::document::decode_input(
-        path,
-        "fleet",
-        flag,
-        limit,
-        |r, max| gpu_core::SharedFleet::from_reader_max(r, max),
-    )?)
+    decode_fleet(path, flag, |r, max| {
+        gpu_core::SharedFleet::from_reader_max(r, max)
+    })
 }
 
 /// This host's topology with health graded, from `--root` (a directory or a `*.umockdev`

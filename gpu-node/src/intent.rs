@@ -134,17 +134,23 @@ pub(crate) fn record(host: &dyn Host, intent: &Intent) -> Result<(), crate::Node
 /// and the next writer overwrites the record.
 pub(crate) fn around<T, E: From<crate::NodeError>>(
     host: &dyn Host,
-    mut intent: Intent,
+    intent: Intent,
     left_after: impl Fn(&E) -> Vec<String>,
     op: impl FnOnce() -> Result<T, E>,
 ) -> Result<T, E> {
     record(host, &intent)?;
     let out = op();
-    intent.left = out.as_ref().err().map(&left_after).unwrap_or_default();
+    finish(host, intent, out.as_ref().err().map(&left_after));
+    out
+}
+
+/// Marks `intent` finished: `done`, or `incomplete` when `left` names what a failure left. A
+/// record that cannot be written is not the operation's failure (the next writer overwrites it).
+pub(crate) fn finish(host: &dyn Host, mut intent: Intent, left: Option<Vec<String>>) {
+    intent.left = left.unwrap_or_default();
     intent.state = match intent.left.is_empty() {
         true => IntentState::Done,
         false => IntentState::Incomplete,
     };
     let _ = record(host, &intent);
-    out
 }

@@ -390,11 +390,23 @@ impl<'h> Node<'h> {
             Mode::Clear => "clear",
         };
         let what = format!("{verb} layout config {:?}", config.name);
-        let intent = Intent::new("apply-layout", what, CHECK_VGPUS);
-        intent::around(self.host, intent, layout_left, || {
-            apply::apply_layout_locked(self.host, config, &opts, &locked.lock, events)
-                .map_err(|e| NodeError::Layout(Box::new(e)))
+        // A layout writes only when its plan has steps: the intent is recorded before the first
+        // (a layout already in place, or refused by its plan, leaves no record).
+        let mut recorded: Option<Intent> = None;
+        let host = self.host;
+        let out = apply::apply_layout_locked(host, config, &opts, &locked.lock, &mut |e| {
+            if matches!(e, ApplyEvent::Step { .. }) && recorded.is_none() {
+                let intent = Intent::new("apply-layout", what.clone(), CHECK_VGPUS);
+                // Not recorded (a full disk) is not a refusal here: the plan is under way.
+                recorded = intent::record(host, &intent).ok().map(|()| intent);
+            }
+            events(e);
         })
+        .map_err(|e| NodeError::Layout(Box::new(e)));
+        if let Some(intent) = recorded {
+            intent::finish(host, intent, out.as_ref().err().map(layout_left));
+        }
+        out
     }
 
     /// Whether the host holds what `config` wants. Reads only.

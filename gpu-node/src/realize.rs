@@ -122,7 +122,7 @@ pub enum RealizeError {
         machine: String,
         /// The check's refusal.
         #[source]
-        source: IntegrationError,
+        source: Box<IntegrationError>,
     },
     /// A vGPU parent does not offer the profile (`unknown-profile`).
     #[error(
@@ -188,7 +188,7 @@ pub enum RealizeError {
         machine: String,
         /// The check's refusal.
         #[source]
-        source: IntegrationError,
+        source: Box<IntegrationError>,
         /// What the undo could not remove.
         left: Vec<String>,
     },
@@ -216,7 +216,7 @@ impl RealizeError {
         match self {
             RealizeError::Discover { source, .. } => Some(source.as_ref()),
             RealizeError::Check { source, .. } | RealizeError::Readback { source, .. } => {
-                Some(source)
+                Some(source.as_ref())
             }
             RealizeError::Write { source, .. } => Some(source.as_ref()),
             RealizeError::Node(e) => Some(e),
@@ -356,7 +356,7 @@ impl Node<'_> {
         let checked = handoff::allocation_handoff(allocation, &after, Some(self.host), false);
         let (vm, warnings) = checked.map_err(|source| RealizeError::Readback {
             machine: allocation.machine.clone(),
-            source,
+            source: Box::new(source),
             left: undo(self.host, made),
         })?;
         if devices.is_empty() {
@@ -411,7 +411,7 @@ fn checked_steps<'a>(
     let machine = || allocation.machine.clone();
     let refused = |source| RealizeError::Check {
         machine: machine(),
-        source,
+        source: Box::new(source),
     };
     handoff::check_allocation(allocation, node).map_err(refused)?;
     let mut wanted: BTreeMap<(ParentId, String), u32> = BTreeMap::new();
