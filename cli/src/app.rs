@@ -38,6 +38,9 @@ enum Command {
     Place(cmd::place::PlaceArgs),
     /// Release a placed Machine's allocation from a fleet file: the inverse of `place --save`.
     Unplace(cmd::place::UnplaceArgs),
+    /// Make a placed Machine's devices on this node in one call (its allocation from a fleet
+    /// file), checked before the first write and undone on failure; print the hand-off.
+    Realize(cmd::realize::RealizeArgs),
     /// Plan migrations, node drains and health-driven evacuations.
     #[command(subcommand)]
     Plan(cmd::place::PlanCommand),
@@ -274,6 +277,7 @@ fn run(
         Command::Place(a) => cmd::place::place(g, a),
         Command::Unplace(a) => cmd::place::unplace(g, a),
         Command::Plan(c) => cmd::place::plan(g, c),
+        Command::Realize(a) => cmd::realize::run(g, &a),
         Command::Metrics(a) if a.listen.is_some() => served(ServedCommand::Metrics(a)),
         Command::Metrics(a) => cmd::metrics::run(g, &a),
         Command::Export(c) => cmd::export::run(g, c),

@@ -145,10 +145,6 @@ pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result
 }
 
 /// Opens the host at `--root`: a directory, or a `*.umockdev` recording.
-///
-/// # Errors
-/// A root that does not exist or is not a directory, or a recording that cannot be read or is
-/// malformed (the message names the file and line).
 pub fn open_host(g: &Global) -> anyhow::Result<gpu_sysfs::OpenedRoot> {
     use anyhow::Context;
     gpu_sysfs::open_root(&g.root).with_context(|| format!("--root {}", g.root.display()))
@@ -156,9 +152,6 @@ pub fn open_host(g: &Global) -> anyhow::Result<gpu_sysfs::OpenedRoot> {
 
 /// Opens `--root` and composes it into a node with [`gpu_health::open_node`], the one
 /// composition every command uses.
-///
-/// # Errors
-/// As [`open_host`], plus discovery and a named NVML library that does not open.
 pub fn open_node(
     g: &Global,
     req: &gpu_health::NodeRequest,
@@ -175,25 +168,26 @@ fn discovering(g: &Global) -> gpu_health::progress::Progress {
 
 /// Opens `--root` with the options [`gpu_health::open_node_host`] decides (the NVML type-name
 /// resolver on the local `/` only), for commands that change the host and discover inside their
-/// operation.
-///
-/// # Errors
-/// As [`open_host`], plus a named NVML library that does not open.
+/// operation; a write the node's intent record says did not finish is warned about.
 pub fn open_node_host(
     g: &Global,
     req: &gpu_health::NodeRequest,
 ) -> anyhow::Result<gpu_health::OpenedNode> {
     use anyhow::Context;
     let _progress = discovering(g);
-    gpu_health::open_node_host(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
+    let opened = gpu_health::open_node_host(&g.root, req)
+        .with_context(|| format!("--root {}", g.root.display()))?;
+    // A write of an earlier command that did not finish is said before this one's.
+    match gpu_node::intent::unfinished(opened.host.host()) {
+        Ok(Some(intent)) => eprintln!("gpuslice: warning: {}", intent.describe()),
+        Ok(None) => {}
+        Err(e) => eprintln!("gpuslice: warning: {}", gpu_core::error_chain(&e)),
+    }
+    Ok(opened)
 }
 
 /// Reads a document named on the command line; `-` reads standard input
 /// ([`gpu_sysfs::document::read_input`], with the command's cap).
-///
-/// # Errors
-/// The file (named, with `what` it should hold) cannot be read, is not a regular file, or is
-/// larger than the cap (the message says how to raise it).
 pub fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
     Ok(gpu_sysfs::document::read_input(
         path,
@@ -205,46 +199,39 @@ pub fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
 /// Reads and decodes a fleet document (`-` for standard input), with the command's cap, every
 /// node's topology in full (errors in `FLAG PATH` with `flag`). JSON is decoded as it is read
 /// ([`gpu_sysfs::document::decode_input`]).
-///
-/// # Errors
-/// As [`gpu_sysfs::document::decode_input`], plus a fleet that is inconsistent.
 pub fn read_fleet(path: &Path, flag: Option<&str>) -> anyhow::Result<gpu_core::Fleet> {
+    decode_fleet(path, flag, |r, max| {
+        gpu_core::Fleet::from_reader_max(r, max).map(|(f, _)| f)
+    })
+}
+
+/// A fleet document decoded by `decode` as it is read, with the command's cap.
+fn decode_fleet<T>(
+    path: &Path,
+    flag: Option<&str>,
+    decode: impl FnOnce(&mut gpu_sysfs::Document<'static>, usize) -> Result<T, gpu_core::CoreError>,
+) -> anyhow::Result<T> {
     let limit = document_limit();
     Ok(gpu_sysfs::document::decode_input(
-        path,
-        "fleet",
-        flag,
-        limit,
-        |r, max| gpu_core::Fleet::from_reader_max(r, max).map(|(f, _)| f),
+        path, "fleet", flag, limit, decode,
     )?)
 }
 
 /// Reads a fleet document as [`read_fleet`] does with its shapes kept shared (nodes of one
 /// `shapes` entry hold one copy: what a `FleetState` indexes, `FleetState::from_shared`), and
 /// the syntax it was written in.
-///
-/// # Errors
-/// As [`read_fleet`].
 pub fn read_shared_fleet(
     path: &Path,
     flag: Option<&str>,
 ) -> anyhow::Result<(gpu_core::SharedFleet, gpu_core::Syntax)> {
-    let limit = document_limit();
-    Ok(gpu_sysfs::document::decode_input(
-        path,
-        "fleet",
-        flag,
-        limit,
-        |r, max| gpu_core::SharedFleet::from_reader_max(r, max),
-    )?)
+    decode_fleet(path, flag, |r, max| {
+        gpu_core::SharedFleet::from_reader_max(r, max)
+    })
 }
 
 /// This host's topology with health graded, from `--root` (a directory or a `*.umockdev`
 /// recording), through the one composition call; `--node` is checked first. NVML describes the
 /// GPUs of the machine it runs on, so it is loaded only for `--root /` (and never with `no_nvml`).
-///
-/// # Errors
-/// An invalid `--node`; a root that cannot be opened or discovered.
 pub fn local_topology(
     g: &Global,
     mdev_parents: Option<Vec<gpu_core::ParentId>>,
@@ -258,9 +245,6 @@ pub fn local_topology(
 }
 
 /// [`local_topology`] with NVML from `nvml` (`--nvml-lib` names a library).
-///
-/// # Errors
-/// As [`local_topology`], plus a named NVML library that does not open.
 pub fn local_topology_with(
     g: &Global,
     mdev_parents: Option<Vec<gpu_core::ParentId>>,
@@ -275,9 +259,6 @@ pub fn local_topology_with(
 }
 
 /// The nodes and allocations to report: a fleet file (`--inventory`), or this host.
-///
-/// # Errors
-/// When the fleet file cannot be read or decoded, or the host cannot be discovered.
 pub fn load_nodes(
     g: &Global,
     inventory: Option<&Path>,

@@ -6,13 +6,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_agent::claims::{BoxFuture, ClaimFetchError, ClaimSource};
+use gpu_agent::claims::MemoryClaims;
 use gpu_agent::dra::prepare::ClaimId;
 use gpu_agent::dra::proto::dra_v1;
 use gpu_agent::dra::{DraConfig, DraPlugin};
@@ -99,43 +99,10 @@ fn a2_4q() -> Value {
     json!({"apiVersion": "gpu.gpuslice.dev/v1", "kind": "VgpuConfig", "profile": "A2-4Q"})
 }
 
-/// Claims by namespace/name, as an API server would return them.
-#[derive(Default)]
-struct FakeClaims(Mutex<HashMap<(String, String), Value>>);
-
-impl FakeClaims {
-    fn put(&self, doc: &Value) {
-        let ns = doc["metadata"]["namespace"].as_str().unwrap().to_owned();
-        let name = doc["metadata"]["name"].as_str().unwrap().to_owned();
-        self.0.lock().unwrap().insert((ns, name), doc.clone());
-    }
-}
-
-impl ClaimSource for FakeClaims {
-    fn get<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Value, ClaimFetchError>> {
-        let found = self
-            .0
-            .lock()
-            .unwrap()
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned();
-        Box::pin(async move {
-            found.ok_or_else(|| ClaimFetchError::NotFound {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            })
-        })
-    }
-}
-
 /// The kubelet plugin of an agent on `root`, served on its unix socket.
 struct Plugin {
     plugin: Arc<DraPlugin>,
-    claims: Arc<FakeClaims>,
+    claims: Arc<MemoryClaims>,
     endpoint: PathBuf,
     rt: tokio::runtime::Runtime,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -147,7 +114,7 @@ impl Plugin {
         let mut config = AgentConfig::new(NODE);
         config.lock_timeout = Duration::from_secs(20);
         let agent = Agent::open(Arc::new(host), config).unwrap();
-        let claims = Arc::new(FakeClaims::default());
+        let claims = Arc::new(MemoryClaims::default());
         let dra = DraConfig {
             driver: DRIVER.to_owned(),
             kubelet_dir: kubelet.to_path_buf(),
@@ -270,7 +237,7 @@ fn the_same_claim_through_the_plugin_and_the_cli_gives_the_same_devices_cdi_spec
 
     // Through the kubelet plugin, on the first sandbox.
     let p = Plugin::start(&root1, &kubelet, &cdi1);
-    p.claims.put(&doc);
+    p.claims.put(doc.clone()).unwrap();
     let answer = p.prepare("vm-1-gpu", UID);
     assert_eq!(answer.error, "");
     let spec1 = files(&cdi1);
@@ -383,7 +350,7 @@ fn a_bad_claim_gets_the_same_refusal_through_the_plugin_and_the_cli() {
         ),
     ];
     for ((name, uid), doc, kind) in cases {
-        p.claims.put(&doc);
+        p.claims.put(doc.clone()).unwrap();
         let plugin_error = p.prepare(name, uid).error;
         assert!(!plugin_error.is_empty(), "{name}: refused by the plugin");
         assert_eq!(p.refusal_kind(name, uid), kind, "{name}: {plugin_error}");

@@ -47,6 +47,58 @@ pub trait ClaimSource: Send + Sync {
     ) -> BoxFuture<'a, Result<serde_json::Value, ClaimFetchError>>;
 }
 
+/// Claims kept in memory by namespace and name, as an API server would return them: the plugin's
+/// claim source where there is no API server (tests, a kubelet stand-in).
+#[derive(Debug, Default)]
+pub struct MemoryClaims(
+    std::sync::Mutex<std::collections::HashMap<(String, String), serde_json::Value>>,
+);
+
+impl MemoryClaims {
+    /// Keeps `doc` under its `metadata.namespace` and `metadata.name` (a later one of the same
+    /// name replaces it).
+    ///
+    /// # Errors
+    /// [`ClaimFetchError::Invalid`] when the document names no namespace or name.
+    pub fn put(&self, doc: serde_json::Value) -> Result<(), ClaimFetchError> {
+        let field = |f: &str| {
+            doc["metadata"][f]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| ClaimFetchError::Invalid(format!("no metadata.{f}")))
+        };
+        let key = (field("namespace")?, field("name")?);
+        let mut claims = match self.0.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        claims.insert(key, doc);
+        Ok(())
+    }
+}
+
+impl ClaimSource for MemoryClaims {
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<serde_json::Value, ClaimFetchError>> {
+        let claims = match self.0.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        let found = claims
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned();
+        Box::pin(async move {
+            found.ok_or_else(|| ClaimFetchError::NotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            })
+        })
+    }
+}
+
 /// The most entries of a claims directory looked at per read.
 pub const MAX_DIR_ENTRIES: usize = 4096;
 

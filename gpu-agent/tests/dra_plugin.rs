@@ -1,5 +1,5 @@
 //! The kubelet plugin over its real unix sockets, on the fake kernel, with claims read from a
-//! fake API server ([`ClaimSource`]): registration, prepare and unprepare in v1 and v1beta1 (CDI
+//! fake API server ([`MemoryClaims`]): registration, prepare and unprepare in v1 and v1beta1 (CDI
 //! spec and KubeVirt metadata on disk), every bad claim answered with nothing changed, the
 //! health stream, and both sockets gone after shutdown.
 
@@ -7,12 +7,11 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_agent::claims::{BoxFuture, ClaimFetchError, ClaimSource};
+use gpu_agent::claims::MemoryClaims;
 use gpu_agent::dra::proto::{dra_v1, dra_v1beta1, health_v1alpha1, registration};
 use gpu_agent::dra::{DraConfig, DraPlugin};
 use gpu_agent::{Agent, AgentConfig, EventKind};
@@ -24,39 +23,6 @@ use tonic::transport::Channel;
 const DRIVER: &str = "gpu.gpuslice.dev";
 const NODE: &str = "node-a";
 const VGPU: &str = "vgpu-0000-08-00-0-4096mi";
-
-/// Claims by namespace/name, as an API server would return them.
-#[derive(Default)]
-struct FakeClaims(Mutex<HashMap<(String, String), Value>>);
-
-impl FakeClaims {
-    fn put(&self, doc: Value) {
-        let ns = doc["metadata"]["namespace"].as_str().unwrap().to_owned();
-        let name = doc["metadata"]["name"].as_str().unwrap().to_owned();
-        self.0.lock().unwrap().insert((ns, name), doc);
-    }
-}
-
-impl ClaimSource for FakeClaims {
-    fn get<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Value, ClaimFetchError>> {
-        let found = self
-            .0
-            .lock()
-            .unwrap()
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned();
-        Box::pin(async move {
-            found.ok_or_else(|| ClaimFetchError::NotFound {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            })
-        })
-    }
-}
 
 fn claim(name: &str, uid: &str, pool: &str, device: &str, parameters: Value) -> Value {
     json!({
@@ -80,7 +46,7 @@ struct Plugin {
     kubelet: PathBuf,
     cdi: PathBuf,
     root: PathBuf,
-    claims: Arc<FakeClaims>,
+    claims: Arc<MemoryClaims>,
     agent: Arc<Agent>,
     rt: tokio::runtime::Runtime,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -95,7 +61,7 @@ fn start(kernel: FakeKernel) -> Plugin {
     let mut config = AgentConfig::new(NODE);
     config.lock_timeout = Duration::from_secs(20);
     let agent = Agent::open(kernel, config).unwrap();
-    let claims = Arc::new(FakeClaims::default());
+    let claims = Arc::new(MemoryClaims::default());
     let dra = DraConfig {
         driver: DRIVER.to_owned(),
         kubelet_dir: dir.path().join("kubelet"),
@@ -242,7 +208,9 @@ fn the_kubelet_registers_the_plugin_and_is_told_the_endpoint_and_versions() {
 fn a_vgpu_claim_is_prepared_once_with_its_cdi_spec_and_unprepared_to_nothing() {
     let p = start(FakeKernel::a2_mdev_host().unwrap());
     let uid = "6f1c2d3e-0000-4000-8000-00000000a001";
-    p.claims.put(claim("vm-1-gpu", uid, NODE, VGPU, a2_4q()));
+    p.claims
+        .put(claim("vm-1-gpu", uid, NODE, VGPU, a2_4q()))
+        .unwrap();
     let before = p.mdevs();
     let out = p.prepare_v1(&[("vm-1-gpu", uid)]);
     let answer = &out.claims[uid];
@@ -305,7 +273,9 @@ fn a_vgpu_claim_is_prepared_once_with_its_cdi_spec_and_unprepared_to_nothing() {
 fn after_a_prepare_only_the_touched_pool_is_read_again_and_the_snapshot_is_the_hosts() {
     let p = start(FakeKernel::a2_mdev_host().unwrap());
     let uid = "6f1c2d3e-0000-4000-8000-00000000a002";
-    p.claims.put(claim("vm-2-gpu", uid, NODE, VGPU, a2_4q()));
+    p.claims
+        .put(claim("vm-2-gpu", uid, NODE, VGPU, a2_4q()))
+        .unwrap();
     let narrow = p.agent.stats().narrow_rereads();
     assert_eq!(p.prepare_v1(&[("vm-2-gpu", uid)]).claims[uid].error, "");
     // The mdev's parent and the pool it shares were read again, not the whole host, and the
@@ -352,25 +322,33 @@ fn an_agent_without_the_plugin_serves_no_dra_figures() {
 #[test]
 fn every_bad_claim_of_a_request_is_answered_with_its_error_and_nothing_written() {
     let p = start(FakeKernel::a2_mdev_host().unwrap());
-    p.claims.put(claim("moved", "uid-new", NODE, VGPU, a2_4q()));
+    p.claims
+        .put(claim("moved", "uid-new", NODE, VGPU, a2_4q()))
+        .unwrap();
     let mut unallocated = claim("pending", "uid-p", NODE, VGPU, a2_4q());
     unallocated.as_object_mut().unwrap().remove("status");
-    p.claims.put(unallocated);
-    p.claims.put(claim("far", "uid-f", "node-b", VGPU, a2_4q()));
-    p.claims.put(claim(
-        "ghost",
-        "uid-g",
-        NODE,
-        "vgpu-0000-99-00-0-4096mi",
-        a2_4q(),
-    ));
-    p.claims.put(claim(
-        "odd",
-        "uid-o",
-        NODE,
-        VGPU,
-        json!({"profile": "A2-4Q", "color": "red"}),
-    ));
+    p.claims.put(unallocated).unwrap();
+    p.claims
+        .put(claim("far", "uid-f", "node-b", VGPU, a2_4q()))
+        .unwrap();
+    p.claims
+        .put(claim(
+            "ghost",
+            "uid-g",
+            NODE,
+            "vgpu-0000-99-00-0-4096mi",
+            a2_4q(),
+        ))
+        .unwrap();
+    p.claims
+        .put(claim(
+            "odd",
+            "uid-o",
+            NODE,
+            VGPU,
+            json!({"profile": "A2-4Q", "color": "red"}),
+        ))
+        .unwrap();
     let before = p.mdevs();
     let out = p.prepare_v1(&[
         ("absent", "uid-a"),
@@ -409,7 +387,7 @@ fn a_whole_gpu_claim_over_v1beta1_gets_its_vfio_group_and_pci_bus_id() {
     let uid = "6f1c2d3e-0000-4000-8000-00000000b001";
     let mut c = claim("vm-2-gpu", uid, NODE, "gpu-0000-01-00-0", json!({}));
     c["status"]["allocation"]["devices"]["config"] = json!([]);
-    p.claims.put(c);
+    p.claims.put(c).unwrap();
     let mut client = dra_v1beta1::dra_plugin_client::DraPluginClient::new(p.channel(&p.endpoint()));
     let out =
         p.rt.block_on(
@@ -533,7 +511,7 @@ fn an_unprepare_while_a_vm_holds_the_device_is_refused_and_changes_nothing() {
     let uid = "6f1c2d3e-0000-4000-8000-00000000c001";
     let mut c = claim("vm-3-gpu", uid, NODE, "gpu-0000-01-00-0", json!({}));
     c["status"]["allocation"]["devices"]["config"] = json!([]);
-    p.claims.put(c);
+    p.claims.put(c).unwrap();
     assert_eq!(p.prepare_v1(&[("vm-3-gpu", uid)]).claims[uid].error, "");
     // A VM (a process of the fake host) opens the group's node.
     let fd = p.root.join("proc/4242/fd");

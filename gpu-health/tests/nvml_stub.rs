@@ -3,38 +3,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use gpu_core::PciAddress;
 use gpu_health::{NvmlTelemetry, NvmlUnavailable, Reading, RowRemap, Telemetry};
 
-/// Builds the stub with extra `-D` flags into its own tempdir; `None` (and a SKIPPED line) when
-/// there is no C compiler.
+/// Builds the stub with extra `-D` flags into its own tempdir ([`gpu_nvml::stub::build`]); `None`
+/// (and a SKIPPED line) when there is no C compiler.
 fn build_stub(defines: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
-    let compiler_works = Command::new("gcc")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !compiler_works {
-        println!("SKIPPED: gcc is not available to build the NVML stub");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let lib = dir.path().join("libnvidia-ml.so.1");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nvml_stub.c");
-    let out = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-Wall", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .args(defines.iter().map(|d| format!("-D{d}")))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "gcc failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some((dir, lib))
+    gpu_nvml::stub::build(&src, defines).unwrap()
 }
 
 fn addr(s: &str) -> PciAddress {
@@ -194,7 +171,7 @@ fn a_library_that_is_not_nvml_is_reported_as_not_found() {
     let other = dir.path().join("libother.so");
     let src = dir.path().join("other.c");
     std::fs::write(&src, "int not_nvml(void) { return 0; }\n").unwrap();
-    let ok = Command::new("gcc")
+    let ok = std::process::Command::new("gcc")
         .args(["-shared", "-fPIC", "-o"])
         .arg(&other)
         .arg(&src)

@@ -130,6 +130,17 @@ pub enum NodeError {
     /// A layout could not be planned, applied or asserted (the report says what was undone).
     #[error(transparent)]
     Layout(Box<ApplyError>),
+    /// The intent record of a write could not be written (the write was refused, nothing
+    /// changed) or read (`host-error`).
+    #[error(
+        "cannot record or read the node's write intent ({})",
+        crate::intent::INTENT_FILE
+    )]
+    Intent {
+        /// The state directory's error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Where an mdev was to go, as messages name it: the parent, or `a VF of <gpu>` when the parent
@@ -156,7 +167,10 @@ impl NodeError {
             | NodeError::EnableSriov { source, .. }
             | NodeError::DisableSriov { source, .. }
             | NodeError::Clear { source, .. } => Some(source),
-            NodeError::Lock(_) | NodeError::Layout(_) | NodeError::Unnamed { .. } => None,
+            NodeError::Lock(_)
+            | NodeError::Layout(_)
+            | NodeError::Unnamed { .. }
+            | NodeError::Intent { .. } => None,
         }
     }
 
@@ -176,6 +190,7 @@ impl ClassifiedError for NodeError {
         match (self.actuation(), self.apply()) {
             (Some(a), _) => a.kind(),
             (_, Some(e)) => e.kind(),
+            _ if matches!(self, NodeError::Intent { .. }) => ErrorKind::HostError,
             _ => ErrorKind::InvalidArgument,
         }
     }
@@ -184,7 +199,10 @@ impl ClassifiedError for NodeError {
         match (self.actuation(), self.apply()) {
             (Some(a), _) => a.errno(),
             (_, Some(e)) => ClassifiedError::errno(e),
-            _ => None,
+            _ => match self {
+                NodeError::Intent { source } => gpu_sysfs::state_dir::errno_of(source),
+                _ => None,
+            },
         }
     }
 
@@ -204,6 +222,9 @@ pub fn as_classified<'a>(
 ) -> Option<&'a dyn ClassifiedError> {
     if let Some(n) = e.downcast_ref::<NodeError>() {
         return Some(n);
+    }
+    if let Some(r) = e.downcast_ref::<crate::realize::RealizeError>() {
+        return Some(r);
     }
     match e.downcast_ref::<crate::handoff::HandoffError>() {
         Some(h) => Some(h),

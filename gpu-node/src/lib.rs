@@ -30,13 +30,16 @@ pub mod dra;
 pub mod error;
 mod full;
 pub mod handoff;
+pub mod intent;
 pub mod node;
 pub mod open;
 mod probe;
+pub mod realize;
 pub mod target;
 
 pub use clear::{ClearScope, Cleared};
 pub use error::{NodeError, as_classified};
 pub use node::{LayoutWrite, Locked, Node, Removed, VgpuId, WriteLock, lock_host};
 pub use open::{ComposedNode, NodeRequest, NvmlSource, OpenedNode, open_node, open_node_host};
+pub use realize::{RealizeError, Realized, RealizedDevice};
 pub use target::{Target, choose_target};

@@ -22,6 +22,7 @@ use gpu_sysfs::discover::DiscoverOptions;
 use serde::Serialize;
 
 use crate::NodeError;
+use crate::intent::{self, Intent};
 use crate::probe::Probe;
 use crate::target::{Target, choose_target};
 
@@ -54,6 +55,29 @@ pub(crate) fn lock_root(
     LayoutLock::acquire(root, timeout, waiting)
 }
 
+/// What to look at after an unfinished vGPU write.
+const CHECK_VGPUS: &str = "`gpuslice vgpu list` (a vGPU may be there that no VM owns, or missing)";
+/// What to look at after an unfinished bind or release.
+const CHECK_GPUS: &str =
+    "`gpuslice gpu list` (the GPU or a companion function may be on either driver)";
+/// What to look at after an unfinished SR-IOV change.
+const CHECK_SRIOV: &str = "`gpuslice topology` (the GPU's VFs may be half made or half gone)";
+
+/// What a layout write that failed left on the host: what its rollback could not undo.
+fn layout_left(e: &NodeError) -> Vec<String> {
+    match e {
+        NodeError::Layout(a) => match a.as_ref() {
+            ApplyError::Failed { report } => report
+                .rollback
+                .as_ref()
+                .map(|rb| rb.leftover.iter().map(ToString::to_string).collect())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
 /// What is told while another writer holds the host's lock: the lock file.
 pub type LockWaiting<'h> = &'h (dyn Fn(&Path) + Sync);
 
@@ -63,8 +87,8 @@ pub type LockWaiting<'h> = &'h (dyn Fn(&Path) + Sync);
 /// host), so that making one costs nothing.
 #[derive(Clone, Copy)]
 pub struct Node<'h> {
-    host: &'h dyn Host,
-    discover: &'h DiscoverOptions,
+    pub(crate) host: &'h dyn Host,
+    pub(crate) discover: &'h DiscoverOptions,
     lock_timeout: Option<Duration>,
     waiting: Option<LockWaiting<'h>>,
 }
@@ -239,7 +263,11 @@ impl<'h> Node<'h> {
         gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
         name: impl Fn(&Target) -> Result<Option<MdevUuid>, E>,
     ) -> Result<Created, E> {
-        self.check_then_write(|host| {
+        let intent = || {
+            let what = format!("create a {profile} vGPU on {parent}");
+            Intent::new("create-vgpu", what, CHECK_VGPUS)
+        };
+        self.check_then_write(intent, |host| {
             let target = choose_target(host, parent, profile, None, &gpu_named)?;
             let uuid = name(&target)?;
             // A UUID that already exists on a parent of the GPU is found there again.
@@ -259,8 +287,10 @@ impl<'h> Node<'h> {
     /// change anything, its answer (a refusal, or nothing to do) is the answer, and neither the
     /// lock nor the host was touched. Otherwise `op` runs again, for real, under the lock: the
     /// choices it makes are made again there, on the host as the lock leaves it.
+    /// Under the lock the write's intent is recorded around it ([`crate::intent`]).
     fn check_then_write<T, E: From<NodeError>>(
         &self,
+        intent: impl FnOnce() -> Intent,
         op: impl Fn(&dyn Host) -> Result<T, E>,
     ) -> Result<T, E> {
         let probe = Probe::new(self.host);
@@ -269,7 +299,16 @@ impl<'h> Node<'h> {
             return checked;
         }
         let _lock = self.acquire()?;
-        op(self.host)
+        intent::around(self.host, intent(), |_| Vec::new(), || op(self.host))
+    }
+
+    /// The write the node's intent record says did not finish, if any ([`intent::unfinished`]).
+    /// Reads only.
+    ///
+    /// # Errors
+    /// [`NodeError::Intent`] when the record cannot be read.
+    pub fn unfinished(&self) -> Result<Option<Intent>, NodeError> {
+        intent::unfinished(self.host)
     }
 
     /// Removes a vGPU: an mdev instance, or a VF's type. One a process (a VM) holds open is
@@ -278,7 +317,12 @@ impl<'h> Node<'h> {
     /// # Errors
     /// [`NodeError::Lock`], [`NodeError::RemoveMdev`], [`NodeError::ClearVf`].
     pub fn remove_vgpu(&self, id: &VgpuId, force: bool) -> Result<Removed, NodeError> {
-        self.check_then_write(|host| remove_at(host, id, force))
+        let what = || match id {
+            VgpuId::Mdev(u) => format!("remove mdev {u}"),
+            VgpuId::Vf(vf) => format!("clear the vGPU type of VF {vf}"),
+        };
+        let intent = || Intent::new("remove-vgpu", what(), CHECK_VGPUS);
+        self.check_then_write(intent, |host| remove_at(host, id, force))
     }
 
     /// Binds the GPU `gpu` and its companion functions to vfio-pci.
@@ -286,7 +330,8 @@ impl<'h> Node<'h> {
     /// # Errors
     /// [`NodeError::Lock`], [`NodeError::Bind`].
     pub fn bind_gpu(&self, gpu: &PciAddress) -> Result<GpuBinding, NodeError> {
-        self.check_then_write(|host| bind_at(host, gpu))
+        let intent = || Intent::new("bind-gpu", format!("bind {gpu} to vfio-pci"), CHECK_GPUS);
+        self.check_then_write(intent, |host| bind_at(host, gpu))
     }
 
     /// Gives the GPU `gpu` back to its host driver (refused while a process holds it, unless
@@ -295,7 +340,9 @@ impl<'h> Node<'h> {
     /// # Errors
     /// [`NodeError::Lock`], [`NodeError::Release`].
     pub fn release_gpu(&self, gpu: &PciAddress, force: bool) -> Result<GpuBinding, NodeError> {
-        self.check_then_write(|host| release_at(host, gpu, force))
+        let what = || format!("release {gpu} to its host driver");
+        let intent = || Intent::new("release-gpu", what(), CHECK_GPUS);
+        self.check_then_write(intent, |host| release_at(host, gpu, force))
     }
 
     /// Enables SR-IOV on `pf` with `sriov-manage`, checked afterwards.
@@ -307,7 +354,14 @@ impl<'h> Node<'h> {
         pf: &PciAddress,
         opts: &SriovOptions,
     ) -> Result<SriovEnabled, NodeError> {
-        self.check_then_write(|host| enable_sriov_at(host, pf, opts))
+        let intent = || {
+            Intent::new(
+                "enable-sriov",
+                format!("enable SR-IOV on {pf}"),
+                CHECK_SRIOV,
+            )
+        };
+        self.check_then_write(intent, |host| enable_sriov_at(host, pf, opts))
     }
 
     /// Disables SR-IOV on `pf`; refused while a VF holds a vGPU or is open, naming it.
@@ -315,7 +369,9 @@ impl<'h> Node<'h> {
     /// # Errors
     /// [`NodeError::Lock`], [`NodeError::DisableSriov`].
     pub fn disable_sriov(&self, pf: &PciAddress) -> Result<SriovDisabled, NodeError> {
-        self.check_then_write(|host| disable_sriov_at(host, pf))
+        let what = || format!("disable SR-IOV on {pf}");
+        let intent = || Intent::new("disable-sriov", what(), CHECK_SRIOV);
+        self.check_then_write(intent, |host| disable_sriov_at(host, pf))
     }
 
     /// Applies (or clears) a layout: planned against the host, then written under the lock,
@@ -336,8 +392,28 @@ impl<'h> Node<'h> {
                 .map_err(|e| NodeError::Layout(Box::new(e)));
         }
         let locked = self.lock_telling(&mut |path| events(ApplyEvent::WaitingForLock { path }))?;
-        apply::apply_layout_locked(self.host, config, &opts, &locked.lock, events)
-            .map_err(|e| NodeError::Layout(Box::new(e)))
+        let verb = match how.mode {
+            Mode::Apply => "apply",
+            Mode::Clear => "clear",
+        };
+        let what = format!("{verb} layout config {:?}", config.name);
+        // A layout writes only when its plan has steps: the intent is recorded before the first
+        // (a layout already in place, or refused by its plan, leaves no record).
+        let mut recorded: Option<Intent> = None;
+        let host = self.host;
+        let out = apply::apply_layout_locked(host, config, &opts, &locked.lock, &mut |e| {
+            if matches!(e, ApplyEvent::Step { .. }) && recorded.is_none() {
+                let intent = Intent::new("apply-layout", what.clone(), CHECK_VGPUS);
+                // Not recorded (a full disk) is not a refusal here: the plan is under way.
+                recorded = intent::record(host, &intent).ok().map(|()| intent);
+            }
+            events(e);
+        })
+        .map_err(|e| NodeError::Layout(Box::new(e)));
+        if let Some(intent) = recorded {
+            intent::finish(host, intent, out.as_ref().err().map(layout_left));
+        }
+        out
     }
 
     /// Whether the host holds what `config` wants. Reads only.
@@ -470,7 +546,7 @@ impl Locked<'_, '_> {
 }
 
 /// Makes the vGPU at `target` on `host`.
-fn create_at(
+pub(crate) fn create_at(
     host: &dyn Host,
     target: &Target,
     uuid: Option<MdevUuid>,
@@ -515,7 +591,7 @@ fn create_at(
 }
 
 /// Removes the vGPU `id` on `host`.
-fn remove_at(host: &dyn Host, id: &VgpuId, force: bool) -> Result<Removed, NodeError> {
+pub(crate) fn remove_at(host: &dyn Host, id: &VgpuId, force: bool) -> Result<Removed, NodeError> {
     match id {
         VgpuId::Mdev(uuid) => actuate::remove_mdev(host, uuid, force)
             .map(Removed::Mdev)
@@ -532,14 +608,18 @@ fn remove_at(host: &dyn Host, id: &VgpuId, force: bool) -> Result<Removed, NodeE
     }
 }
 
-fn bind_at(host: &dyn Host, gpu: &PciAddress) -> Result<GpuBinding, NodeError> {
+pub(crate) fn bind_at(host: &dyn Host, gpu: &PciAddress) -> Result<GpuBinding, NodeError> {
     actuate::bind_gpu(host, gpu).map_err(|source| NodeError::Bind {
         gpu: *gpu,
         source: Box::new(source),
     })
 }
 
-fn release_at(host: &dyn Host, gpu: &PciAddress, force: bool) -> Result<GpuBinding, NodeError> {
+pub(crate) fn release_at(
+    host: &dyn Host,
+    gpu: &PciAddress,
+    force: bool,
+) -> Result<GpuBinding, NodeError> {
     actuate::release_gpu(host, gpu, force).map_err(|source| NodeError::Release {
         gpu: *gpu,
         source: Box::new(source),

@@ -28,6 +28,8 @@ mod types;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
+#[cfg(feature = "testing")]
+pub mod stub;
 
 pub use devices::NvmlDevices;
 pub use error::{NvmlError, NvmlErrorKind, NvmlUnavailable};

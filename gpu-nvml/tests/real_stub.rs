@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use gpu_core::PciAddress;
 use gpu_nvml::{
@@ -15,32 +14,11 @@ use gpu_nvml::{
 const H100: &str = "0000:18:00.0";
 const L40S: &str = "0000:3b:00.0";
 
-/// Builds the stub with extra `-D` flags; `None` (and a SKIPPED line) without a C compiler.
+/// Builds the stub with extra `-D` flags ([`gpu_nvml::stub::build`]); `None` (and a SKIPPED
+/// line) without a C compiler.
 fn build_stub(defines: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
-    let compiler_works = Command::new("gcc")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !compiler_works {
-        println!("SKIPPED: gcc is not available to build the NVML stub");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let lib = dir.path().join("libnvidia-ml.so.1");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nvml_writer_stub.c");
-    let out = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-Wall", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .args(defines.iter().map(|d| format!("-D{d}")))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "gcc failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some((dir, lib))
+    gpu_nvml::stub::build(&src, defines).unwrap()
 }
 
 fn addr(s: &str) -> PciAddress {

@@ -159,9 +159,6 @@ pub struct UnprepareArgs {
 }
 
 /// Runs `gpuslice dra publish` (in the `gpuslice-agent` binary: it talks to the API server).
-///
-/// # Errors
-/// When the API server cannot be reached or refuses the slices.
 pub fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
     use gpu_agent::kube::{self, ClientOptions, KubeClient, SliceOptions};
     let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
@@ -213,9 +210,6 @@ pub fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs `gpuslice dra check` (exit 1 when a slice breaks a rule of the version).
-///
-/// # Errors
-/// When the slices cannot be read or decoded.
 pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
     let slices = model::parse_slices(&read_input(&a.file, "slices")?)?;
     let violations = rules::check(&slices, a.k8s_version);
@@ -240,13 +234,14 @@ fn once<'a>(
     driver: &'a str,
     state_dir: Option<&'a std::path::Path>,
     cdi: Option<&'a CdiLayout>,
-    waiting: &'a dyn Fn(&std::path::Path),
 ) -> Once<'a> {
+    let waiting = &say_waiting;
+    let lock_timeout = Some(LOCK_TIMEOUT);
     Once {
         driver,
         state_dir,
         cdi,
-        lock_timeout: Some(LOCK_TIMEOUT),
+        lock_timeout,
         waiting,
     }
 }
@@ -259,51 +254,43 @@ fn say_waiting(path: &std::path::Path) {
 }
 
 /// Opens `--root`'s node, `--node` checked first.
-fn opened(g: &Global) -> anyhow::Result<gpu_node::ComposedNode> {
+/// The CDI layout of `--cdi-dir`, then the node (in this order: a bad `--driver` is refused
+/// before the host is read).
+fn cdi_and_node(
+    g: &Global,
+    cdi: &CdiArgs,
+    driver: &str,
+) -> anyhow::Result<(Option<CdiLayout>, gpu_node::ComposedNode)> {
+    let cdi = cdi.layout(driver)?;
     gpu_core::validate_name(&g.node_name()).context("--node")?;
-    open_node(g, &gpu_health::NodeRequest::new(g.node_name()))
+    Ok((
+        cdi,
+        open_node(g, &gpu_health::NodeRequest::new(g.node_name()))?,
+    ))
 }
 
 /// Runs `gpuslice dra prepare`: the kubelet plugin's call, on `--root`.
-///
-/// # Errors
-/// When the claim cannot be read or is refused (the plugin's checks and the planner's), or the
-/// host refuses a change (already-made changes of the same call are undone), or the CDI files
-/// cannot be written (the prepare is undone).
 pub fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
     let text = read_input(&a.claim, "claim")?;
     let doc: serde_json::Value = gpu_core::decode_text("ResourceClaim", &text)?;
     let id = ClaimId::of_document(&doc, a.claim_uid.as_deref())?;
-    let cdi = a.cdi.layout(&a.driver)?;
-    let node = opened(g)?;
-    let how = once(
-        &a.driver,
-        a.state_dir.as_deref(),
-        cdi.as_ref(),
-        &say_waiting,
-    );
+    let (cdi, node) = cdi_and_node(g, &a.cdi, &a.driver)?;
+    let how = once(&a.driver, a.state_dir.as_deref(), cdi.as_ref());
     let done = how.prepare(&node, &doc, &id, a.dry_run)?;
     println!("{}", serde_json::to_string_pretty(&done.document()?)?);
     Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `gpuslice dra unprepare`: the kubelet plugin's call, on `--root`.
-///
-/// # Errors
-/// When the recorded claim cannot be read, the host refuses a removal, or the CDI files cannot
-/// be removed.
 pub fn unprepare(g: &Global, a: &UnprepareArgs) -> anyhow::Result<ExitCode> {
-    let cdi = a.cdi.layout(&a.driver)?;
     // The root is opened as prepare opens it, so a root that is no host is refused alike
     // (not answered "nothing to undo").
-    let node = opened(g)?;
-    let how = once(
-        &a.driver,
-        a.state_dir.as_deref(),
-        cdi.as_ref(),
-        &say_waiting,
-    );
-    let done = how.unprepare(&node, &a.claim_uid, a.force)?;
+    let (cdi, node) = cdi_and_node(g, &a.cdi, &a.driver)?;
+    let done = once(&a.driver, a.state_dir.as_deref(), cdi.as_ref()).unprepare(
+        &node,
+        &a.claim_uid,
+        a.force,
+    )?;
     println!("{}", serde_json::to_string(&done)?);
     Ok(ExitCode::SUCCESS)
 }

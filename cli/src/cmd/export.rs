@@ -132,9 +132,6 @@ pub struct DraArgs {
 }
 
 /// Runs `gpuslice export`.
-///
-/// # Errors
-/// When inputs cannot be read or do not name existing devices.
 pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
     match c {
         ExportCommand::Qemu(a) | ExportCommand::Libvirt(a) if a.device_nodes => {
@@ -169,7 +166,7 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
         }
         ExportCommand::Vm(a) => crate::cmd::export_vm::run(g, &a)?,
         ExportCommand::CloudInit(a) => {
-            let config = license(&a.license_token)?;
+            let config = handoff_cmd::license(&a.license_token)?;
             // `-o json`: the same document as JSON (for an API field); otherwise the
             // `#cloud-config` YAML cloud-init reads.
             match g.output {
@@ -180,15 +177,6 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
         ExportCommand::Dra(a) => export_dra(g, &a)?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The guest licensing files of the NVIDIA client configuration token at `path`.
-pub(crate) fn license(path: &Path) -> anyhow::Result<cloud_init::CloudConfig> {
-    let token = std::fs::read(path)
-        .with_context(|| format!("cannot read license token {}", path.display()))?;
-    let name = path.file_name().and_then(|n| n.to_str());
-    cloud_init::license_files(&token, name)
-        .with_context(|| format!("license token {}", path.display()))
 }
 
 /// The device nodes of `devices` on this host; an error naming the devices without a group.

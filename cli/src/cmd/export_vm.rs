@@ -46,15 +46,12 @@ pub struct VmArgs {
 
 /// Runs `gpuslice export vm`. Everything is read and checked (the one hand-off check every
 /// export shares) before anything is printed.
-///
-/// # Errors
-/// When the allocation or token cannot be read, or the allocation does not fit the node.
 pub fn run(g: &Global, a: &VmArgs) -> anyhow::Result<()> {
     let allocation = read_allocation(&a.allocation, a.machine.as_deref())?;
     let licensing = a
         .license_token
         .as_deref()
-        .map(super::export::license)
+        .map(super::handoff::license)
         .transpose()?;
     let target = target(g, a.inventory.as_deref(), Some(&allocation.node)).map_err(|e| {
         if a.inventory.is_none() {

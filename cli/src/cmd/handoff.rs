@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use gpu_core::Allocation;
+use gpu_integrations::cloud_init;
 use gpu_integrations::handoff::VmDevice;
 pub use gpu_node::handoff::CheckedNode as Target;
 
@@ -13,9 +14,6 @@ use crate::common::{Global, read_input};
 
 /// The node to check against: the fleet file's node named `want` (or `--node`, or its only
 /// node), else this host, discovered.
-///
-/// # Errors
-/// A fleet file that cannot be read or lacks the node; a host that cannot be discovered.
 pub fn target(g: &Global, inventory: Option<&Path>, want: Option<&str>) -> anyhow::Result<Target> {
     let Some(path) = inventory else {
         let node = g.node_name();
@@ -29,9 +27,6 @@ pub fn target(g: &Global, inventory: Option<&Path>, want: Option<&str>) -> anyho
 
 /// Reads the allocation of a file ([`gpu_node::handoff::one_allocation`]): the only one, or
 /// `machine`'s.
-///
-/// # Errors
-/// A file that cannot be read or decoded, or holds no allocation or several (without `machine`).
 pub fn read_allocation(path: &Path, machine: Option<&str>) -> anyhow::Result<Allocation> {
     let text = read_input(path, "allocation")?;
     Ok(gpu_node::handoff::one_allocation(&text, machine, path)?)
@@ -39,9 +34,6 @@ pub fn read_allocation(path: &Path, machine: Option<&str>) -> anyhow::Result<All
 
 /// The one check of `allocation` against `target` ([`Target::allocation`]), warnings printed on
 /// stderr; the devices.
-///
-/// # Errors
-/// The check's refusal.
 pub fn checked_allocation(
     target: &Target,
     allocation: &Allocation,
@@ -53,9 +45,6 @@ pub fn checked_allocation(
 }
 
 /// [`Target::devices`] on `devices`, warnings printed on stderr.
-///
-/// # Errors
-/// The check's refusal.
 pub fn checked_devices(target: &Target, devices: &[VmDevice], force: bool) -> anyhow::Result<()> {
     warn(&target.devices(devices, force)?);
     Ok(())
@@ -65,4 +54,13 @@ fn warn(warnings: &[String]) {
     for w in warnings {
         eprintln!("gpuslice: warning: {w}");
     }
+}
+
+/// The guest licensing files of the NVIDIA client configuration token at `path`.
+pub fn license(path: &Path) -> anyhow::Result<cloud_init::CloudConfig> {
+    let token = std::fs::read(path)
+        .with_context(|| format!("cannot read license token {}", path.display()))?;
+    let name = path.file_name().and_then(|n| n.to_str());
+    cloud_init::license_files(&token, name)
+        .with_context(|| format!("license token {}", path.display()))
 }

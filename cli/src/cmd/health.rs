@@ -56,10 +56,6 @@ fn request(g: &Global, a: &HealthArgs, policy: Policy) -> gpu_health::NodeReques
 }
 
 /// Runs `gpuslice health`.
-///
-/// # Errors
-/// A bad policy file, an invalid root, an explicit NVML library that does not open, discovery
-/// failing, or the baseline not being writable.
 pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
     let policy = match &a.policy {
         Some(p) => Policy::from_file(p)?,

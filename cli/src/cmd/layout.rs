@@ -92,25 +92,16 @@ pub struct ClearArgs {
 }
 
 /// Runs `vgpu apply`: makes the selected GPUs hold what the config says.
-///
-/// # Errors
-/// Unreadable or invalid files, unknown configs, a host that cannot be opened.
 pub fn apply(g: &Global, a: ApplyArgs) -> anyhow::Result<ExitCode> {
     run(g, &a.source, &a.write, Mode::Apply)
 }
 
 /// Runs `vgpu clear`: removes the vGPUs of the GPUs the config selects.
-///
-/// # Errors
-/// As [`apply`].
 pub fn clear(g: &Global, a: ClearArgs) -> anyhow::Result<ExitCode> {
     run(g, &a.source, &a.write, Mode::Clear)
 }
 
 /// Runs `vgpu assert`: exit 0 when the selected GPUs hold what the config says, 1 with a diff.
-///
-/// # Errors
-/// As [`apply`], and configs that cannot be resolved on this host.
 pub fn assert(g: &Global, a: AssertArgs) -> anyhow::Result<ExitCode> {
     let file = read_layout(&a.source.file)?;
     let config = file.select(a.source.config.as_deref())?;

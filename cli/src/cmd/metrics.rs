@@ -26,9 +26,6 @@ pub struct MetricsArgs {
 }
 
 /// The metrics of this host (or of `--inventory`), rendered afresh.
-///
-/// # Errors
-/// The inventory or the host cannot be read; a node name that cannot be valid.
 fn render(g: &Global, inventory: Option<&std::path::Path>) -> anyhow::Result<String> {
     let (nodes, allocations) = load_nodes(g, inventory)?;
     for n in &nodes {
@@ -47,9 +44,6 @@ fn check(g: &Global, a: &MetricsArgs) -> anyhow::Result<()> {
 }
 
 /// Runs `gpuslice metrics` without `--listen`: prints them once.
-///
-/// # Errors
-/// When the inventory or the host cannot be read.
 pub fn run(g: &Global, a: &MetricsArgs) -> anyhow::Result<ExitCode> {
     check(g, a)?;
     print!("{}", render(g, a.inventory.as_deref())?);
@@ -57,9 +51,6 @@ pub fn run(g: &Global, a: &MetricsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs `gpuslice metrics --listen` (in the `gpuslice-agent` binary: the agent's server).
-///
-/// # Errors
-/// When the node name is invalid or the address cannot be bound.
 pub fn serve(g: &Global, a: MetricsArgs) -> anyhow::Result<ExitCode> {
     let Some(addr) = &a.listen else {
         return run(g, &a);

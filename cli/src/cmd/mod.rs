@@ -11,6 +11,7 @@ pub mod health;
 pub mod layout;
 pub mod metrics;
 pub mod place;
+pub mod realize;
 pub mod sandbox;
 pub mod sriov;
 pub mod topology;

@@ -69,9 +69,6 @@ fn listed<'a>(names: impl Iterator<Item = &'a str>) -> String {
 }
 
 /// Runs `gpuslice topology`.
-///
-/// # Errors
-/// An invalid `--root`, `--node` or `--mdev-parents`, or an `--nvml-lib` that does not open.
 pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.inventory {
         // Shapes stay shared: only the node shown is expanded.

@@ -42,6 +42,22 @@ pub fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Runs `gpuslice --root sandbox:DIR --node demo ARGS`, returning its output.
+pub fn on(dir: &Path, args: &[&str]) -> Output {
+    let root = format!("sandbox:{}", dir.display());
+    let mut all = vec!["--root", root.as_str(), "--node", "demo"];
+    all.extend_from_slice(args);
+    run(&all)
+}
+
+/// [`on`], asserting success, returning stdout.
+pub fn ok_on(dir: &Path, args: &[&str]) -> String {
+    let root = format!("sandbox:{}", dir.display());
+    let mut all = vec!["--root", root.as_str(), "--node", "demo"];
+    all.extend_from_slice(args);
+    ok(&all)
+}
+
 /// The real captures shared with the discovery tests.
 pub fn capture(rel: &str) -> PathBuf {
     gpu_sysfs::testing::fixtures::capture(rel)

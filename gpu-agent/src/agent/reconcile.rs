@@ -1,7 +1,8 @@
 //! Reconcile at start: each recorded promise checked against the host, re-created when missing.
 
 use gpu_core::ParentId;
-use gpu_sysfs::actuate::{self, MdevCreate};
+use gpu_node::Target;
+use gpu_sysfs::actuate;
 use serde::Serialize;
 
 use super::Agent;
@@ -63,7 +64,9 @@ impl Agent {
     /// # Errors
     /// The lock or the state file's read failing; each promise's own failure is in the report.
     pub fn reconcile_blocking(&self) -> Result<Vec<Reconciled>, ApiError> {
-        let _lock = self.layout_lock()?;
+        // Every change goes through the node's one writer, holding the host-wide lock.
+        let node = self.node();
+        let locked = node.lock()?;
         let _state = self.store.lock()?;
         let mut state = self.load()?;
         let before = state.clone();
@@ -113,39 +116,15 @@ impl Agent {
                                 i.type_id, i.parent
                             )),
                         ),
-                        None => {
-                            // A GPU that is no mdev parent itself: one of its VFs takes it.
-                            let on_gpu = match parent {
-                                ParentId::Pci(gpu)
-                                    if !host.exists(&format!("sys/class/mdev_bus/{parent}")) =>
-                                {
-                                    Some(gpu)
-                                }
-                                _ => None,
-                            };
-                            let r = match on_gpu {
-                                Some(gpu) => {
-                                    actuate::create_mdev_on_gpu(host, gpu, type_id.as_str(), *uuid)
-                                }
-                                None => actuate::create_mdev(
-                                    host,
-                                    &MdevCreate {
-                                        parent: parent.clone(),
-                                        type_id: type_id.clone(),
-                                        uuid: *uuid,
-                                    },
-                                ),
-                            };
-                            match r {
-                                Ok(_) => (Outcome::Recreated, None),
-                                Err(e) => (Outcome::Failed, Some(chain(&e))),
-                            }
-                        }
+                        None => match recreate_mdev(&locked, host, parent, type_id, uuid) {
+                            Ok(_) => (Outcome::Recreated, None),
+                            Err(e) => (Outcome::Failed, Some(chain(&e))),
+                        },
                     }
                 }
                 Device::VendorVfio { vf, type_num } => match actuate::current_type(host, vf) {
                     Ok(t) if t == *type_num => (Outcome::Present, None),
-                    Ok(0) => match actuate::set_vf_type(host, vf, *type_num, false) {
+                    Ok(0) => match locked.create_vgpu(&vf_target(vf, *type_num), None, false) {
                         Ok(_) => (Outcome::Recreated, None),
                         Err(e) => (Outcome::Failed, Some(chain(&e))),
                     },
@@ -192,6 +171,45 @@ impl Agent {
         }
         Ok(report)
     }
+}
+
+/// Creates the recorded mdev `uuid` again through the node's writer: on `parent` as it is, or,
+/// for a GPU that is no mdev parent itself, on the VF [`gpu_node::choose_target`] picks (the one
+/// holding `uuid` with this type, else the first with room).
+fn recreate_mdev(
+    locked: &gpu_node::Locked<'_, '_>,
+    host: &dyn gpu_sysfs::Host,
+    parent: &ParentId,
+    type_id: &gpu_core::VgpuTypeId,
+    uuid: &gpu_core::MdevUuid,
+) -> Result<gpu_sysfs::actuate::Created, gpu_node::NodeError> {
+    let on_gpu =
+        matches!(parent, ParentId::Pci(_)) && !host.exists(&format!("sys/class/mdev_bus/{parent}"));
+    let target = if on_gpu {
+        // The recorded parent is an address: never a GPU name to look up.
+        let named = |gpu: &str| -> Result<gpu_core::PciAddress, gpu_node::NodeError> {
+            let e = actuate::ActuateError::NotAParent {
+                parent: parent.to_string(),
+                gpu: gpu.to_owned(),
+            };
+            Err(gpu_node::NodeError::Choose(Box::new(e)))
+        };
+        locked
+            .choose_target(parent, type_id.as_str(), Some(uuid), named)?
+            .for_uuid(host, Some(uuid))?
+    } else {
+        Target::Mdev {
+            parent: parent.clone(),
+            type_id: type_id.clone(),
+            on_gpu: None,
+        }
+    };
+    locked.create_vgpu(&target, Some(*uuid), false)
+}
+
+/// Where a recorded vendor-VFIO vGPU goes back: its VF, with its type.
+fn vf_target(vf: &gpu_core::PciAddress, type_num: u32) -> Target {
+    Target::VendorVfio { vf: *vf, type_num }
 }
 
 /// A removal recorded before it was done: the device gone is the removal done (`removed`); the

@@ -186,6 +186,8 @@ pub fn snapshot(root: &Path) -> io::Result<BTreeMap<String, Entry>> {
 struct State {
     writes: Vec<WriteRecord>,
     fail_at: Option<(usize, i32)>,
+    /// Every write from this one on fails (counting from 1), with this errno.
+    fail_from: Option<(usize, i32)>,
     /// State-file writes ([`Host::write_atomic`]) so far, and the ones that fail, with errno.
     state_writes: usize,
     state_fail_at: BTreeMap<usize, i32>,
@@ -312,6 +314,14 @@ impl FakeKernel {
     /// tree unchanged by it.
     pub fn failing_at(self, k: usize, errno: i32) -> Self {
         self.lock().fail_at = Some((k, errno));
+        self
+    }
+
+    /// Fails every write from the `k`-th on (counting from 1, over the kernel's life) with
+    /// `errno`, as a device that went away mid-operation: what was written before stays, and an
+    /// undo of it fails too.
+    pub fn failing_from(self, k: usize, errno: i32) -> Self {
+        self.lock().fail_from = Some((k, errno));
         self
     }
 
@@ -592,6 +602,7 @@ impl Host for FakeKernel {
             });
             let n = st.writes.len();
             let fail = st.fail_at.and_then(|(k, e)| (k == n).then_some(e));
+            let fail = fail.or_else(|| st.fail_from.and_then(|(k, e)| (n >= k).then_some(e)));
             (n, fail, st.broken.clone())
         };
         if let Some(b) = broken {
