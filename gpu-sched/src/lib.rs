@@ -58,6 +58,7 @@ mod policy;
 mod refusal;
 mod resolve;
 mod state;
+mod view;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -73,3 +74,4 @@ pub use refusal::{
     RefusalReport,
 };
 pub use state::{DegradedDevice, FleetState, Placement};
+pub use view::{AllocatedInstance, NodeView, node_view};

@@ -88,9 +88,14 @@ pub struct KubevirtArgs {
 // `export cloud-init` arguments.
 #[derive(Args, Debug)]
 pub struct CloudInitArgs {
-    /// The client configuration token (`.tok`) downloaded from the NVIDIA License System.
+    /// The client configuration token (`.tok`) downloaded from the NVIDIA License System
+    /// (needed for every --feature-type but 0).
     #[arg(long, value_name = "FILE")]
-    pub license_token: PathBuf,
+    pub license_token: Option<PathBuf>,
+    /// gridd.conf's `FeatureType`: 0 unlicensed, 1 NVIDIA vGPU, 2 NVIDIA RTX Virtual
+    /// Workstation, 4 NVIDIA Virtual Compute Server (NVIDIA's client licensing guide).
+    #[arg(long, value_name = "N", default_value = "1")]
+    pub feature_type: cloud_init::FeatureType,
 }
 
 // `export dra` arguments.
@@ -173,12 +178,23 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
         }
         ExportCommand::Vm(a) => crate::cmd::export_vm::run(g, &a)?,
         ExportCommand::CloudInit(a) => {
-            let token = std::fs::read(&a.license_token).with_context(|| {
-                format!("cannot read license token {}", a.license_token.display())
-            })?;
-            let name = a.license_token.file_name().and_then(|n| n.to_str());
-            let config = cloud_init::license_files(&token, name)
-                .with_context(|| format!("license token {}", a.license_token.display()))?;
+            let token = match &a.license_token {
+                Some(p) => Some(
+                    std::fs::read(p)
+                        .with_context(|| format!("cannot read license token {}", p.display()))?,
+                ),
+                None => None,
+            };
+            let name = a
+                .license_token
+                .as_ref()
+                .and_then(|p| p.file_name()?.to_str());
+            let config =
+                cloud_init::guest_files(token.as_deref().map(|t| (t, name)), a.feature_type)
+                    .with_context(|| match &a.license_token {
+                        Some(p) => format!("license token {}", p.display()),
+                        None => "export cloud-init".to_owned(),
+                    })?;
             // `-o json`: the same document as JSON (for an API field); otherwise the
             // `#cloud-config` YAML cloud-init reads.
             if g.output == Output::Json {

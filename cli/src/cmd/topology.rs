@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gpu_core::{Allocation, FleetNode, Gpu, NodeTopology, ParentId, PciAddress};
 
-use crate::common::{Global, Output, local_topology_with, print_data, render_table};
+use gpu_sysfs::actuate::{Holder, NodeHolders};
+
+use crate::common::{Global, Output, local_topology_held, print_data, render_table};
 
 // Arguments of `gpuslice topology`.
 #[derive(clap::Args, Debug)]
@@ -140,24 +142,47 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
             .find(|t| t.name() == n)
             .ok_or_else(|| not_in_fleet(n, path, fleet.nodes.iter().map(FleetNode::name)))?
             .to_topology();
-        let mut t = given;
-        for gpu in &mut t.gpus {
+        // Charged as placement charges: a pending vGPU's room is not free.
+        let mut view = gpu_sched::node_view(&given, &fleet.allocations)
+            .with_context(|| format!("--inventory {}", path.display()))?;
+        for gpu in &mut view.topology.gpus {
             *gpu = allocated_view(n, &fleet.allocations, gpu).0;
         }
         match g.output {
-            Output::Table => print!("{}", render_topology(&t, &fleet.allocations)),
-            other => print_data(other, &t)?,
+            Output::Table => print!(
+                "{}",
+                render_topology(
+                    &view.topology,
+                    &Shown {
+                        snapshot: &given,
+                        allocations: &fleet.allocations,
+                        allocated: &view.allocated_instances,
+                        holders: &NodeHolders::default(),
+                    }
+                )
+            ),
+            other => print_data(other, &view)?,
         }
         return Ok(ExitCode::SUCCESS);
     }
     let nvml = gpu_health::NvmlSource::from_flags(a.nvml_lib, a.no_nvml);
-    let t = local_topology_with(g, parse_parents(&a.mdev_parents)?, nvml)?;
+    let (t, holders) = local_topology_held(g, parse_parents(&a.mdev_parents)?, nvml)?;
     match g.output {
         Output::Table => {
-            print!("{}", render_topology(&t, &[]));
+            let shown = Shown {
+                snapshot: &t,
+                allocations: &[],
+                allocated: &[],
+                holders: &holders,
+            };
+            print!("{}", render_topology(&t, &shown));
             print_warnings(&t);
         }
-        other => print_data(other, &t)?,
+        other => {
+            let mut doc = serde_json::to_value(&t)?;
+            holders.annotate_topology(&mut doc);
+            print_data(other, &doc)?;
+        }
     }
     // The process ends next: the system takes the topology's memory back at once, faster than
     // freeing its thousands of strings one by one.
@@ -169,11 +194,22 @@ fn mib(v: u64) -> String {
     format!("{v} MiB")
 }
 
-/// The topology as people read it: GPUs, then vGPU parents grouped per GPU with each profile's
-/// free count and the instances with their parents and holders (the Machine whose allocation
-/// holds it, among `allocations`; else `in use` when a process holds it open), then the GPU
-/// memory line with the allocations counted.
-fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
+/// What the topology is shown with: the node as discovered or given (`snapshot`: the memory
+/// line counts `allocations` on it), the vGPUs allocations hold (a fleet's node) and the
+/// processes holding devices open (this host).
+struct Shown<'a> {
+    snapshot: &'a NodeTopology,
+    allocations: &'a [Allocation],
+    allocated: &'a [gpu_sched::AllocatedInstance],
+    holders: &'a NodeHolders,
+}
+
+/// The topology as people read it: GPUs (with HOLDER when a process holds one open), then vGPU
+/// parents grouped per GPU with each profile's free count and the instances with their parents
+/// and holders (the Machine whose allocation holds it, made or not yet; else the process that
+/// holds it open), then the GPU memory line with the allocations counted.
+fn render_topology(t: &NodeTopology, shown: &Shown<'_>) -> String {
+    let allocations = shown.allocations;
     let mut out = String::new();
     let _ = writeln!(out, "Node {}", t.node);
     let _ = writeln!(out);
@@ -181,6 +217,10 @@ fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
     if t.gpus.is_empty() {
         let _ = writeln!(out, "  (none)");
     } else {
+        let held = t
+            .gpus
+            .iter()
+            .any(|g| shown.holders.gpu(&g.address).is_some());
         let rows: Vec<Vec<String>> = t
             .gpus
             .iter()
@@ -188,11 +228,17 @@ fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
                 let mut r = gpu_row(g);
                 r.push(gpu_core::usage::memory_text(g));
                 r.push(dash(g.state_reason.as_deref()));
+                if held {
+                    r.push(holder_text(shown.holders.gpu(&g.address)));
+                }
                 r
             })
             .collect();
         let mut headers = GPU_HEADERS.to_vec();
         headers.extend(["MEMORY", "WHY"]);
+        if held {
+            headers.push("HOLDER");
+        }
         out.push_str(&indent(&render_table(&headers, &rows)));
     }
 
@@ -258,7 +304,7 @@ fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
                 &rows,
             ))));
         }
-        let instances: Vec<Vec<String>> = members
+        let mut instances: Vec<Vec<String>> = members
             .iter()
             .flat_map(|p| {
                 p.instances.iter().map(|i| {
@@ -274,13 +320,32 @@ fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
                         p.id.to_string(),
                         match gpu_core::usage::allocated_instance(t, allocations, p, i) {
                             Some(a) => format!("Machine {}", a.machine),
-                            None if i.in_use == Some(true) => "in use".to_owned(),
-                            None => "-".to_owned(),
+                            None => match shown.holders.instance(i) {
+                                Some(h) => h.to_string(),
+                                None if i.in_use == Some(true) => "in use".to_owned(),
+                                None => "-".to_owned(),
+                            },
                         },
                     ]
                 })
             })
             .collect();
+        // Allocated vGPUs the host does not show yet, each with its Machine.
+        instances.extend(
+            shown
+                .allocated
+                .iter()
+                .filter(|x| !x.made && members.iter().any(|p| p.id == x.parent))
+                .map(|x| {
+                    vec![
+                        x.label(),
+                        x.profile_name.clone(),
+                        x.framebuffer_mib.map_or_else(|| "-".to_owned(), mib),
+                        x.parent.to_string(),
+                        format!("Machine {} ({})", x.machine, x.status.as_str()),
+                    ]
+                }),
+        );
         if !instances.is_empty() {
             out.push_str(&indent(&indent(&render_table(
                 &["INSTANCE", "PROFILE", "SIZE", "PARENT", "HOLDER"],
@@ -290,10 +355,15 @@ fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
     }
 
     // Memory handed out: vGPU framebuffer in use, plus whole GPUs bound to vfio-pci.
-    let usage = gpu_core::usage::vram_usage(t, allocations);
+    let usage = gpu_core::usage::vram_usage(shown.snapshot, allocations);
     let _ = writeln!(out);
     let _ = writeln!(out, "GPU memory: {}", usage.summary());
     out
+}
+
+/// A device's HOLDER: the process holding it open (`pid 4242 (qemu-system-x86)`), else `-`.
+pub(crate) fn holder_text(h: Option<&Holder>) -> String {
+    h.map_or_else(|| "-".to_owned(), Holder::to_string)
 }
 
 fn indent(s: &str) -> String {

@@ -97,6 +97,12 @@ pub enum DaemonError {
     /// The kubelet plugin's sockets cannot be bound.
     #[error("--dra")]
     PluginSockets(#[source] std::io::Error),
+    /// The node label naming the layout config is not a label key.
+    #[error("--config-label")]
+    ConfigLabel(#[source] crate::kube::node_label::LabelError),
+    /// A node label names a layout config, but no layout file is given.
+    #[error("--config-label {0} names a config of the layout file: give --layout FILE")]
+    ConfigLabelWithoutLayout(String),
 }
 
 impl DaemonError {

@@ -16,21 +16,33 @@ pub(super) type PluginTask = tokio::task::JoinHandle<std::io::Result<()>>;
 /// A client for the API server `dra` names; a kubeconfig that cannot be used stops the daemon
 /// here, before anything changes on the host.
 pub(super) async fn connect(dra: &DaemonDra) -> Result<KubeClient, DaemonError> {
-    let opts = ClientOptions {
-        kubeconfig: dra.kubeconfig.clone(),
-        ..ClientOptions::default()
-    };
-    let client = KubeClient::connect(&opts)
-        .await
-        .map_err(|source| DaemonError::Kube {
-            kubeconfig: dra.kubeconfig.clone(),
-            source,
-        })?;
+    let client = client_for(dra.kubeconfig.as_ref()).await?;
     crate::log!(
         "gpuslice agent: reading ResourceClaims from {}",
         client.server()
     );
     Ok(client)
+}
+
+/// A client for the API server the node label is read from (`--config-label`).
+pub(super) async fn connect_for_label(
+    c: &crate::kube::node_label::ConfigLabel,
+) -> Result<KubeClient, DaemonError> {
+    client_for(c.kubeconfig.as_ref()).await
+}
+
+/// A client for `kubeconfig`'s cluster (`None`: the in-cluster service account).
+async fn client_for(kubeconfig: Option<&std::path::PathBuf>) -> Result<KubeClient, DaemonError> {
+    let opts = ClientOptions {
+        kubeconfig: kubeconfig.cloned(),
+        ..ClientOptions::default()
+    };
+    KubeClient::connect(&opts)
+        .await
+        .map_err(|source| DaemonError::Kube {
+            kubeconfig: kubeconfig.cloned(),
+            source,
+        })
 }
 
 /// Starts the publisher (unless turned off; it never stops the daemon) and the plugin, which
