@@ -142,3 +142,22 @@ fn the_config_the_node_label_names_is_applied_and_applied_again_when_the_label_c
     drop(rt);
     a.stop();
 }
+
+#[test]
+fn a_config_label_without_a_layout_file_or_not_a_label_key_is_refused_before_anything_starts() {
+    let k = FakeKernel::sample_mdev_drivers().unwrap();
+    let mut config = gpu_agent::DaemonConfig::new("node-a", k.root());
+    config.config_label = Some(ConfigLabel::new(NVIDIA_CONFIG_LABEL));
+    let e = gpu_agent::Daemon::open(config.clone()).unwrap_err();
+    assert!(
+        matches!(e, gpu_agent::DaemonError::ConfigLabelWithoutLayout(_)),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--layout"), "{e}");
+    config.config_label = Some(ConfigLabel::new("nvidia.com/vgpu config"));
+    let e = gpu_agent::Daemon::open(config).unwrap_err();
+    assert!(
+        gpu_core::error_chain(&e).contains("not a Kubernetes label key"),
+        "{e}"
+    );
+}

@@ -74,6 +74,12 @@ impl Daemon {
         {
             return Err(DaemonError::Driver(d.plugin.driver.clone()));
         }
+        if let Some(c) = &config.config_label {
+            crate::kube::node_label::check_key(&c.label).map_err(DaemonError::ConfigLabel)?;
+            if config.layout.is_none() {
+                return Err(DaemonError::ConfigLabelWithoutLayout(c.label.clone()));
+            }
+        }
         let listen = if config.listen.is_empty() {
             vec![default_listen(&config.root, live)]
         } else {
@@ -102,12 +108,6 @@ impl Daemon {
         agent.state_dir = config.state_dir.clone();
         agent.lock_timeout = config.lock_timeout;
         Agent::check_state(&host, &agent).map_err(DaemonError::agent)?;
-        if let Some(c) = &config.config_label {
-            crate::kube::node_label::check_key(&c.label).map_err(DaemonError::ConfigLabel)?;
-            if config.layout.is_none() {
-                return Err(DaemonError::ConfigLabelWithoutLayout(c.label.clone()));
-            }
-        }
         if let Some(l) = &config.layout {
             // With --config-label the label names the config, read later.
             let by_label = config.config_label.is_some();
