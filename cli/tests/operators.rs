@@ -18,6 +18,15 @@ fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `gpuslice args`, which must be refused as bad input (exit 2, nothing on stdout), and
+/// returns its stderr.
+fn refused(args: &[&str]) -> String {
+    let out = run(args);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    stderr(&out)
+}
+
 #[test]
 fn export_cloud_init_writes_the_feature_type_asked_for() {
     let dir = tempfile::tempdir().unwrap();
@@ -43,13 +52,8 @@ fn export_cloud_init_writes_the_feature_type_asked_for() {
         "{yaml}"
     );
 
-    let out = run(&["export", "cloud-init", "--feature-type", "3"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("4 (NVIDIA Virtual Compute Server)"),
-        "{}",
-        stderr(&out)
-    );
+    let e = refused(&["export", "cloud-init", "--feature-type", "3"]);
+    assert!(e.contains("4 (NVIDIA Virtual Compute Server)"), "{e}");
 }
 
 #[test]
@@ -111,19 +115,14 @@ fn doctor_fails_a_kubevirt_too_old_for_the_nodes_sriov_vgpus_and_says_where_it_r
     assert_eq!(code, Some(0), "{v}");
     assert_eq!(check(&v, "kubevirt-version").unwrap()["verdict"], "ok");
 
-    let out = run(&[
+    let e = refused(&[
         "--root",
         t.root().to_str().unwrap(),
         "doctor",
         "--kubevirt-version",
         "latest",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("expected MAJOR.MINOR"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(e.contains("expected MAJOR.MINOR"), "{e}");
 }
 
 #[test]
