@@ -136,3 +136,49 @@ pub fn node_view(node: &NodeTopology, allocations: &[Allocation]) -> Result<Node
         allocated_instances: made,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::Policy;
+    use crate::testing::a2_node;
+
+    fn free(t: &NodeTopology, name: &str) -> u32 {
+        let pool = t.mediated_devices.pools.first();
+        let parents: Vec<&gpu_core::Parent> = t.mediated_devices.parents.iter().collect();
+        gpu_core::pool::profile_offers(&parents, pool)
+            .into_iter()
+            .find(|o| o.name == name)
+            .unwrap()
+            .free
+    }
+
+    #[test]
+    fn a_pending_vgpu_is_charged_and_named_with_its_machine() {
+        let node = a2_node("n", 1, 4);
+        let mut s = FleetState::new(Fleet {
+            nodes: vec![node.clone()],
+            ..Fleet::default()
+        })
+        .unwrap();
+        let m = gpu_core::Machine::from_text(
+            "name: vm-1\ndevices: [{name: gpu, profile: \"A2-4Q\", count: 1}]",
+        )
+        .unwrap();
+        s.place(&m, Policy::Binpack).unwrap();
+        let allocations = s.allocations();
+        let before = free(&node, "NVIDIA A2-4Q");
+        let view = node_view(&node, &allocations).unwrap();
+        assert_eq!(free(&view.topology, "NVIDIA A2-4Q"), before - 1);
+        assert_eq!(free(&view.topology, "NVIDIA A2-2Q"), 0, "the size lock");
+        assert_eq!(view.allocated_instances.len(), 1);
+        let i = &view.allocated_instances[0];
+        assert_eq!((i.machine.as_str(), i.made), ("vm-1", false));
+        assert_eq!(i.status, AllocationStatus::Pending);
+        // Without allocations the view is the snapshot.
+        let bare = node_view(&node, &[]).unwrap();
+        assert_eq!(bare.topology, node);
+        assert!(bare.allocated_instances.is_empty());
+    }
+}
