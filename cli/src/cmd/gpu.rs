@@ -15,7 +15,7 @@ use gpu_core::PciAddress;
 use gpu_sysfs::actuate::{GpuBinding, handoff::Handoff};
 
 use super::topology::{
-    GPU_HEADERS, allocated_view, gpu_row, holder_text, not_in_fleet, print_warnings,
+    GPU_HEADERS, add_holder_column, allocated_view, gpu_row, not_in_fleet, print_warnings,
 };
 use crate::common::{
     Global, Output, local_topology_held, open_node_host, print_data, render_table,
@@ -47,23 +47,9 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
         let (t, holders) = local_topology_held(g, None, nvml)?;
         match g.output {
             Output::Table => {
-                // HOLDER only where a process holds a GPU open (a VM with it passed through).
-                let held = t.gpus.iter().any(|x| holders.gpu(&x.address).is_some());
-                let rows: Vec<Vec<String>> = t
-                    .gpus
-                    .iter()
-                    .map(|x| {
-                        let mut r = gpu_row(x);
-                        if held {
-                            r.push(holder_text(holders.gpu(&x.address)));
-                        }
-                        r
-                    })
-                    .collect();
+                let mut rows: Vec<Vec<String>> = t.gpus.iter().map(gpu_row).collect();
                 let mut headers = GPU_HEADERS.to_vec();
-                if held {
-                    headers.push("HOLDER");
-                }
+                add_holder_column(&mut headers, &mut rows, &t.gpus, &holders);
                 print!("{}", render_table(&headers, &rows));
                 print_warnings(&t);
             }

@@ -217,28 +217,19 @@ fn render_topology(t: &NodeTopology, shown: &Shown<'_>) -> String {
     if t.gpus.is_empty() {
         let _ = writeln!(out, "  (none)");
     } else {
-        let held = t
-            .gpus
-            .iter()
-            .any(|g| shown.holders.gpu(&g.address).is_some());
-        let rows: Vec<Vec<String>> = t
+        let mut rows: Vec<Vec<String>> = t
             .gpus
             .iter()
             .map(|g| {
                 let mut r = gpu_row(g);
                 r.push(gpu_core::usage::memory_text(g));
                 r.push(dash(g.state_reason.as_deref()));
-                if held {
-                    r.push(holder_text(shown.holders.gpu(&g.address)));
-                }
                 r
             })
             .collect();
         let mut headers = GPU_HEADERS.to_vec();
         headers.extend(["MEMORY", "WHY"]);
-        if held {
-            headers.push("HOLDER");
-        }
+        add_holder_column(&mut headers, &mut rows, &t.gpus, shown.holders);
         out.push_str(&indent(&render_table(&headers, &rows)));
     }
 
@@ -362,8 +353,25 @@ fn render_topology(t: &NodeTopology, shown: &Shown<'_>) -> String {
 }
 
 /// A device's HOLDER: the process holding it open (`pid 4242 (qemu-system-x86)`), else `-`.
-pub(crate) fn holder_text(h: Option<&Holder>) -> String {
+fn holder_text(h: Option<&Holder>) -> String {
     h.map_or_else(|| "-".to_owned(), Holder::to_string)
+}
+
+/// Adds a HOLDER column to a table of `gpus` (one row each) when a process holds one of them
+/// open (a VM with it passed through); otherwise the table stays as it was.
+pub(crate) fn add_holder_column(
+    headers: &mut Vec<&str>,
+    rows: &mut [Vec<String>],
+    gpus: &[Gpu],
+    holders: &NodeHolders,
+) {
+    if !gpus.iter().any(|g| holders.gpu(&g.address).is_some()) {
+        return;
+    }
+    headers.push("HOLDER");
+    for (r, g) in rows.iter_mut().zip(gpus) {
+        r.push(holder_text(holders.gpu(&g.address)));
+    }
 }
 
 fn indent(s: &str) -> String {
