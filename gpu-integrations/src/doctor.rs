@@ -221,12 +221,16 @@ pub fn license_check(text: &str, from: &str) -> Check {
             None,
         );
     }
+    // The last setting wins, as gridd reads it.
     let feature = gridd
         .content
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("FeatureType"))
-        .filter_map(|r| r.trim_start().strip_prefix('='))
-        .last()
+        .rev()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("FeatureType")
+                .and_then(|r| r.trim_start().strip_prefix('='))
+        })
         .map(str::parse::<FeatureType>);
     let feature = match feature {
         Some(Ok(f)) => f,

@@ -191,7 +191,11 @@ pub fn node_holders(host: &dyn Host, node: &NodeTopology) -> NodeHolders {
     let mut of: Vec<Of> = Vec::new();
     // Only a GPU bound to vfio-pci can be open through VFIO; the scan is skipped when no device
     // can be.
-    for g in node.gpus.iter().filter(|g| g.driver.as_deref() == Some("vfio-pci")) {
+    for g in node
+        .gpus
+        .iter()
+        .filter(|g| g.driver.as_deref() == Some("vfio-pci"))
+    {
         for n in vfio_nodes(host, &super::pci_dir(&g.address)) {
             nodes.push(n);
             of.push(Of::Gpu(g.address));
