@@ -53,6 +53,7 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
                 print!("{}", render_table(&headers, &rows));
                 print_warnings(&t);
             }
+            other if holders.is_empty() => print_data(other, &t.gpus)?,
             other => {
                 let mut doc = serde_json::to_value(&t.gpus)?;
                 holders.annotate_gpus(&mut doc);

@@ -178,6 +178,8 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
             print!("{}", render_topology(&t, &shown));
             print_warnings(&t);
         }
+        // Held devices get a `holder` key; otherwise the document prints as it always did.
+        other if holders.is_empty() => print_data(other, &t)?,
         other => {
             let mut doc = serde_json::to_value(&t)?;
             holders.annotate_topology(&mut doc);
