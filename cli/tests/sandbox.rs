@@ -2,44 +2,13 @@
 //! command a separate process, the fake kernel's state kept in DIR between them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod sandbox_support;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use gpu_sysfs::testing::FakeKernel;
-
-fn gpuslice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuslice"))
-        .env_remove("GPUSLICE_ROOT")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn on(dir: &Path, args: &[&str]) -> Output {
-    let root = format!("sandbox:{}", dir.display());
-    let mut all = vec!["--root", root.as_str(), "--node", "demo"];
-    all.extend_from_slice(args);
-    gpuslice(&all)
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn ok(o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        stdout(&o),
-        stderr(&o)
-    );
-    o
-}
+use sandbox_support::{gpuslice, ok, on, stderr, stdout};
 
 fn init_default(dir: &Path) {
     ok(gpuslice(&["sandbox", "init", dir.to_str().unwrap()]));

@@ -287,9 +287,15 @@ fn infer_pools(fs: &RealHost) -> Vec<FakePool> {
         }
     }
     for (_, (parents, vfs)) in by_gpu {
+        // VFs made again by enabling SR-IOV offer what the driver registered on them before.
+        let types = match parents.first() {
+            Some(p) if vfs => nvidia_types(fs, p),
+            _ => Vec::new(),
+        };
         pools.push(FakePool::NvidiaMdev {
             parents,
             per_parent: vfs.then_some(1),
+            types,
         });
     }
     if samples {
@@ -339,6 +345,23 @@ fn infer_pools(fs: &RealHost) -> Vec<FakePool> {
         });
     }
     pools
+}
+
+/// The types of mdev parent `p` as `(type directory, name, description)`.
+fn nvidia_types(fs: &RealHost, p: &str) -> Vec<(String, String, Option<String>)> {
+    let base = format!("sys/class/mdev_bus/{p}/mdev_supported_types");
+    let mut out: Vec<_> = fs
+        .list(&base)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| {
+            let name = fs.read_string(&format!("{base}/{t}/name")).ok()?;
+            let description = fs.read_string(&format!("{base}/{t}/description")).ok();
+            Some((t, name, description))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 fn drivers_as_text(d: &BTreeMap<PciAddress, String>) -> BTreeMap<String, String> {
@@ -441,9 +464,12 @@ fn validate(path: &Path, state: &SandboxState) -> Result<(), SysfsError> {
                     check_field_name(path, &format!("pools[{i}].costs[{j}]"), ty)?;
                 }
             }
-            FakePool::NvidiaMdev { parents, .. } => {
+            FakePool::NvidiaMdev { parents, types, .. } => {
                 for (j, p) in parents.iter().enumerate() {
                     check_field_name(path, &format!("pools[{i}].parents[{j}]"), p)?;
+                }
+                for (j, (t, _, _)) in types.iter().enumerate() {
+                    check_field_name(path, &format!("pools[{i}].types[{j}]"), t)?;
                 }
             }
             FakePool::VendorVfio { types, .. } => {
@@ -646,3 +672,37 @@ impl Host for Sandbox {
 
 #[cfg(all(test, feature = "testing"))]
 mod tests;
+
+/// `message` with every sysfs path it names (`/sys/...`) written where it is under `root`
+/// (device nodes such as `/dev/vfio/9` are left as the VM's process names them): `TREE/sys/...`
+/// for a directory, `DIR/host/sys/...` for a sandbox, `RECORDING:/sys/...` for a recording. On
+/// the local `/` the message is unchanged. No error under another root names a path as if it
+/// were this machine's.
+pub fn name_under_root(root: &Path, message: &str) -> String {
+    let prefix = if let Some(dir) = sandbox_dir(root) {
+        dir.join(HOST_DIR).display().to_string()
+    } else if crate::is_local_root(root) {
+        return message.to_owned();
+    } else if crate::confine::is_recording(root) {
+        format!("{}:", root.display())
+    } else {
+        root.display().to_string().trim_end_matches('/').to_owned()
+    };
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find('/') {
+        let (before, from) = rest.split_at(i);
+        out.push_str(before);
+        let boundary = out
+            .chars()
+            .last()
+            .is_none_or(|c| c.is_whitespace() || matches!(c, '(' | '"' | '\'' | '`' | '='));
+        if boundary && from.starts_with("/sys/") {
+            out.push_str(&prefix);
+        }
+        out.push('/');
+        rest = &from[1..];
+    }
+    out.push_str(rest);
+    out
+}

@@ -1,13 +1,16 @@
 //! `gpuslice topology`: this node's (or a fleet node's) GPUs, vGPU parents, pools and instances;
 //! the fleet helpers `gpu list --inventory` shares.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use std::fmt::Write as _;
+
 use gpu_core::{Allocation, FleetNode, Gpu, NodeTopology, ParentId, PciAddress};
 
+pub(crate) use gpu_core::text::{GPU_HEADERS, dash, gpu_row};
+pub(crate) use gpu_core::usage::allocated_view;
 use gpu_sysfs::actuate::{Holder, NodeHolders};
 
 use crate::common::{Global, Output, local_topology_held, print_data, render_table};
@@ -34,35 +37,10 @@ pub struct TopologyArgs {
 
 fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<ParentId>>> {
     let Some(list) = list else { return Ok(None) };
-    list.iter()
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| {
-            s.parse::<ParentId>()
-                .with_context(|| "--mdev-parents".to_owned())
-        })
-        .collect::<anyhow::Result<Vec<_>>>()
-        .map(Some)
+    let given = list.iter().filter(|s| !s.trim().is_empty());
+    let parsed = given.map(|s| s.parse::<ParentId>().context("--mdev-parents"));
+    parsed.collect::<anyhow::Result<Vec<_>>>().map(Some)
 }
-
-pub(crate) fn dash(s: Option<&str>) -> String {
-    s.filter(|s| !s.is_empty()).unwrap_or("-").to_owned()
-}
-
-pub(crate) fn gpu_row(g: &Gpu) -> Vec<String> {
-    vec![
-        g.name.clone(),
-        g.address.to_string(),
-        g.vendor.as_str().to_owned(),
-        dash(Some(&g.model)),
-        dash(g.driver.as_deref()),
-        g.state.as_str().to_owned(),
-        g.health.state.as_str().to_owned(),
-    ]
-}
-
-pub(crate) const GPU_HEADERS: [&str; 7] = [
-    "NAME", "ADDRESS", "VENDOR", "MODEL", "DRIVER", "STATE", "HEALTH",
-];
 
 pub(crate) fn print_warnings(t: &NodeTopology) {
     for w in t.warning_lines() {
@@ -76,45 +54,21 @@ pub(crate) fn not_in_fleet<'a>(
     path: &std::path::Path,
     known: impl Iterator<Item = &'a str>,
 ) -> anyhow::Error {
-    let known: Vec<&str> = known.collect();
     anyhow::anyhow!(
         "--node {n}: not in {} (nodes: {})",
         path.display(),
-        if known.is_empty() {
-            "none".to_owned()
-        } else {
-            known.join(", ")
-        }
+        listed(known)
     )
 }
 
-/// `gpu` of the node named `node` as the fleet's allocations leave it, and the Machines holding
-/// it: a GPU an allocation holds (whole, or a vGPU on it) is in use, whatever the node's snapshot
-/// said.
-pub(crate) fn allocated_view(
-    node: &str,
-    allocations: &[Allocation],
-    gpu: &Gpu,
-) -> (Gpu, Vec<String>) {
-    let holders = gpu_core::usage::allocated_gpu_named(node, allocations, &gpu.address);
-    let mut g = gpu.clone();
-    let machines: Vec<String> = holders.iter().map(|(a, _)| a.machine.clone()).collect();
-    if let Some((a, whole)) = holders.first() {
-        if g.state == gpu_core::GpuState::Free {
-            g.state = gpu_core::GpuState::InUse;
-            g.state_reason = Some(format!(
-                "{} Machine {} ({})",
-                if *whole {
-                    "allocated whole to"
-                } else {
-                    "hosts a vGPU of"
-                },
-                a.machine,
-                a.status.as_str()
-            ));
-        }
+/// The names given, comma-separated, or `none`.
+fn listed<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
     }
-    (g, machines)
 }
 
 /// Runs `gpuslice topology`.
@@ -125,22 +79,16 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.inventory {
         // Shapes stay shared: only the node shown is expanded.
         let (fleet, _) = crate::common::read_shared_fleet(path, Some("--inventory"))?;
+        let names = || fleet.nodes.iter().map(FleetNode::name);
         let Some(n) = g.node.as_deref() else {
-            let known: Vec<&str> = fleet.nodes.iter().map(FleetNode::name).collect();
             anyhow::bail!(
                 "topology --inventory needs the node to show: --node NAME (nodes: {})",
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
+                listed(names())
             );
         };
-        let given = fleet
-            .nodes
-            .iter()
-            .find(|t| t.name() == n)
-            .ok_or_else(|| not_in_fleet(n, path, fleet.nodes.iter().map(FleetNode::name)))?
+        let shown = fleet.nodes.iter().find(|t| t.name() == n);
+        let given = shown
+            .ok_or_else(|| not_in_fleet(n, path, names()))?
             .to_topology();
         // Charged as placement charges: a pending vGPU's room is not free.
         let mut view = gpu_sched::node_view(&given, &fleet.allocations)
