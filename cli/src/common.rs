@@ -250,12 +250,36 @@ pub fn local_topology_with(
     mdev_parents: Option<Vec<gpu_core::ParentId>>,
     nvml: gpu_health::NvmlSource,
 ) -> anyhow::Result<gpu_core::NodeTopology> {
+    Ok(local_node(g, mdev_parents, nvml)?.topology)
+}
+
+/// This host opened and composed with the flags' node name, parent filter and NVML.
+fn local_node(
+    g: &Global,
+    mdev_parents: Option<Vec<gpu_core::ParentId>>,
+    nvml: gpu_health::NvmlSource,
+) -> anyhow::Result<gpu_health::ComposedNode> {
     use anyhow::Context;
     let node = g.node_name();
     gpu_core::validate_name(&node).context("--node")?;
     let mut req = gpu_health::NodeRequest::new(node);
     (req.mdev_parents, req.nvml) = (mdev_parents, nvml);
-    Ok(open_node(g, &req)?.topology)
+    open_node(g, &req)
+}
+
+/// [`local_topology_with`] and the processes holding its GPUs and vGPUs open (one scan of
+/// `/proc` under the root, [`gpu_sysfs::actuate::node_holders`]).
+///
+/// # Errors
+/// As [`local_topology_with`].
+pub fn local_topology_held(
+    g: &Global,
+    mdev_parents: Option<Vec<gpu_core::ParentId>>,
+    nvml: gpu_health::NvmlSource,
+) -> anyhow::Result<(gpu_core::NodeTopology, gpu_sysfs::actuate::NodeHolders)> {
+    let c = local_node(g, mdev_parents, nvml)?;
+    let holders = gpu_sysfs::actuate::node_holders(c.host.host(), &c.topology);
+    Ok((c.topology, holders))
 }
 
 /// The nodes and allocations to report: a fleet file (`--inventory`), or this host.

@@ -107,6 +107,30 @@ pub fn allocated_instance<'a>(
         .find(|a| a.devices.iter().any(|d| is_instance(d, p, i)))
 }
 
+/// The allocated vGPUs among `allocations` (those on `node`) that the node's snapshot does not
+/// show yet (no instance of their parent is the same one, [`is_instance`]): pending ones, and
+/// created ones a newer snapshot will show. Each with the allocation (its Machine) it belongs
+/// to, in allocation and device order: the instances the fleet views list beside the made ones.
+pub fn unmade_vgpus<'a>(
+    node: &NodeTopology,
+    allocations: &'a [Allocation],
+) -> Vec<(&'a Allocation, &'a AllocatedDevice)> {
+    allocations
+        .iter()
+        .filter(|a| a.node == node.node)
+        .flat_map(|a| a.devices.iter().map(move |d| (a, d)))
+        .filter(|(_, d)| match d {
+            AllocatedDevice::Vgpu { parent, .. } => !node
+                .mediated_devices
+                .parents
+                .iter()
+                .filter(|p| p.id == *parent)
+                .any(|p| p.instances.iter().any(|i| is_instance(d, p, i))),
+            AllocatedDevice::Gpu { .. } => false,
+        })
+        .collect()
+}
+
 /// Memory of one node's GPUs and what of it is allocated, in MiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct VramUsage {

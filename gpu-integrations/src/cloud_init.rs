@@ -1,10 +1,17 @@
 //! cloud-init `write_files` that license an NVIDIA vGPU guest.
 //!
 //! The host never consumes a vGPU license: the guest driver does, with a client configuration
-//! token in `/etc/nvidia/ClientConfigToken/` and `FeatureType=1` (NVIDIA vGPU) in
-//! `/etc/nvidia/gridd.conf`. NVIDIA's licensing guide asks for mode 0744 on the token.
+//! token in `/etc/nvidia/ClientConfigToken/` and a `FeatureType` in `/etc/nvidia/gridd.conf`.
+//! NVIDIA's licensing guide asks for mode 0744 on the token.
+//!
+//! `FeatureType` values, from the sample `gridd.conf` in NVIDIA's *Virtual GPU Software Client
+//! Licensing User Guide* ("Configuring a Licensed Client on Linux"): `0` unlicensed, `1` NVIDIA
+//! vGPU (the driver picks the edition from the vGPU type), `2` NVIDIA RTX Virtual Workstation
+//! (a GPU passed through whole), `4` NVIDIA Virtual Compute Server. Every value but `0` asks
+//! the guest to acquire a license, so it needs a token: [`guest_files`] refuses to render such
+//! a `gridd.conf` without one, and [`license_check`] says the same of a rendered cloud-config.
 
-use crate::error::{Result, error, fail};
+use crate::error::{IntegrationError, Result, error, fail};
 use serde::Serialize;
 
 /// Where the guest driver looks for client configuration tokens.
@@ -77,11 +84,110 @@ pub fn token_file_name(source_name: Option<&str>) -> String {
     }
 }
 
-/// The cloud-config for a token read from a file named `source_name`.
+/// The licensed feature a guest asks for: `gridd.conf`'s `FeatureType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FeatureType {
+    /// `0`: no license is acquired.
+    Unlicensed,
+    /// `1`: NVIDIA vGPU; the guest driver picks the edition from the vGPU type.
+    #[default]
+    Vgpu,
+    /// `2`: NVIDIA RTX Virtual Workstation (also a GPU passed through whole).
+    RtxVirtualWorkstation,
+    /// `4`: NVIDIA Virtual Compute Server.
+    VirtualComputeServer,
+}
+
+impl FeatureType {
+    /// The number `gridd.conf` carries.
+    pub fn code(self) -> u8 {
+        match self {
+            FeatureType::Unlicensed => 0,
+            FeatureType::Vgpu => 1,
+            FeatureType::RtxVirtualWorkstation => 2,
+            FeatureType::VirtualComputeServer => 4,
+        }
+    }
+
+    /// What the number means, for people and for the comment in `gridd.conf`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            FeatureType::Unlicensed => "unlicensed",
+            FeatureType::Vgpu => "NVIDIA vGPU",
+            FeatureType::RtxVirtualWorkstation => "NVIDIA RTX Virtual Workstation",
+            FeatureType::VirtualComputeServer => "NVIDIA Virtual Compute Server",
+        }
+    }
+
+    /// Whether the guest acquires a license (every value but `0`), so needs a token.
+    pub fn needs_token(self) -> bool {
+        self != FeatureType::Unlicensed
+    }
+}
+
+impl std::str::FromStr for FeatureType {
+    type Err = IntegrationError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim() {
+            "0" => Ok(FeatureType::Unlicensed),
+            "1" => Ok(FeatureType::Vgpu),
+            "2" => Ok(FeatureType::RtxVirtualWorkstation),
+            "4" => Ok(FeatureType::VirtualComputeServer),
+            other => Err(error!(
+                Invalid, "feature type";
+                "feature type {other:?}: gridd.conf's FeatureType is 0 (unlicensed), 1 (NVIDIA vGPU), 2 (NVIDIA RTX Virtual Workstation) or 4 (NVIDIA Virtual Compute Server)"
+            )),
+        }
+    }
+}
+
+/// The cloud-config for a token read from a file named `source_name`, as NVIDIA vGPU
+/// (`FeatureType=1`): [`guest_files`] with a token.
 ///
 /// # Errors
 /// When the token is empty, larger than [`MAX_TOKEN_BYTES`], or not text.
 pub fn license_files(token: &[u8], source_name: Option<&str>) -> Result<CloudConfig> {
+    guest_files(Some((token, source_name)), FeatureType::Vgpu)
+}
+
+/// The cloud-config licensing a guest for `feature`: the token (read from a file named by its
+/// second part) and `gridd.conf`. Without a token only `FeatureType=0` is rendered.
+///
+/// # Errors
+/// A licensed `feature` without a token ([`IntegrationError::Invalid`] naming
+/// `--license-token`); a token that is empty, larger than [`MAX_TOKEN_BYTES`], or not text.
+pub fn guest_files(
+    token: Option<(&[u8], Option<&str>)>,
+    feature: FeatureType,
+) -> Result<CloudConfig> {
+    let gridd = WriteFile {
+        path: GRIDD_CONF.into(),
+        owner: "root:root".into(),
+        permissions: "0644".into(),
+        encoding: None,
+        content: format!(
+            "# Written by gpuslice: {}.\nFeatureType={}\n",
+            match feature {
+                FeatureType::Unlicensed => "this guest acquires no license".to_owned(),
+                f => format!("license this guest as {}", f.describe()),
+            },
+            feature.code()
+        ),
+    };
+    let Some((token, source_name)) = token else {
+        if feature.needs_token() {
+            fail!(
+                Invalid, "license token";
+                "FeatureType={} ({}) needs a client configuration token: give --license-token FILE (the .tok file downloaded from the NVIDIA License System), or --feature-type 0 for an unlicensed guest",
+                feature.code(),
+                feature.describe()
+            );
+        }
+        return Ok(CloudConfig {
+            write_files: vec![gridd],
+        });
+    };
     if token.iter().all(u8::is_ascii_whitespace) {
         fail!(Invalid, "license token"; "the license token is empty");
     }
@@ -105,15 +211,7 @@ pub fn license_files(token: &[u8], source_name: Option<&str>) -> Result<CloudCon
                 encoding: Some("b64".into()),
                 content: base64(token),
             },
-            WriteFile {
-                path: GRIDD_CONF.into(),
-                owner: "root:root".into(),
-                permissions: "0644".into(),
-                encoding: None,
-                content:
-                    "# Written by gpuslice: license this guest as NVIDIA vGPU.\nFeatureType=1\n"
-                        .into(),
-            },
+            gridd,
         ],
     })
 }
@@ -164,5 +262,46 @@ mod tests {
         assert!(license_files(b"  \n", None).is_err());
         assert!(license_files(&[0u8, 159, 146, 150], None).is_err());
         assert!(license_files(b"eyJhbGciOi.token", None).is_ok());
+    }
+
+    #[test]
+    fn the_feature_type_given_is_the_one_gridd_conf_carries() {
+        let c = guest_files(Some((b"tok", None)), "4".parse().unwrap()).unwrap();
+        let gridd = c.write_files.iter().find(|f| f.path == GRIDD_CONF).unwrap();
+        assert!(
+            gridd.content.ends_with("\nFeatureType=4\n"),
+            "{}",
+            gridd.content
+        );
+        assert!(gridd.content.contains("NVIDIA Virtual Compute Server"));
+    }
+
+    #[test]
+    fn feature_types_nvidia_does_not_define_are_refused_with_the_ones_it_does() {
+        for bad in ["3", "5", "-1", "vgpu", ""] {
+            let e = bad.parse::<FeatureType>().unwrap_err().to_string();
+            assert!(
+                e.contains("0 (unlicensed)") && e.contains("4 (NVIDIA Virtual Compute Server)"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_licensed_guest_without_a_token_is_refused_naming_the_option() {
+        let e = guest_files(None, FeatureType::RtxVirtualWorkstation)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("FeatureType=2") && e.contains("--license-token"),
+            "{e}"
+        );
+        let unlicensed = guest_files(None, FeatureType::Unlicensed).unwrap();
+        assert_eq!(unlicensed.write_files.len(), 1);
+        assert!(
+            unlicensed.write_files[0]
+                .content
+                .ends_with("FeatureType=0\n")
+        );
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod cloud_init;
 pub mod device_nodes;
+pub mod doctor;
 pub mod dra;
 pub mod error;
 pub mod handoff;

@@ -59,6 +59,7 @@ mod refusal;
 mod resolve;
 mod state;
 mod suggest;
+mod view;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -74,3 +75,4 @@ pub use refusal::{
     RefusalReport,
 };
 pub use state::{DegradedDevice, FleetState, Placement, Unplaced};
+pub use view::{AllocatedInstance, NodeView, node_view};

@@ -289,6 +289,16 @@ impl FleetState {
         !self.slots.is_empty()
     }
 
+    /// The topology of one node as the fleet's allocations leave it (the fleet views' node):
+    /// parents and pools charged with every allocated vGPU the node's snapshot does not show
+    /// yet, pending or created, as placement counts them. [`FleetState::node`] gives the
+    /// snapshot as it was given.
+    pub fn charged_node(&self, name: &str) -> Option<NodeTopology> {
+        self.slot_of(name)
+            .and_then(|i| self.slots[i].as_ref())
+            .map(|n| n.charged_topology())
+    }
+
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
         self.slots.iter().flatten().count()

@@ -12,6 +12,7 @@ use crate::common::Global;
 
 // Arguments of `gpuslice agent`.
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("kube_user").args(["dra", "config_label"]).multiple(true)))]
 pub struct AgentArgs {
     /// Where to listen: `unix:PATH` or `tcp:ADDR:PORT` (repeatable). Default:
     /// `unix:/run/gpuslice/agent.sock` under --root (`ROOT/run/gpuslice/agent.sock`, never the
@@ -49,6 +50,17 @@ pub struct AgentArgs {
     /// The config of --layout to apply (may be left out when the file has only one).
     #[arg(short = 'c', long = "config", value_name = "NAME", requires = "layout")]
     pub config: Option<String>,
+    /// Pick the config of --layout from this label of the node's Node object
+    /// (`nvidia.com/vgpu.config`, as NVIDIA's vgpu-device-manager does) and apply again when it
+    /// changes; a missing label or an unknown config is an event and changes nothing. Reads the
+    /// API server with --kubeconfig (default: the in-cluster service account).
+    #[arg(
+        long,
+        value_name = "LABEL",
+        requires = "layout",
+        conflicts_with = "config"
+    )]
+    pub config_label: Option<String>,
     /// Listen to the kernel's uevents: `auto` (only with `--root /`), `on`, `off`.
     #[arg(long, value_enum, default_value_t = Uevents::Auto)]
     pub uevents: Uevents,
@@ -77,8 +89,8 @@ pub struct DraArgs {
     /// Where the CDI specs of prepared claims go (a host path, taken as given).
     #[arg(long, default_value = gpu_agent::dra::DEFAULT_CDI_DIR, value_name = "DIR", requires = "dra")]
     pub cdi_dir: PathBuf,
-    /// The kubeconfig of the API server (default: the in-cluster service account).
-    #[arg(long, value_name = "FILE", requires = "dra")]
+    /// The kubeconfig to reach the API server with (default: the in-cluster service account).
+    #[arg(long, value_name = "FILE", requires = "kube_user")]
     pub kubeconfig: Option<PathBuf>,
     /// Before Kubernetes 1.36.2: the one vGPU size an unlocked GPU offers in the published
     /// slices (repeatable), as `export dra --size-for`; it wins over the size `--layout` gives.
@@ -137,6 +149,11 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         document_limit: crate::common::document_limit(),
         ..DaemonConfig::new(g.node_name(), g.root.clone())
     };
+    if let Some(label) = a.config_label {
+        let mut c = gpu_agent::kube::node_label::ConfigLabel::new(label);
+        c.kubeconfig = a.dra.kubeconfig.clone();
+        config.config_label = Some(c);
+    }
     if a.dra.dra {
         let mut dra = DaemonDra::new(&a.dra.dra_driver);
         (dra.plugin.kubelet_dir, dra.plugin.cdi_dir) = (a.dra.kubelet_dir, a.dra.cdi_dir);

@@ -3,21 +3,43 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use gpu_sysfs::doctor::{self, Verdict};
+use gpu_integrations::doctor::{GuestOptions, KubevirtVersion};
+use gpu_sysfs::doctor::Verdict;
 
 use crate::common::{Global, Output, render_table};
 
 // `gpuslice doctor` arguments.
 #[derive(Args, Debug)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// The KubeVirt release that runs this node's VMs (the `KubeVirt` CR's
+    /// `status.observedKubeVirtVersion`): checked against what the node's vGPUs need.
+    #[arg(long, value_name = "VERSION")]
+    pub kubevirt_version: Option<KubevirtVersion>,
+    /// A rendered cloud-config (user data) for a guest: checks that its gridd.conf comes with
+    /// a license token when it asks for a license.
+    #[arg(long, value_name = "FILE")]
+    pub cloud_init: Option<std::path::PathBuf>,
+}
 
 /// Runs `gpuslice doctor`: exit 0 when no check fails (warnings included), 1 when one fails.
 ///
 /// # Errors
 /// When the root cannot be opened or discovered.
-pub fn run(g: &Global, _a: DoctorArgs) -> anyhow::Result<ExitCode> {
+pub fn run(g: &Global, a: DoctorArgs) -> anyhow::Result<ExitCode> {
     let opened = crate::common::open_host(g)?;
-    let d = doctor::diagnose(opened.host(), &g.node_name())?;
+    let opts = GuestOptions {
+        kubevirt: a
+            .kubevirt_version
+            .map(|v| (v, "--kubevirt-version".to_owned())),
+        cloud_config: match &a.cloud_init {
+            Some(p) => Some((
+                crate::common::read_input(p, "cloud-config")?,
+                p.display().to_string(),
+            )),
+            None => None,
+        },
+    };
+    let d = gpu_integrations::doctor::diagnose(opened.host(), &g.node_name(), &opts)?;
     match g.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&d)?),
         Output::Yaml => print!("{}", gpu_integrations::yaml::to_string(&d)?),

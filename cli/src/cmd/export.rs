@@ -89,9 +89,14 @@ pub struct KubevirtArgs {
 // `export cloud-init` arguments.
 #[derive(Args, Debug)]
 pub struct CloudInitArgs {
-    /// The client configuration token (`.tok`) downloaded from the NVIDIA License System.
+    /// The client configuration token (`.tok`) downloaded from the NVIDIA License System
+    /// (needed for every --feature-type but 0).
     #[arg(long, value_name = "FILE")]
-    pub license_token: PathBuf,
+    pub license_token: Option<PathBuf>,
+    /// gridd.conf's `FeatureType`: 0 unlicensed, 1 NVIDIA vGPU, 2 NVIDIA RTX Virtual
+    /// Workstation, 4 NVIDIA Virtual Compute Server (NVIDIA's client licensing guide).
+    #[arg(long, value_name = "N", default_value = "1")]
+    pub feature_type: cloud_init::FeatureType,
 }
 
 // `export dra` arguments.
@@ -166,7 +171,7 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
         }
         ExportCommand::Vm(a) => crate::cmd::export_vm::run(g, &a)?,
         ExportCommand::CloudInit(a) => {
-            let config = handoff_cmd::license(&a.license_token)?;
+            let config = handoff_cmd::guest_license(a.license_token.as_deref(), a.feature_type)?;
             // `-o json`: the same document as JSON (for an API field); otherwise the
             // `#cloud-config` YAML cloud-init reads.
             match g.output {

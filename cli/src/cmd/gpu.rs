@@ -14,8 +14,12 @@ use gpu_core::FleetNode;
 use gpu_core::PciAddress;
 use gpu_sysfs::actuate::{GpuBinding, handoff::Handoff};
 
-use super::topology::{GPU_HEADERS, allocated_view, gpu_row, not_in_fleet, print_warnings};
-use crate::common::{Global, Output, local_topology, open_node_host, print_data, render_table};
+use super::topology::{
+    GPU_HEADERS, add_holder_column, allocated_view, gpu_row, not_in_fleet, print_warnings,
+};
+use crate::common::{
+    Global, Output, local_topology_held, open_node_host, print_data, render_table,
+};
 
 // Arguments of `gpuslice gpu list`.
 #[derive(clap::Args, Debug)]
@@ -39,14 +43,22 @@ pub struct GpuListArgs {
 /// does not have.
 pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
     let Some(path) = &a.inventory else {
-        let t = local_topology(g, None, a.no_nvml)?;
+        let nvml = gpu_health::NvmlSource::from_flags(None, a.no_nvml);
+        let (t, holders) = local_topology_held(g, None, nvml)?;
         match g.output {
             Output::Table => {
-                let rows: Vec<Vec<String>> = t.gpus.iter().map(gpu_row).collect();
-                print!("{}", render_table(&GPU_HEADERS, &rows));
+                let mut rows: Vec<Vec<String>> = t.gpus.iter().map(gpu_row).collect();
+                let mut headers = GPU_HEADERS.to_vec();
+                add_holder_column(&mut headers, &mut rows, &t.gpus, &holders);
+                print!("{}", render_table(&headers, &rows));
                 print_warnings(&t);
             }
-            other => print_data(other, &t.gpus)?,
+            other if holders.is_empty() => print_data(other, &t.gpus)?,
+            other => {
+                let mut doc = serde_json::to_value(&t.gpus)?;
+                holders.annotate_gpus(&mut doc);
+                print_data(other, &doc)?;
+            }
         }
         return Ok(ExitCode::SUCCESS);
     };

@@ -56,11 +56,29 @@ fn warn(warnings: &[String]) {
     }
 }
 
-/// The guest licensing files of the NVIDIA client configuration token at `path`.
+/// The guest licensing files of the NVIDIA client configuration token at `path`, as NVIDIA
+/// vGPU (`FeatureType=1`).
 pub fn license(path: &Path) -> anyhow::Result<cloud_init::CloudConfig> {
-    let token = std::fs::read(path)
-        .with_context(|| format!("cannot read license token {}", path.display()))?;
-    let name = path.file_name().and_then(|n| n.to_str());
-    cloud_init::license_files(&token, name)
-        .with_context(|| format!("license token {}", path.display()))
+    guest_license(Some(path), cloud_init::FeatureType::Vgpu)
+}
+
+/// The guest licensing files for `feature`, with the token at `path` when one is given.
+pub fn guest_license(
+    path: Option<&Path>,
+    feature: cloud_init::FeatureType,
+) -> anyhow::Result<cloud_init::CloudConfig> {
+    let token = match path {
+        Some(p) => Some(
+            std::fs::read(p)
+                .with_context(|| format!("cannot read license token {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let name = path.and_then(|p| p.file_name()?.to_str());
+    cloud_init::guest_files(token.as_deref().map(|t| (t, name)), feature).with_context(
+        || match path {
+            Some(p) => format!("license token {}", p.display()),
+            None => "export cloud-init".to_owned(),
+        },
+    )
 }

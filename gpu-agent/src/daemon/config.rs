@@ -55,6 +55,9 @@ pub struct DaemonConfig {
     pub document_limit: gpu_sysfs::DocumentLimit,
     /// Serve as a Kubernetes DRA driver too.
     pub dra: Option<DaemonDra>,
+    /// Pick the layout's config from this label of the node's Node object, and apply again
+    /// when it changes (the layout's own `config` is then not used).
+    pub config_label: Option<crate::kube::node_label::ConfigLabel>,
 }
 
 impl DaemonConfig {
@@ -78,6 +81,7 @@ impl DaemonConfig {
             read_deadline: Duration::from_secs(5),
             document_limit: gpu_sysfs::DocumentLimit::default(),
             dra: None,
+            config_label: None,
         }
     }
 }

@@ -104,6 +104,12 @@ pub enum DaemonError {
     /// Neither an API server nor a claims directory to read claims from (internal).
     #[error("--dra: no API server and no --claims-dir to read ResourceClaims from")]
     NoClaimSource,
+    /// The node label naming the layout config is not a label key.
+    #[error("--config-label")]
+    ConfigLabel(#[source] crate::kube::node_label::LabelError),
+    /// A node label names a layout config, but no layout file is given.
+    #[error("--config-label {0} names a config of the layout file: give --layout FILE")]
+    ConfigLabelWithoutLayout(String),
 }
 
 impl DaemonError {

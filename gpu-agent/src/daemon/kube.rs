@@ -16,17 +16,7 @@ pub(super) type PluginTask = tokio::task::JoinHandle<std::io::Result<()>>;
 /// A client for the API server `dra` names; a kubeconfig that cannot be used stops the daemon
 /// here, before anything changes on the host.
 pub(super) async fn connect(dra: &DaemonDra) -> Result<KubeClient, DaemonError> {
-    let opts = ClientOptions {
-        kubeconfig: dra.kubeconfig.clone(),
-        max_answer: dra.max_answer,
-        ..ClientOptions::default()
-    };
-    let client = KubeClient::connect(&opts)
-        .await
-        .map_err(|source| DaemonError::Kube {
-            kubeconfig: dra.kubeconfig.clone(),
-            source,
-        })?;
+    let client = client_for(dra.kubeconfig.as_ref(), dra.max_answer).await?;
     if dra.claims_dir.is_none() {
         crate::log!(
             "gpuslice agent: reading ResourceClaims from {}",
@@ -34,6 +24,32 @@ pub(super) async fn connect(dra: &DaemonDra) -> Result<KubeClient, DaemonError> 
         );
     }
     Ok(client)
+}
+
+/// A client for the API server the node label is read from (`--config-label`).
+pub(super) async fn connect_for_label(
+    c: &crate::kube::node_label::ConfigLabel,
+) -> Result<KubeClient, DaemonError> {
+    client_for(c.kubeconfig.as_ref(), crate::kube::MAX_ANSWER).await
+}
+
+/// A client for `kubeconfig`'s cluster (`None`: the in-cluster service account) that reads no
+/// answer past `max_answer` bytes.
+async fn client_for(
+    kubeconfig: Option<&std::path::PathBuf>,
+    max_answer: u64,
+) -> Result<KubeClient, DaemonError> {
+    let opts = ClientOptions {
+        kubeconfig: kubeconfig.cloned(),
+        max_answer,
+        ..ClientOptions::default()
+    };
+    KubeClient::connect(&opts)
+        .await
+        .map_err(|source| DaemonError::Kube {
+            kubeconfig: kubeconfig.cloned(),
+            source,
+        })
 }
 
 /// Starts the publisher (unless turned off; it never stops the daemon) and the plugin, which

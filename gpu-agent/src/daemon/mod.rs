@@ -77,6 +77,12 @@ impl Daemon {
                 return Err(DaemonError::ClaimsDir(dir.clone()));
             }
         }
+        if let Some(c) = &config.config_label {
+            crate::kube::node_label::check_key(&c.label).map_err(DaemonError::ConfigLabel)?;
+            if config.layout.is_none() {
+                return Err(DaemonError::ConfigLabelWithoutLayout(c.label.clone()));
+            }
+        }
         let listen = if config.listen.is_empty() {
             vec![default_listen(&config.root, live)]
         } else {
@@ -106,7 +112,9 @@ impl Daemon {
         agent.lock_timeout = config.lock_timeout;
         Agent::check_state(&host, &agent).map_err(DaemonError::agent)?;
         if let Some(l) = &config.layout {
-            check_layout(l, config.document_limit)?;
+            // With --config-label the label names the config, read later.
+            let by_label = config.config_label.is_some();
+            check_layout(l, by_label, config.document_limit)?;
         }
         let uevents =
             crate::sources::open_uevents(config.uevents, live).map_err(DaemonError::Uevents)?;
@@ -168,6 +176,10 @@ impl Daemon {
             Some(dra) if dra.needs_api_server() => Some(kube::connect(dra).await?),
             _ => None,
         };
+        let label_client = match &config.config_label {
+            Some(c) => Some(kube::connect_for_label(c).await?),
+            None => None,
+        };
         let agent = Agent::open(host, agent).map_err(DaemonError::agent)?;
         if let Some(c) = &client {
             agent.stats().count_apiserver_refusals(c.refused_answers());
@@ -182,6 +194,18 @@ impl Daemon {
         }
         let listeners = bind_all(&listen, tcp, group)?;
         let watchers = start_watchers(&agent, &config, uevents, gpu_events)?;
+        if let (Some(c), Some(client), Some(l)) =
+            (&config.config_label, label_client, &config.layout)
+        {
+            // Ends with the agent's shutdown.
+            drop(crate::kube::node_label::spawn(
+                Arc::clone(&agent),
+                client,
+                config.node.clone(),
+                l.path.clone(),
+                c.clone(),
+            ));
+        }
         let (publisher, plugin) = match &config.dra {
             Some(dra) => {
                 kube::start(
@@ -232,6 +256,7 @@ fn read_token(path: &std::path::Path) -> Result<Arc<[u8]>, DaemonError> {
 /// anything starts.
 fn check_layout(
     l: &crate::watch::WatchedLayout,
+    by_label: bool,
     limit: gpu_sysfs::DocumentLimit,
 ) -> Result<(), DaemonError> {
     let text = gpu_sysfs::read_document(&l.path, "--layout", limit).map_err(|source| {
@@ -245,7 +270,9 @@ fn check_layout(
         source,
     };
     let file = gpu_core::layout::LayoutFile::parse(&text).map_err(layout)?;
-    file.select(l.config.as_deref()).map_err(layout)?;
+    if !by_label {
+        file.select(l.config.as_deref()).map_err(layout)?;
+    }
     Ok(())
 }
 
@@ -280,7 +307,11 @@ fn start_watchers(
         resync: config.resync.filter(|d| !d.is_zero()),
         uevents,
         gpu_events,
-        layout: config.layout.clone(),
+        // A label-chosen config is applied by the label's watch, file changes included.
+        layout: config
+            .layout
+            .clone()
+            .filter(|_| config.config_label.is_none()),
         read_deadline: config
             .read_deadline
             .max(std::time::Duration::from_millis(1)),

@@ -13,6 +13,7 @@
 //! and counted ([`KubeClient::refused_answers`]). The objects are sent and read as JSON (`serde_json::Value`): the slices are the
 //! documents `gpuslice export dra` builds, and a claim goes to the plugin as the server sent it.
 
+pub mod node_label;
 pub mod publish;
 
 use std::path::{Path, PathBuf};

@@ -145,6 +145,21 @@ fn apply_file(
         false,
         Some(source.clone()),
     ));
+    let keep = settle(agent, &source, out);
+    if !keep {
+        *last = None;
+    }
+    keep
+}
+
+/// Counts and logs what became of a layout apply from `source` (a refusal is published as a
+/// `layoutRefused` event). True when the version applied or was refused for good; false when it
+/// is to be tried again (rolled back, the host busy).
+pub(crate) fn settle(
+    agent: &Agent,
+    source: &str,
+    out: Result<serde_json::Value, crate::ApiError>,
+) -> bool {
     match out {
         Ok(report) => {
             agent
@@ -153,24 +168,18 @@ fn apply_file(
                 .fetch_add(1, Ordering::Relaxed);
             let status = report["status"].as_str().unwrap_or("?");
             crate::log!("gpuslice agent: layout {source}: {status}");
-            if matches!(status, "rolled-back" | "rollback-incomplete") {
-                *last = None;
-                return false;
-            }
-            true
+            !matches!(status, "rolled-back" | "rollback-incomplete")
         }
         Err(e) => {
             let lasting = e.status == 400;
-            refuse(agent, &source, e.message);
-            if !lasting {
-                *last = None;
-            }
+            refuse(agent, source, e.message);
             lasting
         }
     }
 }
 
-fn refuse(agent: &Agent, source: &str, message: String) {
+/// Counts, logs and publishes a layout from `source` that changed nothing.
+pub(crate) fn refuse(agent: &Agent, source: &str, message: String) {
     agent
         .stats()
         .layouts_refused

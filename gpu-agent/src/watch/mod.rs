@@ -18,6 +18,7 @@ mod uevents;
 
 use layout::LayoutWatch;
 pub use layout::{WatchedLayout, read_layout_file};
+pub(crate) use layout::{refuse, settle};
 use uevents::uevent_loop;
 
 /// What [`start`] runs.

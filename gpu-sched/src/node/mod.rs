@@ -16,6 +16,7 @@ mod charge;
 mod fit;
 mod same;
 mod topo;
+mod view;
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
