@@ -121,7 +121,7 @@ pub struct Served {
 
 #[derive(Debug)]
 enum ServedCommand {
-    Agent(cmd::agent::AgentArgs),
+    Agent(Box<cmd::agent::AgentArgs>),
     Metrics(cmd::metrics::MetricsArgs),
     DraPublish(cmd::dra::PublishArgs),
 }
@@ -149,7 +149,7 @@ pub fn serve_here(s: Served) -> anyhow::Result<ExitCode> {
     let g = &s.global;
     start(g, matches!(s.what, ServedCommand::Agent(_)));
     match s.what {
-        ServedCommand::Agent(a) => cmd::agent::run(g, a),
+        ServedCommand::Agent(a) => cmd::agent::run(g, *a),
         ServedCommand::Metrics(a) => cmd::metrics::serve(g, a),
         ServedCommand::DraPublish(a) => cmd::dra::publish(g, &a),
     }
@@ -285,7 +285,7 @@ fn run(
         Command::Dra(cmd::dra::DraCommand::Unprepare(a)) => cmd::dra::unprepare(g, &a),
         Command::Dra(cmd::dra::DraCommand::Check(a)) => cmd::dra::check(&a),
         Command::Dra(cmd::dra::DraCommand::Publish(a)) => served(ServedCommand::DraPublish(a)),
-        Command::Agent(a) => served(ServedCommand::Agent(a)),
+        Command::Agent(a) => served(ServedCommand::Agent(Box::new(a))),
         Command::Doctor(a) => cmd::doctor::run(g, a),
         Command::Sandbox(c) => cmd::sandbox::run(g, c),
     }
