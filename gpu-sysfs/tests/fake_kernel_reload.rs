@@ -32,7 +32,11 @@ fn a_reload_removes_every_mdev_of_an_a2_and_gives_the_framebuffer_back() {
     assert_eq!(available(&k, "0000:08:00.4"), "0");
     let dropped = k.reload_vgpu_manager().unwrap();
     assert_eq!(
-        dropped.mdevs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        dropped
+            .mdevs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
         [U1, U2]
     );
     assert!(dropped.vfs.is_empty());
@@ -55,7 +59,11 @@ fn a_reload_clears_every_vendor_vfio_vf_of_an_l40s() {
     assert_eq!(full, "ID    : vGPU Name", "two 24 GB vGPUs fill the card");
     let dropped = k.reload_vgpu_manager().unwrap();
     assert_eq!(
-        dropped.vfs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        dropped
+            .vfs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
         ["0000:26:00.4", "0000:26:00.5"]
     );
     assert!(dropped.mdevs.is_empty());
@@ -74,7 +82,9 @@ fn a_reload_while_a_vm_holds_a_vgpu_is_refused_and_changes_nothing() {
     let k = FakeKernel::a2_mdev_host().unwrap();
     a2_create(&k, "0000:08:00.4", U1);
     a2_create(&k, "0000:08:00.5", U2);
-    let pid = k.open_device(&format!("sys/bus/mdev/devices/{U2}")).unwrap();
+    let pid = k
+        .open_device(&format!("sys/bus/mdev/devices/{U2}"))
+        .unwrap();
     let e = k.reload_vgpu_manager().unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy);
     assert!(e.to_string().contains(U2), "{e}");

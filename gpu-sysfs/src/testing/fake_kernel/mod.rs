@@ -64,11 +64,11 @@ use parse::{
     NVIDIA_MDEV_DRIVER, PAGE_SIZE, POWER_ATTRS, c_str, err, kstrtoull, named_device, strip_sys,
     up_to_sys, value,
 };
-pub use reload::Reloaded;
 pub use presets::{
     A2_TYPES, L40S_TYPES, add_a2_mdev_gpu, add_passthrough_devices, add_sample_mdev_drivers,
     sample_pools,
 };
+pub use reload::Reloaded;
 
 /// Where NVIDIA installs `sriov-manage`.
 const SRIOV_MANAGE: &str = "/usr/lib/nvidia/sriov-manage";
