@@ -617,6 +617,8 @@ export interface AgentEvent {
     | 'uevent'
     | 'read-timed-out'
     | 'layout-refused'
+    | 'layout-restored'
+    | 'layout-not-in-place'
     | 'resync'
   data: Record<string, unknown>
 }
