@@ -33,7 +33,9 @@ fn ok(o: Output) -> String {
 }
 
 fn mdevs(dir: &Path) -> usize {
-    let out = ok(gpuslice(Some(dir), &["-o", "json", "vgpu", "list"]).output().unwrap());
+    let out = ok(gpuslice(Some(dir), &["-o", "json", "vgpu", "list"])
+        .output()
+        .unwrap());
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     v["mdevs"].as_array().map_or(0, Vec::len)
 }
@@ -136,10 +138,14 @@ fn reload_driver_is_refused_while_a_vgpu_is_held_and_needs_a_sandbox() {
         .unwrap());
     let before = mdevs(&dir);
     assert_eq!(before, 3, "the bundled A2 holds three vGPUs");
-    let listed = ok(gpuslice(Some(&dir), &["-o", "json", "vgpu", "list"]).output().unwrap());
+    let listed = ok(gpuslice(Some(&dir), &["-o", "json", "vgpu", "list"])
+        .output()
+        .unwrap());
     let v: serde_json::Value = serde_json::from_str(&listed).unwrap();
     let uuid = v["mdevs"][0]["uuid"].as_str().unwrap().to_owned();
-    let pid = ok(gpuslice(Some(&dir), &["sandbox", "hold", &uuid]).output().unwrap());
+    let pid = ok(gpuslice(Some(&dir), &["sandbox", "hold", &uuid])
+        .output()
+        .unwrap());
     let o = gpuslice(Some(&dir), &["sandbox", "reload-driver"])
         .output()
         .unwrap();
@@ -150,13 +156,17 @@ fn reload_driver_is_refused_while_a_vgpu_is_held_and_needs_a_sandbox() {
     ok(gpuslice(Some(&dir), &["sandbox", "unhold", pid.trim()])
         .output()
         .unwrap());
-    let o = ok(gpuslice(Some(&dir), &["-o", "json", "sandbox", "reload-driver"])
-        .output()
-        .unwrap());
+    let o = ok(
+        gpuslice(Some(&dir), &["-o", "json", "sandbox", "reload-driver"])
+            .output()
+            .unwrap(),
+    );
     let v: serde_json::Value = serde_json::from_str(&o).unwrap();
     assert_eq!(v["mdevs"].as_array().unwrap().len(), 3, "{v}");
     assert_eq!(mdevs(&dir), 0);
-    let o = gpuslice(None, &["sandbox", "reload-driver"]).output().unwrap();
+    let o = gpuslice(None, &["sandbox", "reload-driver"])
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("not a sandbox"),
