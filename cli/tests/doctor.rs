@@ -89,46 +89,37 @@ fn vfs_another_driver_holds_are_named_with_the_fix_everywhere() {
         "version: v1\nvgpu-configs:\n  first:\n    - devices: [0]\n      vgpu-devices:\n        L40S-24Q: 1\n  second:\n    - devices: [1]\n      vgpu-devices:\n        L40S-24Q: 1\n",
     )
     .unwrap();
-    let l = layout.to_str().unwrap();
-    let out = run(&[
-        "--root",
-        root,
-        "--node",
-        "n1",
-        "vgpu",
-        "apply",
-        "-f",
-        l,
-        "-c",
-        "first",
-        "--dry-run",
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(err.contains("bound to vfio-pci"), "{err}");
+    let apply = |config: &str| {
+        let l = layout.to_str().unwrap();
+        let out = run(&[
+            "--root",
+            root,
+            "--node",
+            "n1",
+            "vgpu",
+            "apply",
+            "-f",
+            l,
+            "-c",
+            config,
+            "--dry-run",
+        ]);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), all)
+    };
+    let (ok, all) = apply("first");
+    assert!(!ok, "{all}");
+    assert!(all.contains("bound to vfio-pci"), "{all}");
     assert!(
-        !err.contains("is the NVIDIA vGPU host driver loaded"),
-        "{err}"
+        !all.contains("is the NVIDIA vGPU host driver loaded"),
+        "{all}"
     );
-    let out = run(&[
-        "--root",
-        root,
-        "--node",
-        "n1",
-        "vgpu",
-        "apply",
-        "-f",
-        l,
-        "-c",
-        "second",
-        "--dry-run",
-    ]);
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{all}");
+    let (ok, all) = apply("second");
+    assert!(ok, "{all}");
     assert!(
         all.contains("VF 0000:27:00.5") && all.contains("cannot be read"),
         "{all}"
