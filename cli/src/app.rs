@@ -187,7 +187,7 @@ pub fn main(serve: fn(Served) -> anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            let mut report = common::ErrorReport::from_error(&e);
+            let mut report = common::error_report(&e);
             report.message = g.name_under_root(&report.message);
             match g.output {
                 common::Output::Json => {
@@ -265,37 +265,7 @@ fn run(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn abouts(c: &clap::Command, at: &str, out: &mut Vec<(String, String)>) {
-        // Building adds the `help` subcommands; they are clap's own.
-        for sub in c.get_subcommands().filter(|s| s.get_name() != "help") {
-            let path = format!("{at} {}", sub.get_name());
-            let about = sub.get_about().map(ToString::to_string).unwrap_or_default();
-            out.push((path.clone(), about));
-            abouts(sub, &path, out);
-        }
-    }
-
-    /// Subcommands are built only when named (`defer`), so an `Args` struct's doc comment would
-    /// replace the subcommand's own description once built (in its `--help`): every subcommand
-    /// keeps the one its variant gives, built or not.
-    #[test]
-    fn every_subcommand_keeps_its_variants_description_when_built() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
-        let mut before = Vec::new();
-        abouts(&Cli::command(), "gpuslice", &mut before);
-        let mut built = Cli::command();
-        built.build();
-        let mut after = Vec::new();
-        abouts(&built, "gpuslice", &mut after);
-        assert!(before.len() > 30, "only {} subcommands", before.len());
-        for (path, about) in &before {
-            assert!(!about.is_empty(), "{path}: no description");
-        }
-        assert_eq!(before, after);
-    }
+/// The command line of both binaries, as clap builds it (its tests read it).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }

@@ -89,43 +89,10 @@ pub fn document_limit() -> gpu_sysfs::DocumentLimit {
 }
 
 impl Global {
-    /// `message` with every sysfs path it names (`/sys/...`) written where it is under `--root`
-    /// (device nodes such as `/dev/vfio/9` are left as the VM's process names them):
-    /// `TREE/sys/...` for a directory,
-    /// `DIR/host/sys/...` for a sandbox, `RECORDING:/sys/...` for a recording. On the local `/`
-    /// the message is unchanged. No error under another root names a path as if it were this
-    /// machine's.
+    /// `message` with the sysfs paths it names written where they are under `--root`
+    /// ([`gpu_sysfs::sandbox::name_under_root`]).
     pub fn name_under_root(&self, message: &str) -> String {
-        let prefix = if let Some(dir) = gpu_sysfs::sandbox::sandbox_dir(&self.root) {
-            dir.join(gpu_sysfs::sandbox::HOST_DIR).display().to_string()
-        } else if gpu_sysfs::is_local_root(&self.root) {
-            return message.to_owned();
-        } else if gpu_sysfs::open::is_recording(&self.root) {
-            format!("{}:", self.root.display())
-        } else {
-            self.root
-                .display()
-                .to_string()
-                .trim_end_matches('/')
-                .to_owned()
-        };
-        let mut out = String::with_capacity(message.len());
-        let mut rest = message;
-        while let Some(i) = rest.find('/') {
-            let (before, from) = rest.split_at(i);
-            out.push_str(before);
-            let boundary = out
-                .chars()
-                .last()
-                .is_none_or(|c| c.is_whitespace() || matches!(c, '(' | '"' | '\'' | '`' | '='));
-            if boundary && from.starts_with("/sys/") {
-                out.push_str(&prefix);
-            }
-            out.push('/');
-            rest = &from[1..];
-        }
-        out.push_str(rest);
-        out
+        gpu_sysfs::sandbox::name_under_root(&self.root, message)
     }
 
     /// Says on stderr, once, that the root is a sandbox, so that no output made on one is taken
@@ -202,8 +169,8 @@ pub fn open_node(
 }
 
 /// The `--progress` line of discovering `--root`.
-fn discovering(g: &Global) -> crate::progress::Progress {
-    crate::progress::Progress::start(g.progress, format!("discovering {}", g.root.display()))
+fn discovering(g: &Global) -> gpu_health::progress::Progress {
+    gpu_health::progress::Progress::start(g.progress, format!("discovering {}", g.root.display()))
 }
 
 /// Opens `--root` with the options [`gpu_health::open_node_host`] decides (the NVML type-name
@@ -221,76 +188,35 @@ pub fn open_node_host(
     gpu_health::open_node_host(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
 }
 
-/// Reads a document named on the command line; `-` reads standard input. Every document goes
-/// through [`gpu_sysfs::read_document`]: at most [`document_limit`] bytes, a named file only if
-/// it is a regular file.
+/// Reads a document named on the command line; `-` reads standard input
+/// ([`gpu_sysfs::document::read_input`], with the command's cap).
 ///
 /// # Errors
 /// The file (named, with `what` it should hold) cannot be read, is not a regular file, or is
 /// larger than the cap (the message says how to raise it).
 pub fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
-    use anyhow::Context;
-    let text = gpu_sysfs::read_document(path, what, document_limit());
-    if path.as_os_str() == "-" {
-        return text.with_context(|| format!("cannot read {what} from standard input"));
-    }
-    text.with_context(|| format!("cannot read {what} file {}", path.display()))
-}
-
-/// Decodes a document named on the command line as it is read (`-` reads standard input), with
-/// the command's cap: `decode` gets the reader ([`gpu_sysfs::open_document`]: a named file only
-/// if it is a regular file, refused from its size over the cap) and the cap in bytes
-/// ([`gpu_core::decode_reader_max`] and what builds on it). The text is never held whole unless
-/// the decoder needs it (YAML).
-///
-/// With `flag` (`--inventory`) every error is given in `FLAG PATH`, and a document that does not
-/// decode needs no more naming.
-///
-/// # Errors
-/// As [`read_input`] for the file and its reading (a read stopped at the cap says how to raise
-/// it); a document that does not decode is a [`gpu_core::ConfigDocError`] in `{what} file PATH`
-/// (or in `FLAG PATH`).
-pub fn decode_input<T>(
-    path: &Path,
-    what: &str,
-    flag: Option<&str>,
-    decode: impl FnOnce(&mut gpu_sysfs::Document<'static>, usize) -> Result<T, gpu_core::CoreError>,
-) -> anyhow::Result<T> {
-    let read_context = || {
-        if path.as_os_str() == "-" {
-            format!("cannot read {what} from standard input")
-        } else {
-            format!("cannot read {what} file {}", path.display())
-        }
-    };
-    use anyhow::Context;
-    let limit = document_limit();
-    let decoded = match gpu_sysfs::open_document(path, what, limit) {
-        Err(e) => Err(anyhow::Error::new(e).context(read_context())),
-        Ok(mut doc) => decode(&mut doc, limit.bytes()).map_err(|e| match doc.failure() {
-            // The decoder stopped because the read did: say why the read stopped.
-            Some(read) => anyhow::Error::new(read).context(read_context()),
-            None if flag.is_some() => anyhow::Error::new(gpu_core::ConfigDocError(e)),
-            None => anyhow::Error::new(gpu_core::ConfigDocError(e))
-                .context(format!("{what} file {}", path.display())),
-        }),
-    };
-    match flag {
-        Some(flag) => decoded.with_context(|| format!("{flag} {}", path.display())),
-        None => decoded,
-    }
+    Ok(gpu_sysfs::document::read_input(
+        path,
+        what,
+        document_limit(),
+    )?)
 }
 
 /// Reads and decodes a fleet document (`-` for standard input), with the command's cap, every
 /// node's topology in full (errors in `FLAG PATH` with `flag`). JSON is decoded as it is read
-/// ([`decode_input`]).
+/// ([`gpu_sysfs::document::decode_input`]).
 ///
 /// # Errors
-/// As [`decode_input`], plus a fleet that is inconsistent.
+/// As [`gpu_sysfs::document::decode_input`], plus a fleet that is inconsistent.
 pub fn read_fleet(path: &Path, flag: Option<&str>) -> anyhow::Result<gpu_core::Fleet> {
-    decode_input(path, "fleet", flag, |r, max| {
-        gpu_core::Fleet::from_reader_max(r, max).map(|(f, _)| f)
-    })
+    let limit = document_limit();
+    Ok(gpu_sysfs::document::decode_input(
+        path,
+        "fleet",
+        flag,
+        limit,
+        |r, max| gpu_core::Fleet::from_reader_max(r, max).map(|(f, _)| f),
+    )?)
 }
 
 /// Reads a fleet document as [`read_fleet`] does with its shapes kept shared (nodes of one
@@ -303,9 +229,14 @@ pub fn read_shared_fleet(
     path: &Path,
     flag: Option<&str>,
 ) -> anyhow::Result<(gpu_core::SharedFleet, gpu_core::Syntax)> {
-    decode_input(path, "fleet", flag, |r, max| {
-        gpu_core::SharedFleet::from_reader_max(r, max)
-    })
+    let limit = document_limit();
+    Ok(gpu_sysfs::document::decode_input(
+        path,
+        "fleet",
+        flag,
+        limit,
+        |r, max| gpu_core::SharedFleet::from_reader_max(r, max),
+    )?)
 }
 
 /// This host's topology with health graded, from `--root` (a directory or a `*.umockdev`
@@ -358,59 +289,9 @@ pub fn load_nodes(
     Ok((fleet.nodes, fleet.allocations))
 }
 
-/// Renders rows as a left-aligned table with two spaces between columns; trailing spaces are
-/// trimmed.
-pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            if let Some(w) = widths.get_mut(i) {
-                *w = (*w).max(c.chars().count());
-            }
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            if i > 0 {
-                s.push_str("  ");
-            }
-            s.push_str(c);
-            let pad = widths
-                .get(i)
-                .copied()
-                .unwrap_or(0)
-                .saturating_sub(c.chars().count());
-            s.extend(std::iter::repeat_n(' ', pad));
-        }
-        s.trim_end().to_owned() + "\n"
-    };
-    let mut out = line(headers.to_vec());
-    for r in rows {
-        out.push_str(&line(r.iter().map(String::as_str).collect()));
-    }
-    out
-}
+pub use gpu_core::text::render_table;
 
-/// The machine-readable form of an error, printed on stderr with `-o json`/`-o yaml` so programs
-/// driving the CLI can tell failures apart without parsing messages:
-/// `{"error": {"kind": "exhausted", "message": "...", "errno": 28, "errnoName": "ENOSPC"}}`.
-#[derive(serde::Serialize, Debug)]
-#[serde(rename_all = "camelCase")]
-pub struct ErrorReport {
-    /// Stable kind from [`gpu_core::ErrorKind::as_str`]: an actuation kind (`exists`, `exhausted`,
-    /// `in-use`, ...), a layout kind (`does-not-fit`, ...), `unsatisfiable`, `invalid-request`,
-    /// `invalid-config`, `not-found`, `host-error`, `invalid-argument` or `error`.
-    pub kind: String,
-    /// The one-line message also printed for people.
-    pub message: String,
-    /// The kernel errno, when the failure came from a sysfs write.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub errno: Option<i32>,
-    /// The errno's symbolic name (`ENOSPC`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub errno_name: Option<String>,
-}
+pub use gpu_sysfs::classify::ErrorReport;
 
 /// A classifier of library errors: the error as a [`gpu_core::ClassifiedError`] when it is one
 /// of the library's.
@@ -438,16 +319,8 @@ fn classified<'a>(
         .or_else(|| gpu_node::dra::as_classified(cause))
 }
 
-impl ErrorReport {
-    /// Classifies an error chain: the first error in it that gpuslice's libraries typed gives the
-    /// kind and errno ([`gpu_core::Classified::of_chain`]).
-    pub fn from_error(e: &anyhow::Error) -> Self {
-        let c = gpu_core::Classified::of_chain(e.as_ref(), classified);
-        ErrorReport {
-            kind: c.kind.as_str().to_owned(),
-            message: c.message,
-            errno: c.errno,
-            errno_name: c.errno.map(gpu_sysfs::actuate::error::errno::name),
-        }
-    }
+/// Classifies an error chain as every front-end does ([`ErrorReport::of_chain`]), with the
+/// library error types this binary knows.
+pub fn error_report(e: &anyhow::Error) -> ErrorReport {
+    ErrorReport::of_chain(e.as_ref(), classified)
 }

@@ -10,6 +10,5 @@
 mod app;
 mod cmd;
 mod common;
-mod progress;
 
-pub use app::{AGENT_BINARY, Served, main, serve_here, serve_in_agent_binary};
+pub use app::{AGENT_BINARY, Served, command, main, serve_here, serve_in_agent_binary};

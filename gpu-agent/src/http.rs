@@ -96,6 +96,58 @@ pub fn metrics_router(render: Render, content_type: String) -> Router {
         .method_not_allowed_fallback(wrong_method)
 }
 
+/// Why [`serve_metrics`] stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsServeError {
+    /// The server's runtime could not be started.
+    #[error("cannot start the server's runtime")]
+    Runtime(#[source] std::io::Error),
+    /// The address could not be listened on.
+    #[error("cannot listen on {addr}")]
+    Listen {
+        /// The address asked for.
+        addr: String,
+        /// Why not.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Serving failed, or the termination signals could not be watched.
+    #[error(transparent)]
+    Serve(#[from] std::io::Error),
+}
+
+/// Serves [`metrics_router`] at `addr` on the agent's server (one task per connection,
+/// deadlines for slow clients, no keep-alive) until SIGTERM or SIGINT, or after `max_requests`
+/// answers; `bound` is told the address listened on (`tcp:HOST:PORT`) once it is. Blocks.
+///
+/// # Errors
+/// A [`MetricsServeError`].
+pub fn serve_metrics(
+    addr: &str,
+    render: Render,
+    content_type: String,
+    max_requests: Option<u64>,
+    bound: impl FnOnce(&str),
+) -> Result<(), MetricsServeError> {
+    let rt = crate::runtime().map_err(MetricsServeError::Runtime)?;
+    rt.block_on(async move {
+        let listener = crate::Listener::bind_tcp_read_routes(addr).map_err(|source| {
+            MetricsServeError::Listen {
+                addr: addr.to_owned(),
+                source,
+            }
+        })?;
+        bound(&listener.address());
+        let opts = crate::ServeOptions {
+            keep_alive: false,
+            max_requests,
+        };
+        let router = metrics_router(render, content_type);
+        crate::serve_router(router, vec![listener], crate::on_terminate()?, opts).await?;
+        Ok(())
+    })
+}
+
 async fn unknown_route(req: Request) -> ApiError {
     ApiError::new(
         ErrorKind::UnknownRoute,

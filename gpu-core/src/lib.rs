@@ -27,6 +27,7 @@ pub mod mig;
 pub mod nvidia;
 pub mod pool;
 pub mod request;
+pub mod text;
 pub mod topology;
 pub mod usage;
 pub mod vendor;

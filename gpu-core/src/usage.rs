@@ -64,6 +64,35 @@ pub fn allocated_gpu_named<'a>(
         .collect()
 }
 
+/// `gpu` of the node named `node` as the fleet's allocations leave it, and the Machines holding
+/// it: a GPU an allocation holds (whole, or a vGPU on it) is in use, whatever the node's snapshot
+/// said.
+pub fn allocated_view(
+    node: &str,
+    allocations: &[Allocation],
+    gpu: &crate::Gpu,
+) -> (crate::Gpu, Vec<String>) {
+    let holders = allocated_gpu_named(node, allocations, &gpu.address);
+    let mut g = gpu.clone();
+    let machines: Vec<String> = holders.iter().map(|(a, _)| a.machine.clone()).collect();
+    if let Some((a, whole)) = holders.first() {
+        if g.state == crate::GpuState::Free {
+            g.state = crate::GpuState::InUse;
+            g.state_reason = Some(format!(
+                "{} Machine {} ({})",
+                if *whole {
+                    "allocated whole to"
+                } else {
+                    "hosts a vGPU of"
+                },
+                a.machine,
+                a.status.as_str()
+            ));
+        }
+    }
+    (g, machines)
+}
+
 /// The allocation among `allocations` (those on `node`) that holds instance `i` of parent `p`
 /// ([`is_instance`]), if any.
 pub fn allocated_instance<'a>(

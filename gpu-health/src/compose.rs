@@ -278,4 +278,35 @@ impl NodeHealth {
             .map(|r| r.health.state)
             .fold(HealthState::Healthy, HealthState::worst)
     }
+
+    /// The table people read: each GPU's name, address, state and reasons (`(no GPUs)` under
+    /// the header when there are none). The warnings are apart ([`NodeHealth::warning_lines`]).
+    pub fn table(&self) -> String {
+        let rows: Vec<Vec<String>> = self
+            .gpus
+            .iter()
+            .map(|r| {
+                let reasons = match r.health.reasons.is_empty() {
+                    true => "-".to_owned(),
+                    false => r.health.reasons.join("; "),
+                };
+                let (name, address) = (r.name.clone(), r.address.to_string());
+                vec![name, address, r.health.state.to_string(), reasons]
+            })
+            .collect();
+        let mut out = gpu_core::text::render_table(&["NAME", "ADDRESS", "STATE", "REASONS"], &rows);
+        if rows.is_empty() {
+            out.push_str("(no GPUs)\n");
+        }
+        out
+    }
+
+    /// Each GPU's warnings, as `NAME: WARNING`.
+    pub fn warning_lines(&self) -> Vec<String> {
+        let each = self
+            .gpus
+            .iter()
+            .flat_map(|r| r.warnings.iter().map(move |w| format!("{}: {w}", r.name)));
+        each.collect()
+    }
 }

@@ -36,6 +36,7 @@ pub mod link;
 pub mod nvml;
 pub mod nvml_resolver;
 pub mod policy;
+pub mod progress;
 pub mod reading;
 pub mod telemetry;
 

@@ -491,6 +491,55 @@ pub fn dra_virtual_machine(
     Ok((vm, template))
 }
 
+/// `export vm`'s document of `vm` for `allocation`: YAML under a comment saying what it is, or
+/// with `json` the VM alone.
+///
+/// # Errors
+/// When the VM cannot be represented.
+pub fn vm_document(allocation: &Allocation, vm: &VirtualMachine, json: bool) -> Result<String> {
+    if json {
+        return crate::yaml::json(vm);
+    }
+    Ok(format!(
+        "# KubeVirt VirtualMachine fragment for Machine {} on node {} (gpuslice export vm):\n\
+         # merge it into your VirtualMachine; the resource names are those `gpuslice export\n\
+         # kubevirt` permits.\n{}",
+        allocation.machine,
+        allocation.node,
+        crate::yaml::to_string(vm)?
+    ))
+}
+
+/// `export vm --dra`'s document: the claim template and the VM as a YAML stream under a comment
+/// saying what they are, or with `json` a JSON `List` of them.
+///
+/// # Errors
+/// When an object cannot be represented.
+pub fn dra_document(
+    allocation: &Allocation,
+    vm: &VirtualMachine,
+    template: &ResourceClaimTemplate,
+    json: bool,
+) -> Result<String> {
+    if json {
+        let render = |e| crate::IntegrationError::render("JSON", e);
+        let template = serde_json::to_value(template).map_err(render)?;
+        let vm = serde_json::to_value(vm).map_err(render)?;
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [template, vm]});
+        return crate::yaml::json(&list);
+    }
+    Ok(format!(
+        "# A ResourceClaimTemplate and a KubeVirt VirtualMachine for Machine {} on node {}\n\
+         # (gpuslice export vm --dra): the VM takes its devices from DRA claims (KubeVirt 1.9,\n\
+         # feature gates GPUsWithDRA and HostDevicesWithDRA); merge the VM into yours.\n\
+         ---\n{}---\n{}",
+        allocation.machine,
+        allocation.node,
+        crate::yaml::to_string(template)?,
+        crate::yaml::to_string(vm)?
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -141,6 +141,39 @@ fn emit_value(val: &Value, indent: usize, out: &mut String) {
     }
 }
 
+/// `value` as pretty JSON, with a final newline.
+///
+/// # Errors
+/// When `value` cannot be represented.
+pub fn json<T: Serialize>(value: &T) -> crate::Result<String> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| crate::IntegrationError::render("JSON", e))?;
+    Ok(text + "\n")
+}
+
+/// Kubernetes objects as a YAML stream (`---` before each document) or, with `json`, one JSON
+/// `List` of them.
+///
+/// # Errors
+/// When an object cannot be represented.
+pub fn objects<T: Serialize>(objects: &[T], json: bool) -> crate::Result<String> {
+    if json {
+        let items = serde_json::to_value(objects)
+            .map_err(|e| crate::IntegrationError::render("JSON", e))?;
+        let mut list = std::collections::BTreeMap::new();
+        list.insert("apiVersion", serde_json::json!("v1"));
+        list.insert("kind", serde_json::json!("List"));
+        list.insert("items", items);
+        return self::json(&list);
+    }
+    let mut out = String::new();
+    for o in objects {
+        out.push_str("---\n");
+        out.push_str(&to_string(o)?);
+    }
+    Ok(out)
+}
+
 /// Serializes `value` as one YAML document (no `---`).
 ///
 /// # Errors

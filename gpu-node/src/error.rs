@@ -179,8 +179,11 @@ impl ClassifiedError for NodeError {
 pub fn as_classified<'a>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a dyn ClassifiedError> {
-    match e.downcast_ref::<NodeError>() {
-        Some(n) => Some(n),
+    if let Some(n) = e.downcast_ref::<NodeError>() {
+        return Some(n);
+    }
+    match e.downcast_ref::<crate::handoff::HandoffError>() {
+        Some(h) => Some(h),
         None => gpu_health::error::as_classified(e),
     }
 }

@@ -27,12 +27,13 @@
 
 pub mod dra;
 pub mod error;
+pub mod handoff;
 pub mod node;
 pub mod open;
 mod probe;
 pub mod target;
 
 pub use error::{NodeError, as_classified};
-pub use node::{LayoutWrite, Locked, Node, Removed, VgpuId, WriteLock};
+pub use node::{LayoutWrite, Locked, Node, Removed, VgpuId, WriteLock, lock_host};
 pub use open::{ComposedNode, NodeRequest, NvmlSource, OpenedNode, open_node, open_node_host};
 pub use target::{Target, choose_target};

@@ -28,6 +28,32 @@ use crate::target::{Target, choose_target};
 /// The host-wide write lock (`run/gpuslice/vgpu.lock` under the root), released on drop.
 pub type WriteLock = LayoutLock;
 
+/// Takes the host-wide write lock of `host` (`run/gpuslice/vgpu.lock` under its root), waiting
+/// up to `timeout` (`None`: for ever) while another writer holds it; `waiting` is told once.
+/// The one home of the lock: every [`Node`] operation, the agent's writer and `gpuslice dra
+/// prepare|unprepare` take it here.
+///
+/// # Errors
+/// [`NodeError::Lock`]: no root directory, a lock file that cannot be made, or the timeout.
+pub fn lock_host(
+    host: &dyn Host,
+    timeout: Option<Duration>,
+    waiting: &mut dyn FnMut(&Path),
+) -> Result<WriteLock, NodeError> {
+    lock_root(host, timeout, waiting).map_err(|e| NodeError::Lock(Box::new(e)))
+}
+
+/// [`lock_host`] with the lock's own error, for the callers in this crate with an error type
+/// of their own (DRA prepare and unprepare).
+pub(crate) fn lock_root(
+    host: &dyn Host,
+    timeout: Option<Duration>,
+    waiting: &mut dyn FnMut(&Path),
+) -> Result<WriteLock, ApplyError> {
+    let root = host.root_dir().ok_or(ApplyError::NoRoot)?;
+    LayoutLock::acquire(root, timeout, waiting)
+}
+
 /// What is told while another writer holds the host's lock: the lock file.
 pub type LockWaiting<'h> = &'h (dyn Fn(&Path) + Sync);
 
@@ -182,12 +208,7 @@ impl<'h> Node<'h> {
     }
 
     fn acquire_telling(&self, waiting: &mut dyn FnMut(&Path)) -> Result<WriteLock, NodeError> {
-        let root = self
-            .host
-            .root_dir()
-            .ok_or_else(|| NodeError::Lock(Box::new(ApplyError::NoRoot)))?;
-        LayoutLock::acquire(root, self.lock_timeout, waiting)
-            .map_err(|e| NodeError::Lock(Box::new(e)))
+        lock_host(self.host, self.lock_timeout, waiting)
     }
 
     fn lock_telling(&self, waiting: &mut dyn FnMut(&Path)) -> Result<Locked<'_, 'h>, NodeError> {

@@ -347,3 +347,126 @@ mod tests {
         assert!(bad_env("x").to_string().contains(MAX_DOCUMENT_ENV));
     }
 }
+
+/// Why a document named on a command line (or `-`, standard input) could not be read or decoded.
+/// The message names the document (`cannot read fleet file F`, `layout file F`, `--inventory F`);
+/// the source says why.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// Standard input could not be read (or held more than the cap).
+    #[error("cannot read {what} from standard input")]
+    ReadStdin {
+        /// What the document should hold.
+        what: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The file could not be read: missing, not a regular file, over the cap.
+    #[error("cannot read {what} file {}", .path.display())]
+    Read {
+        /// What the document should hold.
+        what: String,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The document does not decode.
+    #[error("{what} file {}", .path.display())]
+    Decode {
+        /// What the document should hold.
+        what: String,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The decoder's error (a [`gpu_core::ConfigDocError`]).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The document given with a flag (`--inventory F`): any of the above, or the decoder's error
+    /// alone (the flag names the file).
+    #[error("{flag} {}", .path.display())]
+    Flag {
+        /// The flag.
+        flag: String,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+impl InputError {
+    fn flagged(
+        flag: &str,
+        path: &Path,
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    ) -> Self {
+        InputError::Flag {
+            flag: flag.to_owned(),
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    fn read(path: &Path, what: &str, source: io::Error) -> Self {
+        let what = what.to_owned();
+        match path.as_os_str() == "-" {
+            true => InputError::ReadStdin { what, source },
+            false => InputError::Read {
+                what,
+                path: path.to_owned(),
+                source,
+            },
+        }
+    }
+}
+
+/// Reads a document named on a command line ([`read_document`]; `-` reads standard input).
+///
+/// # Errors
+/// [`InputError::ReadStdin`], [`InputError::Read`].
+pub fn read_input(path: &Path, what: &str, limit: DocumentLimit) -> Result<String, InputError> {
+    read_document(path, what, limit).map_err(|e| InputError::read(path, what, e))
+}
+
+/// Decodes a document named on a command line as it is read (`-` reads standard input), at most
+/// `limit` bytes: `decode` gets the reader ([`open_document`]) and the cap in bytes. The text is
+/// never held whole unless the decoder needs it. With `flag` (`--inventory`) every error is
+/// given in `FLAG PATH`, and a document that does not decode needs no more naming.
+///
+/// # Errors
+/// As [`read_input`] for the file and its reading (a read stopped at the cap says how to raise
+/// it); [`InputError::Decode`] for a document that does not decode; [`InputError::Flag`] around
+/// either with `flag`.
+pub fn decode_input<T>(
+    path: &Path,
+    what: &str,
+    flag: Option<&str>,
+    limit: DocumentLimit,
+    decode: impl FnOnce(&mut Document<'static>, usize) -> Result<T, gpu_core::CoreError>,
+) -> Result<T, InputError> {
+    let failed = match open_document(path, what, limit) {
+        Err(e) => InputError::read(path, what, e),
+        Ok(mut doc) => match (decode(&mut doc, limit.bytes()), doc.failure()) {
+            (Ok(v), _) => return Ok(v),
+            // The decoder stopped because the read did: say why the read stopped.
+            (Err(_), Some(read)) => InputError::read(path, what, read),
+            (Err(e), None) => {
+                let source = Box::new(gpu_core::ConfigDocError(e));
+                let Some(flag) = flag else {
+                    let (what, path) = (what.to_owned(), path.to_owned());
+                    return Err(InputError::Decode { what, path, source });
+                };
+                return Err(InputError::flagged(flag, path, source));
+            }
+        },
+    };
+    Err(match flag {
+        Some(flag) => InputError::flagged(flag, path, Box::new(failed)),
+        None => failed,
+    })
+}

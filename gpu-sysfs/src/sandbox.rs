@@ -656,3 +656,37 @@ impl Host for Sandbox {
 
 #[cfg(all(test, feature = "testing"))]
 mod tests;
+
+/// `message` with every sysfs path it names (`/sys/...`) written where it is under `root`
+/// (device nodes such as `/dev/vfio/9` are left as the VM's process names them): `TREE/sys/...`
+/// for a directory, `DIR/host/sys/...` for a sandbox, `RECORDING:/sys/...` for a recording. On
+/// the local `/` the message is unchanged. No error under another root names a path as if it
+/// were this machine's.
+pub fn name_under_root(root: &Path, message: &str) -> String {
+    let prefix = if let Some(dir) = sandbox_dir(root) {
+        dir.join(HOST_DIR).display().to_string()
+    } else if crate::is_local_root(root) {
+        return message.to_owned();
+    } else if crate::confine::is_recording(root) {
+        format!("{}:", root.display())
+    } else {
+        root.display().to_string().trim_end_matches('/').to_owned()
+    };
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find('/') {
+        let (before, from) = rest.split_at(i);
+        out.push_str(before);
+        let boundary = out
+            .chars()
+            .last()
+            .is_none_or(|c| c.is_whitespace() || matches!(c, '(' | '"' | '\'' | '`' | '='));
+        if boundary && from.starts_with("/sys/") {
+            out.push_str(&prefix);
+        }
+        out.push('/');
+        rest = &from[1..];
+    }
+    out.push_str(rest);
+    out
+}

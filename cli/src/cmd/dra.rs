@@ -14,10 +14,11 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::common::{Global, Output, load_nodes, open_node, read_input, render_table};
+use crate::common::{Global, Output, load_nodes, open_node, print_data, read_input};
 use gpu_integrations::dra::cdi::CdiLayout;
-use gpu_integrations::dra::{self, ClaimStore, DEFAULT_DRIVER, model, rules};
-use gpu_node::dra::{ClaimId, DraSetup};
+use gpu_integrations::dra::{ClaimStore, DEFAULT_DRIVER, model, rules};
+use gpu_node::dra::ClaimId;
+use gpu_node::dra::once::Once;
 
 /// The kubelet's default directory (the plugin's `--kubelet-dir`).
 const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
@@ -58,7 +59,7 @@ pub struct PublishArgs {
     pub driver: String,
     /// Before Kubernetes 1.36.2: the vGPU profile a GPU offers while no vGPU locks its size
     /// (as `export dra --size-for`). Repeatable.
-    #[arg(long, value_name = "GPU=PROFILE", value_parser = crate::cmd::export::parse_size_for)]
+    #[arg(long, value_name = "GPU=PROFILE", value_parser = gpu_integrations::dra::parse_size_for)]
     pub size_for: Vec<(gpu_core::PciAddress, String)>,
     /// Where `gpuslice dra prepare` records what it created (so it is not subtracted twice).
     #[arg(long, value_name = "DIR")]
@@ -185,59 +186,21 @@ pub fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
         server.git_version,
         server.encoding().describe(server.version)
     );
-    let mut failed = 0;
-    let mut rows = Vec::new();
-    let mut docs = Vec::new();
     for r in &reports {
         for w in &r.warnings {
             eprintln!("gpuslice: {}: {w}", r.node);
         }
-        match &r.result {
-            Ok((generation, steps)) => {
-                let plan = if steps.is_empty() {
-                    "unchanged".to_owned()
-                } else {
-                    steps
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                rows.push(vec![r.node.clone(), generation.to_string(), plan]);
-                docs.push(serde_json::json!({
-                    "node": r.node,
-                    "generation": generation,
-                    "steps": steps.iter().map(|s| {
-                        let (op, name) = match s {
-                            kube::PlanStep::Create { name } => ("create", name),
-                            kube::PlanStep::Update { name, .. } => ("update", name),
-                            kube::PlanStep::Delete { name } => ("delete", name),
-                        };
-                        serde_json::json!({"op": op, "name": name})
-                    }).collect::<Vec<_>>(),
-                }));
-            }
-            Err(e) => {
-                failed += 1;
-                rows.push(vec![r.node.clone(), "-".to_owned(), format!("failed: {e}")]);
-                docs.push(serde_json::json!({"node": r.node, "error": e.to_string()}));
-            }
-        }
     }
-    let doc = serde_json::json!({
-        "server": server.git_version,
-        "encoding": server.encoding().as_str(),
-        "dryRun": a.dry_run,
-        "nodes": docs,
-    });
+    let summary = kube::PublishSummary {
+        server: &server,
+        reports: &reports,
+        dry_run: a.dry_run,
+    };
     match g.output {
-        Output::Table => {
-            let head = if a.dry_run { "PLAN" } else { "WRITTEN" };
-            print!("{}", render_table(&["NODE", "GENERATION", head], &rows));
-        }
-        Output::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
-        Output::Yaml => print!("{}", serde_yaml_ng::to_string(&doc)?),
+        Output::Table => print!("{}", summary.table()),
+        other => print_data(other, &summary.document())?,
     }
+    let failed = summary.failed();
     if failed > 0 {
         eprintln!(
             "gpuslice: {failed} of {} nodes not published",
@@ -270,18 +233,34 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Takes the host lock of `host` for a prepare or unprepare, saying on stderr when it waits.
-fn lock(host: &dyn gpu_sysfs::Host) -> anyhow::Result<gpu_sysfs::apply::LayoutLock> {
-    Ok(gpu_node::dra::lock_host(
-        host,
-        Some(LOCK_TIMEOUT),
-        &mut |path| {
-            eprintln!(
-                "gpuslice: waiting for another gpuslice writer to finish (lock {})",
-                path.display()
-            );
-        },
-    )?)
+/// How `prepare` and `unprepare` run: on `--root`'s node, waiting for the host lock up to a
+/// minute and saying so on stderr.
+fn once<'a>(
+    driver: &'a str,
+    state_dir: Option<&'a std::path::Path>,
+    cdi: Option<&'a CdiLayout>,
+    waiting: &'a dyn Fn(&std::path::Path),
+) -> Once<'a> {
+    Once {
+        driver,
+        state_dir,
+        cdi,
+        lock_timeout: Some(LOCK_TIMEOUT),
+        waiting,
+    }
+}
+
+fn say_waiting(path: &std::path::Path) {
+    eprintln!(
+        "gpuslice: waiting for another gpuslice writer to finish (lock {})",
+        path.display()
+    );
+}
+
+/// Opens `--root`'s node, `--node` checked first.
+fn opened(g: &Global) -> anyhow::Result<gpu_node::ComposedNode> {
+    gpu_core::validate_name(&g.node_name()).context("--node")?;
+    open_node(g, &gpu_health::NodeRequest::new(g.node_name()))
 }
 
 /// Runs `gpuslice dra prepare`: the kubelet plugin's call, on `--root`.
@@ -295,36 +274,15 @@ pub fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
     let doc: serde_json::Value = gpu_core::decode_text("ResourceClaim", &text)?;
     let id = ClaimId::of_document(&doc, a.claim_uid.as_deref())?;
     let cdi = a.cdi.layout(&a.driver)?;
-    gpu_core::validate_name(&g.node_name()).context("--node")?;
-    let opened = open_node(g, &gpu_health::NodeRequest::new(g.node_name()))?;
-    let store = gpu_node::dra::claim_store(&opened.host, a.state_dir.as_deref())?;
-    let node = dra::DraNode {
-        host: &opened.host,
-        topology: &opened.topology,
-        recording: opened.host.is_recording(),
-    };
-    let setup = DraSetup {
-        driver: &a.driver,
-        store: &store,
-        cdi: cdi.as_ref(),
-        dry_run: a.dry_run,
-    };
-    let _lock = if a.dry_run {
-        None
-    } else {
-        // A store reached through a link is refused before the host is locked or changed.
-        store.check()?;
-        Some(lock(&opened.host)?)
-    };
-    let done = gpu_node::dra::prepare(&node, &doc, &id, &setup)?;
-    let mut answer = serde_json::to_value(&done.result.answer)?;
-    if let (Some(spec), Some(fields)) = (&done.cdi_spec, answer.as_object_mut()) {
-        fields.insert(
-            "cdi".to_owned(),
-            serde_json::json!({"spec": spec.display().to_string(), "devices": done.given}),
-        );
-    }
-    println!("{}", serde_json::to_string_pretty(&answer)?);
+    let node = opened(g)?;
+    let how = once(
+        &a.driver,
+        a.state_dir.as_deref(),
+        cdi.as_ref(),
+        &say_waiting,
+    );
+    let done = how.prepare(&node, &doc, &id, a.dry_run)?;
+    println!("{}", serde_json::to_string_pretty(&done.document()?)?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -335,25 +293,16 @@ pub fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
 /// be removed.
 pub fn unprepare(g: &Global, a: &UnprepareArgs) -> anyhow::Result<ExitCode> {
     let cdi = a.cdi.layout(&a.driver)?;
-    gpu_core::validate_name(&g.node_name()).context("--node")?;
     // The root is opened as prepare opens it, so a root that is no host is refused alike
     // (not answered "nothing to undo").
-    let opened = open_node(g, &gpu_health::NodeRequest::new(g.node_name()))?;
-    let store = gpu_node::dra::claim_store(&opened.host, a.state_dir.as_deref())?;
-    let setup = DraSetup {
-        driver: &a.driver,
-        store: &store,
-        cdi: cdi.as_ref(),
-        dry_run: false,
-    };
-    let _lock = lock(&opened.host)?;
-    let done = gpu_node::dra::unprepare(
-        &opened.host,
-        opened.host.is_recording(),
-        &a.claim_uid,
-        a.force,
-        &setup,
-    )?;
+    let node = opened(g)?;
+    let how = once(
+        &a.driver,
+        a.state_dir.as_deref(),
+        cdi.as_ref(),
+        &say_waiting,
+    );
+    let done = how.unprepare(&node, &a.claim_uid, a.force)?;
     println!("{}", serde_json::to_string(&done)?);
     Ok(ExitCode::SUCCESS)
 }

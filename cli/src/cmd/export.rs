@@ -1,7 +1,7 @@
 //! `gpuslice export`: hand devices to QEMU, libvirt, KubeVirt, cloud-init or Kubernetes DRA.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
@@ -10,6 +10,7 @@ use gpu_core::{MdevUuid, PciAddress};
 
 use crate::cmd::handoff::{self as handoff_cmd, read_allocation};
 use crate::common::{Global, Output, load_nodes};
+pub(crate) use gpu_integrations::dra::parse_size_for;
 use gpu_integrations::dra::{self, DraOptions, K8sVersion, model::Object};
 use gpu_integrations::{cloud_init, device_nodes, handoff, kubevirt, yaml};
 
@@ -142,13 +143,9 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
         }
         ExportCommand::Qemu(a) => {
             let devices = handoff_devices(g, &a)?;
-            if g.output == Output::Json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&handoff::qemu_args(&devices))?
-                );
-            } else {
-                print!("{}", handoff::qemu_text(&devices));
+            match g.output {
+                Output::Json => print!("{}", yaml::json(&handoff::qemu_args(&devices))?),
+                _ => print!("{}", handoff::qemu_text(&devices)),
             }
         }
         ExportCommand::Libvirt(a) => {
@@ -165,26 +162,19 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
             for w in &export.warnings {
                 eprintln!("gpuslice: warning: {w}");
             }
-            if g.output == Output::Json {
-                println!("{}", serde_json::to_string_pretty(&export.patch)?);
-            } else {
-                print!("{}", export.to_yaml()?);
+            match g.output {
+                Output::Json => print!("{}", yaml::json(&export.patch)?),
+                _ => print!("{}", export.to_yaml()?),
             }
         }
         ExportCommand::Vm(a) => crate::cmd::export_vm::run(g, &a)?,
         ExportCommand::CloudInit(a) => {
-            let token = std::fs::read(&a.license_token).with_context(|| {
-                format!("cannot read license token {}", a.license_token.display())
-            })?;
-            let name = a.license_token.file_name().and_then(|n| n.to_str());
-            let config = cloud_init::license_files(&token, name)
-                .with_context(|| format!("license token {}", a.license_token.display()))?;
+            let config = license(&a.license_token)?;
             // `-o json`: the same document as JSON (for an API field); otherwise the
             // `#cloud-config` YAML cloud-init reads.
-            if g.output == Output::Json {
-                println!("{}", serde_json::to_string_pretty(&config)?);
-            } else {
-                print!("{}", cloud_init::to_yaml(&config)?);
+            match g.output {
+                Output::Json => print!("{}", yaml::json(&config)?),
+                _ => print!("{}", cloud_init::to_yaml(&config)?),
             }
         }
         ExportCommand::Dra(a) => export_dra(g, &a)?,
@@ -192,16 +182,24 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The guest licensing files of the NVIDIA client configuration token at `path`.
+pub(crate) fn license(path: &Path) -> anyhow::Result<cloud_init::CloudConfig> {
+    let token = std::fs::read(path)
+        .with_context(|| format!("cannot read license token {}", path.display()))?;
+    let name = path.file_name().and_then(|n| n.to_str());
+    cloud_init::license_files(&token, name)
+        .with_context(|| format!("license token {}", path.display()))
+}
+
 /// The device nodes of `devices` on this host; an error naming the devices without a group.
 fn print_device_nodes(g: &Global, devices: &[handoff::VmDevice]) -> anyhow::Result<()> {
     let opened = crate::common::open_host(g)?;
     let per_device = device_nodes::require_for_devices(opened.host(), devices)?;
-    if g.output == Output::Json {
-        println!("{}", serde_json::to_string_pretty(&per_device)?);
-    } else {
-        for n in device_nodes::union(&per_device) {
-            println!("{n}");
-        }
+    match g.output {
+        Output::Json => print!("{}", yaml::json(&per_device)?),
+        _ => device_nodes::union(&per_device)
+            .iter()
+            .for_each(|n| println!("{n}")),
     }
     Ok(())
 }
@@ -258,13 +256,14 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
         }
         export.objects
     };
-    print_objects(g.output, &objects)
+    print!("{}", yaml::objects(&objects, g.output == Output::Json)?);
+    Ok(())
 }
 
 /// The one profile per GPU that the layout's config gives it (`--layout`, `-c`), as
 /// [`dra::layout_sizes`] chooses it; what it could not keep is said on stderr.
 fn layout_sizes(
-    path: &std::path::Path,
+    path: &Path,
     config: Option<&str>,
     nodes: &[gpu_core::NodeTopology],
 ) -> anyhow::Result<BTreeMap<PciAddress, String>> {
@@ -285,116 +284,4 @@ fn layout_sizes(
         out.extend(sizes.sizes);
     }
     Ok(out)
-}
-
-/// A `--size-for` value that is not `GPU=PROFILE`; each names the value given.
-#[derive(Debug)]
-pub(crate) enum SizeForError {
-    /// No `=` in it.
-    NoEquals { given: String },
-    /// The part before `=` is not a PCI address.
-    NotAddress {
-        given: String,
-        gpu: String,
-        source: Box<gpu_core::CoreError>,
-    },
-    /// Nothing after `=`.
-    NoProfile { given: String },
-}
-
-impl std::fmt::Display for SizeForError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SizeForError::NoEquals { given } => {
-                write!(f, "{given:?}: expected GPU=PROFILE (0000:41:00.0=L40S-8Q)")
-            }
-            SizeForError::NotAddress { given, gpu, source } => {
-                write!(f, "{given:?}: GPU {gpu:?} is not a PCI address: {source}")
-            }
-            SizeForError::NoProfile { given } => write!(f, "{given:?}: no profile after ="),
-        }
-    }
-}
-
-impl std::error::Error for SizeForError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            SizeForError::NotAddress { source, .. } => Some(source.as_ref()),
-            _ => None,
-        }
-    }
-}
-
-/// `GPU=PROFILE` of `--size-for`.
-pub(crate) fn parse_size_for(s: &str) -> Result<(gpu_core::PciAddress, String), SizeForError> {
-    let (gpu, profile) = s.split_once('=').ok_or_else(|| SizeForError::NoEquals {
-        given: s.to_owned(),
-    })?;
-    let gpu = gpu
-        .trim()
-        .parse()
-        .map_err(|source| SizeForError::NotAddress {
-            given: s.to_owned(),
-            gpu: gpu.to_owned(),
-            source: Box::new(source),
-        })?;
-    let profile = profile.trim();
-    if profile.is_empty() {
-        return Err(SizeForError::NoProfile {
-            given: s.to_owned(),
-        });
-    }
-    Ok((gpu, profile.to_owned()))
-}
-
-/// Prints Kubernetes objects as a YAML stream (`---` between documents) or a JSON `List`.
-///
-/// # Errors
-/// A serialization error.
-pub fn print_objects(out: Output, objects: &[Object]) -> anyhow::Result<()> {
-    if out == Output::Json {
-        let mut list = BTreeMap::new();
-        list.insert("apiVersion", serde_json::json!("v1"));
-        list.insert("kind", serde_json::json!("List"));
-        list.insert("items", serde_json::to_value(objects)?);
-        println!("{}", serde_json::to_string_pretty(&list)?);
-    } else {
-        for o in objects {
-            print!("---\n{}", yaml::to_string(o)?);
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn a_size_for_value_that_is_not_gpu_equals_profile_is_refused_naming_it() {
-        let (gpu, profile) = parse_size_for(" 0000:41:00.0 = L40S-8Q ").unwrap();
-        assert_eq!(
-            (gpu.to_string().as_str(), profile.as_str()),
-            ("0000:41:00.0", "L40S-8Q")
-        );
-        assert_eq!(
-            parse_size_for("L40S-8Q").unwrap_err().to_string(),
-            "\"L40S-8Q\": expected GPU=PROFILE (0000:41:00.0=L40S-8Q)"
-        );
-        assert_eq!(
-            parse_size_for("0000:41:00.0=").unwrap_err().to_string(),
-            "\"0000:41:00.0=\": no profile after ="
-        );
-        let e = parse_size_for("gpu0=L40S-8Q").unwrap_err();
-        let address = "gpu0".parse::<PciAddress>().unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            format!("\"gpu0=L40S-8Q\": GPU \"gpu0\" is not a PCI address: {address}")
-        );
-        assert!(
-            std::error::Error::source(&e).is_some(),
-            "the address error is its source"
-        );
-    }
 }

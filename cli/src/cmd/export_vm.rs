@@ -2,13 +2,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 
 use crate::cmd::handoff::{checked_allocation, read_allocation, target};
 use crate::common::{Global, Output};
 use gpu_integrations::dra::DEFAULT_DRIVER;
-use gpu_integrations::{cloud_init, kubevirt, kubevirt_vm, yaml};
+use gpu_integrations::{kubevirt, kubevirt_vm};
 
 // `export vm` arguments.
 #[derive(Args, Debug)]
@@ -52,74 +51,42 @@ pub struct VmArgs {
 /// When the allocation or token cannot be read, or the allocation does not fit the node.
 pub fn run(g: &Global, a: &VmArgs) -> anyhow::Result<()> {
     let allocation = read_allocation(&a.allocation, a.machine.as_deref())?;
-    let licensing = match &a.license_token {
-        Some(path) => {
-            let token = std::fs::read(path)
-                .with_context(|| format!("cannot read license token {}", path.display()))?;
-            let name = path.file_name().and_then(|n| n.to_str());
-            Some(
-                cloud_init::license_files(&token, name)
-                    .with_context(|| format!("license token {}", path.display()))?,
-            )
-        }
-        None => None,
-    };
+    let licensing = a
+        .license_token
+        .as_deref()
+        .map(super::export::license)
+        .transpose()?;
     let target = target(g, a.inventory.as_deref(), Some(&allocation.node)).map_err(|e| {
-        if a.inventory.is_some() {
-            anyhow::anyhow!(
-                "the allocation of Machine {} is for node {}, which the fleet file has not ({e})",
-                allocation.machine,
-                allocation.node
-            )
-        } else {
-            e
+        if a.inventory.is_none() {
+            return e;
         }
+        let (machine, node) = (&allocation.machine, &allocation.node);
+        anyhow::anyhow!(
+            "the allocation of Machine {machine} is for node {node}, which the fleet file has not ({e})"
+        )
     })?;
     checked_allocation(&target, &allocation, a.force)?;
-    if a.dra {
+    let (name, json) = (a.name.as_deref(), g.output == Output::Json);
+    let text = if a.dra {
         let (vm, template) = kubevirt_vm::dra_virtual_machine(
             &allocation,
             &target.node,
-            a.name.as_deref(),
+            name,
             &a.driver,
             licensing.as_ref(),
         )?;
-        if g.output == Output::Json {
-            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
-                serde_json::to_value(&template)?, serde_json::to_value(&vm)?]});
-            println!("{}", serde_json::to_string_pretty(&list)?);
-        } else {
-            print!(
-                "# A ResourceClaimTemplate and a KubeVirt VirtualMachine for Machine {} on node {}\n\
-                 # (gpuslice export vm --dra): the VM takes its devices from DRA claims (KubeVirt 1.9,\n\
-                 # feature gates GPUsWithDRA and HostDevicesWithDRA); merge the VM into yours.\n\
-                 ---\n{}---\n{}",
-                allocation.machine,
-                allocation.node,
-                yaml::to_string(&template)?,
-                yaml::to_string(&vm)?
-            );
-        }
-        return Ok(());
-    }
-    let vm = kubevirt_vm::virtual_machine(
-        &allocation,
-        &target.node,
-        a.name.as_deref(),
-        &a.resource_prefix,
-        licensing.as_ref(),
-    )?;
-    if g.output == Output::Json {
-        println!("{}", serde_json::to_string_pretty(&vm)?);
+        kubevirt_vm::dra_document(&allocation, &vm, &template, json)?
     } else {
-        print!(
-            "# KubeVirt VirtualMachine fragment for Machine {} on node {} (gpuslice export vm):\n\
-             # merge it into your VirtualMachine; the resource names are those `gpuslice export\n\
-             # kubevirt` permits.\n{}",
-            allocation.machine,
-            allocation.node,
-            yaml::to_string(&vm)?
-        );
-    }
+        let prefix = &a.resource_prefix;
+        let vm = kubevirt_vm::virtual_machine(
+            &allocation,
+            &target.node,
+            name,
+            prefix,
+            licensing.as_ref(),
+        )?;
+        kubevirt_vm::vm_document(&allocation, &vm, json)?
+    };
+    print!("{text}");
     Ok(())
 }

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use clap::ValueEnum;
 use gpu_core::HealthState;
-use gpu_health::{BaselineSource, GpuHealthReport, Policy, updated_baseline};
+use gpu_health::{BaselineSource, Policy, updated_baseline};
 
-use crate::common::{Global, Output, open_node, print_data, render_table};
+use crate::common::{Global, Output, open_node, print_data};
 
 /// The state at which `--fail-on` makes the command exit 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -98,7 +98,13 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
     let doc = gpu_health::NodeHealth::new(&topology, reports);
     let worst = doc.worst();
     match g.output {
-        Output::Table => print_table(&doc.gpus),
+        Output::Table => {
+            print!("{}", doc.table());
+            // Warnings reach the table view too, not only `-o json`.
+            doc.warning_lines()
+                .iter()
+                .for_each(|w| eprintln!("warning: {w}"));
+        }
         other => print_data(other, &doc)?,
     }
     let failed = match a.fail_on {
@@ -111,36 +117,4 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-fn print_table(reports: &[GpuHealthReport]) {
-    let rows: Vec<Vec<String>> = reports
-        .iter()
-        .map(|r| {
-            let reasons = if r.health.reasons.is_empty() {
-                "-".to_owned()
-            } else {
-                r.health.reasons.join("; ")
-            };
-            vec![
-                r.name.clone(),
-                r.address.to_string(),
-                r.health.state.to_string(),
-                reasons,
-            ]
-        })
-        .collect();
-    print!(
-        "{}",
-        render_table(&["NAME", "ADDRESS", "STATE", "REASONS"], &rows)
-    );
-    if rows.is_empty() {
-        println!("(no GPUs)");
-    }
-    // Warnings reach the table view too, not only `-o json`.
-    for r in reports {
-        for w in &r.warnings {
-            eprintln!("warning: {}: {w}", r.name);
-        }
-    }
 }

@@ -10,18 +10,17 @@
 //! config or type, layout does not fit, lock timeout); 3 a write failed and every change was
 //! rolled back; 4 a write failed and the rollback was incomplete.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gpu_core::layout::{Assertion, LayoutFile, Mode, Plan, Step};
-use gpu_core::nvidia::strip_prefix;
+use gpu_core::layout::{LayoutFile, Mode};
 use gpu_node::{LayoutWrite, NodeError};
 use gpu_sysfs::actuate::SriovOptions;
-use gpu_sysfs::apply::{ApplyError, ApplyEvent, ApplyReport, ApplyStatus, describe};
+use gpu_sysfs::apply::{ApplyError, ApplyReport, ApplyStatus, text};
 
 use crate::common::{Global, Output, open_node_host, print_data, read_input};
 
@@ -118,7 +117,7 @@ pub fn assert(g: &Global, a: AssertArgs) -> anyhow::Result<ExitCode> {
     let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
     let result = gpu_node::Node::of(&opened).assert_layout(config)?;
     match g.output {
-        Output::Table => print_assertion(&result),
+        Output::Table => print!("{}", text::assertion(&result)),
         out => print_data(out, &result)?,
     }
     Ok(ExitCode::from(if result.applied { 0 } else { 1 }))
@@ -146,9 +145,12 @@ fn run(g: &Global, src: &LayoutSource, w: &WriteOptions, mode: Mode) -> anyhow::
         },
     };
     let node = gpu_node::Node::of(&opened).lock_timeout(lock_timeout);
-    let mut progress = Progress::new(g.output == Output::Table);
-    let result = node.apply_layout(config, &how, &mut |e| progress.event(&e));
-    progress.finish();
+    let verbose = g.output == Output::Table;
+    let mut progress = text::Progress::new(std::io::stderr().is_terminal(), verbose);
+    let result = node.apply_layout(config, &how, &mut |e| {
+        progress.event(&e, &mut std::io::stderr().lock());
+    });
+    progress.finish(&mut std::io::stderr());
     match result {
         Ok(report) => {
             match g.output {
@@ -196,173 +198,10 @@ fn read_layout(path: &Path) -> anyhow::Result<LayoutFile> {
         .with_context(|| format!("layout file {shown}"))
 }
 
-/// Progress on standard error: a bar redrawn in place on a terminal, plain lines otherwise
-/// (journald, CI logs). Machine-readable output (`-o json`) keeps standard output clean either way.
-struct Progress {
-    tty: bool,
-    verbose: bool,
-    drawn: bool,
-}
-
-impl Progress {
-    fn new(verbose: bool) -> Self {
-        Progress {
-            tty: std::io::stderr().is_terminal(),
-            verbose,
-            drawn: false,
-        }
-    }
-
-    fn event(&mut self, e: &ApplyEvent<'_>) {
-        let mut err = std::io::stderr().lock();
-        match e {
-            ApplyEvent::WaitingForLock { path } => {
-                let _ = writeln!(
-                    err,
-                    "waiting for another gpuslice apply to finish (lock {})",
-                    path.display()
-                );
-            }
-            ApplyEvent::Planned { .. } => {}
-            ApplyEvent::Step { index, total, step } => {
-                let what = describe(step);
-                if self.tty {
-                    const WIDTH: usize = 24;
-                    let filled = (index + 1) * WIDTH / (*total).max(1);
-                    let bar: String = "#".repeat(filled) + &"-".repeat(WIDTH - filled);
-                    let mut line = format!("[{bar}] {}/{total} {what}", index + 1);
-                    line.truncate(120);
-                    let _ = write!(err, "\r\x1b[2K{line}");
-                    self.drawn = true;
-                } else if self.verbose {
-                    let _ = writeln!(err, "[{}/{total}] {what}", index + 1);
-                }
-            }
-            ApplyEvent::RollingBack { changes } => {
-                if self.drawn {
-                    let _ = writeln!(err);
-                    self.drawn = false;
-                }
-                let _ = writeln!(err, "a step failed; undoing {changes} changes");
-            }
-        }
-        let _ = err.flush();
-    }
-
-    fn finish(&mut self) {
-        if self.drawn {
-            eprintln!();
-            self.drawn = false;
-        }
-    }
-}
-
-fn print_plan(plan: &Plan) {
-    for gp in &plan.gpus {
-        let index = gp.index.map(|i| format!(" index {i}")).unwrap_or_default();
-        println!("{}{index} [{}]", gp.label(), gp.entry);
-        if gp.enable_sriov {
-            println!("  SR-IOV is off: enable it, then plan the types");
-        }
-        for t in &gp.types {
-            let mark = if t.have == t.want { "=" } else { "~" };
-            println!(
-                "  {mark} {:<16} have {:>2}  want {:>2}",
-                strip_prefix(&t.name),
-                t.have,
-                t.want
-            );
-        }
-        if let Some(why) = &gp.refused {
-            println!("  left unchanged: {why}");
-        }
-    }
-    if plan.steps.is_empty() {
-        return;
-    }
-    println!("steps:");
-    for (i, s) in plan.steps.iter().enumerate() {
-        let marker = match s {
-            Step::Remove { .. } => "-",
-            Step::Create { .. } => "+",
-            Step::EnableSriov { .. } => "*",
-        };
-        println!("  {:>3}. {marker} {}", i + 1, describe(s));
-    }
-}
-
+/// The report on stdout, its plan's warnings on stderr.
 fn print_report(r: &ApplyReport) {
-    let verb = match r.plan.mode {
-        Mode::Apply => "apply",
-        Mode::Clear => "clear",
-    };
-    match r.status {
-        ApplyStatus::DryRun => {
-            print_plan(&r.plan);
-            println!(
-                "dry run: {} steps to {verb} config {:?} on node {}; nothing written",
-                r.plan.steps.len(),
-                r.plan.config,
-                r.plan.node
-            );
-        }
-        ApplyStatus::Unchanged => println!(
-            "config {:?} is already in place on {} GPU(s); nothing written",
-            r.plan.config,
-            r.plan.gpus.len()
-        ),
-        ApplyStatus::Applied | ApplyStatus::Incomplete => {
-            for c in &r.changes {
-                let t = c
-                    .type_id
-                    .as_ref()
-                    .map(|t| format!(" {t}"))
-                    .unwrap_or_default();
-                println!("{:<12} {}{t} ({})", c.op, c.device, c.gpu);
-            }
-            let removed = r.changes.iter().filter(|c| c.op == "remove").count();
-            let created = r.changes.iter().filter(|c| c.op == "create").count();
-            println!(
-                "{verb} config {:?}: {removed} removed, {created} created",
-                r.plan.config
-            );
-            for gp in r.plan.refused() {
-                if let Some(why) = &gp.refused {
-                    println!("{} left unchanged: {why}", gp.label());
-                }
-            }
-        }
-        ApplyStatus::RolledBack | ApplyStatus::RollbackIncomplete => {
-            if let Some(f) = &r.failure {
-                println!("failed: {f}");
-            }
-            if let Some(rb) = &r.rollback {
-                for u in &rb.undone {
-                    println!("  undone: {u}");
-                }
-                for l in &rb.leftover {
-                    println!("  NOT UNDONE: {l}");
-                }
-            }
-        }
-    }
+    print!("{}", text::report(r));
     for w in &r.plan.warnings {
         eprintln!("warning: {w}");
-    }
-}
-
-fn print_assertion(a: &Assertion) {
-    if a.applied {
-        println!(
-            "config {:?} is applied on {} GPU(s) of node {}",
-            a.config,
-            a.gpus.len(),
-            a.node
-        );
-    } else {
-        println!("config {:?} is not applied on node {}:", a.config, a.node);
-        for d in &a.diff {
-            println!("  {d}");
-        }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 
@@ -67,33 +68,10 @@ pub fn serve(g: &Global, a: MetricsArgs) -> anyhow::Result<ExitCode> {
     let (g2, inventory) = (g.clone(), a.inventory.clone());
     // Each scrape reads afresh; a failure is the scrape's 500, with the chain as its message.
     let render = move || render(&g2, inventory.as_deref()).map_err(gpu_agent::RenderError::new);
-    // The agent's server: one task per connection, deadlines for slow clients (a stalled client
-    // no longer holds the scrape of others).
-    let rt = gpu_agent::runtime().context("cannot start the server's runtime")?;
-    let max_requests = a.max_requests;
-    rt.block_on(async move {
-        let listener = gpu_agent::Listener::bind_tcp_read_routes(addr)
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        let bound = listener.address();
-        eprintln!(
-            "gpuslice: serving metrics at http://{}/metrics",
-            bound.trim_start_matches("tcp:")
-        );
-        let router = gpu_agent::http::metrics_router(
-            std::sync::Arc::new(render),
-            metrics::CONTENT_TYPE.to_owned(),
-        );
-        gpu_agent::serve_router(
-            router,
-            vec![listener],
-            gpu_agent::on_terminate()?,
-            gpu_agent::ServeOptions {
-                keep_alive: false,
-                max_requests,
-            },
-        )
-        .await?;
-        anyhow::Ok(())
+    let content_type = metrics::CONTENT_TYPE.to_owned();
+    gpu_agent::http::serve_metrics(addr, Arc::new(render), content_type, a.max_requests, |at| {
+        let at = at.trim_start_matches("tcp:");
+        eprintln!("gpuslice: serving metrics at http://{at}/metrics");
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,14 +1,16 @@
 //! `gpuslice topology`: this node's (or a fleet node's) GPUs, vGPU parents, pools and instances;
 //! the fleet helpers `gpu list --inventory` shares.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpu_core::{Allocation, FleetNode, Gpu, NodeTopology, ParentId, PciAddress};
+use gpu_core::{FleetNode, NodeTopology, ParentId};
 
-use crate::common::{Global, Output, local_topology_with, print_data, render_table};
+pub(crate) use gpu_core::text::{GPU_HEADERS, gpu_row};
+pub(crate) use gpu_core::usage::allocated_view;
+
+use crate::common::{Global, Output, local_topology_with, print_data};
 
 // Arguments of `gpuslice topology`.
 #[derive(clap::Args, Debug)]
@@ -32,35 +34,10 @@ pub struct TopologyArgs {
 
 fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<ParentId>>> {
     let Some(list) = list else { return Ok(None) };
-    list.iter()
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| {
-            s.parse::<ParentId>()
-                .with_context(|| "--mdev-parents".to_owned())
-        })
-        .collect::<anyhow::Result<Vec<_>>>()
-        .map(Some)
+    let given = list.iter().filter(|s| !s.trim().is_empty());
+    let parsed = given.map(|s| s.parse::<ParentId>().context("--mdev-parents"));
+    parsed.collect::<anyhow::Result<Vec<_>>>().map(Some)
 }
-
-pub(crate) fn dash(s: Option<&str>) -> String {
-    s.filter(|s| !s.is_empty()).unwrap_or("-").to_owned()
-}
-
-pub(crate) fn gpu_row(g: &Gpu) -> Vec<String> {
-    vec![
-        g.name.clone(),
-        g.address.to_string(),
-        g.vendor.as_str().to_owned(),
-        dash(Some(&g.model)),
-        dash(g.driver.as_deref()),
-        g.state.as_str().to_owned(),
-        g.health.state.as_str().to_owned(),
-    ]
-}
-
-pub(crate) const GPU_HEADERS: [&str; 7] = [
-    "NAME", "ADDRESS", "VENDOR", "MODEL", "DRIVER", "STATE", "HEALTH",
-];
 
 pub(crate) fn print_warnings(t: &NodeTopology) {
     for w in t.warning_lines() {
@@ -74,45 +51,21 @@ pub(crate) fn not_in_fleet<'a>(
     path: &std::path::Path,
     known: impl Iterator<Item = &'a str>,
 ) -> anyhow::Error {
-    let known: Vec<&str> = known.collect();
     anyhow::anyhow!(
         "--node {n}: not in {} (nodes: {})",
         path.display(),
-        if known.is_empty() {
-            "none".to_owned()
-        } else {
-            known.join(", ")
-        }
+        listed(known)
     )
 }
 
-/// `gpu` of the node named `node` as the fleet's allocations leave it, and the Machines holding
-/// it: a GPU an allocation holds (whole, or a vGPU on it) is in use, whatever the node's snapshot
-/// said.
-pub(crate) fn allocated_view(
-    node: &str,
-    allocations: &[Allocation],
-    gpu: &Gpu,
-) -> (Gpu, Vec<String>) {
-    let holders = gpu_core::usage::allocated_gpu_named(node, allocations, &gpu.address);
-    let mut g = gpu.clone();
-    let machines: Vec<String> = holders.iter().map(|(a, _)| a.machine.clone()).collect();
-    if let Some((a, whole)) = holders.first() {
-        if g.state == gpu_core::GpuState::Free {
-            g.state = gpu_core::GpuState::InUse;
-            g.state_reason = Some(format!(
-                "{} Machine {} ({})",
-                if *whole {
-                    "allocated whole to"
-                } else {
-                    "hosts a vGPU of"
-                },
-                a.machine,
-                a.status.as_str()
-            ));
-        }
+/// The names given, comma-separated, or `none`.
+fn listed<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
     }
-    (g, machines)
 }
 
 /// Runs `gpuslice topology`.
@@ -123,29 +76,22 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.inventory {
         // Shapes stay shared: only the node shown is expanded.
         let (fleet, _) = crate::common::read_shared_fleet(path, Some("--inventory"))?;
+        let names = || fleet.nodes.iter().map(FleetNode::name);
         let Some(n) = g.node.as_deref() else {
-            let known: Vec<&str> = fleet.nodes.iter().map(FleetNode::name).collect();
             anyhow::bail!(
                 "topology --inventory needs the node to show: --node NAME (nodes: {})",
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
+                listed(names())
             );
         };
-        let given = fleet
-            .nodes
-            .iter()
-            .find(|t| t.name() == n)
-            .ok_or_else(|| not_in_fleet(n, path, fleet.nodes.iter().map(FleetNode::name)))?
+        let shown = fleet.nodes.iter().find(|t| t.name() == n);
+        let mut t = shown
+            .ok_or_else(|| not_in_fleet(n, path, names()))?
             .to_topology();
-        let mut t = given;
         for gpu in &mut t.gpus {
             *gpu = allocated_view(n, &fleet.allocations, gpu).0;
         }
         match g.output {
-            Output::Table => print!("{}", render_topology(&t, &fleet.allocations)),
+            Output::Table => print!("{}", gpu_core::text::topology(&t, &fleet.allocations)),
             other => print_data(other, &t)?,
         }
         return Ok(ExitCode::SUCCESS);
@@ -154,7 +100,7 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
     let t = local_topology_with(g, parse_parents(&a.mdev_parents)?, nvml)?;
     match g.output {
         Output::Table => {
-            print!("{}", render_topology(&t, &[]));
+            print!("{}", gpu_core::text::topology(&t, &[]));
             print_warnings(&t);
         }
         other => print_data(other, &t)?,
@@ -163,139 +109,4 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
     // freeing its thousands of strings one by one.
     std::mem::forget(t);
     Ok(ExitCode::SUCCESS)
-}
-
-fn mib(v: u64) -> String {
-    format!("{v} MiB")
-}
-
-/// The topology as people read it: GPUs, then vGPU parents grouped per GPU with each profile's
-/// free count and the instances with their parents and holders (the Machine whose allocation
-/// holds it, among `allocations`; else `in use` when a process holds it open), then the GPU
-/// memory line with the allocations counted.
-fn render_topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "Node {}", t.node);
-    let _ = writeln!(out);
-    let _ = writeln!(out, "GPUs");
-    if t.gpus.is_empty() {
-        let _ = writeln!(out, "  (none)");
-    } else {
-        let rows: Vec<Vec<String>> = t
-            .gpus
-            .iter()
-            .map(|g| {
-                let mut r = gpu_row(g);
-                r.push(gpu_core::usage::memory_text(g));
-                r.push(dash(g.state_reason.as_deref()));
-                r
-            })
-            .collect();
-        let mut headers = GPU_HEADERS.to_vec();
-        headers.extend(["MEMORY", "WHY"]);
-        out.push_str(&indent(&render_table(&headers, &rows)));
-    }
-
-    let _ = writeln!(out);
-    let _ = writeln!(out, "vGPU parents");
-    let parents = &t.mediated_devices.parents;
-    if parents.is_empty() {
-        let _ = writeln!(out, "  (none)");
-    }
-    for (key, members) in &gpu_core::pool::parents_by_pool(t) {
-        let pool = t.pool(key);
-        let gpu_name = key
-            .pci()
-            .and_then(|a: PciAddress| t.gpu_by_address(&a))
-            .map(|g| g.name.clone());
-        let framework = members.first().map(|p| p.framework.as_str()).unwrap_or("-");
-        let free_parents = members
-            .iter()
-            .filter(|p| p.profiles.iter().any(|x| x.available_instances > 0))
-            .count();
-        let title = match &gpu_name {
-            Some(n) => format!("{n} ({key})"),
-            None => key.to_string(),
-        };
-        let mut head = format!(
-            "{title}: {framework}, {} parent{}, {free_parents} with room",
-            members.len(),
-            if members.len() == 1 { "" } else { "s" }
-        );
-        if let Some(pool) = pool {
-            let lower_bound = gpu_core::usage::pool_total_is_lower_bound(t, pool);
-            let _ = write!(
-                head,
-                "; pool {} of {}{} used",
-                mib(pool.used_mib),
-                if lower_bound { "at least " } else { "" },
-                mib(pool.total_mib)
-            );
-            if let Some(l) = pool.size_locked_mib.filter(|_| !pool.mixed_size) {
-                let _ = write!(head, ", locked to {} vGPUs", mib(l));
-            }
-            if let (Some(total), Some(used)) = (pool.mig_slices_total, pool.mig_slices_used) {
-                let _ = write!(head, ", MIG slices {used} of {total} used");
-            }
-        }
-        let _ = writeln!(out, "  {head}");
-        let lines = gpu_core::pool::profile_offers(members, pool);
-        if !lines.is_empty() {
-            let rows: Vec<Vec<String>> = lines
-                .iter()
-                .map(|l| {
-                    vec![
-                        l.name.clone(),
-                        l.id.clone(),
-                        l.size_mib.map_or_else(|| "-".to_owned(), mib),
-                        l.free.to_string(),
-                        l.parents_free.to_string(),
-                    ]
-                })
-                .collect();
-            out.push_str(&indent(&indent(&render_table(
-                &["PROFILE", "ID", "SIZE", "FREE", "ON PARENTS"],
-                &rows,
-            ))));
-        }
-        let instances: Vec<Vec<String>> = members
-            .iter()
-            .flat_map(|p| {
-                p.instances.iter().map(|i| {
-                    vec![
-                        i.uuid
-                            .map(|u| u.to_string())
-                            .or_else(|| i.address.map(|a| a.to_string()))
-                            .unwrap_or_else(|| "-".to_owned()),
-                        i.profile_name
-                            .clone()
-                            .unwrap_or_else(|| i.profile.to_string()),
-                        i.framebuffer_mib.map_or_else(|| "-".to_owned(), mib),
-                        p.id.to_string(),
-                        match gpu_core::usage::allocated_instance(t, allocations, p, i) {
-                            Some(a) => format!("Machine {}", a.machine),
-                            None if i.in_use == Some(true) => "in use".to_owned(),
-                            None => "-".to_owned(),
-                        },
-                    ]
-                })
-            })
-            .collect();
-        if !instances.is_empty() {
-            out.push_str(&indent(&indent(&render_table(
-                &["INSTANCE", "PROFILE", "SIZE", "PARENT", "HOLDER"],
-                &instances,
-            ))));
-        }
-    }
-
-    // Memory handed out: vGPU framebuffer in use, plus whole GPUs bound to vfio-pci.
-    let usage = gpu_core::usage::vram_usage(t, allocations);
-    let _ = writeln!(out);
-    let _ = writeln!(out, "GPU memory: {}", usage.summary());
-    out
-}
-
-fn indent(s: &str) -> String {
-    s.lines().map(|l| format!("  {l}\n")).collect()
 }

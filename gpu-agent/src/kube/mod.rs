@@ -22,8 +22,8 @@ use crate::claims::{BoxFuture, ClaimFetchError, ClaimSource};
 
 pub use publish::{
     NodeOwner, NodeReport, Plan, PlanStep, PoolTarget, PublishOptions, PublishOutcome,
-    PublisherHandle, ServerInfo, SliceOptions, plan, publish_nodes, server_info, spawn_publisher,
-    spawn_publisher_degrading, sync_pool,
+    PublishSummary, PublisherHandle, ServerInfo, SliceOptions, plan, publish_nodes, server_info,
+    spawn_publisher, spawn_publisher_degrading, sync_pool,
 };
 
 /// How long a connection attempt may take.

@@ -30,6 +30,6 @@ pub mod version;
 pub use build::{DraOptions, Prepared, export};
 pub use claim::{Claim, ClaimResult, DraNode, PrepareOptions, PreparedDevice, Unprepared};
 pub use device_name::DeviceName;
-pub use sizes::{LayoutSizes, layout_sizes};
+pub use sizes::{LayoutSizes, SizeForError, layout_sizes, parse_size_for};
 pub use store::{ClaimStore, DEFAULT_STATE_DIR};
 pub use version::{DEFAULT_DRIVER, Encoding, K8sVersion};

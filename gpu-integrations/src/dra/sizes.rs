@@ -44,3 +44,88 @@ pub fn layout_sizes(
     }
     Ok(out)
 }
+
+/// A `GPU=PROFILE` value (`--size-for`) that is not one; each names the value given.
+#[derive(Debug, thiserror::Error)]
+pub enum SizeForError {
+    /// No `=` in it.
+    #[error("{given:?}: expected GPU=PROFILE (0000:41:00.0=L40S-8Q)")]
+    NoEquals {
+        /// The value given.
+        given: String,
+    },
+    /// The part before `=` is not a PCI address.
+    #[error("{given:?}: GPU {gpu:?} is not a PCI address: {source}")]
+    NotAddress {
+        /// The value given.
+        given: String,
+        /// The part before `=`.
+        gpu: String,
+        /// Why it is not an address.
+        source: Box<gpu_core::CoreError>,
+    },
+    /// Nothing after `=`.
+    #[error("{given:?}: no profile after =")]
+    NoProfile {
+        /// The value given.
+        given: String,
+    },
+}
+
+/// Parses `GPU=PROFILE`, the profile a GPU offers while no vGPU locks its size
+/// (`0000:41:00.0=L40S-8Q`), spaces around either part ignored.
+///
+/// # Errors
+/// A [`SizeForError`] naming the value.
+pub fn parse_size_for(s: &str) -> Result<(PciAddress, String), SizeForError> {
+    let given = || s.to_owned();
+    let (gpu, profile) = s
+        .split_once('=')
+        .ok_or_else(|| SizeForError::NoEquals { given: given() })?;
+    let gpu = gpu
+        .trim()
+        .parse()
+        .map_err(|source| SizeForError::NotAddress {
+            given: given(),
+            gpu: gpu.to_owned(),
+            source: Box::new(source),
+        })?;
+    let profile = profile.trim();
+    if profile.is_empty() {
+        return Err(SizeForError::NoProfile { given: given() });
+    }
+    Ok((gpu, profile.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_size_for_value_that_is_not_gpu_equals_profile_is_refused_naming_it() {
+        let (gpu, profile) = parse_size_for(" 0000:41:00.0 = L40S-8Q ").unwrap();
+        assert_eq!(
+            (gpu.to_string().as_str(), profile.as_str()),
+            ("0000:41:00.0", "L40S-8Q")
+        );
+        assert_eq!(
+            parse_size_for("L40S-8Q").unwrap_err().to_string(),
+            "\"L40S-8Q\": expected GPU=PROFILE (0000:41:00.0=L40S-8Q)"
+        );
+        assert_eq!(
+            parse_size_for("0000:41:00.0=").unwrap_err().to_string(),
+            "\"0000:41:00.0=\": no profile after ="
+        );
+        let e = parse_size_for("gpu0=L40S-8Q").unwrap_err();
+        let address = "gpu0".parse::<PciAddress>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("\"gpu0=L40S-8Q\": GPU \"gpu0\" is not a PCI address: {address}")
+        );
+        assert!(
+            std::error::Error::source(&e).is_some(),
+            "the address error is its source"
+        );
+    }
+}

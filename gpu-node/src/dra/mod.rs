@@ -11,7 +11,7 @@
 //! undone. A claim prepared before is answered from its record, with no write. [`unprepare`]
 //! undoes what the record says and removes the CDI files.
 //!
-//! Both change the host: call them under the host-wide lock ([`lock_host`], the
+//! Both change the host: call them under the host-wide lock ([`crate::node::lock_host`], the
 //! `run/gpuslice/vgpu.lock` that layouts and the agent take), once per claim. The agent takes
 //! it inside its writer; the CLI takes it around the call.
 
@@ -19,15 +19,14 @@ pub mod check;
 pub mod claim;
 pub mod error;
 pub mod host;
+pub mod once;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use gpu_integrations::dra::ClaimStore;
 use gpu_integrations::dra::cdi::CdiLayout;
 use gpu_integrations::dra::model::DeviceResult;
 use gpu_sysfs::Host;
-use gpu_sysfs::apply::LayoutLock;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -80,20 +79,6 @@ pub struct PrepareAnswer {
     pub cdi_spec: Option<PathBuf>,
 }
 
-/// Takes the host-wide lock of `host` (`run/gpuslice/vgpu.lock` under its root), waiting up to
-/// `timeout` (`None`: for ever) while another writer holds it; `waiting` is told once.
-///
-/// # Errors
-/// [`DraError::NoRoot`]; [`DraError::Lock`] when it cannot be taken in time.
-pub fn lock_host(
-    host: &dyn Host,
-    timeout: Option<Duration>,
-    waiting: &mut dyn FnMut(&Path),
-) -> Result<LayoutLock, DraError> {
-    let root = host.root_dir().ok_or(DraError::NoRoot)?;
-    Ok(LayoutLock::acquire(root, timeout, waiting)?)
-}
-
 /// The claim store of `host`: `state_dir` as given, else the default one inside the host's
 /// root (for a sandbox, under its host tree: where the agent keeps it too).
 ///
@@ -109,7 +94,7 @@ pub fn claim_store(host: &dyn Host, state_dir: Option<&Path>) -> Result<ClaimSto
 }
 
 /// Prepares the claim `id` from its document `doc` on `node`: checks it ([`check_claim`]),
-/// then [`prepare_checked`]. Call under the host lock ([`lock_host`]).
+/// then [`prepare_checked`]. Call under the host lock ([`crate::node::lock_host`]).
 ///
 /// # Errors
 /// See [`check_claim`] and [`prepare_checked`].
@@ -184,7 +169,7 @@ pub fn prepare_checked(
 
 /// Unprepares claim `uid` on `host` (`force`: even while a VM holds a device): undoes what its
 /// record says ([`unprepare_claim`]), then removes its CDI spec and metadata when `setup` has
-/// a CDI layout. A claim never prepared is no error. Call under the host lock ([`lock_host`]).
+/// a CDI layout. A claim never prepared is no error. Call under the host lock ([`crate::node::lock_host`]).
 ///
 /// # Errors
 /// [`DraError::Claim`]: an invalid UID, a recording as the root, a device a VM holds (nothing

@@ -23,6 +23,7 @@ mod choose;
 mod lock;
 mod readback;
 mod run;
+pub mod text;
 
 use std::path::Path;
 use std::time::Duration;

@@ -21,6 +21,7 @@
 pub mod apply;
 pub mod diff;
 pub mod publisher;
+pub mod report;
 pub mod server;
 
 pub use apply::{
@@ -29,6 +30,7 @@ pub use apply::{
 };
 pub use diff::{Plan, PlanStep, PoolTarget, SliceOptions, plan, wanted_slices};
 pub use publisher::{PublishOptions, PublisherHandle, spawn_publisher, spawn_publisher_degrading};
+pub use report::PublishSummary;
 pub use server::{
     NEWEST_MINOR, NodeOwner, OLDEST_MINOR, ServerInfo, node_owner, server_info, server_version,
 };

@@ -1,5 +1,5 @@
-//! `--progress`: a line on a terminal while a step takes long, so a slow discovery (a host with
-//! thousands of sysfs files, a driver slow to answer) is not a silent wait.
+//! A line on a terminal while a step takes long (`gpuslice --progress`), so a slow discovery (a
+//! host with thousands of sysfs files, a driver slow to answer) is not a silent wait.
 //!
 //! Nothing is printed unless `--progress` is given and standard error is a terminal, so pipes and
 //! documents stay as they are. The first line comes after [`FIRST_AFTER`] (env
