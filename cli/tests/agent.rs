@@ -158,7 +158,8 @@ fn the_watched_layout_is_applied_at_start_and_counted_in_metrics() {
 /// Waits until `/metrics` on `sock` shows `line`.
 fn wait_metric(sock: &Path, line: &str) {
     let end = Instant::now() + Duration::from_secs(30);
-    while !(sock.exists() && get(sock, "/metrics").contains(line)) {
+    // The socket file may stand a moment before the agent listens on it.
+    while !(UnixStream::connect(sock).is_ok() && get(sock, "/metrics").contains(line)) {
         assert!(Instant::now() < end, "no {line:?} in /metrics within 30 s");
         std::thread::sleep(Duration::from_millis(100));
     }
