@@ -252,6 +252,12 @@ export interface Placement extends Allocation {
   alreadyPlaced?: boolean
 }
 
+/** What `unplace` returns: the allocation released, and whether its devices were made already. */
+export interface Unplaced extends Allocation {
+  /** True when the allocation was `created`: its devices stay on the node until removed there. */
+  onHost: boolean
+}
+
 /** The scheduler's state as data: what `Fleet#toJSON` writes and `Fleet.fromJSON` reads. */
 export interface FleetDocument {
   nodes: NodeTopology[]

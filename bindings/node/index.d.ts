@@ -252,6 +252,12 @@ export interface Placement extends Allocation {
   alreadyPlaced?: boolean
 }
 
+/** What `unplace` returns: the allocation released, and whether its devices were made already. */
+export interface Unplaced extends Allocation {
+  /** True when the allocation was `created`: its devices stay on the node until removed there. */
+  onHost: boolean
+}
+
 /** The scheduler's state as data: what `Fleet#toJSON` writes and `Fleet.fromJSON` reads. */
 export interface FleetDocument {
   nodes: NodeTopology[]
@@ -728,6 +734,15 @@ export declare class Fleet {
    * Throws `NOT_FOUND` when the Machine is not placed.
    */
   release(machineName: string): Allocation
+  /**
+   * The inverse of a placement (`gpuslice unplace`): releases a Machine's allocation and
+   * returns it with `onHost`, true when the allocation was `created` (its devices are still
+   * on the node until removed there).
+   *
+   * Throws `NOT_FOUND` when the Machine is not placed (the message names the nearest placed
+   * names).
+   */
+  unplace(machineName: string): Unplaced
   /**
    * Marks a Machine's devices as created on the host (status `created`).
    *

@@ -2,4 +2,92 @@
 // client (agent.js, plain JavaScript). Types: index.d.ts (its header declares the client).
 'use strict'
 
-module.exports = { ...require('./index.js'), ...require('./agent.js') }
+const native = require('./index.js')
+
+// `util.inspect` (and `console.log`) of what the package returns shows its content: a Fleet
+// its nodes and allocations, an error its code, kind and every refused node with its reasons
+// (the lazy `reasons` getter would otherwise read `[Getter]`).
+const inspect = Symbol.for('nodejs.util.inspect.custom')
+const SHOWN = 5
+
+function listed(items, total) {
+  const more = total > items.length ? `, ... (${total - items.length} more)` : ''
+  return items.length === 0 ? 'none' : items.join(', ') + more
+}
+
+native.Fleet.prototype[inspect] = function () {
+  const doc = this.toJSON()
+  const nodes = doc.nodes.map((n) => n.node)
+  const placed = doc.allocations.map((a) => `${a.machine} on ${a.node} (${a.status})`)
+  return (
+    `Fleet { ${nodes.length} node(s): ${listed(nodes.slice(0, SHOWN), nodes.length)}; ` +
+    `${placed.length} allocation(s): ${listed(placed.slice(0, SHOWN), placed.length)} }`
+  )
+}
+
+/** Gives a gpuslice error (one with a `code`) an inspect that shows its data, getters read. */
+function showable(err) {
+  if (err === null || typeof err !== 'object' || typeof err.code !== 'string') return err
+  if (Object.prototype.hasOwnProperty.call(err, inspect)) return err
+  Object.defineProperty(err, inspect, {
+    enumerable: false,
+    value(depth, options, inspectFn) {
+      const data = {}
+      for (const key of Object.keys(err)) {
+        if (key === 'reasons') continue
+        data[key] = err[key]
+      }
+      if (err.refusal && typeof err.refusal === 'object') {
+        // Spread reads the `nodes` getter; only the first few are shown.
+        const refusal = { ...err.refusal }
+        if (Array.isArray(refusal.nodes)) refusal.nodes = refusal.nodes.slice(0, SHOWN)
+        data.refusal = refusal
+      }
+      if ('reasons' in err) {
+        const reasons = err.reasons
+        data.reasons = reasons.slice(0, SHOWN)
+        if (reasons.length > SHOWN) data.moreReasons = reasons.length - SHOWN
+      }
+      // Node passes its `inspect` as the third argument (16.14+).
+      const show = typeof inspectFn === 'function' ? inspectFn : require('node:util').inspect
+      return `${err.stack || err.message} ${show(data, { ...options, depth: 4 })}`
+    },
+  })
+  return err
+}
+
+function wrap(fn) {
+  return function (...args) {
+    let out
+    try {
+      out = fn.apply(this, args)
+    } catch (e) {
+      throw showable(e)
+    }
+    if (out && typeof out.then === 'function') {
+      return out.then(undefined, (e) => {
+        throw showable(e)
+      })
+    }
+    return out
+  }
+}
+
+for (const name of Object.getOwnPropertyNames(native.Fleet.prototype)) {
+  const d = Object.getOwnPropertyDescriptor(native.Fleet.prototype, name)
+  if (name !== 'constructor' && d && typeof d.value === 'function' && d.writable) {
+    native.Fleet.prototype[name] = wrap(d.value)
+  }
+}
+for (const name of Object.getOwnPropertyNames(native.Fleet)) {
+  const d = Object.getOwnPropertyDescriptor(native.Fleet, name)
+  if (d && typeof d.value === 'function' && d.writable && name !== 'prototype') {
+    native.Fleet[name] = wrap(d.value)
+  }
+}
+const api = {}
+for (const [name, value] of Object.entries(native)) {
+  api[name] = typeof value === 'function' && name[0] === name[0].toLowerCase() ? wrap(value) : value
+}
+
+module.exports = { ...api, ...require('./agent.js') }

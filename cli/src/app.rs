@@ -36,6 +36,8 @@ enum Command {
     Sriov(cmd::sriov::SriovCommand),
     /// Place a Machine's device requests on a fleet.
     Place(cmd::place::PlaceArgs),
+    /// Release a placed Machine's allocation from a fleet file: the inverse of `place --save`.
+    Unplace(cmd::place::UnplaceArgs),
     /// Plan migrations, node drains and health-driven evacuations.
     #[command(subcommand)]
     Plan(cmd::place::PlanCommand),
@@ -83,8 +85,12 @@ enum VgpuCommand {
     Apply(cmd::layout::ApplyArgs),
     /// Check that the host matches a vGPU layout file (exit 1 with a diff when not).
     Assert(cmd::layout::AssertArgs),
-    /// Remove the vGPU instances of the GPUs a layout file selects.
-    Clear(cmd::layout::ClearArgs),
+    /// Remove the vGPU instances of some GPUs (--gpu), of the whole host (--all), or of the
+    /// GPUs a layout file selects (-f).
+    Clear(cmd::vgpu::ClearArgs),
+    /// Each parent's or VF's vGPU types with their free instances, as `mdevctl types` prints
+    /// them.
+    Types(cmd::vgpu::TypesArgs),
 }
 
 /// Ends the command quietly when stdout is closed under it (`gpuslice topology | head -1`): the
@@ -177,7 +183,7 @@ pub fn serve_in_agent_binary(s: Served) -> anyhow::Result<ExitCode> {
 /// command gives (2 for an error).
 pub fn main(serve: fn(Served) -> anyhow::Result<ExitCode>) -> ExitCode {
     exit_quietly_on_closed_stdout();
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| refuse_arguments(&e));
     common::set_document_limit(&cli.global);
     let g = &cli.global;
     if !is_served(&cli.command) {
@@ -203,6 +209,20 @@ pub fn main(serve: fn(Served) -> anyhow::Result<ExitCode>) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Ends the command on a command line that does not parse: clap's own message and status,
+/// except for `--json` (other tools' spelling), which is answered with gpuslice's (exit 2).
+fn refuse_arguments(e: &clap::Error) -> ! {
+    let json = std::env::args_os().skip(1).any(|a| a == "--json");
+    if e.kind() == clap::error::ErrorKind::UnknownArgument && json {
+        eprintln!(
+            "gpuslice: there is no --json option: pass -o json (or --output json) for JSON \
+             output (-o yaml for YAML)"
+        );
+        std::process::exit(2);
+    }
+    e.exit()
 }
 
 /// What a command sets up before it runs, in either binary: the one watchdog of host reads and
@@ -248,9 +268,11 @@ fn run(
         Command::Vgpu(VgpuCommand::List(a)) => cmd::vgpu::list(g, a),
         Command::Vgpu(VgpuCommand::Apply(a)) => cmd::layout::apply(g, a),
         Command::Vgpu(VgpuCommand::Assert(a)) => cmd::layout::assert(g, a),
-        Command::Vgpu(VgpuCommand::Clear(a)) => cmd::layout::clear(g, a),
+        Command::Vgpu(VgpuCommand::Clear(a)) => cmd::vgpu::clear(g, a),
+        Command::Vgpu(VgpuCommand::Types(a)) => cmd::vgpu::types(g, a),
         Command::Sriov(c) => cmd::sriov::sriov(g, c),
         Command::Place(a) => cmd::place::place(g, a),
+        Command::Unplace(a) => cmd::place::unplace(g, a),
         Command::Plan(c) => cmd::place::plan(g, c),
         Command::Metrics(a) if a.listen.is_some() => served(ServedCommand::Metrics(a)),
         Command::Metrics(a) => cmd::metrics::run(g, &a),

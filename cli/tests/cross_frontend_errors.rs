@@ -75,10 +75,22 @@ fn cli_kind(case: &Value, dir: &Path) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let doc: Value = serde_json::from_str(stderr.trim())
         .unwrap_or_else(|e| panic!("{}: {e}: {stderr}", case["name"]));
-    // Errors print `{"error": {"kind": ...}}`; a refusal prints `{"error": ..., "kind": ...}`.
+    // Every error, a refusal too, prints `{"error": {"kind": ..., "message": ...}}` and nothing
+    // else.
+    assert_eq!(
+        doc.as_object()
+            .map(|o| o.keys().map(String::as_str).collect::<Vec<_>>()),
+        Some(vec!["error"]),
+        "{}: {doc}",
+        case["name"]
+    );
+    assert!(
+        doc["error"]["message"].is_string(),
+        "{}: {doc}",
+        case["name"]
+    );
     doc["error"]["kind"]
         .as_str()
-        .or_else(|| doc["kind"].as_str())
         .unwrap_or_else(|| panic!("{}: no kind in {doc}", case["name"]))
         .to_owned()
 }
@@ -86,7 +98,7 @@ fn cli_kind(case: &Value, dir: &Path) -> String {
 #[test]
 fn every_bad_input_fails_with_the_kind_the_bindings_report_too() {
     let cases = cases();
-    assert_eq!(cases.len(), 6);
+    assert_eq!(cases.len(), 7);
     for case in &cases {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(

@@ -182,20 +182,10 @@ impl Plugin {
 
     fn client(&self) -> dra_v1::dra_plugin_client::DraPluginClient<tonic::transport::Channel> {
         let path = self.endpoint.clone();
-        let channel = self.rt.block_on(async move {
-            tonic::transport::Endpoint::try_from("http://plugin.invalid")
-                .unwrap()
-                .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                    let path = path.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                            tokio::net::UnixStream::connect(path).await?,
-                        ))
-                    }
-                }))
-                .await
-                .unwrap()
-        });
+        let channel = self
+            .rt
+            .block_on(gpu_agent::dra::socket::channel(path))
+            .unwrap();
         dra_v1::dra_plugin_client::DraPluginClient::new(channel)
     }
 

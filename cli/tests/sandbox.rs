@@ -2,44 +2,13 @@
 //! command a separate process, the fake kernel's state kept in DIR between them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod sandbox_support;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use gpu_sysfs::testing::FakeKernel;
-
-fn gpuslice(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpuslice"))
-        .env_remove("GPUSLICE_ROOT")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn on(dir: &Path, args: &[&str]) -> Output {
-    let root = format!("sandbox:{}", dir.display());
-    let mut all = vec!["--root", root.as_str(), "--node", "demo"];
-    all.extend_from_slice(args);
-    gpuslice(&all)
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn ok(o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        stdout(&o),
-        stderr(&o)
-    );
-    o
-}
+use sandbox_support::{gpuslice, ok, on, stderr, stdout};
 
 fn init_default(dir: &Path) {
     ok(gpuslice(&["sandbox", "init", dir.to_str().unwrap()]));
@@ -87,7 +56,30 @@ fn a_sandbox_made_from_the_bundled_a2_keeps_its_vgpus_and_its_pool_between_comma
         ],
     );
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
-    assert!(stderr(&o).contains("ENOSPC"), "{}", stderr(&o));
+    // Said from gpuslice's own model of the pool first, the kernel's errno after.
+    let e = stderr(&o);
+    let model = e
+        .find("nvidia0's 16384 MiB pool holds 4 × 4096 MiB")
+        .unwrap_or_else(|| panic!("{e}"));
+    let errno = e.find("ENOSPC").unwrap_or_else(|| panic!("{e}"));
+    assert!(model < errno, "{e}");
+    assert!(
+        e.contains("A2-4Q needs 4096 MiB framebuffer, 0 MiB free"),
+        "{e}"
+    );
+    // The same through the GPU's name, with the kernel's kind.
+    let by_name = ["--parent", "nvidia0", "--profile", "A2-4Q", "--uuid", U2];
+    let o = on(
+        &dir,
+        &[&["-o", "json", "vgpu", "create"][..], &by_name].concat(),
+    );
+    let doc = error_doc(&o);
+    assert_eq!(doc["error"]["kind"], "exhausted", "{doc}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("nvidia0's 16384 MiB pool holds"),
+        "{message}"
+    );
     let list = stdout(&ok(on(&dir, &["vgpu", "list"])));
     assert!(list.contains(U1), "{list}");
     assert!(!list.contains(U2), "{list}");
@@ -132,7 +124,7 @@ fn every_output_on_a_sandbox_says_so_on_stderr_and_json_stays_a_document() {
 }
 
 #[test]
-fn a_vgpu_a_sandbox_holder_keeps_open_is_not_removed_until_it_lets_go() {
+fn a_vgpu_a_sandbox_holder_keeps_open_is_not_removed_or_cleared_until_it_lets_go() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("sbx");
     init_default(&dir);
@@ -155,8 +147,31 @@ fn a_vgpu_a_sandbox_holder_keeps_open_is_not_removed_until_it_lets_go() {
     let o = on(&dir, &["vgpu", "remove", U1]);
     assert_ne!(o.status.code(), Some(0));
     assert!(stderr(&o).contains(&format!("pid {pid}")), "{}", stderr(&o));
+    // `vgpu clear --gpu` keeps the same rule, for every vGPU of the GPU before the first goes.
+    let o = on(&dir, &["vgpu", "clear", "--gpu", "nvidia0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains(&format!("pid {pid}")), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("mdev {U1}")), "{}", stderr(&o));
+    assert_eq!(mdevs(&dir), 4, "nothing removed before the check failed");
+    let doc = error_doc(&on(
+        &dir,
+        &["-o", "json", "vgpu", "clear", "--gpu", "nvidia0"],
+    ));
+    assert_eq!(doc["error"]["kind"], "in-use", "{doc}");
     ok(on(&dir, &["sandbox", "unhold", &pid]));
     ok(on(&dir, &["vgpu", "remove", U1]));
+    // Once let go, the GPU is cleared without a layout file.
+    let dry = stdout(&ok(on(
+        &dir,
+        &["vgpu", "clear", "--gpu", "0000:08:00.0", "--dry-run"],
+    )));
+    assert!(dry.contains("dry run: 3 vGPU(s) to clear"), "{dry}");
+    assert_eq!(mdevs(&dir), 3);
+    let o = stdout(&ok(on(&dir, &["vgpu", "clear", "--gpu", "nvidia0"])));
+    assert!(o.contains("cleared 3 vGPU(s) on 0000:08:00.0"), "{o}");
+    assert_eq!(mdevs(&dir), 0);
+    let again = stdout(&ok(on(&dir, &["vgpu", "clear", "--all"])));
+    assert!(again.contains("nothing to clear"), "{again}");
 }
 
 #[test]
@@ -396,4 +411,68 @@ fn reload_driver_drops_every_vgpu_and_is_refused_while_one_is_held() {
     let o = gpuslice(&["sandbox", "reload-driver"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not a sandbox"), "{}", stderr(&o));
+}
+
+// `vgpu clear --gpu GPU | --all` without a layout file, `vgpu types` as `mdevctl types` prints
+// them, and a full pool explained from gpuslice's own model before the kernel's errno, on the
+// bundled A2 (three 4 GiB vGPUs on its 16 GiB card: one more fits).
+
+/// The error document on stderr, after the sandbox's notice.
+fn error_doc(o: &Output) -> serde_json::Value {
+    let e = stderr(o);
+    let start = e.find('{').unwrap_or_else(|| panic!("no document: {e}"));
+    serde_json::from_str(&e[start..]).unwrap_or_else(|x| panic!("{x}: {e}"))
+}
+
+fn mdevs(dir: &Path) -> usize {
+    let o = ok(on(dir, &["-o", "json", "vgpu", "list"]));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    doc["mdevs"].as_array().unwrap().len()
+}
+
+#[test]
+fn clear_all_removes_every_vgpu_and_clear_without_a_selection_says_what_to_give() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("sbx");
+    init_default(&dir);
+    let o = ok(on(&dir, &["-o", "json", "vgpu", "clear", "--all"]));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["removed"].as_array().unwrap().len(), 3, "{doc}");
+    assert_eq!(mdevs(&dir), 0);
+    let o = on(&dir, &["vgpu", "clear"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--gpu GPU"), "{}", stderr(&o));
+}
+
+#[test]
+fn types_lists_each_parents_types_with_free_instances_as_mdevctl_does() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("sbx");
+    init_default(&dir);
+    let text = stdout(&ok(on(
+        &dir,
+        &["vgpu", "types", "--parent", "0000:08:00.5"],
+    )));
+    assert!(text.starts_with("0000:08:00.5\n  nvidia-"), "{text}");
+    assert!(
+        text.contains("  nvidia-746\n    Available instances: 1\n    Device API: vfio-pci\n    Name: NVIDIA A2-4Q\n    Description: "),
+        "{text}"
+    );
+    let o = ok(on(&dir, &["-o", "json", "vgpu", "types"]));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let parents = doc.as_array().unwrap();
+    assert_eq!(parents.len(), 16, "one entry per VF of the A2");
+    let vf = parents
+        .iter()
+        .find(|p| p["parent"] == "0000:08:00.5")
+        .unwrap();
+    assert_eq!(vf["gpu"], "nvidia0");
+    let a2_4q = vf["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "NVIDIA A2-4Q")
+        .unwrap();
+    assert_eq!(a2_4q["availableInstances"], 1);
+    assert_eq!(a2_4q["framebufferMiB"], 4096);
 }

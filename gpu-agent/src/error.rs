@@ -240,7 +240,8 @@ pub fn status_of(kind: ErrorKind) -> u16 {
         | K::Busy
         | K::NotPermitted
         | K::GroupNotViable
-        | K::Unhealthy => 409,
+        | K::Unhealthy
+        | K::Conflict => 409,
         K::TooLarge => 413,
         K::Other => 500,
         // exhausted, not-creatable, host-error, read-failed, driver-refused, timeout, ...
@@ -262,6 +263,7 @@ mod tests {
         assert_eq!(status_of(ErrorKind::MethodNotAllowed), 405);
         assert_eq!(status_of(ErrorKind::InUse), 409);
         assert_eq!(status_of(ErrorKind::ExistsOtherType), 409);
+        assert_eq!(status_of(ErrorKind::Conflict), 409);
         assert_eq!(status_of(ErrorKind::TooLarge), 413);
         assert_eq!(status_of(ErrorKind::Exhausted), 503);
         assert_eq!(status_of(ErrorKind::HostError), 503);

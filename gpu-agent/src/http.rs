@@ -172,6 +172,10 @@ async fn healthz(State(a): State<Arc<Agent>>) -> Response {
     if let Some(p) = a.stats().publisher() {
         doc["slicePublisher"] = serde_json::to_value(p).unwrap_or_default();
     }
+    // So does a kubelet plugin whose sockets another process holds.
+    if let Some(p) = a.stats().plugin() {
+        doc["draPlugin"] = serde_json::to_value(p).unwrap_or_default();
+    }
     json_value(StatusCode::OK, &doc)
 }
 
@@ -222,17 +226,21 @@ async fn list_vgpus(State(a): State<Arc<Agent>>) -> Result<Response, ApiError> {
 /// Refuses a body its `Content-Length` announces larger than [`MAX_BODY`], before any of it
 /// is read (an immediate 413, not a wait for a body that would be refused anyway).
 fn check_length(headers: &HeaderMap) -> Result<(), ApiError> {
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    match announced {
+    match announced_length(headers) {
         Some(n) if n > MAX_BODY as u64 => Err(ApiError::new(
             ErrorKind::TooLarge,
             format!("the request body is {n} bytes; at most {MAX_BODY} are accepted"),
         )),
         _ => Ok(()),
     }
+}
+
+/// The body's length as its `Content-Length` announces it.
+fn announced_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
 /// How much of a refused body is read and thrown away while the refusal is answered, so a
@@ -256,11 +264,17 @@ async fn drain(body: Body) {
 }
 
 /// Reads a whole body within [`MAX_BODY`] and [`BODY_TIMEOUT`], refusing one announced larger
-/// at once: the answer goes out before any of the body is read (what arrives meanwhile is
-/// thrown away, bounded).
+/// at once: the answer goes out before any of the body is read. A body announced within
+/// [`DRAIN_MAX`] is thrown away as it arrives (bounded), so its sender sees the answer; a larger
+/// one is not waited for at all: the connection closes after the answer.
 async fn read_body(headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
     if let Err(e) = check_length(headers) {
-        tokio::spawn(drain(body));
+        if announced_length(headers).is_some_and(|n| n <= DRAIN_MAX as u64) {
+            tokio::spawn(drain(body));
+        } else {
+            // Dropped unread: hyper stops reading and closes the connection once answered.
+            drop(body);
+        }
         return Err(e);
     }
     match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {

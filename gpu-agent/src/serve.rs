@@ -186,10 +186,12 @@ impl Listener {
                     format!("{shown} exists and is not a socket; not replacing it"),
                 ));
             }
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            let found = crate::liveness::probe(path, crate::liveness::PROBE_TIMEOUT)
+                .map_err(io_err(format!("cannot probe {shown}")))?;
+            if found.is_held() {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::AddrInUse,
-                    format!("{shown}: another agent is serving on this socket"),
+                    format!("{shown}: {} (another agent?)", found.describe()),
                 ));
             }
         }

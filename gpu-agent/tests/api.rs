@@ -405,3 +405,54 @@ fn a_create_on_a_gpu_picks_a_vf_and_a_retry_is_the_same_instance() {
     assert_eq!(again.status, 200, "{}", again.body);
     assert_eq!(again.json()["uuid"], c.json()["uuid"]);
 }
+
+#[test]
+fn a_body_announced_as_a_terabyte_gets_413_at_once_and_the_connection_closes_unread() {
+    use std::io::{Read as _, Write as _};
+    let a = start(kernel());
+    let mut s = std::os::unix::net::UnixStream::connect(&a.socket).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    // The head only: the body is announced and never sent.
+    s.write_all(
+        b"POST /v1/vgpus HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n",
+    )
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let mut out = Vec::new();
+    // Read to the end: the agent closes the connection after its answer, without waiting for
+    // (or draining) the body the client still has not sent.
+    s.read_to_end(&mut out).unwrap();
+    let took = t0.elapsed();
+    let r = support::parse(&out);
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert_eq!(r.kind(), "too-large");
+    assert!(r.body.contains("1000000000000"), "{}", r.body);
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "the answer and the close took {took:?}"
+    );
+}
+
+#[test]
+fn a_whole_gpu_bind_on_a_vgpu_host_is_a_409_conflict_naming_the_gpu_once() {
+    let k = Arc::new(FakeKernel::a2_mdev_host().unwrap());
+    let a = start(Arc::clone(&k));
+    let r = request(&a.socket, "POST", "/v1/gpus/0000:08:00.0/bind", None);
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.kind(), "conflict");
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert_eq!(message.matches("0000:08:00.0").count(), 1, "{message}");
+    assert!(message.contains("SR-IOV"), "{message}");
+    // Nothing changed: the GPU keeps its driver.
+    assert_eq!(
+        k.read_link("sys/bus/pci/devices/0000:08:00.0/driver")
+            .unwrap()
+            .file_name()
+            .unwrap(),
+        "nvidia"
+    );
+    // A VF given as a GPU is the request's fault.
+    let vf = request(&a.socket, "POST", "/v1/gpus/0000:08:00.4/bind", None);
+    assert_eq!(vf.status, 400, "{}", vf.body);
+}

@@ -164,6 +164,7 @@ async fn a_fleet_is_published_with_one_list_per_pool_and_a_bounded_number_of_req
         kubeconfig: Some(server.kubeconfig()),
         timeout: Duration::from_secs(20),
         max_in_flight: 4,
+        ..ClientOptions::default()
     })
     .await
     .unwrap();

@@ -17,6 +17,7 @@ pub mod address;
 pub mod allocation;
 pub mod classify;
 pub mod error;
+pub mod explain;
 pub mod fleet;
 pub mod health;
 pub mod ids;
@@ -31,6 +32,7 @@ pub mod text;
 pub mod topology;
 pub mod usage;
 pub mod vendor;
+pub mod vgpu_types;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

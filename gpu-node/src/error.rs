@@ -104,6 +104,26 @@ pub enum NodeError {
         #[source]
         source: Box<ActuateError>,
     },
+    /// The vGPUs of some GPUs (or of the host) were not cleared: one is in use. Nothing was
+    /// removed.
+    #[error("cannot clear the vGPUs of {scope}")]
+    Clear {
+        /// What was to be cleared: GPU addresses, or `the host`.
+        scope: String,
+        /// The refusal of the vGPU in use.
+        #[source]
+        source: Box<ActuateError>,
+    },
+    /// A create refused for want of room (`exhausted`), led by what gpuslice's model of the
+    /// GPU's pool says it holds; the refusal itself (the kernel's errno) is the source.
+    #[error("{why}")]
+    Full {
+        /// The pool's account (`nvidia0's 16384 MiB pool holds 4 × 4096 MiB ...`).
+        why: String,
+        /// The refusal.
+        #[source]
+        source: Box<NodeError>,
+    },
     /// The vGPUs of the host could not be listed.
     #[error(transparent)]
     List(Box<ActuateError>),
@@ -125,6 +145,7 @@ impl NodeError {
     /// The actuation failure behind this error, when there is one.
     pub fn actuation(&self) -> Option<&ActuateError> {
         match self {
+            NodeError::Full { source, .. } => source.actuation(),
             NodeError::Choose(e) | NodeError::List(e) => Some(e),
             NodeError::CreateMdev { source, .. }
             | NodeError::SetVfType { source, .. }
@@ -133,7 +154,8 @@ impl NodeError {
             | NodeError::Bind { source, .. }
             | NodeError::Release { source, .. }
             | NodeError::EnableSriov { source, .. }
-            | NodeError::DisableSriov { source, .. } => Some(source),
+            | NodeError::DisableSriov { source, .. }
+            | NodeError::Clear { source, .. } => Some(source),
             NodeError::Lock(_) | NodeError::Layout(_) | NodeError::Unnamed { .. } => None,
         }
     }
@@ -141,6 +163,7 @@ impl NodeError {
     /// The layout or lock failure behind this error, when there is one.
     pub fn apply(&self) -> Option<&ApplyError> {
         match self {
+            NodeError::Full { source, .. } => source.apply(),
             NodeError::Lock(e) | NodeError::Layout(e) => Some(e),
             _ => None,
         }

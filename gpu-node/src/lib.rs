@@ -15,7 +15,7 @@
 //! A [`Node`] is made from an opened node (`Node::of(&opened)`) or from a host and its
 //! discovery options (the agent's). Its operations ([`Node::create_vgpu`],
 //! [`Node::remove_vgpu`], [`Node::bind_gpu`], [`Node::release_gpu`], [`Node::enable_sriov`],
-//! [`Node::disable_sriov`], [`Node::apply_layout`]) each take the host-wide lock
+//! [`Node::disable_sriov`], [`Node::apply_layout`], [`Node::clear_vgpus`]) each take the host-wide lock
 //! (`run/gpuslice/vgpu.lock` under the root) for their whole length; [`Node::lock`] gives a
 //! [`Locked`] writer with the same operations, for a caller that records something of its own
 //! between steps (the agent's promises). Where a vGPU goes is decided by one function,
@@ -25,14 +25,17 @@
 //! Failures are [`NodeError`]s, one variant per operation, each carrying the step's own error
 //! as its source; their kinds are the source's ([`gpu_core::ErrorKind`]).
 
+pub mod clear;
 pub mod dra;
 pub mod error;
+mod full;
 pub mod handoff;
 pub mod node;
 pub mod open;
 mod probe;
 pub mod target;
 
+pub use clear::{ClearScope, Cleared};
 pub use error::{NodeError, as_classified};
 pub use node::{LayoutWrite, Locked, Node, Removed, VgpuId, WriteLock, lock_host};
 pub use open::{ComposedNode, NodeRequest, NvmlSource, OpenedNode, open_node, open_node_host};

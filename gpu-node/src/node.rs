@@ -244,7 +244,14 @@ impl<'h> Node<'h> {
             let uuid = name(&target)?;
             // A UUID that already exists on a parent of the GPU is found there again.
             let target = target.for_uuid(host, uuid.as_ref())?;
-            Ok(create_at(host, &target, uuid, force)?)
+            let pool = match &target {
+                Target::Mdev {
+                    on_gpu: Some(gpu), ..
+                } => ParentId::Pci(*gpu),
+                t => t.parent(),
+            };
+            Ok(create_at(host, &target, uuid, force)
+                .map_err(|e| crate::full::explained(host, &pool, profile, e))?)
         })
     }
 

@@ -102,7 +102,14 @@ pub fn choose_target<E: From<NodeError>>(
     uuid: Option<&MdevUuid>,
     gpu_named: impl FnOnce(&str) -> Result<PciAddress, E>,
 ) -> Result<Target, E> {
-    let choose = |e: ActuateError| E::from(NodeError::Choose(Box::new(e)));
+    let choose = |e: ActuateError| {
+        E::from(crate::full::explained(
+            host,
+            parent,
+            profile,
+            NodeError::Choose(Box::new(e)),
+        ))
+    };
     let found =
         actuate::create_target(host, parent, profile, |n| gpu_named(n).map_err(Pass::Named));
     Ok(match found {

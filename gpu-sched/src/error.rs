@@ -19,10 +19,12 @@ pub enum SchedError {
         why: String,
     },
     /// No allocation of that Machine exists.
-    #[error("no Machine {machine:?} is placed in the fleet")]
+    #[error("no Machine {machine:?} is placed in the fleet{}", placed_hint(.nearest))]
     UnknownMachine {
         /// The Machine asked for.
         machine: String,
+        /// The placed Machines whose names come nearest (empty when none does, or not looked).
+        nearest: Vec<String>,
     },
     /// No node of that name is in the fleet.
     #[error("no node {node:?} in the fleet")]
@@ -42,6 +44,15 @@ pub enum SchedError {
         /// The text given.
         input: String,
     },
+}
+
+/// ` (nearest placed: a, b)` after an unknown Machine's name, when some placed name is near it.
+fn placed_hint(nearest: &[String]) -> String {
+    if nearest.is_empty() {
+        String::new()
+    } else {
+        format!(" (nearest placed: {})", nearest.join(", "))
+    }
 }
 
 impl SchedError {
@@ -80,7 +91,7 @@ impl gpu_core::ClassifiedError for SchedError {
             SchedError::Unsatisfiable(refusal) => {
                 D::Refusal(serde_json::to_value(refusal).unwrap_or_default())
             }
-            SchedError::UnknownMachine { machine } => D::Missing {
+            SchedError::UnknownMachine { machine, .. } => D::Missing {
                 what: "machine",
                 name: machine.clone(),
             },

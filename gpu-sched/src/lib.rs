@@ -58,6 +58,7 @@ mod policy;
 mod refusal;
 mod resolve;
 mod state;
+mod suggest;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -72,4 +73,4 @@ pub use refusal::{
     Exclusion, FIRST_NODES, Filter, NodeRefusal, Reason, ReasonKind, Refusal, RefusalGroup,
     RefusalReport,
 };
-pub use state::{DegradedDevice, FleetState, Placement};
+pub use state::{DegradedDevice, FleetState, Placement, Unplaced};

@@ -212,7 +212,7 @@ impl FleetState {
             devices,
             ..Machine::default()
         };
-        resolve(&machine, &BTreeMap::new(), &self.catalog)
+        resolve(&machine, &BTreeMap::new(), &self.catalog, self.has_nodes())
     }
 
     fn plan_for(&self, a: &Allocation, slot: usize, m: &Resolved, picks: &[Pick]) -> MigrationPlan {
@@ -245,6 +245,7 @@ impl FleetState {
             .get(machine)
             .ok_or_else(|| SchedError::UnknownMachine {
                 machine: machine.to_owned(),
+                nearest: Vec::new(),
             })?;
         let slot = self
             .slot_of(to_node)

@@ -1,7 +1,7 @@
 //! Turning a Machine into checked, resolved requests: templates applied, profiles looked up in
 //! the fleet's catalogue, GPU names split into exact names, addresses and families.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpu_core::nvidia::{VgpuTypeName, strip_prefix};
 use gpu_core::{DeviceClass, DeviceRequest, Machine, Profile, Vendor};
@@ -17,6 +17,9 @@ pub(crate) type ClassId = u32;
 pub(crate) struct Catalog {
     by_pair: HashMap<(String, String), ClassId>,
     by_key: HashMap<String, Vec<ClassId>>,
+    /// Every profile name as offered, without its `NVIDIA `/`GRID ` prefix: what an unknown
+    /// name is compared with.
+    names: BTreeSet<String>,
     count: u32,
 }
 
@@ -39,7 +42,13 @@ impl Catalog {
         if name != id {
             self.by_key.entry(name).or_default().push(c);
         }
+        self.names.insert(strip_prefix(&p.name).to_owned());
         c
+    }
+
+    /// The offered names nearest to `text`, a name no node offers ([`crate::suggest::nearest`]).
+    pub(crate) fn nearest(&self, text: &str) -> Vec<&str> {
+        crate::suggest::nearest(strip_prefix(text.trim()), &self.names)
     }
 
     /// The class of a profile as an allocation records it (type ID and name), if the fleet has it.
@@ -87,7 +96,8 @@ pub(crate) enum Kind {
     Vgpu {
         /// The profile as written.
         text: String,
-        /// Matching classes (empty when no node offers it).
+        /// Matching classes (empty only in a fleet without nodes: where there are nodes, a
+        /// profile none offers is an invalid request).
         classes: Vec<ClassId>,
     },
     /// Whole GPUs.
@@ -144,17 +154,22 @@ fn invalid(machine: &str, why: impl Into<String>) -> SchedError {
     }
 }
 
-/// Applies templates (`use:`), validates, and resolves profiles and GPU names.
+/// Applies templates (`use:`), validates, and resolves profiles and GPU names. With
+/// `known_only` (a fleet that has nodes), a profile no node offers is an invalid request; in a
+/// fleet without nodes nothing can be told from the catalogue, and the request is refused for
+/// want of nodes instead.
 ///
 /// # Errors
-/// [`SchedError::InvalidRequest`] for a malformed Machine or an unknown template.
+/// [`SchedError::InvalidRequest`] for a malformed Machine, an unknown template or (with
+/// `known_only`) a profile no node offers.
 pub(crate) fn resolve(
     m: &Machine,
     templates: &BTreeMap<String, DeviceRequest>,
     catalog: &Catalog,
+    known_only: bool,
 ) -> Result<Resolved, SchedError> {
     if m.devices.iter().all(|d| d.template.is_none()) {
-        return resolve_merged(m, catalog);
+        return resolve_merged(m, catalog, known_only);
     }
     let mut merged = m.clone();
     for d in &mut merged.devices {
@@ -183,14 +198,18 @@ pub(crate) fn resolve(
             *d = d.merged_with(tpl);
         }
     }
-    resolve_merged(&merged, catalog)
+    resolve_merged(&merged, catalog, known_only)
 }
 
-fn resolve_merged(m: &Machine, catalog: &Catalog) -> Result<Resolved, SchedError> {
+fn resolve_merged(
+    m: &Machine,
+    catalog: &Catalog,
+    known_only: bool,
+) -> Result<Resolved, SchedError> {
     m.validate().map_err(|e| invalid(&m.name, e.to_string()))?;
     let mut reqs = Vec::with_capacity(m.devices.len());
     for d in &m.devices {
-        reqs.push(resolve_request(&m.name, d, catalog)?);
+        reqs.push(resolve_request(&m.name, d, catalog, known_only)?);
     }
     Ok(Resolved {
         name: m.name.clone(),
@@ -199,7 +218,30 @@ fn resolve_merged(m: &Machine, catalog: &Catalog) -> Result<Resolved, SchedError
     })
 }
 
-fn resolve_request(machine: &str, d: &DeviceRequest, catalog: &Catalog) -> Result<Req, SchedError> {
+/// A profile no node of the fleet offers, by ID or name: a request that cannot be right (no
+/// capacity freed later would place it), answered with the offered names nearest to it.
+fn unknown_profile(machine: &str, request: &str, profile: &str, catalog: &Catalog) -> SchedError {
+    let nearest = catalog.nearest(profile);
+    let hint = if nearest.is_empty() {
+        String::new()
+    } else {
+        format!("; nearest offered: {}", nearest.join(", "))
+    };
+    invalid(
+        machine,
+        format!(
+            "device request {request:?}: no node in the fleet offers vGPU profile {:?}{hint}",
+            profile.trim()
+        ),
+    )
+}
+
+fn resolve_request(
+    machine: &str,
+    d: &DeviceRequest,
+    catalog: &Catalog,
+    known_only: bool,
+) -> Result<Req, SchedError> {
     let vendor = d
         .vendor_ref()
         .map_err(|_| {
@@ -226,9 +268,13 @@ fn resolve_request(machine: &str, d: &DeviceRequest, catalog: &Catalog) -> Resul
         ));
     }
     let kind = if let Some(p) = &d.profile {
+        let classes = catalog.resolve(p);
+        if classes.is_empty() && known_only {
+            return Err(unknown_profile(machine, &d.name, p, catalog));
+        }
         Kind::Vgpu {
             text: p.trim().to_owned(),
-            classes: catalog.resolve(p),
+            classes,
         }
     } else {
         let mut exact = Vec::new();

@@ -51,6 +51,20 @@ pub struct Placement {
     pub already_placed: bool,
 }
 
+/// What [`FleetState::unplace`] released: the allocation, and whether its devices were made on
+/// the host already. JSON: the allocation's keys plus `onHost`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unplaced {
+    /// The allocation released.
+    #[serde(flatten)]
+    pub allocation: Allocation,
+    /// True when the allocation was `created`: its devices are still on the host until they are
+    /// removed there (`gpuslice vgpu remove`, `gpu release`), and the node's next snapshot gives
+    /// their capacity back; a `pending` allocation's capacity is free at once.
+    pub on_host: bool,
+}
+
 /// One placed Machine: its allocation, its node's slot, what it charges there, and the devices it
 /// names that its node's inventory lacks.
 #[derive(Debug, Clone)]
@@ -270,6 +284,11 @@ impl FleetState {
             .map(|n| n.topology())
     }
 
+    /// Whether the fleet has (or had) any node: only then can a profile be told unknown.
+    pub(crate) fn has_nodes(&self) -> bool {
+        !self.slots.is_empty()
+    }
+
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
         self.slots.iter().flatten().count()
@@ -288,6 +307,7 @@ impl FleetState {
             .remove(machine)
             .ok_or_else(|| SchedError::UnknownMachine {
                 machine: machine.to_owned(),
+                nearest: Vec::new(),
             })?;
         if let Some(i) = r.slot {
             self.charge(i, &r.charges, -1);
@@ -296,6 +316,29 @@ impl FleetState {
             s.remove(machine);
         }
         Ok(r.alloc)
+    }
+
+    /// The inverse of a placement: releases a Machine's allocation ([`FleetState::release`])
+    /// and says whether its devices were made on the host already ([`Unplaced::on_host`]).
+    ///
+    /// # Errors
+    /// [`SchedError::UnknownMachine`], naming the placed Machines nearest to the name given.
+    pub fn unplace(&mut self, machine: &str) -> Result<Unplaced, SchedError> {
+        if !self.records.contains_key(machine) {
+            let placed: BTreeSet<String> = self.records.keys().cloned().collect();
+            return Err(SchedError::UnknownMachine {
+                machine: machine.to_owned(),
+                nearest: crate::suggest::nearest(machine, &placed)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+            });
+        }
+        let allocation = self.release(machine)?;
+        Ok(Unplaced {
+            on_host: allocation.status == AllocationStatus::Created,
+            allocation,
+        })
     }
 
     /// Marks a Machine's devices as created on the host. Its capacity stays charged until a
@@ -309,6 +352,7 @@ impl FleetState {
             .get_mut(machine)
             .ok_or_else(|| SchedError::UnknownMachine {
                 machine: machine.to_owned(),
+                nearest: Vec::new(),
             })?;
         r.alloc.status = AllocationStatus::Created;
         Ok(())

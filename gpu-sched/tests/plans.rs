@@ -2,7 +2,7 @@
 //! Migration, drain and evacuation plans.
 
 use gpu_core::{AllocatedDevice, Fleet, HealthState, Machine, NodeTopology};
-use gpu_sched::testing::{a2_node, whole_node};
+use gpu_sched::testing::{a2_node, mbochs_node, whole_node};
 use gpu_sched::{FleetState, Policy, SchedError};
 
 fn fleet(nodes: Vec<NodeTopology>) -> FleetState {
@@ -249,8 +249,10 @@ fn a_refusal_on_the_one_target_node_names_it() {
         whole_node("a", 1),
         a2_node("b", 1, 2),
         whole_node("c", 1),
+        mbochs_node("d"),
     ]);
-    let m = machine("name: vm\ndevices: [{name: gpu, profile: A100-4C}]\ntargetNode: b");
+    // Offered in the fleet (by d), not on b.
+    let m = machine("name: vm\ndevices: [{name: gpu, profile: mbochs-small}]\ntargetNode: b");
     let e = s.place(&m, Policy::Binpack).unwrap_err();
     let text = e.to_string();
     assert!(text.contains(": node b: ProfileNotOffered"), "{text}");

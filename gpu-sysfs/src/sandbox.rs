@@ -287,9 +287,15 @@ fn infer_pools(fs: &RealHost) -> Vec<FakePool> {
         }
     }
     for (_, (parents, vfs)) in by_gpu {
+        // VFs made again by enabling SR-IOV offer what the driver registered on them before.
+        let types = match parents.first() {
+            Some(p) if vfs => nvidia_types(fs, p),
+            _ => Vec::new(),
+        };
         pools.push(FakePool::NvidiaMdev {
             parents,
             per_parent: vfs.then_some(1),
+            types,
         });
     }
     if samples {
@@ -339,6 +345,23 @@ fn infer_pools(fs: &RealHost) -> Vec<FakePool> {
         });
     }
     pools
+}
+
+/// The types of mdev parent `p` as `(type directory, name, description)`.
+fn nvidia_types(fs: &RealHost, p: &str) -> Vec<(String, String, Option<String>)> {
+    let base = format!("sys/class/mdev_bus/{p}/mdev_supported_types");
+    let mut out: Vec<_> = fs
+        .list(&base)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| {
+            let name = fs.read_string(&format!("{base}/{t}/name")).ok()?;
+            let description = fs.read_string(&format!("{base}/{t}/description")).ok();
+            Some((t, name, description))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 fn drivers_as_text(d: &BTreeMap<PciAddress, String>) -> BTreeMap<String, String> {
@@ -441,9 +464,12 @@ fn validate(path: &Path, state: &SandboxState) -> Result<(), SysfsError> {
                     check_field_name(path, &format!("pools[{i}].costs[{j}]"), ty)?;
                 }
             }
-            FakePool::NvidiaMdev { parents, .. } => {
+            FakePool::NvidiaMdev { parents, types, .. } => {
                 for (j, p) in parents.iter().enumerate() {
                     check_field_name(path, &format!("pools[{i}].parents[{j}]"), p)?;
+                }
+                for (j, (t, _, _)) in types.iter().enumerate() {
+                    check_field_name(path, &format!("pools[{i}].types[{j}]"), t)?;
                 }
             }
             FakePool::VendorVfio { types, .. } => {

@@ -423,10 +423,12 @@ fn two_t4s() -> FakeKernel {
     k.with_pool(FakePool::NvidiaMdev {
         parents: vec!["0000:3b:00.0".into()],
         per_parent: None,
+        types: Vec::new(),
     })
     .with_pool(FakePool::NvidiaMdev {
         parents: vec!["0000:af:00.0".into()],
         per_parent: None,
+        types: Vec::new(),
     })
 }
 

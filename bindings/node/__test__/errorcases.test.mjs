@@ -29,7 +29,7 @@ function run(c, dir) {
 }
 
 test('there are six cases', () => {
-  assert.equal(cases.length, 6)
+  assert.equal(cases.length, 7)
 })
 
 for (const c of cases) {

@@ -1,5 +1,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
+import { createRequire } from 'node:module'
+import { inspect } from 'node:util'
 
 import gpuslice from './gpuslice.mjs'
 import { twoGpuHost } from './hosttree.mjs'
@@ -114,12 +116,12 @@ test('place throws UNSATISFIABLE with structured reasons when no node holds the 
   })
 })
 
-test('place reports a profile no node offers as ProfileNotOffered', () => {
+test('place rejects a profile no node offers as INVALID_REQUEST', () => {
   const fleet = fleetOf('node-a')
 
   assert.throws(() => fleet.place(vgpuMachine('vm', 'A100-4C')), (err) => {
-    assert.equal(err.code, 'UNSATISFIABLE')
-    assert.equal(err.reasons[0].reasons[0].kind, 'ProfileNotOffered')
+    assert.equal(err.code, 'INVALID_REQUEST')
+    assert.match(err.message, /no node in the fleet offers vGPU profile "A100-4C"/)
     return true
   })
 })
@@ -318,4 +320,64 @@ test('planEvacuation lists Machines on unhealthy GPUs', () => {
   const [evacuation] = fleet.planEvacuation().machines
   assert.equal(evacuation.machine, 'vm-whole')
   assert.equal(evacuation.affected[0].health, 'Unhealthy')
+})
+
+// `unplace` (the CLI's `gpuslice unplace`), a profile no node offers, and what `util.inspect`
+// shows of what the package returns: the content, not `Fleet {}` or `[Getter]`. The package's
+// entry point (`main` in package.json) gives values their inspect.
+const packageEntry = createRequire(import.meta.url)('../main.js')
+
+const vgpu = (name, profile = 'T4-8Q', count = 1) => ({
+  name,
+  devices: [{ name: 'gpu', profile, count }],
+})
+
+test('unplace releases the allocation and says whether it is on the host', () => {
+  const fleet = new Fleet()
+  fleet.addNode(topology)
+  fleet.place(vgpu('vm-a'))
+  fleet.markCreated('vm-a')
+  const unplaced = fleet.unplace('vm-a')
+  assert.equal(unplaced.machine, 'vm-a')
+  assert.equal(unplaced.onHost, true)
+  assert.deepEqual(fleet.allocations(), [])
+  fleet.place(vgpu('vm-b'))
+  assert.throws(() => fleet.unplace('vm-c'), (e) => {
+    assert.equal(e.code, 'NOT_FOUND')
+    assert.match(e.message, /nearest placed: vm-b/)
+    return true
+  })
+})
+
+test('a profile no node offers is an invalid request naming the nearest', () => {
+  const fleet = new Fleet()
+  fleet.addNode(topology)
+  assert.throws(() => fleet.place(vgpu('vm-a', 'T4-88Q')), (e) => {
+    assert.equal(e.code, 'INVALID_REQUEST')
+    assert.match(e.message, /nearest offered: T4-8Q/)
+    return true
+  })
+})
+
+test('inspect shows a fleet and an error with their content', () => {
+  const { Fleet } = packageEntry
+  const fleet = new Fleet()
+  fleet.addNode(topology)
+  fleet.place(vgpu('vm-a'))
+  assert.equal(
+    inspect(fleet),
+    'Fleet { 1 node(s): node-a; 1 allocation(s): vm-a on node-a (pending) }',
+  )
+  let err
+  try {
+    fleet.place(vgpu('vm-big', 'T4-8Q', 64))
+  } catch (e) {
+    err = e
+  }
+  assert.equal(err.code, 'UNSATISFIABLE')
+  const text = inspect(err)
+  assert.doesNotMatch(text, /\[Getter\]/)
+  assert.match(text, /code: 'UNSATISFIABLE'/)
+  assert.match(text, /node: 'node-a'/)
+  assert.match(text, /reasons: \[/)
 })

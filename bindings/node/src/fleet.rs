@@ -244,6 +244,20 @@ impl Fleet {
         })
     }
 
+    /// The inverse of a placement (`gpuslice unplace`): releases a Machine's allocation and
+    /// returns it with `onHost`, true when the allocation was `created` (its devices are still
+    /// on the node until removed there).
+    ///
+    /// Throws `NOT_FOUND` when the Machine is not placed (the message names the nearest placed
+    /// names).
+    #[napi(ts_return_type = "Unplaced")]
+    pub fn unplace(&self, env: Env, machine_name: String) -> napi::Result<serde_json::Value> {
+        self.with(&env, |s| {
+            let unplaced = s.unplace(&machine_name).map_err(Failure::sched)?;
+            to_json(&unplaced)
+        })
+    }
+
     /// Marks a Machine's devices as created on the host (status `created`).
     ///
     /// Throws `NOT_FOUND` when the Machine is not placed.

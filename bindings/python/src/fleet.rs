@@ -9,6 +9,7 @@ use pyo3::types::PyType;
 
 use crate::convert::{document, to_py};
 use crate::errors::Failure;
+use crate::repr::{REPR_ITEMS, listed};
 
 /// A fleet of nodes and the Machines placed on it, held in Rust.
 ///
@@ -188,6 +189,19 @@ impl Fleet {
         to_py(py, &allocation)
     }
 
+    /// The inverse of a placement (`gpuslice unplace`): releases a Machine's allocation and
+    /// returns it with `onHost`, true when the allocation was `created` (its devices are still
+    /// on the node until removed there).
+    ///
+    /// Raises `NotFound` when the Machine is not placed (the message names the nearest placed
+    /// names).
+    fn unplace<'py>(&self, py: Python<'py>, machine_name: &str) -> PyResult<Bound<'py, PyAny>> {
+        let unplaced = self
+            .with(py, |s| s.unplace(machine_name))?
+            .map_err(Failure::sched)?;
+        to_py(py, &unplaced)
+    }
+
     /// Marks a Machine's devices as created on the host (status `created`).
     ///
     /// Raises `NotFound` when the Machine is not placed.
@@ -253,7 +267,23 @@ impl Fleet {
             .map_err(|e| Failure::core(&e, crate::errors::Input::Config))
     }
 
+    /// The nodes and the placed Machines, by name (the first few of each, and how many).
     fn __repr__(&self, py: Python<'_>) -> Result<String, Failure> {
-        self.with(py, |s| format!("<gpuslice.Fleet nodes={}>", s.node_count()))
+        self.with(py, |s| {
+            let nodes: Vec<String> = s.nodes().take(REPR_ITEMS).map(|n| n.node).collect();
+            let placed: Vec<String> = s
+                .allocations()
+                .iter()
+                .take(REPR_ITEMS)
+                .map(|a| format!("{} on {} ({})", a.machine, a.node, a.status.as_str()))
+                .collect();
+            format!(
+                "<gpuslice.Fleet {} node(s): {}; {} allocation(s): {}>",
+                s.node_count(),
+                listed(&nodes, s.node_count()),
+                s.allocations().len(),
+                listed(&placed, s.allocations().len())
+            )
+        })
     }
 }

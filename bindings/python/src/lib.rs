@@ -15,6 +15,7 @@ mod layout;
 mod pyde;
 mod pyserde;
 mod refusal;
+mod repr;
 
 use pyo3::prelude::*;
 

@@ -75,8 +75,18 @@ impl RefusedNodes {
         mine.as_any().eq(other)
     }
 
-    fn __repr__(&self) -> String {
-        format!("<gpuslice.RefusedNodes of {} nodes>", self.__len__())
+    /// The refused nodes with their reasons (the first few, and how many more).
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let list = self.list(py)?;
+        let n = list.len();
+        let shown = list.get_slice(0, crate::repr::REPR_ITEMS);
+        let mut s = format!("RefusedNodes({}", shown.repr()?);
+        if n > shown.len() {
+            s.pop();
+            s.push_str(&format!(", ... ({} more)]", n - shown.len()));
+        }
+        s.push(')');
+        Ok(s)
     }
 }
 
@@ -183,12 +193,17 @@ impl Refusal {
         }
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "<gpuslice.Refusal {:?}: {}>",
-            self.refusal.machine,
-            self.refusal.render()
-        )
+    /// The Machine, the message and the grouped reasons.
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let text = |s: &str| pyo3::types::PyString::new(py, s).repr();
+        Ok(format!(
+            "Refusal(machine={}, nodes_total={}, nodes_refused={}, message={}, groups={})",
+            text(&self.refusal.machine)?,
+            self.refusal.nodes_total,
+            self.refusal.refused_count(),
+            text(&self.refusal.render())?,
+            self.groups.bind(py).repr()?
+        ))
     }
 }
 

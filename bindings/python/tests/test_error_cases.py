@@ -31,7 +31,7 @@ def run(case, tmp_path):
 
 
 def test_there_are_six_cases():
-    assert len(CASES) == 6
+    assert len(CASES) == 7
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -26,7 +26,7 @@ def test_a_new_fleet_is_empty():
 
     assert fleet.allocations() == []
     assert fleet.to_dict() == {"nodes": [], "allocations": []}
-    assert repr(fleet) == "<gpuslice.Fleet nodes=0>"
+    assert repr(fleet) == "<gpuslice.Fleet 0 node(s): none; 0 allocation(s): none>"
 
 
 def test_place_puts_a_vgpu_on_a_parent_offering_the_profile(fleet):
@@ -105,11 +105,12 @@ def test_place_refuses_what_no_node_holds_with_structured_reasons(fleet):
     assert err.refusal["nodes"] == err.reasons
 
 
-def test_place_refuses_an_unknown_profile_as_not_offered(fleet):
-    with pytest.raises(gpuslice.Unsatisfiable) as info:
+def test_place_refuses_a_profile_no_node_offers_as_an_invalid_request(fleet):
+    with pytest.raises(gpuslice.InvalidRequest) as info:
         fleet.place({"name": "vm", "devices": [{"name": "gpu", "profile": "A100-4C"}]})
 
-    assert info.value.reasons[0]["reasons"][0]["kind"] == "ProfileNotOffered"
+    assert 'no node in the fleet offers vGPU profile "A100-4C"' in str(info.value)
+    assert info.value.error_kind == "invalid-request"
 
 
 @pytest.mark.parametrize(

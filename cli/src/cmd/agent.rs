@@ -1,6 +1,5 @@
 //! `gpuslice agent`: the node agent, serving this host's GPUs over a versioned HTTP API until
-//! SIGTERM. This module parses the flags into a [`gpu_agent::DaemonConfig`]; the library checks
-//! them, builds the daemon and stops it in order ([`gpu_agent::Daemon`]).
+//! SIGTERM. The flags become a [`gpu_agent::DaemonConfig`]; [`gpu_agent::Daemon`] does the rest.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,9 +14,8 @@ use crate::common::Global;
 #[derive(clap::Args, Debug)]
 pub struct AgentArgs {
     /// Where to listen: `unix:PATH` or `tcp:ADDR:PORT` (repeatable). Default:
-    /// `unix:/run/gpuslice/agent.sock` with `--root /`; under any other root the same path
-    /// inside it (`ROOT/run/gpuslice/agent.sock`), never the real host's. TCP needs
-    /// --token-file or --insecure-read-only.
+    /// `unix:/run/gpuslice/agent.sock` under --root (`ROOT/run/gpuslice/agent.sock`, never the
+    /// real host's). TCP needs --token-file or --insecure-read-only.
     #[arg(long, value_name = "unix:PATH|tcp:ADDR:PORT")]
     pub listen: Vec<String>,
     /// A file holding the bearer token TCP clients must send (`Authorization: Bearer ...`): at
@@ -39,8 +37,7 @@ pub struct AgentArgs {
     /// How long a write waits for another `gpuslice vgpu apply` before answering `busy`.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub lock_timeout: u64,
-    /// Do not load NVML, even with `--root /`: grade health from sysfs signals only, and receive
-    /// no XID or double-bit ECC events.
+    /// Do not load NVML, even with `--root /`: health from sysfs signals only, no XID or ECC events.
     #[arg(long)]
     pub no_nvml: bool,
     /// Keep this layout file applied: at start and whenever it changes (the file's directory
@@ -55,8 +52,7 @@ pub struct AgentArgs {
     /// Listen to the kernel's uevents: `auto` (only with `--root /`), `on`, `off`.
     #[arg(long, value_enum, default_value_t = Uevents::Auto)]
     pub uevents: Uevents,
-    /// A sysfs read taking longer than this many milliseconds is reported and its GPU is
-    /// served as Unknown until a read answers.
+    /// A sysfs read slower than this (ms) is reported; its GPU is Unknown until a read answers.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     pub read_deadline: u64,
     #[command(flatten)]
@@ -81,7 +77,7 @@ pub struct DraArgs {
     /// Where the CDI specs of prepared claims go (a host path, taken as given).
     #[arg(long, default_value = gpu_agent::dra::DEFAULT_CDI_DIR, value_name = "DIR", requires = "dra")]
     pub cdi_dir: PathBuf,
-    /// The kubeconfig to reach the API server with (default: the in-cluster service account).
+    /// The kubeconfig of the API server (default: the in-cluster service account).
     #[arg(long, value_name = "FILE", requires = "dra")]
     pub kubeconfig: Option<PathBuf>,
     /// Before Kubernetes 1.36.2: the one vGPU size an unlocked GPU offers in the published
@@ -92,6 +88,12 @@ pub struct DraArgs {
     /// `gpuslice dra publish`); the kubelet plugin still runs.
     #[arg(long, requires = "dra")]
     pub no_publish: bool,
+    /// Read allocated ResourceClaims from the YAML/JSON files in DIR, not the API server.
+    #[arg(long, value_name = "DIR", requires = "dra")]
+    pub claims_dir: Option<PathBuf>,
+    /// The largest API server answer read, in bytes; a larger one is refused (and counted).
+    #[arg(long, default_value_t = gpu_agent::kube::MAX_ANSWER, value_name = "BYTES", requires = "dra")]
+    pub max_apiserver_answer: u64,
 }
 
 /// `--uevents`.
@@ -109,8 +111,7 @@ pub enum Uevents {
 /// [`gpu_agent::Daemon::open`] before anything touches the host.
 ///
 /// # Errors
-/// Invalid options, a host that cannot be opened, a malformed state file, a listener that cannot
-/// be bound (or a TCP listener without a token): see [`gpu_agent::DaemonError`].
+/// Any [`gpu_agent::DaemonError`]: an invalid option, host, state file or listener.
 pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let listen: Result<Vec<_>, _> = a.listen.iter().map(|s| s.parse()).collect();
     let named = a.config;
@@ -140,6 +141,7 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         let mut dra = DaemonDra::new(&a.dra.dra_driver);
         (dra.plugin.kubelet_dir, dra.plugin.cdi_dir) = (a.dra.kubelet_dir, a.dra.cdi_dir);
         (dra.kubeconfig, dra.publish) = (a.dra.kubeconfig, !a.dra.no_publish);
+        (dra.claims_dir, dra.max_answer) = (a.dra.claims_dir, a.dra.max_apiserver_answer);
         dra.size_for = a.dra.size_for.into_iter().collect();
         config.dra = Some(dra);
     }

@@ -175,6 +175,7 @@ pub fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
         kubeconfig: a.kubeconfig.clone(),
         timeout: std::time::Duration::from_secs(a.timeout),
         max_in_flight: parallel,
+        ..ClientOptions::default()
     };
     let rt = gpu_agent::runtime().context("cannot start the runtime")?;
     let (server, reports) = rt.block_on(async {

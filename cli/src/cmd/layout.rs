@@ -86,9 +86,9 @@ pub struct AssertArgs {
 #[derive(Args, Debug)]
 pub struct ClearArgs {
     #[command(flatten)]
-    source: LayoutSource,
+    pub source: LayoutSource,
     #[command(flatten)]
-    write: WriteOptions,
+    pub write: WriteOptions,
 }
 
 /// Runs `vgpu apply`: makes the selected GPUs hold what the config says.

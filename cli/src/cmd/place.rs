@@ -126,10 +126,15 @@ fn save_fleet(path: &Path, fleet: &Fleet, json: bool) -> anyhow::Result<()> {
         .with_context(|| format!("cannot replace {}", path.display()))
 }
 
-/// A refusal as printed with `-o json` / `-o yaml`.
+/// A refusal as printed with `-o json` / `-o yaml`: `{"error": {"kind": "unsatisfiable",
+/// "message", "refusal"}}`, the shape of every other error.
 #[derive(serde::Serialize)]
 struct RefusalOut {
-    error: &'static str,
+    error: RefusalError,
+}
+
+#[derive(serde::Serialize)]
+struct RefusalError {
     /// The kind, from the one vocabulary (`unsatisfiable`).
     kind: &'static str,
     message: String,
@@ -156,10 +161,11 @@ fn refused(out: Output, refusal: &Refusal, detail: bool) -> anyhow::Result<ExitC
 
 fn out_of(refusal: &Refusal, detail: bool) -> RefusalOut {
     RefusalOut {
-        error: "Unsatisfiable",
-        kind: gpu_core::ErrorKind::Unsatisfiable.as_str(),
-        message: refusal.render(),
-        refusal: refusal.report(detail),
+        error: RefusalError {
+            kind: gpu_core::ErrorKind::Unsatisfiable.as_str(),
+            message: refusal.render(),
+            refusal: refusal.report(detail),
+        },
     }
 }
 
@@ -212,6 +218,83 @@ pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
             &PlacedOut {
                 placement: &placed,
                 dry_run: a.dry_run,
+                saved: a.save,
+            },
+        )?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// `gpuslice unplace` arguments.
+#[derive(Args, Debug)]
+pub struct UnplaceArgs {
+    /// The fleet file `place --save` recorded the Machine in.
+    #[arg(long, value_name = "FLEET")]
+    pub inventory: PathBuf,
+    /// The Machine whose allocation to release, by name.
+    #[arg(long, value_name = "NAME")]
+    pub machine: String,
+    /// Write the fleet back to FLEET without the allocation (without it: say what would be
+    /// released, and change nothing).
+    #[arg(long)]
+    pub save: bool,
+}
+
+/// What `unplace` prints with `-o json|yaml`: the allocation released, and whether it was.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct UnplacedOut<'a> {
+    #[serde(flatten)]
+    unplaced: &'a gpu_sched::Unplaced,
+    /// True when the fleet file was written (`--save`).
+    saved: bool,
+}
+
+/// Runs `unplace`: the inverse of `place --save`.
+///
+/// # Errors
+/// Unreadable or invalid files, a Machine that is not placed (exit 2).
+pub fn unplace(g: &Global, a: UnplaceArgs) -> anyhow::Result<ExitCode> {
+    let (mut state, json) = load_fleet(&a.inventory)?;
+    let unplaced = state
+        .unplace(&a.machine)
+        .with_context(|| format!("fleet file {}", a.inventory.display()))?;
+    if a.save {
+        save_fleet(&a.inventory, &state.to_fleet(), json)?;
+    }
+    match g.output {
+        Output::Table => {
+            let al = &unplaced.allocation;
+            let head = if a.save {
+                format!(
+                    "Machine {} released from node {} (was {}; recorded in the fleet file)\n",
+                    al.machine,
+                    al.node,
+                    al.status.as_str()
+                )
+            } else {
+                format!(
+                    "Machine {} would be released from node {} (was {}; not recorded: pass --save to record it)\n",
+                    al.machine,
+                    al.node,
+                    al.status.as_str()
+                )
+            };
+            print!(
+                "{head}{}",
+                render_table(&DEVICE_HEADER, &device_rows(&state, al))
+            );
+            if unplaced.on_host {
+                println!(
+                    "note: its devices were created on node {}; remove them there (`gpuslice vgpu remove`, `gpuslice gpu release`)",
+                    al.node
+                );
+            }
+        }
+        out => print_data(
+            out,
+            &UnplacedOut {
+                unplaced: &unplaced,
                 saved: a.save,
             },
         )?,

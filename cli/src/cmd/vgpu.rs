@@ -20,7 +20,8 @@ pub struct CreateArgs {
     #[arg(long, value_name = "PARENT")]
     pub parent: String,
     /// The vGPU type: ID (`nvidia-746`, `1155`) or name (`A2-4Q`, `NVIDIA L40S-24Q`).
-    #[arg(long, value_name = "ID|NAME")]
+    /// `--type` (mdevctl's name) is the same option.
+    #[arg(long, visible_alias = "type", value_name = "ID|NAME")]
     pub profile: String,
     /// The mdev instance UUID.
     #[arg(long, conflicts_with = "machine", value_name = "UUID")]
@@ -200,6 +201,123 @@ pub fn list(g: &Global, _a: ListArgs) -> anyhow::Result<ExitCode> {
                     v.held_by.as_ref().map_or("-".to_owned(), |h| h.to_string())
                 );
             }
+        }
+        out => print_data(out, &listing)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// `vgpu clear` arguments: what to clear, by GPU, the whole host or a layout file's selection.
+#[derive(Args, Debug)]
+pub struct ClearArgs {
+    /// Clear the vGPUs of this GPU (address or name, `nvidia0`): mdev instances on it or its
+    /// VFs, and its vendor-VFIO VFs' types. Repeat for several GPUs.
+    #[arg(long = "gpu", value_name = "GPU", conflicts_with_all = ["all", "file"])]
+    pub gpus: Vec<String>,
+    /// Clear every vGPU on the host.
+    #[arg(long, conflicts_with = "file")]
+    pub all: bool,
+    /// Layout file: clear the GPUs one of its configs selects (see `vgpu apply`); `-` reads
+    /// standard input.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// With -f: the config to use (may be left out when the file has only one).
+    #[arg(short = 'c', long = "config", value_name = "NAME", requires = "file")]
+    pub config: Option<String>,
+    #[command(flatten)]
+    pub write: super::layout::WriteOptions,
+}
+
+/// Runs `vgpu clear`: the vGPUs of `--gpu` GPUs, of the host (`--all`), or of a layout's GPUs.
+///
+/// # Errors
+/// Nothing selected; an unknown GPU; a vGPU in use without `--force` (nothing removed); a
+/// removal that failed; as `vgpu apply` with `-f`.
+pub fn clear(g: &Global, a: ClearArgs) -> anyhow::Result<ExitCode> {
+    if let Some(file) = a.file {
+        let source = super::layout::LayoutSource {
+            file,
+            config: a.config,
+        };
+        let args = super::layout::ClearArgs {
+            source,
+            write: a.write,
+        };
+        return super::layout::clear(g, args);
+    }
+    if a.gpus.is_empty() && !a.all {
+        bail!("say what to clear: --gpu GPU (repeatable), --all, or -f LAYOUT [-c CONFIG]");
+    }
+    let opened = open_host(g, !a.write.dry_run)?;
+    let scope = if a.all {
+        gpu_node::ClearScope::All
+    } else {
+        let gpus = a.gpus.iter().map(|n| resolve_gpu(&opened, n));
+        gpu_node::ClearScope::Gpus(gpus.collect::<anyhow::Result<_>>()?)
+    };
+    let cleared = writer(&opened).clear_vgpus(&scope, a.write.force, a.write.dry_run)?;
+    match g.output {
+        Output::Table if cleared.devices.is_empty() => {
+            println!("no vGPUs on {scope} (nothing to clear)");
+        }
+        Output::Table if cleared.dry_run => {
+            for d in &cleared.devices {
+                println!("would remove {d}");
+            }
+            println!(
+                "dry run: {} vGPU(s) to clear on {scope}; nothing written",
+                cleared.devices.len()
+            );
+        }
+        Output::Table => {
+            for d in &cleared.devices {
+                println!("removed {d}");
+            }
+            println!("cleared {} vGPU(s) on {scope}", cleared.removed.len());
+        }
+        out => print_data(out, &cleared)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// `vgpu types` arguments.
+#[derive(Args, Debug)]
+pub struct TypesArgs {
+    /// Only this parent (an mdev parent or a vendor-VFIO VF), as `mdevctl types --parent`.
+    #[arg(long, value_name = "PARENT")]
+    pub parent: Option<ParentId>,
+}
+
+/// Lists each parent's or VF's vGPU types with their free instances: `mdevctl types`'s text,
+/// or the list with `-o json|yaml`.
+///
+/// # Errors
+/// An unreadable host root.
+pub fn types(g: &Global, a: TypesArgs) -> anyhow::Result<ExitCode> {
+    let topo = crate::common::local_topology(g, None, false)?;
+    let listing = gpu_core::vgpu_types::vgpu_types(&topo, a.parent.as_ref());
+    match g.output {
+        Output::Table => {
+            let mut s = String::new();
+            for p in &listing {
+                s.push_str(&format!("{}\n", p.parent));
+                for t in &p.types {
+                    s.push_str(&format!("  {}\n", t.id));
+                    s.push_str(&format!(
+                        "    Available instances: {}{}\n",
+                        t.available_instances,
+                        t.driver_reports
+                            .map(|r| format!(" (the driver says {r}; the GPU's pool holds fewer)"))
+                            .unwrap_or_default()
+                    ));
+                    s.push_str(&format!("    Device API: {}\n", t.device_api));
+                    s.push_str(&format!("    Name: {}\n", t.name));
+                    if let Some(d) = &t.description {
+                        s.push_str(&format!("    Description: {d}\n"));
+                    }
+                }
+            }
+            print!("{s}");
         }
         out => print_data(out, &listing)?,
     }

@@ -34,6 +34,10 @@ pub struct Stats {
     pub(crate) dra_on: AtomicBool,
     /// The slice publisher's condition, while one runs.
     publisher: std::sync::Mutex<Option<PublisherCondition>>,
+    /// The kubelet plugin's condition (its sockets bound or not), while one is asked for.
+    plugin: std::sync::Mutex<Option<PublisherCondition>>,
+    /// API server answers refused for their size, counted by the client that refused them.
+    apiserver_refused: std::sync::OnceLock<std::sync::Arc<AtomicU64>>,
 }
 
 /// Whether the slice publisher keeps the node's ResourceSlices true, as `/healthz` shows it.
@@ -101,6 +105,35 @@ impl Stats {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    pub(crate) fn set_plugin(&self, condition: PublisherCondition) {
+        *self
+            .plugin
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(condition);
+    }
+
+    /// The kubelet plugin's condition (`ready`: its sockets are bound and served); `None` when
+    /// no plugin runs.
+    pub fn plugin(&self) -> Option<PublisherCondition> {
+        self.plugin
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Serves `counter` (the API server client's refused answers) as
+    /// `gpuslice_agent_apiserver_answers_refused_total`; the first counter given is kept.
+    pub fn count_apiserver_refusals(&self, counter: std::sync::Arc<AtomicU64>) {
+        let _ = self.apiserver_refused.set(counter);
+    }
+
+    /// API server answers refused for their size (0 when no client is counted).
+    pub fn apiserver_answers_refused(&self) -> u64 {
+        self.apiserver_refused
+            .get()
+            .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
     pub(crate) fn record_slice_latency(&self, took: Duration) {
@@ -307,6 +340,22 @@ impl Stats {
             "1 while the API server's answers keep the slice publisher from publishing (it retries with back-off).",
             u8::from(self.publisher().is_some_and(|c| !c.ready)).to_string(),
         );
+        if self.apiserver_refused.get().is_some() {
+            metric(
+                "gpuslice_agent_apiserver_answers_refused_total",
+                "counter",
+                "API server answers refused because they were larger than the agent's cap (--max-apiserver-answer).",
+                self.apiserver_answers_refused().to_string(),
+            );
+        }
+        if let Some(p) = self.plugin() {
+            metric(
+                "gpuslice_agent_dra_plugin_blocked",
+                "gauge",
+                "1 while the kubelet plugin's sockets cannot be served (another process holds them; retried with back-off).",
+                u8::from(!p.ready).to_string(),
+            );
+        }
         if self.dra_on.load(Ordering::Relaxed) {
             out.push_str(&self.dra.render());
         }

@@ -93,6 +93,18 @@ pub struct DaemonDra {
     pub size_for: BTreeMap<PciAddress, String>,
     /// Publish this node's ResourceSlices (off: another process keeps them).
     pub publish: bool,
+    /// Read allocated ResourceClaims from the files in this directory instead of the API
+    /// server (with `publish` off, no API server is needed at all).
+    pub claims_dir: Option<PathBuf>,
+    /// The largest API server answer read, in bytes ([`crate::kube::MAX_ANSWER`] by default).
+    pub max_answer: u64,
+}
+
+impl DaemonDra {
+    /// Whether the daemon needs the API server: to publish, or to read claims from.
+    pub fn needs_api_server(&self) -> bool {
+        self.publish || self.claims_dir.is_none()
+    }
 }
 
 impl DaemonDra {
@@ -103,6 +115,8 @@ impl DaemonDra {
             kubeconfig: None,
             size_for: BTreeMap::new(),
             publish: true,
+            claims_dir: None,
+            max_answer: crate::kube::MAX_ANSWER,
         }
     }
 }

@@ -94,9 +94,16 @@ pub enum DaemonError {
     /// The kubelet plugin cannot be built.
     #[error(transparent)]
     Plugin(#[from] crate::dra::DraError),
-    /// The kubelet plugin's sockets cannot be bound.
+    /// The kubelet plugin's sockets cannot be bound (sockets another process holds are not
+    /// this: they are reported in `/healthz` and tried again with back-off).
     #[error("--dra")]
     PluginSockets(#[source] std::io::Error),
+    /// `--claims-dir` names no directory.
+    #[error("--claims-dir {0}: not a directory")]
+    ClaimsDir(PathBuf),
+    /// Neither an API server nor a claims directory to read claims from (internal).
+    #[error("--dra: no API server and no --claims-dir to read ResourceClaims from")]
+    NoClaimSource,
 }
 
 impl DaemonError {

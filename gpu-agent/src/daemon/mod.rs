@@ -69,10 +69,13 @@ impl Daemon {
     pub fn open(config: DaemonConfig) -> Result<Self, DaemonError> {
         gpu_core::validate_name(&config.node).map_err(DaemonError::Node)?;
         let live = gpu_health::is_local_root(&config.root);
-        if let Some(d) = &config.dra
-            && !gpu_integrations::dra::names::is_dns_subdomain(&d.plugin.driver)
-        {
-            return Err(DaemonError::Driver(d.plugin.driver.clone()));
+        if let Some(d) = &config.dra {
+            if !gpu_integrations::dra::names::is_dns_subdomain(&d.plugin.driver) {
+                return Err(DaemonError::Driver(d.plugin.driver.clone()));
+            }
+            if let Some(dir) = d.claims_dir.as_ref().filter(|p| !p.is_dir()) {
+                return Err(DaemonError::ClaimsDir(dir.clone()));
+            }
         }
         let listen = if config.listen.is_empty() {
             vec![default_listen(&config.root, live)]
@@ -162,10 +165,13 @@ impl Daemon {
         }
         // The API server is reached before anything changes on the host.
         let client = match &config.dra {
-            Some(dra) => Some(kube::connect(dra).await?),
-            None => None,
+            Some(dra) if dra.needs_api_server() => Some(kube::connect(dra).await?),
+            _ => None,
         };
         let agent = Agent::open(host, agent).map_err(DaemonError::agent)?;
+        if let Some(c) = &client {
+            agent.stats().count_apiserver_refusals(c.refused_answers());
+        }
         for r in agent.reconciled() {
             crate::log!(
                 "gpuslice agent: promise {}: {}{}",
@@ -176,11 +182,18 @@ impl Daemon {
         }
         let listeners = bind_all(&listen, tcp, group)?;
         let watchers = start_watchers(&agent, &config, uevents, gpu_events)?;
-        let (publisher, plugin) = match (&config.dra, client) {
-            (Some(dra), Some(client)) => {
-                kube::start(&agent, dra, config.layout.clone(), client).await?
+        let (publisher, plugin) = match &config.dra {
+            Some(dra) => {
+                kube::start(
+                    &agent,
+                    dra,
+                    config.layout.clone(),
+                    client,
+                    config.document_limit,
+                )
+                .await?
             }
-            _ => (None, None),
+            None => (None, None),
         };
         Ok(Running::new(agent, listeners, watchers, publisher, plugin))
     }

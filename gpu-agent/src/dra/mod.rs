@@ -29,6 +29,7 @@ use gpu_integrations::dra::cdi::CdiLayout;
 use crate::agent::Agent;
 use crate::claims::ClaimSource;
 
+pub mod authority;
 pub mod health;
 pub mod prepare;
 pub mod proto;
@@ -231,8 +232,14 @@ impl Bound {
         mut self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        use tokio_stream::StreamExt as _;
         use tokio_stream::wrappers::UnixListenerStream;
         use tonic::transport::Server;
+
+        // Every connection through the authority filter: any `:authority` is accepted.
+        let incoming = |l: tokio::net::UnixListener| {
+            UnixListenerStream::new(l).map(|s| s.map(authority::filter))
+        };
 
         let plugin = Arc::clone(&self.plugin);
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -245,13 +252,13 @@ impl Bound {
             .add_service(health::v1alpha1_server(Arc::clone(&plugin)))
             .add_service(health::v1_server(Arc::clone(&plugin)))
             .serve_with_incoming_shutdown(
-                UnixListenerStream::new(self.dra.listener.take().ok_or_else(taken)?),
+                incoming(self.dra.listener.take().ok_or_else(taken)?),
                 wait(stopped.clone()),
             );
         let reg_server = Server::builder()
             .add_service(registration::server(Arc::clone(&plugin)))
             .serve_with_incoming_shutdown(
-                UnixListenerStream::new(self.registration.listener.take().ok_or_else(taken)?),
+                incoming(self.registration.listener.take().ok_or_else(taken)?),
                 wait(stopped),
             );
         crate::log!(

@@ -52,6 +52,27 @@ pub enum ClaimError {
     /// blocking task lost) (its kind).
     #[error("{}", .0.message)]
     Writer(ApiError),
+    /// The kubelet's deadline for the call passed before this claim was read or prepared: it
+    /// was left alone, and the kubelet calls again (`timeout`).
+    #[error(
+        "{claim}: not prepared: the kubelet's deadline for this call ({} ms) passed before it was read; nothing was changed for it",
+        .timeout.as_millis()
+    )]
+    Deadline {
+        /// The claim as the kubelet named it (names cut at [`crate::shown::MAX_NAME`]).
+        claim: String,
+        /// The call's deadline, as the kubelet sent it.
+        timeout: std::time::Duration,
+    },
+    /// The call named more claims than one call prepares (`too-large`); the kubelet calls
+    /// again for the ones left.
+    #[error("{claim}: not prepared: one call prepares at most {max} claims")]
+    TooMany {
+        /// The claim as the kubelet named it.
+        claim: String,
+        /// The most claims one call prepares.
+        max: usize,
+    },
 }
 
 impl ClaimError {
@@ -62,8 +83,28 @@ impl ClaimError {
             ClaimError::Fetch { .. } => ErrorKind::HostError,
             ClaimError::Dra(e) => e.kind(),
             ClaimError::Writer(e) => e.kind,
+            ClaimError::Deadline { .. } => ErrorKind::Timeout,
+            ClaimError::TooMany { .. } => ErrorKind::TooLarge,
         }
     }
+
+    /// Whether the claim was left alone because of the call as a whole (its deadline, its
+    /// size), not because of anything of its own: logged once per call, not per claim.
+    pub fn is_call_bound(&self) -> bool {
+        matches!(
+            self,
+            ClaimError::Deadline { .. } | ClaimError::TooMany { .. }
+        )
+    }
+}
+
+/// A claim as messages show it: `namespace/name`, each cut at [`crate::shown::MAX_NAME`].
+pub fn shown(id: &ClaimId) -> String {
+    format!(
+        "{}/{}",
+        crate::shown::name(&id.namespace),
+        crate::shown::name(&id.name)
+    )
 }
 
 /// The node's claim store, in the agent's root (the one `gpuslice dra prepare` keeps).
@@ -100,32 +141,54 @@ impl DraPlugin {
     /// # Errors
     /// A [`ClaimError`] for the kubelet's per-claim `error` (see the module's list).
     pub async fn prepare(self: &Arc<Self>, id: &ClaimId) -> Result<Vec<GivenDevice>, ClaimError> {
-        let out = self.prepare_inner(id).await;
+        let out = match self.fetch(id).await {
+            Ok(doc) => self.prepare_fetched(id, doc).await,
+            Err(e) => Err(e),
+        };
+        self.tally_prepare(&out, id);
+        out
+    }
+
+    /// Counts a prepare's result and logs its failure (one bound by the call as a whole is
+    /// left to the caller, who says it once).
+    pub(crate) fn tally_prepare<T>(&self, out: &Result<T, ClaimError>, id: &ClaimId) {
         let s = self.stats();
         tally(
-            &out,
+            out,
             &s.prepared,
             &s.prepare_failed,
             "NodePrepareResources",
             id,
         );
-        out
     }
 
-    async fn prepare_inner(self: &Arc<Self>, id: &ClaimId) -> Result<Vec<GivenDevice>, ClaimError> {
-        let doc = self
-            .claims
+    /// Reads the claim `id` from the plugin's claim source.
+    ///
+    /// # Errors
+    /// [`ClaimError::NotFound`], [`ClaimError::Fetch`].
+    pub async fn fetch(&self, id: &ClaimId) -> Result<serde_json::Value, ClaimError> {
+        self.claims
             .get(&id.namespace, &id.name)
             .await
             .map_err(|e| match e {
-                ClaimFetchError::NotFound { .. } => ClaimError::NotFound {
-                    claim: id.to_string(),
-                },
+                ClaimFetchError::NotFound { .. } => ClaimError::NotFound { claim: shown(id) },
                 source => ClaimError::Fetch {
-                    claim: id.to_string(),
+                    claim: shown(id),
                     source,
                 },
-            })?;
+            })
+    }
+
+    /// Prepares the claim `id` read as `doc`: checks it, then prepares it with the node's one
+    /// call as one of the agent's writes.
+    ///
+    /// # Errors
+    /// A [`ClaimError`] for the kubelet's per-claim `error`.
+    pub async fn prepare_fetched(
+        self: &Arc<Self>,
+        id: &ClaimId,
+        doc: serde_json::Value,
+    ) -> Result<Vec<GivenDevice>, ClaimError> {
         // Checked before the writer is waited for: a bad claim never queues behind a write.
         let checked = check_claim(&doc, id, &self.config.driver)?;
         let me = Arc::clone(self);
@@ -190,7 +253,15 @@ fn tally<T>(
     id: &ClaimId,
 ) {
     DraPlugin::count(if out.is_ok() { ok } else { failed });
-    if let Err(e) = out {
-        crate::log!("gpuslice agent: {call} {id} ({}): {e}", id.uid);
+    if let Err(e) = out
+        && !e.is_call_bound()
+    {
+        // Names and the message cut: a claim's name is the kubelet's, its length unchecked.
+        crate::log!(
+            "gpuslice agent: {call} {} ({}): {}",
+            shown(id),
+            crate::shown::name(&id.uid),
+            crate::shown::message(&e.to_string())
+        );
     }
 }

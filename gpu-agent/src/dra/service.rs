@@ -1,25 +1,168 @@
 //! `DRAPlugin` v1 and v1beta1: the same two calls in two packages. Every claim of a request
 //! gets an entry in the answer (the kubelet calls again for a claim left out), prepared one at
 //! a time in the order the kubelet gave.
+//!
+//! One call's work is bounded: its claims are read [`FETCHES_IN_FLIGHT`] at a time, at most
+//! [`MAX_CLAIMS_PER_CALL`] of them, and nothing more is read or prepared once the kubelet's
+//! deadline for the call (its `grpc-timeout`) has passed: the claims left get an error naming
+//! the deadline, and the answer goes out before the kubelet stops waiting.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use futures_util::StreamExt as _;
 use tonic::{Request, Response, Status};
 
 use super::DraPlugin;
-use super::prepare::{ClaimError, ClaimId, GivenDevice};
+use super::prepare::{ClaimError, ClaimId, GivenDevice, shown};
 
-/// Answers a prepare request: per claim UID, the devices or the error.
+/// How many claims of one call are read from the API server at a time.
+pub const FETCHES_IN_FLIGHT: usize = 8;
+/// The most claims one call prepares or unprepares; the others are answered with an error
+/// (the kubelet calls again for them).
+pub const MAX_CLAIMS_PER_CALL: usize = 256;
+
+/// The kubelet's deadline for a call: when it stops waiting (its `grpc-timeout`), and the time
+/// by which the answer is sent, a little before.
+#[derive(Debug, Clone, Copy)]
+pub struct CallDeadline {
+    /// The call's timeout, as sent.
+    pub timeout: Duration,
+    /// When the plugin stops starting work for the call.
+    pub stop_at: Instant,
+}
+
+impl CallDeadline {
+    /// The deadline the request's `grpc-timeout` header gives (`None` when it gives none).
+    pub fn of<T>(request: &Request<T>) -> Option<Self> {
+        let text = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+        let timeout = parse_grpc_timeout(text)?;
+        // Room for the answer to travel: a fifth of the timeout, at most a quarter second.
+        let margin = (timeout / 5).min(Duration::from_millis(250));
+        Some(CallDeadline {
+            timeout,
+            stop_at: Instant::now() + timeout.saturating_sub(margin),
+        })
+    }
+
+    fn passed(self) -> bool {
+        Instant::now() >= self.stop_at
+    }
+}
+
+/// A `grpc-timeout` value: up to 8 digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`).
+fn parse_grpc_timeout(text: &str) -> Option<Duration> {
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Why a claim of a call is not started: the call's size or its deadline.
+fn bound_of(i: usize, id: &ClaimId, deadline: Option<CallDeadline>) -> Option<ClaimError> {
+    if i >= MAX_CLAIMS_PER_CALL {
+        return Some(ClaimError::TooMany {
+            claim: shown(id),
+            max: MAX_CLAIMS_PER_CALL,
+        });
+    }
+    deadline
+        .filter(|d| d.passed())
+        .map(|d| ClaimError::Deadline {
+            claim: shown(id),
+            timeout: d.timeout,
+        })
+}
+
+/// How many claims of a call its size and its deadline left alone.
+#[derive(Debug, Default)]
+struct Left {
+    too_many: usize,
+    late: usize,
+}
+
+impl Left {
+    fn count<T>(&mut self, answer: &Result<T, ClaimError>) {
+        match answer {
+            Err(ClaimError::TooMany { .. }) => self.too_many += 1,
+            Err(ClaimError::Deadline { .. }) => self.late += 1,
+            _ => {}
+        }
+    }
+
+    /// Says it once per call (never once per claim).
+    fn log(&self, call: &str, total: usize, deadline: Option<CallDeadline>) {
+        if self.too_many > 0 {
+            crate::log!(
+                "gpuslice agent: {call}: {} of {total} claims left alone (one call prepares at most {MAX_CLAIMS_PER_CALL})",
+                self.too_many
+            );
+        }
+        if let Some(d) = deadline.filter(|_| self.late > 0) {
+            crate::log!(
+                "gpuslice agent: {call}: {} of {total} claims left alone (the kubelet's deadline of {} ms passed)",
+                self.late,
+                d.timeout.as_millis()
+            );
+        }
+    }
+}
+
+/// Answers a prepare request: per claim UID, the devices or the error. Claims are read
+/// [`FETCHES_IN_FLIGHT`] at a time and prepared one at a time, in the kubelet's order.
 async fn prepare_all(
     plugin: &Arc<DraPlugin>,
     claims: Vec<ClaimId>,
+    deadline: Option<CallDeadline>,
 ) -> Vec<(String, Result<Vec<GivenDevice>, ClaimError>)> {
-    let mut out = Vec::with_capacity(claims.len());
-    for id in claims {
-        let answer = plugin.prepare(&id).await;
+    let total = claims.len();
+    let mut fetched = futures_util::stream::iter(claims.into_iter().enumerate().map(|(i, id)| {
+        let plugin = Arc::clone(plugin);
+        async move {
+            if let Some(e) = bound_of(i, &id, deadline) {
+                return (id, Err(e));
+            }
+            let doc = match deadline {
+                Some(d) => tokio::time::timeout_at(d.stop_at.into(), plugin.fetch(&id))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(ClaimError::Deadline {
+                            claim: shown(&id),
+                            timeout: d.timeout,
+                        })
+                    }),
+                None => plugin.fetch(&id).await,
+            };
+            (id, doc)
+        }
+    }))
+    .buffered(FETCHES_IN_FLIGHT);
+    let mut out = Vec::with_capacity(total);
+    let mut left = Left::default();
+    while let Some((id, doc)) = fetched.next().await {
+        let answer = match doc {
+            Ok(doc) => match bound_of(0, &id, deadline) {
+                Some(e) => Err(e),
+                None => plugin.prepare_fetched(&id, doc).await,
+            },
+            Err(e) => Err(e),
+        };
+        left.count(&answer);
+        plugin.tally_prepare(&answer, &id);
         out.push((id.uid, answer));
     }
+    left.log("NodePrepareResources", total, deadline);
     out
 }
 
@@ -27,12 +170,20 @@ async fn prepare_all(
 async fn unprepare_all(
     plugin: &Arc<DraPlugin>,
     claims: Vec<ClaimId>,
+    deadline: Option<CallDeadline>,
 ) -> Vec<(String, Result<(), ClaimError>)> {
-    let mut out = Vec::with_capacity(claims.len());
-    for id in claims {
-        let answer = plugin.unprepare(&id).await;
+    let total = claims.len();
+    let mut out = Vec::with_capacity(total);
+    let mut left = Left::default();
+    for (i, id) in claims.into_iter().enumerate() {
+        let answer = match bound_of(i, &id, deadline) {
+            Some(e) => Err(e),
+            None => plugin.unprepare(&id).await,
+        };
+        left.count(&answer);
         out.push((id.uid, answer));
     }
+    left.log("NodeUnprepareResources", total, deadline);
     out
 }
 
@@ -70,9 +221,10 @@ macro_rules! dra_service {
                 request: Request<super::proto::$module::NodePrepareResourcesRequest>,
             ) -> Result<Response<super::proto::$module::NodePrepareResourcesResponse>, Status> {
                 use super::proto::$module as p;
+                let deadline = CallDeadline::of(&request);
                 let claims = $service::claim_ids(request.into_inner().claims);
                 let mut answer: HashMap<String, p::NodePrepareResourceResponse> = HashMap::new();
-                for (uid, result) in prepare_all(&self.0, claims).await {
+                for (uid, result) in prepare_all(&self.0, claims, deadline).await {
                     let entry = match result {
                         Ok(devices) => p::NodePrepareResourceResponse {
                             devices: devices.into_iter().map($device).collect(),
@@ -80,7 +232,7 @@ macro_rules! dra_service {
                         },
                         Err(error) => p::NodePrepareResourceResponse {
                             devices: vec![],
-                            error: error.to_string(),
+                            error: crate::shown::message(&error.to_string()).into_owned(),
                         },
                     };
                     answer.insert(uid, entry);
@@ -96,15 +248,19 @@ macro_rules! dra_service {
             ) -> Result<Response<super::proto::$module::NodeUnprepareResourcesResponse>, Status>
             {
                 use super::proto::$module as p;
+                let deadline = CallDeadline::of(&request);
                 let claims = $service::claim_ids(request.into_inner().claims);
-                let answer = unprepare_all(&self.0, claims)
+                let answer = unprepare_all(&self.0, claims, deadline)
                     .await
                     .into_iter()
                     .map(|(uid, r)| {
                         (
                             uid,
                             p::NodeUnprepareResourceResponse {
-                                error: r.err().map(|e| e.to_string()).unwrap_or_default(),
+                                error: r
+                                    .err()
+                                    .map(|e| crate::shown::message(&e.to_string()).into_owned())
+                                    .unwrap_or_default(),
                             },
                         )
                     })

@@ -41,13 +41,17 @@ pub fn bind(path: &Path) -> io::Result<Bound> {
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            // Non-blocking, with a deadline: a process that bound it and never accepts does not
+            // hang the start.
+            let found =
+                crate::liveness::probe(path, crate::liveness::PROBE_TIMEOUT).map_err(named)?;
+            if found.is_held() {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrInUse,
                     format!(
-                        "{}: another process is serving this socket (is a second plugin for this \
-                         driver running?)",
-                        path.display()
+                        "{}: {} (is a second plugin for this driver running?)",
+                        path.display(),
+                        found.describe()
                     ),
                 ));
             }
@@ -70,4 +74,22 @@ pub fn bind(path: &Path) -> io::Result<Bound> {
         listener: Some(listener),
         guard: Remove(path.to_path_buf()),
     })
+}
+
+/// A gRPC channel to one of the plugin's unix sockets, as the kubelet opens one (the
+/// authority is not looked at): for an orchestrator or a test that drives the plugin itself.
+///
+/// # Errors
+/// The socket cannot be connected to.
+pub async fn channel(path: PathBuf) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    tonic::transport::Endpoint::from_static("http://plugin.invalid")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
 }

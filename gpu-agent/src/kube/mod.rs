@@ -7,7 +7,10 @@
 //! went away shows as [`KubeError::Unavailable`] within [`ClientOptions::timeout`], never as a
 //! hung task. At most [`ClientOptions::max_in_flight`] requests are on the wire at a time (the
 //! others queue, fairly, outside their deadline), so a fleet publish keeps the server busy without
-//! flooding it. The objects are sent and read as JSON (`serde_json::Value`): the slices are the
+//! flooding it. Every answer is capped in bytes ([`ClientOptions::max_answer`], 16 MiB unless
+//! told otherwise): the cap is enforced while the answer is read (nothing past it is ever
+//! buffered), and an answer over it is [`KubeError::TooLarge`], naming the request and the cap,
+//! and counted ([`KubeClient::refused_answers`]). The objects are sent and read as JSON (`serde_json::Value`): the slices are the
 //! documents `gpuslice export dra` builds, and a claim goes to the plugin as the server sent it.
 
 pub mod publish;
@@ -33,6 +36,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// How many requests one client has on the wire at a time, unless
 /// [`ClientOptions::max_in_flight`] says otherwise.
 pub const MAX_IN_FLIGHT: usize = 16;
+/// The largest answer the client reads, unless [`ClientOptions::max_answer`] says otherwise: a
+/// node's ResourceSlices and a ResourceClaim are far smaller (the API server stores no object
+/// over 1.5 MiB).
+pub const MAX_ANSWER: u64 = 16 * 1024 * 1024;
 
 /// Where the client finds its cluster, and how long it waits.
 #[derive(Debug, Clone)]
@@ -43,6 +50,8 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// The most requests on the wire at a time (clones of the client share the bound).
     pub max_in_flight: usize,
+    /// The largest answer read, in bytes (at least 1 KiB); a larger one is refused unread.
+    pub max_answer: u64,
 }
 
 impl Default for ClientOptions {
@@ -51,6 +60,7 @@ impl Default for ClientOptions {
             kubeconfig: None,
             timeout: REQUEST_TIMEOUT,
             max_in_flight: MAX_IN_FLIGHT,
+            max_answer: MAX_ANSWER,
         }
     }
 }
@@ -80,6 +90,18 @@ pub enum KubeError {
     /// The server lacks what the agent needs (an old release, no `resource.k8s.io/v1`).
     #[error("{0}")]
     Unsupported(String),
+    /// The answer was larger than the client's cap: refused, and nothing past the cap read.
+    #[error(
+        "API server answer to {method} {url} is larger than {cap} bytes (the agent's cap, --max-apiserver-answer); refused"
+    )]
+    TooLarge {
+        /// The request's method.
+        method: String,
+        /// The request's URL (the server's address and the path).
+        url: String,
+        /// The cap, in bytes.
+        cap: u64,
+    },
 }
 
 impl KubeError {
@@ -110,6 +132,8 @@ pub struct KubeClient {
     server: String,
     in_flight: Arc<tokio::sync::Semaphore>,
     max_in_flight: usize,
+    max_answer: u64,
+    refused: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for KubeClient {
@@ -118,6 +142,7 @@ impl std::fmt::Debug for KubeClient {
             .field("server", &self.server)
             .field("timeout", &self.timeout)
             .field("max_in_flight", &self.max_in_flight)
+            .field("max_answer", &self.max_answer)
             .finish()
     }
 }
@@ -138,7 +163,9 @@ impl KubeClient {
                 ))
             })?,
         };
-        Ok(Self::from_config(config, opts.timeout)?.with_max_in_flight(opts.max_in_flight))
+        Ok(Self::from_config(config, opts.timeout)?
+            .with_max_in_flight(opts.max_in_flight)
+            .with_max_answer(opts.max_answer))
     }
 
     /// A client from a prepared `kube` configuration; its connect, read and write deadlines are
@@ -161,7 +188,27 @@ impl KubeClient {
             server,
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             max_in_flight: MAX_IN_FLIGHT,
+            max_answer: MAX_ANSWER,
+            refused: Arc::default(),
         })
+    }
+
+    /// The same client reading answers of at most `bytes` (at least 1 KiB).
+    #[must_use]
+    pub fn with_max_answer(mut self, bytes: u64) -> Self {
+        self.max_answer = bytes.max(1024);
+        self
+    }
+
+    /// The largest answer this client reads, in bytes.
+    pub fn max_answer(&self) -> u64 {
+        self.max_answer
+    }
+
+    /// How many answers this client (and its clones) refused for their size: a counter the
+    /// agent serves as `gpuslice_agent_apiserver_answers_refused_total`.
+    pub fn refused_answers(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        Arc::clone(&self.refused)
     }
 
     /// The same client with at most `n` (at least 1) requests on the wire at a time; the bound
@@ -272,16 +319,104 @@ impl KubeClient {
             .acquire()
             .await
             .map_err(|e| KubeError::Unavailable(format!("{path}: {e}")))?;
-        let text = match tokio::time::timeout(self.timeout, self.client.request_text(req)).await {
-            Err(_) => {
-                return Err(KubeError::Unavailable(format!(
-                    "{path}: no answer within {} ms",
-                    self.timeout.as_millis()
-                )));
+        let method = req.method().to_string();
+        let exchange = async {
+            let answer = self
+                .client
+                .send(req.map(::kube::client::Body::from))
+                .await
+                .map_err(|e| from_kube(path, e))?;
+            let status = answer.status();
+            let text = self.read_capped(&method, path, answer).await?;
+            if status.is_client_error() || status.is_server_error() {
+                return Err(status_error(status, &text));
             }
-            Ok(r) => r.map_err(|e| from_kube(path, e))?,
+            Ok(text)
         };
-        Ok(text)
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Err(_) => Err(KubeError::Unavailable(format!(
+                "{path}: no answer within {} ms",
+                self.timeout.as_millis()
+            ))),
+            Ok(r) => r,
+        }
+    }
+
+    /// The answer's body as text, read up to the cap: one announced larger is refused before
+    /// any of it is read, one that grows past it as soon as it does (the connection is dropped,
+    /// so the rest is never read).
+    async fn read_capped(
+        &self,
+        method: &str,
+        path: &str,
+        answer: http::Response<::kube::client::Body>,
+    ) -> Result<String, KubeError> {
+        use http_body_util::BodyExt as _;
+        let cap = self.max_answer;
+        let too_large = || {
+            self.refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let e = KubeError::TooLarge {
+                method: method.to_owned(),
+                url: format!("{}{}", self.server.trim_end_matches('/'), path),
+                cap,
+            };
+            crate::log!("gpuslice agent: {e}");
+            e
+        };
+        let announced = answer
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if announced.is_some_and(|n| n > cap) {
+            return Err(too_large());
+        }
+        let limit = usize::try_from(cap).unwrap_or(usize::MAX);
+        // The pieces are kept as they came and joined once at the end, into one buffer of the
+        // answer's size: a growing buffer would hold up to twice the cap while it grows.
+        let mut pieces = Vec::new();
+        let mut len = 0usize;
+        let mut body = answer.into_body();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| from_kube(path, e))?;
+            if let Ok(data) = frame.into_data() {
+                if data.len() > limit.saturating_sub(len) {
+                    return Err(too_large());
+                }
+                len += data.len();
+                pieces.push(data);
+            }
+        }
+        let mut bytes = Vec::with_capacity(len);
+        for piece in pieces {
+            bytes.extend_from_slice(&piece);
+        }
+        String::from_utf8(bytes)
+            .map_err(|e| KubeError::Invalid(format!("{path}: the answer is not UTF-8: {e}")))
+    }
+}
+
+/// An error status's answer: the Status object's code, reason and message when it is one.
+fn status_error(status: http::StatusCode, text: &str) -> KubeError {
+    #[derive(serde::Deserialize)]
+    struct Status {
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        message: String,
+    }
+    match serde_json::from_str::<Status>(text) {
+        Ok(s) => KubeError::Status {
+            code: status.as_u16(),
+            reason: s.reason,
+            message: s.message,
+        },
+        Err(_) => KubeError::Status {
+            code: status.as_u16(),
+            reason: status.canonical_reason().unwrap_or("").to_owned(),
+            message: crate::shown::message(text.trim()).into_owned(),
+        },
     }
 }
 
@@ -347,6 +482,9 @@ impl ClaimSource for KubeClient {
                     return Err(ClaimFetchError::Invalid(e.to_string()));
                 }
                 Err(KubeError::Unavailable(m)) => return Err(ClaimFetchError::Unavailable(m)),
+                Err(e @ KubeError::TooLarge { .. }) => {
+                    return Err(ClaimFetchError::TooLarge(e.to_string()));
+                }
                 Err(e) => return Err(ClaimFetchError::Invalid(e.to_string())),
             };
             let kind = doc.get("kind").and_then(serde_json::Value::as_str);

@@ -327,6 +327,26 @@ pub struct State {
     pub before_put: Option<Tamper>,
     /// Time spent routing (under the state's lock), all requests together.
     pub busy: std::time::Duration,
+    /// Answers generated as they are sent instead of the real ones (see [`ApiServer::hostile`]).
+    pub hostile: Vec<Hostile>,
+    /// How long a ResourceClaim read waits before it is answered.
+    pub claim_delay: std::time::Duration,
+}
+
+/// A huge answer, generated as it is sent (never held whole): a ResourceSliceList whose items
+/// never end, or a ResourceClaim with an annotation as long as asked.
+#[derive(Debug, Clone)]
+pub struct Hostile {
+    pub method: &'static str,
+    pub path_prefix: String,
+    /// The answer's size.
+    pub bytes: u64,
+    /// Announce the size in `Content-Length` (else the answer is chunked).
+    pub announce: bool,
+    /// A list of slices (`true`) or one claim.
+    pub list: bool,
+    /// Bytes sent so far, all answers together.
+    pub sent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl State {
@@ -468,6 +488,41 @@ impl ApiServer {
 
     pub fn bring_up(&self) {
         let _ = self.up.send(true);
+    }
+
+    /// Answers the requests matching `method` and `path_prefix` with a huge document of
+    /// `bytes`, generated as it is sent; returns the count of bytes sent.
+    pub fn hostile(
+        &self,
+        method: &'static str,
+        path_prefix: &str,
+        bytes: u64,
+        announce: bool,
+        list: bool,
+    ) -> Arc<std::sync::atomic::AtomicU64> {
+        let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        self.state.lock().unwrap().hostile.push(Hostile {
+            method,
+            path_prefix: path_prefix.to_owned(),
+            bytes,
+            announce,
+            list,
+            sent: Arc::clone(&sent),
+        });
+        sent
+    }
+
+    /// Makes every ResourceClaim read wait `delay` before it is answered.
+    pub fn delay_claims(&self, delay: std::time::Duration) {
+        self.state.lock().unwrap().claim_delay = delay;
+    }
+
+    /// How many ResourceClaim reads were asked for.
+    pub fn claim_reads(&self) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.contains("/resourceclaims/"))
+            .count()
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -742,8 +797,129 @@ fn index(s: &mut State, stored: &Stored) {
     }
 }
 
-async fn handle(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    reply(state, req).await.into_response()
+async fn handle(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Answer> {
+    let (method, path) = (
+        req.method().as_str().to_owned(),
+        req.uri().path().to_owned(),
+    );
+    let (hostile, delay) = {
+        let s = state.lock().unwrap();
+        let h = s
+            .hostile
+            .iter()
+            .find(|h| h.method == method && path.starts_with(&h.path_prefix))
+            .cloned();
+        let d = if path.contains("/resourceclaims/") {
+            s.claim_delay
+        } else {
+            std::time::Duration::ZERO
+        };
+        (h, d)
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(h) = hostile {
+        state.lock().unwrap().requests.push(Recorded {
+            method,
+            path,
+            query: req.uri().query().unwrap_or("").to_owned(),
+            body_len: 0,
+        });
+        return Generated::response(h);
+    }
+    reply(state, req).await.into_response().map(Answer::Full)
+}
+
+/// An answer's body: built whole, or generated as it is sent.
+pub enum Answer {
+    Full(Full<Bytes>),
+    Generated(Generated),
+}
+
+impl hyper::body::Body for Answer {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Answer::Full(f) => std::pin::Pin::new(f).poll_frame(cx),
+            Answer::Generated(g) => {
+                std::task::Poll::Ready(g.next_chunk().map(|b| Ok(hyper::body::Frame::data(b))))
+            }
+        }
+    }
+}
+
+/// A huge JSON document produced 64 KiB at a time.
+pub struct Generated {
+    head: Option<Bytes>,
+    left: u64,
+    tail: Option<Bytes>,
+    chunk: Bytes,
+    sent: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Generated {
+    const CHUNK: usize = 64 * 1024;
+
+    fn response(h: Hostile) -> Response<Answer> {
+        let (head, item, tail): (&[u8], &[u8], &[u8]) = if h.list {
+            (
+                br#"{"kind":"ResourceSliceList","apiVersion":"resource.k8s.io/v1","metadata":{"resourceVersion":"1"},"items":[{"metadata":{"name":"s"}}"#,
+                br#",{"metadata":{"name":"s"}}"#,
+                b"]}",
+            )
+        } else {
+            (
+                br#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"huge","namespace":"default","uid":"u","annotations":{"pad":""#,
+                b"xxxxxxxxxxxxxxxxxxxxxxxxx",
+                br#""}}}"#,
+            )
+        };
+        let mut chunk = Vec::with_capacity(Self::CHUNK);
+        while chunk.len() + item.len() <= Self::CHUNK {
+            chunk.extend_from_slice(item);
+        }
+        let fixed = (head.len() + tail.len()) as u64;
+        let chunks = h.bytes.saturating_sub(fixed) / chunk.len() as u64;
+        let total = fixed + chunks * chunk.len() as u64;
+        let mut r = Response::new(Answer::Generated(Generated {
+            head: Some(Bytes::from_static(head)),
+            left: chunks,
+            tail: Some(Bytes::from_static(tail)),
+            chunk: Bytes::from(chunk),
+            sent: h.sent,
+        }));
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        if h.announce {
+            r.headers_mut().insert(
+                hyper::header::CONTENT_LENGTH,
+                hyper::header::HeaderValue::from(total),
+            );
+        }
+        r
+    }
+
+    fn next_chunk(&mut self) -> Option<Bytes> {
+        let b = if let Some(h) = self.head.take() {
+            h
+        } else if self.left > 0 {
+            self.left -= 1;
+            self.chunk.clone()
+        } else {
+            self.tail.take()?
+        };
+        self.sent
+            .fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Some(b)
+    }
 }
 
 async fn reply(state: &Arc<Mutex<State>>, req: Request<Incoming>) -> Reply {

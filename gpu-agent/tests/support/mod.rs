@@ -190,16 +190,5 @@ pub fn wait_event(
 
 /// A gRPC channel to one of the kubelet plugin's unix sockets (the authority is not looked at).
 pub async fn plugin_channel(path: PathBuf) -> tonic::transport::Channel {
-    tonic::transport::Endpoint::try_from("http://plugin.invalid")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(path).await?,
-                ))
-            }
-        }))
-        .await
-        .unwrap()
+    gpu_agent::dra::socket::channel(path).await.unwrap()
 }

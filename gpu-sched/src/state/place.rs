@@ -104,7 +104,7 @@ impl FleetState {
     /// [`SchedError::InvalidRequest`] for a malformed Machine, an unknown template, or a placed
     /// Machine whose requests changed.
     fn placed_again(&self, rec: &Record, machine: &Machine) -> Result<Placement, SchedError> {
-        let resolved = resolve(machine, &self.templates, &self.catalog)?;
+        let resolved = resolve(machine, &self.templates, &self.catalog, self.has_nodes())?;
         if self.answers(rec, &resolved) {
             return Ok(Placement {
                 allocation: rec.alloc.clone(),
@@ -160,7 +160,7 @@ impl FleetState {
         machine: &Machine,
         policy: Policy,
     ) -> Result<(usize, Vec<Pick>, Resolved), SchedError> {
-        let resolved = resolve(machine, &self.templates, &self.catalog)?;
+        let resolved = resolve(machine, &self.templates, &self.catalog, self.has_nodes())?;
         let only = match &resolved.target {
             Some(node) => Some(
                 self.slot_of(node)

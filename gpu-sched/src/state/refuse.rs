@@ -104,7 +104,7 @@ impl FleetState {
         machine: &Machine,
         policy: Policy,
     ) -> Result<Refusal, SchedError> {
-        let resolved = resolve(machine, &self.templates, &self.catalog)?;
+        let resolved = resolve(machine, &self.templates, &self.catalog, self.has_nodes())?;
         Ok(self.refuse_by_full_scan(&resolved, policy, None))
     }
 }

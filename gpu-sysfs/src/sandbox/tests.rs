@@ -226,3 +226,44 @@ fn a_parent_or_driver_that_would_leave_the_tree_is_refused_naming_the_field() {
         "{e}"
     );
 }
+
+#[test]
+fn sriov_enabled_again_on_a_recorded_host_puts_the_vfs_beside_their_pf_with_their_types() {
+    let bundled =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hosts/a2-sriov-mdev.umockdev");
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("sbx");
+    init(&dir, &bundled).unwrap();
+    let s = open(&dir).unwrap();
+    let pf = "sys/bus/pci/devices/0000:08:00.0";
+    let bridge = "sys/devices/pci0000:00/0000:00:03.0";
+    s.write(&format!("{pf}/sriov_numvfs"), b"0").unwrap();
+    assert!(!s.exists("sys/bus/pci/devices/0000:08:00.4"));
+    s.write(&format!("{pf}/sriov_numvfs"), b"16").unwrap();
+    let vf = s
+        .kernel()
+        .canonicalize("sys/bus/pci/devices/0000:08:00.4")
+        .unwrap();
+    assert_eq!(vf, format!("{bridge}/0000:08:00.4"));
+    assert_eq!(
+        s.kernel().canonicalize(&format!("{vf}/physfn")).unwrap(),
+        format!("{bridge}/0000:08:00.0")
+    );
+    assert_eq!(
+        s.kernel().canonicalize(&format!("{pf}/virtfn15")).unwrap(),
+        format!("{bridge}/0000:08:02.3")
+    );
+    // Nothing is made at the builder's default place for a function.
+    assert!(!s.exists("sys/devices/pci0000:00/0000:08:00.0"));
+    assert!(!s.exists("sys/devices/pci0000:00/0000:08:00.4"));
+    assert_eq!(s.read_string(&format!("{pf}/sriov_numvfs")).unwrap(), "16");
+    // The A2's driver registers the new VFs as mdev parents with the types they had.
+    let t = "sys/class/mdev_bus/0000:08:00.5/mdev_supported_types/nvidia-746";
+    assert_eq!(s.read_string(&format!("{t}/name")).unwrap(), "NVIDIA A2-4Q");
+    assert_eq!(
+        s.read_string(&format!("{t}/available_instances")).unwrap(),
+        "1"
+    );
+    s.write(&format!("{t}/create"), U1.as_bytes()).unwrap();
+    assert!(s.exists(&format!("sys/bus/mdev/devices/{U1}")));
+}

@@ -136,6 +136,17 @@ impl Tree {
 
 const BUS_PCI: &str = "sys/bus/pci";
 
+/// The target of a link at root-relative `at` pointing to root-relative `to` (both under
+/// `sys/`), written as the kernel writes it: up to `sys/`, then down.
+fn up_to(at: &str, to: &str) -> String {
+    let ups = at.matches('/').count().saturating_sub(1);
+    format!(
+        "{}{}",
+        "../".repeat(ups),
+        to.strip_prefix("sys/").unwrap_or(to)
+    )
+}
+
 impl TreeBuilder {
     /// A builder over a new temporary directory, with the empty bus and class directories a
     /// Linux host always has.
@@ -248,8 +259,27 @@ impl TreeBuilder {
         }
     }
 
+    /// The directory of PCI function `a` as the tree has it (where its bus link points: a
+    /// recorded host keeps functions below their bridges), else [`TreeBuilder::pci_dir`].
+    fn dev_dir(&self, a: &PciAddress) -> String {
+        std::fs::canonicalize(self.root.join(format!("{BUS_PCI}/devices/{a}")))
+            .ok()
+            .and_then(|p| {
+                let root = std::fs::canonicalize(&self.root).ok()?;
+                Some(p.strip_prefix(root).ok()?.to_string_lossy().into_owned())
+            })
+            .filter(|d| d.starts_with("sys/devices/"))
+            .unwrap_or_else(|| Self::pci_dir(a))
+    }
+
     /// Adds a PCI function with its bus view, driver link and IOMMU group.
     pub fn pci(&mut self, addr: &str, spec: PciSpec) -> &mut Self {
+        self.pci_in(None, addr, spec)
+    }
+
+    /// [`TreeBuilder::pci`] under the bridge directory `parent` (root-relative; `None`: where
+    /// the function already is, else `sys/devices/pci0000:00`).
+    fn pci_in(&mut self, parent: Option<&str>, addr: &str, spec: PciSpec) -> &mut Self {
         let a: PciAddress = match addr.parse() {
             Ok(a) => a,
             Err(e) => {
@@ -260,7 +290,10 @@ impl TreeBuilder {
                 return self;
             }
         };
-        let dir = Self::pci_dir(&a);
+        let dir = match parent {
+            Some(p) => format!("{p}/{a}"),
+            None => self.dev_dir(&a),
+        };
         self.mkdir(&dir);
         self.file(
             &format!("{dir}/vendor"),
@@ -290,23 +323,18 @@ impl TreeBuilder {
             self.file(&format!("{dir}/max_link_speed"), &format!("{ms}\n"));
         }
         self.file(&format!("{dir}/driver_override"), "(null)\n");
-        self.link(
-            &format!("{BUS_PCI}/devices/{a}"),
-            &format!("../../../devices/pci0000:00/{a}"),
-        );
+        let bus_link = format!("{BUS_PCI}/devices/{a}");
+        self.link(&bus_link, &up_to(&bus_link, &dir));
         if let Some(d) = &spec.driver {
             self.bind_driver(&a, d);
         }
         if let Some(g) = spec.iommu_group {
-            self.mkdir(&format!("sys/kernel/iommu_groups/{g}/devices"));
-            self.link(
-                &format!("{dir}/iommu_group"),
-                &format!("../../../kernel/iommu_groups/{g}"),
-            );
-            self.link(
-                &format!("sys/kernel/iommu_groups/{g}/devices/{a}"),
-                &format!("../../../../devices/pci0000:00/{a}"),
-            );
+            let group = format!("sys/kernel/iommu_groups/{g}");
+            self.mkdir(&format!("{group}/devices"));
+            let at = format!("{dir}/iommu_group");
+            self.link(&at, &up_to(&at, &group));
+            let member = format!("{group}/devices/{a}");
+            self.link(&member, &up_to(&member, &dir));
         }
         self
     }
@@ -314,22 +342,21 @@ impl TreeBuilder {
     /// Points a function's `driver` link at `driver` (creating the driver directory).
     pub fn bind_driver(&mut self, a: &PciAddress, driver: &str) -> &mut Self {
         self.driver_dir(driver);
-        let dir = Self::pci_dir(a);
-        self.link(
-            &format!("{dir}/driver"),
-            &format!("../../../bus/pci/drivers/{driver}"),
-        );
-        self.link(
-            &format!("{BUS_PCI}/drivers/{driver}/{a}"),
-            &format!("../../../../devices/pci0000:00/{a}"),
-        );
+        let dir = self.dev_dir(a);
+        let at = format!("{dir}/driver");
+        self.link(&at, &up_to(&at, &format!("{BUS_PCI}/drivers/{driver}")));
+        let entry = format!("{BUS_PCI}/drivers/{driver}/{a}");
+        self.link(&entry, &up_to(&entry, &dir));
         self
     }
 
     /// Sets (or overwrites) an attribute file of a PCI function; `name` may contain `/`.
     pub fn attr(&mut self, addr: &str, name: &str, value: &str) -> &mut Self {
         match addr.parse::<PciAddress>() {
-            Ok(a) => self.file(&format!("{}/{name}", Self::pci_dir(&a)), value),
+            Ok(a) => {
+                let dir = self.dev_dir(&a);
+                self.file(&format!("{dir}/{name}"), value)
+            }
             Err(e) => {
                 self.track(Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -361,7 +388,12 @@ impl TreeBuilder {
             )));
             return self;
         };
-        let pdir = Self::pci_dir(&p);
+        // VFs sit beside their PF, below the same bridge.
+        let pdir = self.dev_dir(&p);
+        let bridge = pdir
+            .rsplit_once('/')
+            .map_or("sys/devices/pci0000:00", |(b, _)| b)
+            .to_owned();
         self.file(&format!("{pdir}/sriov_totalvfs"), &format!("{total}\n"));
         self.file(&format!("{pdir}/sriov_numvfs"), &format!("{n}\n"));
         self.file(&format!("{pdir}/sriov_offset"), &format!("{offset}\n"));
@@ -380,12 +412,9 @@ impl TreeBuilder {
             };
             let mut spec = vf_spec.clone();
             spec.iommu_group = first_group.map(|g| g + i);
-            self.pci(&va.to_string(), spec);
+            self.pci_in(Some(&bridge), &va.to_string(), spec);
             self.link(&format!("{pdir}/virtfn{i}"), &format!("../{va}"));
-            self.link(
-                &format!("{}/physfn", Self::pci_dir(&va)),
-                &format!("../{p}"),
-            );
+            self.link(&format!("{bridge}/{va}/physfn"), &format!("../{p}"));
         }
         self
     }
@@ -399,9 +428,17 @@ impl TreeBuilder {
         }
     }
 
+    /// [`TreeBuilder::parent_dir`] where the tree has the PCI function.
+    fn parent_dir_in_tree(&self, parent: &str) -> String {
+        match parent.parse::<PciAddress>() {
+            Ok(a) => self.dev_dir(&a),
+            Err(_) => Self::parent_dir(parent),
+        }
+    }
+
     /// Registers an mdev parent (PCI address or virtual name) with its types.
     pub fn mdev_parent(&mut self, parent: &str, types: &[MdevTypeSpec]) -> &mut Self {
-        let dir = Self::parent_dir(parent);
+        let dir = self.parent_dir_in_tree(parent);
         self.mkdir(&dir);
         let depth = "../../";
         self.link(
@@ -416,7 +453,11 @@ impl TreeBuilder {
 
     /// Adds or replaces one type under an mdev parent.
     pub fn mdev_type(&mut self, parent: &str, t: MdevTypeSpec) -> &mut Self {
-        let tdir = format!("{}/mdev_supported_types/{}", Self::parent_dir(parent), t.id);
+        let tdir = format!(
+            "{}/mdev_supported_types/{}",
+            self.parent_dir_in_tree(parent),
+            t.id
+        );
         self.mkdir(&format!("{tdir}/devices"));
         self.file(&format!("{tdir}/name"), &format!("{}\n", t.name));
         self.file(
@@ -446,7 +487,7 @@ impl TreeBuilder {
                 return self;
             }
         };
-        let pdir = Self::parent_dir(parent);
+        let pdir = self.parent_dir_in_tree(parent);
         let idir = format!("{pdir}/{u}");
         self.mkdir(&idir);
         self.link(

@@ -36,6 +36,20 @@ from ._native import (
 )
 from .agent import AgentClient, AgentError
 
+
+def _error_repr(self: Error) -> str:
+    """``Unsatisfiable('0/3 nodes available: ...', error_kind='unsatisfiable', groups=[...])``:
+    the message and every attribute the error carries, not only the class."""
+    fields = [repr(str(self)), f"error_kind={self.error_kind!r}"]
+    for name in ("kind", "name", "path", "errno", "groups"):
+        value = getattr(self, name, None)
+        if value is not None and value != ():
+            fields.append(f"{name}={value!r}")
+    return f"{type(self).__name__}({', '.join(fields)})"
+
+
+Error.__repr__ = _error_repr  # type: ignore[method-assign]
+
 __all__ = [
     "AgentClient",
     "AgentError",

@@ -223,6 +223,11 @@ class Placement(Allocation):
     degraded: NotRequired[List[DegradedDevice]]
     alreadyPlaced: NotRequired[bool]
 
+class Unplaced(Allocation):
+    """What ``unplace`` returns: the allocation released, and whether its devices were made."""
+
+    onHost: bool
+
 class FleetDocument(TypedDict):
     nodes: List[NodeTopology]
     allocations: List[Allocation]
@@ -552,6 +557,10 @@ class Fleet:
         placed with other requests)."""
     def release(self, machine_name: str) -> Allocation:
         """Releases a Machine's allocation and returns it. Raises :class:`NotFound`."""
+    def unplace(self, machine_name: str) -> Unplaced:
+        """The inverse of a placement (``gpuslice unplace``): releases a Machine's allocation
+        and returns it with ``onHost`` (its devices were made already). Raises
+        :class:`NotFound`, naming the nearest placed names."""
     def mark_created(self, machine_name: str) -> None:
         """Marks a Machine's devices as created. Raises :class:`NotFound`."""
     def plan_migration(

@@ -32,6 +32,13 @@ class AgentError(Exception):
         self.message = message
         self.errno = errno
 
+    def __repr__(self) -> str:
+        return (
+            f"AgentError(status={self.status!r}, kind={self.kind!r}, message={self.message!r}"
+            + (f", errno={self.errno!r}" if self.errno is not None else "")
+            + ")"
+        )
+
 
 class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float) -> None:

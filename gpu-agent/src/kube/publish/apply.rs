@@ -18,6 +18,9 @@ use crate::kube::{KubeClient, KubeError};
 pub const SLICES_PATH: &str = "/apis/resource.k8s.io/v1/resourceslices";
 /// How many times one round re-reads and applies again after a conflict.
 pub const CONFLICT_RETRIES: usize = 5;
+/// The wait before the first re-read after a conflict; each next one waits twice as long, so a
+/// round's retries wait at most 31 times this in all.
+pub const CONFLICT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// What one round did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +142,9 @@ async fn write_step(client: &KubeClient, plan: &Plan, step: &PlanStep) -> Result
 }
 
 /// One round for one pool: list, plan, apply; after a conflict (409, or a slice gone or already
-/// there), list and apply again, up to [`CONFLICT_RETRIES`] times.
+/// there), list and apply again, up to [`CONFLICT_RETRIES`] times, waiting
+/// [`CONFLICT_BACKOFF`] before the first and twice as long before each next one (a list the
+/// client refuses for its size ends the round at once: it is not read again).
 ///
 /// # Errors
 /// The failing request's error; the last conflict when every retry met one.
@@ -166,11 +171,15 @@ pub async fn sync_pool(
                     code: 409 | 404, ..
                 },
             ) if conflicts < CONFLICT_RETRIES => {
+                let wait = CONFLICT_BACKOFF * (1 << conflicts);
                 conflicts += 1;
                 crate::log!(
-                    "gpuslice agent: slices of {}: {e}; reading them again",
-                    target.node
+                    "gpuslice agent: slices of {}: {}; reading them again in {} ms",
+                    target.node,
+                    crate::shown::message(&e.to_string()),
+                    wait.as_millis()
                 );
+                tokio::time::sleep(wait).await;
             }
             Err(e) => return Err(e),
         }

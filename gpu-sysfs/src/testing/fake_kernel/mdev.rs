@@ -70,6 +70,7 @@ impl FakeKernel {
                 FakePool::NvidiaMdev {
                     parents,
                     per_parent,
+                    ..
                 } => self.recompute_nvidia_mdev(parents, *per_parent)?,
                 FakePool::VendorVfio {
                     pf,

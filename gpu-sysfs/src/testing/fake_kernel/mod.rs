@@ -99,6 +99,11 @@ pub enum FakePool {
         parents: Vec<String>,
         /// Instances per parent (1 on VFs).
         per_parent: Option<u32>,
+        /// The types the driver registers on each parent, as `(type directory, name,
+        /// description)` (`device_api` `vfio-pci`): what a VF made again by enabling SR-IOV
+        /// offers. Empty: parents made again offer none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        types: Vec<(String, String, Option<String>)>,
     },
     /// NVIDIA vendor-specific VFIO on one physical GPU.
     #[serde(rename_all = "camelCase")]

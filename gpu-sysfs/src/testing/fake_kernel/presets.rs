@@ -37,6 +37,7 @@ impl FakeKernel {
         Ok(k.with_pool(FakePool::NvidiaMdev {
             parents,
             per_parent: Some(1),
+            types: Vec::new(),
         }))
     }
 

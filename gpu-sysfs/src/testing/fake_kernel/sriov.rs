@@ -90,6 +90,22 @@ impl FakeKernel {
                 b.vendor_vfio_vf(&vf.to_string(), &[], 0);
             }
         }
+        // The mdev driver registers each new VF that was a parent of the GPU's pool again.
+        for pool in &self.pools {
+            let FakePool::NvidiaMdev { parents, types, .. } = pool else {
+                continue;
+            };
+            let specs: Vec<MdevTypeSpec> = types
+                .iter()
+                .map(|(id, name, d)| MdevTypeSpec::new(id, name, 0, d.as_deref()))
+                .collect();
+            for vf in self.vfs_of(pf) {
+                let name = vf.to_string();
+                if !specs.is_empty() && parents.contains(&name) {
+                    b.mdev_parent(&name, &specs);
+                }
+            }
+        }
         b.finish()?;
         // Behind an IOMMU each VF gets its own group, numbered as the kernel allocates them.
         if self.fs.read_link(&format!("{dev}/iommu_group")).is_ok() {
