@@ -5,7 +5,7 @@
 mod sandbox_support;
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 use gpu_sysfs::testing::FakeKernel;
 use sandbox_support::{gpuslice, ok, on, stderr, stdout};
