@@ -35,6 +35,10 @@ export interface Sriov {
   vfs: PciAddress[]
   /** The PCI device ID the VFs report (may differ from the PF's), `26b9`. */
   vfDeviceId?: string
+  /** VFs bound to a driver other than `nvidia` (no vGPU can be made on them). */
+  otherDriverVfs?: { address: PciAddress; driver: string }[]
+  /** VFs whose vGPU state (`nvidia/current_vgpu_type`) cannot be read. */
+  unreadableVfs?: { address: PciAddress; error: string }[]
 }
 
 export interface Link {
@@ -623,6 +627,8 @@ export interface AgentEvent {
     | 'uevent'
     | 'read-timed-out'
     | 'layout-refused'
+    | 'layout-restored'
+    | 'layout-not-in-place'
     | 'resync'
   data: Record<string, unknown>
 }

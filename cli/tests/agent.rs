@@ -1,5 +1,7 @@
 //! `gpuslice agent --layout FILE -c NAME`: the layout is checked before anything starts, applied
-//! at start (a `layout-applied` event naming the file), and the agent's figures end `/metrics`.
+//! at start (a `layout-applied` event naming the file), the agent's figures end `/metrics`, and
+//! on a sandbox whose vGPU manager is reloaded (`sandbox reload-driver`) the layout is made again
+//! within one resync (`layout-restored`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{Read as _, Write as _};
@@ -151,4 +153,90 @@ fn the_watched_layout_is_applied_at_start_and_counted_in_metrics() {
     assert_eq!(applied["data"]["source"], file.display().to_string());
     assert_eq!(applied["data"]["config"], "lab");
     assert_eq!(applied["data"]["status"], "unchanged", "{applied}");
+}
+
+/// Waits until `/metrics` on `sock` shows `line`.
+fn wait_metric(sock: &Path, line: &str) {
+    let end = Instant::now() + Duration::from_secs(30);
+    // The socket file may stand a moment before the agent listens on it.
+    while !(UnixStream::connect(sock).is_ok() && get(sock, "/metrics").contains(line)) {
+        assert!(Instant::now() < end, "no {line:?} in /metrics within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn on_a_sandbox_the_layout_is_made_again_after_reload_driver() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("sbx");
+    let cli = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gpuslice"));
+        c.env_remove("GPUSLICE_ROOT");
+        c
+    };
+    let init = cli().args(["sandbox", "init"]).arg(&dir).output().unwrap();
+    assert!(init.status.success(), "{init:?}");
+    let root = std::path::PathBuf::from(format!("sandbox:{}", dir.display()));
+    let sock = t.path().join("a.sock");
+    let layout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/layouts/a2.yaml");
+    let _a = Running(
+        agent(
+            &root,
+            &[
+                "--listen",
+                &format!("unix:{}", sock.display()),
+                "--state-dir",
+                t.path().join("state").to_str().unwrap(),
+                "--layout",
+                layout.to_str().unwrap(),
+                "-c",
+                "a2-4q",
+                "--resync",
+                "1",
+            ],
+        )
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let mdevs = || {
+        let out = cli()
+            .arg("--root")
+            .arg(&root)
+            .args(["-o", "json", "vgpu", "list"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["mdevs"].as_array().map_or(0, Vec::len)
+    };
+    wait_metric(&sock, "gpuslice_agent_layouts_applied_total 1\n");
+    assert_eq!(mdevs(), 4);
+    let out = cli()
+        .arg("--root")
+        .arg(&root)
+        .args(["sandbox", "reload-driver"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "vGPU manager reloaded: 4 mdev(s) removed, 0 VF type(s) cleared"
+    );
+    wait_metric(&sock, "gpuslice_agent_layout_restored_total 1\n");
+    assert_eq!(mdevs(), 4);
+    let events = get_within(
+        &sock,
+        "/v1/events?since=0&format=ndjson",
+        Duration::from_secs(1),
+    );
+    let restored = events
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["kind"] == "layout-restored")
+        .unwrap_or_else(|| panic!("no layout-restored event in {events}"));
+    assert_eq!(
+        restored["data"]["missing"],
+        serde_json::json!(["nvidia0 (0000:08:00.0): A2-4Q 0 of 4"]),
+        "{restored}"
+    );
 }

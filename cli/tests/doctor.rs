@@ -60,3 +60,68 @@ fn a_degraded_node_and_the_a2_capture() {
     assert_eq!(code, Some(0), "only warnings: {table}");
     assert!(table.contains("iommu-group   matrox0 (0000:01:00.1)"));
 }
+
+/// VFs vfio-pci took (`vfio-pci.ids=10de:26b9`) are named with their driver and the fix in
+/// `doctor`, `topology` and `vgpu apply`, never as a missing vGPU manager; a VF whose state
+/// cannot be read is named in each too.
+#[test]
+fn vfs_another_driver_holds_are_named_with_the_fix_everywhere() {
+    let t = doctor_hosts::vfs_elsewhere().unwrap();
+    let (code, table) = doctor(t.root(), false);
+    golden("doctor", "vfs-elsewhere.txt", &table);
+    assert_eq!(code, Some(1), "{table}");
+    assert!(table.contains("vf-drivers"), "{table}");
+    assert!(table.contains("remove 10de:26b9"), "{table}");
+    assert!(table.contains("VF 0000:27:00.5"), "{table}");
+    assert!(!table.contains("install NVIDIA's vGPU manager"), "{table}");
+    let root = t.root().to_str().unwrap();
+    let out = run(&["--root", root, "--node", "n1", "topology"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bound to vfio-pci") && err.contains("vfio-pci.ids=10de:26b9"),
+        "{err}"
+    );
+    assert!(err.contains("0000:27:00.5"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("l.yaml");
+    std::fs::write(
+        &layout,
+        "version: v1\nvgpu-configs:\n  first:\n    - devices: [0]\n      vgpu-devices:\n        L40S-24Q: 1\n  second:\n    - devices: [1]\n      vgpu-devices:\n        L40S-24Q: 1\n",
+    )
+    .unwrap();
+    let apply = |config: &str| {
+        let l = layout.to_str().unwrap();
+        let out = run(&[
+            "--root",
+            root,
+            "--node",
+            "n1",
+            "vgpu",
+            "apply",
+            "-f",
+            l,
+            "-c",
+            config,
+            "--dry-run",
+        ]);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), all)
+    };
+    let (ok, all) = apply("first");
+    assert!(!ok, "{all}");
+    assert!(all.contains("bound to vfio-pci"), "{all}");
+    assert!(
+        !all.contains("is the NVIDIA vGPU host driver loaded"),
+        "{all}"
+    );
+    let (ok, all) = apply("second");
+    assert!(ok, "{all}");
+    assert!(
+        all.contains("VF 0000:27:00.5") && all.contains("cannot be read"),
+        "{all}"
+    );
+}

@@ -222,6 +222,7 @@ fn h200_configured() -> gpu_core::NodeTopology {
                 })
                 .collect(),
             vf_device_id: Some(PciId(0x2335)),
+            ..Sriov::default()
         });
     }
     for (i, p) in t.mediated_devices.parents.iter_mut().enumerate() {

@@ -375,6 +375,44 @@ fn a_directory_that_is_not_a_sandbox_is_refused_with_the_command_that_makes_one(
     );
 }
 
+fn mdev_count(dir: &Path) -> usize {
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout(&ok(on(dir, &["-o", "json", "vgpu", "list"])))).unwrap();
+    v["mdevs"].as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn reload_driver_drops_every_vgpu_and_is_refused_while_one_is_held() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("sbx");
+    init_default(&dir);
+    assert_eq!(mdev_count(&dir), 3, "the bundled A2 holds three vGPUs");
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout(&ok(on(&dir, &["-o", "json", "vgpu", "list"])))).unwrap();
+    let uuid = v["mdevs"][0]["uuid"].as_str().unwrap().to_owned();
+    let pid = stdout(&ok(on(&dir, &["sandbox", "hold", &uuid])))
+        .trim()
+        .to_owned();
+    let o = on(&dir, &["sandbox", "reload-driver"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains(&uuid) && stderr(&o).contains("in use"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(mdev_count(&dir), 3, "a refused reload changes nothing");
+    ok(on(&dir, &["sandbox", "unhold", &pid]));
+    let o = ok(on(&dir, &["sandbox", "reload-driver"]));
+    assert_eq!(
+        stdout(&o).trim(),
+        "vGPU manager reloaded: 3 mdev(s) removed, 0 VF type(s) cleared"
+    );
+    assert_eq!(mdev_count(&dir), 0);
+    let o = gpuslice(&["sandbox", "reload-driver"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a sandbox"), "{}", stderr(&o));
+}
+
 // `vgpu clear --gpu GPU | --all` without a layout file, `vgpu types` as `mdevctl types` prints
 // them, and a full pool explained from gpuslice's own model before the kernel's errno, on the
 // bundled A2 (three 4 GiB vGPUs on its 16 GiB card: one more fits).

@@ -41,6 +41,12 @@ pub enum EventKind {
     ReadTimedOut,
     /// A watched layout file could not be read or parsed; nothing was changed.
     LayoutRefused,
+    /// A resync found the host had lost part of the watched layout (a driver reload, a
+    /// reboot, a clear by hand) and made it again: what was missing.
+    LayoutRestored,
+    /// A resync found the host does not hold the watched layout and left it so (an instance
+    /// in use, vGPUs the layout does not name, a refused write): what and why, once per change.
+    LayoutNotInPlace,
     /// The client missed events that are no longer kept: read the topology again.
     Resync,
 }

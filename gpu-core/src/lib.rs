@@ -50,7 +50,7 @@ pub use mig::{MigGeometry, MigOccupancy, MigPlaced, MigProfile, MigSlots, SlotMi
 pub use request::{Alignment, DeviceClass, DeviceRequest, GpuRef, Machine};
 pub use topology::{
     ClassCode, Function, Gpu, GpuState, Instance, Link, MediatedDevices, NodeTopology, Parent,
-    PciId, Pool, Profile, Sriov, VgpuFramework,
+    PciId, Pool, Profile, Sriov, UnreadableVf, VfDriver, VfDriverDiagnosis, VgpuFramework,
 };
 pub use vendor::{Vendor, VendorRef};
 

@@ -105,6 +105,7 @@ pub fn gpu() -> impl Strategy<Value = Gpu> {
                 num_vfs: vfs.len() as u32,
                 vfs,
                 vf_device_id: None,
+                ..Sriov::default()
             });
             g.functions = vec![Function {
                 address: a,

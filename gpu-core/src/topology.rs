@@ -202,6 +202,110 @@ pub struct Sriov {
     /// `None` when not recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vf_device_id: Option<PciId>,
+    /// VFs bound to a driver other than NVIDIA's host driver (`nvidia`), which therefore hold
+    /// no vGPU: `vfio-pci.ids=10de:26b9` on the kernel command line claims the VFs of an L40S,
+    /// which share the PF's device ID. Read for NVIDIA GPUs only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_driver_vfs: Vec<VfDriver>,
+    /// VFs whose vGPU state (`nvidia/current_vgpu_type`) cannot be read: neither offered nor
+    /// planned until it can.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable_vfs: Vec<UnreadableVf>,
+}
+
+/// A VF and the driver it is bound to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VfDriver {
+    /// The VF.
+    pub address: PciAddress,
+    /// Its driver.
+    pub driver: String,
+}
+
+/// A VF whose vGPU state cannot be read, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnreadableVf {
+    /// The VF.
+    pub address: PciAddress,
+    /// What reading it answered.
+    pub error: String,
+}
+
+impl Sriov {
+    /// Why the VFs bound to other drivers hold no vGPU, and the fix, for the GPU whose device
+    /// ID is `device_id` (the VFs' own when recorded). `None` when every VF is on `nvidia`.
+    pub fn other_driver_diagnosis(
+        &self,
+        vendor_id: PciId,
+        device_id: PciId,
+    ) -> Option<VfDriverDiagnosis> {
+        let first = self.other_driver_vfs.first()?;
+        let vf_id = self.vf_device_id.unwrap_or(device_id);
+        let ids = format!("{:04x}:{:04x}", vendor_id.0, vf_id.0);
+        let mut drivers: Vec<&str> = self
+            .other_driver_vfs
+            .iter()
+            .map(|v| v.driver.as_str())
+            .collect();
+        drivers.sort_unstable();
+        drivers.dedup();
+        let count = self.other_driver_vfs.len();
+        let named = if count == 1 {
+            format!("VF {}", first.address)
+        } else {
+            let last = self.other_driver_vfs.last().map_or(first, |l| l);
+            format!("{count} VFs ({} ... {})", first.address, last.address)
+        };
+        let shared = if self.vf_device_id == Some(device_id) {
+            format!(" (the VFs share the PF's device ID {ids})")
+        } else {
+            String::new()
+        };
+        let rebind = "clear each VF's driver_override (echo > driver_override), unbind it and \
+                      write its address to /sys/bus/pci/drivers_probe so that nvidia takes it"
+            .to_owned();
+        let fix = if drivers.contains(&"vfio-pci") {
+            format!(
+                "vfio-pci claims them through `vfio-pci.ids={ids}` (kernel command line or \
+                 modprobe.d){shared} or a `driver_override`: remove {ids} from vfio-pci.ids, \
+                 then {rebind}"
+            )
+        } else {
+            rebind.clone()
+        };
+        Some(VfDriverDiagnosis {
+            problem: format!(
+                "{named} bound to {}, not to the NVIDIA vGPU host driver (nvidia): no vGPU can \
+                 be made on them",
+                drivers.join(", ")
+            ),
+            fix,
+            rebind,
+            shared,
+            ids,
+        })
+    }
+}
+
+/// Why a GPU's VFs hold no vGPU because another driver has them, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VfDriverDiagnosis {
+    /// The VFs and their driver.
+    pub problem: String,
+    /// The fix (`vfio-pci.ids`, `driver_override`, rebinding).
+    pub fix: String,
+    /// How to give the VFs back to nvidia now (`driver_override`, unbind, `drivers_probe`).
+    pub rebind: String,
+    /// ` (the VFs share the PF's device ID 10de:26b9)` when they do, else empty.
+    pub shared: String,
+    /// The VFs' `vendor:device` as `vfio-pci.ids` spells it (`10de:26b9`).
+    pub ids: String,
+}
+
+impl std::fmt::Display for VfDriverDiagnosis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; {}", self.problem, self.fix)
+    }
 }
 
 /// PCIe link state.

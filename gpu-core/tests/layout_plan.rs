@@ -113,6 +113,7 @@ fn a2_with(live: &[(usize, String, u32)]) -> NodeTopology {
         num_vfs: 16,
         vfs: vfs.clone(),
         vf_device_id: None,
+        ..Sriov::default()
     });
     gpu.vgpu_framework = Some(VgpuFramework::Mdev);
     gpu.memory_mib = Some(16384);
@@ -826,6 +827,7 @@ fn a_gpu_without_vfs_gets_sriov_enabled_first() {
         num_vfs: 0,
         vfs: vec![],
         vf_device_id: None,
+        ..Sriov::default()
     });
     let plan = plan_vgpu_config(EXAMPLE, "L40S-24Q", &host).unwrap();
     assert!(plan.needs_sriov());
@@ -867,6 +869,7 @@ fn sriov_is_never_enabled_on_a_gpu_passed_through_to_a_vm() {
         num_vfs: 0,
         vfs: vec![],
         vf_device_id: None,
+        ..Sriov::default()
     });
     let plan = plan_vgpu_config(EXAMPLE, "L40S-24Q", &host).unwrap();
     assert!(!plan.needs_sriov());

@@ -121,6 +121,7 @@ fn topology_json_uses_the_documented_keys() {
         num_vfs: 16,
         vfs: vec![],
         vf_device_id: None,
+        ..Sriov::default()
     });
     t.gpus.push(g);
     t.mediated_devices.parents.push(Parent {

@@ -128,6 +128,7 @@ fn sriov_node(
             num_vfs: vfs,
             vfs: vf_addrs.clone(),
             vf_device_id: None,
+            ..Sriov::default()
         });
         g.vgpu_framework = Some(framework);
         // With VFs enabled for vGPUs the card cannot be passed through whole.

@@ -611,6 +611,16 @@ impl Sandbox {
         self.kernel.close_device(pid)
     }
 
+    /// Reloads the sandbox's vGPU manager (see [`FakeKernel::reload_vgpu_manager`]): every
+    /// vGPU is dropped, under the lock.
+    ///
+    /// # Errors
+    /// The lock's timeout; `EBUSY` while a holder has a vGPU open; I/O errors.
+    pub fn reload_vgpu_manager(&self) -> io::Result<crate::testing::Reloaded> {
+        let _lock = self.lock()?;
+        self.kernel.reload_vgpu_manager()
+    }
+
     /// Takes the sandbox's write lock, waiting at most [`LOCK_WAIT`].
     fn lock(&self) -> io::Result<nix::fcntl::Flock<std::fs::File>> {
         lock_dir(&self.dir)

@@ -27,6 +27,10 @@ pub enum SandboxCommand {
     Hold(HoldArgs),
     /// End a holder made by `sandbox hold`. Needs `--root sandbox:DIR`.
     Unhold(UnholdArgs),
+    /// Simulate a reload of NVIDIA's vGPU manager (a driver DaemonSet restart, a reboot):
+    /// every vGPU is dropped (mdevs removed, every VF's `current_vgpu_type` back to 0);
+    /// refused while a holder has one open. Needs `--root sandbox:DIR`.
+    ReloadDriver,
 }
 
 // `gpuslice sandbox init`.
@@ -67,6 +71,7 @@ pub fn run(g: &Global, c: SandboxCommand) -> anyhow::Result<ExitCode> {
         SandboxCommand::Init(a) => init(g, a),
         SandboxCommand::Hold(a) => hold(g, a),
         SandboxCommand::Unhold(a) => unhold(g, a),
+        SandboxCommand::ReloadDriver => reload_driver(g),
     }
 }
 
@@ -175,5 +180,25 @@ fn unhold(g: &Global, a: UnholdArgs) -> anyhow::Result<ExitCode> {
     sandbox
         .close_device(a.pid)
         .with_context(|| format!("process {}", a.pid))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn reload_driver(g: &Global) -> anyhow::Result<ExitCode> {
+    let opened = opened_sandbox(g)?;
+    let Some(sandbox) = opened.sandbox() else {
+        bail!("--root {}: not a sandbox", g.root.display());
+    };
+    let dropped = sandbox
+        .reload_vgpu_manager()
+        .context("reloading the sandbox's vGPU manager")?;
+    if g.output != Output::Table {
+        print_data(g.output, &dropped)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "vGPU manager reloaded: {} mdev(s) removed, {} VF type(s) cleared",
+        dropped.mdevs.len(),
+        dropped.vfs.len()
+    );
     Ok(ExitCode::SUCCESS)
 }

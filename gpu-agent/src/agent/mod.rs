@@ -6,7 +6,8 @@
 //! One owner, [`Agent`] (here), and a module per concern around it: [`config`] (options, the
 //! hand-off target, the token rule), [`snapshot`] (what is served), [`refresh`] (reading the
 //! host again), [`stall`] (reads that do not answer), [`stats`] (the agent's figures),
-//! [`writes`] (the one writer and its records), [`reconcile`] (promises at start), the routes'
+//! [`writes`] (the one writer and its records), [`reconcile`] (promises at start), [`heal`]
+//! (the watched layout kept in place on each resync), the routes'
 //! operations ([`vgpus`], [`gpus`], [`layout`]), [`request`] (what a caller may ask) and
 //! [`machines`] (promises as allocations). None of them imports the watchers or the server.
 
@@ -23,6 +24,7 @@ use snapshot::rendered;
 pub mod config;
 pub mod gpus;
 pub mod handoff;
+pub mod heal;
 pub mod layout;
 pub mod machines;
 pub mod metrics;

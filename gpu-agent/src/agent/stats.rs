@@ -18,6 +18,9 @@ pub struct Stats {
     pub(crate) reads_timed_out: AtomicU64,
     pub(crate) layouts_applied: AtomicU64,
     pub(crate) layouts_refused: AtomicU64,
+    pub(crate) layouts_restored: AtomicU64,
+    /// 1 while a resync finds the watched layout not in place (and could not make it again).
+    pub(crate) layout_not_in_place: AtomicBool,
     pub(crate) narrow_rereads: AtomicU64,
     pub(crate) gpu_events: AtomicU64,
     pub(crate) slices_published: AtomicU64,
@@ -55,6 +58,10 @@ fn nanos(d: Duration) -> u64 {
 }
 
 impl Stats {
+    pub(crate) fn set_layout_in_place(&self, in_place: bool) {
+        self.layout_not_in_place.store(!in_place, Ordering::Relaxed);
+    }
+
     pub(crate) fn record_resync(&self, took: Duration, ok: bool) {
         self.resyncs.fetch_add(1, Ordering::Relaxed);
         if !ok {
@@ -175,6 +182,11 @@ impl Stats {
         self.narrow_rereads.load(Ordering::Relaxed)
     }
 
+    /// Resyncs that made again what the host had lost of the watched layout.
+    pub fn layouts_restored(&self) -> u64 {
+        self.layouts_restored.load(Ordering::Relaxed)
+    }
+
     /// Host reads (refreshes) done.
     pub fn resyncs(&self) -> u64 {
         self.resyncs.load(Ordering::Relaxed)
@@ -273,6 +285,18 @@ impl Stats {
             "counter",
             "Versions of the watched layout file that could not be read or applied.",
             n(&self.layouts_refused).to_string(),
+        );
+        metric(
+            "gpuslice_agent_layout_restored_total",
+            "counter",
+            "Resyncs that found the host had lost part of the watched layout and made it again.",
+            n(&self.layouts_restored).to_string(),
+        );
+        metric(
+            "gpuslice_agent_layout_not_in_place",
+            "gauge",
+            "1 while the host does not hold the watched layout and a resync could not restore it.",
+            u8::from(self.layout_not_in_place.load(Ordering::Relaxed)).to_string(),
         );
         metric(
             "gpuslice_agent_slices_published_total",

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{TICK, stopping};
 use crate::agent::Agent;
+use crate::agent::heal::LayoutHealth;
 use crate::events::EventKind;
 
 /// A layout file the agent keeps applied.
@@ -76,9 +77,12 @@ impl LayoutWatch {
         agent: &Arc<Agent>,
         layout: &WatchedLayout,
         runtime: &tokio::runtime::Handle,
+        resync: Option<Duration>,
     ) {
         let mut last: Option<Vec<u8>> = None;
+        let mut kept = Kept::default();
         let mut due = Some(Instant::now());
+        let mut check = resync.map(|p| Instant::now() + p);
         while !stopping(agent) {
             if self.changed(TICK) {
                 // Let the writer finish (an editor's write and rename, the kubelet's swap).
@@ -86,10 +90,16 @@ impl LayoutWatch {
             }
             if due.is_some_and(|d| Instant::now() >= d) {
                 due = None;
-                if !apply_file(agent, layout, runtime, &mut last) {
+                if !apply_file(agent, layout, runtime, &mut last, &mut kept) {
                     // The host refused for now (the lock is busy, a write failed and was rolled
                     // back): the same version is tried again later.
                     due = Some(Instant::now() + RETRY);
+                }
+            }
+            if let (Some(at), Some(period)) = (check, resync) {
+                if Instant::now() >= at {
+                    kept.check(agent, layout, runtime);
+                    check = Some(Instant::now() + period);
                 }
             }
         }
@@ -119,6 +129,7 @@ fn apply_file(
     layout: &WatchedLayout,
     runtime: &tokio::runtime::Handle,
     last: &mut Option<Vec<u8>>,
+    kept: &mut Kept,
 ) -> bool {
     let source = layout.path.display().to_string();
     let bytes = match read_layout_file(&layout.path) {
@@ -139,12 +150,20 @@ fn apply_file(
         return true;
     };
     let out = runtime.block_on(agent.apply_layout_from(
-        text,
+        text.clone(),
         layout.config.clone(),
         false,
         false,
         Some(source.clone()),
     ));
+    if out.is_ok() {
+        // The version applied (or rolled back, to be tried again): it is the one each resync
+        // keeps in place from now on.
+        *kept = Kept {
+            text: Some(text),
+            said: None,
+        };
+    }
     let keep = settle(agent, &source, out);
     if !keep {
         *last = None;
@@ -189,4 +208,81 @@ pub(crate) fn refuse(agent: &Agent, source: &str, message: String) {
         EventKind::LayoutRefused,
         serde_json::json!({ "source": source, "message": message }),
     );
+}
+
+/// The version the agent keeps in place on each resync, and what it last said about it.
+#[derive(Debug, Default)]
+struct Kept {
+    /// The text of the version last applied.
+    text: Option<String>,
+    /// The last `layout-not-in-place` said (what was missing and why), so that it is said
+    /// once per change, not on every resync.
+    said: Option<(Vec<String>, String)>,
+}
+
+impl Kept {
+    /// Plans the kept version against the host and makes again what the host lost
+    /// (`layout-restored`), or says once why it cannot (`layout-not-in-place`).
+    fn check(
+        &mut self,
+        agent: &Arc<Agent>,
+        layout: &WatchedLayout,
+        runtime: &tokio::runtime::Handle,
+    ) {
+        let Some(text) = self.text.clone() else {
+            return;
+        };
+        let source = layout.path.display().to_string();
+        let found = runtime.block_on(agent.heal_layout(text, layout.config.clone()));
+        let (missing, reason) = match found {
+            Ok(LayoutHealth::InPlace) => {
+                if self.said.take().is_some() {
+                    crate::log!("gpuslice agent: layout {source}: in place again");
+                }
+                agent.stats().set_layout_in_place(true);
+                return;
+            }
+            Ok(LayoutHealth::Restored { missing, changes }) => {
+                self.said = None;
+                agent.stats().set_layout_in_place(true);
+                agent
+                    .stats()
+                    .layouts_restored
+                    .fetch_add(1, Ordering::Relaxed);
+                crate::log!(
+                    "gpuslice agent: layout {source}: restored ({})",
+                    missing.join("; ")
+                );
+                agent.events().publish(
+                    EventKind::LayoutRestored,
+                    serde_json::json!({
+                        "source": source,
+                        "config": layout.config,
+                        "missing": missing,
+                        "changes": changes,
+                    }),
+                );
+                return;
+            }
+            Ok(LayoutHealth::NotInPlace { missing, reason }) => (missing, reason),
+            Err(e) => (Vec::new(), e.message),
+        };
+        agent.stats().set_layout_in_place(false);
+        let now = (missing, reason);
+        if self.said.as_ref() == Some(&now) {
+            return;
+        }
+        let (missing, reason) = &now;
+        crate::log!("gpuslice agent: layout {source}: not in place: {reason}");
+        agent.events().publish(
+            EventKind::LayoutNotInPlace,
+            serde_json::json!({
+                "source": source,
+                "config": layout.config,
+                "missing": missing,
+                "reason": reason,
+            }),
+        );
+        self.said = Some(now);
+    }
 }

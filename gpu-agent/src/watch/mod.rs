@@ -247,11 +247,13 @@ pub fn start(
         )?);
     }
     if let Some(layout) = opts.layout {
+        // On each resync the layout thread also checks that the host still holds the layout.
+        let resync = opts.resync;
         let w = LayoutWatch::open(&layout)?;
         let a = Arc::clone(agent);
         threads.push(spawn(
             "layout",
-            Box::new(move || w.run(&a, &layout, &runtime)),
+            Box::new(move || w.run(&a, &layout, &runtime, resync)),
         )?);
     }
     Ok(Watchers { requests, threads })

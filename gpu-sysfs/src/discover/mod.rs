@@ -192,6 +192,17 @@ pub fn discover_with_links(
     scan.mdev(&mut table);
     let vendor_vfio_gpus = scan.vendor_vfio(&mut table, &gpus, resolver.as_deref());
     topo.warnings.append(&mut scan.node_warnings);
+    for g in &mut gpus {
+        let other = scan.other_driver_vfs.remove(&g.address).unwrap_or_default();
+        let unreadable = scan.unreadable_vfs.remove(&g.address).unwrap_or_default();
+        if let Some(s) = &mut g.sriov {
+            s.other_driver_vfs = other;
+            s.unreadable_vfs = unreadable;
+            if let Some(why) = s.other_driver_diagnosis(g.vendor_id, g.device_id) {
+                g.warnings.push(why.to_string());
+            }
+        }
+    }
     let mut parents = scan.parents;
     let built = pools::build_all(&mut parents, &gpus, resolver.as_deref());
     let (mut pools, exactness, mut mig_notes) = (built.pools, built.exact, built.notes);

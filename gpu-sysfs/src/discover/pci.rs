@@ -267,6 +267,7 @@ impl<'h> PciTable<'h> {
                 num_vfs: num.unwrap_or(vfs.len() as u32),
                 vfs,
                 vf_device_id,
+                ..Sriov::default()
             });
         }
         g.vendor = Vendor::from_pci_id(vendor);

@@ -70,6 +70,10 @@ impl FactsCache {
 pub(crate) struct VgpuScan {
     pub parents: Vec<gpu_core::Parent>,
     pub node_warnings: Vec<String>,
+    /// Per NVIDIA GPU, its VFs bound to another driver than `nvidia`.
+    pub other_driver_vfs: BTreeMap<PciAddress, Vec<gpu_core::VfDriver>>,
+    /// Per NVIDIA GPU, its VFs whose vGPU state cannot be read.
+    pub unreadable_vfs: BTreeMap<PciAddress, Vec<gpu_core::UnreadableVf>>,
 }
 
 fn profile_from_facts(id: VgpuTypeId, f: &TypeFacts, reported: u32) -> Profile {
@@ -212,7 +216,16 @@ impl VgpuScan {
                 let cur_path = format!("{d}/nvidia/current_vgpu_type");
                 let cur_text = read::text(host, &cur_path, &mut warnings);
                 if cur_text.is_none() && warnings.is_empty() {
-                    // No vendor-VFIO files: not this framework.
+                    // No vendor-VFIO files: not this framework, or a VF another driver holds
+                    // (the nvidia driver makes those files when it binds the VF).
+                    if let Some(driver) = pci.driver(vf).filter(|d| d != "nvidia") {
+                        self.other_driver_vfs.entry(g.address).or_default().push(
+                            gpu_core::VfDriver {
+                                address: *vf,
+                                driver,
+                            },
+                        );
+                    }
                     continue;
                 }
                 found.insert(g.address);
@@ -228,6 +241,12 @@ impl VgpuScan {
                 let Some(current) = current else {
                     // Whether it holds a vGPU cannot be told: not a free VF, not an instance.
                     // Reported and left out, so no consumer offers it or plans a type on it.
+                    self.unreadable_vfs.entry(g.address).or_default().push(
+                        gpu_core::UnreadableVf {
+                            address: *vf,
+                            error: warnings.join("; "),
+                        },
+                    );
                     self.node_warnings.push(format!(
                         "VF {vf} of GPU {}: skipped, its vGPU type cannot be read ({}); it is \
                          neither offered nor planned until it can",

@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 use crate::Host;
 use crate::discover::{DiscoverOptions, discover};
 
+mod vfs;
+
 /// Where NVIDIA's vGPU host driver installs `sriov-manage`.
 pub const SRIOV_MANAGE: &str = "usr/lib/nvidia/sriov-manage";
 
@@ -184,6 +186,8 @@ pub fn diagnose(host: &dyn Host, node: &str) -> Result<Diagnosis, crate::SysfsEr
     let procs = processes(host);
     vgpu_manager(host, &topology, mods.as_ref(), &procs, &mut c);
     sriov(host, &topology, &mut c);
+    vfs::vf_drivers(&topology, words.as_deref(), &mut c);
+    vfs::vf_state(&topology, &mut c);
     mig(&topology, &mut c);
     vgpu_types(&topology, &mut c);
     iommu_groups(&topology, &mut c);
@@ -378,7 +382,12 @@ fn vgpu_manager(
                 .as_ref()
                 .is_some_and(|s| s.num_vfs == 0 && s.total_vfs > 0)
         });
-        let (why, fix) = if sriov_off {
+        let (why, fix) = if vfs::held_elsewhere(t) {
+            (
+                "no vGPU parent: the VFs are bound to another driver, not to nvidia (see vf-drivers)",
+                "give the VFs back to nvidia (see vf-drivers); the vGPU manager itself need not be reinstalled",
+            )
+        } else if sriov_off {
             (
                 "no vGPU parent yet: no /sys/class/mdev_bus and no VF with vendor-VFIO files (SR-IOV VFs are off)",
                 "enable the VFs (gpuslice sriov enable BDF); if still none, install the NVIDIA vGPU manager (host driver)",

@@ -198,3 +198,55 @@ pub fn degraded() -> io::Result<Tree> {
     }
     without_vfio_pci(b.finish()?)
 }
+
+/// A node whose L40S VFs vfio-pci took (`vfio-pci.ids=10de:26b9` on the kernel command line:
+/// the VFs share the PF's device ID), beside a second L40S whose VF `0000:27:00.5` answers
+/// its `nvidia/current_vgpu_type` with an error.
+///
+/// # Errors
+/// An I/O error building the tree.
+pub fn vfs_elsewhere() -> io::Result<Tree> {
+    let mut b = TreeBuilder::new();
+    b.file(
+        "proc/cmdline",
+        "BOOT_IMAGE=/vmlinuz-6.8.0 root=/dev/sda1 ro intel_iommu=on iommu=pt vfio-pci.ids=10de:26b9\n",
+    )
+    .mkdir("sys/class/iommu/dmar0")
+    .mkdir("sys/bus/pci/drivers/vfio-pci")
+    .file("usr/lib/nvidia/sriov-manage", "#!/bin/sh\n");
+    b.pci(
+        "0000:26:00.0",
+        PciSpec::new(0x10de, 0x26b9, 0x030200)
+            .driver("nvidia")
+            .group(40),
+    )
+    .sriov(
+        "0000:26:00.0",
+        3,
+        32,
+        4,
+        1,
+        PciSpec::new(0x10de, 0x26b9, 0x030200).driver("vfio-pci"),
+        Some(41),
+    );
+    b.pci(
+        "0000:27:00.0",
+        PciSpec::new(0x10de, 0x26b9, 0x030200)
+            .driver("nvidia")
+            .group(60),
+    )
+    .sriov(
+        "0000:27:00.0",
+        2,
+        32,
+        4,
+        1,
+        PciSpec::new(0x10de, 0x26b9, 0x030200).driver("nvidia"),
+        Some(61),
+    )
+    .vendor_vfio_vf("0000:27:00.4", &L40S_24, 0)
+    // A directory where the attribute should be: reading it fails (EISDIR), as a VF whose
+    // state the driver cannot give answers with an error.
+    .mkdir("sys/devices/pci0000:00/0000:27:00.5/nvidia/current_vgpu_type");
+    b.finish()
+}

@@ -20,9 +20,9 @@ use crate::sys;
 const SOCKET: &str = "/run/gpuslice/lab-agent.sock";
 const STATE: &str = "/tmp/lab-agent-state";
 /// The agent's stderr (its log), read back when a check fails.
-const AGENT_LOG: &str = "/tmp/lab-agent.log";
+pub(crate) const AGENT_LOG: &str = "/tmp/lab-agent.log";
 
-struct Agent(Child);
+pub(crate) struct Agent(pub(crate) Child);
 
 impl Drop for Agent {
     fn drop(&mut self) {
@@ -40,6 +40,11 @@ fn start_with(extra: &[&str]) -> Result<Agent, String> {
 }
 
 fn start_in(state: &str, extra: &[&str]) -> Result<Agent, String> {
+    start_resyncing(state, "0", extra)
+}
+
+/// The agent on [`SOCKET`] with its state in `state`, reading the host every `resync` seconds.
+pub(crate) fn start_resyncing(state: &str, resync: &str, extra: &[&str]) -> Result<Agent, String> {
     let log = fs::File::create(AGENT_LOG).map_err(|e| format!("cannot create {AGENT_LOG}: {e}"))?;
     let child = Command::new(GPUSLICE)
         .args([
@@ -51,7 +56,7 @@ fn start_in(state: &str, extra: &[&str]) -> Result<Agent, String> {
             "--state-dir",
             state,
             "--resync",
-            "0",
+            resync,
             "--no-nvml",
         ])
         .args(extra)
@@ -273,7 +278,7 @@ impl Events {
 }
 
 /// A GET whose answer is text (`/metrics`).
-fn call_text(path: &str) -> Result<String, String> {
+pub(crate) fn call_text(path: &str) -> Result<String, String> {
     let mut s = UnixStream::connect(SOCKET).map_err(|e| format!("connect {SOCKET}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(|e| e.to_string())?;

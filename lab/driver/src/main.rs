@@ -20,6 +20,7 @@ mod checks;
 mod cli;
 mod dra;
 mod facts;
+mod heal;
 mod sys;
 mod wire;
 
@@ -51,6 +52,14 @@ const WITH_IOMMU: &[Check] = &[
     (
         "agent-state-full-and-read-only",
         agent::agent_state_full_and_read_only,
+    ),
+    (
+        "agent-restores-hand-removed-mdevs",
+        heal::agent_restores_hand_removed_mdevs,
+    ),
+    (
+        "agent-state-fifo-and-link-refused",
+        heal::agent_state_fifo_and_link_refused,
     ),
     ("dra-prepare-whole-gpu", dra::dra_whole_gpu),
     ("dra-prepare-mdev", dra::dra_prepare_mdev),
@@ -85,6 +94,7 @@ const RESET_AFTER: &[&str] = &[
     "agent-socket-restart-in-use",
     "agent-sees-hand-changes",
     "agent-state-full-and-read-only",
+    "agent-restores-hand-removed-mdevs",
     "dra-prepare-whole-gpu",
     "dra-prepare-mdev",
     "dra-grpc-stand-in",

@@ -31,6 +31,10 @@ class Sriov(TypedDict):
     vfs: List[str]
     vfDeviceId: NotRequired[str]
     """The PCI device ID the VFs report (may differ from the PF's), `26b9`."""
+    otherDriverVfs: NotRequired[List[Dict[str, str]]]
+    """VFs bound to a driver other than `nvidia` (`address`, `driver`): no vGPU can be made on them."""
+    unreadableVfs: NotRequired[List[Dict[str, str]]]
+    """VFs whose vGPU state cannot be read (`address`, `error`)."""
 
 class Link(TypedDict, total=False):
     currentWidth: Optional[int]

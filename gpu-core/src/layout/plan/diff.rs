@@ -29,6 +29,14 @@ pub(super) fn build(
             Target::Counts(types) => !types.is_empty(),
             Target::Pins(pins) => !pins.is_empty(),
         } || view.instances().next().is_some();
+        if let Some(g) = view.gpu {
+            for u in g.sriov.iter().flat_map(|s| &s.unreadable_vfs) {
+                warnings.push(format!(
+                    "{}: VF {}: its vGPU type cannot be read ({}); it is left out of the plan",
+                    view.label, u.address, u.error
+                ));
+            }
+        }
         let mut gp = match (view.ineligible(), &s.target) {
             (Some(why), target) if wants_something => {
                 let mut gp = empty_plan(&view);
@@ -181,11 +189,17 @@ pub(super) fn plan_counts(
         && instances.is_empty()
         && (options.mode != Mode::Clear || !types.is_empty())
     {
-        let why = match view.gpu.and_then(|g| g.driver.as_deref()) {
-            Some("nvidia") | None => {
+        let other_drivers = view.gpu.and_then(|g| {
+            g.sriov
+                .as_ref()
+                .and_then(|s| s.other_driver_diagnosis(g.vendor_id, g.device_id))
+        });
+        let why = match (view.gpu.and_then(|g| g.driver.as_deref()), other_drivers) {
+            (Some("nvidia"), Some(d)) => format!("it has no vGPU parents: {d}"),
+            (Some("nvidia") | None, _) => {
                 "it has no vGPU parents (is the NVIDIA vGPU host driver loaded?)".to_owned()
             }
-            Some(d) => format!("it is bound to {d}, not to the NVIDIA vGPU host driver"),
+            (Some(d), _) => format!("it is bound to {d}, not to the NVIDIA vGPU host driver"),
         };
         return Err(LayoutError::NotVgpuCapable {
             gpu: view.label.clone(),

@@ -36,7 +36,8 @@
 //! [`FakeKernel::a2_mdev_host`], [`FakeKernel::l40s_vendor_vfio_host`], [`FakeKernel::passthrough_host`]).
 //! Faults are injected by name: [`FakeKernel::failing_at`], [`FakeKernel::hanging`],
 //! [`FakeKernel::with_open_device`], [`FakeKernel::with_silent_probe_failure`],
-//! [`FakeKernel::with_sriov_manage`]. Every write is logged ([`FakeKernel::writes`]).
+//! [`FakeKernel::with_sriov_manage`]. A reload of the vGPU manager, which drops every vGPU, is
+//! [`FakeKernel::reload_vgpu_manager`]. Every write is logged ([`FakeKernel::writes`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -55,6 +56,7 @@ mod mdev;
 mod parse;
 mod pci;
 mod presets;
+mod reload;
 mod sriov;
 mod vendor;
 
@@ -66,6 +68,7 @@ pub use presets::{
     A2_TYPES, L40S_TYPES, add_a2_mdev_gpu, add_passthrough_devices, add_sample_mdev_drivers,
     sample_pools,
 };
+pub use reload::Reloaded;
 
 /// Where NVIDIA installs `sriov-manage`.
 const SRIOV_MANAGE: &str = "/usr/lib/nvidia/sriov-manage";
