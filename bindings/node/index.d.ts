@@ -629,6 +629,8 @@ export interface AgentEvent {
     | 'layout-refused'
     | 'layout-restored'
     | 'layout-not-in-place'
+    | 'promises-restored'
+    | 'promises-not-kept'
     | 'resync'
   data: Record<string, unknown>
 }

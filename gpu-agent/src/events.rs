@@ -47,6 +47,12 @@ pub enum EventKind {
     /// A resync found the host does not hold the watched layout and left it so (an instance
     /// in use, vGPUs the layout does not name, a refused write): what and why, once per change.
     LayoutNotInPlace,
+    /// A resync found the host had lost devices the agent promised through its API (a driver
+    /// reload, a reboot, a removal by hand) and made them again: `restored`, their IDs.
+    PromisesRestored,
+    /// A resync found promised devices missing that it could not make again: `notKept`, each
+    /// with why; said once per change.
+    PromisesNotKept,
     /// The client missed events that are no longer kept: read the topology again.
     Resync,
 }

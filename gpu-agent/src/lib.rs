@@ -44,6 +44,12 @@ pub use agent::{
     Reconciled, Snapshot, TokenError, compose_topology, config_for_root, parse_token,
 };
 pub use daemon::{Daemon, DaemonConfig, DaemonDra, DaemonError};
+
+/// The Rust blocks of the daemon's guide (`docs/agent.md`) are compiled as doctests, so the
+/// guide cannot drift from the library.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/agent.md")]
+pub struct AgentGuide;
 pub use error::{ApiError, RenderError};
 pub use events::{Event, EventBus, EventKind};
 pub use serve::{Access, Listen, ListenError, Listener, ServeOptions, serve, serve_router};

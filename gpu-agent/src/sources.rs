@@ -21,6 +21,25 @@ pub enum UeventMode {
     Off,
 }
 
+/// A `--uevents` value that is none of `auto`, `on`, `off`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a uevent mode: auto, on or off")]
+pub struct UnknownUeventMode(String);
+
+impl std::str::FromStr for UeventMode {
+    type Err = UnknownUeventMode;
+
+    /// `auto`, `on` or `off`, as `gpuslice agent --uevents` takes them.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(UeventMode::Auto),
+            "on" => Ok(UeventMode::On),
+            "off" => Ok(UeventMode::Off),
+            other => Err(UnknownUeventMode(other.to_owned())),
+        }
+    }
+}
+
 /// Opens the uevent socket as `mode` asks; `live` says the root is the local `/`. Open it before
 /// the first read of the host, so that every device change from then on is queued.
 ///

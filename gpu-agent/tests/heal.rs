@@ -214,3 +214,75 @@ fn a_layout_that_cannot_be_restored_is_said_once_per_change() {
     );
     assert!(k.exists(&format!("sys/bus/mdev/devices/{big}")));
 }
+
+#[test]
+fn a_vgpu_made_through_the_api_and_lost_to_a_driver_reload_is_made_again_within_one_resync() {
+    let k = Arc::new(FakeKernel::a2_mdev_host().unwrap());
+    let opts = WatchOptions {
+        resync: Some(RESYNC),
+        ..WatchOptions::default()
+    };
+    let a = start_watched(
+        Arc::clone(&k),
+        |c| c.hooks.metrics = Some(Arc::new(|_| Ok("# the host's metrics\n".to_owned()))),
+        Some(opts),
+    );
+    let body = r#"{"parent": "0000:08:00.5", "profile": "A2-4Q", "machine": "vm1"}"#;
+    let made = support::request(&a.socket, "POST", "/v1/vgpus", Some(body));
+    assert_eq!(made.status, 201, "{}", made.body);
+    let uuid = made.json()["uuid"].as_str().unwrap().to_owned();
+    let from = a.agent.events().revision();
+    k.reload_vgpu_manager().unwrap();
+    assert_eq!(mdevs(&k), 0);
+    let restored = wait_event(&a.agent, SOON, |e| {
+        e.kind == EventKind::PromisesRestored && e.revision > from
+    })
+    .expect("a promises-restored event");
+    assert_eq!(restored.data["restored"], serde_json::json!([uuid]));
+    assert!(k.exists(&format!("sys/bus/mdev/devices/{uuid}")));
+    assert_eq!(metric(&a, "gpuslice_agent_promises_restored_total"), "1");
+    // In place again: later resyncs write nothing.
+    let writes = k.writes().len();
+    std::thread::sleep(RESYNC * 4);
+    assert_eq!(k.writes().len(), writes);
+}
+
+#[test]
+fn a_promise_the_host_cannot_take_back_is_said_once_not_on_every_resync() {
+    let k = Arc::new(FakeKernel::a2_mdev_host().unwrap());
+    let opts = WatchOptions {
+        resync: Some(RESYNC),
+        ..WatchOptions::default()
+    };
+    let a = start_watched(Arc::clone(&k), |_| {}, Some(opts));
+    let body = r#"{"parent": "0000:08:00.5", "profile": "A2-4Q", "machine": "vm1"}"#;
+    let made = support::request(&a.socket, "POST", "/v1/vgpus", Some(body));
+    assert_eq!(made.status, 201, "{}", made.body);
+    let uuid = made.json()["uuid"].as_str().unwrap().to_owned();
+    // Removed by hand, and its room taken by another 4 GiB vGPU made by hand on the same VF:
+    // the promise cannot be kept.
+    k.write(&format!("sys/bus/mdev/devices/{uuid}/remove"), b"1")
+        .unwrap();
+    let other = "6f1a2b3c-0000-4000-8000-0000000000bb";
+    k.write(
+        "sys/class/mdev_bus/0000:08:00.5/mdev_supported_types/nvidia-746/create",
+        other.as_bytes(),
+    )
+    .unwrap();
+    let first = wait_event(&a.agent, SOON, |e| e.kind == EventKind::PromisesNotKept)
+        .expect("a promises-not-kept event");
+    assert!(
+        first.data["notKept"][0].as_str().unwrap().contains(&uuid),
+        "{}",
+        first.data
+    );
+    std::thread::sleep(RESYNC * 6);
+    let (backlog, _) = a.agent.events().subscribe(first.revision - 1);
+    let said = backlog
+        .iter()
+        .filter(|e| e.kind == EventKind::PromisesNotKept)
+        .count();
+    assert_eq!(said, 1, "{backlog:?}");
+    assert!(k.exists(&format!("sys/bus/mdev/devices/{other}")));
+    assert_eq!(a.agent.stats().promises_restored(), 0);
+}

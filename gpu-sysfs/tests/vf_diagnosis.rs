@@ -164,3 +164,16 @@ fn doctor_names_the_vfs_driver_and_does_not_say_to_install_the_vgpu_manager() {
     assert_eq!(state.subject.as_deref(), Some("nvidia1 (0000:27:00.0)"));
     assert!(state.message.contains("VF 0000:27:00.5"), "{state:?}");
 }
+
+#[test]
+fn a_vgpu_asked_of_a_gpu_whose_vfs_vfio_pci_took_names_the_driver_and_the_fix() {
+    let t = doctor_hosts::vfs_elsewhere().unwrap();
+    let host = RealHost::new(t.root()).unwrap();
+    let e =
+        gpu_sysfs::actuate::mdev_parent_on_gpu(&host, &addr("0000:26:00.0"), "L40S-24Q", None, &[])
+            .unwrap_err();
+    let msg = gpu_core::error_chain(&e);
+    assert!(msg.contains("(vfio-pci)"), "{msg}");
+    assert!(msg.contains("vfio-pci.ids="), "{msg}");
+    assert!(!msg.contains("is the vGPU host driver loaded"), "{msg}");
+}

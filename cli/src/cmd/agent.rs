@@ -41,10 +41,9 @@ pub struct AgentArgs {
     /// Do not load NVML, even with `--root /`: health from sysfs signals only, no XID or ECC events.
     #[arg(long)]
     pub no_nvml: bool,
-    /// Keep this layout file applied: at start and whenever it changes (the file's directory
-    /// is watched, so a mounted ConfigMap's symlink swap is seen). Same safety as `vgpu apply`:
-    /// instances a VM holds are left alone and reported. With `--dra`, before Kubernetes 1.36.2
-    /// it also picks the one size each GPU offers in the published slices.
+    /// Keep this layout file applied: at start, when it changes (a ConfigMap's symlink swap too)
+    /// and when the host lost what it made (each resync). Same safety as `vgpu apply`. With
+    /// `--dra`, before Kubernetes 1.36.2 it picks the one size each GPU offers in the slices.
     #[arg(long, value_name = "FILE")]
     pub layout: Option<PathBuf>,
     /// The config of --layout to apply (may be left out when the file has only one).
@@ -61,9 +60,10 @@ pub struct AgentArgs {
         conflicts_with = "config"
     )]
     pub config_label: Option<String>,
-    /// Listen to the kernel's uevents: `auto` (only with `--root /`), `on`, `off`.
-    #[arg(long, value_enum, default_value_t = Uevents::Auto)]
-    pub uevents: Uevents,
+    /// Listen to the kernel's uevents: `auto` (only on the live host, `--root /`), `on` (always;
+    /// fails to start without the netlink socket), `off` (only the periodic resync).
+    #[arg(long, default_value = "auto", value_name = "auto|on|off")]
+    pub uevents: UeventMode,
     /// A sysfs read slower than this (ms) is reported; its GPU is Unknown until a read answers.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     pub read_deadline: u64,
@@ -74,9 +74,8 @@ pub struct AgentArgs {
 // The kubelet plugin's options (`--dra`).
 #[derive(clap::Args, Debug)]
 pub struct DraArgs {
-    /// Also serve as a Kubernetes DRA driver: register with the kubelet and prepare the claims
-    /// it names (reading them from the API server), with a CDI spec and KubeVirt's device
-    /// metadata per claim, and stream device health.
+    /// Also serve as a Kubernetes DRA driver: register with the kubelet, prepare the claims it
+    /// names (with a CDI spec and KubeVirt's device metadata each), stream device health.
     #[arg(long)]
     pub dra: bool,
     /// The DRA driver name the devices are published under.
@@ -108,17 +107,6 @@ pub struct DraArgs {
     pub max_apiserver_answer: u64,
 }
 
-/// `--uevents`.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Uevents {
-    /// Only on the live host (`--root /`).
-    Auto,
-    /// Always (fails to start without the netlink socket).
-    On,
-    /// Never: only the periodic resync.
-    Off,
-}
-
 /// Runs the agent until SIGTERM or Ctrl-C: the flags become a [`DaemonConfig`], checked by
 /// [`gpu_agent::Daemon::open`] before anything touches the host.
 ///
@@ -126,7 +114,6 @@ pub enum Uevents {
 /// Any [`gpu_agent::DaemonError`]: an invalid option, host, state file or listener.
 pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let listen: Result<Vec<_>, _> = a.listen.iter().map(|s| s.parse()).collect();
-    let named = a.config;
     let mut config = DaemonConfig {
         listen: listen.context("--listen")?,
         token_file: a.token_file,
@@ -136,15 +123,11 @@ pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
         resync: (a.resync > 0).then(|| Duration::from_secs(a.resync)),
         lock_timeout: Duration::from_secs(a.lock_timeout),
         nvml: !a.no_nvml,
-        layout: a.layout.map(|path| WatchedLayout {
+        layout: (a.layout).map(|path| WatchedLayout {
             path,
-            config: named,
+            config: a.config,
         }),
-        uevents: match a.uevents {
-            Uevents::Auto => UeventMode::Auto,
-            Uevents::On => UeventMode::On,
-            Uevents::Off => UeventMode::Off,
-        },
+        uevents: a.uevents,
         read_deadline: Duration::from_millis(a.read_deadline.max(1)),
         document_limit: crate::common::document_limit(),
         ..DaemonConfig::new(g.node_name(), g.root.clone())

@@ -25,6 +25,7 @@ pub mod config;
 pub mod gpus;
 pub mod handoff;
 pub mod heal;
+pub mod keep;
 pub mod layout;
 pub mod machines;
 pub mod metrics;

@@ -19,6 +19,7 @@ pub struct Stats {
     pub(crate) layouts_applied: AtomicU64,
     pub(crate) layouts_refused: AtomicU64,
     pub(crate) layouts_restored: AtomicU64,
+    pub(crate) promises_restored: AtomicU64,
     /// 1 while a resync finds the watched layout not in place (and could not make it again).
     pub(crate) layout_not_in_place: AtomicBool,
     pub(crate) narrow_rereads: AtomicU64,
@@ -187,6 +188,11 @@ impl Stats {
         self.layouts_restored.load(Ordering::Relaxed)
     }
 
+    /// Resyncs that made again devices the agent had promised and the host had lost.
+    pub fn promises_restored(&self) -> u64 {
+        self.promises_restored.load(Ordering::Relaxed)
+    }
+
     /// Host reads (refreshes) done.
     pub fn resyncs(&self) -> u64 {
         self.resyncs.load(Ordering::Relaxed)
@@ -291,6 +297,12 @@ impl Stats {
             "counter",
             "Resyncs that found the host had lost part of the watched layout and made it again.",
             n(&self.layouts_restored).to_string(),
+        );
+        metric(
+            "gpuslice_agent_promises_restored_total",
+            "counter",
+            "Resyncs that found the host had lost devices the agent promised and made them again.",
+            n(&self.promises_restored).to_string(),
         );
         metric(
             "gpuslice_agent_layout_not_in_place",

@@ -221,9 +221,13 @@ pub fn start(
             "resync",
             Box::new(move || {
                 let mut next = Instant::now() + period;
+                let mut kept = crate::agent::keep::KeptPromises::default();
                 while !stopping(&a) {
                     std::thread::sleep(TICK.min(period));
                     if Instant::now() >= next {
+                        // What the host lost of the agent's promises is made again first, so
+                        // the read that follows serves it.
+                        a.keep_promises(&mut kept);
                         r.request();
                         next = Instant::now() + period;
                     }

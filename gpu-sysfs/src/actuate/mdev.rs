@@ -390,6 +390,33 @@ pub fn list_instances(host: &dyn Host) -> Result<Vec<MdevInstance>> {
     Ok(out)
 }
 
+/// Why a GPU with `vfs` has no mdev parent: VFs held by another driver than `nvidia` are named
+/// with their driver and the fix (a `vfio-pci.ids=` that also matches the VFs' device ID, or a
+/// `driver_override`, grabs them before the vGPU manager); else the driver or SR-IOV is missing.
+fn no_parent_why(host: &dyn Host, vfs: &[gpu_core::PciAddress]) -> String {
+    let elsewhere: Vec<String> = vfs
+        .iter()
+        .filter_map(|vf| {
+            let driver = super::pci_driver(host, vf)?;
+            (driver != "nvidia").then(|| format!("{vf} ({driver})"))
+        })
+        .collect();
+    match elsewhere.as_slice() {
+        [] => "neither it nor its VFs are mdev parents (is the vGPU host driver loaded and SR-IOV \
+               enabled?)"
+            .to_owned(),
+        [first, ..] => format!(
+            "its VFs are bound to another driver than nvidia ({} of {}, first {first}), so the \
+             vGPU manager offers no types on them: take the VFs' device ID out of \
+             `vfio-pci.ids=` (kernel command line or modprobe.d), clear each VF's \
+             driver_override, unbind it and write its address to /sys/bus/pci/drivers_probe \
+             (`gpuslice doctor` names each VF)",
+            elsewhere.len(),
+            vfs.len()
+        ),
+    }
+}
+
 /// The mdev parent of the physical GPU `gpu` that an instance of `profile` named `uuid` goes
 /// to, and the type there: the one rule every road that creates on a GPU shares (`vgpu create`,
 /// the agent's `POST /v1/vgpus`, a layout's creations). The parents are the GPU itself when it is
@@ -409,17 +436,14 @@ pub fn mdev_parent_on_gpu(
     uuid: Option<&MdevUuid>,
     exclude: &[ParentId],
 ) -> Result<(ParentId, VgpuTypeId)> {
+    let vfs = super::vendor::vfs_of(host, gpu);
     let mut parents: Vec<ParentId> = vec![ParentId::Pci(*gpu)];
-    parents.extend(
-        super::vendor::vfs_of(host, gpu)
-            .into_iter()
-            .map(ParentId::Pci),
-    );
+    parents.extend(vfs.iter().copied().map(ParentId::Pci));
     parents.retain(|p| host.exists(&parent_link(p)));
     let Some(first) = parents.first() else {
         return Err(ActuateError::Unsupported {
             device: gpu.to_string(),
-            why: "neither it nor its VFs are mdev parents (is the vGPU host driver loaded and SR-IOV enabled?)".to_owned(),
+            why: no_parent_why(host, &vfs),
         });
     };
     let type_id = resolve_mdev_profile(host, first, profile)?;
