@@ -49,7 +49,8 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
             Output::Table => {
                 let mut rows: Vec<Vec<String>> = t.gpus.iter().map(gpu_row).collect();
                 let mut headers = GPU_HEADERS.to_vec();
-                add_holder_column(&mut headers, &mut rows, &t.gpus, &holders);
+                let holder = |a: &gpu_core::PciAddress| holders.gpu(a).map(ToString::to_string);
+                add_holder_column(&mut headers, &mut rows, &t.gpus, &holder);
                 print!("{}", render_table(&headers, &rows));
                 print_warnings(&t);
             }

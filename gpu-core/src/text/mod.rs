@@ -4,7 +4,7 @@
 
 mod topology;
 
-pub use topology::topology;
+pub use topology::{HolderOf, PendingRow, Shown, add_holder_column, topology};
 
 use crate::Gpu;
 

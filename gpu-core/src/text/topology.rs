@@ -3,17 +3,59 @@
 use std::fmt::Write as _;
 
 use super::{GPU_HEADERS, dash, gpu_row, indent, render_table};
-use crate::{Allocation, NodeTopology, PciAddress, pool, usage};
+use crate::{Allocation, Instance, NodeTopology, ParentId, PciAddress, pool, usage};
 
 fn mib(v: u64) -> String {
     format!("{v} MiB")
 }
 
-/// The topology as people read it: GPUs, then vGPU parents grouped per GPU with each profile's
-/// free count and the instances with their parents and holders (the Machine whose allocation
-/// holds it, among `allocations`; else `in use` when a process holds it open), then the GPU
-/// memory line with the allocations counted.
-pub fn topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
+/// A process (or anything else) holding a device open, as HOLDER shows it.
+pub type HolderOf<'a, T> = &'a dyn Fn(&T) -> Option<String>;
+
+/// A vGPU an allocation holds that the host does not show yet: its parent and its row
+/// (`INSTANCE`, `PROFILE`, `SIZE`, `PARENT`, `HOLDER`).
+pub type PendingRow = (ParentId, [String; 5]);
+
+/// What the topology page shows beside the node: the allocations on it, who holds its devices
+/// open, and the vGPUs allocated but not made yet.
+#[derive(Default)]
+pub struct Shown<'a> {
+    /// The node the memory line counts `allocations` on (`None`: the page's node).
+    pub snapshot: Option<&'a NodeTopology>,
+    /// The allocations: an instance one holds shows its Machine.
+    pub allocations: &'a [Allocation],
+    /// Who holds a GPU open (a HOLDER column appears when anyone does).
+    pub gpu_holder: Option<HolderOf<'a, PciAddress>>,
+    /// Who holds an instance open (else `in use` when the host says it is).
+    pub instance_holder: Option<HolderOf<'a, Instance>>,
+    /// Allocated vGPUs the host does not show yet, listed under their parent's pool.
+    pub pending: &'a [PendingRow],
+}
+
+/// Adds a HOLDER column to a table of `gpus` (one row each) when `holder` names anyone for one
+/// of them (a VM with it passed through); otherwise the table stays as it was.
+pub fn add_holder_column(
+    headers: &mut Vec<&str>,
+    rows: &mut [Vec<String>],
+    gpus: &[crate::Gpu],
+    holder: HolderOf<'_, PciAddress>,
+) {
+    let held: Vec<Option<String>> = gpus.iter().map(|g| holder(&g.address)).collect();
+    if held.iter().all(Option::is_none) {
+        return;
+    }
+    headers.push("HOLDER");
+    for (r, h) in rows.iter_mut().zip(held) {
+        r.push(h.unwrap_or_else(|| "-".to_owned()));
+    }
+}
+
+/// The topology as people read it: GPUs (with HOLDER when something holds one open), then vGPU
+/// parents grouped per GPU with each profile's free count and the instances with their parents
+/// and holders (the Machine whose allocation holds it, made or not yet; else what holds it
+/// open, or `in use`), then the GPU memory line with the allocations counted.
+pub fn topology(t: &NodeTopology, shown: &Shown<'_>) -> String {
+    let allocations = shown.allocations;
     let mut out = String::new();
     let _ = writeln!(out, "Node {}", t.node);
     let _ = writeln!(out);
@@ -21,7 +63,7 @@ pub fn topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
     if t.gpus.is_empty() {
         let _ = writeln!(out, "  (none)");
     } else {
-        let rows: Vec<Vec<String>> = t
+        let mut rows: Vec<Vec<String>> = t
             .gpus
             .iter()
             .map(|g| {
@@ -33,6 +75,9 @@ pub fn topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
             .collect();
         let mut headers = GPU_HEADERS.to_vec();
         headers.extend(["MEMORY", "WHY"]);
+        if let Some(holder) = shown.gpu_holder {
+            add_holder_column(&mut headers, &mut rows, &t.gpus, holder);
+        }
         out.push_str(&indent(&render_table(&headers, &rows)));
     }
 
@@ -97,7 +142,7 @@ pub fn topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
                 &rows,
             ))));
         }
-        let instances: Vec<Vec<String>> = members
+        let mut instances: Vec<Vec<String>> = members
             .iter()
             .flat_map(|p| {
                 p.instances.iter().map(|i| {
@@ -113,13 +158,23 @@ pub fn topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
                         p.id.to_string(),
                         match usage::allocated_instance(t, allocations, p, i) {
                             Some(a) => format!("Machine {}", a.machine),
-                            None if i.in_use == Some(true) => "in use".to_owned(),
-                            None => "-".to_owned(),
+                            None => match shown.instance_holder.and_then(|h| h(i)) {
+                                Some(h) => h,
+                                None if i.in_use == Some(true) => "in use".to_owned(),
+                                None => "-".to_owned(),
+                            },
                         },
                     ]
                 })
             })
             .collect();
+        instances.extend(
+            shown
+                .pending
+                .iter()
+                .filter(|(parent, _)| members.iter().any(|p| p.id == *parent))
+                .map(|(_, row)| row.to_vec()),
+        );
         if !instances.is_empty() {
             out.push_str(&indent(&indent(&render_table(
                 &["INSTANCE", "PROFILE", "SIZE", "PARENT", "HOLDER"],
@@ -129,7 +184,7 @@ pub fn topology(t: &NodeTopology, allocations: &[Allocation]) -> String {
     }
 
     // Memory handed out: vGPU framebuffer in use, plus whole GPUs bound to vfio-pci.
-    let usage = usage::vram_usage(t, allocations);
+    let usage = usage::vram_usage(shown.snapshot.unwrap_or(t), allocations);
     let _ = writeln!(out);
     let _ = writeln!(out, "GPU memory: {}", usage.summary());
     out
