@@ -16,11 +16,20 @@ pub fn clip(text: &str, max: usize) -> Cow<'_, str> {
     if text.len() <= max {
         return Cow::Borrowed(text);
     }
-    let mut end = max;
+    Cow::Owned(format!(
+        "{}… ({} bytes)",
+        &text[..floor_boundary(text, max)],
+        text.len()
+    ))
+}
+
+/// The largest character boundary of `text` at or below `max` (`text.len()` when shorter).
+pub(crate) fn floor_boundary(text: &str, max: usize) -> usize {
+    let mut end = max.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len()))
+    end
 }
 
 /// A name as shown: [`clip`] at [`MAX_NAME`].

@@ -28,18 +28,20 @@ impl Agent {
             return;
         };
         let host = self.host.as_ref();
-        let lost = state
-            .promises
-            .iter()
-            .filter(|p| p.phase == Phase::Created)
-            .any(|p| match &p.device {
-                Device::Mdev { uuid, .. } => actuate::list_instances(host)
-                    .map(|l| !l.iter().any(|i| i.uuid == *uuid))
-                    .unwrap_or(false),
-                Device::VendorVfio { vf, type_num } => {
-                    actuate::current_type(host, vf).is_ok_and(|t| t != *type_num)
-                }
-            });
+        let created = || state.promises.iter().filter(|p| p.phase == Phase::Created);
+        // The host's mdevs are listed once, and only when a promise is one.
+        let mdevs = created()
+            .any(|p| matches!(p.device, Device::Mdev { .. }))
+            .then(|| actuate::list_instances(host).ok())
+            .flatten();
+        let lost = created().any(|p| match &p.device {
+            Device::Mdev { uuid, .. } => mdevs
+                .as_ref()
+                .is_some_and(|l| !l.iter().any(|i| i.uuid == *uuid)),
+            Device::VendorVfio { vf, type_num } => {
+                actuate::current_type(host, vf).is_ok_and(|t| t != *type_num)
+            }
+        });
         if !lost {
             if !kept.said.is_empty() {
                 crate::log!("gpuslice agent: every promise is kept again");

@@ -42,11 +42,7 @@ pub struct DeviceState {
 
 fn clip(mut s: String) -> String {
     if s.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE - 3;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
+        s.truncate(crate::shown::floor_boundary(&s, MAX_MESSAGE - 3));
         s.push_str("...");
     }
     s
