@@ -658,6 +658,16 @@ export declare class AgentClient {
   /** A GPU graded Unhealthy is refused (`unhealthy`) unless `force`; a Degraded one comes with `warnings`. */
   bind(gpu: string, options?: { force?: boolean }): Promise<Record<string, unknown>>
   release(gpu: string, options?: { force?: boolean }): Promise<Record<string, unknown>>
+  /**
+   * `POST /v1/realize`: a placed Machine's devices made on this node in one call (`allocation`:
+   * the document `gpuslice place` prints, as text or an object; `machine` picks one of several).
+   * The answer has the hand-off and `allocation` with `status: created`. A GPU graded Unhealthy
+   * is refused (`unhealthy`) unless `force`.
+   */
+  realize(
+    allocation: string | Record<string, unknown>,
+    options?: { machine?: string; force?: boolean },
+  ): Promise<Record<string, unknown>>
   applyLayout(
     layout: string,
     options?: { config?: string; dryRun?: boolean; force?: boolean },

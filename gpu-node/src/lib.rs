@@ -35,6 +35,7 @@ pub mod node;
 pub mod open;
 mod probe;
 pub mod realize;
+pub mod recover;
 pub mod target;
 pub mod text;
 

@@ -264,3 +264,22 @@ pub fn whole_node(node: &str, gpus: usize) -> NodeTopology {
     }
     n
 }
+
+/// What `gpuslice place --save` records for `machine` (a Machine document) placed on `node`
+/// alone with the default policy: the allocation, `pending`.
+///
+/// # Panics
+/// When the document is not a Machine or it does not fit: a test's own input.
+#[allow(clippy::expect_used)]
+pub fn placed_on(node: NodeTopology, machine: serde_json::Value) -> gpu_core::Allocation {
+    let fleet = gpu_core::Fleet {
+        nodes: vec![node],
+        allocations: Vec::new(),
+        templates: Default::default(),
+    };
+    let mut state = crate::FleetState::new(fleet).expect("a fleet of one node");
+    let m: gpu_core::Machine = serde_json::from_value(machine).expect("a Machine document");
+    state
+        .place(&m, crate::Policy::default())
+        .expect("the Machine fits")
+}

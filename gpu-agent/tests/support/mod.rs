@@ -10,6 +10,10 @@ use std::sync::Arc;
 use gpu_agent::{Agent, AgentConfig, Listener};
 use gpu_sysfs::testing::FakeKernel;
 
+/// A GPU's `aer_dev_fatal` with three fatal errors: graded Unhealthy.
+pub const FATAL_AER: &str = "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO 0\nCmpltAbrt 0\n\
+UnxCmplt 0\nRxOF 0\nMalfTLP 3\nECRC 0\nUnsupReq 0\nACSViol 0\nTOTAL_ERR_FATAL 3\n";
+
 pub struct Running {
     pub socket: PathBuf,
     pub agent: Arc<Agent>,
