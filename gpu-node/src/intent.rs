@@ -87,6 +87,29 @@ pub enum Planned {
     },
 }
 
+impl Planned {
+    /// The creation a first write names: an mdev's `create` (its UUID), a VF's
+    /// `current_vgpu_type` set to a type (its address).
+    pub(crate) fn of_write(path: &str, data: &[u8]) -> Option<Planned> {
+        let path = path.trim_start_matches('/');
+        let text = String::from_utf8_lossy(data);
+        let text = text.trim();
+        if path.ends_with("/create") && path.contains("/mdev_supported_types/") {
+            return text
+                .parse::<gpu_core::MdevUuid>()
+                .ok()
+                .map(|uuid| Planned::Mdev { uuid });
+        }
+        let vf = path
+            .strip_prefix("sys/bus/pci/devices/")?
+            .strip_suffix("/nvidia/current_vgpu_type")?;
+        let set = text.parse::<u32>().is_ok_and(|t| t != 0);
+        set.then(|| vf.parse().ok())
+            .flatten()
+            .map(|vf| Planned::VfType { vf })
+    }
+}
+
 impl std::fmt::Display for Planned {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -301,7 +301,7 @@ impl<'h> Node<'h> {
         // What the first write would make is named in the intent, so that a write killed
         // half-way can be undone ([`crate::recover`]).
         let first = probe.first_write();
-        let planned = first.and_then(|(path, data)| crate::recover::planned_of_write(&path, &data));
+        let planned = first.and_then(|(path, data)| intent::Planned::of_write(&path, &data));
         let intent = match planned {
             Some(p) => intent().creating(vec![p]),
             None => intent(),

@@ -12,7 +12,7 @@
 
 use serde::Serialize;
 
-use gpu_core::{MdevUuid, PciAddress};
+use gpu_core::PciAddress;
 use gpu_sysfs::Host;
 
 use crate::intent::{self, Intent, IntentState, Planned};
@@ -122,27 +122,6 @@ fn vf_type(host: &dyn Host, vf: &PciAddress) -> u32 {
         .ok()
         .and_then(|b| String::from_utf8_lossy(&b).trim().parse().ok())
         .unwrap_or(0)
-}
-
-/// The creation a first write names: an mdev's `create` (its UUID), a VF's
-/// `current_vgpu_type` set to a type (its address).
-pub(crate) fn planned_of_write(path: &str, data: &[u8]) -> Option<Planned> {
-    let path = path.trim_start_matches('/');
-    let text = String::from_utf8_lossy(data);
-    let text = text.trim();
-    if path.ends_with("/create") && path.contains("/mdev_supported_types/") {
-        return text
-            .parse::<MdevUuid>()
-            .ok()
-            .map(|uuid| Planned::Mdev { uuid });
-    }
-    let vf = path
-        .strip_prefix("sys/bus/pci/devices/")?
-        .strip_suffix("/nvidia/current_vgpu_type")?;
-    let set = text.parse::<u32>().is_ok_and(|t| t != 0);
-    set.then(|| vf.parse().ok())
-        .flatten()
-        .map(|vf| Planned::VfType { vf })
 }
 
 /// The node's readiness checks ([`gpu_integrations::doctor::diagnose`]) and, when the node's
