@@ -13,15 +13,7 @@ use support::{request, start};
 /// fatal AER errors (Unhealthy), `0000:02:00.0` trained at x8 where its peer runs x16 (Degraded).
 fn kernel() -> Arc<FakeKernel> {
     let mut b = TreeBuilder::new();
-    b.pci(
-        "0000:01:00.0",
-        PciSpec::new(0x10de, 0x2204, 0x030000)
-            .driver("nvidia")
-            .group(1)
-            .link(16, 16, "16.0 GT/s PCIe", "16.0 GT/s PCIe"),
-    )
-    .attr("0000:01:00.0", "aer_dev_fatal", support::FATAL_AER)
-    .pci(
+    support::unhealthy_gpu(&mut b).pci(
         "0000:02:00.0",
         PciSpec::new(0x10de, 0x2204, 0x030000)
             .driver("nvidia")

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use gpu_core::Allocation;
 use gpu_sysfs::discover::DiscoverOptions;
-use gpu_sysfs::testing::{FakeKernel, PciSpec, TreeBuilder};
+use gpu_sysfs::testing::{FakeKernel, TreeBuilder};
 use support::{request, start};
 
 const NODE: &str = "node-a";
@@ -82,14 +82,7 @@ fn an_allocation_for_another_node_or_not_an_allocation_is_refused_with_nothing_w
 /// One GPU with three fatal AER errors (Unhealthy), alone in its IOMMU group on `nvidia`.
 fn unhealthy_gpu() -> Arc<FakeKernel> {
     let mut b = TreeBuilder::new();
-    b.pci(
-        "0000:01:00.0",
-        PciSpec::new(0x10de, 0x2204, 0x030000)
-            .driver("nvidia")
-            .group(1)
-            .link(16, 16, "16.0 GT/s PCIe", "16.0 GT/s PCIe"),
-    )
-    .attr("0000:01:00.0", "aer_dev_fatal", support::FATAL_AER);
+    support::unhealthy_gpu(&mut b);
     Arc::new(FakeKernel::new(b.finish().unwrap()).unwrap())
 }
 
