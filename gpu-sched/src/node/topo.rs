@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use gpu_core::{Gpu, MediatedDevices, NodeTopology, Parent, ParentId, PciAddress, Pool};
+use gpu_core::{Fabric, Gpu, MediatedDevices, NodeTopology, Parent, ParentId, PciAddress, Pool};
 
 /// A node's topology as given, its parents' type lists aside (they live in the shared profile
 /// tables; [`super::NodeState::topology`] puts them back).
@@ -18,6 +18,8 @@ pub(crate) struct Topo {
     pub parents: Box<[Arc<Parent>]>,
     pub pools: Box<[Arc<Pool>]>,
     pub warnings: Box<[String]>,
+    /// The NVSwitch fabric, shared by nodes whose fabrics are equal.
+    pub fabric: Option<Arc<Fabric>>,
 }
 
 impl Topo {
@@ -55,6 +57,7 @@ impl Topo {
                 pools: self.pools.iter().map(|p| Pool::clone(p)).collect(),
             },
             warnings: self.warnings.to_vec(),
+            fabric: self.fabric.as_deref().cloned(),
         }
     }
 }
@@ -112,6 +115,8 @@ pub(crate) struct TopoTables {
     parents: Interner<Parent>,
     pools: Interner<Pool>,
     models: HashMap<Box<str>, Arc<str>>,
+    /// The fabrics met most recently (nodes of one baseboard share one).
+    fabrics: Vec<Arc<Fabric>>,
     /// Nodes removed since the last prune.
     removed: usize,
 }
@@ -145,13 +150,28 @@ impl TopoTables {
                 self.pools.intern(key, p)
             })
             .collect();
+        let fabric = t.fabric.map(|f| self.fabric(f));
         Topo {
             node: t.node.into_boxed_str(),
             gpus,
             parents,
             pools,
             warnings: t.warnings.into_boxed_slice(),
+            fabric,
         }
+    }
+
+    /// The shared copy of a fabric equal to `f` among the last few met, or `f` made one.
+    fn fabric(&mut self, f: Fabric) -> Arc<Fabric> {
+        if let Some(known) = self.fabrics.iter().rev().find(|k| ***k == f) {
+            return Arc::clone(known);
+        }
+        if self.fabrics.len() == 8 {
+            self.fabrics.remove(0);
+        }
+        let f = Arc::new(f);
+        self.fabrics.push(Arc::clone(&f));
+        f
     }
 
     /// The shared lower-case spelling of a model name.
