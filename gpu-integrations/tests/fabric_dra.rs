@@ -183,3 +183,41 @@ fn bare_metal_mode_and_nodes_without_fabric_take_any_set() {
     node.fabric = None;
     assert!(plan_prepare(&claim(&node, &[0, 1, 2]), "u", DEFAULT_DRIVER, &node).is_ok());
 }
+
+#[test]
+fn the_example_hgx_claim_matches_an_attribute_every_whole_gpu_carries() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/dra/30-claims.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let t = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "hgx-four-gpus-one-partition")
+        .unwrap();
+    let devices = &t["spec"]["spec"]["devices"];
+    assert_eq!(devices["requests"][0]["exactly"]["count"], 4);
+    let attr = devices["constraints"][0]["matchAttribute"]
+        .as_str()
+        .unwrap();
+    assert_eq!(attr, format!("{DEFAULT_DRIVER}/partition4"));
+    // On the HGX node the GPUs sharing a value of it are four, and they are one partition.
+    let node = hgx(FabricMode::SharedNvswitch);
+    let slices = node_slices(&node, &DraOptions::default()).unwrap();
+    let mut groups: std::collections::BTreeMap<i64, Vec<usize>> = Default::default();
+    for d in slices.slices.iter().flat_map(|s| s.spec.devices.iter()) {
+        let i = (0..8)
+            .find(|&i| d.name == gpu_device_name(&addr(i)))
+            .unwrap();
+        groups
+            .entry(int(d, "partition4").unwrap())
+            .or_default()
+            .push(i);
+    }
+    assert_eq!(groups.len(), 2);
+    for members in groups.values() {
+        let plan = plan_prepare(&claim(&node, members), "u", DEFAULT_DRIVER, &node);
+        assert_eq!(plan.unwrap().len(), 4);
+    }
+}
