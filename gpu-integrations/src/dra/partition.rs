@@ -120,3 +120,45 @@ pub fn claim_partition<'n>(
         ),
     }
 }
+
+/// The annotation naming the NVSwitch partition a VM's whole GPUs are.
+pub const PARTITION_ANNOTATION: &str = "gpuslice.dev/nvswitch-partition";
+/// The annotation saying which NVIDIA driver the guest must run.
+pub const GUEST_DRIVER_ANNOTATION: &str = "gpuslice.dev/guest-driver";
+
+/// What a VM's guest needs when `allocation`'s whole GPUs sit on an NVSwitch fabric that
+/// activates partitions: the partition they are, and that the guest's NVIDIA driver must be the
+/// version of the host's Fabric Manager (operators report `cuInit` error 802 otherwise, as for
+/// GPUs without an active partition). Empty elsewhere.
+pub fn guest_annotations(
+    node: &NodeTopology,
+    allocation: &gpu_core::Allocation,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some(f) = node.fabric.as_ref().filter(|f| f.requires_partitions()) else {
+        return out;
+    };
+    let gpus: Vec<PciAddress> = allocation
+        .devices
+        .iter()
+        .filter_map(|d| match d {
+            gpu_core::AllocatedDevice::Gpu { address, .. } => Some(*address),
+            gpu_core::AllocatedDevice::Vgpu { .. } => None,
+        })
+        .collect();
+    if gpus.is_empty() {
+        return out;
+    }
+    if let Some(p) = f.exact(&gpus) {
+        out.insert(PARTITION_ANNOTATION.to_owned(), p.id.to_string());
+    }
+    let version = f.fabric_manager.version.as_deref().map_or_else(
+        || "the version of the host's Fabric Manager (not known here: `nv-fabricmanager --version` on the host)".to_owned(),
+        |v| format!("{v}, the version of the host's Fabric Manager"),
+    );
+    out.insert(
+        GUEST_DRIVER_ANNOTATION.to_owned(),
+        format!("NVIDIA driver {version}; without it CUDA fails in the guest (cuInit error 802)"),
+    );
+    out
+}
