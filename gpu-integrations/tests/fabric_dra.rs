@@ -129,11 +129,9 @@ fn a_claim_of_one_partitions_gpus_is_planned() {
     let node = hgx(FabricMode::SharedNvswitch);
     let plan = plan_prepare(&claim(&node, &[0, 1, 4, 5]), "uid-1", DEFAULT_DRIVER, &node);
     assert_eq!(plan.unwrap().len(), 4);
-    let p = gpu_integrations::dra::partition::claim_partition(
-        &plan_prepare(&claim(&node, &[7, 5]), "uid-2", DEFAULT_DRIVER, &node).unwrap(),
-        &node,
-    )
-    .unwrap();
+    let plan = plan_prepare(&claim(&node, &[7, 5]), "uid-2", DEFAULT_DRIVER, &node).unwrap();
+    let gpus = gpu_integrations::dra::prepare::bound_gpus(&plan);
+    let p = gpu_integrations::dra::partition::claim_partition(&gpus, &node).unwrap();
     assert_eq!(p.map(|p| p.id), Some(7));
 }
 
