@@ -23,8 +23,11 @@ use crate::resolve::Req;
 pub(crate) struct PartIx {
     /// Place in [`Fabric::partitions`].
     at: usize,
-    /// Members' GPU indices; `None` when a member is not among the node's GPUs.
+    /// Members' GPU indices; `None` when a member is not among the node's GPUs (or past the
+    /// 64th).
     members: Option<Box<[u16]>>,
+    /// The members as a bit per GPU index.
+    bits: u64,
 }
 
 /// A node's fabric and its partitions indexed by GPU, shared by the nodes of one baseboard.
@@ -37,6 +40,8 @@ pub(crate) struct FabricIx {
     /// `(size, members as a bit per GPU index)` of the healthy partitions whose members are all
     /// on the node among its first 64 GPUs: the cheap test a search runs before fitting.
     masks: Box<[(u32, u64)]>,
+    /// The partition sizes, largest first.
+    sizes: Box<[usize]>,
 }
 
 impl FabricIx {
@@ -45,17 +50,21 @@ impl FabricIx {
             .partitions
             .iter()
             .enumerate()
-            .map(|(at, p)| PartIx {
-                at,
-                members: p
+            .map(|(at, p)| {
+                let members: Option<Box<[u16]>> = p
                     .addresses
                     .iter()
                     .map(|a| {
                         gpus.iter()
                             .position(|g| g.address == *a)
                             .and_then(|i| u16::try_from(i).ok())
+                            .filter(|&i| i < 64)
                     })
-                    .collect(),
+                    .collect();
+                let bits = members
+                    .as_deref()
+                    .map_or(0, |m| m.iter().fold(0u64, |acc, &g| acc | (1u64 << g)));
+                PartIx { at, members, bits }
             })
             .collect();
         let masks = parts
@@ -63,13 +72,13 @@ impl FabricIx {
             .filter(|p| fabric.partitions[p.at].is_healthy())
             .filter_map(|p| {
                 let m = p.members.as_deref()?;
-                let bits = m
-                    .iter()
-                    .try_fold(0u64, |acc, &g| (g < 64).then(|| acc | (1u64 << g)))?;
-                Some((u32::try_from(m.len()).ok()?, bits))
+                Some((u32::try_from(m.len()).ok()?, p.bits))
             })
             .collect();
+        let mut sizes = fabric.sizes();
+        sizes.reverse();
         FabricIx {
+            sizes: sizes.into_boxed_slice(),
             addresses: gpus.iter().map(|g| g.address).collect(),
             fabric,
             parts,
@@ -87,6 +96,15 @@ impl FabricIx {
                 .all(|(a, g)| *a == g.address)
             && self.fabric == *fabric
     }
+}
+
+/// Why a partition of the wanted size could not be used.
+#[derive(Debug, Clone, Copy)]
+enum Busy {
+    Degraded,
+    /// These members (a bit per GPU index) are in use or filtered out.
+    Unusable(u64),
+    Numa,
 }
 
 /// What the fabric says about a request for whole GPUs.
@@ -153,55 +171,36 @@ impl NodeState {
             reason.partitions = fabric.fabric_manager.reason.iter().cloned().collect();
             return PartitionFit::Refused(reason);
         }
-        let is_cand = |g: usize| cands.iter().any(|c| c.0 == g);
-        // Whole: every member on the node, free, not taken by this Machine, partition healthy.
-        let whole = |p: &PartIx| {
-            fabric.partitions[p.at].is_healthy()
-                && p.members.as_deref().is_some_and(|m| {
-                    m.iter().all(|&g| {
-                        let g = usize::from(g);
-                        self.gpus[g].free_whole() && !taken.contains(&g)
-                    })
-                })
+        let bits_of = |gs: &mut dyn Iterator<Item = usize>| {
+            gs.filter(|&g| g < 64)
+                .fold(0u64, |acc, g| acc | (1u64 << g))
         };
+        let cand_bits = bits_of(&mut cands.iter().map(|c| c.0));
+        let free_bits =
+            bits_of(&mut (0..self.gpus.len().min(64)).filter(|&g| self.gpus[g].free_whole()));
+        let open_bits = free_bits & !bits_of(&mut taken.iter().copied());
+        let named_bits = bits_of(&mut named.iter().copied());
         let numa_of = |g: u16| self.topo.gpus[usize::from(g)].numa_node;
-        let mut larger: Vec<usize> = fabric.sizes().into_iter().filter(|&s| s > n).collect();
-        larger.reverse();
-        let mut busy: Vec<String> = Vec::new();
-        let mut best: Option<(Vec<usize>, Reverse<usize>, u32, &PartIx)> = None;
+        let larger: Vec<usize> = ix.sizes.iter().copied().filter(|&s| s > n).collect();
+        // Why each partition of the size could not be used, spelt out only on a refusal.
+        let mut busy: Vec<(usize, Busy)> = Vec::new();
+        let mut best: Option<(Vec<usize>, Reverse<u32>, u32, &PartIx)> = None;
         for p in ix.parts.iter() {
             let part = &fabric.partitions[p.at];
-            if part.size() != n {
+            if part.size() != n || p.members.is_none() || named_bits & !p.bits != 0 {
                 continue;
             }
-            let Some(members) = p.members.as_deref() else {
-                continue;
-            };
-            if !named
-                .iter()
-                .all(|g| members.iter().any(|&m| usize::from(m) == *g))
-            {
+            if !part.is_healthy() {
+                busy.push((p.at, Busy::Degraded));
                 continue;
             }
-            if let Some(why) = &part.degraded {
-                busy.push(format!("{}: degraded ({why})", part.describe()));
+            if p.bits & !cand_bits != 0 {
+                busy.push((p.at, Busy::Unusable(p.bits & !cand_bits)));
                 continue;
             }
-            let unusable: Vec<&str> = members
-                .iter()
-                .filter(|&&g| !is_cand(usize::from(g)))
-                .map(|&g| self.topo.gpus[usize::from(g)].name.as_str())
-                .collect();
-            if !unusable.is_empty() {
-                busy.push(format!(
-                    "{}: {} in use or filtered out",
-                    part.describe(),
-                    unusable.join(", ")
-                ));
-                continue;
-            }
+            let members = p.members.as_deref().unwrap_or_default();
             if r.numa && members.iter().any(|&g| numa_of(g) != numa_of(members[0])) {
-                busy.push(format!("{}: spans NUMA nodes", part.describe()));
+                busy.push((p.at, Busy::Numa));
                 continue;
             }
             let key = if policy == Policy::FirstFit {
@@ -211,24 +210,18 @@ impl NodeState {
                 // then the GPUs already used in the larger partitions it touches (more is
                 // better: it packs next to them).
                 let mut broken = vec![0usize; larger.len()];
-                let mut used_near = 0usize;
+                let mut used_near = 0u32;
                 for q in ix.parts.iter() {
                     let big = &fabric.partitions[q.at];
-                    let Some(qm) = q.members.as_deref() else {
-                        continue;
-                    };
-                    if big.size() <= n || !members.iter().any(|g| qm.contains(g)) {
+                    if big.size() <= n || q.members.is_none() || q.bits & p.bits == 0 {
                         continue;
                     }
-                    if whole(q) {
+                    if big.is_healthy() && q.bits & !open_bits == 0 {
                         if let Some(at) = larger.iter().position(|&s| s == big.size()) {
                             broken[at] += 1;
                         }
                     } else {
-                        used_near += qm
-                            .iter()
-                            .filter(|&&g| !self.gpus[usize::from(g)].free_whole())
-                            .count();
+                        used_near += (q.bits & !free_bits).count_ones();
                     }
                 }
                 (broken, Reverse(used_near), part.id, p)
@@ -250,16 +243,43 @@ impl NodeState {
                     .collect(),
             ),
             None => {
-                if busy.is_empty() {
-                    busy.push(self.no_partition_of(n, named));
+                let mut why: Vec<String> = busy
+                    .into_iter()
+                    .map(|(at, b)| self.busy_text(&fabric.partitions[at], b))
+                    .collect();
+                if why.is_empty() {
+                    why.push(self.no_partition_of(n, named));
                 }
                 let mut reason = Reason::new(ReasonKind::NoFreePartition, &r.name, r.wanted, 0);
-                reason.partitions = busy;
+                reason.partitions = why;
                 reason.gpus = named
                     .iter()
                     .map(|&g| self.topo.gpus[g].name.clone())
                     .collect();
                 PartitionFit::Refused(reason)
+            }
+        }
+    }
+
+    /// How a refusal says why partition `p` could not be used.
+    fn busy_text(&self, p: &gpu_core::Partition, why: Busy) -> String {
+        match why {
+            Busy::Degraded => format!(
+                "{}: degraded ({})",
+                p.describe(),
+                p.degraded.as_deref().unwrap_or_default()
+            ),
+            Busy::Numa => format!("{}: spans NUMA nodes", p.describe()),
+            Busy::Unusable(bits) => {
+                let names: Vec<&str> = (0..self.topo.gpus.len().min(64))
+                    .filter(|&g| bits & (1u64 << g) != 0)
+                    .map(|g| self.topo.gpus[g].name.as_str())
+                    .collect();
+                format!(
+                    "{}: {} in use or filtered out",
+                    p.describe(),
+                    names.join(", ")
+                )
             }
         }
     }
