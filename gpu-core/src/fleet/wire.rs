@@ -90,7 +90,7 @@ pub(crate) struct NodeDoc {
     #[serde(default)]
     warnings: Option<Vec<String>>,
     #[serde(default)]
-    fabric: Option<Fabric>,
+    fabric: Option<Box<Fabric>>,
 }
 
 /// A fleet document before shapes are expanded and short-shape devices completed from the
@@ -164,7 +164,7 @@ fn share(n: NodeDoc, recent: &mut Vec<Arc<HostShape>>) -> NodeEntry {
         gpus: n.gpus.unwrap_or_default(),
         mediated_devices: n.mediated_devices.unwrap_or_default(),
         warnings: n.warnings.unwrap_or_default(),
-        fabric: n.fabric,
+        fabric: n.fabric.map(|f| *f),
     };
     let shape = match recent.iter().rposition(|s| **s == shape) {
         Some(i) => recent.remove(i),
@@ -205,7 +205,7 @@ fn expand(
             gpus: n.gpus.unwrap_or_default(),
             mediated_devices: n.mediated_devices.unwrap_or_default(),
             warnings: n.warnings.unwrap_or_default(),
-            fabric: n.fabric,
+            fabric: n.fabric.map(|f| *f),
         }));
     };
     let bad = |why: String| CoreError::FleetNode {
