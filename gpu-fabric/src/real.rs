@@ -49,6 +49,29 @@ impl Default for FmConfig {
     }
 }
 
+/// The environment variable naming the client library (default [`DEFAULT_LIBRARY`]).
+pub const LIBRARY_ENV: &str = "GPUSLICE_FM_LIBRARY";
+/// The environment variable naming FM's address (default [`DEFAULT_ADDRESS`]); a value
+/// starting with `/` is a Unix domain socket.
+pub const ADDRESS_ENV: &str = "GPUSLICE_FM_ADDRESS";
+
+impl FmConfig {
+    /// The default configuration with the library and address the environment names
+    /// ([`LIBRARY_ENV`], [`ADDRESS_ENV`]) and `mode`.
+    pub fn from_env(mode: FabricMode) -> Self {
+        let address = std::env::var(ADDRESS_ENV).ok().filter(|a| !a.is_empty());
+        FmConfig {
+            library: std::env::var_os(LIBRARY_ENV)
+                .filter(|l| !l.is_empty())
+                .map(PathBuf::from),
+            unix_socket: address.as_deref().is_some_and(|a| a.starts_with('/')),
+            address,
+            mode,
+            ..FmConfig::default()
+        }
+    }
+}
+
 /// The mode `FABRIC_MODE=N` sets in FM's configuration text (`fabricmanager.cfg`); bare metal
 /// (FM's default) when the key is absent.
 ///
