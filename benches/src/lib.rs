@@ -1,4 +1,5 @@
 //! Shared helpers for the benches.
 
 pub mod churn;
+pub mod fabric;
 pub mod fleetgen;

@@ -320,6 +320,41 @@ impl Fabric {
     }
 }
 
+/// NVIDIA's default partition set of an HGX 8-GPU baseboard as far as it is known
+/// (`docs/fabric.md`, "NVIDIA's HGX 8-GPU default partitions"), over `gpus` given as
+/// `(name, address)` in module-ID order (module 1 first): ID 1 all eight; IDs 2 and 3 modules
+/// 1, 2, 5, 6 and 3, 4, 7, 8; IDs 4 to 7 modules 1, 3 / 2, 4 / 5, 7 / 6, 8; IDs 8 to 15 one module
+/// each. For fakes, tests and benches only: a real node's partitions are Fabric Manager's.
+/// `None` unless exactly eight GPUs are given.
+pub fn hgx8_default_partitions(gpus: &[(String, PciAddress)]) -> Option<Vec<Partition>> {
+    if gpus.len() != 8 {
+        return None;
+    }
+    let part = |id: u32, modules: &[u32]| Partition {
+        id,
+        gpus: modules
+            .iter()
+            .map(|&m| gpus[m as usize - 1].0.clone())
+            .collect(),
+        addresses: modules.iter().map(|&m| gpus[m as usize - 1].1).collect(),
+        module_ids: modules.to_vec(),
+        nvlinks: None,
+        active: false,
+        degraded: None,
+    };
+    let mut out = vec![
+        part(1, &[1, 2, 3, 4, 5, 6, 7, 8]),
+        part(2, &[1, 2, 5, 6]),
+        part(3, &[3, 4, 7, 8]),
+        part(4, &[1, 3]),
+        part(5, &[2, 4]),
+        part(6, &[5, 7]),
+        part(7, &[6, 8]),
+    ];
+    out.extend((1..=8).map(|m| part(7 + m, &[m])));
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,26 +367,12 @@ mod tests {
 
     /// NVIDIA's HGX 8-GPU default set: one of 8, two of 4, four of 2, eight of 1.
     fn hgx() -> Fabric {
-        let part = |id: u32, members: std::ops::Range<usize>| Partition {
-            id,
-            gpus: members.clone().map(|i| format!("nvidia{i}")).collect(),
-            addresses: members.clone().map(addr).collect(),
-            module_ids: members.map(|i| i as u32 + 1).collect(),
-            nvlinks: None,
-            active: false,
-            degraded: None,
-        };
-        let mut partitions = vec![part(0, 0..8), part(1, 0..4), part(2, 4..8)];
-        for k in 0..4 {
-            partitions.push(part(3 + k as u32, 2 * k..2 * k + 2));
-        }
-        for k in 0..8 {
-            partitions.push(part(7 + k as u32, k..k + 1));
-        }
+        let gpus: Vec<(String, PciAddress)> =
+            (0..8).map(|i| (format!("nvidia{i}"), addr(i))).collect();
         Fabric {
             nvswitches: vec![],
             fabric_manager: FabricManager::reachable(FabricMode::SharedNvswitch),
-            partitions,
+            partitions: hgx8_default_partitions(&gpus).unwrap(),
         }
     }
 
@@ -359,10 +380,11 @@ mod tests {
     fn partition_of_size_finds_the_one_of_each_size_containing_a_gpu() {
         let f = hgx();
         let g = addr(5);
-        assert_eq!(f.partition_of_size(&g, 1).map(|p| p.id), Some(12));
-        assert_eq!(f.partition_of_size(&g, 2).map(|p| p.id), Some(5));
+        // Module 6.
+        assert_eq!(f.partition_of_size(&g, 1).map(|p| p.id), Some(13));
+        assert_eq!(f.partition_of_size(&g, 2).map(|p| p.id), Some(7));
         assert_eq!(f.partition_of_size(&g, 4).map(|p| p.id), Some(2));
-        assert_eq!(f.partition_of_size(&g, 8).map(|p| p.id), Some(0));
+        assert_eq!(f.partition_of_size(&g, 8).map(|p| p.id), Some(1));
         assert_eq!(f.partition_of_size(&g, 3), None);
         assert_eq!(f.sizes(), vec![1, 2, 4, 8]);
     }
@@ -370,7 +392,8 @@ mod tests {
     #[test]
     fn exact_matches_members_in_any_order_and_nothing_else() {
         let f = hgx();
-        assert_eq!(f.exact(&[addr(3), addr(2)]).map(|p| p.id), Some(4));
+        // Modules 3 and 1.
+        assert_eq!(f.exact(&[addr(2), addr(0)]).map(|p| p.id), Some(4));
         assert_eq!(f.exact(&[addr(1), addr(2)]), None);
         assert_eq!(f.exact(&[addr(2), addr(2)]), None);
     }
@@ -378,13 +401,14 @@ mod tests {
     #[test]
     fn would_do_lists_healthy_partitions_of_the_size_closest_first() {
         let mut f = hgx();
-        f.partitions[4].degraded = Some("2 NVLinks failed".into()); // partition 4 (gpus 2, 3)
+        f.partitions[4].degraded = Some("2 NVLinks failed".into()); // ID 5: modules 2, 4
+        // Modules 2 and 3: ID 4 (modules 1, 3) shares one, 5 is degraded, 6 and 7 share none.
         let ids: Vec<u32> = f
             .would_do(&[addr(1), addr(2)])
             .iter()
             .map(|p| p.id)
             .collect();
-        assert_eq!(ids, vec![3, 5, 6]);
+        assert_eq!(ids, vec![4, 6, 7]);
         assert!(f.would_do(&[addr(0), addr(1), addr(2)]).is_empty());
     }
 
@@ -394,14 +418,43 @@ mod tests {
         let json = serde_json::to_value(&f).unwrap();
         assert_eq!(json["fabricManager"]["state"], "reachable");
         assert_eq!(json["fabricManager"]["mode"], "sharedNvswitch");
-        assert_eq!(json["partitions"][1]["id"], 1);
+        assert_eq!(json["partitions"][1]["id"], 2);
         assert_eq!(json["partitions"][1]["gpus"][0], "nvidia0");
-        assert_eq!(json["partitions"][1]["addresses"][3], "0000:48:00.0");
+        assert_eq!(json["partitions"][1]["addresses"][3], "0000:68:00.0");
+        assert_eq!(json["partitions"][1]["moduleIds"][2], 5);
         assert_eq!(json["partitions"][1]["active"], false);
         let back: Fabric = serde_json::from_value(json).unwrap();
         assert_eq!(back, f);
         let old: crate::NodeTopology = serde_json::from_str(r#"{"node": "n"}"#).unwrap();
         assert_eq!(old.fabric, None);
+    }
+
+    #[test]
+    fn a_fleet_carries_fabrics_in_its_compact_shapes_and_reads_them_back() {
+        let node = |name: &str| {
+            let mut t = crate::NodeTopology::new(name);
+            t.fabric = Some(hgx());
+            t
+        };
+        let fleet = crate::Fleet {
+            nodes: vec![node("a"), node("b")],
+            ..crate::Fleet::default()
+        };
+        let text = fleet.to_text(true).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(doc["shapes"]["shape-1"]["fabric"]["partitions"][0]["id"], 1);
+        assert_eq!(doc["nodes"][1]["shape"], "shape-1");
+        assert_eq!(crate::Fleet::from_text(&text).unwrap(), fleet);
+        let shared = crate::SharedFleet::from_text_max(&text, 1 << 20).unwrap();
+        assert_eq!(shared.into_fleet(), fleet);
+        // A node of a shape cannot bring a fabric of its own.
+        let own = text.replacen(
+            r#""shape": "shape-1""#,
+            r#""shape": "shape-1", "fabric": {"fabricManager": {"state": "unreachable"}}"#,
+            1,
+        );
+        let e = crate::Fleet::from_text(&own).unwrap_err().to_string();
+        assert!(e.contains("fabric of its own"), "{e}");
     }
 
     #[test]

@@ -43,7 +43,9 @@ pub use allocation::{AllocatedDevice, Allocation, AllocationStatus};
 pub use error::{
     Classified, ClassifiedError, ConfigDocError, CoreError, ErrorDetail, Input, error_chain,
 };
-pub use fabric::{Fabric, FabricManager, FabricManagerState, FabricMode, Partition};
+pub use fabric::{
+    Fabric, FabricManager, FabricManagerState, FabricMode, Partition, hgx8_default_partitions,
+};
 pub use fleet::{Fleet, FleetNode, HostShape, SharedFleet};
 pub use health::{Health, HealthState};
 pub use ids::{MdevUuid, MiB, ParentId, VgpuTypeId};

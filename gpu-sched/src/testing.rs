@@ -264,3 +264,19 @@ pub fn whole_node(node: &str, gpus: usize) -> NodeTopology {
     }
     n
 }
+
+/// An HGX H100 8-GPU node for whole-GPU passthrough behind NVSwitches: [`whole_node`]'s eight
+/// GPUs (module IDs 1-8 in address order), four NVSwitches, Fabric Manager reachable in shared
+/// NVSwitch mode and NVIDIA's default partitions ([`gpu_core::hgx8_default_partitions`]), none
+/// active.
+pub fn hgx_node(node: &str) -> NodeTopology {
+    let mut n = whole_node(node, 8);
+    let members: Vec<(String, PciAddress)> =
+        n.gpus.iter().map(|g| (g.name.clone(), g.address)).collect();
+    n.fabric = Some(gpu_core::Fabric {
+        nvswitches: (0..4).map(|i| addr(0x05 + i, 0, 0)).collect(),
+        fabric_manager: gpu_core::FabricManager::reachable(gpu_core::FabricMode::SharedNvswitch),
+        partitions: gpu_core::hgx8_default_partitions(&members).unwrap_or_default(),
+    });
+    n
+}

@@ -18,8 +18,9 @@ pub(crate) struct Topo {
     pub parents: Box<[Arc<Parent>]>,
     pub pools: Box<[Arc<Pool>]>,
     pub warnings: Box<[String]>,
-    /// The NVSwitch fabric, shared by nodes whose fabrics are equal.
-    pub fabric: Option<Arc<Fabric>>,
+    /// The NVSwitch fabric with its partitions' members as GPU indices, shared by nodes whose
+    /// fabrics and GPU addresses are equal.
+    pub fabric: Option<Arc<super::fabric::FabricIx>>,
 }
 
 impl Topo {
@@ -57,7 +58,7 @@ impl Topo {
                 pools: self.pools.iter().map(|p| Pool::clone(p)).collect(),
             },
             warnings: self.warnings.to_vec(),
-            fabric: self.fabric.as_deref().cloned(),
+            fabric: self.fabric.as_ref().map(|f| f.fabric.clone()),
         }
     }
 }
@@ -116,7 +117,7 @@ pub(crate) struct TopoTables {
     pools: Interner<Pool>,
     models: HashMap<Box<str>, Arc<str>>,
     /// The fabrics met most recently (nodes of one baseboard share one).
-    fabrics: Vec<Arc<Fabric>>,
+    fabrics: Vec<Arc<super::fabric::FabricIx>>,
     /// Nodes removed since the last prune.
     removed: usize,
 }
@@ -124,7 +125,7 @@ pub(crate) struct TopoTables {
 impl TopoTables {
     /// Splits a topology (whose parents' type lists were taken out) into shared parts.
     pub(crate) fn intern(&mut self, t: NodeTopology) -> Topo {
-        let gpus = t
+        let gpus: Box<[Arc<Gpu>]> = t
             .gpus
             .into_iter()
             .map(|g| {
@@ -150,7 +151,7 @@ impl TopoTables {
                 self.pools.intern(key, p)
             })
             .collect();
-        let fabric = t.fabric.map(|f| self.fabric(f));
+        let fabric = t.fabric.map(|f| self.fabric(f, &gpus));
         Topo {
             node: t.node.into_boxed_str(),
             gpus,
@@ -161,17 +162,18 @@ impl TopoTables {
         }
     }
 
-    /// The shared copy of a fabric equal to `f` among the last few met, or `f` made one.
-    fn fabric(&mut self, f: Fabric) -> Arc<Fabric> {
-        if let Some(known) = self.fabrics.iter().rev().find(|k| ***k == f) {
+    /// The shared index of a fabric equal to `f` over GPUs at the same addresses among the last
+    /// few met, or a new one.
+    fn fabric(&mut self, f: Fabric, gpus: &[Arc<Gpu>]) -> Arc<super::fabric::FabricIx> {
+        if let Some(known) = self.fabrics.iter().rev().find(|k| k.same(&f, gpus)) {
             return Arc::clone(known);
         }
         if self.fabrics.len() == 8 {
             self.fabrics.remove(0);
         }
-        let f = Arc::new(f);
-        self.fabrics.push(Arc::clone(&f));
-        f
+        let ix = Arc::new(super::fabric::FabricIx::new(f, gpus));
+        self.fabrics.push(Arc::clone(&ix));
+        ix
     }
 
     /// The shared lower-case spelling of a model name.

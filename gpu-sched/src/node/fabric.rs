@@ -1,0 +1,254 @@
+//! NVSwitch partitions in placement: on a node whose GPUs sit on a fabric that activates
+//! partitions (Fabric Manager in shared NVSwitch or vGPU mode), a request for N whole GPUs gets
+//! the members of one N-GPU partition, all free and the partition healthy. Among those that
+//! would do, the choice leaves the most larger partitions whole (a larger partition is whole
+//! while every member is free): it breaks as few whole partitions as it can, the largest
+//! counted first, and otherwise packs next to GPUs already taken. `first-fit` takes the lowest
+//! partition ID instead (the baseline `benches/RESULTS-fabric.md` measures against).
+//!
+//! Nodes without a fabric, and fabrics in bare-metal mode, place exactly as before.
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+
+use gpu_core::{Fabric, Gpu};
+
+use super::NodeState;
+use crate::policy::Policy;
+use crate::refusal::{Reason, ReasonKind};
+use crate::resolve::Req;
+
+/// One partition with its members as indices into the node's GPUs.
+#[derive(Debug)]
+pub(crate) struct PartIx {
+    /// Place in [`Fabric::partitions`].
+    at: usize,
+    /// Members' GPU indices; `None` when a member is not among the node's GPUs.
+    members: Option<Box<[u16]>>,
+}
+
+/// A node's fabric and its partitions indexed by GPU, shared by the nodes of one baseboard.
+#[derive(Debug)]
+pub(crate) struct FabricIx {
+    pub fabric: Fabric,
+    /// Addresses of the GPUs the index was built over.
+    addresses: Box<[gpu_core::PciAddress]>,
+    parts: Box<[PartIx]>,
+}
+
+impl FabricIx {
+    pub(crate) fn new(fabric: Fabric, gpus: &[Arc<Gpu>]) -> Self {
+        let parts = fabric
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(at, p)| PartIx {
+                at,
+                members: p
+                    .addresses
+                    .iter()
+                    .map(|a| {
+                        gpus.iter()
+                            .position(|g| g.address == *a)
+                            .and_then(|i| u16::try_from(i).ok())
+                    })
+                    .collect(),
+            })
+            .collect();
+        FabricIx {
+            addresses: gpus.iter().map(|g| g.address).collect(),
+            fabric,
+            parts,
+        }
+    }
+
+    /// Built from an equal fabric over GPUs at the same addresses.
+    pub(crate) fn same(&self, fabric: &Fabric, gpus: &[Arc<Gpu>]) -> bool {
+        self.addresses.len() == gpus.len()
+            && self
+                .addresses
+                .iter()
+                .zip(gpus)
+                .all(|(a, g)| *a == g.address)
+            && self.fabric == *fabric
+    }
+}
+
+/// What the fabric says about a request for whole GPUs.
+pub(super) enum PartitionFit {
+    /// The fabric does not constrain it (no fabric, bare-metal mode, or one GPU without FM).
+    Free,
+    /// These GPUs (one partition's members).
+    Chosen(Vec<usize>),
+    /// No partition would do.
+    Refused(Reason),
+}
+
+impl NodeState {
+    /// The partition a request for `r.wanted` whole GPUs gets among `cands` (GPUs passing every
+    /// filter and free, with whether each was named), which must hold every GPU in `named`.
+    pub(super) fn fit_partition(
+        &self,
+        r: &Req,
+        cands: &[(usize, bool)],
+        named: &[usize],
+        taken: &[usize],
+        policy: Policy,
+    ) -> PartitionFit {
+        let Some(ix) = self.topo.fabric.as_deref() else {
+            return PartitionFit::Free;
+        };
+        let fabric = &ix.fabric;
+        if !fabric.requires_partitions() {
+            return PartitionFit::Free;
+        }
+        let n = r.wanted as usize;
+        if !fabric.fabric_manager.is_reachable() {
+            if n <= 1 {
+                return PartitionFit::Free;
+            }
+            let mut reason = Reason::new(ReasonKind::FabricUnreachable, &r.name, r.wanted, 0);
+            reason.partitions = fabric.fabric_manager.reason.iter().cloned().collect();
+            return PartitionFit::Refused(reason);
+        }
+        let is_cand = |g: usize| cands.iter().any(|c| c.0 == g);
+        // Whole: every member on the node, free, not taken by this Machine, partition healthy.
+        let whole = |p: &PartIx| {
+            fabric.partitions[p.at].is_healthy()
+                && p.members.as_deref().is_some_and(|m| {
+                    m.iter().all(|&g| {
+                        let g = usize::from(g);
+                        self.gpus[g].free_whole() && !taken.contains(&g)
+                    })
+                })
+        };
+        let numa_of = |g: u16| self.topo.gpus[usize::from(g)].numa_node;
+        let mut larger: Vec<usize> = fabric.sizes().into_iter().filter(|&s| s > n).collect();
+        larger.reverse();
+        let mut busy: Vec<String> = Vec::new();
+        let mut best: Option<(Vec<usize>, Reverse<usize>, u32, &PartIx)> = None;
+        for p in ix.parts.iter() {
+            let part = &fabric.partitions[p.at];
+            if part.size() != n {
+                continue;
+            }
+            let Some(members) = p.members.as_deref() else {
+                continue;
+            };
+            if !named
+                .iter()
+                .all(|g| members.iter().any(|&m| usize::from(m) == *g))
+            {
+                continue;
+            }
+            if let Some(why) = &part.degraded {
+                busy.push(format!("{}: degraded ({why})", part.describe()));
+                continue;
+            }
+            let unusable: Vec<&str> = members
+                .iter()
+                .filter(|&&g| !is_cand(usize::from(g)))
+                .map(|&g| self.topo.gpus[usize::from(g)].name.as_str())
+                .collect();
+            if !unusable.is_empty() {
+                busy.push(format!(
+                    "{}: {} in use or filtered out",
+                    part.describe(),
+                    unusable.join(", ")
+                ));
+                continue;
+            }
+            if r.numa && members.iter().any(|&g| numa_of(g) != numa_of(members[0])) {
+                busy.push(format!("{}: spans NUMA nodes", part.describe()));
+                continue;
+            }
+            let key = if policy == Policy::FirstFit {
+                (Vec::new(), Reverse(0), part.id, p)
+            } else {
+                // Whole larger partitions this one would break, per size, largest size first;
+                // then the GPUs already used in the larger partitions it touches (more is
+                // better: it packs next to them).
+                let mut broken = vec![0usize; larger.len()];
+                let mut used_near = 0usize;
+                for q in ix.parts.iter() {
+                    let big = &fabric.partitions[q.at];
+                    let Some(qm) = q.members.as_deref() else {
+                        continue;
+                    };
+                    if big.size() <= n || !members.iter().any(|g| qm.contains(g)) {
+                        continue;
+                    }
+                    if whole(q) {
+                        if let Some(at) = larger.iter().position(|&s| s == big.size()) {
+                            broken[at] += 1;
+                        }
+                    } else {
+                        used_near += qm
+                            .iter()
+                            .filter(|&&g| !self.gpus[usize::from(g)].free_whole())
+                            .count();
+                    }
+                }
+                (broken, Reverse(used_near), part.id, p)
+            };
+            if best
+                .as_ref()
+                .is_none_or(|b| (&key.0, key.1, key.2) < (&b.0, b.1, b.2))
+            {
+                best = Some(key);
+            }
+        }
+        match best {
+            Some((_, _, _, p)) => PartitionFit::Chosen(
+                p.members
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|&g| usize::from(g))
+                    .collect(),
+            ),
+            None => {
+                if busy.is_empty() {
+                    busy.push(self.no_partition_of(n, named));
+                }
+                let mut reason = Reason::new(ReasonKind::NoFreePartition, &r.name, r.wanted, 0);
+                reason.partitions = busy;
+                reason.gpus = named
+                    .iter()
+                    .map(|&g| self.topo.gpus[g].name.clone())
+                    .collect();
+                PartitionFit::Refused(reason)
+            }
+        }
+    }
+
+    /// Why no partition of `n` GPUs was even considered: none of that size, or none holding
+    /// every GPU the request names (with the ones that would do).
+    fn no_partition_of(&self, n: usize, named: &[usize]) -> String {
+        let Some(ix) = self.topo.fabric.as_deref() else {
+            return String::new();
+        };
+        let f = &ix.fabric;
+        if f.of_size(n).next().is_none() || named.is_empty() {
+            let sizes: Vec<String> = f.sizes().iter().map(ToString::to_string).collect();
+            return format!(
+                "no {n}-GPU partition on the node; sizes {}",
+                if sizes.is_empty() {
+                    "none".to_owned()
+                } else {
+                    sizes.join(", ")
+                }
+            );
+        }
+        let gpus: Vec<&gpu_core::Gpu> = named.iter().map(|&g| &*self.topo.gpus[g]).collect();
+        let addrs: Vec<gpu_core::PciAddress> = gpus.iter().map(|g| g.address).collect();
+        let names: Vec<&str> = gpus.iter().map(|g| g.name.as_str()).collect();
+        let mut would = f.would_do(&addrs);
+        would.sort_by_key(|p| p.id);
+        format!(
+            "no {n}-GPU partition holds {}; would do: {}",
+            names.join(", "),
+            Fabric::describe_all(would)
+        )
+    }
+}
