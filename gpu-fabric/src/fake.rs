@@ -23,29 +23,6 @@ pub const FORMAT: &str = "gpuslice-fake-fabric/1";
 /// NVLinks per GPU on an HGX H100/H200 baseboard (18 fourth-generation links).
 pub const HGX_NVLINKS: u32 = 18;
 
-/// The HGX 8-GPU partitions as (ID, member module IDs): one of eight (ID 1), two of four
-/// (2, 3), four of two (4-7), eight of one (8-15). The sizes are NVIDIA's; the IDs and members
-/// of IDs 1, 2, 3, 4 and 8 are those of NVIDIA's DRA driver's design-doc example, the rest
-/// follow its pattern and are not confirmed against NVIDIA's table (`docs/fabric.md`). A real
-/// host's list always comes from its Fabric Manager.
-pub const HGX8: [(u32, &[u32]); 15] = [
-    (1, &[1, 2, 3, 4, 5, 6, 7, 8]),
-    (2, &[1, 2, 5, 6]),
-    (3, &[3, 4, 7, 8]),
-    (4, &[1, 3]),
-    (5, &[2, 4]),
-    (6, &[5, 7]),
-    (7, &[6, 8]),
-    (8, &[1]),
-    (9, &[2]),
-    (10, &[3]),
-    (11, &[4]),
-    (12, &[5]),
-    (13, &[6]),
-    (14, &[7]),
-    (15, &[8]),
-];
-
 /// Everything the fake Fabric Manager knows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -68,8 +45,9 @@ pub struct FakeState {
 }
 
 impl FakeState {
-    /// The HGX 8-GPU partition set ([`HGX8`]) over `gpus` (the baseboard's GPUs in module-ID
-    /// order: `gpus[i]` has physical ID `i + 1`), none active.
+    /// The HGX 8-GPU partition set ([`gpu_core::fabric::hgx8_default_partitions`]: the sizes
+    /// are NVIDIA's, the IDs and members partly confirmed, `docs/fabric.md`) over `gpus` (the
+    /// baseboard's GPUs in module-ID order: `gpus[i]` has physical ID `i + 1`), none active.
     ///
     /// # Errors
     /// `BadParam` unless `gpus` has exactly eight distinct addresses.
@@ -86,12 +64,14 @@ impl FakeState {
             max_nvlinks: HGX_NVLINKS,
             line_rate_mbps: 25_000,
         };
-        let partitions = HGX8
+        let named: Vec<(String, PciAddress)> = gpus.iter().map(|a| (String::new(), *a)).collect();
+        let partitions = gpu_core::fabric::hgx8_default_partitions(&named)
+            .unwrap_or_default()
             .iter()
-            .map(|(id, modules)| FmPartition {
-                id: *id,
+            .map(|p| FmPartition {
+                id: p.id,
                 active: false,
-                gpus: modules.iter().map(|m| gpu(*m as usize - 1)).collect(),
+                gpus: p.module_ids.iter().map(|m| gpu(*m as usize - 1)).collect(),
             })
             .collect();
         Ok(FakeState {

@@ -35,10 +35,16 @@ fn partitions_are_listed_activated_and_deactivated_through_libnvfm() {
     let fm = FmLibrary::open(&config(&lib, FabricMode::SharedNvswitch)).unwrap();
     let parts = fm.partitions().unwrap();
     assert_eq!(parts.len(), 15);
-    // The same set the fake lays out (gpu_fabric::fake::HGX8).
-    for (p, (id, modules)) in parts.iter().zip(gpu_fabric::fake::HGX8) {
+    // The same set the fake lays out (gpu_core::fabric::hgx8_default_partitions).
+    let named: Vec<(String, PciAddress)> = parts[0]
+        .gpus
+        .iter()
+        .map(|g| (String::new(), g.pci_bus_id.unwrap()))
+        .collect();
+    let layout = gpu_core::fabric::hgx8_default_partitions(&named).unwrap();
+    for (p, want) in parts.iter().zip(&layout) {
         let got: Vec<u32> = p.gpus.iter().map(|g| g.physical_id).collect();
-        assert_eq!((p.id, got.as_slice()), (id, modules));
+        assert_eq!((p.id, &got), (want.id, &want.module_ids));
     }
     let p4 = &parts[3];
     // FM writes an 8-digit domain and capitals: read as the address.

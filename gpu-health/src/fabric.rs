@@ -80,9 +80,8 @@ fn open_sandbox(dir: &std::path::Path, topology: &NodeTopology) -> Result<FakeFa
     let at = |e: std::io::Error| unavailable(format!("{}: {e}", dir.join(SANDBOX_STATE).display()));
     let d = gpu_sysfs::atomic::Dir::open(dir).map_err(at)?;
     let state = match d.read(SANDBOX_STATE, STATE_MAX).map_err(at)? {
-        Some(bytes) => serde_json::from_slice::<FakeState>(&bytes).map_err(|e| {
-            unavailable(format!("{}: {e}", dir.join(SANDBOX_STATE).display()))
-        })?,
+        Some(bytes) => serde_json::from_slice::<FakeState>(&bytes)
+            .map_err(|e| unavailable(format!("{}: {e}", dir.join(SANDBOX_STATE).display())))?,
         None => {
             let gpus: Vec<PciAddress> = topology
                 .gpus
@@ -111,10 +110,7 @@ fn open_sandbox(dir: &std::path::Path, topology: &NodeTopology) -> Result<FakeFa
 /// Fills `topology`'s fabric (when it has one) with what `fm` answers: FM's state and mode,
 /// its partitions with the node's GPU names, and the faults graded. An unreachable FM leaves
 /// the fabric with its reason and no partition.
-pub fn compose_fabric(
-    topology: &mut NodeTopology,
-    fm: &Result<Arc<dyn FabricManager>, FmError>,
-) {
+pub fn compose_fabric(topology: &mut NodeTopology, fm: &Result<Arc<dyn FabricManager>, FmError>) {
     let Some(fabric) = topology.fabric.as_mut() else {
         return;
     };
@@ -224,7 +220,13 @@ fn grade_members(
             .iter()
             .flat_map(|p| &p.gpus)
             .find(|m| m.pci_bus_id == Some(g.address) && m.is_degraded())
-            .map(|m| format!("{} of {} NVLinks down", m.max_nvlinks - m.nvlinks, m.max_nvlinks));
+            .map(|m| {
+                format!(
+                    "{} of {} NVLinks down",
+                    m.max_nvlinks - m.nvlinks,
+                    m.max_nvlinks
+                )
+            });
         let failed = failures
             .gpus
             .iter()

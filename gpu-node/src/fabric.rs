@@ -52,7 +52,9 @@ pub enum FabricError {
         offered: String,
     },
     /// The GPUs are not exactly the members of one partition.
-    #[error("{gpus} are not the members of one fabric partition; partitions that would do: {would_do}")]
+    #[error(
+        "{gpus} are not the members of one fabric partition; partitions that would do: {would_do}"
+    )]
     NotAPartition {
         /// The GPUs asked for.
         gpus: String,
@@ -147,7 +149,12 @@ impl Read {
             None => Err(FabricError::NoFabric),
             Some(Ok(fm)) if self.fabric()?.fabric_manager.is_reachable() => Ok(fm),
             Some(Ok(_)) => Err(FabricError::Unreachable {
-                reason: self.fabric()?.fabric_manager.reason.clone().unwrap_or_default(),
+                reason: self
+                    .fabric()?
+                    .fabric_manager
+                    .reason
+                    .clone()
+                    .unwrap_or_default(),
             }),
             Some(Err(e)) => Err(FabricError::Unreachable {
                 reason: e.to_string(),
@@ -158,10 +165,12 @@ impl Read {
     fn partition(&self, id: u32) -> Result<&Partition, FabricError> {
         let fabric = self.fabric()?;
         self.fm()?;
-        fabric.partition(id).ok_or_else(|| FabricError::UnknownPartition {
-            id,
-            offered: ids(&fabric.partitions),
-        })
+        fabric
+            .partition(id)
+            .ok_or_else(|| FabricError::UnknownPartition {
+                id,
+                offered: ids(&fabric.partitions),
+            })
     }
 
     fn name(&self, a: &PciAddress) -> String {
@@ -172,7 +181,12 @@ impl Read {
 
     /// Refuses when a member of `p` is held open by a process, or (for an activation) is a
     /// member of another active partition: the refusal names the holder.
-    fn check_members(&self, opened: &OpenedNode, p: &Partition, activating: bool) -> Result<(), FabricError> {
+    fn check_members(
+        &self,
+        opened: &OpenedNode,
+        p: &Partition,
+        activating: bool,
+    ) -> Result<(), FabricError> {
         let holders = gpu_sysfs::actuate::node_holders(opened.host.host(), &self.topology);
         let fabric = self.fabric()?;
         for a in &p.addresses {

@@ -22,7 +22,8 @@ fn addr(s: &str) -> PciAddress {
 fn hgx_sandbox() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let sandbox = dir.path().join("sb");
-    let host = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hosts/hgx-h100-nvswitch.umockdev");
+    let host =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hosts/hgx-h100-nvswitch.umockdev");
     gpu_sysfs::sandbox::init(&sandbox, &host).unwrap();
     let root = PathBuf::from(format!("sandbox:{}", sandbox.display()));
     (dir, root)
@@ -43,7 +44,9 @@ fn active(root: &Path) -> Vec<u32> {
 }
 
 fn driver(root: &Path, gpu: &str) -> Option<String> {
-    let t = gpu_health::open_node(root, &NodeRequest::new("hgx")).unwrap().topology;
+    let t = gpu_health::open_node(root, &NodeRequest::new("hgx"))
+        .unwrap()
+        .topology;
     t.gpu_by_address(&addr(gpu)).unwrap().driver.clone()
 }
 
@@ -59,7 +62,9 @@ fn the_sandbox_starts_with_fifteen_partitions_none_active() {
     assert_eq!(p4.gpus, ["nvidia0", "nvidia2"]);
     assert_eq!(p4.addresses, [addr(GPU0), addr(GPU2)]);
     // The composed topology carries the same fabric.
-    let t = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap().topology;
+    let t = gpu_health::open_node(&root, &NodeRequest::new("hgx"))
+        .unwrap()
+        .topology;
     assert_eq!(t.fabric.unwrap().partitions.len(), 15);
 }
 
@@ -69,7 +74,10 @@ fn a_partitions_gpus_are_bound_with_it_activated_and_released_with_it_deactivate
     let set = [addr(GPU0), addr(GPU2)];
     let b = fabric::bind_set(&open(&root), &set).unwrap();
     let p = b.partition.unwrap();
-    assert_eq!((p.partition.id, p.partition.active, p.changed), (4, true, true));
+    assert_eq!(
+        (p.partition.id, p.partition.active, p.changed),
+        (4, true, true)
+    );
     assert_eq!(b.gpus.len(), 2);
     // Kept between processes: a fresh opening sees it active and the GPUs on vfio-pci.
     assert_eq!(active(&root), [4]);
@@ -79,7 +87,11 @@ fn a_partitions_gpus_are_bound_with_it_activated_and_released_with_it_deactivate
     // Partition 2 (modules 1, 2, 5, 6) shares nvidia0 with the active partition 4.
     let e = fabric::activate(&open(&root), 2).unwrap_err();
     assert!(matches!(e, FabricError::InUse { .. }), "{e}");
-    assert!(e.to_string().contains("in use by active partition 4 (nvidia0, nvidia2)"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("in use by active partition 4 (nvidia0, nvidia2)"),
+        "{e}"
+    );
 
     let r = fabric::release_set(&open(&root), &set, false).unwrap();
     assert!(!r.partition.unwrap().partition.active);
@@ -94,7 +106,10 @@ fn a_set_that_is_no_partition_is_refused_before_any_bind_naming_those_that_would
     let e = fabric::bind_set(&open(&root), &[addr(GPU0), addr(GPU1)]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidRequest);
     let msg = e.to_string();
-    assert!(msg.starts_with("nvidia0, nvidia1 are not the members of one fabric partition"), "{msg}");
+    assert!(
+        msg.starts_with("nvidia0, nvidia1 are not the members of one fabric partition"),
+        "{msg}"
+    );
     assert!(msg.contains("partition 4 (nvidia0, nvidia2)"), "{msg}");
     assert!(msg.contains("partition 5 (nvidia1, nvidia3)"), "{msg}");
     assert_eq!(driver(&root, GPU0), before);
@@ -115,7 +130,11 @@ fn a_partition_whose_gpu_a_vm_holds_is_not_deactivated_and_the_holder_is_named()
         .unwrap();
     let e = fabric::deactivate(&opened, 4).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InUse);
-    assert!(e.to_string().contains(&format!("nvidia2 is in use by pid {pid}")), "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("nvidia2 is in use by pid {pid}")),
+        "{e}"
+    );
     assert_eq!(active(&root), [4]);
     opened.host.sandbox().unwrap().close_device(pid).unwrap();
     let d = fabric::deactivate(&open(&root), 4).unwrap();
@@ -128,17 +147,25 @@ fn activate_and_deactivate_answer_for_unknown_ids_and_hosts_without_a_fabric() {
     let (_dir, root) = hgx_sandbox();
     let e = fabric::activate(&open(&root), 99).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound);
-    assert!(e.to_string().contains("offers no partition 99 (it offers 1, 2, 3"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("offers no partition 99 (it offers 1, 2, 3"),
+        "{e}"
+    );
     let a = fabric::activate(&open(&root), 12).unwrap();
     assert!(a.changed && a.partition.active);
     assert!(!fabric::activate(&open(&root), 12).unwrap().changed);
 
     let dir = tempfile::tempdir().unwrap();
     let sb = dir.path().join("sb");
-    let a2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hosts/workstation-passthrough.umockdev");
+    let a2 = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/hosts/workstation-passthrough.umockdev");
     gpu_sysfs::sandbox::init(&sb, &a2).unwrap();
     let other = PathBuf::from(format!("sandbox:{}", sb.display()));
-    assert!(matches!(fabric::list(&open(&other)), Err(FabricError::NoFabric)));
+    assert!(matches!(
+        fabric::list(&open(&other)),
+        Err(FabricError::NoFabric)
+    ));
 }
 
 #[test]
@@ -155,7 +182,8 @@ fn with_fabric_manager_unreachable_the_fabric_is_listed_and_no_multi_gpu_set_is_
     let e = fabric::bind_set(&open(&root), &[addr(GPU0), addr(GPU2)]).unwrap_err();
     assert!(matches!(e, FabricError::Unreachable { .. }), "{e}");
     assert!(
-        e.to_string().contains("NVSwitch fabric but Fabric Manager cannot be reached"),
+        e.to_string()
+            .contains("NVSwitch fabric but Fabric Manager cannot be reached"),
         "{e}"
     );
 }

@@ -25,13 +25,22 @@ fn the_hgx_hosts_nvswitches_are_a_fabric_and_are_not_gpus() {
     let switches: Vec<String> = fabric.nvswitches.iter().map(ToString::to_string).collect();
     assert_eq!(
         switches,
-        ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"]
+        [
+            "0000:05:00.0",
+            "0000:06:00.0",
+            "0000:07:00.0",
+            "0000:08:00.0"
+        ]
     );
     assert_eq!(fabric.fabric_manager.state, FabricManagerState::Unreachable);
     assert_eq!(fabric.fabric_manager.reason.as_deref(), Some(NOT_ASKED));
     assert!(fabric.partitions.is_empty());
     assert_eq!(t.gpus.len(), 8);
-    assert!(t.gpus.iter().all(|g| !fabric.nvswitches.contains(&g.address)));
+    assert!(
+        t.gpus
+            .iter()
+            .all(|g| !fabric.nvswitches.contains(&g.address))
+    );
 }
 
 #[test]

@@ -236,14 +236,22 @@ pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
 
 /// Prints what a set's bind or release did: the partition first, then each GPU; a single GPU
 /// without a partition prints as `gpu bind` always did.
-fn print_set(g: &Global, verb: &str, set: gpu_node::fabric::SetBinding) -> anyhow::Result<ExitCode> {
+fn print_set(
+    g: &Global,
+    verb: &str,
+    set: gpu_node::fabric::SetBinding,
+) -> anyhow::Result<ExitCode> {
     for w in &set.warnings {
         eprintln!("gpuslice: warning: {w}");
     }
     match g.output {
         Output::Table => {
             if let Some(p) = &set.partition {
-                let state = if p.partition.active { "activated" } else { "deactivated" };
+                let state = if p.partition.active {
+                    "activated"
+                } else {
+                    "deactivated"
+                };
                 let how = if p.changed { state } else { "unchanged" };
                 println!("{how} {}", p.partition.describe());
             }
