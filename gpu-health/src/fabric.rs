@@ -107,6 +107,15 @@ fn open_sandbox(dir: &std::path::Path, topology: &NodeTopology) -> Result<FakeFa
     Ok(FakeFabric::with_store(state, Box::new(store)))
 }
 
+/// Why FM cannot be reached, as the fabric says it: the message alone where FM was never
+/// called, the call and FM's answer otherwise.
+fn reason(e: &FmError) -> String {
+    match &e.kind {
+        FmErrorKind::Unavailable(why) => why.clone(),
+        _ => e.to_string(),
+    }
+}
+
 /// Fills `topology`'s fabric (when it has one) with what `fm` answers: FM's state and mode,
 /// its partitions with the node's GPU names, and the faults graded. An unreachable FM leaves
 /// the fabric with its reason and no partition.
@@ -117,7 +126,7 @@ pub fn compose_fabric(topology: &mut NodeTopology, fm: &Result<Arc<dyn FabricMan
     let fm = match fm {
         Ok(fm) => fm,
         Err(e) => {
-            fabric.fabric_manager = FmState::unreachable(e.to_string());
+            fabric.fabric_manager = FmState::unreachable(reason(e));
             fabric.partitions.clear();
             return;
         }
