@@ -425,3 +425,79 @@ pub fn release_set(
         warnings,
     })
 }
+
+/// A DRA claim's whole GPUs: the partition whose members they are exactly, activated before the
+/// claim's devices are made (the order NVIDIA's DRA driver uses). `Ok(None)` where nothing is
+/// to activate: no fabric, a mode without partitions, a partition already active, or a set that
+/// is no partition or a Fabric Manager that cannot be reached (the claim's plan refuses those
+/// before any write, `gpu_integrations::dra::partition::claim_partition`).
+///
+/// # Errors
+/// [`FabricError::InUse`], [`FabricError::Fm`].
+pub fn activate_for_claim(
+    root: &gpu_sysfs::OpenedRoot,
+    topology: &NodeTopology,
+    gpus: &[PciAddress],
+) -> Result<Option<u32>, FabricError> {
+    let Some(p) = claim_partition(topology, gpus) else {
+        return Ok(None);
+    };
+    if p.active {
+        return Ok(None);
+    }
+    let fm =
+        gpu_health::fabric::open_fabric(root, topology).map_err(|e| FabricError::Unreachable {
+            reason: e.to_string(),
+        })?;
+    let holders = gpu_sysfs::actuate::node_holders(root.host(), topology);
+    if let Some((a, h)) = p
+        .addresses
+        .iter()
+        .find_map(|a| holders.gpu(a).map(|h| (a, h)))
+    {
+        return Err(FabricError::InUse {
+            partition: p.describe(),
+            gpu: a.to_string(),
+            holder: h.to_string(),
+        });
+    }
+    fm.activate(p.id).map_err(|source| FabricError::Fm {
+        action: "activate",
+        id: p.id,
+        source,
+    })?;
+    Ok(Some(p.id))
+}
+
+/// Deactivates the partition a DRA claim's whole GPUs were (after its devices are undone);
+/// `Ok(None)` when none is active.
+///
+/// # Errors
+/// [`FabricError::Fm`], [`FabricError::Unreachable`].
+pub fn deactivate_for_claim(
+    root: &gpu_sysfs::OpenedRoot,
+    topology: &NodeTopology,
+    gpus: &[PciAddress],
+) -> Result<Option<u32>, FabricError> {
+    let Some(p) = claim_partition(topology, gpus).filter(|p| p.active) else {
+        return Ok(None);
+    };
+    let fm =
+        gpu_health::fabric::open_fabric(root, topology).map_err(|e| FabricError::Unreachable {
+            reason: e.to_string(),
+        })?;
+    fm.deactivate(p.id).map_err(|source| FabricError::Fm {
+        action: "deactivate",
+        id: p.id,
+        source,
+    })?;
+    Ok(Some(p.id))
+}
+
+fn claim_partition<'t>(topology: &'t NodeTopology, gpus: &[PciAddress]) -> Option<&'t Partition> {
+    let fabric = topology.fabric.as_ref()?;
+    if gpus.is_empty() || !fabric.requires_partitions() || !fabric.fabric_manager.is_reachable() {
+        return None;
+    }
+    fabric.exact(gpus)
+}

@@ -187,3 +187,69 @@ fn with_fabric_manager_unreachable_the_fabric_is_listed_and_no_multi_gpu_set_is_
         "{e}"
     );
 }
+
+/// An allocated claim of the whole GPUs `gpus` on node `hgx`.
+fn gpu_claim(uid: &str, gpus: &[&str]) -> serde_json::Value {
+    let results: Vec<serde_json::Value> = gpus
+        .iter()
+        .map(|g| {
+            serde_json::json!({
+                "request": "gpus",
+                "driver": gpu_integrations::dra::DEFAULT_DRIVER,
+                "pool": "hgx",
+                "device": gpu_integrations::dra::device_name::gpu_device_name(&addr(g)),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "vm", "namespace": "default", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "gpus"}]}},
+        "status": {"allocation": {"devices": {"results": results}}}
+    })
+}
+
+fn once() -> gpu_node::dra::once::Once<'static> {
+    gpu_node::dra::once::Once {
+        driver: gpu_integrations::dra::DEFAULT_DRIVER,
+        state_dir: None,
+        cdi: None,
+        lock_timeout: None,
+        waiting: &|_| {},
+    }
+}
+
+#[test]
+fn a_dra_prepare_activates_the_claims_partition_and_unprepare_deactivates_it() {
+    let (_dir, root) = hgx_sandbox();
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    let uid = "6f1c2d3e-0000-4000-8000-00000000f004";
+    let doc = gpu_claim(uid, &[GPU2, GPU0]);
+    let id = gpu_node::dra::ClaimId::of_document(&doc, None).unwrap();
+    once().prepare(&node, &doc, &id, false).unwrap();
+    assert_eq!(active(&root), [4]);
+    assert_eq!(driver(&root, GPU0).as_deref(), Some("vfio-pci"));
+
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    once().unprepare(&node, uid, false).unwrap();
+    assert!(active(&root).is_empty());
+    assert_ne!(driver(&root, GPU0).as_deref(), Some("vfio-pci"));
+}
+
+#[test]
+fn a_dra_claim_whose_gpus_are_no_partition_is_refused_before_any_write() {
+    let (_dir, root) = hgx_sandbox();
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    let doc = gpu_claim("6f1c2d3e-0000-4000-8000-00000000f005", &[GPU0, GPU1]);
+    let id = gpu_node::dra::ClaimId::of_document(&doc, None).unwrap();
+    let e = once().prepare(&node, &doc, &id, false).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidRequest);
+    assert!(
+        e.to_string()
+            .contains("would do: partition 4 (nvidia0, nvidia2)"),
+        "{e}"
+    );
+    assert!(active(&root).is_empty());
+    assert_ne!(driver(&root, GPU0).as_deref(), Some("vfio-pci"));
+}
