@@ -39,39 +39,76 @@ fn unavailable(why: impl Into<String>) -> FmError {
     FmError::new("open", FmErrorKind::Unavailable(why.into()))
 }
 
+/// Where a node's Fabric Manager answers, decided once from the root it was opened at (kept by
+/// a long-running caller, the agent, that holds only the host).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum FabricSource {
+    /// No Fabric Manager answers (a tree, a recording).
+    #[default]
+    None,
+    /// This machine's Fabric Manager, through `libnvfm`.
+    Local,
+    /// The fake Fabric Manager of the sandbox in this directory.
+    Sandbox(std::path::PathBuf),
+}
+
+impl FabricSource {
+    /// The source for `root`.
+    pub fn of(root: &OpenedRoot) -> Self {
+        match root.sandbox_dir() {
+            Some(dir) => FabricSource::Sandbox(dir.to_path_buf()),
+            None if root.is_local_host() => FabricSource::Local,
+            None => FabricSource::None,
+        }
+    }
+}
+
 /// The Fabric Manager that answers for `root`, whose discovered topology is `topology`.
+///
+/// # Errors
+/// As [`open_fabric_at`].
+pub fn open_fabric(
+    root: &OpenedRoot,
+    topology: &NodeTopology,
+) -> Result<Arc<dyn FabricManager>, FmError> {
+    open_fabric_at(&FabricSource::of(root), root.host(), topology)
+}
+
+/// The Fabric Manager `source` names for `host`, whose discovered topology is `topology`.
 ///
 /// # Errors
 /// An [`FmError`] saying why none answers: no NVSwitch, a root that is not this machine or a
 /// sandbox, a library or service that cannot be reached, a sandbox state that cannot be read.
-pub fn open_fabric(
-    root: &OpenedRoot,
+pub fn open_fabric_at(
+    source: &FabricSource,
+    host: &dyn gpu_sysfs::host::Host,
     topology: &NodeTopology,
 ) -> Result<Arc<dyn FabricManager>, FmError> {
     if topology.fabric.is_none() {
         return Err(unavailable("this node has no NVSwitch"));
     }
-    if let Some(dir) = root.sandbox_dir() {
-        return open_sandbox(dir, topology).map(|f| Arc::new(f) as Arc<dyn FabricManager>);
+    match source {
+        FabricSource::Sandbox(dir) => {
+            open_sandbox(dir, topology).map(|f| Arc::new(f) as Arc<dyn FabricManager>)
+        }
+        FabricSource::Local => {
+            let mode = match host.read(gpu_fabric::CONFIG_FILE) {
+                Ok(text) => gpu_fabric::mode_from_config(&String::from_utf8_lossy(&text))
+                    .map_err(|e| unavailable(format!("/{}: {e}", gpu_fabric::CONFIG_FILE)))?,
+                Err(e) => {
+                    return Err(unavailable(format!(
+                        "/{} cannot be read: {e}",
+                        gpu_fabric::CONFIG_FILE
+                    )));
+                }
+            };
+            let fm = FmLibrary::open(&FmConfig::from_env(mode))?;
+            Ok(Arc::new(fm))
+        }
+        FabricSource::None => Err(unavailable(
+            "Fabric Manager answers for this machine or a sandbox only, not for a directory tree or a recording",
+        )),
     }
-    if root.is_local_host() {
-        let mode = match root.host().read(gpu_fabric::CONFIG_FILE) {
-            Ok(text) => gpu_fabric::mode_from_config(&String::from_utf8_lossy(&text))
-                .map_err(|e| unavailable(format!("/{}: {e}", gpu_fabric::CONFIG_FILE)))?,
-            Err(e) => {
-                return Err(unavailable(format!(
-                    "/{} cannot be read: {e}",
-                    gpu_fabric::CONFIG_FILE
-                )));
-            }
-        };
-        let fm = FmLibrary::open(&FmConfig::from_env(mode))?;
-        return Ok(Arc::new(fm));
-    }
-    Err(unavailable(format!(
-        "Fabric Manager answers for this machine or a sandbox only, not for {}",
-        root.shown()
-    )))
 }
 
 /// The sandbox's fake Fabric Manager: its kept state, or the HGX 8-GPU set over the node's
@@ -256,8 +293,17 @@ pub fn fabric_of(
     root: &OpenedRoot,
     topology: &mut NodeTopology,
 ) -> Option<Result<Arc<dyn FabricManager>, FmError>> {
+    fabric_at(&FabricSource::of(root), root.host(), topology)
+}
+
+/// [`fabric_of`] for a caller holding the host and the source.
+pub fn fabric_at(
+    source: &FabricSource,
+    host: &dyn gpu_sysfs::host::Host,
+    topology: &mut NodeTopology,
+) -> Option<Result<Arc<dyn FabricManager>, FmError>> {
     topology.fabric.as_ref()?;
-    let fm = open_fabric(root, topology);
+    let fm = open_fabric_at(source, host, topology);
     compose_fabric(topology, &fm);
     Some(fm)
 }

@@ -20,6 +20,7 @@ use gpu_core::fabric::{Fabric, Partition};
 use gpu_core::{ClassifiedError, ErrorKind, NodeTopology, PciAddress};
 use gpu_fabric::{FabricManager, FmError};
 use gpu_health::OpenedNode;
+use gpu_health::fabric::FabricSource;
 use gpu_sysfs::actuate::GpuBinding;
 use serde::Serialize;
 
@@ -131,11 +132,37 @@ struct Read {
     fm: Option<Result<Arc<dyn FabricManager>, FmError>>,
 }
 
-fn read(opened: &OpenedNode) -> Result<Read, FabricError> {
-    let mut topology = gpu_sysfs::discover::discover(opened.host.host(), &opened.discover)
-        .map_err(|e| FabricError::Discover(Box::new(e)))?;
-    let fm = gpu_health::fabric::fabric_of(&opened.host, &mut topology);
-    Ok(Read { topology, fm })
+/// A node's writer with where its Fabric Manager answers: what the fabric operations run on.
+#[derive(Debug, Clone)]
+pub struct FabricNode<'h> {
+    /// The node's writer.
+    pub node: Node<'h>,
+    /// Where its Fabric Manager answers.
+    pub source: FabricSource,
+}
+
+impl<'h> From<&'h OpenedNode> for FabricNode<'h> {
+    fn from(opened: &'h OpenedNode) -> Self {
+        FabricNode::of(opened)
+    }
+}
+
+impl<'h> FabricNode<'h> {
+    /// The fabric of a node opened by [`crate::open_node_host`].
+    pub fn of(opened: &'h OpenedNode) -> Self {
+        FabricNode {
+            node: Node::of(opened),
+            source: FabricSource::of(&opened.host),
+        }
+    }
+
+    fn read(&self) -> Result<Read, FabricError> {
+        let host = self.node.host();
+        let mut topology = gpu_sysfs::discover::discover(host, self.node.discover())
+            .map_err(|e| FabricError::Discover(Box::new(e)))?;
+        let fm = gpu_health::fabric::fabric_at(&self.source, host, &mut topology);
+        Ok(Read { topology, fm })
+    }
 }
 
 impl Read {
@@ -183,11 +210,11 @@ impl Read {
     /// member of another active partition: the refusal names the holder.
     fn check_members(
         &self,
-        opened: &OpenedNode,
+        host: &dyn gpu_sysfs::Host,
         p: &Partition,
         activating: bool,
     ) -> Result<(), FabricError> {
-        let holders = gpu_sysfs::actuate::node_holders(opened.host.host(), &self.topology);
+        let holders = gpu_sysfs::actuate::node_holders(host, &self.topology);
         let fabric = self.fabric()?;
         for a in &p.addresses {
             let busy = |holder: String| FabricError::InUse {
@@ -224,13 +251,14 @@ fn ids(parts: &[Partition]) -> String {
 ///
 /// # Errors
 /// [`FabricError::Discover`], [`FabricError::NoFabric`].
-pub fn list(opened: &OpenedNode) -> Result<Fabric, FabricError> {
-    let r = read(opened)?;
+pub fn list<'h>(on: impl Into<FabricNode<'h>>) -> Result<Fabric, FabricError> {
+    let f = &on.into();
+    let r = f.read()?;
     r.fabric().cloned()
 }
 
-fn relisted(opened: &OpenedNode, id: u32, changed: bool) -> Result<PartitionChange, FabricError> {
-    let r = read(opened)?;
+fn relisted(f: &FabricNode<'_>, id: u32, changed: bool) -> Result<PartitionChange, FabricError> {
+    let r = f.read()?;
     Ok(PartitionChange {
         partition: r.partition(id)?.clone(),
         changed,
@@ -242,19 +270,23 @@ fn relisted(opened: &OpenedNode, id: u32, changed: bool) -> Result<PartitionChan
 /// # Errors
 /// [`FabricError::Unreachable`], [`FabricError::UnknownPartition`], [`FabricError::InUse`],
 /// [`FabricError::Fm`], [`FabricError::Node`] (the lock).
-pub fn activate(opened: &OpenedNode, id: u32) -> Result<PartitionChange, FabricError> {
-    let r = read(opened)?;
+pub fn activate<'h>(
+    on: impl Into<FabricNode<'h>>,
+    id: u32,
+) -> Result<PartitionChange, FabricError> {
+    let f = &on.into();
+    let r = f.read()?;
     let p = r.partition(id)?;
     if p.active {
-        return relisted(opened, id, false);
+        return relisted(f, id, false);
     }
-    r.check_members(opened, p, true)?;
+    r.check_members(f.node.host(), p, true)?;
     let fm = r.fm()?;
     {
-        let _lock = Node::of(opened).lock()?;
+        let _lock = f.node.lock()?;
         activate_with(fm.as_ref(), &r, p)?;
     }
-    relisted(opened, id, true)
+    relisted(f, id, true)
 }
 
 /// FM's activation of `p`: with one VF of each member in vGPU mode is not done here (the
@@ -271,23 +303,27 @@ fn activate_with(fm: &dyn FabricManager, _r: &Read, p: &Partition) -> Result<(),
 ///
 /// # Errors
 /// As [`activate`].
-pub fn deactivate(opened: &OpenedNode, id: u32) -> Result<PartitionChange, FabricError> {
-    let r = read(opened)?;
+pub fn deactivate<'h>(
+    on: impl Into<FabricNode<'h>>,
+    id: u32,
+) -> Result<PartitionChange, FabricError> {
+    let f = &on.into();
+    let r = f.read()?;
     let p = r.partition(id)?;
     if !p.active {
-        return relisted(opened, id, false);
+        return relisted(f, id, false);
     }
-    r.check_members(opened, p, false)?;
+    r.check_members(f.node.host(), p, false)?;
     let fm = r.fm()?;
     {
-        let _lock = Node::of(opened).lock()?;
+        let _lock = f.node.lock()?;
         fm.deactivate(id).map_err(|source| FabricError::Fm {
             action: "deactivate",
             id,
             source,
         })?;
     }
-    relisted(opened, id, true)
+    relisted(f, id, true)
 }
 
 /// The partition a set of whole GPUs must be on this node: `Ok(None)` where the node needs none
@@ -327,11 +363,15 @@ fn partition_for<'r>(
 /// # Errors
 /// [`FabricError::NotAPartition`] and [`FabricError::Unreachable`] before anything is written;
 /// [`FabricError::InUse`], [`FabricError::Fm`], [`FabricError::Node`].
-pub fn bind_set(opened: &OpenedNode, gpus: &[PciAddress]) -> Result<SetBinding, FabricError> {
-    let r = read(opened)?;
+pub fn bind_set<'h>(
+    on: impl Into<FabricNode<'h>>,
+    gpus: &[PciAddress],
+) -> Result<SetBinding, FabricError> {
+    let f = &on.into();
+    let r = f.read()?;
     let mut warnings = Vec::new();
     let partition = partition_for(&r, gpus, &mut warnings)?;
-    let node = Node::of(opened);
+    let node = f.node;
     let Some(p) = partition else {
         let mut bound = Vec::with_capacity(gpus.len());
         for g in gpus {
@@ -345,7 +385,7 @@ pub fn bind_set(opened: &OpenedNode, gpus: &[PciAddress]) -> Result<SetBinding, 
     };
     let activating = !p.active;
     if activating {
-        r.check_members(opened, p, true)?;
+        r.check_members(f.node.host(), p, true)?;
     }
     let fm = r.fm()?;
     let mut bound = Vec::with_capacity(gpus.len());
@@ -372,7 +412,7 @@ pub fn bind_set(opened: &OpenedNode, gpus: &[PciAddress]) -> Result<SetBinding, 
         }
     }
     Ok(SetBinding {
-        partition: Some(relisted(opened, p.id, activating)?),
+        partition: Some(relisted(f, p.id, activating)?),
         gpus: bound,
         warnings,
     })
@@ -384,15 +424,16 @@ pub fn bind_set(opened: &OpenedNode, gpus: &[PciAddress]) -> Result<SetBinding, 
 /// # Errors
 /// [`FabricError::NotAPartition`] before anything is written; [`FabricError::Fm`],
 /// [`FabricError::Node`].
-pub fn release_set(
-    opened: &OpenedNode,
+pub fn release_set<'h>(
+    on: impl Into<FabricNode<'h>>,
     gpus: &[PciAddress],
     force: bool,
 ) -> Result<SetBinding, FabricError> {
-    let r = read(opened)?;
+    let f = &on.into();
+    let r = f.read()?;
     let mut warnings = Vec::new();
     let partition = partition_for(&r, gpus, &mut warnings)?;
-    let node = Node::of(opened);
+    let node = f.node;
     let Some(p) = partition else {
         let mut released = Vec::with_capacity(gpus.len());
         for g in gpus {
@@ -420,7 +461,7 @@ pub fn release_set(
         }
     }
     Ok(SetBinding {
-        partition: Some(relisted(opened, p.id, p.active)?),
+        partition: Some(relisted(f, p.id, p.active)?),
         gpus: released,
         warnings,
     })
