@@ -476,7 +476,8 @@ pub fn release_set<'h>(
 /// # Errors
 /// [`FabricError::InUse`], [`FabricError::Fm`].
 pub fn activate_for_claim(
-    root: &gpu_sysfs::OpenedRoot,
+    source: &FabricSource,
+    host: &dyn gpu_sysfs::Host,
     topology: &NodeTopology,
     gpus: &[PciAddress],
 ) -> Result<Option<u32>, FabricError> {
@@ -486,11 +487,12 @@ pub fn activate_for_claim(
     if p.active {
         return Ok(None);
     }
-    let fm =
-        gpu_health::fabric::open_fabric(root, topology).map_err(|e| FabricError::Unreachable {
+    let fm = gpu_health::fabric::open_fabric_at(source, host, topology).map_err(|e| {
+        FabricError::Unreachable {
             reason: e.to_string(),
-        })?;
-    let holders = gpu_sysfs::actuate::node_holders(root.host(), topology);
+        }
+    })?;
+    let holders = gpu_sysfs::actuate::node_holders(host, topology);
     if let Some((a, h)) = p
         .addresses
         .iter()
@@ -516,17 +518,19 @@ pub fn activate_for_claim(
 /// # Errors
 /// [`FabricError::Fm`], [`FabricError::Unreachable`].
 pub fn deactivate_for_claim(
-    root: &gpu_sysfs::OpenedRoot,
+    source: &FabricSource,
+    host: &dyn gpu_sysfs::Host,
     topology: &NodeTopology,
     gpus: &[PciAddress],
 ) -> Result<Option<u32>, FabricError> {
     let Some(p) = claim_partition(topology, gpus).filter(|p| p.active) else {
         return Ok(None);
     };
-    let fm =
-        gpu_health::fabric::open_fabric(root, topology).map_err(|e| FabricError::Unreachable {
+    let fm = gpu_health::fabric::open_fabric_at(source, host, topology).map_err(|e| {
+        FabricError::Unreachable {
             reason: e.to_string(),
-        })?;
+        }
+    })?;
     fm.deactivate(p.id).map_err(|source| FabricError::Fm {
         action: "deactivate",
         id: p.id,

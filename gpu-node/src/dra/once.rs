@@ -58,26 +58,8 @@ impl Once<'_> {
             store.check()?;
             Some(self.lock(node)?)
         };
-        // The claim's fabric partition is activated before its devices are made, and
-        // deactivated again when they cannot be.
-        let gpus = if dry_run {
-            vec![]
-        } else {
-            claim_gpus(node, doc, id, self.driver)
-        };
-        let fabric_err = |source| DraError::Fabric {
-            uid: id.uid.clone(),
-            source: Box::new(source),
-        };
-        let activated = crate::fabric::activate_for_claim(&node.host, &node.topology, &gpus)
-            .map_err(fabric_err)?;
-        let answer = super::prepare(&on, doc, id, &setup);
-        if answer.is_err() && activated.is_some() {
-            let mut after = node.topology.clone();
-            gpu_health::fabric::fabric_of(&node.host, &mut after);
-            let _ = crate::fabric::deactivate_for_claim(&node.host, &after, &gpus);
-        }
-        answer
+        let fabric = gpu_health::fabric::FabricSource::of(&node.host);
+        super::prepare_with_fabric(&on, doc, id, &setup, &fabric)
     }
 
     /// Unprepares claim `uid` on `node` under the host lock ([`super::unprepare`]; `force`:
@@ -100,31 +82,16 @@ impl Once<'_> {
         };
         let _lock = self.lock(node)?;
         let recording = node.host.is_recording();
-        // The whole GPUs the claim's record holds: their partition is deactivated after them.
-        let gpus: Vec<gpu_core::PciAddress> = store
-            .read(uid)
-            .ok()
-            .flatten()
-            .map(|rec| {
-                rec.actions
-                    .iter()
-                    .filter_map(|a| match a {
-                        gpu_integrations::dra::prepare::PrepareAction::BindGpu {
-                            address, ..
-                        } => Some(*address),
-                        _ => None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let done = super::unprepare(&node.host, recording, uid, force, &setup)?;
-        crate::fabric::deactivate_for_claim(&node.host, &node.topology, &gpus).map_err(
-            |source| DraError::Fabric {
-                uid: uid.to_owned(),
-                source: Box::new(source),
-            },
-        )?;
-        Ok(done)
+        let fabric = gpu_health::fabric::FabricSource::of(&node.host);
+        super::unprepare_with_fabric(
+            &node.host,
+            recording,
+            uid,
+            force,
+            &setup,
+            &node.topology,
+            &fabric,
+        )
     }
 
     fn lock(&self, node: &ComposedNode) -> Result<crate::WriteLock, DraError> {
@@ -134,37 +101,6 @@ impl Once<'_> {
             &mut |p| (self.waiting)(p),
         )?)
     }
-}
-
-/// The whole GPUs claim `id` of `doc` would bind on `node`, as its plan says (none where it
-/// cannot be planned: the prepare itself then answers why).
-fn claim_gpus(
-    node: &ComposedNode,
-    doc: &Value,
-    id: &ClaimId,
-    driver: &str,
-) -> Vec<gpu_core::PciAddress> {
-    let Ok(checked) = super::check_claim(doc, id, driver) else {
-        return vec![];
-    };
-    gpu_integrations::dra::prepare::plan_prepare(
-        &checked.claim.allocation,
-        &checked.claim.uid,
-        driver,
-        &node.topology,
-    )
-    .map(|actions| {
-        actions
-            .iter()
-            .filter_map(|a| match a {
-                gpu_integrations::dra::prepare::PrepareAction::BindGpu { address, .. } => {
-                    Some(*address)
-                }
-                _ => None,
-            })
-            .collect()
-    })
-    .unwrap_or_default()
 }
 
 impl PrepareAnswer {
