@@ -129,11 +129,9 @@ fn a_claim_of_one_partitions_gpus_is_planned() {
     let node = hgx(FabricMode::SharedNvswitch);
     let plan = plan_prepare(&claim(&node, &[0, 1, 4, 5]), "uid-1", DEFAULT_DRIVER, &node);
     assert_eq!(plan.unwrap().len(), 4);
-    let p = gpu_integrations::dra::partition::claim_partition(
-        &plan_prepare(&claim(&node, &[7, 5]), "uid-2", DEFAULT_DRIVER, &node).unwrap(),
-        &node,
-    )
-    .unwrap();
+    let plan = plan_prepare(&claim(&node, &[7, 5]), "uid-2", DEFAULT_DRIVER, &node).unwrap();
+    let gpus = gpu_integrations::dra::prepare::bound_gpus(&plan);
+    let p = gpu_integrations::dra::partition::claim_partition(&gpus, &node).unwrap();
     assert_eq!(p.map(|p| p.id), Some(7));
 }
 
@@ -220,4 +218,47 @@ fn the_example_hgx_claim_matches_an_attribute_every_whole_gpu_carries() {
         let plan = plan_prepare(&claim(&node, members), "u", DEFAULT_DRIVER, &node);
         assert_eq!(plan.unwrap().len(), 4);
     }
+}
+
+fn allocation(node: &NodeTopology, gpus: &[usize]) -> gpu_core::Allocation {
+    gpu_core::Allocation {
+        machine: "vm1".into(),
+        node: node.node.clone(),
+        status: gpu_core::AllocationStatus::Pending,
+        devices: gpus
+            .iter()
+            .map(|&i| gpu_core::AllocatedDevice::Gpu {
+                request: "gpu".into(),
+                name: format!("nvidia{i}"),
+                address: addr(i),
+                functions: vec![],
+                memory_mib: Some(81559),
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn export_vm_notes_the_partition_and_the_guest_driver_fabric_manager_needs() {
+    use gpu_integrations::kubevirt_vm::{dra_virtual_machine, virtual_machine};
+    let mut node = hgx(FabricMode::SharedNvswitch);
+    node.fabric.as_mut().unwrap().fabric_manager.version = Some("550.90.07".into());
+    let a = allocation(&node, &[2, 3, 6, 7]);
+    let vm = virtual_machine(&a, &node, None, "nvidia.com", None).unwrap();
+    let notes = &vm.metadata.annotations;
+    assert_eq!(notes["gpuslice.dev/nvswitch-partition"], "3");
+    assert!(
+        notes["gpuslice.dev/guest-driver"]
+            .starts_with("NVIDIA driver 550.90.07, the version of the host's Fabric Manager"),
+        "{notes:?}"
+    );
+    let (vm, _) = dra_virtual_machine(&a, &node, None, DEFAULT_DRIVER, None).unwrap();
+    assert_eq!(
+        vm.metadata.annotations["gpuslice.dev/nvswitch-partition"],
+        "3"
+    );
+    // Without a fabric, nothing is noted.
+    node.fabric = None;
+    let vm = virtual_machine(&a, &node, None, "nvidia.com", None).unwrap();
+    assert!(vm.metadata.annotations.is_empty());
 }

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use gpu_core::{Fabric, Gpu, NodeTopology, Partition, PciAddress};
 
 use super::model::DeviceAttribute;
-use super::prepare::PrepareAction;
 use crate::error::{Result, fail};
 
 /// The attribute of a GPU's module ID.
@@ -56,25 +55,19 @@ pub fn fabric_attributes(node: &NodeTopology, gpu: &Gpu) -> BTreeMap<String, Dev
     a
 }
 
-/// The partition a claim's whole GPUs take on this node: `None` when the node's fabric does not
-/// constrain them (no fabric, Fabric Manager in bare-metal mode, no whole GPU in the claim, or
-/// one GPU while Fabric Manager cannot be reached), else the healthy partition whose members are
-/// exactly those GPUs. Made before any write: `prepare` activates the partition it returns.
+/// The partition a claim's whole GPUs (`gpus`, the addresses its plan binds) take on this node:
+/// `None` when the node's fabric does not constrain them (no fabric, Fabric Manager in
+/// bare-metal mode, no whole GPU in the claim, or one GPU while Fabric Manager cannot be
+/// reached), else the healthy partition whose members are exactly those GPUs. Made before any
+/// write: `prepare` activates the partition it returns.
 ///
 /// # Errors
 /// `Refused` when the GPUs are no healthy partition (naming the partitions of that size that
 /// would do), or when several GPUs are asked for while Fabric Manager cannot be reached.
 pub fn claim_partition<'n>(
-    actions: &[PrepareAction],
+    gpus: &[PciAddress],
     node: &'n NodeTopology,
 ) -> Result<Option<&'n Partition>> {
-    let gpus: Vec<PciAddress> = actions
-        .iter()
-        .filter_map(|a| match a {
-            PrepareAction::BindGpu { address, .. } => Some(*address),
-            _ => None,
-        })
-        .collect();
     let Some(f) = node.fabric.as_ref().filter(|f| f.requires_partitions()) else {
         return Ok(None);
     };
@@ -102,21 +95,63 @@ pub fn claim_partition<'n>(
             f.fabric_manager.reason.as_deref().unwrap_or("no reason given")
         );
     }
-    match f.exact(&gpus) {
+    match f.exact(gpus) {
         Some(p) if p.is_healthy() => Ok(Some(p)),
         Some(p) => fail!(
             Refused, names();
             "{} is degraded ({}); would do: {}; nothing was changed",
             p.describe(),
             p.degraded.as_deref().unwrap_or(""),
-            Fabric::describe_all(f.would_do(&gpus))
+            Fabric::describe_all(f.would_do(gpus))
         ),
         None => fail!(
             Refused, names();
             "GPUs {} are no NVSwitch partition of this node (a VM's GPUs talk over NVLink only \
              as one activated partition); would do: {}; nothing was changed",
             names(),
-            Fabric::describe_all(f.would_do(&gpus))
+            Fabric::describe_all(f.would_do(gpus))
         ),
     }
+}
+
+/// The annotation naming the NVSwitch partition a VM's whole GPUs are.
+pub const PARTITION_ANNOTATION: &str = "gpuslice.dev/nvswitch-partition";
+/// The annotation saying which NVIDIA driver the guest must run.
+pub const GUEST_DRIVER_ANNOTATION: &str = "gpuslice.dev/guest-driver";
+
+/// What a VM's guest needs when `allocation`'s whole GPUs sit on an NVSwitch fabric that
+/// activates partitions: the partition they are, and that the guest's NVIDIA driver must be the
+/// version of the host's Fabric Manager (operators report `cuInit` error 802 otherwise, as for
+/// GPUs without an active partition). Empty elsewhere.
+pub fn guest_annotations(
+    node: &NodeTopology,
+    allocation: &gpu_core::Allocation,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some(f) = node.fabric.as_ref().filter(|f| f.requires_partitions()) else {
+        return out;
+    };
+    let gpus: Vec<PciAddress> = allocation
+        .devices
+        .iter()
+        .filter_map(|d| match d {
+            gpu_core::AllocatedDevice::Gpu { address, .. } => Some(*address),
+            gpu_core::AllocatedDevice::Vgpu { .. } => None,
+        })
+        .collect();
+    if gpus.is_empty() {
+        return out;
+    }
+    if let Some(p) = f.exact(&gpus) {
+        out.insert(PARTITION_ANNOTATION.to_owned(), p.id.to_string());
+    }
+    let version = f.fabric_manager.version.as_deref().map_or_else(
+        || "the version of the host's Fabric Manager (not known here: `nv-fabricmanager --version` on the host)".to_owned(),
+        |v| format!("{v}, the version of the host's Fabric Manager"),
+    );
+    out.insert(
+        GUEST_DRIVER_ANNOTATION.to_owned(),
+        format!("NVIDIA driver {version}; without it CUDA fails in the guest (cuInit error 802)"),
+    );
+    out
 }

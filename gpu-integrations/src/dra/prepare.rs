@@ -236,8 +236,19 @@ pub fn plan_prepare(
         actions.push(action_for(r, parent, t, profile, claim_uid, this_index)?);
     }
     check_one_size(&actions, node)?;
-    super::partition::claim_partition(&actions, node)?;
+    super::partition::claim_partition(&bound_gpus(&actions), node)?;
     Ok(actions)
+}
+
+/// The whole GPUs a plan binds.
+pub fn bound_gpus(actions: &[PrepareAction]) -> Vec<PciAddress> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            PrepareAction::BindGpu { address, .. } => Some(*address),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What a vGPU device of an allocation stands for: its GPU, its framebuffer size (none for a
