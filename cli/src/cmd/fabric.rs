@@ -4,10 +4,9 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use gpu_core::fabric::Fabric;
 
 use super::gpu::open_host;
-use crate::common::{Global, Output, print_data, render_table};
+use crate::common::{Global, Output, print_data};
 
 /// `gpuslice fabric` subcommands.
 #[derive(Subcommand, Debug)]
@@ -39,7 +38,7 @@ pub fn run(g: &Global, c: FabricCommand) -> anyhow::Result<ExitCode> {
         FabricCommand::List => {
             let f = gpu_node::fabric::list(&opened)?;
             match g.output {
-                Output::Table => print!("{}", table(&f)),
+                Output::Table => print!("{}", gpu_node::text::fabric(&f)),
                 out => print_data(out, &f)?,
             }
         }
@@ -65,41 +64,4 @@ fn change(g: &Global, verb: &str, p: &gpu_node::fabric::PartitionChange) -> anyh
         out => print_data(out, p)?,
     }
     Ok(())
-}
-
-/// The fabric as text: Fabric Manager's state, then one row per partition.
-pub(crate) fn table(f: &Fabric) -> String {
-    let fm = &f.fabric_manager;
-    let mut out = match (fm.is_reachable(), fm.mode) {
-        (true, Some(mode)) => format!(
-            "Fabric Manager: reachable, {mode} mode; {} NVSwitches\n",
-            f.nvswitches.len()
-        ),
-        _ => format!(
-            "Fabric Manager: cannot be reached ({}); {} NVSwitches: no multi-GPU set is handed out\n",
-            fm.reason.as_deref().unwrap_or("no reason given"),
-            f.nvswitches.len()
-        ),
-    };
-    if f.partitions.is_empty() {
-        return out;
-    }
-    let rows: Vec<Vec<String>> = f
-        .partitions
-        .iter()
-        .map(|p| {
-            vec![
-                p.id.to_string(),
-                p.size().to_string(),
-                p.gpus.join(","),
-                if p.active { "yes" } else { "no" }.to_owned(),
-                p.degraded.clone().unwrap_or_else(|| "-".to_owned()),
-            ]
-        })
-        .collect();
-    out.push_str(&render_table(
-        &["ID", "SIZE", "GPUS", "ACTIVE", "DEGRADED"],
-        &rows,
-    ));
-    out
 }
