@@ -348,10 +348,7 @@ async fn bind_set(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    query(q)?;
-    let bytes = read_body(&headers, body).await?;
-    let req: crate::agent::SetRequest = parse_json(&bytes)?;
-    Ok(json_value(StatusCode::OK, &a.bind_set(req, true).await?))
+    set(a, q, headers, body, true).await
 }
 
 async fn release_set(
@@ -360,10 +357,20 @@ async fn release_set(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    set(a, q, headers, body, false).await
+}
+
+async fn set(
+    a: Arc<Agent>,
+    q: Result<Query<NoQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+    bind: bool,
+) -> Result<Response, ApiError> {
     query(q)?;
     let bytes = read_body(&headers, body).await?;
     let req: crate::agent::SetRequest = parse_json(&bytes)?;
-    Ok(json_value(StatusCode::OK, &a.bind_set(req, false).await?))
+    Ok(json_value(StatusCode::OK, &a.bind_set(req, bind).await?))
 }
 
 #[derive(Debug, Deserialize)]

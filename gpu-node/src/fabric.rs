@@ -274,29 +274,7 @@ pub fn activate<'h>(
     on: impl Into<FabricNode<'h>>,
     id: u32,
 ) -> Result<PartitionChange, FabricError> {
-    let f = &on.into();
-    let r = f.read()?;
-    let p = r.partition(id)?;
-    if p.active {
-        return relisted(f, id, false);
-    }
-    r.check_members(f.node.host(), p, true)?;
-    let fm = r.fm()?;
-    {
-        let _lock = f.node.lock()?;
-        activate_with(fm.as_ref(), &r, p)?;
-    }
-    relisted(f, id, true)
-}
-
-/// FM's activation of `p`: with one VF of each member in vGPU mode is not done here (the
-/// whole GPUs of shared NVSwitch mode are), so vGPU mode is refused by FM itself.
-fn activate_with(fm: &dyn FabricManager, _r: &Read, p: &Partition) -> Result<(), FabricError> {
-    fm.activate(p.id).map_err(|source| FabricError::Fm {
-        action: "activate",
-        id: p.id,
-        source,
-    })
+    switch(&on.into(), id, true)
 }
 
 /// Deactivates partition `id` (refused while a member is in use by something else).
@@ -307,23 +285,35 @@ pub fn deactivate<'h>(
     on: impl Into<FabricNode<'h>>,
     id: u32,
 ) -> Result<PartitionChange, FabricError> {
-    let f = &on.into();
+    switch(&on.into(), id, false)
+}
+
+/// Partition `id` made active (`on`) or not, under the node's lock; nothing written when it
+/// already is.
+fn switch(f: &FabricNode<'_>, id: u32, on: bool) -> Result<PartitionChange, FabricError> {
     let r = f.read()?;
     let p = r.partition(id)?;
-    if !p.active {
+    if p.active == on {
         return relisted(f, id, false);
     }
-    r.check_members(f.node.host(), p, false)?;
+    r.check_members(f.node.host(), p, on)?;
     let fm = r.fm()?;
     {
         let _lock = f.node.lock()?;
-        fm.deactivate(id).map_err(|source| FabricError::Fm {
-            action: "deactivate",
-            id,
-            source,
-        })?;
+        set_active(fm.as_ref(), p.id, on)?;
     }
     relisted(f, id, true)
+}
+
+/// FM's activation (`on`) or deactivation of partition `id` (whole GPUs: shared NVSwitch mode;
+/// in vGPU mode FM itself refuses a plain activation).
+fn set_active(fm: &dyn FabricManager, id: u32, on: bool) -> Result<(), FabricError> {
+    let (action, done) = if on {
+        ("activate", fm.activate(id))
+    } else {
+        ("deactivate", fm.deactivate(id))
+    };
+    done.map_err(|source| FabricError::Fm { action, id, source })
 }
 
 /// The partition a set of whole GPUs must be on this node: `Ok(None)` where the node needs none
@@ -392,7 +382,7 @@ pub fn bind_set<'h>(
     {
         let locked = node.lock()?;
         if activating {
-            activate_with(fm.as_ref(), &r, p)?;
+            set_active(fm.as_ref(), p.id, true)?;
         }
         for g in gpus {
             match locked.bind_gpu(g) {
@@ -453,11 +443,7 @@ pub fn release_set<'h>(
             released.push(locked.release_gpu(g, force)?);
         }
         if p.active {
-            fm.deactivate(p.id).map_err(|source| FabricError::Fm {
-                action: "deactivate",
-                id: p.id,
-                source,
-            })?;
+            set_active(fm.as_ref(), p.id, false)?;
         }
     }
     Ok(SetBinding {
@@ -504,11 +490,7 @@ pub fn activate_for_claim(
             holder: h.to_string(),
         });
     }
-    fm.activate(p.id).map_err(|source| FabricError::Fm {
-        action: "activate",
-        id: p.id,
-        source,
-    })?;
+    set_active(fm.as_ref(), p.id, true)?;
     Ok(Some(p.id))
 }
 
@@ -531,11 +513,7 @@ pub fn deactivate_for_claim(
             reason: e.to_string(),
         }
     })?;
-    fm.deactivate(p.id).map_err(|source| FabricError::Fm {
-        action: "deactivate",
-        id: p.id,
-        source,
-    })?;
+    set_active(fm.as_ref(), p.id, false)?;
     Ok(Some(p.id))
 }
 
