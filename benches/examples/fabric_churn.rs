@@ -15,7 +15,9 @@ fn main() {
     let nodes = args.first().copied().unwrap_or(1_000);
     let arrivals = args.get(1).copied().unwrap_or(40_000);
     let seeds = args.get(2).copied().unwrap_or(3) as u64;
-    println!("| offered load | policy | acceptance | 1 GPU | 2 GPUs | 4 GPUs | 8 GPUs | GPUs accepted | refused with room |");
+    println!(
+        "| offered load | policy | acceptance | 1 GPU | 2 GPUs | 4 GPUs | 8 GPUs | GPUs accepted | refused with room |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     for load in [0.8, 0.9, 1.0, 1.1, 1.25] {
         for policy in [Policy::Binpack, Policy::FirstFit, Policy::Spread] {

@@ -46,5 +46,8 @@ fn keeping_larger_partitions_whole_accepts_more_eight_gpu_machines_than_first_fi
     let ours = replay(hgx_fleet(100), &events, Policy::Binpack).unwrap();
     let first = replay(hgx_fleet(100), &events, Policy::FirstFit).unwrap();
     assert!(ours.accepted[3] > first.accepted[3], "{ours:?} {first:?}");
-    assert!(ours.gpus_accepted() > first.gpus_accepted(), "{ours:?} {first:?}");
+    assert!(
+        ours.gpus_accepted() > first.gpus_accepted(),
+        "{ours:?} {first:?}"
+    );
 }

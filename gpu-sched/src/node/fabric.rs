@@ -34,11 +34,14 @@ pub(crate) struct FabricIx {
     /// Addresses of the GPUs the index was built over.
     addresses: Box<[gpu_core::PciAddress]>,
     parts: Box<[PartIx]>,
+    /// `(size, members as a bit per GPU index)` of the healthy partitions whose members are all
+    /// on the node among its first 64 GPUs: the cheap test a search runs before fitting.
+    masks: Box<[(u32, u64)]>,
 }
 
 impl FabricIx {
     pub(crate) fn new(fabric: Fabric, gpus: &[Arc<Gpu>]) -> Self {
-        let parts = fabric
+        let parts: Box<[PartIx]> = fabric
             .partitions
             .iter()
             .enumerate()
@@ -55,10 +58,22 @@ impl FabricIx {
                     .collect(),
             })
             .collect();
+        let masks = parts
+            .iter()
+            .filter(|p| fabric.partitions[p.at].is_healthy())
+            .filter_map(|p| {
+                let m = p.members.as_deref()?;
+                let bits = m
+                    .iter()
+                    .try_fold(0u64, |acc, &g| (g < 64).then(|| acc | (1u64 << g)))?;
+                Some((u32::try_from(m.len()).ok()?, bits))
+            })
+            .collect();
         FabricIx {
             addresses: gpus.iter().map(|g| g.address).collect(),
             fabric,
             parts,
+            masks,
         }
     }
 
@@ -85,6 +100,33 @@ pub(super) enum PartitionFit {
 }
 
 impl NodeState {
+    /// False when the node's fabric alone rules a whole-GPU request of the Machine out: no
+    /// healthy partition of its size has every member free (a cheap necessary test, run before
+    /// fitting while searching; nodes without a fabric always pass).
+    pub(crate) fn fabric_may_fit(&self, m: &crate::resolve::Resolved) -> bool {
+        let Some(ix) = self.topo.fabric.as_deref() else {
+            return true;
+        };
+        let f = &ix.fabric;
+        if !f.requires_partitions() || self.gpus.len() > 64 {
+            return true;
+        }
+        let free = self
+            .gpus
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.free_whole())
+            .fold(0u64, |acc, (i, _)| acc | (1u64 << i));
+        m.reqs.iter().all(|r| match &r.kind {
+            crate::resolve::Kind::Whole { .. } if !f.fabric_manager.is_reachable() => r.wanted <= 1,
+            crate::resolve::Kind::Whole { .. } => ix
+                .masks
+                .iter()
+                .any(|&(size, bits)| size == r.wanted && bits & !free == 0),
+            crate::resolve::Kind::Vgpu { .. } => true,
+        })
+    }
+
     /// The partition a request for `r.wanted` whole GPUs gets among `cands` (GPUs passing every
     /// filter and free, with whether each was named), which must hold every GPU in `named`.
     pub(super) fn fit_partition(
