@@ -62,6 +62,9 @@ enum Command {
     /// then `--root sandbox:DIR`.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCommand),
+    /// NVSwitch fabric partitions (HGX): `fabric list`, `fabric activate ID`, `fabric deactivate ID`.
+    #[command(subcommand)]
+    Fabric(cmd::fabric::FabricCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -69,9 +72,10 @@ enum Command {
 enum GpuCommand {
     /// List GPUs (this host, or a fleet with --inventory).
     List(cmd::gpu::GpuListArgs),
-    /// Bind a whole GPU and its companion functions to vfio-pci.
+    /// Bind whole GPUs and their companion functions to vfio-pci (on an NVSwitch host, one
+    /// fabric partition's GPUs, with the partition activated).
     Bind(cmd::gpu::BindArgs),
-    /// Return a GPU from vfio-pci to its host driver.
+    /// Return GPUs from vfio-pci to their host driver (a partition's set deactivates it).
     Release(cmd::gpu::ReleaseArgs),
 }
 
@@ -285,6 +289,7 @@ fn run(
         Command::Agent(a) => served(ServedCommand::Agent(Box::new(a))),
         Command::Doctor(a) => cmd::doctor::run(g, a),
         Command::Sandbox(c) => cmd::sandbox::run(g, c),
+        Command::Fabric(c) => cmd::fabric::run(g, c),
     }
 }
 

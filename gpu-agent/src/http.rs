@@ -54,6 +54,8 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/health", get(health))
         .route("/v1/vgpus", get(list_vgpus).post(create_vgpu))
         .route("/v1/vgpus/{id}", axum::routing::delete(delete_vgpu))
+        .route("/v1/gpus/bind", post(bind_set))
+        .route("/v1/gpus/release", post(release_set))
         .route("/v1/gpus/{gpu}/bind", post(bind_gpu))
         .route("/v1/gpus/{gpu}/release", post(release_gpu))
         .route("/v1/layout", put(put_layout))
@@ -341,6 +343,39 @@ async fn create_vgpu(
         StatusCode::CREATED
     };
     Ok(json_value(status, &v))
+}
+
+/// `POST /v1/gpus/bind` and `/release`: several whole GPUs as one set (on an NVSwitch host one
+/// fabric partition's members, activated with the bind).
+async fn bind_set(
+    State(a): State<Arc<Agent>>,
+    q: Result<Query<NoQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    set(a, q, headers, body, true).await
+}
+
+async fn release_set(
+    State(a): State<Arc<Agent>>,
+    q: Result<Query<NoQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    set(a, q, headers, body, false).await
+}
+
+async fn set(
+    a: Arc<Agent>,
+    q: Result<Query<NoQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+    bind: bool,
+) -> Result<Response, ApiError> {
+    query(q)?;
+    let bytes = read_body(&headers, body).await?;
+    let req: crate::agent::SetRequest = parse_json(&bytes)?;
+    Ok(json_value(StatusCode::OK, &a.bind_set(req, bind).await?))
 }
 
 #[derive(Debug, Deserialize)]

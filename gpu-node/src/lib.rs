@@ -28,6 +28,7 @@
 pub mod clear;
 pub mod dra;
 pub mod error;
+pub mod fabric;
 mod full;
 pub mod handoff;
 pub mod intent;

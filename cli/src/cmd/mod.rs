@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod dra;
 pub mod export;
 pub mod export_vm;
+pub mod fabric;
 pub mod gpu;
 pub mod handoff;
 pub mod health;

@@ -43,6 +43,7 @@ pub mod writes;
 pub use config::{
     AgentConfig, Hooks, MIN_TOKEN_LEN, MetricsHook, TokenError, config_for_root, parse_token,
 };
+pub use gpus::SetRequest;
 pub use handoff::HandoffTarget;
 pub use reconcile::{Outcome, Reconciled};
 pub use request::CreateRequest;
