@@ -391,7 +391,7 @@ fn parse_entry(v: &Value, at: &str) -> Result<Entry, LayoutError> {
     })
 }
 
-fn parse_devices(v: &Value, at: &str) -> Result<Devices, LayoutError> {
+pub(crate) fn parse_devices(v: &Value, at: &str) -> Result<Devices, LayoutError> {
     match v {
         Value::String(s) if s == "all" => Ok(Devices::All),
         Value::String(s) => Err(invalid(
@@ -429,7 +429,7 @@ fn parse_devices(v: &Value, at: &str) -> Result<Devices, LayoutError> {
     }
 }
 
-fn parse_filters(v: &Value, at: &str) -> Result<Vec<DeviceFilter>, LayoutError> {
+pub(crate) fn parse_filters(v: &Value, at: &str) -> Result<Vec<DeviceFilter>, LayoutError> {
     let one = |item: &Value| match item {
         Value::String(s) => DeviceFilter::parse(s).map_err(|e| invalid(at, e.to_string())),
         other => Err(invalid(
@@ -688,7 +688,7 @@ fn selector_address(s: &Selector) -> Option<PciAddress> {
     }
 }
 
-fn as_mapping<'a>(v: &'a Value, at: &str) -> Result<&'a serde_yaml_ng::Mapping, LayoutError> {
+pub(crate) fn as_mapping<'a>(v: &'a Value, at: &str) -> Result<&'a serde_yaml_ng::Mapping, LayoutError> {
     match v {
         Value::Mapping(m) => Ok(m),
         other => Err(invalid(
@@ -698,7 +698,7 @@ fn as_mapping<'a>(v: &'a Value, at: &str) -> Result<&'a serde_yaml_ng::Mapping, 
     }
 }
 
-fn key_str<'a>(k: &'a Value, at: &str) -> Result<&'a str, LayoutError> {
+pub(crate) fn key_str<'a>(k: &'a Value, at: &str) -> Result<&'a str, LayoutError> {
     match k {
         Value::String(s) => Ok(s),
         other => Err(invalid(
@@ -708,7 +708,7 @@ fn key_str<'a>(k: &'a Value, at: &str) -> Result<&'a str, LayoutError> {
     }
 }
 
-fn kind(v: &Value) -> &'static str {
+pub(crate) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "nothing",
         Value::Bool(_) => "a boolean",
@@ -720,7 +720,7 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-fn show(v: &Value) -> String {
+pub(crate) fn show(v: &Value) -> String {
     match v {
         Value::String(s) => format!("{s:?}"),
         Value::Number(n) => n.to_string(),
@@ -729,14 +729,14 @@ fn show(v: &Value) -> String {
     }
 }
 
-fn invalid(at: &str, why: impl Into<String>) -> LayoutError {
+pub(crate) fn invalid(at: &str, why: impl Into<String>) -> LayoutError {
     LayoutError::Invalid {
         at: at.to_owned(),
         why: why.into(),
     }
 }
 
-fn unknown_key(at: &str, key: &str, known: &[&str]) -> LayoutError {
+pub(crate) fn unknown_key(at: &str, key: &str, known: &[&str]) -> LayoutError {
     invalid(
         at,
         format!("unknown key {key:?} (expected {})", known.join(", ")),
