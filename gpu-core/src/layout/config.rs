@@ -688,7 +688,10 @@ fn selector_address(s: &Selector) -> Option<PciAddress> {
     }
 }
 
-pub(crate) fn as_mapping<'a>(v: &'a Value, at: &str) -> Result<&'a serde_yaml_ng::Mapping, LayoutError> {
+pub(crate) fn as_mapping<'a>(
+    v: &'a Value,
+    at: &str,
+) -> Result<&'a serde_yaml_ng::Mapping, LayoutError> {
     match v {
         Value::Mapping(m) => Ok(m),
         other => Err(invalid(

@@ -216,7 +216,10 @@ fn parse_mig_devices(v: &Value, at: &str) -> Result<Vec<(String, u32)>, LayoutEr
             .ok_or_else(|| {
                 invalid(
                     &here,
-                    format!("expected a count (a non-negative integer), found {}", show(val)),
+                    format!(
+                        "expected a count (a non-negative integer), found {}",
+                        show(val)
+                    ),
                 )
             })?;
         if out.iter().any(|(n, _)| n.eq_ignore_ascii_case(&name)) {
@@ -279,14 +282,23 @@ mig-configs:
         let names: Vec<&str> = f.configs.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
-            ["all-disabled", "all-enabled", "all-1g.10gb", "custom-config"]
+            [
+                "all-disabled",
+                "all-enabled",
+                "all-1g.10gb",
+                "custom-config"
+            ]
         );
         let c = f.select("custom-config").unwrap();
         assert_eq!(c.entries[0].devices, Devices::Indices(vec![0, 1, 2, 3]));
         assert!(!c.entries[0].mig_enabled);
         assert_eq!(c.entries[1].filters.len(), 2);
         assert_eq!(c.entries[1].mig_devices, vec![("3g.40gb".to_owned(), 2)]);
-        assert!(f.select("all-enabled").unwrap().entries[0].mig_devices.is_empty());
+        assert!(
+            f.select("all-enabled").unwrap().entries[0]
+                .mig_devices
+                .is_empty()
+        );
         assert!(matches!(
             f.select("nope"),
             Err(LayoutError::UnknownConfig { .. })
@@ -313,8 +325,14 @@ mig-configs:
             "    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.10gb\": -1}\n",
             "expected a count",
         );
-        bad("    - devices: all\n      mig-enabled: yes-please\n", "true or false");
-        bad("    - devices: all\n      mig-enabled: true\n      mixed: 1\n", "unknown key");
+        bad(
+            "    - devices: all\n      mig-enabled: yes-please\n",
+            "true or false",
+        );
+        bad(
+            "    - devices: all\n      mig-enabled: true\n      mixed: 1\n",
+            "unknown key",
+        );
         assert!(
             MigPartedFile::parse("version: v2\nmig-configs: {}\n")
                 .unwrap_err()
