@@ -10,6 +10,7 @@ pub mod handoff;
 pub mod health;
 pub mod layout;
 pub mod metrics;
+pub mod mig;
 pub mod place;
 pub mod realize;
 pub mod sandbox;

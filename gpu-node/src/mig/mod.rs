@@ -14,7 +14,10 @@
 pub mod apply;
 pub mod board;
 mod error;
+pub mod open;
 pub mod owned;
+#[cfg(feature = "sandbox")]
+pub mod sandbox;
 
 use gpu_core::PciAddress;
 use gpu_core::mig::MigOccupancy;

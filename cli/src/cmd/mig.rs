@@ -1,0 +1,212 @@
+//! `gpuslice mig list|apply|assert|clear`: MIG GPU instances through NVML, by gpu-node's MIG
+//! writer ([`gpu_node::mig`]); this file parses and renders.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use gpu_core::PciAddress;
+use gpu_core::mig::parted::MigPartedFile;
+use gpu_node::Node;
+use gpu_node::mig::{GpuMig, MigError};
+
+use crate::common::{Global, Output, print_data};
+
+/// `gpuslice mig ...`.
+#[derive(Subcommand, Debug)]
+#[command(defer = true)]
+pub enum MigCommand {
+    /// Each MIG-capable GPU's MIG mode (enabled, disabled, pending reset), its GPU instances
+    /// (profile, start, slices, made by gpuslice or other) and its profiles with the legal
+    /// starts still free.
+    List(ListArgs),
+    /// Make the host match a config of an NVIDIA mig-parted file (read unchanged): MIG mode,
+    /// then GPU instances, every GPU checked before the first write.
+    Apply(FileArgs),
+    /// Check that the host matches a mig-parted config (exit 1 naming what differs).
+    Assert(FileArgs),
+    /// Destroy the GPU instances gpuslice made (every one with --all); never one a vGPU uses.
+    Clear(ClearArgs),
+}
+
+// `gpuslice mig list`.
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Only this GPU.
+    #[arg(long, value_name = "PCI")]
+    pub gpu: Option<PciAddress>,
+}
+
+// `gpuslice mig apply|assert`.
+#[derive(Args, Debug)]
+pub struct FileArgs {
+    /// The mig-parted config file (`version: v1`, `mig-configs`); `-` reads standard input.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// The config to use (a key under `mig-configs`).
+    #[arg(short = 'c', long = "config", value_name = "NAME")]
+    pub config: String,
+}
+
+// `gpuslice mig clear`.
+#[derive(Args, Debug)]
+pub struct ClearArgs {
+    /// Only this GPU (default: every MIG-capable GPU).
+    #[arg(long, value_name = "PCI")]
+    pub gpu: Option<PciAddress>,
+    /// Also GPU instances gpuslice did not make.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// Runs a `mig` subcommand.
+///
+/// # Errors
+/// No NVML for the root, a refusal of the MIG writer, a file that is not mig-parted's format.
+pub fn run(g: &Global, c: MigCommand) -> anyhow::Result<ExitCode> {
+    let req = gpu_health::NodeRequest::new(g.node_name());
+    let opened = crate::common::open_node_host(g, &req)?;
+    let nvml = gpu_node::mig::open::open_nvml(&opened.host, &req.nvml)?;
+    let node = Node::of(&opened);
+    let mig = node.mig(nvml.as_ref());
+    let gpus = gpu_sysfs::discover::discover(opened.host.host(), &opened.discover)
+        .context("discovering the node's GPUs")?
+        .gpus;
+    let capable = |only: Option<PciAddress>| -> anyhow::Result<Vec<GpuMig>> {
+        let mut out = Vec::new();
+        for gpu in gpus.iter().filter(|x| only.is_none_or(|a| a == x.address)) {
+            match mig.status(&gpu.address) {
+                Ok(s) => out.push(s),
+                Err(MigError::NotMigCapable { .. } | MigError::Nvml { .. }) if only.is_none() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    };
+    match c {
+        MigCommand::List(a) => {
+            let list = capable(a.gpu)?;
+            if g.output != Output::Table {
+                print_data(g.output, &list)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            for s in &list {
+                println!("{}  MIG mode {}", s.gpu, s.mig_mode);
+                for i in &s.gpu_instances {
+                    println!(
+                        "  GPU instance {:<3} {:<10} start {} ({} memory slices, made by {})",
+                        i.id, i.profile, i.start, i.slices, i.made_by
+                    );
+                }
+                for p in &s.profiles {
+                    let free: Vec<String> = p.placements.iter().map(u32::to_string).collect();
+                    println!(
+                        "  profile {:<10} {} compute / {} memory slices, {} MiB, free starts: {}",
+                        p.name,
+                        p.slices,
+                        p.memory_slices,
+                        p.memory_mib,
+                        if free.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            free.join(",")
+                        }
+                    );
+                }
+                if let Some(n) = &s.note {
+                    println!("  geometry unknown: {n}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        MigCommand::Apply(a) => {
+            let file =
+                MigPartedFile::parse(&crate::common::read_input(&a.file, "mig-parted file")?)
+                    .with_context(|| a.file.display().to_string())?;
+            let changes = mig.apply(file.select(&a.config)?, &gpus)?;
+            if g.output != Output::Table {
+                print_data(g.output, &changes)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            for c in &changes {
+                let made: Vec<String> = c
+                    .created
+                    .iter()
+                    .map(|i| format!("{} at {}", i.profile, i.start))
+                    .collect();
+                println!(
+                    "{}: {}{} destroyed, {} made{}",
+                    c.gpu,
+                    c.mig_mode
+                        .map(|m| format!("MIG mode {m}, "))
+                        .unwrap_or_default(),
+                    c.destroyed.len(),
+                    c.created.len(),
+                    if made.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", made.join(", "))
+                    }
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        MigCommand::Assert(a) => {
+            let file =
+                MigPartedFile::parse(&crate::common::read_input(&a.file, "mig-parted file")?)
+                    .with_context(|| a.file.display().to_string())?;
+            let plans = mig.plan(file.select(&a.config)?, &gpus)?;
+            let differ: Vec<_> = plans.iter().filter(|p| !p.matches()).collect();
+            if g.output != Output::Table {
+                print_data(g.output, &plans)?;
+            } else {
+                for p in &differ {
+                    println!(
+                        "{}: differs (MIG mode {}{}; {} instance(s) to destroy; to make: {})",
+                        p.gpu,
+                        if p.mig_enabled { "enabled" } else { "disabled" },
+                        if p.set_mode { " wanted" } else { "" },
+                        p.destroy.len(),
+                        if p.create.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            p.create.join(", ")
+                        }
+                    );
+                }
+                if differ.is_empty() {
+                    println!("the host matches config {}", a.config);
+                }
+            }
+            Ok(if differ.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        MigCommand::Clear(a) => {
+            let mut out = Vec::new();
+            for s in capable(a.gpu)? {
+                let (change, kept) = mig.clear(&s.gpu, a.all)?;
+                if g.output == Output::Table {
+                    println!(
+                        "{}: {} GPU instance(s) destroyed{}",
+                        s.gpu,
+                        change.destroyed.len(),
+                        if kept.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; kept {kept:?} (a vGPU uses them)")
+                        }
+                    );
+                }
+                out.push(change);
+            }
+            if g.output != Output::Table {
+                print_data(g.output, &out)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
