@@ -105,3 +105,38 @@ fn a_recording_has_no_driver_so_mig_says_it_needs_nvml() {
     ]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn a_mig_backed_vgpu_gets_its_gpu_instance_made_and_its_removal_destroys_it() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("h200");
+    init(&dir, "examples/hosts/h200-mig.umockdev");
+    let o = ok(on(
+        &dir,
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            "0000:18:00.0",
+            "--profile",
+            "H200X-3-71C",
+        ],
+    ));
+    assert!(stderr(&o).contains("made GPU instance"), "{}", stderr(&o));
+    let gis = list(&dir)[0]["gpuInstances"].clone();
+    assert_eq!(gis.as_array().unwrap().len(), 1, "{gis}");
+    assert_eq!(gis[0]["profile"], "3g.71gb");
+    assert_eq!(gis[0]["madeBy"], "gpuslice");
+    let vf = stdout(&o)
+        .split_whitespace()
+        .find(|w| w.starts_with("0000:18:"))
+        .unwrap()
+        .to_owned();
+    let o = ok(on(&dir, &["vgpu", "remove", &vf]));
+    assert!(
+        stderr(&o).contains("destroyed GPU instance"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(list(&dir)[0]["gpuInstances"].as_array().unwrap().len(), 0);
+}

@@ -63,13 +63,26 @@ fn mdev_uuid(a: &CreateArgs) -> anyhow::Result<MdevUuid> {
 pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
     let parent: ParentId = a.parent.parse().context("invalid --parent")?;
-    let created = writer(&opened).create_vgpu(
-        &parent,
-        &a.profile,
-        a.force,
-        |n| resolve_gpu(&opened, n),
-        |t| t.is_mdev().then(|| mdev_uuid(&a)).transpose(),
-    )?;
+    let node = writer(&opened);
+    let gpu_named = |n: &str| resolve_gpu(&opened, n);
+    let uuid = |t: &gpu_node::Target| t.is_mdev().then(|| mdev_uuid(&a)).transpose();
+    // Where NVML answers, a MIG-backed type gets its GPU instance made on request.
+    let nvml = gpu_node::mig::open::open_nvml(&opened.host, &gpu_health::NvmlSource::LocalOnly);
+    let created = match &nvml {
+        Ok(nvml) => {
+            let mig = node.mig(nvml.as_ref());
+            let (created, made) =
+                node.create_vgpu_with_mig(&mig, &parent, &a.profile, a.force, gpu_named, uuid)?;
+            if let Some(gi) = made {
+                eprintln!(
+                    "gpuslice: made GPU instance {} ({} at memory slice {}) for it",
+                    gi.id, gi.profile, gi.start
+                );
+            }
+            created
+        }
+        Err(_) => node.create_vgpu(&parent, &a.profile, a.force, gpu_named, uuid)?,
+    };
     report_created(g, &created)
 }
 
@@ -139,7 +152,19 @@ pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
             a.target
         );
     };
-    let removed = writer(&opened).remove_vgpu(&id, a.force)?;
+    let node = writer(&opened);
+    let removed =
+        match gpu_node::mig::open::open_nvml(&opened.host, &gpu_health::NvmlSource::LocalOnly) {
+            Ok(nvml) => {
+                let (removed, destroyed) =
+                    node.remove_vgpu_with_mig(&node.mig(nvml.as_ref()), &id, a.force)?;
+                if let Some(gi) = destroyed {
+                    eprintln!("gpuslice: destroyed GPU instance {gi}, which gpuslice made for it");
+                }
+                removed
+            }
+            Err(_) => node.remove_vgpu(&id, a.force)?,
+        };
     let text = match &removed {
         Removed::Mdev(r) => match &r.warning {
             _ if r.changed => format!("removed mdev {}", r.uuid),

@@ -92,6 +92,9 @@ pub enum MigError {
         /// Why it stays (`was made by someone else (use --all)`, `holds a vGPU`).
         why: String,
     },
+    /// The node could not be discovered (to see which VFs hold MIG-backed vGPUs).
+    #[error("cannot discover the node")]
+    Discover(#[source] gpu_sysfs::SysfsError),
     /// The ownership record could not be written.
     #[error("cannot record the GPU instances gpuslice made")]
     Record(#[source] std::io::Error),
@@ -130,7 +133,7 @@ impl gpu_core::ClassifiedError for MigError {
             MigError::PendingReset { .. } | MigError::MigOff { .. } => ErrorKind::Busy,
             MigError::UnknownProfile { .. } => ErrorKind::UnknownProfile,
             MigError::NoRoom { .. } => ErrorKind::Exhausted,
-            MigError::Record(_) => ErrorKind::HostError,
+            MigError::Record(_) | MigError::Discover(_) => ErrorKind::HostError,
             MigError::Node(n) => gpu_core::ClassifiedError::kind(n.as_ref()),
         }
     }

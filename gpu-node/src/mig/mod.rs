@@ -18,6 +18,7 @@ pub mod open;
 pub mod owned;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
+pub mod vgpu;
 
 use gpu_core::PciAddress;
 use gpu_core::mig::MigOccupancy;

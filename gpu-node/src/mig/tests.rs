@@ -246,3 +246,45 @@ fn a_gpu_without_mig_is_said_to_be_one() {
         let _ = NvmlErrorKind::NotSupported;
     });
 }
+
+#[test]
+fn a_time_sliced_type_on_a_gpu_in_mig_mode_is_refused_before_anything_is_written() {
+    let nvml = h100_nvml(MigMode::Enabled);
+    with(0, &nvml, |mig, _| {
+        let e = mig.before_vgpu(&pf(), "NVIDIA H100XM-80C").unwrap_err();
+        assert!(matches!(e, MigError::InUse { .. }), "{e}");
+        assert!(e.to_string().contains("time-sliced"), "{e}");
+        assert!(nvml.writes().is_empty());
+    });
+    // A MIG-backed type with MIG mode off: said, nothing guessed.
+    let off = h100_nvml(MigMode::Disabled);
+    with(0, &off, |mig, _| {
+        let e = mig.before_vgpu(&pf(), "NVIDIA H100XM-1-10C").unwrap_err();
+        assert!(matches!(e, MigError::MigOff { .. }), "{e}");
+        assert_eq!(mig.before_vgpu(&pf(), "NVIDIA H100XM-80C").unwrap(), None);
+        assert!(off.writes().is_empty());
+    });
+}
+
+#[test]
+fn a_mig_backed_type_gets_an_instance_of_its_profile_only_when_none_is_free() {
+    let nvml = h100_nvml(MigMode::Enabled);
+    with(0, &nvml, |mig, _| {
+        let made = mig
+            .before_vgpu(&pf(), "NVIDIA H100XM-3-40C")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (made.profile.as_str(), made.made_by),
+            ("3g.40gb", "gpuslice")
+        );
+        // No VF holds a vGPU of it yet: the instance is free, nothing more is made.
+        assert_eq!(mig.before_vgpu(&pf(), "NVIDIA H100XM-3-40C").unwrap(), None);
+        // With no vGPU using it, the instance gpuslice made goes again.
+        assert_eq!(
+            mig.after_vgpu(&pf(), "NVIDIA H100XM-3-40C").unwrap(),
+            Some(made.id)
+        );
+        assert!(nvml.gpu_instances(&pf()).unwrap().is_empty());
+    });
+}
