@@ -263,37 +263,8 @@ impl LayoutFile {
     /// # Errors
     /// As [`LayoutFile::parse`].
     pub fn parse_max(text: &str, max_bytes: usize) -> Result<Self, LayoutError> {
-        crate::limits::check_document_max(text, max_bytes).map_err(|e| LayoutError::Decode {
-            message: e.to_string(),
-        })?;
-        let root: Value = serde_yaml_ng::from_str(text).map_err(|e| LayoutError::Decode {
-            message: e.to_string(),
-        })?;
-        let map = as_mapping(&root, "the file")?;
-        let mut version = None;
-        let mut configs = None;
-        for (k, v) in map {
-            match key_str(k, "the file")? {
-                "version" => version = Some(v),
-                "vgpu-configs" => configs = Some(v),
-                other => return Err(unknown_key("the file", other, &["version", "vgpu-configs"])),
-            }
-        }
-        match version {
-            None => return Err(invalid("the file", "missing required key 'version'")),
-            Some(Value::String(s)) if s == "v1" => {}
-            Some(v) => {
-                return Err(invalid(
-                    "version",
-                    format!("unsupported version {}: only v1 is known", show(v)),
-                ));
-            }
-        }
-        let configs = configs.ok_or_else(|| invalid("the file", "missing 'vgpu-configs'"))?;
-        let cmap = as_mapping(configs, "vgpu-configs")?;
-        if cmap.is_empty() {
-            return Err(invalid("vgpu-configs", "at least one config is required"));
-        }
+        let root = decode_max(text, max_bytes)?;
+        let cmap = versioned_section(&root, "vgpu-configs")?;
         let mut out = Vec::with_capacity(cmap.len());
         for (k, v) in cmap {
             let name = key_str(k, "vgpu-configs")?.to_owned();
@@ -356,6 +327,50 @@ impl LayoutFile {
             format!("{}, ... ({} in all)", names[..8].join(", "), names.len())
         }
     }
+}
+
+/// `text` decoded as YAML, refused over `max_bytes`.
+pub(crate) fn decode_max(text: &str, max_bytes: usize) -> Result<Value, LayoutError> {
+    crate::limits::check_document_max(text, max_bytes).map_err(|e| LayoutError::Decode {
+        message: e.to_string(),
+    })?;
+    serde_yaml_ng::from_str(text).map_err(|e| LayoutError::Decode {
+        message: e.to_string(),
+    })
+}
+
+/// The non-empty `section` mapping of a file of NVIDIA's tools (`version: v1` beside it, no
+/// other key): `vgpu-configs` of vgpu-device-manager, `mig-configs` of mig-parted.
+pub(crate) fn versioned_section<'a>(
+    root: &'a Value,
+    section: &str,
+) -> Result<&'a serde_yaml_ng::Mapping, LayoutError> {
+    let map = as_mapping(root, "the file")?;
+    let mut version = None;
+    let mut configs = None;
+    for (k, v) in map {
+        match key_str(k, "the file")? {
+            "version" => version = Some(v),
+            key if key == section => configs = Some(v),
+            other => return Err(unknown_key("the file", other, &["version", section])),
+        }
+    }
+    match version {
+        None => return Err(invalid("the file", "missing required key 'version'")),
+        Some(Value::String(s)) if s == "v1" => {}
+        Some(v) => {
+            return Err(invalid(
+                "version",
+                format!("unsupported version {}: only v1 is known", show(v)),
+            ));
+        }
+    }
+    let configs = configs.ok_or_else(|| invalid("the file", format!("missing '{section}'")))?;
+    let cmap = as_mapping(configs, section)?;
+    if cmap.is_empty() {
+        return Err(invalid(section, "at least one config is required"));
+    }
+    Ok(cmap)
 }
 
 fn parse_entry(v: &Value, at: &str) -> Result<Entry, LayoutError> {

@@ -25,7 +25,8 @@ use serde_yaml_ng::Value;
 
 use crate::layout::LayoutError;
 use crate::layout::config::{
-    as_mapping, invalid, key_str, kind, parse_devices, parse_filters, show, unknown_key,
+    as_mapping, decode_max, invalid, key_str, kind, parse_devices, parse_filters, show,
+    unknown_key, versioned_section,
 };
 use crate::layout::{DeviceFilter, Devices};
 
@@ -69,39 +70,8 @@ impl MigPartedFile {
     /// [`LayoutError::Invalid`] naming the place (`mig-configs.NAME[i].mig-devices`) and what
     /// is wrong.
     pub fn parse(text: &str) -> Result<Self, LayoutError> {
-        crate::limits::check_document_max(text, crate::limits::MAX_DOCUMENT_BYTES).map_err(
-            |e| LayoutError::Decode {
-                message: e.to_string(),
-            },
-        )?;
-        let root: Value = serde_yaml_ng::from_str(text).map_err(|e| LayoutError::Decode {
-            message: e.to_string(),
-        })?;
-        let map = as_mapping(&root, "the file")?;
-        let mut version = None;
-        let mut configs = None;
-        for (k, v) in map {
-            match key_str(k, "the file")? {
-                "version" => version = Some(v),
-                "mig-configs" => configs = Some(v),
-                other => return Err(unknown_key("the file", other, &["version", "mig-configs"])),
-            }
-        }
-        match version {
-            Some(Value::String(s)) if s == "v1" => {}
-            None => return Err(invalid("the file", "missing required key 'version'")),
-            Some(v) => {
-                return Err(invalid(
-                    "version",
-                    format!("unsupported version {}: only v1 is known", show(v)),
-                ));
-            }
-        }
-        let configs = configs.ok_or_else(|| invalid("the file", "missing 'mig-configs'"))?;
-        let cmap = as_mapping(configs, "mig-configs")?;
-        if cmap.is_empty() {
-            return Err(invalid("mig-configs", "at least one config is required"));
-        }
+        let root = decode_max(text, crate::limits::MAX_DOCUMENT_BYTES)?;
+        let cmap = versioned_section(&root, "mig-configs")?;
         let mut out = Vec::with_capacity(cmap.len());
         for (k, v) in cmap {
             let name = key_str(k, "mig-configs")?.to_owned();
