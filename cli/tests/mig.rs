@@ -140,3 +140,28 @@ fn a_mig_backed_vgpu_gets_its_gpu_instance_made_and_its_removal_destroys_it() {
     );
     assert_eq!(list(&dir)[0]["gpuInstances"].as_array().unwrap().len(), 0);
 }
+
+#[test]
+fn a_refusal_is_a_json_error_of_its_kind() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("h200");
+    init(&dir, "examples/hosts/h200-mig.umockdev");
+    let o = on(
+        &dir,
+        &[
+            "-o",
+            "json",
+            "mig",
+            "apply",
+            "-f",
+            CONFIGS,
+            "-c",
+            "all-disabled",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    // After the sandbox's notice line, the error document.
+    let e = stderr(&o);
+    let doc: serde_json::Value = serde_json::from_str(&e[e.find('{').unwrap()..]).unwrap();
+    assert_eq!(doc["error"]["kind"], "in-use", "{doc}");
+}
