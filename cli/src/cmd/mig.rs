@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use gpu_core::PciAddress;
 use gpu_core::mig::parted::MigPartedFile;
 use gpu_node::Node;
-use gpu_node::mig::{GpuMig, MigError};
+use gpu_node::mig::{GpuMig, MigError, text};
 
 use crate::common::{Global, Output, print_data};
 
@@ -91,33 +91,7 @@ pub fn run(g: &Global, c: MigCommand) -> anyhow::Result<ExitCode> {
                 print_data(g.output, &list)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            for s in &list {
-                println!("{}  MIG mode {}", s.gpu, s.mig_mode);
-                for i in &s.gpu_instances {
-                    println!(
-                        "  GPU instance {:<3} {:<10} start {} ({} memory slices, made by {})",
-                        i.id, i.profile, i.start, i.slices, i.made_by
-                    );
-                }
-                for p in &s.profiles {
-                    let free: Vec<String> = p.placements.iter().map(u32::to_string).collect();
-                    println!(
-                        "  profile {:<10} {} compute / {} memory slices, {} MiB, free starts: {}",
-                        p.name,
-                        p.slices,
-                        p.memory_slices,
-                        p.memory_mib,
-                        if free.is_empty() {
-                            "none".to_owned()
-                        } else {
-                            free.join(",")
-                        }
-                    );
-                }
-                if let Some(n) = &s.note {
-                    println!("  geometry unknown: {n}");
-                }
-            }
+            print!("{}", text::list(&list));
             Ok(ExitCode::SUCCESS)
         }
         MigCommand::Apply(a) => {
@@ -129,27 +103,7 @@ pub fn run(g: &Global, c: MigCommand) -> anyhow::Result<ExitCode> {
                 print_data(g.output, &changes)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            for c in &changes {
-                let made: Vec<String> = c
-                    .created
-                    .iter()
-                    .map(|i| format!("{} at {}", i.profile, i.start))
-                    .collect();
-                println!(
-                    "{}: {}{} destroyed, {} made{}",
-                    c.gpu,
-                    c.mig_mode
-                        .map(|m| format!("MIG mode {m}, "))
-                        .unwrap_or_default(),
-                    c.destroyed.len(),
-                    c.created.len(),
-                    if made.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", made.join(", "))
-                    }
-                );
-            }
+            print!("{}", text::applied(&changes));
             Ok(ExitCode::SUCCESS)
         }
         MigCommand::Assert(a) => {
@@ -157,29 +111,13 @@ pub fn run(g: &Global, c: MigCommand) -> anyhow::Result<ExitCode> {
                 MigPartedFile::parse(&crate::common::read_input(&a.file, "mig-parted file")?)
                     .with_context(|| a.file.display().to_string())?;
             let plans = mig.plan(file.select(&a.config)?, &gpus)?;
-            let differ: Vec<_> = plans.iter().filter(|p| !p.matches()).collect();
             if g.output != Output::Table {
                 print_data(g.output, &plans)?;
             } else {
-                for p in &differ {
-                    println!(
-                        "{}: differs (MIG mode {}{}; {} instance(s) to destroy; to make: {})",
-                        p.gpu,
-                        if p.mig_enabled { "enabled" } else { "disabled" },
-                        if p.set_mode { " wanted" } else { "" },
-                        p.destroy.len(),
-                        if p.create.is_empty() {
-                            "none".to_owned()
-                        } else {
-                            p.create.join(", ")
-                        }
-                    );
-                }
-                if differ.is_empty() {
-                    println!("the host matches config {}", a.config);
-                }
+                print!("{}", text::asserted(&plans, &a.config));
             }
-            Ok(if differ.is_empty() {
+            let matches = plans.iter().all(gpu_node::mig::apply::GpuMigPlan::matches);
+            Ok(if matches {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
@@ -190,16 +128,7 @@ pub fn run(g: &Global, c: MigCommand) -> anyhow::Result<ExitCode> {
             for s in capable(a.gpu)? {
                 let (change, kept) = mig.clear(&s.gpu, a.all)?;
                 if g.output == Output::Table {
-                    println!(
-                        "{}: {} GPU instance(s) destroyed{}",
-                        s.gpu,
-                        change.destroyed.len(),
-                        if kept.is_empty() {
-                            String::new()
-                        } else {
-                            format!("; kept {kept:?} (a vGPU uses them)")
-                        }
-                    );
+                    print!("{}", text::cleared(&change, &kept));
                 }
                 out.push(change);
             }

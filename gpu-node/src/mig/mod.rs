@@ -18,6 +18,7 @@ pub mod open;
 pub mod owned;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
+pub mod text;
 pub mod vgpu;
 
 use gpu_core::PciAddress;

@@ -245,3 +245,46 @@ impl Node<'_> {
         })
     }
 }
+
+/// [`Node::create_vgpu_with_mig`] where the root has an NVML ([`super::open::open_nvml`]: the
+/// local driver's, a sandbox's saved one), else [`Node::create_vgpu`]: the one door `gpuslice
+/// vgpu create` uses.
+///
+/// # Errors
+/// As those two.
+pub fn create_on_request<E: From<NodeError> + From<MigError>>(
+    node: &Node<'_>,
+    root: &gpu_sysfs::OpenedRoot,
+    parent: &ParentId,
+    profile: &str,
+    force: bool,
+    gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
+    name: impl Fn(&Target) -> Result<Option<MdevUuid>, E>,
+) -> Result<(Created, Option<InstanceView>), E> {
+    match super::open::open_nvml(root, &gpu_health::NvmlSource::LocalOnly) {
+        Ok(nvml) => {
+            let mig = node.mig(nvml.as_ref());
+            node.create_vgpu_with_mig(&mig, parent, profile, force, gpu_named, name)
+        }
+        Err(_) => Ok((
+            node.create_vgpu(parent, profile, force, gpu_named, name)?,
+            None,
+        )),
+    }
+}
+
+/// [`Node::remove_vgpu_with_mig`] where the root has an NVML, else [`Node::remove_vgpu`].
+///
+/// # Errors
+/// As those two.
+pub fn remove_on_request(
+    node: &Node<'_>,
+    root: &gpu_sysfs::OpenedRoot,
+    id: &VgpuId,
+    force: bool,
+) -> Result<(Removed, Option<u32>), MigError> {
+    match super::open::open_nvml(root, &gpu_health::NvmlSource::LocalOnly) {
+        Ok(nvml) => node.remove_vgpu_with_mig(&node.mig(nvml.as_ref()), id, force),
+        Err(_) => Ok((node.remove_vgpu(id, force)?, None)),
+    }
+}
