@@ -95,9 +95,7 @@ pub fn run(g: &Global, c: MigCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         MigCommand::Apply(a) => {
-            let file =
-                MigPartedFile::parse(&crate::common::read_input(&a.file, "mig-parted file")?)
-                    .with_context(|| a.file.display().to_string())?;
+            let file = parted(&a)?;
             let changes = mig.apply(file.select(&a.config)?, &gpus)?;
             if g.output != Output::Table {
                 print_data(g.output, &changes)?;
@@ -107,9 +105,7 @@ pub fn run(g: &Global, c: MigCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         MigCommand::Assert(a) => {
-            let file =
-                MigPartedFile::parse(&crate::common::read_input(&a.file, "mig-parted file")?)
-                    .with_context(|| a.file.display().to_string())?;
+            let file = parted(&a)?;
             let plans = mig.plan(file.select(&a.config)?, &gpus)?;
             if g.output != Output::Table {
                 print_data(g.output, &plans)?;
@@ -138,4 +134,10 @@ pub fn run(g: &Global, c: MigCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The mig-parted file `-f` names.
+fn parted(a: &FileArgs) -> anyhow::Result<MigPartedFile> {
+    let text = crate::common::read_input(&a.file, "mig-parted file")?;
+    MigPartedFile::parse(&text).with_context(|| a.file.display().to_string())
 }
