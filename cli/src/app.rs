@@ -34,6 +34,9 @@ enum Command {
     /// SR-IOV virtual functions.
     #[command(subcommand)]
     Sriov(cmd::sriov::SriovCommand),
+    /// MIG GPU instances: list, apply or assert an NVIDIA mig-parted config, clear.
+    #[command(subcommand)]
+    Mig(cmd::mig::MigCommand),
     /// Place a Machine's device requests on a fleet.
     Place(cmd::place::PlaceArgs),
     /// Release a placed Machine's allocation from a fleet file: the inverse of `place --save`.
@@ -275,6 +278,7 @@ fn run(
         Command::Vgpu(VgpuCommand::Clear(a)) => cmd::vgpu::clear(g, a),
         Command::Vgpu(VgpuCommand::Types(a)) => cmd::vgpu::types(g, a),
         Command::Sriov(c) => cmd::sriov::sriov(g, c),
+        Command::Mig(c) => cmd::mig::run(g, c),
         Command::Place(a) => cmd::place::place(g, a),
         Command::Unplace(a) => cmd::place::unplace(g, a),
         Command::Plan(c) => cmd::place::plan(g, c),

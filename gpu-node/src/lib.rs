@@ -32,6 +32,7 @@ pub mod fabric;
 mod full;
 pub mod handoff;
 pub mod intent;
+pub mod mig;
 pub mod node;
 pub mod open;
 mod probe;

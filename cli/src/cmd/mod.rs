@@ -11,6 +11,7 @@ pub mod handoff;
 pub mod health;
 pub mod layout;
 pub mod metrics;
+pub mod mig;
 pub mod place;
 pub mod realize;
 pub mod sandbox;
