@@ -87,11 +87,8 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
             .ok_or_else(|| not_in_fleet(n, path, names()))?
             .to_topology();
         // Charged as placement charges: a pending vGPU's room is not free.
-        let mut view = gpu_sched::node_view(&given, &fleet.allocations)
+        let view = gpu_sched::node_view(&given, &fleet.allocations)
             .with_context(|| format!("--inventory {}", path.display()))?;
-        for gpu in &mut view.topology.gpus {
-            *gpu = allocated_view(n, &fleet.allocations, gpu).0;
-        }
         // Allocated vGPUs the host does not show yet, each with its Machine.
         let pending: Vec<PendingRow> = view
             .allocated_instances
