@@ -181,11 +181,7 @@ mod tests {
         let i = &view.allocated_instances[0];
         assert_eq!((i.machine.as_str(), i.made), ("vm-1", false));
         assert_eq!(i.status, AllocationStatus::Pending);
-        // The GPU hosting the pending vGPU is no longer free, and says for whom.
-        assert_eq!(view.topology.gpus[0].state, gpu_core::GpuState::InUse);
-        let reason = view.topology.gpus[0].state_reason.clone().unwrap();
-        assert!(reason.contains("vm-1"), "{reason}");
-        // So does the fleet's own view of its node.
+        // The fleet's own view of its node is the same view.
         let from_state = s.node_view("n").unwrap();
         assert_eq!(from_state.allocated_instances, view.allocated_instances);
         assert_eq!(from_state.topology, view.topology);

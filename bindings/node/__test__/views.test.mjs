@@ -9,10 +9,7 @@ import { twoGpuHost } from './hosttree.mjs'
 
 const T4 = '0000:3b:00.0'
 
-const available = (view, parent, name) =>
-  view.mediatedDevices.parents
-    .find((p) => p.id === parent)
-    .profiles.find((p) => p.name === name).availableInstances
+const usedMiB = (view, gpu) => view.mediatedDevices.pools.find((p) => p.gpu === gpu).usedMiB
 
 test('nodeView charges a pending vGPU and names its Machine', () => {
   const host = twoGpuHost()
@@ -24,14 +21,18 @@ test('nodeView charges a pending vGPU and names its Machine', () => {
   fleet.place({ name: 'vm-a', devices: [{ name: 'gpu', profile: 'T4-8Q' }] })
   const view = fleet.nodeView('node-a')
   const snapshot = fleet.toJSON().nodes[0]
-  assert.equal(available(snapshot, T4, 'GRID T4-8Q'), available(before, T4, 'GRID T4-8Q'))
-  assert.equal(available(view, T4, 'GRID T4-8Q'), available(before, T4, 'GRID T4-8Q') - 1)
+  assert.equal(usedMiB(before, T4), 0)
+  assert.equal(usedMiB(snapshot, T4), 0)
+  assert.equal(usedMiB(view, T4), 8192)
   assert.equal(view.allocatedInstances.length, 1)
   const [i] = view.allocatedInstances
   assert.deepEqual([i.machine, i.status, i.made, i.parent], ['vm-a', 'pending', false, T4])
-  const gpu = view.gpus.find((g) => g.address === T4)
-  assert.equal(gpu.state, 'in-use')
-  assert.match(gpu.stateReason, /vm-a/)
+  // A free GPU allocated whole is shown in use, naming its Machine (the snapshot: free).
+  fleet.place({ name: 'vm-whole', devices: [{ name: 'pass', vendor: 'amd' }] })
+  const amd = fleet.nodeView('node-a').gpus.find((g) => g.vendor === 'amd')
+  assert.equal(amd.state, 'in-use')
+  assert.match(amd.stateReason, /vm-whole/)
+  assert.equal(fleet.toJSON().nodes[0].gpus.find((g) => g.vendor === 'amd').state, 'free')
   assert.throws(() => fleet.nodeView('node-b'), (e) => e.code === 'NOT_FOUND')
 })
 

@@ -11,13 +11,8 @@ from hosttree import two_gpu_host
 T4 = "0000:3b:00.0"
 
 
-def available(view, parent, name):
-    for p in view["mediatedDevices"]["parents"]:
-        if p["id"] == parent:
-            for profile in p["profiles"]:
-                if profile["name"] == name:
-                    return profile["availableInstances"]
-    raise AssertionError(f"no {name} on {parent}")
+def used_mib(view, gpu):
+    return next(p for p in view["mediatedDevices"]["pools"] if p["gpu"] == gpu)["usedMiB"]
 
 
 def test_node_view_charges_a_pending_vgpu_and_names_its_machine(host):
@@ -29,13 +24,16 @@ def test_node_view_charges_a_pending_vgpu_and_names_its_machine(host):
     view = fleet.node_view("node-a")
     # The snapshot still counts the room free; the view charges it, as placement does.
     snapshot = fleet.to_dict()["nodes"][0]
-    assert available(snapshot, T4, "GRID T4-8Q") == available(before, T4, "GRID T4-8Q")
-    assert available(view, T4, "GRID T4-8Q") == available(before, T4, "GRID T4-8Q") - 1
+    assert used_mib(snapshot, T4) == used_mib(before, T4) == 0
+    assert used_mib(view, T4) == 8192
     [instance] = view["allocatedInstances"]
     assert (instance["machine"], instance["status"], instance["made"]) == ("vm-a", "pending", False)
     assert instance["parent"] == T4 and instance["profileName"] == "GRID T4-8Q"
-    gpu = next(g for g in view["gpus"] if g["address"] == T4)
-    assert gpu["state"] == "in-use" and "vm-a" in gpu["stateReason"], gpu
+    # A free GPU allocated whole is shown in use, naming its Machine (the snapshot: free).
+    fleet.place({"name": "vm-whole", "devices": [{"name": "pass", "vendor": "amd"}]})
+    amd = next(g for g in fleet.node_view("node-a")["gpus"] if g["vendor"] == "amd")
+    assert amd["state"] == "in-use" and "vm-whole" in amd["stateReason"], amd
+    assert next(g for g in fleet.to_dict()["nodes"][0]["gpus"] if g["vendor"] == "amd")["state"] == "free"
     fleet.mark_created("vm-a")
     assert fleet.node_view("node-a")["allocatedInstances"][0]["status"] == "created"
     with pytest.raises(gpuslice.NotFound):
