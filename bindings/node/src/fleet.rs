@@ -193,8 +193,8 @@ impl Fleet {
     }
 
     /// One node as the fleet's allocations leave it, what `gpuslice topology --inventory FLEET
-    /// --node NAME` shows: its topology with every allocated vGPU not made yet charged against
-    /// the free counts and each GPU an allocation holds shown `in-use` naming the Machine, plus
+    /// --node NAME` shows: its topology with every allocated vGPU not made yet charged on its
+    /// pool (`usedMiB`, the size lock), each GPU an allocation holds shown `in-use` naming the Machine, plus
     /// `allocatedInstances` (every vGPU an allocation holds on it, with its Machine).
     ///
     /// Throws `NOT_FOUND` when no node has that name.

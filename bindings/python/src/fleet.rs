@@ -145,8 +145,8 @@ impl Fleet {
     }
 
     /// One node as the fleet's allocations leave it, what `gpuslice topology --inventory FLEET
-    /// --node NAME` shows: its topology with every allocated vGPU not made yet charged against
-    /// the free counts (`availableInstances`, pools) and each GPU an allocation holds shown
+    /// --node NAME` shows: its topology with every allocated vGPU not made yet charged on its
+    /// pool (`usedMiB`, the size lock) and each GPU an allocation holds shown
     /// `in-use` naming the Machine, plus `allocatedInstances`: every vGPU an allocation holds on
     /// it (`machine`, `status`, `made`, `parent`, `uuid` or `address`, `profile`, `profileName`).
     ///

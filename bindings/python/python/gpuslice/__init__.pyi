@@ -580,7 +580,7 @@ class Fleet:
         """Removes a node and returns its topology. Raises :class:`NotFound`."""
     def node_view(self, node: str) -> NodeView:
         """One node as the fleet's allocations leave it (``gpuslice topology --inventory``):
-        vGPUs not made yet charged against the free counts, each GPU an allocation holds
+        vGPUs not made yet charged on their pool (``usedMiB``), each GPU an allocation holds
         shown ``in-use``, and ``allocatedInstances`` naming each vGPU's Machine. Raises
         :class:`NotFound`."""
     def place(
