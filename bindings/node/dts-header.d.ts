@@ -77,6 +77,17 @@ export interface Gpu {
   link?: Link
   bootVga?: boolean
   warnings?: string[]
+  /** The process holding the GPU open (`discover({holders: true})` only). */
+  holder?: Holder
+}
+
+/** A process holding a GPU or vGPU open through its VFIO node. */
+export interface Holder {
+  pid: number
+  /** Its command name (`/proc/<pid>/comm`), when readable. */
+  command?: string | null
+  /** The VFIO node it has open (`/dev/vfio/7`). */
+  node: string
 }
 
 /** A vGPU type offered by a parent. */
@@ -103,6 +114,8 @@ export interface Instance {
   profileName?: string
   framebufferMiB?: number
   inUse?: boolean
+  /** The process holding it open (`discover({holders: true})` only). */
+  holder?: Holder
 }
 
 /** A vGPU parent: an mdev parent or a vendor-VFIO virtual function. */
@@ -284,6 +297,27 @@ export interface Placement extends Allocation {
   degraded?: DegradedDevice[]
   /** True when the Machine was placed already, unchanged: its existing placement, nothing charged. */
   alreadyPlaced?: boolean
+}
+
+/** One vGPU an allocation holds on a node, made or not yet. */
+export interface AllocatedInstance {
+  /** The Machine whose allocation holds it. */
+  machine: string
+  status: 'pending' | 'created'
+  /** Whether the node's snapshot shows it. */
+  made: boolean
+  parent: string
+  uuid?: string
+  address?: PciAddress
+  profile: string
+  profileName: string
+  framebufferMiB?: number
+}
+
+/** What `Fleet#nodeView` returns: the node as its allocations leave it. */
+export interface NodeView extends NodeTopology {
+  /** Every vGPU an allocation holds on the node, with its Machine. */
+  allocatedInstances: AllocatedInstance[]
 }
 
 /** What `unplace` returns: the allocation released, and whether its devices were made already. */

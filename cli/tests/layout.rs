@@ -412,6 +412,46 @@ fn nvidias_environment_variables_name_the_file_and_config() {
     );
 }
 
+#[test]
+fn vgpu_clear_reads_nvidias_environment_variables_as_apply_does() {
+    let tree = applied_a2();
+    let clear = |extra: &[&str], config: &str| {
+        Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+            .arg("--root")
+            .arg(tree.root())
+            .args(["--node", "a2host", "vgpu", "clear"])
+            .args(extra)
+            .env("VGPU_DM_CONFIG_FILE", example())
+            .env("VGPU_DM_SELECTED_CONFIG", config)
+            .output()
+            .unwrap()
+    };
+    // The file from the environment, the config from the environment: a dry run plans it.
+    let out = clear(&["--dry-run"], "A2-4Q");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("A2-4Q"), "{}", text(&out.stdout));
+    // An unknown config from the environment is the layout's own refusal: it was read.
+    let out = clear(&["--dry-run"], "no-such-config");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("no-such-config"),
+        "{}",
+        text(&out.stderr)
+    );
+    // -f on the command line with the config from the environment.
+    let f = example();
+    let out = clear(&["-f", f.to_str().unwrap(), "--dry-run"], "A2-4Q");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("remove A2-4Q"),
+        "{}",
+        text(&out.stdout)
+    );
+    // --gpu wins over the environment's file.
+    let out = clear(&["--gpu", "0000:08:00.0", "--dry-run"], "no-such-config");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
 /// The real A2 capture (harvester/pcidevices recording in gpu-sysfs's test data) materialized, with
 /// the separately captured VF type directories laid over every VF (the recorder did not descend
 /// into them); VFs holding an mdev report 0, as an A2 VF holds one vGPU.

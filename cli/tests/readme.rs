@@ -8,8 +8,10 @@
 //! `cd DIR` moves the session (from the repository's root); a command ending in `>/dev/null`
 //! shows only its standard error. Each file is one session, and `/tmp/gs` stands for a fresh
 //! directory of the test's own, so a sandbox made there is new on every run. Commands of other
-//! programs belong in ```` ```sh ```` (or ```` ```text ````) blocks, which are not run.
+//! programs belong in ```` ```sh ```` blocks, which run too, through bash (see [`shell_blocks`]).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod shell_blocks;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -267,22 +269,10 @@ fn the_readme_console_blocks_run_as_shown_on_a_fresh_sandbox() {
 
 #[test]
 fn the_console_blocks_of_docs_and_examples_run_as_shown() {
-    let mut files: Vec<String> = Vec::new();
-    for dir in ["docs", "examples"] {
-        for entry in std::fs::read_dir(workspace_root().join(dir)).unwrap() {
-            let path = entry.unwrap().path();
-            let page = if path.is_dir() {
-                path.join("README.md")
-            } else {
-                path
-            };
-            if page.extension().is_some_and(|e| e == "md") && page.is_file() {
-                let rel = page.strip_prefix(workspace_root()).unwrap().to_owned();
-                files.push(rel.to_str().unwrap().to_string());
-            }
-        }
-    }
-    files.sort();
+    let files: Vec<String> = shell_blocks::guide_pages()
+        .into_iter()
+        .filter(|f| f != "README.md")
+        .collect();
     let mut ran = 0;
     for file in &files {
         let steps = steps_of(file);
@@ -321,4 +311,48 @@ fn a_shown_line_with_dots_matches_any_text_in_their_place() {
     assert!(!matches_shown("x a b c", "a ... c"));
     assert!(!matches_shown("a b c d", "a ... c"));
     assert!(!matches_shown("ab", "ab...b"));
+}
+
+#[test]
+fn the_shell_blocks_of_the_guides_run_or_say_why_they_cannot() {
+    shell_blocks::run_all();
+}
+
+#[test]
+fn a_shell_block_is_found_with_the_output_its_comments_show() {
+    let md = "a\n```sh\necho hi   # a note\n#   hi\n# not output\n#   ...\n```\n```console\n$ gpuslice x\n```\n```text\n$ curl x\n```\n```yaml\nk: v\n```\n";
+    let blocks = shell_blocks::shell_blocks("p.md", md);
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    assert_eq!(blocks[0].line, 2);
+    assert_eq!(
+        blocks[0].text,
+        "echo hi   # a note\n#   hi\n# not output\n#   ..."
+    );
+    assert_eq!(shell_blocks::shown_output(&blocks[0].text), vec!["hi"]);
+    assert_eq!(blocks[1].text, "$ curl x");
+}
+
+#[test]
+fn a_shell_block_that_fails_or_prints_otherwise_is_an_error() {
+    let block = |text: &str| shell_blocks::ShellBlock {
+        file: "p.md".into(),
+        line: 1,
+        text: text.into(),
+    };
+    assert!(shell_blocks::run_block(&block("gpuslice --version\necho hi\n#   hi")).is_ok());
+    let err = shell_blocks::run_block(&block("gpuslice no-such-command\necho hi")).unwrap_err();
+    assert!(err.contains("ended with"), "{err}");
+    let err = shell_blocks::run_block(&block("echo ho\n#   hi")).unwrap_err();
+    assert!(err.contains("did not print"), "{err}");
+    let err = shell_blocks::run_block(&block("false | cat")).unwrap_err();
+    assert!(err.contains("ended with"), "{err}");
+    let err = shell_blocks::run_block(&block("$ gpuslice topology")).unwrap_err();
+    assert!(err.contains("transcript"), "{err}");
+    // /tmp/gs is the block's own directory; a job left running is stopped at the end.
+    assert!(
+        shell_blocks::run_block(&block(
+            "mkdir -p /tmp/gs/x && ls /tmp/gs\n#   x\nsleep 100 &"
+        ))
+        .is_ok()
+    );
 }

@@ -476,3 +476,22 @@ fn types_lists_each_parents_types_with_free_instances_as_mdevctl_does() {
     assert_eq!(a2_4q["availableInstances"], 1);
     assert_eq!(a2_4q["framebufferMiB"], 4096);
 }
+
+#[test]
+fn gpu_bind_of_a_vgpu_host_is_a_conflict_as_the_agents_409_says() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("sbx");
+    init_default(&dir);
+    // The bundled A2 holds three vGPUs on its VFs: the GPU is taken by another way of sharing.
+    let o = on(&dir, &["-o", "json", "gpu", "bind", "nvidia0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let doc = error_doc(&o);
+    assert_eq!(doc["error"]["kind"], "conflict", "{doc}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains("is shared as vGPUs"), "{message}");
+    // A VF given as a GPU stays the request's fault, not a conflict.
+    let o = on(&dir, &["-o", "json", "gpu", "bind", "0000:08:00.4"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(error_doc(&o)["error"]["kind"], "unsupported");
+    assert_eq!(mdevs(&dir), 3, "nothing changed");
+}

@@ -289,6 +289,18 @@ impl FleetState {
         !self.slots.is_empty()
     }
 
+    /// One node as the fleet's allocations leave it, what `topology --inventory FLEET --node`
+    /// shows ([`crate::node_view`]).
+    ///
+    /// # Errors
+    /// [`SchedError::UnknownNode`] for a node the fleet has not; as [`crate::node_view`].
+    pub fn node_view(&self, name: &str) -> Result<crate::NodeView, SchedError> {
+        let node = self.node(name).ok_or_else(|| SchedError::UnknownNode {
+            node: name.to_owned(),
+        })?;
+        crate::node_view(&node, &self.allocations())
+    }
+
     /// The topology of one node as the fleet's allocations leave it (the fleet views' node):
     /// parents and pools charged with every allocated vGPU the node's snapshot does not show
     /// yet, pending or created, as placement counts them. [`FleetState::node`] gives the

@@ -335,11 +335,7 @@ pub fn fleet_node_view(
     given: &NodeTopology,
     allocations: &[Allocation],
 ) -> Result<NodeView, SchedError> {
-    let mut view = crate::node_view(given, allocations)?;
-    for gpu in &mut view.topology.gpus {
-        *gpu = gpu_core::usage::allocated_view(&given.node, allocations, gpu).0;
-    }
-    Ok(view)
+    crate::node_view(given, allocations)
 }
 
 /// The topology page of a fleet node's view ([`fleet_node_view`] of `given`): HOLDER names the

@@ -22,7 +22,8 @@ use crate::{FleetState, SchedError};
 pub struct NodeView {
     /// The node's topology with every allocated vGPU the snapshot does not show yet charged on
     /// its parent and pool (`availableInstances`, `usedMiB`, the size lock, MIG slices), as
-    /// placement counts them.
+    /// placement counts them, and each free GPU an allocation holds (whole, or a vGPU on it)
+    /// shown in use, naming the Machine ([`gpu_core::usage::allocated_view`]).
     #[serde(flatten)]
     pub topology: NodeTopology,
     /// Every vGPU instance an allocation on this node holds, made or not, with its Machine.
@@ -131,6 +132,10 @@ pub fn node_view(node: &NodeTopology, allocations: &[Allocation]) -> Result<Node
         .charged_node(&node.node)
         .unwrap_or_else(|| node.clone());
     made.extend(unmade);
+    let mut topology = topology;
+    for gpu in &mut topology.gpus {
+        *gpu = gpu_core::usage::allocated_view(&node.node, allocations, gpu).0;
+    }
     Ok(NodeView {
         topology,
         allocated_instances: made,
@@ -176,6 +181,14 @@ mod tests {
         let i = &view.allocated_instances[0];
         assert_eq!((i.machine.as_str(), i.made), ("vm-1", false));
         assert_eq!(i.status, AllocationStatus::Pending);
+        // The fleet's own view of its node is the same view.
+        let from_state = s.node_view("n").unwrap();
+        assert_eq!(from_state.allocated_instances, view.allocated_instances);
+        assert_eq!(from_state.topology, view.topology);
+        assert!(matches!(
+            s.node_view("nope"),
+            Err(SchedError::UnknownNode { .. })
+        ));
         // Without allocations the view is the snapshot.
         let bare = node_view(&node, &[]).unwrap();
         assert_eq!(bare.topology, node);

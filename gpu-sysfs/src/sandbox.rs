@@ -108,23 +108,24 @@ pub fn init_from_recording_text(
     text: &[u8],
     label: &str,
 ) -> Result<InitReport, SysfsError> {
-    let tmp = tempfile::Builder::new()
-        .prefix("gpuslice-sandbox-")
-        .tempdir()
-        .map_err(|e| err_at(Path::new("temporary directory"), e))?;
-    let file = tmp.path().join("host.umockdev");
-    std::fs::write(&file, text).map_err(|e| err_at(&file, e))?;
-    init_labelled(dir, &file, label)
+    let rec = crate::umockdev::parse(&String::from_utf8_lossy(text), label)?;
+    make(dir, Source::Recording(rec, label.to_owned()), label)
+}
+
+/// What a sandbox's tree is made from: a recording (parsed, written straight into the
+/// sandbox: no replay written elsewhere and copied) or a tree to copy.
+enum Source {
+    Recording(crate::umockdev::Recording, String),
+    Tree(PathBuf),
 }
 
 fn init_labelled(dir: &Path, from: &Path, label: &str) -> Result<InitReport, SysfsError> {
-    // The source is checked (and a recording replayed) before anything is made.
-    let mut _replay = None;
+    // The source is checked (and a recording parsed) before anything is made.
     let source = if crate::confine::is_recording(from) {
-        let replay = crate::umockdev::materialize(from)?;
-        let root = replay.root().to_path_buf();
-        _replay = Some(replay);
-        root
+        let shown = from.display().to_string();
+        let text = std::fs::read(from).map_err(|e| err_at(from, e))?;
+        let rec = crate::umockdev::parse(&String::from_utf8_lossy(&text), &shown)?;
+        Source::Recording(rec, shown)
     } else if from.is_file() {
         return Err(SysfsError::InvalidRoot {
             path: from.display().to_string(),
@@ -147,8 +148,12 @@ fn init_labelled(dir: &Path, from: &Path, label: &str) -> Result<InitReport, Sys
                 why: "no `sys` directory; give a directory standing for a host's `/`".to_owned(),
             });
         }
-        tree
+        Source::Tree(tree)
     };
+    make(dir, source, label)
+}
+
+fn make(dir: &Path, source: Source, label: &str) -> Result<InitReport, SysfsError> {
     let shown = dir.display().to_string();
     match std::fs::read_dir(dir) {
         Ok(mut entries) => {
@@ -165,7 +170,13 @@ fn init_labelled(dir: &Path, from: &Path, label: &str) -> Result<InitReport, Sys
         Err(e) => return Err(err_at(dir, e)),
     }
     let host_dir = dir.join(HOST_DIR);
-    copy_tree(&source, &host_dir)?;
+    match source {
+        Source::Recording(rec, shown) => {
+            std::fs::create_dir_all(&host_dir).map_err(|e| err_at(&host_dir, e))?;
+            rec.write_tree(&host_dir, &shown)?;
+        }
+        Source::Tree(tree) => copy_tree(&tree, &host_dir)?,
+    }
     let fs = RealHost::new(&host_dir).map_err(|e| err_at(&host_dir, e))?;
     add_write_only_files(&fs, &host_dir)?;
     let pools = infer_pools(&fs);

@@ -584,6 +584,8 @@ fn a_gpu_shared_as_vgpus_is_not_taken_from_under_them() {
         e.to_string(),
         "0000:08:00.0: has 16 SR-IOV VFs enabled (vGPU host); clear their vGPUs and disable SR-IOV before binding the GPU to vfio-pci"
     );
+    // A conflict with what the host holds, as the agent answers it (409), not a bad request.
+    assert_eq!(e.kind(), gpu_core::ErrorKind::Conflict);
     // A pre-Ampere card is an mdev parent itself.
     let mut b = gpu_sysfs::testing::TreeBuilder::new();
     b.pci(

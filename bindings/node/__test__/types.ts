@@ -7,6 +7,7 @@ import {
   HostError,
   Machine,
   NodeTopology,
+  NodeView,
   Placement,
   UnsatisfiableError,
   VgpuPlan,
@@ -37,6 +38,14 @@ for (const d of placed.devices) {
   }
 }
 const allocations: Allocation[] = fleet.allocations()
+const view: NodeView = fleet.nodeView('n1')
+const machines: string[] = view.allocatedInstances.map((i) => i.machine)
+const pending: boolean = view.allocatedInstances.some((i) => !i.made)
+const held: NodeTopology = discover({ root: '/', holders: true })
+const pids: number[] = held.gpus.flatMap((g) => (g.holder ? [g.holder.pid] : []))
+void machines
+void pending
+void pids
 const async: Promise<Placement> = fleet.placeAsync('name: vm2\ndevices: [{name: g}]')
 const later: Promise<NodeTopology> = discoverAsync()
 const reports: GpuHealthReport[] = health({ policy: { link: { judgeWidth: false } } })

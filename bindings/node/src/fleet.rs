@@ -192,6 +192,20 @@ impl Fleet {
         })
     }
 
+    /// One node as the fleet's allocations leave it, what `gpuslice topology --inventory FLEET
+    /// --node NAME` shows: its topology with every allocated vGPU not made yet charged on its
+    /// pool (`usedMiB`, the size lock), each GPU an allocation holds shown `in-use` naming the Machine, plus
+    /// `allocatedInstances` (every vGPU an allocation holds on it, with its Machine).
+    ///
+    /// Throws `NOT_FOUND` when no node has that name.
+    #[napi(ts_return_type = "NodeView")]
+    pub fn node_view(&self, env: Env, node: String) -> napi::Result<serde_json::Value> {
+        self.with(&env, |s| {
+            let view = s.node_view(&node).map_err(Failure::sched)?;
+            to_json(&view)
+        })
+    }
+
     /// Places a Machine and records its allocation (status `pending`); returns the allocation,
     /// with `degraded` listing the devices that landed on Degraded GPUs when any did. With
     /// `dryRun: true`, returns where it would go and records nothing.

@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-use gpu_core::NodeTopology;
 use gpu_health::policy::PolicyFormat;
 use gpu_health::{NodeRequest, Policy};
 use napi::bindgen_prelude::{AsyncTask, Unknown};
@@ -20,6 +19,9 @@ pub struct JsDiscoverOptions {
     pub root: Option<String>,
     /// The node name written into the topology (default: this machine's hostname).
     pub node: Option<String>,
+    /// Add `holder` (`pid`, `command`, `node`) to each whole GPU and vGPU instance a process
+    /// holds open, as `gpuslice topology`'s HOLDER column shows it (default false).
+    pub holders: Option<bool>,
 }
 
 /// Where to assess health and by which rules.
@@ -36,12 +38,22 @@ pub struct JsHealthOptions {
     pub policy_file: Option<String>,
 }
 
-fn discover_node(root: &str, node: Option<String>) -> Result<NodeTopology, Failure> {
+fn discover_node(
+    root: &str,
+    node: Option<String>,
+    holders: bool,
+) -> Result<serde_json::Value, Failure> {
     let node = node.unwrap_or_else(gpu_sysfs::default_node_name);
     gpu_core::validate_name(&node).map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
-    gpu_health::open_node(Path::new(root), &NodeRequest::new(node))
-        .map(|c| c.topology)
-        .map_err(|e| Failure::of(&e))
+    let c = gpu_health::open_node(Path::new(root), &NodeRequest::new(node))
+        .map_err(|e| Failure::of(&e))?;
+    if holders {
+        return Ok(gpu_sysfs::actuate::held_topology(
+            c.host.host(),
+            &c.topology,
+        ));
+    }
+    to_json(&c.topology)
 }
 
 fn root_of(root: Option<String>) -> String {
@@ -56,9 +68,12 @@ fn root_of(root: Option<String>) -> String {
 #[napi(ts_return_type = "NodeTopology")]
 pub fn discover(env: Env, options: Option<JsDiscoverOptions>) -> napi::Result<serde_json::Value> {
     let options = options.unwrap_or_default();
-    discover_node(&root_of(options.root), options.node)
-        .and_then(|t| to_json(&t))
-        .map_err(|e| e.into_js(&env))
+    discover_node(
+        &root_of(options.root),
+        options.node,
+        options.holders.unwrap_or(false),
+    )
+    .map_err(|e| e.into_js(&env))
 }
 
 /// `discover` on the libuv thread pool: the promise resolves to the topology, or rejects with
@@ -69,6 +84,7 @@ pub fn discover_async(options: Option<JsDiscoverOptions>) -> AsyncTask<DiscoverT
     AsyncTask::new(DiscoverTask {
         root: root_of(options.root),
         node: options.node,
+        holders: options.holders.unwrap_or(false),
     })
 }
 
@@ -76,14 +92,15 @@ pub fn discover_async(options: Option<JsDiscoverOptions>) -> AsyncTask<DiscoverT
 pub struct DiscoverTask {
     root: String,
     node: Option<String>,
+    holders: bool,
 }
 
 impl Task for DiscoverTask {
-    type Output = Result<NodeTopology, Failure>;
+    type Output = Result<serde_json::Value, Failure>;
     type JsValue = Unknown<'static>;
 
     fn compute(&mut self) -> napi::Result<Self::Output> {
-        Ok(discover_node(&self.root, self.node.take()))
+        Ok(discover_node(&self.root, self.node.take(), self.holders))
     }
 
     fn resolve(&mut self, env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {

@@ -144,6 +144,20 @@ impl Fleet {
         to_py(py, &topology)
     }
 
+    /// One node as the fleet's allocations leave it, what `gpuslice topology --inventory FLEET
+    /// --node NAME` shows: its topology with every allocated vGPU not made yet charged on its
+    /// pool (`usedMiB`, the size lock) and each GPU an allocation holds shown
+    /// `in-use` naming the Machine, plus `allocatedInstances`: every vGPU an allocation holds on
+    /// it (`machine`, `status`, `made`, `parent`, `uuid` or `address`, `profile`, `profileName`).
+    ///
+    /// Raises `NotFound` when no node has that name.
+    fn node_view<'py>(&self, py: Python<'py>, node: &str) -> PyResult<Bound<'py, PyAny>> {
+        let view = self
+            .with(py, |s| s.node_view(node))?
+            .map_err(Failure::sched)?;
+        to_py(py, &view)
+    }
+
     /// Places a Machine and records its allocation (status `pending`); returns the allocation,
     /// with `degraded` listing the devices that landed on Degraded GPUs when any did.
     ///

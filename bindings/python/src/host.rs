@@ -15,24 +15,36 @@ use crate::errors::Failure;
 /// `root` (a `str` or `os.PathLike`) stands for the host's `/` (a directory holding `sys/`, as on
 /// a real host or in a recorded tree); `node` names the node (default: this machine's hostname).
 ///
+/// With `holders=True`, each whole GPU and vGPU instance a process holds open gets `holder`
+/// (`pid`, `command`, `node`: the VFIO node it has open), as the HOLDER column of `gpuslice
+/// topology` and `gpu list` shows it (a recording has no processes: no holders).
+///
 /// Raises `HostError` (with `.path` and `.errno`) when the host cannot be read, `InvalidRequest`
 /// when `node` is not a valid name.
 #[pyfunction]
-#[pyo3(signature = (root = PathBuf::from("/"), node = None), text_signature = "(root='/', node=None)")]
+#[pyo3(
+    signature = (root = PathBuf::from("/"), node = None, holders = false),
+    text_signature = "(root='/', node=None, holders=False)"
+)]
 pub fn discover<'py>(
     py: Python<'py>,
     root: PathBuf,
     node: Option<&str>,
+    holders: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let topology = py.detach(|| {
         let node = node.map_or_else(gpu_sysfs::default_node_name, str::to_owned);
         gpu_core::validate_name(&node)
             .map_err(|e| Failure::core(&e, crate::errors::Input::Request))?;
-        gpu_health::open_node(&root, &NodeRequest::new(node))
-            .map(|c| c.topology)
-            .map_err(|e| Failure::of(&e))
+        let c =
+            gpu_health::open_node(&root, &NodeRequest::new(node)).map_err(|e| Failure::of(&e))?;
+        let held = holders.then(|| gpu_sysfs::actuate::held_topology(c.host.host(), &c.topology));
+        Ok::<_, Failure>((c.topology, held))
     })?;
-    to_py(py, &topology)
+    match topology {
+        (_, Some(held)) => to_py(py, &held),
+        (topology, None) => to_py(py, &topology),
+    }
 }
 
 /// Where a health policy comes from.

@@ -157,11 +157,12 @@ pub struct ClearArgs {
     #[arg(long, conflicts_with = "file")]
     pub all: bool,
     /// Layout file: clear the GPUs one of its configs selects (see `vgpu apply`); `-` reads
-    /// standard input.
+    /// standard input. Without -f, --gpu and --all: $VGPU_DM_CONFIG_FILE, as `vgpu apply`.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: Option<std::path::PathBuf>,
-    /// With -f: the config to use (may be left out when the file has only one).
-    #[arg(short = 'c', long = "config", value_name = "NAME", requires = "file")]
+    /// With a layout file: the config to use (may be left out when the file has only one);
+    /// default $VGPU_DM_SELECTED_CONFIG, as `vgpu apply`.
+    #[arg(short = 'c', long = "config", value_name = "NAME")]
     pub config: Option<String>,
     #[command(flatten)]
     pub write: super::layout::WriteOptions,
@@ -173,15 +174,29 @@ pub struct ClearArgs {
 /// Nothing selected; an unknown GPU; a vGPU in use without `--force` (nothing removed); a
 /// removal that failed; as `vgpu apply` with `-f`.
 pub fn clear(g: &Global, a: ClearArgs) -> anyhow::Result<ExitCode> {
-    if let Some(file) = a.file {
-        let source = super::layout::LayoutSource {
-            file,
-            config: a.config,
-        };
+    // NVIDIA's variables, read where `vgpu apply` reads them; --gpu and --all win over them.
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let file = a.file.or_else(|| {
+        (a.gpus.is_empty() && !a.all)
+            .then(|| env("VGPU_DM_CONFIG_FILE").map(Into::into))
+            .flatten()
+    });
+    if a.config.is_some() && file.is_none() {
+        bail!(
+            "-c/--config names a config of a layout file: give -f FILE (or $VGPU_DM_CONFIG_FILE)"
+        );
+    }
+    if let Some(file) = file {
+        let config = a
+            .config
+            .or_else(|| env("VGPU_DM_SELECTED_CONFIG").map(|v| v.to_string_lossy().into_owned()));
+        let source = super::layout::LayoutSource { file, config };
         return super::layout::run(g, &source, &a.write, gpu_core::layout::Mode::Clear);
     }
     if a.gpus.is_empty() && !a.all {
-        bail!("say what to clear: --gpu GPU (repeatable), --all, or -f LAYOUT [-c CONFIG]");
+        bail!(
+            "say what to clear: --gpu GPU (repeatable), --all, or -f LAYOUT [-c CONFIG] (or $VGPU_DM_CONFIG_FILE)"
+        );
     }
     let opened = open_host(g, !a.write.dry_run)?;
     let scope = if a.all {

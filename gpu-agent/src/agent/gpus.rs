@@ -45,16 +45,12 @@ impl Agent {
         } else {
             None
         };
-        // A physical GPU the served topology knows: a refusal of its bind is about what it
-        // holds now (its vGPUs, its VFs), not about what was asked.
-        let whole_gpu = self.snapshot().topology.gpu_by_address(&addr).is_some();
         let me = Arc::clone(self);
         let mut value = self
             .write(false, move |a| {
                 let node = a.node();
                 let r = if bind {
-                    node.bind_gpu(&addr)
-                        .map_err(|e| bind_refusal(e, whole_gpu))?
+                    node.bind_gpu(&addr).map_err(bind_refusal)?
                 } else {
                     node.release_gpu(&addr, force)?
                 };
@@ -174,14 +170,13 @@ impl Agent {
 }
 
 /// A refused bind as the API answers it. A physical GPU that is shared as vGPUs (mdev instances
-/// on it or its VFs, SR-IOV VFs enabled) is refused by the actuation layer as `unsupported`;
-/// for the API that is a conflict with what the host holds now (409 `conflict`, as for every
-/// other device in use), said with the GPU's address once. A VF given as a GPU stays the
-/// request's fault (400).
-fn bind_refusal(e: gpu_node::NodeError, whole_gpu: bool) -> ApiError {
+/// on it or its VFs, SR-IOV VFs enabled) is refused by the actuation layer as a conflict with
+/// what the host holds now (409 `conflict`, as `gpuslice gpu bind` says it), said with the GPU's
+/// address once. A VF given as a GPU stays the request's fault (400).
+fn bind_refusal(e: gpu_node::NodeError) -> ApiError {
     use gpu_sysfs::actuate::ActuateError;
     if let gpu_node::NodeError::Bind { gpu, source } = &e {
-        if let (true, ActuateError::Unsupported { why, .. }) = (whole_gpu, source.as_ref()) {
+        if let ActuateError::Shared { why, .. } = source.as_ref() {
             return ApiError::new(
                 gpu_core::ErrorKind::Conflict,
                 format!("cannot bind {gpu} to vfio-pci: it {why}"),

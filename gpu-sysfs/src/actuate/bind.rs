@@ -195,7 +195,7 @@ fn refuse_if_sharing(host: &dyn Host, a: &PciAddress) -> Result<()> {
         }
     }
     if !instances.is_empty() {
-        return Err(ActuateError::Unsupported {
+        return Err(ActuateError::Shared {
             device: a.to_string(),
             why: format!(
                 "is shared as vGPUs ({} mdev instance(s): {}); remove them before binding the GPU to vfio-pci",
@@ -208,7 +208,7 @@ fn refuse_if_sharing(host: &dyn Host, a: &PciAddress) -> Result<()> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     if numvfs > 0 {
-        return Err(ActuateError::Unsupported {
+        return Err(ActuateError::Shared {
             device: a.to_string(),
             why: format!(
                 "has {numvfs} SR-IOV VFs enabled (vGPU host); clear their vGPUs and disable SR-IOV before binding the GPU to vfio-pci"
@@ -312,7 +312,7 @@ fn bind_one(host: &dyn Host, a: &PciAddress, before: &FnState) -> Result<()> {
 /// Idempotent: functions already on `vfio-pci` are left alone (`changed: false`).
 ///
 /// # Errors
-/// - [`ActuateError::NotFound`], [`ActuateError::Unsupported`] (a VF), [`ActuateError::NoIommu`],
+/// - [`ActuateError::NotFound`], [`ActuateError::Unsupported`] (a VF), [`ActuateError::Shared`] (a vGPU host), [`ActuateError::NoIommu`],
 ///   [`ActuateError::GroupNotViable`]: checked before anything is written;
 /// - [`ActuateError::ProbeFailed`] and write errors: after every touched function was restored;
 /// - [`ActuateError::RollbackIncomplete`]: restoring failed too.

@@ -238,6 +238,15 @@ pub enum ActuateError {
         /// Why the operation does not apply.
         why: String,
     },
+    /// A whole GPU another way of sharing holds (mdev instances on it or its VFs, SR-IOV VFs
+    /// enabled): a conflict with what the host holds now, not a bad request.
+    #[error("{device}: {why}")]
+    Shared {
+        /// The GPU.
+        device: String,
+        /// What holds it and how to free it.
+        why: String,
+    },
     /// A create named a parent that is neither an mdev parent nor an NVIDIA vendor-VFIO VF or
     /// the GPU of such VFs.
     #[error(
@@ -382,6 +391,7 @@ impl ActuateError {
             ActuateError::GroupNotViable { .. } => K::GroupNotViable,
             ActuateError::NoIommu { .. } => K::NoIommu,
             ActuateError::Unsupported { .. } | ActuateError::NotAParent { .. } => K::Unsupported,
+            ActuateError::Shared { .. } => K::Conflict,
             ActuateError::NoFreeVf { .. } => K::Exhausted,
             ActuateError::Timeout { .. } => K::Timeout,
             ActuateError::CommandFailed { .. } => K::CommandFailed,

@@ -179,6 +179,15 @@ fn insert_holder(obj: &mut serde_json::Value, h: &Holder) {
     }
 }
 
+/// `node` as a document (camelCase keys) with `holder` (`pid`, `command`, `node`) on each whole
+/// GPU and vGPU instance a process holds open ([`node_holders`]): what `gpuslice topology -o
+/// json` prints of a host, and what the bindings' `discover(holders)` returns.
+pub fn held_topology(host: &dyn Host, node: &NodeTopology) -> serde_json::Value {
+    let mut doc = serde_json::to_value(node).unwrap_or_default();
+    node_holders(host, node).annotate_topology(&mut doc);
+    doc
+}
+
 /// Which processes hold `node`'s whole GPUs and vGPU instances (mdevs, vendor-VFIO VFs) open
 /// through their VFIO nodes, from one scan of `/proc` (as [`holder_of`] reads it). A root
 /// without `/proc` (a recording) holds nothing.

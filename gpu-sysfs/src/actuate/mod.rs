@@ -38,7 +38,7 @@ pub use bind::{FunctionChange, GpuBinding, bind_gpu, card_functions, release_gpu
 pub use create::{CreateTarget, Created, create_target, create_vgpu, machine_uuid};
 pub use error::ActuateError;
 pub use handoff::Handoff;
-pub use inuse::{Holder, NodeHolders, holder_of, node_holders};
+pub use inuse::{Holder, NodeHolders, held_topology, holder_of, node_holders};
 pub use mdev::{
     MdevCreate, MdevInstance, MdevRemoved, create_mdev, create_mdev_on_gpu, create_mdevs,
     list_instances, mdev_parent_on_gpu, mdev_types, remove_mdev, resolve_mdev_profile,

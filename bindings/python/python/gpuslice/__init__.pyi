@@ -68,9 +68,17 @@ Gpu = TypedDict(
         "link": NotRequired[Link],
         "bootVga": NotRequired[bool],
         "warnings": NotRequired[List[str]],
+        "holder": NotRequired["Holder"],
     },
 )
-"""A physical GPU."""
+"""A physical GPU (``holder``: only from ``discover(holders=True)``)."""
+
+class Holder(TypedDict):
+    """A process holding a GPU or vGPU open through its VFIO node."""
+
+    pid: int
+    command: Optional[str]
+    node: str
 
 class Profile(TypedDict):
     """A vGPU type offered by a parent."""
@@ -95,6 +103,8 @@ class Instance(TypedDict, total=False):
     profileName: str
     framebufferMiB: int
     inUse: bool
+    holder: Holder
+    """The process holding it open (only from ``discover(holders=True)``)."""
 
 class Parent(TypedDict):
     id: str
@@ -254,6 +264,24 @@ class Placement(Allocation):
 
     degraded: NotRequired[List[DegradedDevice]]
     alreadyPlaced: NotRequired[bool]
+
+class AllocatedInstance(TypedDict):
+    """One vGPU an allocation holds on a node, made or not yet, with its Machine."""
+
+    machine: str
+    status: Literal["pending", "created"]
+    made: bool
+    parent: str
+    uuid: NotRequired[str]
+    address: NotRequired[str]
+    profile: str
+    profileName: str
+    framebufferMiB: NotRequired[int]
+
+class NodeView(NodeTopology):
+    """What ``Fleet.node_view`` returns: the node as its allocations leave it."""
+
+    allocatedInstances: List[AllocatedInstance]
 
 class Unplaced(Allocation):
     """What ``unplace`` returns: the allocation released, and whether its devices were made."""
@@ -502,10 +530,15 @@ class GpuHealthReport(TypedDict):
     """Every signal as read: ``aer``, ``link`` and, for NVIDIA GPUs with NVML, ``telemetry``."""
     warnings: NotRequired[List[str]]
 
-def discover(root: Union[str, "os.PathLike[str]"] = "/", node: Optional[str] = None) -> NodeTopology:
+def discover(
+    root: Union[str, "os.PathLike[str]"] = "/",
+    node: Optional[str] = None,
+    holders: bool = False,
+) -> NodeTopology:
     """Discovers a node's GPUs, vGPU parents, profiles, instances and pools, with health.
 
-    ``root`` stands for the host's ``/``; ``node`` defaults to this machine's hostname.
+    ``root`` stands for the host's ``/``; ``node`` defaults to this machine's hostname. With
+    ``holders=True`` each GPU and instance a process holds open gets ``holder``.
     Raises :class:`HostError` when the host cannot be read.
     """
 
@@ -580,6 +613,11 @@ class Fleet:
         is written once under ``shapes``. ``from_dict`` reads it back."""
     def remove_node(self, name: str) -> NodeTopology:
         """Removes a node and returns its topology. Raises :class:`NotFound`."""
+    def node_view(self, node: str) -> NodeView:
+        """One node as the fleet's allocations leave it (``gpuslice topology --inventory``):
+        vGPUs not made yet charged on their pool (``usedMiB``), each GPU an allocation holds
+        shown ``in-use``, and ``allocatedInstances`` naming each vGPU's Machine. Raises
+        :class:`NotFound`."""
     def place(
         self,
         machine: MachineInput,

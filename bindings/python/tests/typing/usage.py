@@ -16,6 +16,11 @@ for device in placed["devices"]:
     if device["kind"] == "vgpu":
         uuid: str = device["uuid"]
 allocations: List[Allocation] = fleet.allocations()
+view = fleet.node_view("n1")
+machines: List[str] = [i["machine"] for i in view["allocatedInstances"]]
+charged: int = view["mediatedDevices"]["parents"][0]["profiles"][0]["availableInstances"]
+held = gpuslice.discover("/", holders=True)
+pids: List[int] = [g["holder"]["pid"] for g in held["gpus"] if "holder" in g]
 plan = fleet.plan_drain("n1")
 stays: List[str] = [s["machine"] for s in plan["stay"]]
 copy: gpuslice.Fleet = gpuslice.Fleet.from_dict(fleet.to_dict())
