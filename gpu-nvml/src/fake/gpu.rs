@@ -5,7 +5,8 @@ use gpu_core::mig::MigGeometry;
 
 use crate::error::NvmlErrorKind;
 use crate::types::{
-    ActiveVgpu, GpuInstance, HealthReads, MigMode, MigModes, VgpuMode, VgpuPlacements, VgpuTypeInfo,
+    ActiveVgpu, GpuInstance, HealthReads, MigMode, MigModes, VgpuMode, VgpuPlacements, VgpuScheduler,
+    VgpuTypeInfo,
 };
 
 /// A vGPU type of a fake GPU, with its placements.
@@ -87,6 +88,7 @@ pub struct FakeGpu {
     pub(crate) active: Vec<(ActiveVgpu, Option<u32>)>,
     pub(crate) next_vgpu: u32,
     pub(crate) processes: u32,
+    pub(crate) scheduler: VgpuScheduler,
 }
 
 impl FakeGpu {
@@ -102,6 +104,7 @@ impl FakeGpu {
             active: Vec::new(),
             next_vgpu: 1,
             processes: 0,
+            scheduler: VgpuScheduler::BestEffort,
         }
     }
 
@@ -151,6 +154,13 @@ impl FakeGpu {
     /// The GPU supports mixed-size vGPUs, starting in `mode`.
     pub fn mixed_size(mut self, mode: VgpuMode) -> Self {
         self.vgpu_mode = Some(mode);
+        self
+    }
+
+    /// The GPU runs the time-sliced vGPU scheduler `scheduler` (best effort, NVIDIA's default,
+    /// unless set).
+    pub fn with_scheduler(mut self, scheduler: VgpuScheduler) -> Self {
+        self.scheduler = scheduler;
         self
     }
 

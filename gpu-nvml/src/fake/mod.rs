@@ -21,7 +21,7 @@ use crate::devices::NvmlDevices;
 use crate::error::{NvmlError, NvmlErrorKind};
 use crate::types::{
     ActiveVgpu, GpuInstance, GpuInstanceProfile, HealthReads, MigActivation, MigMode, MigModes,
-    Placement, VgpuMode, VgpuPlacements, VgpuTypeInfo,
+    Placement, VgpuMode, VgpuPlacements, VgpuScheduler, VgpuTypeInfo,
 };
 
 /// The device lookup every question starts with.
@@ -481,6 +481,15 @@ impl NvmlDevices for FakeNvml {
     fn active_vgpus(&self, gpu: &PciAddress) -> Result<Vec<ActiveVgpu>, NvmlError> {
         self.on("nvmlDeviceGetActiveVgpus", gpu, |g| {
             Ok(g.active.iter().map(|(v, _)| *v).collect())
+        })
+    }
+
+    fn vgpu_scheduler(&self, gpu: &PciAddress) -> Result<VgpuScheduler, NvmlError> {
+        self.on("nvmlDeviceGetVgpuSchedulerState", gpu, |g| {
+            if g.types.is_empty() {
+                return Err(NvmlErrorKind::NotSupported);
+            }
+            Ok(g.scheduler)
         })
     }
 }
