@@ -2,3 +2,4 @@
 
 pub mod churn;
 pub mod fleetgen;
+pub mod slot_churn;
