@@ -31,6 +31,7 @@ pub mod error;
 mod full;
 pub mod handoff;
 pub mod intent;
+pub mod mig_vgpu;
 pub mod mixed;
 pub mod node;
 pub mod open;

@@ -148,4 +148,18 @@ pub trait NvmlDevices: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// Finding the device; `NotSupported` without vGPU; `FunctionNotFound` on an older driver.
     fn vgpu_scheduler(&self, gpu: &PciAddress) -> Result<VgpuScheduler, NvmlError>;
+
+    /// The placements vGPU type `type_id` can still take inside GPU instance `gpu_instance`
+    /// (`nvmlGpuInstanceGetVgpuTypeCreatablePlacements`): on GPUs with time-sliced vGPUs inside
+    /// MIG instances (Blackwell RTX PRO), how many more vGPUs of the type the instance holds.
+    ///
+    /// # Errors
+    /// `NotFound` for an instance the GPU lacks; `NotSupported` where the GPU has no time-sliced
+    /// vGPUs inside instances; `FunctionNotFound` on an older driver.
+    fn gpu_instance_vgpu_creatable_placements(
+        &self,
+        gpu: &PciAddress,
+        gpu_instance: u32,
+        type_id: u32,
+    ) -> Result<VgpuPlacements, NvmlError>;
 }

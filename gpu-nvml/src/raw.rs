@@ -12,7 +12,8 @@ use std::os::raw::c_uint;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
     NVML_GPU_INSTANCE_PROFILE_COUNT, nvmlDevice_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
-    nvmlGpuInstancePlacement_t, nvmlGpuInstanceProfileInfo_t, nvmlVgpuHeterogeneousMode_t,
+    nvmlGpuInstancePlacement_t, nvmlGpuInstanceProfileInfo_t, nvmlVgpuCreatablePlacementInfo_t,
+    nvmlVgpuHeterogeneousMode_t,
     nvmlVgpuInstance_t, nvmlVgpuPlacementId_t, nvmlVgpuPlacementList_t,
 };
 
@@ -343,6 +344,54 @@ pub(crate) fn vgpu_placements(
                 room = list.count;
             }
             Some(kind) => return Err(NvmlError::new(call, kind)),
+        }
+    }
+}
+
+/// `nvmlDeviceGetGpuInstanceById`, then `nvmlGpuInstanceGetVgpuTypeCreatablePlacements`.
+pub(crate) fn gpu_instance_vgpu_creatable(
+    nvml: &Nvml,
+    device: &Device<'_>,
+    id: u32,
+    type_id: u32,
+) -> Result<VgpuPlacements, NvmlError> {
+    const CALL: &str = "nvmlGpuInstanceGetVgpuTypeCreatablePlacements";
+    let by_id = sym!(nvml, nvmlDeviceGetGpuInstanceById)?;
+    let f = sym!(nvml, nvmlGpuInstanceGetVgpuTypeCreatablePlacements)?;
+    let mut gi: nvmlGpuInstance_t = std::ptr::null_mut();
+    // SAFETY: resolved by its documented name; live handle; `gi` is a live, writable slot.
+    let code = unsafe { by_id(handle(device), id, &mut gi) };
+    NvmlError::check("nvmlDeviceGetGpuInstanceById", code)?;
+    let mut room = FIRST_PLACEMENTS;
+    loop {
+        let mut ids: Vec<c_uint> = vec![0; room as usize];
+        let mut info = nvmlVgpuCreatablePlacementInfo_t {
+            version: struct_version::<nvmlVgpuCreatablePlacementInfo_t>(1),
+            vgpuTypeId: type_id,
+            count: room,
+            placementIds: ids.as_mut_ptr(),
+            placementSize: 0,
+        };
+        // SAFETY: resolved by its documented name; `gi` is the handle NVML just returned;
+        // `info` is live and writable, carries its version, and its `placementIds` points at
+        // `ids`, which holds `count` entries and outlives the call.
+        let code = unsafe { f(gi, &mut info) };
+        match NvmlErrorKind::from_code(code) {
+            None => {
+                let ids = ids
+                    .get(..info.count as usize)
+                    .ok_or(NvmlError::new(CALL, NvmlErrorKind::InsufficientSize))?;
+                return Ok(VgpuPlacements {
+                    placement_size: info.placementSize,
+                    placement_ids: ids.to_vec(),
+                });
+            }
+            Some(NvmlErrorKind::InsufficientSize)
+                if info.count > room && info.count <= MAX_PLACEMENTS =>
+            {
+                room = info.count;
+            }
+            Some(kind) => return Err(NvmlError::new(CALL, kind)),
         }
     }
 }

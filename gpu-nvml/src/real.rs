@@ -405,6 +405,17 @@ impl NvmlDevices for NvmlLibrary {
         self.with_device(gpu, |n, d| raw::destroy_gpu_instance(n, d, id))
     }
 
+    fn gpu_instance_vgpu_creatable_placements(
+        &self,
+        gpu: &PciAddress,
+        gpu_instance: u32,
+        type_id: u32,
+    ) -> Result<VgpuPlacements, NvmlError> {
+        self.with_device(gpu, |n, d| {
+            raw::gpu_instance_vgpu_creatable(n, d, gpu_instance, type_id)
+        })
+    }
+
     fn vgpu_scheduler(&self, gpu: &PciAddress) -> Result<VgpuScheduler, NvmlError> {
         self.with_device(gpu, |_, d| {
             let state = d
