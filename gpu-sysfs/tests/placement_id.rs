@@ -88,3 +88,48 @@ fn vgpu_list_shows_each_vfs_placement_id() {
     let json = serde_json::to_string(&listing).unwrap();
     assert!(json.contains("\"placementId\":24"), "{json}");
 }
+
+#[test]
+fn a_mig_board_without_known_geometry_is_never_planned_by_compute_slices() {
+    // A board gpuslice has no MIG geometry for (device 0x9999, types of board ZZ9): seven
+    // 1-slice types listed. Counting compute slices would plan seven; its memory slices are
+    // unknown, so each MIG-backed type is refused and the GPU says why.
+    let mut b = TreeBuilder::new();
+    b.pci(
+        "0000:41:00.0",
+        PciSpec::new(0x10de, 0x9999, 0x030200)
+            .driver("nvidia")
+            .group(50),
+    )
+    .sriov(
+        "0000:41:00.0",
+        2,
+        16,
+        4,
+        1,
+        PciSpec::new(0x10de, 0x9999, 0x030200).driver("nvidia"),
+        Some(51),
+    );
+    let listed = [(2001, "NVIDIA ZZ9-1-10C"), (2002, "NVIDIA ZZ9-3-40C")];
+    b.vendor_vfio_vf("0000:41:00.4", &listed, 0);
+    b.vendor_vfio_vf("0000:41:00.5", &listed, 0);
+    let tree = b.finish().unwrap();
+    let host = RealHost::new(tree.root()).unwrap();
+    let t = discover(&host, &DiscoverOptions::new("n")).unwrap();
+    let pool = t
+        .pool(&ParentId::Pci(addr("0000:41:00.0")))
+        .expect("a pool for the GPU");
+    let slots = pool.mig_slots.as_ref().expect("slots of an unknown board");
+    assert_eq!(slots.board, "ZZ9");
+    let parent = t.parent(&ParentId::Pci(addr("0000:41:00.4"))).unwrap();
+    for profile in &parent.profiles {
+        let e = pool.room(profile).unwrap_err().to_string();
+        assert!(e.contains("no MIG geometry is known"), "{}: {e}", profile.name);
+    }
+    let gpu = t.gpus.iter().find(|g| g.address == addr("0000:41:00.0")).unwrap();
+    assert!(
+        gpu.warnings.iter().any(|w| w.contains("no MIG geometry is known for board")),
+        "{:?}",
+        gpu.warnings
+    );
+}
