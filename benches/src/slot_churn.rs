@@ -101,11 +101,17 @@ pub struct Outcome {
 }
 
 /// Where `shape` goes on `gpus` by `rule`: the GPU's index and the start.
-fn pick(gpus: &[SlotMask], shape: &SlotShape, later: &[SlotShape], rule: Rule) -> Option<(usize, u8)> {
+fn pick(
+    gpus: &[SlotMask],
+    shape: &SlotShape,
+    later: &[SlotShape],
+    rule: Rule,
+) -> Option<(usize, u8)> {
     match rule {
-        Rule::FirstFit => gpus.iter().enumerate().find_map(|(i, m)| {
-            m.free_starts(shape).first().map(|s| (i, *s))
-        }),
+        Rule::FirstFit => gpus
+            .iter()
+            .enumerate()
+            .find_map(|(i, m)| m.free_starts(shape).first().map(|s| (i, *s))),
         Rule::Current => gpus
             .iter()
             .enumerate()

@@ -182,9 +182,7 @@ pub enum SlotChoice {
 
 /// No legal start of a shape is free: the shape and what is left, for the refusal's words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "no free start for a run of {size} slots (legal starts {starts:?}); slots free: {free:?}"
-)]
+#[error("no free start for a run of {size} slots (legal starts {starts:?}); slots free: {free:?}")]
 pub struct NoStart {
     /// The shape's size.
     pub size: u8,
@@ -259,7 +257,11 @@ mod tests {
         a.hold(ff, one.size);
         b.hold(km, one.size);
         assert!(a.free_starts(&four).is_empty(), "first-fit leaves no 4g");
-        assert_eq!(b.free_starts(&four), vec![0], "keep-most at {km} keeps the 4g");
+        assert_eq!(
+            b.free_starts(&four),
+            vec![0],
+            "keep-most at {km} keeps the 4g"
+        );
         assert!(b.room(&later) > a.room(&later));
     }
 

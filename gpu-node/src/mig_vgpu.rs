@@ -92,7 +92,11 @@ pub fn choose_instance(
         let Ok(p) = nvml.gpu_instance_vgpu_creatable_placements(gpu, gi.id, type_id) else {
             continue;
         };
-        seen.push(format!("instance {}: {} free", gi.id, p.placement_ids.len()));
+        seen.push(format!(
+            "instance {}: {} free",
+            gi.id,
+            p.placement_ids.len()
+        ));
         let Some(first) = p.placement_ids.first().copied() else {
             continue;
         };

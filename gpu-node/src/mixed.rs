@@ -197,7 +197,12 @@ pub fn plan(
     };
     match nvml.vgpu_scheduler(gpu) {
         Ok(s) if s.allows_mixed_size() => {}
-        Ok(scheduler) => return Err(MixedError::Scheduler { gpu: *gpu, scheduler }),
+        Ok(scheduler) => {
+            return Err(MixedError::Scheduler {
+                gpu: *gpu,
+                scheduler,
+            });
+        }
         Err(source) => return Err(MixedError::SchedulerUnknown { gpu: *gpu, source }),
     }
     let active = ask(gpu, "listing running vGPUs", nvml.active_vgpus(gpu))?;
@@ -334,10 +339,7 @@ pub fn turn_on(nvml: &dyn NvmlDevices, plan: &PlacementPlan) -> Result<(), Mixed
         Err(MixedError::Nvml {
             gpu: *gpu,
             step: "reading the vGPU size mode back (still same-size)",
-            source: NvmlError::new(
-                "nvmlDeviceGetVgpuHeterogeneousMode",
-                NvmlErrorKind::Unknown,
-            ),
+            source: NvmlError::new("nvmlDeviceGetVgpuHeterogeneousMode", NvmlErrorKind::Unknown),
         })
     }
 }
@@ -347,7 +349,11 @@ pub fn turn_on(nvml: &dyn NvmlDevices, plan: &PlacementPlan) -> Result<(), Mixed
 /// # Errors
 /// [`MixedError::ReadBack`] naming what NVML reports; [`MixedError::Nvml`].
 pub fn check_placed(nvml: &dyn NvmlDevices, plan: &PlacementPlan) -> Result<(), MixedError> {
-    let active = ask(&plan.gpu, "listing running vGPUs", nvml.active_vgpus(&plan.gpu))?;
+    let active = ask(
+        &plan.gpu,
+        "listing running vGPUs",
+        nvml.active_vgpus(&plan.gpu),
+    )?;
     let of_type: Vec<Option<u32>> = active
         .iter()
         .filter(|v| v.type_id == plan.type_id)

@@ -48,16 +48,26 @@ fn place(n: &FakeNvml, type_id: u32) -> Result<u32, MigVgpuError> {
 fn an_instance_holds_up_to_the_count_the_driver_lists_and_is_filled_before_the_next() {
     let n = gpu_with_two_1g_instances(3);
     let first = place(&n, 7).unwrap();
-    assert_eq!(place(&n, 7).unwrap(), first, "the same instance is filled first");
+    assert_eq!(
+        place(&n, 7).unwrap(),
+        first,
+        "the same instance is filled first"
+    );
     assert_eq!(place(&n, 7).unwrap(), first);
     let second = place(&n, 7).unwrap();
     assert_ne!(second, first, "the fourth goes to the other instance");
     assert_eq!(place(&n, 7).unwrap(), second);
     assert_eq!(place(&n, 7).unwrap(), second);
     let e = place(&n, 7).unwrap_err();
-    assert!(matches!(e, MigVgpuError::NoRoom { type_id: 7, .. }), "{e:?}");
+    assert!(
+        matches!(e, MigVgpuError::NoRoom { type_id: 7, .. }),
+        "{e:?}"
+    );
     let text = e.to_string();
-    assert!(text.contains("instance 1: 0 free") && text.contains("instance 2: 0 free"), "{text}");
+    assert!(
+        text.contains("instance 1: 0 free") && text.contains("instance 2: 0 free"),
+        "{text}"
+    );
     assert_eq!(n.active_vgpus(&gpu()).unwrap().len(), 6);
 }
 

@@ -19,11 +19,15 @@ fn l40s_gpu(mode: VgpuMode) -> FakeGpu {
     let types = vec![
         FakeVgpuType::new(1, "NVIDIA L40S-24Q", 24576, 24, &[0, 24]),
         FakeVgpuType::new(2, "NVIDIA L40S-12Q", 12288, 12, &[0, 12, 24, 36]),
-        FakeVgpuType::new(3, "NVIDIA L40S-6Q", 6144, 6, &[0, 6, 12, 18, 24, 30, 36, 42]),
+        FakeVgpuType::new(
+            3,
+            "NVIDIA L40S-6Q",
+            6144,
+            6,
+            &[0, 6, 12, 18, 24, 30, 36, 42],
+        ),
     ];
-    FakeGpu::new(46068)
-        .with_vgpu_types(types)
-        .mixed_size(mode)
+    FakeGpu::new(46068).with_vgpu_types(types).mixed_size(mode)
 }
 
 fn l40s(mode: VgpuMode) -> FakeNvml {
@@ -72,10 +76,7 @@ fn vgpus_of_three_sizes_share_one_gpu_and_the_small_ones_keep_the_large_one_poss
         .iter()
         .map(|v| (v.type_id, v.placement_id))
         .collect();
-    assert_eq!(
-        placements,
-        vec![(3, Some(0)), (2, Some(12)), (1, Some(24))]
-    );
+    assert_eq!(placements, vec![(3, Some(0)), (2, Some(12)), (1, Some(24))]);
 }
 
 #[test]
@@ -87,7 +88,17 @@ fn a_mix_that_does_not_fit_is_refused_naming_the_type_and_the_placements_left() 
     let before = n.writes();
     let e = mixed::plan(&n, &gpu(), 1).unwrap_err();
     let text = e.to_string();
-    assert!(matches!(e, MixedError::NoPlacement { type_id: 1, size: 24, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            MixedError::NoPlacement {
+                type_id: 1,
+                size: 24,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(text.contains("placements [0, 24]"), "{text}");
     assert!(text.contains("NVIDIA L40S-12Q (2) at [36]"), "{text}");
     assert!(text.contains("NVIDIA L40S-6Q (3) at [36, 42]"), "{text}");
@@ -139,7 +150,13 @@ fn a_scheduler_nvml_cannot_read_is_not_guessed() {
 
 #[test]
 fn a_gpu_without_mixed_size_support_keeps_the_same_size_rule() {
-    let types = vec![FakeVgpuType::new(1, "NVIDIA A2-4Q", 4096, 4, &[0, 4, 8, 12])];
+    let types = vec![FakeVgpuType::new(
+        1,
+        "NVIDIA A2-4Q",
+        4096,
+        4,
+        &[0, 4, 8, 12],
+    )];
     let n = FakeNvml::new().with_gpu(gpu(), FakeGpu::new(16384).with_vgpu_types(types));
     let e = mixed::plan(&n, &gpu(), 1).unwrap_err();
     assert!(matches!(e, MixedError::Unsupported { .. }), "{e:?}");
@@ -164,7 +181,10 @@ fn on_a_gpu_already_in_mixed_size_mode_running_vgpus_hold_their_slots_and_nothin
     let n = l40s(VgpuMode::Heterogeneous);
     n.start_vgpu(&gpu(), 2, Some(36), None).unwrap();
     let p = mixed::plan(&n, &gpu(), 1).unwrap();
-    assert_eq!(p.placement_id, 0, "the 24Q half 24..48 is broken by the 12Q at 36");
+    assert_eq!(
+        p.placement_id, 0,
+        "the 24Q half 24..48 is broken by the 12Q at 36"
+    );
     assert!(!p.turn_mode_on);
     mixed::turn_on(&n, &p).unwrap();
     assert!(n.writes().is_empty(), "{:?}", n.writes());

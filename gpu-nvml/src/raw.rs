@@ -13,8 +13,8 @@ use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
     NVML_GPU_INSTANCE_PROFILE_COUNT, nvmlDevice_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
     nvmlGpuInstancePlacement_t, nvmlGpuInstanceProfileInfo_t, nvmlVgpuCreatablePlacementInfo_t,
-    nvmlVgpuHeterogeneousMode_t,
-    nvmlVgpuInstance_t, nvmlVgpuPlacementId_t, nvmlVgpuPlacementList_t,
+    nvmlVgpuHeterogeneousMode_t, nvmlVgpuInstance_t, nvmlVgpuPlacementId_t,
+    nvmlVgpuPlacementList_t,
 };
 
 use crate::error::{NvmlError, NvmlErrorKind};

@@ -39,9 +39,8 @@ fn each_vgpu_shows_the_placement_its_vf_reports_and_none_when_it_reports_none() 
     let tree = b.finish().unwrap();
     let host = RealHost::new(tree.root()).unwrap();
     let t = discover(&host, &DiscoverOptions::new("n")).unwrap();
-    let placement = |vf: &str| {
-        t.parent(&ParentId::Pci(addr(vf))).unwrap().instances[0].placement_id
-    };
+    let placement =
+        |vf: &str| t.parent(&ParentId::Pci(addr(vf))).unwrap().instances[0].placement_id;
     assert_eq!(placement("0000:26:00.4"), Some(24));
     assert_eq!(placement("0000:26:00.5"), Some(0));
     assert_eq!(placement("0000:26:00.6"), None);
@@ -124,11 +123,21 @@ fn a_mig_board_without_known_geometry_is_never_planned_by_compute_slices() {
     let parent = t.parent(&ParentId::Pci(addr("0000:41:00.4"))).unwrap();
     for profile in &parent.profiles {
         let e = pool.room(profile).unwrap_err().to_string();
-        assert!(e.contains("no MIG geometry is known"), "{}: {e}", profile.name);
+        assert!(
+            e.contains("no MIG geometry is known"),
+            "{}: {e}",
+            profile.name
+        );
     }
-    let gpu = t.gpus.iter().find(|g| g.address == addr("0000:41:00.0")).unwrap();
+    let gpu = t
+        .gpus
+        .iter()
+        .find(|g| g.address == addr("0000:41:00.0"))
+        .unwrap();
     assert!(
-        gpu.warnings.iter().any(|w| w.contains("no MIG geometry is known for board")),
+        gpu.warnings
+            .iter()
+            .any(|w| w.contains("no MIG geometry is known for board")),
         "{:?}",
         gpu.warnings
     );

@@ -5,8 +5,8 @@ use gpu_core::mig::MigGeometry;
 
 use crate::error::NvmlErrorKind;
 use crate::types::{
-    ActiveVgpu, GpuInstance, HealthReads, MigMode, MigModes, VgpuMode, VgpuPlacements, VgpuScheduler,
-    VgpuTypeInfo,
+    ActiveVgpu, GpuInstance, HealthReads, MigMode, MigModes, VgpuMode, VgpuPlacements,
+    VgpuScheduler, VgpuTypeInfo,
 };
 
 /// A vGPU type of a fake GPU, with its placements.
@@ -235,11 +235,7 @@ impl FakeGpu {
             Vec::new()
         } else {
             (0..t.per_instance)
-                .filter(|p| {
-                    !inside
-                        .iter()
-                        .any(|v| v.placement_id.unwrap_or(0) == *p)
-                })
+                .filter(|p| !inside.iter().any(|v| v.placement_id.unwrap_or(0) == *p))
                 .collect()
         };
         VgpuPlacements {
