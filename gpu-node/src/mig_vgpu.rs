@@ -10,10 +10,10 @@
 //! naming each instance and what it can still take; making a new instance is the MIG writer's
 //! step (issue 47, points 1 and 2), not this one.
 
-use gpu_core::ErrorKind;
 use gpu_core::PciAddress;
-use gpu_core::error::ClassifiedError;
-use gpu_nvml::{NvmlDevices, NvmlError, NvmlErrorKind};
+use gpu_nvml::NvmlDevices;
+
+use crate::mixed::{MixedError, ask};
 
 /// Where a time-sliced vGPU goes inside a GPU instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -27,64 +27,17 @@ pub struct InstanceChoice {
     pub free: usize,
 }
 
-/// Why no GPU instance takes the vGPU. Nothing was written.
-#[derive(Debug, thiserror::Error)]
-pub enum MigVgpuError {
-    /// An NVML question failed.
-    #[error("GPU {gpu}: {step}")]
-    Nvml {
-        /// The GPU.
-        gpu: PciAddress,
-        /// What was asked.
-        step: &'static str,
-        /// NVML's answer.
-        #[source]
-        source: NvmlError,
-    },
-    /// No existing instance has room for the type.
-    #[error(
-        "vGPU type {type_id} does not fit GPU {gpu}: no GPU instance of its profile has a free placement ({seen})"
-    )]
-    NoRoom {
-        /// The GPU.
-        gpu: PciAddress,
-        /// The type.
-        type_id: u32,
-        /// Each instance looked at and its free placements, or `no GPU instance`.
-        seen: String,
-    },
-}
-
-impl ClassifiedError for MigVgpuError {
-    fn kind(&self) -> ErrorKind {
-        match self {
-            MigVgpuError::Nvml { source, .. } => match source.kind {
-                NvmlErrorKind::NoPermission => ErrorKind::NotPermitted,
-                NvmlErrorKind::NotSupported => ErrorKind::NotCreatable,
-                _ => ErrorKind::HostError,
-            },
-            MigVgpuError::NoRoom { .. } => ErrorKind::Exhausted,
-        }
-    }
-}
-
 /// Chooses the GPU instance (and the placement inside it) for a vGPU of `type_id` on `gpu`.
 ///
 /// # Errors
-/// [`MigVgpuError::NoRoom`] naming every instance and its free placements;
-/// [`MigVgpuError::Nvml`] when the instances cannot be listed.
+/// [`MixedError::NoInstanceRoom`] naming every instance and its free placements;
+/// [`MixedError::Nvml`] when the instances cannot be listed.
 pub fn choose_instance(
     nvml: &dyn NvmlDevices,
     gpu: &PciAddress,
     type_id: u32,
-) -> Result<InstanceChoice, MigVgpuError> {
-    let instances = nvml
-        .gpu_instances(gpu)
-        .map_err(|source| MigVgpuError::Nvml {
-            gpu: *gpu,
-            step: "listing GPU instances",
-            source,
-        })?;
+) -> Result<InstanceChoice, MixedError> {
+    let instances = ask(gpu, "listing GPU instances", nvml.gpu_instances(gpu))?;
     let mut seen = Vec::new();
     let mut best: Option<InstanceChoice> = None;
     for gi in &instances {
@@ -109,7 +62,7 @@ pub fn choose_instance(
             best = Some(c);
         }
     }
-    best.ok_or_else(|| MigVgpuError::NoRoom {
+    best.ok_or_else(|| MixedError::NoInstanceRoom {
         gpu: *gpu,
         type_id,
         seen: if seen.is_empty() {

@@ -116,6 +116,19 @@ pub enum MixedError {
         /// What the GPU can still take: `TYPE at [IDs]` per supported type, or `none`.
         left: String,
     },
+    /// No GPU instance of a time-sliced MIG-backed type's profile has room
+    /// ([`crate::mig_vgpu::choose_instance`]).
+    #[error(
+        "vGPU type {type_id} does not fit GPU {gpu}: no GPU instance of its profile has a free placement ({seen})"
+    )]
+    NoInstanceRoom {
+        /// The GPU.
+        gpu: PciAddress,
+        /// The type.
+        type_id: u32,
+        /// Each instance looked at and its free placements, or `no GPU instance`.
+        seen: String,
+    },
     /// The vGPU started but NVML reports another placement than the one chosen.
     #[error(
         "GPU {gpu}: vGPU type {type_id} was placed at {found:?}, not at the chosen placement {wanted}"
@@ -147,12 +160,18 @@ impl ClassifiedError for MixedError {
             }
             MixedError::InUse { .. } => ErrorKind::InUse,
             MixedError::Placements { .. } | MixedError::ReadBack { .. } => ErrorKind::Unexpected,
-            MixedError::NoPlacement { .. } => ErrorKind::Exhausted,
+            MixedError::NoPlacement { .. } | MixedError::NoInstanceRoom { .. } => {
+                ErrorKind::Exhausted
+            }
         }
     }
 }
 
-fn ask<T>(gpu: &PciAddress, step: &'static str, r: Result<T, NvmlError>) -> Result<T, MixedError> {
+pub(crate) fn ask<T>(
+    gpu: &PciAddress,
+    step: &'static str,
+    r: Result<T, NvmlError>,
+) -> Result<T, MixedError> {
     r.map_err(|source| MixedError::Nvml {
         gpu: *gpu,
         step,

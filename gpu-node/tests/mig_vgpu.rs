@@ -5,7 +5,8 @@
 
 use gpu_core::PciAddress;
 use gpu_core::mig::MigGeometry;
-use gpu_node::mig_vgpu::{self, MigVgpuError};
+use gpu_node::mig_vgpu;
+use gpu_node::mixed::MixedError;
 use gpu_nvml::fake::{FakeGpu, FakeNvml, FakeVgpuType};
 use gpu_nvml::{MigMode, NvmlDevices, Placement};
 
@@ -37,7 +38,7 @@ fn gpu_with_two_1g_instances(per_instance: u32) -> FakeNvml {
 }
 
 /// Chooses and starts (the kernel's part, played by the fake) one vGPU of `type_id`.
-fn place(n: &FakeNvml, type_id: u32) -> Result<u32, MigVgpuError> {
+fn place(n: &FakeNvml, type_id: u32) -> Result<u32, MixedError> {
     let c = mig_vgpu::choose_instance(n, &gpu(), type_id)?;
     n.start_vgpu(&gpu(), type_id, Some(c.placement_id), Some(c.gpu_instance))
         .unwrap();
@@ -60,7 +61,7 @@ fn an_instance_holds_up_to_the_count_the_driver_lists_and_is_filled_before_the_n
     assert_eq!(place(&n, 7).unwrap(), second);
     let e = place(&n, 7).unwrap_err();
     assert!(
-        matches!(e, MigVgpuError::NoRoom { type_id: 7, .. }),
+        matches!(e, MixedError::NoInstanceRoom { type_id: 7, .. }),
         "{e:?}"
     );
     let text = e.to_string();

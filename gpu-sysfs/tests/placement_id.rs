@@ -12,32 +12,51 @@ fn addr(s: &str) -> PciAddress {
     s.parse().unwrap()
 }
 
-#[test]
-fn each_vgpu_shows_the_placement_its_vf_reports_and_none_when_it_reports_none() {
+/// A GPU (PF `pf`, PCI device `device`) with `vfs` VFs of NVIDIA's vendor VFIO, each given as
+/// (VF, the types it lists, the type it holds, what its `nvidia/placement_id` says).
+fn host(
+    device: u16,
+    pf: &str,
+    vfs: &[(&str, &[(u32, &str)], u32, Option<&str>)],
+) -> (gpu_sysfs::testing::builder::Tree, RealHost) {
+    let spec = || PciSpec::new(0x10de, device, 0x030200).driver("nvidia");
     let mut b = TreeBuilder::new();
-    b.pci(
-        "0000:26:00.0",
-        PciSpec::new(0x10de, 0x26b9, 0x030200)
-            .driver("nvidia")
-            .group(40),
-    )
-    .sriov(
-        "0000:26:00.0",
-        3,
+    b.pci(pf, spec().group(40)).sriov(
+        pf,
+        u32::try_from(vfs.len()).unwrap(),
         32,
         4,
         1,
-        PciSpec::new(0x10de, 0x26b9, 0x030200).driver("nvidia"),
+        spec(),
         Some(41),
     );
-    b.vendor_vfio_vf("0000:26:00.4", &[], 1155);
-    b.vendor_vfio_vf("0000:26:00.5", &[(1149, "NVIDIA L40S-12Q")], 1149);
-    b.vendor_vfio_vf("0000:26:00.6", &[], 1149);
-    b.attr("0000:26:00.4", "nvidia/placement_id", "24\n");
-    b.attr("0000:26:00.5", "nvidia/placement_id", "0\n");
-    b.attr("0000:26:00.6", "nvidia/placement_id", "Not Applicable\n");
+    for (vf, listed, current, placement) in vfs {
+        b.vendor_vfio_vf(vf, listed, *current);
+        if let Some(text) = placement {
+            b.attr(vf, "nvidia/placement_id", text);
+        }
+    }
     let tree = b.finish().unwrap();
     let host = RealHost::new(tree.root()).unwrap();
+    (tree, host)
+}
+
+#[test]
+fn each_vgpu_shows_the_placement_its_vf_reports_and_none_when_it_reports_none() {
+    let (_tree, host) = host(
+        0x26b9,
+        "0000:26:00.0",
+        &[
+            ("0000:26:00.4", &[], 1155, Some("24\n")),
+            (
+                "0000:26:00.5",
+                &[(1149, "NVIDIA L40S-12Q")],
+                1149,
+                Some("0\n"),
+            ),
+            ("0000:26:00.6", &[], 1149, Some("Not Applicable\n")),
+        ],
+    );
     let t = discover(&host, &DiscoverOptions::new("n")).unwrap();
     let placement =
         |vf: &str| t.parent(&ParentId::Pci(addr(vf))).unwrap().instances[0].placement_id;
@@ -50,27 +69,14 @@ fn each_vgpu_shows_the_placement_its_vf_reports_and_none_when_it_reports_none() 
 
 #[test]
 fn vgpu_list_shows_each_vfs_placement_id() {
-    let mut b = TreeBuilder::new();
-    b.pci(
+    let (_tree, host) = host(
+        0x26b9,
         "0000:26:00.0",
-        PciSpec::new(0x10de, 0x26b9, 0x030200)
-            .driver("nvidia")
-            .group(40),
-    )
-    .sriov(
-        "0000:26:00.0",
-        2,
-        32,
-        4,
-        1,
-        PciSpec::new(0x10de, 0x26b9, 0x030200).driver("nvidia"),
-        Some(41),
+        &[
+            ("0000:26:00.4", &[], 1155, Some("24\n")),
+            ("0000:26:00.5", &[], 1149, None),
+        ],
     );
-    b.vendor_vfio_vf("0000:26:00.4", &[], 1155);
-    b.vendor_vfio_vf("0000:26:00.5", &[], 1149);
-    b.attr("0000:26:00.4", "nvidia/placement_id", "24\n");
-    let tree = b.finish().unwrap();
-    let host = RealHost::new(tree.root()).unwrap();
     let listing = gpu_sysfs::actuate::list_vgpus(&host).unwrap();
     let got: Vec<_> = listing
         .vendor_vfio
@@ -93,27 +99,15 @@ fn a_mig_board_without_known_geometry_is_never_planned_by_compute_slices() {
     // A board gpuslice has no MIG geometry for (device 0x9999, types of board ZZ9): seven
     // 1-slice types listed. Counting compute slices would plan seven; its memory slices are
     // unknown, so each MIG-backed type is refused and the GPU says why.
-    let mut b = TreeBuilder::new();
-    b.pci(
+    let listed: &[(u32, &str)] = &[(2001, "NVIDIA ZZ9-1-10C"), (2002, "NVIDIA ZZ9-3-40C")];
+    let (_tree, host) = host(
+        0x9999,
         "0000:41:00.0",
-        PciSpec::new(0x10de, 0x9999, 0x030200)
-            .driver("nvidia")
-            .group(50),
-    )
-    .sriov(
-        "0000:41:00.0",
-        2,
-        16,
-        4,
-        1,
-        PciSpec::new(0x10de, 0x9999, 0x030200).driver("nvidia"),
-        Some(51),
+        &[
+            ("0000:41:00.4", listed, 0, None),
+            ("0000:41:00.5", listed, 0, None),
+        ],
     );
-    let listed = [(2001, "NVIDIA ZZ9-1-10C"), (2002, "NVIDIA ZZ9-3-40C")];
-    b.vendor_vfio_vf("0000:41:00.4", &listed, 0);
-    b.vendor_vfio_vf("0000:41:00.5", &listed, 0);
-    let tree = b.finish().unwrap();
-    let host = RealHost::new(tree.root()).unwrap();
     let t = discover(&host, &DiscoverOptions::new("n")).unwrap();
     let pool = t
         .pool(&ParentId::Pci(addr("0000:41:00.0")))
