@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Mixed-size vGPUs by placement, on the fake NVML: the mode, the scheduler, the placement
 //! chosen on the one slot model, refusals that name the type and what is left, and the read-back.
 

@@ -12,13 +12,12 @@ fn addr(s: &str) -> PciAddress {
     s.parse().unwrap()
 }
 
+/// A VF, the types it lists, the type it holds, what its `nvidia/placement_id` says.
+type Vf<'a> = (&'a str, &'a [(u32, &'a str)], u32, Option<&'a str>);
+
 /// A GPU (PF `pf`, PCI device `device`) with `vfs` VFs of NVIDIA's vendor VFIO, each given as
 /// (VF, the types it lists, the type it holds, what its `nvidia/placement_id` says).
-fn host(
-    device: u16,
-    pf: &str,
-    vfs: &[(&str, &[(u32, &str)], u32, Option<&str>)],
-) -> (gpu_sysfs::testing::builder::Tree, RealHost) {
+fn host(device: u16, pf: &str, vfs: &[Vf<'_>]) -> (gpu_sysfs::testing::builder::Tree, RealHost) {
     let spec = || PciSpec::new(0x10de, device, 0x030200).driver("nvidia");
     let mut b = TreeBuilder::new();
     b.pci(pf, spec().group(40)).sriov(

@@ -69,7 +69,6 @@ mod tests {
                 type_name: Some("NVIDIA A2-4Q".to_owned()),
                 framebuffer_mib: Some(4096),
                 in_use: None,
-                placement_id: None,
             },
         }
     }
