@@ -198,13 +198,10 @@ pub fn main(serve: fn(Served) -> anyhow::Result<ExitCode>) -> ExitCode {
         Err(e) => {
             let mut report = common::error_report(&e);
             report.message = g.name_under_root(&report.message);
+            let doc = serde_json::json!({ "error": report });
             match g.output {
-                common::Output::Json => {
-                    let doc = serde_json::json!({ "error": report });
-                    eprintln!("{doc}");
-                }
+                common::Output::Json => eprintln!("{doc}"),
                 common::Output::Yaml => {
-                    let doc = serde_json::json!({ "error": report });
                     eprint!("{}", serde_yaml_ng::to_string(&doc).unwrap_or_default());
                 }
                 common::Output::Table => eprintln!("gpuslice: {}", report.message),

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 /// Output format.
@@ -108,10 +109,9 @@ impl Global {
 
     /// The node name: `--node`, else the hostname, else `localhost`.
     pub fn node_name(&self) -> String {
-        if let Some(n) = &self.node {
-            return n.clone();
-        }
-        gpu_sysfs::default_node_name()
+        self.node
+            .clone()
+            .unwrap_or_else(gpu_sysfs::default_node_name)
     }
 }
 
@@ -146,7 +146,6 @@ pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result
 
 /// Opens the host at `--root`: a directory, or a `*.umockdev` recording.
 pub fn open_host(g: &Global) -> anyhow::Result<gpu_sysfs::OpenedRoot> {
-    use anyhow::Context;
     gpu_sysfs::open_root(&g.root).with_context(|| format!("--root {}", g.root.display()))
 }
 
@@ -156,7 +155,6 @@ pub fn open_node(
     g: &Global,
     req: &gpu_health::NodeRequest,
 ) -> anyhow::Result<gpu_health::ComposedNode> {
-    use anyhow::Context;
     let _progress = discovering(g);
     gpu_health::open_node(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
 }
@@ -173,7 +171,6 @@ pub fn open_node_host(
     g: &Global,
     req: &gpu_health::NodeRequest,
 ) -> anyhow::Result<gpu_health::OpenedNode> {
-    use anyhow::Context;
     let _progress = discovering(g);
     let opened = gpu_health::open_node_host(&g.root, req)
         .with_context(|| format!("--root {}", g.root.display()))?;
@@ -186,6 +183,14 @@ pub fn open_node_host(
     Ok(opened)
 }
 
+/// Says on stderr that this command waits for another writer's host lock at `lock`.
+pub fn say_waiting(lock: &Path) {
+    eprintln!(
+        "gpuslice: waiting for another gpuslice writer to finish (lock {})",
+        lock.display()
+    );
+}
+
 /// Reads a document named on the command line; `-` reads standard input
 /// ([`gpu_sysfs::document::read_input`], with the command's cap).
 pub fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
@@ -194,15 +199,6 @@ pub fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
         what,
         document_limit(),
     )?)
-}
-
-/// Reads and decodes a fleet document (`-` for standard input), with the command's cap, every
-/// node's topology in full (errors in `FLAG PATH` with `flag`). JSON is decoded as it is read
-/// ([`gpu_sysfs::document::decode_input`]).
-pub fn read_fleet(path: &Path, flag: Option<&str>) -> anyhow::Result<gpu_core::Fleet> {
-    decode_fleet(path, flag, |r, max| {
-        gpu_core::Fleet::from_reader_max(r, max).map(|(f, _)| f)
-    })
 }
 
 /// A fleet document decoded by `decode` as it is read, with the command's cap.
@@ -217,7 +213,7 @@ fn decode_fleet<T>(
     )?)
 }
 
-/// Reads a fleet document as [`read_fleet`] does with its shapes kept shared (nodes of one
+/// Reads a fleet document (`-` for standard input, errors in `FLAG PATH` with `flag`) with its shapes kept shared (nodes of one
 /// `shapes` entry hold one copy: what a `FleetState` indexes, `FleetState::from_shared`), and
 /// the syntax it was written in.
 pub fn read_shared_fleet(
@@ -237,19 +233,7 @@ pub fn local_topology(
     mdev_parents: Option<Vec<gpu_core::ParentId>>,
     no_nvml: bool,
 ) -> anyhow::Result<gpu_core::NodeTopology> {
-    local_topology_with(
-        g,
-        mdev_parents,
-        gpu_health::NvmlSource::from_flags(None, no_nvml),
-    )
-}
-
-/// [`local_topology`] with NVML from `nvml` (`--nvml-lib` names a library).
-pub fn local_topology_with(
-    g: &Global,
-    mdev_parents: Option<Vec<gpu_core::ParentId>>,
-    nvml: gpu_health::NvmlSource,
-) -> anyhow::Result<gpu_core::NodeTopology> {
+    let nvml = gpu_health::NvmlSource::from_flags(None, no_nvml);
     Ok(local_node(g, mdev_parents, nvml)?.topology)
 }
 
@@ -259,7 +243,6 @@ fn local_node(
     mdev_parents: Option<Vec<gpu_core::ParentId>>,
     nvml: gpu_health::NvmlSource,
 ) -> anyhow::Result<gpu_health::ComposedNode> {
-    use anyhow::Context;
     let node = g.node_name();
     gpu_core::validate_name(&node).context("--node")?;
     let mut req = gpu_health::NodeRequest::new(node);
@@ -267,11 +250,11 @@ fn local_node(
     open_node(g, &req)
 }
 
-/// [`local_topology_with`] and the processes holding its GPUs and vGPUs open (one scan of
+/// [`local_topology`] (NVML from `nvml`) and the processes holding its GPUs and vGPUs open (one scan of
 /// `/proc` under the root, [`gpu_sysfs::actuate::node_holders`]).
 ///
 /// # Errors
-/// As [`local_topology_with`].
+/// As [`local_topology`].
 pub fn local_topology_held(
     g: &Global,
     mdev_parents: Option<Vec<gpu_core::ParentId>>,
@@ -290,11 +273,12 @@ pub fn load_nodes(
     let Some(path) = inventory else {
         return Ok((vec![local_topology(g, None, false)?], vec![]));
     };
-    let fleet = read_fleet(path, None)?;
+    // Every node's topology in full, decoded as it is read.
+    let fleet = decode_fleet(path, None, |r, max| {
+        gpu_core::Fleet::from_reader_max(r, max).map(|(f, _)| f)
+    })?;
     Ok((fleet.nodes, fleet.allocations))
 }
-
-pub use gpu_core::text::render_table;
 
 pub use gpu_sysfs::classify::ErrorReport;
 

@@ -665,6 +665,23 @@ impl NodeTopology {
         self.gpus.iter().find(|g| g.address == *address)
     }
 
+    /// Whether the GPU at `address` may be handed to a VM whole, by its graded health
+    /// ([`crate::Health::check_handout`]); a GPU this topology does not list is not judged.
+    ///
+    /// # Errors
+    /// [`crate::CoreError::Unhealthy`] for an Unhealthy GPU without `force`.
+    pub fn check_gpu_handout(
+        &self,
+        address: &PciAddress,
+        force: bool,
+        force_hint: &'static str,
+    ) -> Result<Option<String>, crate::CoreError> {
+        self.gpu_by_address(address).map_or(Ok(None), |g| {
+            g.health
+                .check_handout(&address.to_string(), force, force_hint)
+        })
+    }
+
     /// The parent with this ID.
     pub fn parent(&self, id: &ParentId) -> Option<&Parent> {
         self.mediated_devices.parents.iter().find(|p| p.id == *id)

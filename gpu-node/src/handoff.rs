@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpu_core::{Allocation, ClassifiedError, ErrorKind, NodeTopology};
+use gpu_core::{Allocation, ClassifiedError, ErrorKind, NodeTopology, PciAddress};
 use gpu_integrations::IntegrationError;
 use gpu_integrations::handoff::{self, VmDevice};
 
@@ -205,6 +205,27 @@ impl CheckedNode {
             self.host(),
             force,
         )?)
+    }
+
+    /// The devices at `address` (a whole GPU with its companion functions, or a VF), checked as
+    /// [`CheckedNode::devices`]; with `force` an address that is neither is handed off as it is
+    /// (the check then says what it is not, and still refuses a blocked GPU). Returns the
+    /// devices and the warnings.
+    ///
+    /// # Errors
+    /// What the address is not (without `force`); the check's refusal.
+    pub fn address(
+        &self,
+        address: &PciAddress,
+        force: bool,
+    ) -> Result<(Vec<VmDevice>, Vec<String>), HandoffError> {
+        let devices = match handoff::address_devices(&self.node, address) {
+            Ok(d) => d,
+            Err(_) if force => vec![VmDevice::Pci { address: *address }],
+            Err(e) => return Err(e.into()),
+        };
+        let warnings = self.devices(&devices, force)?;
+        Ok((devices, warnings))
     }
 
     /// [`handoff::check_devices`] on `devices`: the warnings.

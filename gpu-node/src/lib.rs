@@ -38,6 +38,7 @@ pub mod open;
 mod probe;
 pub mod realize;
 pub mod target;
+pub mod text;
 
 pub use clear::{ClearScope, Cleared};
 pub use error::{NodeError, as_classified};

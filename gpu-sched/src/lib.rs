@@ -59,6 +59,7 @@ mod refusal;
 mod resolve;
 mod state;
 mod suggest;
+pub mod text;
 mod view;
 
 #[cfg(any(test, feature = "testing"))]

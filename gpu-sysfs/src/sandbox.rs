@@ -680,8 +680,12 @@ impl Host for Sandbox {
     }
 }
 
+mod hold;
 #[cfg(all(test, feature = "testing"))]
 mod tests;
+mod text;
+
+pub use hold::HoldError;
 
 /// `message` with every sysfs path it names (`/sys/...`) written where it is under `root`
 /// (device nodes such as `/dev/vfio/9` are left as the VM's process names them): `TREE/sys/...`

@@ -4,9 +4,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 use gpu_integrations::doctor::{GuestOptions, KubevirtVersion};
-use gpu_sysfs::doctor::Verdict;
 
-use crate::common::{Global, Output, render_table};
+use crate::common::{Global, Output};
 
 // `gpuslice doctor` arguments.
 #[derive(Args, Debug)]
@@ -43,49 +42,7 @@ pub fn run(g: &Global, a: DoctorArgs) -> anyhow::Result<ExitCode> {
     match g.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&d)?),
         Output::Yaml => print!("{}", gpu_integrations::yaml::to_string(&d)?),
-        Output::Table => {
-            let rows: Vec<Vec<String>> = d
-                .checks
-                .iter()
-                .map(|c| {
-                    vec![
-                        c.verdict.as_str().to_uppercase(),
-                        c.check.clone(),
-                        c.subject.clone().unwrap_or_else(|| "-".to_owned()),
-                        c.message.clone(),
-                    ]
-                })
-                .collect();
-            print!(
-                "{}",
-                render_table(&["VERDICT", "CHECK", "SUBJECT", "FOUND"], &rows)
-            );
-            let fixes: Vec<String> = d
-                .checks
-                .iter()
-                .filter(|c| c.verdict != Verdict::Ok)
-                .filter_map(|c| {
-                    c.fix.as_ref().map(|f| {
-                        let about = c
-                            .subject
-                            .as_ref()
-                            .map_or_else(|| c.check.clone(), |s| format!("{} {s}", c.check));
-                        format!("  {about}: {f}\n")
-                    })
-                })
-                .collect();
-            if !fixes.is_empty() {
-                print!("\nFixes\n{}", fixes.concat());
-            }
-            let count = |v: Verdict| d.checks.iter().filter(|c| c.verdict == v).count();
-            println!(
-                "\nNode {}: {} ok, {} warn, {} fail",
-                d.node,
-                count(Verdict::Ok),
-                count(Verdict::Warn),
-                count(Verdict::Fail)
-            );
-        }
+        Output::Table => print!("{}", d.table()),
     }
     Ok(if d.failed() {
         ExitCode::from(1)

@@ -128,14 +128,8 @@ impl CdiArgs {
         let Some(cdi_dir) = &self.cdi_dir else {
             return Ok(None);
         };
-        let metadata = self
-            .kubelet_dir
-            .join("plugins")
-            .join(driver)
-            .join("metadata");
-        Ok(Some(
-            CdiLayout::new(cdi_dir.clone(), metadata, driver).context("--driver")?,
-        ))
+        let layout = CdiLayout::under_kubelet(cdi_dir.clone(), &self.kubelet_dir, driver);
+        Ok(Some(layout.context("--driver")?))
     }
 }
 
@@ -179,21 +173,15 @@ pub fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
         let client = KubeClient::connect(&client_opts).await?;
         kube::publish_nodes(&client, &nodes, &opts, &prepared, a.dry_run, parallel).await
     })?;
-    eprintln!(
-        "gpuslice: API server {}; {}",
-        server.git_version,
-        server.encoding().describe(server.version)
-    );
-    for r in &reports {
-        for w in &r.warnings {
-            eprintln!("gpuslice: {}: {w}", r.node);
-        }
-    }
     let summary = kube::PublishSummary {
         server: &server,
         reports: &reports,
         dry_run: a.dry_run,
     };
+    summary
+        .notes()
+        .iter()
+        .for_each(|n| eprintln!("gpuslice: {n}"));
     match g.output {
         Output::Table => print!("{}", summary.table()),
         other => print_data(other, &summary.document())?,
@@ -235,7 +223,7 @@ fn once<'a>(
     state_dir: Option<&'a std::path::Path>,
     cdi: Option<&'a CdiLayout>,
 ) -> Once<'a> {
-    let waiting = &say_waiting;
+    let waiting = &crate::common::say_waiting;
     let lock_timeout = Some(LOCK_TIMEOUT);
     Once {
         driver,
@@ -246,14 +234,6 @@ fn once<'a>(
     }
 }
 
-fn say_waiting(path: &std::path::Path) {
-    eprintln!(
-        "gpuslice: waiting for another gpuslice writer to finish (lock {})",
-        path.display()
-    );
-}
-
-/// Opens `--root`'s node, `--node` checked first.
 /// The CDI layout of `--cdi-dir`, then the node (in this order: a bad `--driver` is refused
 /// before the host is read).
 fn cdi_and_node(

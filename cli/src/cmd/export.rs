@@ -206,18 +206,16 @@ fn handoff_devices(g: &Global, a: &HandoffArgs) -> anyhow::Result<Vec<handoff::V
         return handoff_cmd::checked_allocation(&target, &allocation, a.force);
     }
     let target = handoff_cmd::target(g, a.inventory.as_deref(), None)?;
-    let devices = match (a.uuid, a.address) {
-        (Some(uuid), _) => vec![handoff::VmDevice::Mdev { uuid }],
-        (None, Some(address)) => match handoff::address_devices(&target.node, &address) {
-            Ok(d) => d,
-            // With --force the check below says what the address is not (and a blocked GPU
-            // is still refused there).
-            Err(_) if a.force => vec![handoff::VmDevice::Pci { address }],
-            Err(e) => return Err(e.into()),
-        },
+    let (devices, warnings) = match (a.uuid, a.address) {
+        (Some(uuid), _) => {
+            let devices = vec![handoff::VmDevice::Mdev { uuid }];
+            let warnings = target.devices(&devices, a.force)?;
+            (devices, warnings)
+        }
+        (None, Some(address)) => target.address(&address, a.force)?,
         (None, None) => bail!("name the device with --uuid, --address or --allocation"),
     };
-    handoff_cmd::checked_devices(&target, &devices, a.force)?;
+    handoff_cmd::warn(&warnings);
     Ok(devices)
 }
 

@@ -12,14 +12,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gpu_core::FleetNode;
 use gpu_core::PciAddress;
-use gpu_sysfs::actuate::{GpuBinding, handoff::Handoff};
 
-use super::topology::{
-    GPU_HEADERS, add_holder_column, allocated_view, gpu_row, not_in_fleet, print_warnings,
-};
-use crate::common::{
-    Global, Output, local_topology_held, open_node_host, print_data, render_table,
-};
+use super::topology::{not_in_fleet, print_warnings};
+use crate::common::{Global, Output, local_topology_held, open_node_host, print_data};
 
 // Arguments of `gpuslice gpu list`.
 #[derive(clap::Args, Debug)]
@@ -47,11 +42,8 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
         let (t, holders) = local_topology_held(g, None, nvml)?;
         match g.output {
             Output::Table => {
-                let mut rows: Vec<Vec<String>> = t.gpus.iter().map(gpu_row).collect();
-                let mut headers = GPU_HEADERS.to_vec();
                 let holder = |a: &gpu_core::PciAddress| holders.gpu(a).map(ToString::to_string);
-                add_holder_column(&mut headers, &mut rows, &t.gpus, &holder);
-                print!("{}", render_table(&headers, &rows));
+                print!("{}", gpu_core::text::gpu_table(&t.gpus, &holder));
                 print_warnings(&t);
             }
             other if holders.is_empty() => print_data(other, &t.gpus)?,
@@ -65,54 +57,21 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
     };
     // Shapes stay shared: a node's GPUs are read from its shape, no topology is expanded.
     let (fleet, _) = crate::common::read_shared_fleet(path, Some("--inventory"))?;
-    let nodes: Vec<&FleetNode> =
-        match &g.node {
-            Some(n) => {
-                vec![fleet.nodes.iter().find(|t| t.name() == n).ok_or_else(|| {
-                    not_in_fleet(n, path, fleet.nodes.iter().map(FleetNode::name))
-                })?]
-            }
-            None => fleet.nodes.iter().collect(),
-        };
+    let nodes: Vec<&FleetNode> = match &g.node {
+        Some(n) => vec![
+            fleet
+                .node_named(n)
+                .ok_or_else(|| not_in_fleet(n, path, &fleet))?,
+        ],
+        None => fleet.nodes.iter().collect(),
+    };
     // Each GPU as the fleet's allocations leave it: one an allocation holds is not free.
-    let held = nodes.iter().flat_map(|t| {
-        t.gpus()
-            .iter()
-            .map(|gpu| (t.name(), allocated_view(t.name(), &fleet.allocations, gpu)))
-    });
+    let gpus = gpu_core::text::fleet_gpus(&nodes, &fleet.allocations);
     match g.output {
-        Output::Table => {
-            let mut headers = vec!["NODE"];
-            headers.extend(GPU_HEADERS);
-            headers.push("ALLOCATED TO");
-            let rows: Vec<Vec<String>> = held
-                .map(|(node, (gpu, machines))| {
-                    let mut r = vec![node.to_owned()];
-                    r.extend(gpu_row(&gpu));
-                    r.push(if machines.is_empty() {
-                        "-".to_owned()
-                    } else {
-                        machines.join(",")
-                    });
-                    r
-                })
-                .collect();
-            print!("{}", render_table(&headers, &rows));
-        }
+        Output::Table => print!("{}", gpu_core::text::fleet_gpu_table(&gpus)),
         other => {
-            let mut list = Vec::new();
-            for (node, (gpu, machines)) in held {
-                let mut v = serde_json::to_value(&gpu)?;
-                if let Some(obj) = v.as_object_mut() {
-                    obj.insert(
-                        "node".to_owned(),
-                        serde_json::Value::String(node.to_owned()),
-                    );
-                    obj.insert("allocatedTo".to_owned(), serde_json::to_value(&machines)?);
-                }
-                list.push(v);
-            }
-            print_data(other, &list)?;
+            let docs = gpus.iter().map(gpu_core::text::FleetGpu::document);
+            print_data(other, &docs.collect::<Result<Vec<_>, _>>()?)?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -135,13 +94,7 @@ pub(crate) fn open_host(g: &Global, changes: bool) -> anyhow::Result<gpu_health:
 /// The one writer of the node `--root` opened ([`gpu_node::Node`]), saying on stderr when it
 /// waits for another writer's lock.
 pub(crate) fn writer(opened: &gpu_health::OpenedNode) -> gpu_node::Node<'_> {
-    fn waiting(lock: &std::path::Path) {
-        eprintln!(
-            "gpuslice: waiting for another gpuslice writer to finish (lock {})",
-            lock.display()
-        );
-    }
-    const WAITING: gpu_node::node::LockWaiting<'static> = &waiting;
+    const WAITING: gpu_node::node::LockWaiting<'static> = &crate::common::say_waiting;
     gpu_node::Node::of(opened).on_lock_wait(WAITING)
 }
 
@@ -161,38 +114,6 @@ pub(crate) fn resolve_gpu(
     topo.gpu_address_by_name(&name).map_err(anyhow::Error::msg)
 }
 
-pub(crate) fn print_handoff(h: &Handoff) {
-    println!("  qemu:    {}", h.qemu);
-    println!("  libvirt: {}", h.libvirt);
-    if !h.device_nodes.is_empty() {
-        println!("  devices: {}", h.device_nodes.join(" "));
-    }
-}
-
-fn print_binding(verb: &str, b: &GpuBinding) {
-    let groups: Vec<String> = b.iommu_groups.iter().map(u32::to_string).collect();
-    println!(
-        "{} {} (IOMMU group {})",
-        if b.changed() { verb } else { "unchanged" },
-        b.gpu,
-        groups.join(", ")
-    );
-    for f in &b.functions {
-        println!(
-            "{}  {} -> {}{}",
-            f.address,
-            f.driver_before.as_deref().unwrap_or("none"),
-            f.driver_after.as_deref().unwrap_or("none"),
-            if f.changed { "" } else { " (unchanged)" }
-        );
-        if verb == "bound" {
-            print_handoff(&f.handoff);
-        }
-    }
-    for w in &b.warnings {
-        println!("warning: {w}");
-    }
-}
 // `gpu bind` arguments.
 #[derive(Args, Debug)]
 pub struct BindArgs {
@@ -215,17 +136,12 @@ pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
     let gpu = resolve_gpu(&opened, &a.gpu)?;
     let topo = crate::common::local_topology(g, None, false)
         .with_context(|| format!("cannot grade the health of {gpu} before binding it"))?;
-    if let Some(found) = topo.gpu_by_address(&gpu) {
-        let warning = found
-            .health
-            .check_handout(&gpu.to_string(), a.force, "--force")?;
-        if let Some(w) = warning {
-            eprintln!("gpuslice: warning: {w}");
-        }
+    if let Some(w) = topo.check_gpu_handout(&gpu, a.force, "--force")? {
+        eprintln!("gpuslice: warning: {w}");
     }
     let b = writer(&opened).bind_gpu(&gpu)?;
     match g.output {
-        Output::Table => print_binding("bound", &b),
+        Output::Table => print!("{}", gpu_node::text::binding("bound", &b)),
         out => print_data(out, &b)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -251,7 +167,7 @@ pub fn release(g: &Global, a: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let gpu = resolve_gpu(&opened, &a.gpu)?;
     let b = writer(&opened).release_gpu(&gpu, a.force)?;
     match g.output {
-        Output::Table => print_binding("released", &b),
+        Output::Table => print!("{}", gpu_node::text::binding("released", &b)),
         out => print_data(out, &b)?,
     }
     Ok(ExitCode::SUCCESS)

@@ -44,13 +44,8 @@ pub fn checked_allocation(
     Ok(devices)
 }
 
-/// [`Target::devices`] on `devices`, warnings printed on stderr.
-pub fn checked_devices(target: &Target, devices: &[VmDevice], force: bool) -> anyhow::Result<()> {
-    warn(&target.devices(devices, force)?);
-    Ok(())
-}
-
-fn warn(warnings: &[String]) {
+/// Prints the warnings of a check on stderr.
+pub fn warn(warnings: &[String]) {
     for w in warnings {
         eprintln!("gpuslice: warning: {w}");
     }

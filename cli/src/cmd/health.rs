@@ -103,14 +103,10 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
         }
         other => print_data(other, &doc)?,
     }
-    let failed = match a.fail_on {
-        Some(FailOn::Degraded) => worst.rank() >= HealthState::Degraded.rank(),
-        Some(FailOn::Unhealthy) => worst == HealthState::Unhealthy,
-        None => false,
+    let at = |f: FailOn| match f {
+        FailOn::Degraded => HealthState::Degraded,
+        FailOn::Unhealthy => HealthState::Unhealthy,
     };
-    Ok(if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    let failed = a.fail_on.is_some_and(|f| worst.rank() >= at(f).rank());
+    Ok(ExitCode::from(u8::from(failed)))
 }

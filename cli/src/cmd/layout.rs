@@ -20,7 +20,7 @@ use clap::Args;
 use gpu_core::layout::{LayoutFile, Mode};
 use gpu_node::{LayoutWrite, NodeError};
 use gpu_sysfs::actuate::SriovOptions;
-use gpu_sysfs::apply::{ApplyError, ApplyReport, ApplyStatus, text};
+use gpu_sysfs::apply::{ApplyError, ApplyReport, text};
 
 use crate::common::{Global, Output, open_node_host, print_data, read_input};
 
@@ -82,23 +82,9 @@ pub struct AssertArgs {
     source: LayoutSource,
 }
 
-// `gpuslice vgpu clear`.
-#[derive(Args, Debug)]
-pub struct ClearArgs {
-    #[command(flatten)]
-    pub source: LayoutSource,
-    #[command(flatten)]
-    pub write: WriteOptions,
-}
-
 /// Runs `vgpu apply`: makes the selected GPUs hold what the config says.
 pub fn apply(g: &Global, a: ApplyArgs) -> anyhow::Result<ExitCode> {
     run(g, &a.source, &a.write, Mode::Apply)
-}
-
-/// Runs `vgpu clear`: removes the vGPUs of the GPUs the config selects.
-pub fn clear(g: &Global, a: ClearArgs) -> anyhow::Result<ExitCode> {
-    run(g, &a.source, &a.write, Mode::Clear)
 }
 
 /// Runs `vgpu assert`: exit 0 when the selected GPUs hold what the config says, 1 with a diff.
@@ -114,7 +100,14 @@ pub fn assert(g: &Global, a: AssertArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(if result.applied { 0 } else { 1 }))
 }
 
-fn run(g: &Global, src: &LayoutSource, w: &WriteOptions, mode: Mode) -> anyhow::Result<ExitCode> {
+/// Runs `vgpu apply` or, with `-f`, `vgpu clear`: the GPUs the config selects made to hold
+/// what it says, or cleared.
+pub(crate) fn run(
+    g: &Global,
+    src: &LayoutSource,
+    w: &WriteOptions,
+    mode: Mode,
+) -> anyhow::Result<ExitCode> {
     let file = read_layout(&src.file)?;
     let config = file.select(src.config.as_deref())?;
     let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
@@ -142,35 +135,26 @@ fn run(g: &Global, src: &LayoutSource, w: &WriteOptions, mode: Mode) -> anyhow::
         progress.event(&e, &mut std::io::stderr().lock());
     });
     progress.finish(&mut std::io::stderr());
-    match result {
-        Ok(report) => {
-            match g.output {
-                Output::Table => print_report(&report),
-                out => print_data(out, &report)?,
-            }
-            Ok(ExitCode::from(match report.status {
-                ApplyStatus::Incomplete => 1,
-                _ => 0,
-            }))
-        }
+    let (report, failed) = match result {
+        Ok(report) => (report, false),
         Err(NodeError::Layout(e)) => match *e {
-            ApplyError::Failed { report } => {
-                match g.output {
-                    Output::Table => print_report(&report),
-                    out => print_data(out, &report)?,
-                }
-                let code = if report.status == ApplyStatus::RollbackIncomplete {
-                    4
-                } else {
-                    3
-                };
-                eprintln!("gpuslice: {}", ApplyError::Failed { report });
-                Ok(ExitCode::from(code))
-            }
-            other => Err(NodeError::Layout(Box::new(other)).into()),
+            ApplyError::Failed { report } => (*report, true),
+            other => return Err(NodeError::Layout(Box::new(other)).into()),
         },
-        Err(e) => Err(e.into()),
+        Err(e) => return Err(e.into()),
+    };
+    match g.output {
+        Output::Table => print_report(&report),
+        out => print_data(out, &report)?,
     }
+    if !failed {
+        return Ok(ExitCode::from(report.status.exit_status()));
+    }
+    // A failed apply is never 0 or 1, whatever its report says.
+    let code = report.status.exit_status().max(3);
+    let report = Box::new(report);
+    eprintln!("gpuslice: {}", ApplyError::Failed { report });
+    Ok(ExitCode::from(code))
 }
 
 fn seconds(s: f64) -> anyhow::Result<Duration> {

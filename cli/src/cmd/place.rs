@@ -6,12 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use gpu_core::{AllocatedDevice, Allocation, Fleet, Machine};
-use gpu_sched::{
-    DrainPlan, EvacuationPlan, FleetState, MigrationPlan, Placement, Policy, Refusal, SchedError,
-};
+use gpu_core::{Fleet, Machine};
+use gpu_sched::text::{self, PlacedDocument, Recorded, RefusalDocument, UnplacedDocument};
+use gpu_sched::{FleetState, Policy, Refusal, SchedError};
 
-use crate::common::{Global, Output, print_data, read_input, render_table};
+use crate::common::{Global, Output, print_data, read_input};
 
 /// Exit status when the fleet cannot hold what was asked (the refusal is on stderr).
 const EXIT_REFUSED: u8 = 3;
@@ -44,18 +43,6 @@ pub struct PlaceArgs {
     /// `refusal.nodes` (by default only the grouped summary, `refusal.groups`).
     #[arg(long)]
     pub detail: bool,
-}
-
-/// What `place` prints with `-o json|yaml`: the placement's keys, plus whether it was recorded.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PlacedOut<'a> {
-    #[serde(flatten)]
-    placement: &'a Placement,
-    /// True with `--dry-run`: a what-if, nothing recorded.
-    dry_run: bool,
-    /// True when the fleet file was written (`--save`); false means nothing was recorded.
-    saved: bool,
 }
 
 fn parse_policy(s: &str) -> Result<Policy, SchedError> {
@@ -126,22 +113,6 @@ fn save_fleet(path: &Path, fleet: &Fleet, json: bool) -> anyhow::Result<()> {
         .with_context(|| format!("cannot replace {}", path.display()))
 }
 
-/// A refusal as printed with `-o json` / `-o yaml`: `{"error": {"kind": "unsatisfiable",
-/// "message", "refusal"}}`, the shape of every other error.
-#[derive(serde::Serialize)]
-struct RefusalOut {
-    error: RefusalError,
-}
-
-#[derive(serde::Serialize)]
-struct RefusalError {
-    /// The kind, from the one vocabulary (`unsatisfiable`).
-    kind: &'static str,
-    message: String,
-    /// The grouped summary; every node's reasons too with `--detail`.
-    refusal: gpu_sched::RefusalReport,
-}
-
 /// Prints a refusal on stderr (text, or JSON/YAML with `-o`) and returns exit status 3.
 fn refused(out: Output, refusal: &Refusal, detail: bool) -> anyhow::Result<ExitCode> {
     match out {
@@ -152,21 +123,14 @@ fn refused(out: Output, refusal: &Refusal, detail: bool) -> anyhow::Result<ExitC
         ),
         Output::Json => eprintln!(
             "{}",
-            serde_json::to_string_pretty(&out_of(refusal, detail))?
+            serde_json::to_string_pretty(&RefusalDocument::of(refusal, detail))?
         ),
-        Output::Yaml => eprint!("{}", serde_yaml_ng::to_string(&out_of(refusal, detail))?),
+        Output::Yaml => eprint!(
+            "{}",
+            serde_yaml_ng::to_string(&RefusalDocument::of(refusal, detail))?
+        ),
     }
     Ok(ExitCode::from(EXIT_REFUSED))
-}
-
-fn out_of(refusal: &Refusal, detail: bool) -> RefusalOut {
-    RefusalOut {
-        error: RefusalError {
-            kind: gpu_core::ErrorKind::Unsatisfiable.as_str(),
-            message: refusal.render(),
-            refusal: refusal.report(detail),
-        },
-    }
 }
 
 /// Runs `place`.
@@ -204,18 +168,12 @@ pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
     if a.save && !placed.already_placed {
         save_fleet(&a.inventory, &state.to_fleet(), json)?;
     }
-    let recorded = if a.dry_run {
-        Recorded::DryRun
-    } else if a.save {
-        Recorded::Saved
-    } else {
-        Recorded::NotSaved
-    };
+    let recorded = Recorded::of(a.dry_run, a.save);
     match g.output {
-        Output::Table => print!("{}", placement_table(&state, &placed, a.policy, recorded)),
+        Output::Table => print!("{}", text::placement(&state, &placed, a.policy, recorded)),
         out => print_data(
             out,
-            &PlacedOut {
+            &PlacedDocument {
                 placement: &placed,
                 dry_run: a.dry_run,
                 saved: a.save,
@@ -240,16 +198,6 @@ pub struct UnplaceArgs {
     pub save: bool,
 }
 
-/// What `unplace` prints with `-o json|yaml`: the allocation released, and whether it was.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct UnplacedOut<'a> {
-    #[serde(flatten)]
-    unplaced: &'a gpu_sched::Unplaced,
-    /// True when the fleet file was written (`--save`).
-    saved: bool,
-}
-
 /// Runs `unplace`: the inverse of `place --save`.
 ///
 /// # Errors
@@ -263,37 +211,10 @@ pub fn unplace(g: &Global, a: UnplaceArgs) -> anyhow::Result<ExitCode> {
         save_fleet(&a.inventory, &state.to_fleet(), json)?;
     }
     match g.output {
-        Output::Table => {
-            let al = &unplaced.allocation;
-            let head = if a.save {
-                format!(
-                    "Machine {} released from node {} (was {}; recorded in the fleet file)\n",
-                    al.machine,
-                    al.node,
-                    al.status.as_str()
-                )
-            } else {
-                format!(
-                    "Machine {} would be released from node {} (was {}; not recorded: pass --save to record it)\n",
-                    al.machine,
-                    al.node,
-                    al.status.as_str()
-                )
-            };
-            print!(
-                "{head}{}",
-                render_table(&DEVICE_HEADER, &device_rows(&state, al))
-            );
-            if unplaced.on_host {
-                println!(
-                    "note: its devices were created on node {}; remove them there (`gpuslice vgpu remove`, `gpuslice gpu release`)",
-                    al.node
-                );
-            }
-        }
+        Output::Table => print!("{}", text::unplaced(&state, &unplaced, a.save)),
         out => print_data(
             out,
-            &UnplacedOut {
+            &UnplacedDocument {
                 unplaced: &unplaced,
                 saved: a.save,
             },
@@ -316,7 +237,7 @@ pub fn plan(g: &Global, c: PlanCommand) -> anyhow::Result<ExitCode> {
                 Err(e) => return Err(e.into()),
             };
             match g.output {
-                Output::Table => print!("{}", migration_table(&plan)),
+                Output::Table => print!("{}", text::migration(&plan)),
                 out => print_data(out, &plan)?,
             }
             Ok(ExitCode::SUCCESS)
@@ -328,7 +249,7 @@ pub fn plan(g: &Global, c: PlanCommand) -> anyhow::Result<ExitCode> {
             let (state, _) = load_fleet(&a.inventory)?;
             let plan = state.plan_drain(node)?;
             match g.output {
-                Output::Table => print!("{}", drain_table(&plan)),
+                Output::Table => print!("{}", text::drain(&plan)),
                 out => print_data(out, &plan)?,
             }
             Ok(if plan.is_complete() {
@@ -341,7 +262,7 @@ pub fn plan(g: &Global, c: PlanCommand) -> anyhow::Result<ExitCode> {
             let (state, _) = load_fleet(&a.inventory)?;
             let plan = state.plan_evacuation();
             match g.output {
-                Output::Table => print!("{}", evacuation_table(&plan)),
+                Output::Table => print!("{}", text::evacuation(&plan)),
                 out => print_data(out, &plan)?,
             }
             Ok(if plan.machines.iter().all(|m| m.plan.is_some()) {
@@ -351,218 +272,4 @@ pub fn plan(g: &Global, c: PlanCommand) -> anyhow::Result<ExitCode> {
             })
         }
     }
-}
-
-// ---------------------------------------------------------------------- tables
-
-fn device_short(d: &AllocatedDevice) -> String {
-    match d {
-        AllocatedDevice::Gpu { name, address, .. } => format!("{name} ({address})"),
-        AllocatedDevice::Vgpu {
-            parent,
-            profile_name,
-            ..
-        } => format!("{profile_name} on {parent}"),
-    }
-}
-
-/// Rows of an allocation; vGPUs show their GPU by per-node name when the fleet knows it.
-fn device_rows(state: &FleetState, a: &Allocation) -> Vec<Vec<String>> {
-    let node = state.node(&a.node);
-    let gpu_name = |addr: &gpu_core::PciAddress| {
-        node.as_ref()
-            .and_then(|n| n.gpu_by_address(addr))
-            .map_or_else(|| addr.to_string(), |g| g.name.clone())
-    };
-    a.devices
-        .iter()
-        .map(|d| match d {
-            AllocatedDevice::Gpu {
-                request,
-                name,
-                address,
-                functions,
-                memory_mib,
-            } => {
-                let mut addr = address.to_string();
-                for f in functions {
-                    addr.push_str(&format!(",{f}"));
-                }
-                vec![
-                    request.clone(),
-                    "gpu".into(),
-                    name.clone(),
-                    addr,
-                    "-".into(),
-                    memory_mib.map_or("-".into(), |m| m.to_string()),
-                    "-".into(),
-                ]
-            }
-            AllocatedDevice::Vgpu {
-                request,
-                index,
-                parent,
-                gpu,
-                profile,
-                profile_name,
-                framebuffer_mib,
-                uuid,
-                ..
-            } => vec![
-                request.clone(),
-                format!("vgpu #{index}"),
-                gpu.as_ref().map_or("-".into(), gpu_name),
-                parent.to_string(),
-                format!("{profile_name} ({profile})"),
-                framebuffer_mib.map_or("-".into(), |m| m.to_string()),
-                uuid.to_string(),
-            ],
-        })
-        .collect()
-}
-
-const DEVICE_HEADER: [&str; 7] = [
-    "REQUEST",
-    "KIND",
-    "GPU",
-    "DEVICE",
-    "PROFILE",
-    "MEMORY_MIB",
-    "UUID",
-];
-
-/// What became of a placement: only `--save` records it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Recorded {
-    DryRun,
-    NotSaved,
-    Saved,
-}
-
-fn placement_table(state: &FleetState, p: &Placement, policy: Policy, rec: Recorded) -> String {
-    let a = &p.allocation;
-    let mut s = match (p.already_placed, rec) {
-        (true, _) => format!(
-            "Machine {} is already placed on node {} ({}, unchanged; nothing new recorded)\n",
-            a.machine,
-            a.node,
-            a.status.as_str()
-        ),
-        (false, Recorded::DryRun) => format!(
-            "Machine {} would be placed on node {} (dry run, nothing recorded, {policy})\n",
-            a.machine, a.node
-        ),
-        (false, Recorded::NotSaved) => format!(
-            "Machine {} would be placed on node {} (not recorded: pass --save to record it, {policy})\n",
-            a.machine, a.node
-        ),
-        (false, Recorded::Saved) => format!(
-            "Machine {} placed on node {} ({}, recorded in the fleet file, {policy})\n",
-            a.machine,
-            a.node,
-            a.status.as_str()
-        ),
-    };
-    s.push_str(&render_table(&DEVICE_HEADER, &device_rows(state, a)));
-    for d in &p.degraded {
-        s.push_str(&format!(
-            "warning: request {} uses Degraded {}: {}\n",
-            d.request,
-            d.device,
-            if d.reasons.is_empty() {
-                "no reason given".to_owned()
-            } else {
-                d.reasons.join(", ")
-            }
-        ));
-    }
-    s
-}
-
-fn migration_table(p: &MigrationPlan) -> String {
-    let mut s = format!("Machine {}: node {} -> node {}\n", p.machine, p.from, p.to);
-    let rows: Vec<Vec<String>> = p
-        .moves
-        .iter()
-        .map(|m| {
-            vec![
-                m.request.clone(),
-                device_short(&m.from),
-                device_short(&m.to),
-            ]
-        })
-        .collect();
-    s.push_str(&render_table(&["REQUEST", "FROM", "TO"], &rows));
-    s
-}
-
-fn drain_table(p: &DrainPlan) -> String {
-    let mut s = format!(
-        "Drain node {}: {} Machine(s) can move, {} must stay\n",
-        p.node,
-        p.moves.len(),
-        p.stay.len()
-    );
-    if !p.moves.is_empty() {
-        let rows: Vec<Vec<String>> = p
-            .moves
-            .iter()
-            .map(|m| {
-                vec![
-                    m.machine.clone(),
-                    m.to.clone(),
-                    m.moves
-                        .iter()
-                        .map(|d| format!("{} -> {}", device_short(&d.from), device_short(&d.to)))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                ]
-            })
-            .collect();
-        s.push_str(&render_table(&["MACHINE", "TO", "DEVICES"], &rows));
-    }
-    for st in &p.stay {
-        s.push_str(&format!("stays: {}: {}\n", st.machine, st.reason));
-    }
-    s
-}
-
-fn evacuation_table(p: &EvacuationPlan) -> String {
-    if p.machines.is_empty() {
-        return "No Machine is on an Unhealthy GPU.\n".to_owned();
-    }
-    let rows: Vec<Vec<String>> = p
-        .machines
-        .iter()
-        .map(|e| {
-            let affected = e
-                .affected
-                .iter()
-                .map(|a| {
-                    if a.reasons.is_empty() {
-                        format!("{} ({})", a.device, a.health)
-                    } else {
-                        format!("{} ({}: {})", a.device, a.health, a.reasons.join(", "))
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("; ");
-            let to = match (&e.plan, &e.refusal) {
-                (Some(plan), _) => format!(
-                    "{}: {}",
-                    plan.to,
-                    plan.allocation
-                        .devices
-                        .iter()
-                        .map(device_short)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-                (None, Some(r)) => format!("nowhere: {}", r.render()),
-                (None, None) => "nowhere".to_owned(),
-            };
-            vec![e.machine.clone(), e.node.clone(), affected, to]
-        })
-        .collect();
-    render_table(&["MACHINE", "NODE", "AFFECTED", "DESTINATION"], &rows)
 }

@@ -5,8 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use gpu_node::{Realized, RealizedDevice};
-use gpu_sysfs::actuate::Created;
 
 use crate::cmd::handoff::read_allocation;
 use crate::common::{Global, Output, print_data};
@@ -36,34 +34,11 @@ pub fn run(g: &Global, a: &RealizeArgs) -> anyhow::Result<ExitCode> {
     let opened = super::gpu::open_host(g, true)?;
     let done = super::gpu::writer(&opened).realize(&allocation)?;
     match g.output {
-        Output::Table => print!("{}", table(&done)),
+        Output::Table => print!("{}", gpu_node::text::realized(&done)),
         out => print_data(out, &done)?,
     }
     for w in &done.warnings {
         eprintln!("gpuslice: warning: {w}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// What was made (or found), then the QEMU arguments (`-o json` has the libvirt XML too).
-fn table(r: &Realized) -> String {
-    let verb = if r.changed {
-        "realized"
-    } else {
-        "already realized:"
-    };
-    let mut out = format!("{verb} Machine {} on node {}\n", r.machine, r.node);
-    for d in &r.devices {
-        let what = match d {
-            RealizedDevice::Vgpu { created, .. } => match created {
-                Created::Mdev(m) => format!("mdev {} ({} on {})", m.uuid, m.type_id, m.parent),
-                Created::VendorVfio(v) => format!("VF {} (type {})", v.vf, v.type_id),
-            },
-            RealizedDevice::Gpu { binding, .. } => format!("GPU {} on vfio-pci", binding.gpu),
-        };
-        let how = if d.changed() { "made" } else { "there" };
-        out.push_str(&format!("  {how:<6}{what}\n"));
-    }
-    out.push_str(&format!("  qemu:    {}\n", r.handoff.qemu.join(" ")));
-    out
 }

@@ -96,35 +96,14 @@ fn init(g: &Global, a: InitArgs) -> anyhow::Result<ExitCode> {
         "gpuslice: sandbox host made in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    if g.output != Output::Table {
-        let doc = serde_json::json!({
-            "sandbox": report.dir.display().to_string(),
-            "root": format!("{}{}", gpu_sysfs::sandbox::PREFIX, report.dir.display()),
-            "state": report.state,
-        });
-        print_data(g.output, &doc)?;
-        return Ok(ExitCode::SUCCESS);
+    match g.output {
+        Output::Table => print!("{}", report.summary()),
+        other => print_data(other, &report.document())?,
     }
-    println!(
-        "Sandbox host made in {} from {} ({} pool(s) the fake kernel counts).",
-        report.dir.display(),
-        report.state.from,
-        report.state.pools.len()
-    );
-    println!("Try any command on it; nothing touches this machine:");
-    println!(
-        "  gpuslice --root {}{} gpu list",
-        gpu_sysfs::sandbox::PREFIX,
-        report.dir.display()
-    );
-    println!(
-        "  export GPUSLICE_ROOT={}{}",
-        gpu_sysfs::sandbox::PREFIX,
-        report.dir.display()
-    );
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--root`, which must be a sandbox, opened.
 fn opened_sandbox(g: &Global) -> anyhow::Result<gpu_sysfs::OpenedRoot> {
     if !gpu_sysfs::open::is_sandbox(&g.root) {
         bail!(
@@ -137,29 +116,8 @@ fn opened_sandbox(g: &Global) -> anyhow::Result<gpu_sysfs::OpenedRoot> {
 }
 
 fn hold(g: &Global, a: HoldArgs) -> anyhow::Result<ExitCode> {
-    let opened = opened_sandbox(g)?;
-    let Some(sandbox) = opened.sandbox() else {
-        bail!("--root {}: not a sandbox", g.root.display());
-    };
     let d = a.device.trim();
-    let path = if d.starts_with("/dev/vfio/") {
-        d.to_owned()
-    } else if d.parse::<gpu_core::MdevUuid>().is_ok() {
-        format!("sys/bus/mdev/devices/{}", d.to_ascii_lowercase())
-    } else if let Ok(addr) = d.parse::<gpu_core::PciAddress>() {
-        format!("sys/bus/pci/devices/{addr}")
-    } else {
-        bail!("device {d:?}: give a vGPU UUID, a PCI address (0000:08:00.4) or /dev/vfio/N");
-    };
-    if !path.starts_with("/dev/") && !opened.host().exists(&path) {
-        bail!(
-            "device {d}: not on this sandbox (no {})",
-            opened.display_path(&path)
-        );
-    }
-    let pid = sandbox
-        .open_device(&path)
-        .with_context(|| format!("device {d}"))?;
+    let pid = opened_sandbox(g)?.hold(d)?;
     if g.output == Output::Table {
         println!("{pid}");
         eprintln!("gpuslice: process {pid} now holds {d} open, as a VM would");
@@ -170,16 +128,7 @@ fn hold(g: &Global, a: HoldArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn unhold(g: &Global, a: UnholdArgs) -> anyhow::Result<ExitCode> {
-    let opened = opened_sandbox(g)?;
-    let Some(sandbox) = opened.sandbox() else {
-        bail!("--root {}: not a sandbox", g.root.display());
-    };
-    if !opened.host().exists(&format!("proc/{}/fd", a.pid)) {
-        bail!("process {}: not a holder on this sandbox", a.pid);
-    }
-    sandbox
-        .close_device(a.pid)
-        .with_context(|| format!("process {}", a.pid))?;
+    opened_sandbox(g)?.unhold(a.pid)?;
     Ok(ExitCode::SUCCESS)
 }
 

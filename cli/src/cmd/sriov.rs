@@ -70,16 +70,7 @@ pub fn sriov(g: &Global, c: SriovCommand) -> anyhow::Result<ExitCode> {
     };
     let r = writer(&opened).enable_sriov(&pf, &opts)?;
     match g.output {
-        Output::Table => {
-            if r.changed {
-                println!("enabled {} VFs on {}", r.numvfs, r.pf);
-            } else {
-                println!("{} already has {} VFs", r.pf, r.numvfs);
-            }
-            for vf in &r.vfs {
-                println!("  {vf}");
-            }
-        }
+        Output::Table => print!("{}", gpu_node::text::sriov_enabled(&r)),
         out => print_data(out, &r)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -90,10 +81,7 @@ fn disable(g: &Global, a: &SriovDisableArgs) -> anyhow::Result<ExitCode> {
     let pf = resolve_gpu(&opened, &a.gpu)?;
     let r = writer(&opened).disable_sriov(&pf)?;
     match g.output {
-        Output::Table if r.changed => {
-            println!("disabled SR-IOV on {} ({} VFs removed)", r.pf, r.vfs.len());
-        }
-        Output::Table => println!("{} has no VFs (nothing to disable)", r.pf),
+        Output::Table => print!("{}", gpu_node::text::sriov_disabled(&r)),
         out => print_data(out, &r)?,
     }
     Ok(ExitCode::SUCCESS)

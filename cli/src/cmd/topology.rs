@@ -6,11 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use gpu_core::text::{PendingRow, Shown};
-use gpu_core::{FleetNode, NodeTopology, ParentId};
-
-pub(crate) use gpu_core::text::{GPU_HEADERS, add_holder_column, gpu_row};
-pub(crate) use gpu_core::usage::allocated_view;
+use gpu_core::text::Shown;
+use gpu_core::{NodeTopology, ParentId, SharedFleet};
 
 use crate::common::{Global, Output, local_topology_held, print_data};
 
@@ -47,27 +44,10 @@ pub(crate) fn print_warnings(t: &NodeTopology) {
     }
 }
 
-/// The message for a `--node` not in the fleet at `path`, listing the fleet's nodes.
-pub(crate) fn not_in_fleet<'a>(
-    n: &str,
-    path: &std::path::Path,
-    known: impl Iterator<Item = &'a str>,
-) -> anyhow::Error {
-    anyhow::anyhow!(
-        "--node {n}: not in {} (nodes: {})",
-        path.display(),
-        listed(known)
-    )
-}
-
-/// The names given, comma-separated, or `none`.
-fn listed<'a>(names: impl Iterator<Item = &'a str>) -> String {
-    let names: Vec<&str> = names.collect();
-    if names.is_empty() {
-        "none".to_owned()
-    } else {
-        names.join(", ")
-    }
+/// The message for a `--node` not in `fleet` (read from `path`), listing the fleet's nodes.
+pub(crate) fn not_in_fleet(n: &str, path: &std::path::Path, fleet: &SharedFleet) -> anyhow::Error {
+    let nodes = fleet.names_listed();
+    anyhow::anyhow!("--node {n}: not in {} (nodes: {nodes})", path.display())
 }
 
 /// Runs `gpuslice topology`.
@@ -75,55 +55,23 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.inventory {
         // Shapes stay shared: only the node shown is expanded.
         let (fleet, _) = crate::common::read_shared_fleet(path, Some("--inventory"))?;
-        let names = || fleet.nodes.iter().map(FleetNode::name);
         let Some(n) = g.node.as_deref() else {
             anyhow::bail!(
                 "topology --inventory needs the node to show: --node NAME (nodes: {})",
-                listed(names())
+                fleet.names_listed()
             );
         };
-        let shown = fleet.nodes.iter().find(|t| t.name() == n);
-        let given = shown
-            .ok_or_else(|| not_in_fleet(n, path, names()))?
-            .to_topology();
+        let shown = fleet
+            .node_named(n)
+            .ok_or_else(|| not_in_fleet(n, path, &fleet))?;
+        let given = shown.to_topology();
         // Charged as placement charges: a pending vGPU's room is not free.
-        let mut view = gpu_sched::node_view(&given, &fleet.allocations)
+        let view = gpu_sched::text::fleet_node_view(&given, &fleet.allocations)
             .with_context(|| format!("--inventory {}", path.display()))?;
-        for gpu in &mut view.topology.gpus {
-            *gpu = allocated_view(n, &fleet.allocations, gpu).0;
-        }
-        // Allocated vGPUs the host does not show yet, each with its Machine.
-        let pending: Vec<PendingRow> = view
-            .allocated_instances
-            .iter()
-            .filter(|x| !x.made)
-            .map(|x| {
-                let size = x
-                    .framebuffer_mib
-                    .map_or_else(|| "-".to_owned(), |v| format!("{v} MiB"));
-                let holder = format!("Machine {} ({})", x.machine, x.status.as_str());
-                let row = [
-                    x.label(),
-                    x.profile_name.clone(),
-                    size,
-                    x.parent.to_string(),
-                    holder,
-                ];
-                (x.parent.clone(), row)
-            })
-            .collect();
         match g.output {
             Output::Table => print!(
                 "{}",
-                gpu_core::text::topology(
-                    &view.topology,
-                    &Shown {
-                        snapshot: Some(&given),
-                        allocations: &fleet.allocations,
-                        pending: &pending,
-                        ..Shown::default()
-                    }
-                )
+                gpu_sched::text::fleet_node(&view, &given, &fleet.allocations)
             ),
             other => print_data(other, &view)?,
         }

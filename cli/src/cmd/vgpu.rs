@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Args;
 use gpu_core::{MdevUuid, ParentId};
-use gpu_node::{Removed, VgpuId};
-use gpu_sysfs::actuate::{self, Created};
+use gpu_node::VgpuId;
+use gpu_sysfs::actuate;
 
-use super::gpu::{open_host, print_handoff, resolve_gpu, writer};
+use super::gpu::{open_host, resolve_gpu, writer};
 use crate::common::{Global, Output, print_data};
 
 // `vgpu create` arguments.
@@ -70,48 +70,9 @@ pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
         |n| resolve_gpu(&opened, n),
         |t| t.is_mdev().then(|| mdev_uuid(&a)).transpose(),
     )?;
-    report_created(g, &created)
-}
-
-fn report_created(g: &Global, created: &Created) -> anyhow::Result<ExitCode> {
     match g.output {
-        Output::Table => {
-            let (what, changed, h) = match created {
-                Created::Mdev(m) => (
-                    format!(
-                        "mdev {} ({} on {})",
-                        m.uuid,
-                        m.type_name.as_deref().unwrap_or(m.type_id.as_str()),
-                        m.parent
-                    ),
-                    m.changed,
-                    &m.handoff,
-                ),
-                Created::VendorVfio(v) => (
-                    format!(
-                        "VF {} (type {}{})",
-                        v.vf,
-                        v.type_id,
-                        v.type_name
-                            .as_deref()
-                            .map(|n| format!(", {n}"))
-                            .unwrap_or_default()
-                    ),
-                    v.changed,
-                    &v.handoff,
-                ),
-            };
-            println!(
-                "{} {what}",
-                if changed {
-                    "created"
-                } else {
-                    "already present:"
-                }
-            );
-            print_handoff(h);
-        }
-        out => print_data(out, created)?,
+        Output::Table => print!("{}", gpu_node::text::created(&created)),
+        out => print_data(out, &created)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -140,20 +101,10 @@ pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
         );
     };
     let removed = writer(&opened).remove_vgpu(&id, a.force)?;
-    let text = match &removed {
-        Removed::Mdev(r) => match &r.warning {
-            _ if r.changed => format!("removed mdev {}", r.uuid),
-            Some(w) => {
-                eprintln!("warning: {w}");
-                format!("mdev {} cannot be reached (nothing removed)", r.uuid)
-            }
-            None => format!("no mdev {} (nothing to remove)", r.uuid),
-        },
-        Removed::Vf(r) => match &r.previous {
-            Some(p) if r.changed => format!("cleared VF {} (had type {p})", r.vf),
-            _ => format!("VF {} has no vGPU type (nothing to clear)", r.vf),
-        },
-    };
+    let (text, warning) = gpu_node::text::removed(&removed);
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
     match g.output {
         Output::Table => println!("{text}"),
         out => print_data(out, &removed)?,
@@ -176,32 +127,7 @@ pub fn list(g: &Global, _a: ListArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {w}");
     }
     match g.output {
-        Output::Table => {
-            println!(
-                "{:<38} {:<14} {:<14} {:<24} IN USE",
-                "INSTANCE", "PARENT", "TYPE", "NAME"
-            );
-            for m in &listing.mdevs {
-                println!(
-                    "{:<38} {:<14} {:<14} {:<24} {}",
-                    m.uuid.to_string(),
-                    m.parent.to_string(),
-                    m.type_id.as_str(),
-                    m.type_name.as_deref().unwrap_or("-"),
-                    m.held_by.as_ref().map_or("-".to_owned(), |h| h.to_string())
-                );
-            }
-            for v in &listing.vendor_vfio {
-                println!(
-                    "{:<38} {:<14} {:<14} {:<24} {}",
-                    v.vf.to_string(),
-                    v.pf.map_or("-".to_owned(), |p| p.to_string()),
-                    v.type_id.as_str(),
-                    v.type_name.as_deref().unwrap_or("-"),
-                    v.held_by.as_ref().map_or("-".to_owned(), |h| h.to_string())
-                );
-            }
-        }
+        Output::Table => print!("{}", gpu_node::text::vgpu_list(&listing)),
         out => print_data(out, &listing)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -239,11 +165,7 @@ pub fn clear(g: &Global, a: ClearArgs) -> anyhow::Result<ExitCode> {
             file,
             config: a.config,
         };
-        let args = super::layout::ClearArgs {
-            source,
-            write: a.write,
-        };
-        return super::layout::clear(g, args);
+        return super::layout::run(g, &source, &a.write, gpu_core::layout::Mode::Clear);
     }
     if a.gpus.is_empty() && !a.all {
         bail!("say what to clear: --gpu GPU (repeatable), --all, or -f LAYOUT [-c CONFIG]");
@@ -257,24 +179,7 @@ pub fn clear(g: &Global, a: ClearArgs) -> anyhow::Result<ExitCode> {
     };
     let cleared = writer(&opened).clear_vgpus(&scope, a.write.force, a.write.dry_run)?;
     match g.output {
-        Output::Table if cleared.devices.is_empty() => {
-            println!("no vGPUs on {scope} (nothing to clear)");
-        }
-        Output::Table if cleared.dry_run => {
-            for d in &cleared.devices {
-                println!("would remove {d}");
-            }
-            println!(
-                "dry run: {} vGPU(s) to clear on {scope}; nothing written",
-                cleared.devices.len()
-            );
-        }
-        Output::Table => {
-            for d in &cleared.devices {
-                println!("removed {d}");
-            }
-            println!("cleared {} vGPU(s) on {scope}", cleared.removed.len());
-        }
+        Output::Table => print!("{}", gpu_node::text::cleared(&cleared, &scope)),
         out => print_data(out, &cleared)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -297,28 +202,7 @@ pub fn types(g: &Global, a: TypesArgs) -> anyhow::Result<ExitCode> {
     let topo = crate::common::local_topology(g, None, false)?;
     let listing = gpu_core::vgpu_types::vgpu_types(&topo, a.parent.as_ref());
     match g.output {
-        Output::Table => {
-            let mut s = String::new();
-            for p in &listing {
-                s.push_str(&format!("{}\n", p.parent));
-                for t in &p.types {
-                    s.push_str(&format!("  {}\n", t.id));
-                    s.push_str(&format!(
-                        "    Available instances: {}{}\n",
-                        t.available_instances,
-                        t.driver_reports
-                            .map(|r| format!(" (the driver says {r}; the GPU's pool holds fewer)"))
-                            .unwrap_or_default()
-                    ));
-                    s.push_str(&format!("    Device API: {}\n", t.device_api));
-                    s.push_str(&format!("    Name: {}\n", t.name));
-                    if let Some(d) = &t.description {
-                        s.push_str(&format!("    Description: {d}\n"));
-                    }
-                }
-            }
-            print!("{s}");
-        }
+        Output::Table => print!("{}", gpu_core::text::vgpu_types(&listing)),
         out => print_data(out, &listing)?,
     }
     Ok(ExitCode::SUCCESS)

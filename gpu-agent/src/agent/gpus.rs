@@ -39,13 +39,9 @@ impl Agent {
         let addr = self.resolve_gpu(&gpu)?;
         let health_warning = if bind {
             let snap = self.snapshot();
-            match snap.topology.gpu_by_address(&addr) {
-                Some(g) => g
-                    .health
-                    .check_handout(&addr.to_string(), force, "?force=true")
-                    .map_err(|e| ApiError::new(e.kind(), e.to_string()))?,
-                None => None,
-            }
+            (snap.topology)
+                .check_gpu_handout(&addr, force, "?force=true")
+                .map_err(|e| ApiError::new(e.kind(), e.to_string()))?
         } else {
             None
         };

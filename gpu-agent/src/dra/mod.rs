@@ -153,12 +153,9 @@ impl DraPlugin {
         claims: Arc<dyn ClaimSource>,
         config: DraConfig,
     ) -> Result<Arc<Self>, DraError> {
-        let cdi = CdiLayout::new(
-            config.cdi_dir.clone(),
-            config.plugin_dir().join("metadata"),
-            &config.driver,
-        )
-        .map_err(DraError::Driver)?;
+        let cdi =
+            CdiLayout::under_kubelet(config.cdi_dir.clone(), &config.kubelet_dir, &config.driver)
+                .map_err(DraError::Driver)?;
         let store = prepare::store_of(&agent).map_err(DraError::claim)?;
         // Its counters are the agent's: served on `/metrics` from now on.
         agent

@@ -310,6 +310,23 @@ pub struct SharedFleet {
 }
 
 impl SharedFleet {
+    /// The node named `name`.
+    #[must_use]
+    pub fn node_named(&self, name: &str) -> Option<&FleetNode> {
+        self.nodes.iter().find(|t| t.name() == name)
+    }
+
+    /// The nodes' names, comma-separated, or `none`: what a message naming them lists.
+    #[must_use]
+    pub fn names_listed(&self) -> String {
+        let names: Vec<&str> = self.nodes.iter().map(FleetNode::name).collect();
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    }
+
     /// Parses a fleet document, shapes kept shared, with a document cap of `max_bytes`.
     ///
     /// # Errors

@@ -2,9 +2,13 @@
 //! and the bindings may hand them out; they are plain strings built from the model, so every
 //! front-end shows one rendering.
 
+mod fleet;
 mod topology;
+mod vgpu_types;
 
+pub use fleet::{FleetGpu, fleet_gpu_table, fleet_gpus};
 pub use topology::{HolderOf, PendingRow, Shown, add_holder_column, topology};
+pub use vgpu_types::vgpu_types;
 
 use crate::Gpu;
 
@@ -40,6 +44,15 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
         out.push_str(&line(r.iter().map(String::as_str).collect()));
     }
     out
+}
+
+/// GPUs as a table under [`GPU_HEADERS`], with a HOLDER column when `holder` names anyone.
+#[must_use]
+pub fn gpu_table(gpus: &[Gpu], holder: HolderOf<'_, crate::PciAddress>) -> String {
+    let mut rows: Vec<Vec<String>> = gpus.iter().map(gpu_row).collect();
+    let mut headers = GPU_HEADERS.to_vec();
+    add_holder_column(&mut headers, &mut rows, gpus, holder);
+    render_table(&headers, &rows)
 }
 
 /// `s`, or `-` when it is absent or empty.

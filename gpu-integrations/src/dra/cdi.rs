@@ -102,6 +102,16 @@ impl CdiLayout {
         })
     }
 
+    /// [`CdiLayout::new`] with the metadata where the kubelet plugin of `driver` keeps it:
+    /// `<kubelet_dir>/plugins/<driver>/metadata`.
+    ///
+    /// # Errors
+    /// As [`CdiLayout::new`].
+    pub fn under_kubelet(cdi_dir: PathBuf, kubelet_dir: &Path, driver: &str) -> Result<Self> {
+        let metadata = kubelet_dir.join("plugins").join(driver).join("metadata");
+        Self::new(cdi_dir, metadata, driver)
+    }
+
     /// The CDI kind: `<driver>/vfio`.
     pub fn kind(&self) -> String {
         format!("{}/{CDI_CLASS}", self.driver)

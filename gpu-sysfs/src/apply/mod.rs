@@ -127,6 +127,21 @@ pub enum ApplyStatus {
     RollbackIncomplete,
 }
 
+impl ApplyStatus {
+    /// The exit status of a command that ended so: 0 applied (or nothing to do), 1 GPUs left
+    /// unchanged because a VM uses their vGPUs, 3 a write failed and every change was rolled
+    /// back, 4 a write failed and the rollback was incomplete.
+    #[must_use]
+    pub fn exit_status(self) -> u8 {
+        match self {
+            ApplyStatus::Unchanged | ApplyStatus::Applied | ApplyStatus::DryRun => 0,
+            ApplyStatus::Incomplete => 1,
+            ApplyStatus::RolledBack => 3,
+            ApplyStatus::RollbackIncomplete => 4,
+        }
+    }
+}
+
 /// One change made on the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::Host;
 use crate::discover::{DiscoverOptions, discover};
 
+mod text;
 mod vfs;
 
 /// Where NVIDIA's vGPU host driver installs `sriov-manage`.

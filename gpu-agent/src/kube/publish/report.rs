@@ -21,6 +21,21 @@ impl PublishSummary<'_> {
         self.reports.iter().filter(|r| r.result.is_err()).count()
     }
 
+    /// What is said beside the table or document: the server and its encoding, then each
+    /// node's warnings (`NODE: WARNING`).
+    pub fn notes(&self) -> Vec<String> {
+        let server = &self.server;
+        let mut notes = vec![format!(
+            "API server {}; {}",
+            server.git_version,
+            server.encoding().describe(server.version)
+        )];
+        for r in self.reports {
+            notes.extend(r.warnings.iter().map(|w| format!("{}: {w}", r.node)));
+        }
+        notes
+    }
+
     /// The table: each node, its pool generation and what was written (or planned).
     pub fn table(&self) -> String {
         let rows: Vec<Vec<String>> = self.reports.iter().map(row).collect();
