@@ -33,6 +33,7 @@ pub mod handoff;
 pub mod intent;
 pub mod mig_vgpu;
 pub mod mixed;
+mod mixed_create;
 pub mod node;
 pub mod open;
 mod probe;

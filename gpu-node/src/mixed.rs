@@ -201,6 +201,21 @@ pub fn plan(
     gpu: &PciAddress,
     type_id: u32,
 ) -> Result<PlacementPlan, MixedError> {
+    plan_with(nvml, gpu, type_id, &[])
+}
+
+/// [`plan`] counting also the vGPUs the host shows that NVML may not list as running yet: each
+/// `(type ID, placement ID the VF reports)` of a VF given a type on the GPU. Any of them keeps
+/// the mode from changing; those with a placement hold its slots.
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_with(
+    nvml: &dyn NvmlDevices,
+    gpu: &PciAddress,
+    type_id: u32,
+    typed: &[(u32, Option<u32>)],
+) -> Result<PlacementPlan, MixedError> {
     let mode = match nvml.vgpu_heterogeneous_mode(gpu) {
         Ok(m) => m,
         Err(e) if e.kind == NvmlErrorKind::NotSupported => {
@@ -226,11 +241,9 @@ pub fn plan(
     }
     let active = ask(gpu, "listing running vGPUs", nvml.active_vgpus(gpu))?;
     let turn_mode_on = mode == VgpuMode::Homogeneous;
-    if turn_mode_on && !active.is_empty() {
-        return Err(MixedError::InUse {
-            gpu: *gpu,
-            running: active.len(),
-        });
+    let running = active.len().max(typed.len());
+    if turn_mode_on && running > 0 {
+        return Err(MixedError::InUse { gpu: *gpu, running });
     }
     let types = ask(gpu, "listing vGPU types", nvml.vgpu_supported_types(gpu))?;
     let mut shapes = Vec::new();
@@ -277,9 +290,12 @@ pub fn plan(
     };
     let later: Vec<SlotShape> = shapes.iter().map(shape_of).collect::<Result<_, _>>()?;
     let mut mask = SlotMask::empty();
-    for v in &active {
-        let (Some(id), Some(s)) = (v.placement_id, shapes.iter().find(|s| s.id == v.type_id))
-        else {
+    let held = active
+        .iter()
+        .map(|v| (v.type_id, v.placement_id))
+        .chain(typed.iter().copied());
+    for (held_type, placement) in held {
+        let (Some(id), Some(s)) = (placement, shapes.iter().find(|s| s.id == held_type)) else {
             continue;
         };
         let start = u8::try_from(id).unwrap_or(u8::MAX);
