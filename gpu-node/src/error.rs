@@ -174,8 +174,11 @@ impl NodeError {
             NodeError::Lock(_)
             | NodeError::Layout(_)
             | NodeError::Unnamed { .. }
-            | NodeError::Mixed(_)
             | NodeError::Intent { .. } => None,
+            NodeError::Mixed(m) => match m.as_ref() {
+                crate::mixed::MixedError::OneSize { refusal, .. } => refusal.actuation(),
+                _ => None,
+            },
         }
     }
 

@@ -129,6 +129,20 @@ pub enum MixedError {
         /// Each instance looked at and its free placements, or `no GPU instance`.
         seen: String,
     },
+    /// No NVML to ask (a node opened without it): a GPU that holds vGPUs of another size keeps
+    /// one size, since whether its driver allows mixed sizes cannot be known. The refusal of
+    /// the create, with why it was not tried as a mixed-size vGPU.
+    #[error(
+        "{refusal}; GPU {gpu} holds vGPUs of another size ({present}) and, without NVML to ask whether its driver supports mixed-size vGPUs, keeps one size"
+    )]
+    OneSize {
+        /// The GPU.
+        gpu: PciAddress,
+        /// The sizes present (`24576 MiB`).
+        present: String,
+        /// The create's own refusal.
+        refusal: Box<crate::NodeError>,
+    },
     /// The vGPU started but NVML reports another placement than the one chosen.
     #[error(
         "GPU {gpu}: vGPU type {type_id} was placed at {found:?}, not at the chosen placement {wanted}"
@@ -159,6 +173,7 @@ impl ClassifiedError for MixedError {
                 ErrorKind::NotCreatable
             }
             MixedError::InUse { .. } => ErrorKind::InUse,
+            MixedError::OneSize { refusal, .. } => refusal.kind(),
             MixedError::Placements { .. } | MixedError::ReadBack { .. } => ErrorKind::Unexpected,
             MixedError::NoPlacement { .. } | MixedError::NoInstanceRoom { .. } => {
                 ErrorKind::Exhausted

@@ -20,6 +20,7 @@ use gpu_sysfs::actuate::{self, Created};
 
 use crate::NodeError;
 use crate::mixed::{self, MixedError, PlacementPlan, ask};
+use crate::probe::Probe;
 
 fn boxed(e: MixedError) -> NodeError {
     NodeError::Mixed(Box::new(e))
@@ -136,4 +137,55 @@ pub(crate) fn read_back(
         })),
         _ => Ok(()),
     }
+}
+
+/// Without NVML: when a create of `profile` on the GPU `parent` names would be refused and the
+/// GPU holds vGPUs of another size (by their type names), that refusal saying why mixing sizes
+/// was not tried ([`MixedError::OneSize`]). `None` otherwise: the create goes on as it would.
+/// Reads only (the target is chosen on a [`Probe`]).
+pub(crate) fn one_size_refusal(
+    host: &dyn Host,
+    parent: &ParentId,
+    profile: &str,
+) -> Option<NodeError> {
+    let ParentId::Pci(addr) = parent else {
+        return None;
+    };
+    let gpu = gpu_of(host, addr);
+    let size = |name: &str| {
+        gpu_core::nvidia::VgpuTypeName::parse(name)
+            .ok()
+            .map(|n| n.framebuffer_mib())
+    };
+    let want = size(profile)?;
+    let listing = actuate::list_vgpus(host).ok()?;
+    let mut present: Vec<u64> = listing
+        .vendor_vfio
+        .iter()
+        .filter(|v| v.pf == Some(gpu))
+        .filter_map(|v| size(v.type_name.as_deref()?))
+        .collect();
+    present.sort_unstable();
+    present.dedup();
+    if present.iter().all(|s| *s == want) {
+        return None;
+    }
+    let probe = Probe::new(host);
+    // A PCI parent is never resolved by name.
+    let refusal = crate::target::choose_target::<NodeError>(&probe, parent, profile, None, |_| {
+        Err(NodeError::Unnamed {
+            parent: parent.clone(),
+        })
+    })
+    .err()?;
+    let present = present
+        .iter()
+        .map(|s| format!("{s} MiB"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(NodeError::Mixed(Box::new(MixedError::OneSize {
+        gpu,
+        present,
+        refusal: Box::new(refusal),
+    })))
 }

@@ -294,6 +294,9 @@ impl<'h> Node<'h> {
                 .map_err(|e| crate::full::explained(host, &pool, profile, e))?)
         };
         let Some(nvml) = self.nvml else {
+            if let Some(e) = crate::mixed_create::one_size_refusal(self.host, parent, profile) {
+                return Err(e.into());
+            }
             return self.check_then_write(intent, op);
         };
         // Mixed sizes: every check (the mix fits, the mode may change) before the first write.

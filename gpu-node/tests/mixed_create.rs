@@ -144,7 +144,24 @@ fn without_nvml_a_gpu_keeps_one_size() {
     let node = Node::new(&k, &opts);
     create(&node, "NVIDIA L40S-24Q").unwrap();
     let e = create(&node, "NVIDIA L40S-12Q").unwrap_err();
-    assert!(!matches!(e, NodeError::Mixed(_)), "{e:?}");
+    assert!(
+        matches!(&e, NodeError::Mixed(m) if matches!(**m, MixedError::OneSize { .. })),
+        "{e:?}"
+    );
+    let text = gpu_core::error_chain(&e);
+    assert!(
+        text.starts_with("0000:26:00.0 has no vGPU type \"NVIDIA L40S-12Q\""),
+        "the create's own refusal first: {text}"
+    );
+    assert!(
+        text.contains("holds vGPUs of another size (24576 MiB)") && text.contains("without NVML"),
+        "{text}"
+    );
+    assert_eq!(
+        e.kind(),
+        ErrorKind::UnknownProfile,
+        "the refusal's own kind"
+    );
 }
 
 #[test]
