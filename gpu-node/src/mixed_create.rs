@@ -152,9 +152,11 @@ pub(crate) fn one_size_refusal(
         return None;
     };
     let gpu = gpu_of(host, addr);
+    // Time-sliced types only: MIG-backed ones take GPU-instance slices, not one size.
     let size = |name: &str| {
         gpu_core::nvidia::VgpuTypeName::parse(name)
             .ok()
+            .filter(|n| n.mig_slices.is_none())
             .map(|n| n.framebuffer_mib())
     };
     let want = size(profile)?;
