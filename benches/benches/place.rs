@@ -7,6 +7,8 @@
 //! - `place/8gpu_whole`: an 8-whole-GPU Machine on a fleet of 1,000 8-GPU passthrough nodes.
 //! - `place/56_mig_slices`: 56 one-slice MIG vGPUs (a whole 8-GPU H200 node) on 1,000 such nodes.
 //! - `place/scaling/<nodes>`: as `single`, from 100 to 100,000 nodes.
+//! - `place/hgx_partitions/100000`: 1, 2 and 4 whole GPUs in turn, each on one free NVSwitch
+//!   partition, on 100,000 HGX nodes (`fabric::hgx_fleet`).
 //! - `place/discovered_10k/{place,refusal,mixed}`: 10,000 nodes built as a binding builds them,
 //!   from discovered host trees (an L40S with 16 VFs, an A2 with 16 VFs, an 8-GPU H200 in MIG
 //!   mode, a whole-GPU host; `support/hosts.rs`) through `gpu_health::open_node` and
@@ -26,6 +28,7 @@ use gpu_sched::{FleetState, Policy};
 #[path = "support/hosts.rs"]
 mod hosts;
 
+use gpuslice_benches::fabric::{hgx_fleet, whole_machine};
 use gpuslice_benches::fleetgen::{
     all_slices_machine, eight_gpu_machine, h200_fleet, mixed_fleet, whole_fleet, workload_machine,
 };
@@ -179,6 +182,16 @@ fn bench_place(c: &mut Criterion) {
         });
         drop(fleet);
     }
+    let mut hgx: Option<FleetState> = None;
+    g.bench_function("hgx_partitions/100000", |b| {
+        let s = hgx.get_or_insert_with(|| build(hgx_fleet(100_000)));
+        b.iter_custom(|iters| {
+            time_placements(s, iters, 10_000, |i| {
+                whole_machine(format!("vm-{i}"), [1, 2, 4][i % 3])
+            })
+        });
+    });
+    drop(hgx);
     g.finish();
 }
 

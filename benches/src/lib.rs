@@ -1,5 +1,6 @@
 //! Shared helpers for the benches.
 
 pub mod churn;
+pub mod fabric;
 pub mod fleetgen;
 pub mod slot_churn;

@@ -105,6 +105,18 @@ class AgentClient {
     return this.request('POST', `/v1/gpus/${encodeURIComponent(gpu)}/release${options.force ? '?force=true' : ''}`)
   }
 
+  /** `POST /v1/realize`: a placed Machine's devices made on this node (`allocation`: the
+   * document `gpuslice place` prints, as text or an object). */
+  realize(allocation, options = {}) {
+    const q = new URLSearchParams()
+    if (options.machine) q.set('machine', options.machine)
+    if (options.force) q.set('force', 'true')
+    const qs = q.toString()
+    const path = `/v1/realize${qs ? `?${qs}` : ''}`
+    if (typeof allocation === 'string') return this.request('POST', path, allocation, 'application/yaml')
+    return this.request('POST', path, allocation)
+  }
+
   applyLayout(layout, options = {}) {
     const q = new URLSearchParams()
     if (options.config) q.set('config', options.config)

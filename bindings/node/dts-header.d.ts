@@ -149,12 +149,46 @@ export interface MediatedDevices {
   pools: Pool[]
 }
 
+/** NVIDIA Fabric Manager's mode (`FABRIC_MODE` 0, 1, 2). */
+export type FabricMode = 'bareMetal' | 'sharedNvswitch' | 'vgpu'
+
+/** What is known of a node's Fabric Manager: its mode and version, or why it was not reached. */
+export interface FabricManager {
+  state: 'reachable' | 'unreachable'
+  mode?: FabricMode
+  reason?: string
+  /** The guest's NVIDIA driver must be this version. */
+  version?: string
+}
+
+/** One NVSwitch partition as Fabric Manager offers it; `gpus`, `addresses`, `moduleIds` list
+ * the same members in the same order. */
+export interface FabricPartition {
+  id: number
+  gpus: string[]
+  addresses: PciAddress[]
+  moduleIds?: number[]
+  nvlinks?: number
+  active: boolean
+  /** Why the partition is degraded; absent when healthy. */
+  degraded?: string
+}
+
+/** The NVSwitch fabric joining a node's GPUs (HGX/DGX). */
+export interface Fabric {
+  nvswitches?: PciAddress[]
+  fabricManager: FabricManager
+  partitions: FabricPartition[]
+}
+
 /** Everything one node offers. */
 export interface NodeTopology {
   node: string
   gpus: Gpu[]
   mediatedDevices: MediatedDevices
   warnings?: string[]
+  /** Absent on a node without NVSwitches. */
+  fabric?: Fabric
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -274,6 +308,8 @@ export type ReasonKind =
   | 'InsufficientGpus'
   | 'GpuNotFound'
   | 'ConflictingRequests'
+  | 'NoFreePartition'
+  | 'FabricUnreachable'
 
 export type Filter =
   | 'wrong-vendor'
@@ -308,6 +344,9 @@ export interface Reason {
   numaAligned?: boolean
   excluded?: Exclusion[]
   with?: string[]
+  /** `NoFreePartition`: each partition of the size and why it could not be used;
+   * `FabricUnreachable`: why Fabric Manager was not reached. */
+  partitions?: string[]
 }
 
 export interface NodeRefusal {
@@ -658,6 +697,16 @@ export declare class AgentClient {
   /** A GPU graded Unhealthy is refused (`unhealthy`) unless `force`; a Degraded one comes with `warnings`. */
   bind(gpu: string, options?: { force?: boolean }): Promise<Record<string, unknown>>
   release(gpu: string, options?: { force?: boolean }): Promise<Record<string, unknown>>
+  /**
+   * `POST /v1/realize`: a placed Machine's devices made on this node in one call (`allocation`:
+   * the document `gpuslice place` prints, as text or an object; `machine` picks one of several).
+   * The answer has the hand-off and `allocation` with `status: created`. A GPU graded Unhealthy
+   * is refused (`unhealthy`) unless `force`.
+   */
+  realize(
+    allocation: string | Record<string, unknown>,
+    options?: { machine?: string; force?: boolean },
+  ): Promise<Record<string, unknown>>
   applyLayout(
     layout: string,
     options?: { config?: string; dryRun?: boolean; force?: boolean },

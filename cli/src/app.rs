@@ -34,6 +34,9 @@ enum Command {
     /// SR-IOV virtual functions.
     #[command(subcommand)]
     Sriov(cmd::sriov::SriovCommand),
+    /// MIG GPU instances: list, apply or assert an NVIDIA mig-parted config, clear.
+    #[command(subcommand)]
+    Mig(cmd::mig::MigCommand),
     /// Place a Machine's device requests on a fleet.
     Place(cmd::place::PlaceArgs),
     /// Release a placed Machine's allocation from a fleet file: the inverse of `place --save`.
@@ -62,6 +65,9 @@ enum Command {
     /// then `--root sandbox:DIR`.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCommand),
+    /// NVSwitch fabric partitions (HGX): `fabric list`, `fabric activate ID`, `fabric deactivate ID`.
+    #[command(subcommand)]
+    Fabric(cmd::fabric::FabricCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -69,9 +75,10 @@ enum Command {
 enum GpuCommand {
     /// List GPUs (this host, or a fleet with --inventory).
     List(cmd::gpu::GpuListArgs),
-    /// Bind a whole GPU and its companion functions to vfio-pci.
+    /// Bind whole GPUs and their companion functions to vfio-pci (on an NVSwitch host, one
+    /// fabric partition's GPUs, with the partition activated).
     Bind(cmd::gpu::BindArgs),
-    /// Return a GPU from vfio-pci to its host driver.
+    /// Return GPUs from vfio-pci to their host driver (a partition's set deactivates it).
     Release(cmd::gpu::ReleaseArgs),
 }
 
@@ -271,6 +278,7 @@ fn run(
         Command::Vgpu(VgpuCommand::Clear(a)) => cmd::vgpu::clear(g, a),
         Command::Vgpu(VgpuCommand::Types(a)) => cmd::vgpu::types(g, a),
         Command::Sriov(c) => cmd::sriov::sriov(g, c),
+        Command::Mig(c) => cmd::mig::run(g, c),
         Command::Place(a) => cmd::place::place(g, a),
         Command::Unplace(a) => cmd::place::unplace(g, a),
         Command::Plan(c) => cmd::place::plan(g, c),
@@ -285,6 +293,7 @@ fn run(
         Command::Agent(a) => served(ServedCommand::Agent(Box::new(a))),
         Command::Doctor(a) => cmd::doctor::run(g, a),
         Command::Sandbox(c) => cmd::sandbox::run(g, c),
+        Command::Fabric(c) => cmd::fabric::run(g, c),
     }
 }
 

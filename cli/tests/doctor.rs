@@ -125,3 +125,37 @@ fn vfs_another_driver_holds_are_named_with_the_fix_everywhere() {
         "{all}"
     );
 }
+
+#[test]
+fn a_write_that_did_not_finish_is_a_warning_naming_it_and_what_to_check() {
+    let t = doctor_hosts::ready().unwrap();
+    let dir = t.root().join("var/lib/gpuslice/node");
+    std::fs::create_dir_all(&dir).unwrap();
+    // What a `gpuslice realize` killed half-way leaves behind.
+    let intent = r#"{"op": "realize", "what": "realize Machine vm1: bind 0000:26:00.0 to vfio-pci",
+        "check": "`gpuslice topology`", "state": "started", "pid": 4242, "started": 1,
+        "creates": [{"kind": "gpu-bind", "gpu": "0000:26:00.0"}]}"#;
+    std::fs::write(dir.join("intent.json"), intent).unwrap();
+    let (code, table) = doctor(t.root(), false);
+    assert_eq!(code, Some(0), "a warning, not a failure: {table}");
+    let line = table
+        .lines()
+        .find(|l| l.contains("interrupted-write"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(line.starts_with("WARN"), "{line}");
+    assert!(
+        line.contains("an earlier gpuslice write (process 4242, realize: realize Machine vm1"),
+        "{line}"
+    );
+    assert!(
+        table.contains("`gpuslice agent` undoes at start"),
+        "{table}"
+    );
+    assert!(
+        table.ends_with("Node n1: 12 ok, 1 warn, 0 fail\n"),
+        "{table}"
+    );
+    let (_, json) = doctor(t.root(), true);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["verdict"], "warn");
+}

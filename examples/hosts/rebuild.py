@@ -3,7 +3,7 @@
 
 Run from the repository root: `python3 examples/hosts/rebuild.py`. It rewrites
 workstation-passthrough.umockdev, l40s-vendor-vfio.umockdev, h200-mig.umockdev,
-hgx-h100-nvswitch.umockdev and mixed-a2-l40s.umockdev from the facts named in
+h100-sxm-mig-off.umockdev, hgx-h100-nvswitch.umockdev and mixed-a2-l40s.umockdev from the facts named in
 examples/hosts/README.md (and the captures under gpu-sysfs/tests/data and
 examples/hosts/a2-sriov-mdev.umockdev). Output is deterministic: running it twice gives
 the same files, and the committed files are what it writes.
@@ -200,6 +200,18 @@ def h200():
     return recs
 
 
+def h100_mig_off():
+    """An H100 SXM5 80GB, MIG mode off, SR-IOV capable with no VF enabled yet: NVIDIA's order
+    for MIG-backed vGPUs is MIG mode first, then `sriov-manage -e`."""
+    rc = "0000:17"
+    recs = [root_port(rc, "0000:17:01.0", *XEON_PORT, 20, 0)]
+    recs += sriov_pf(f"/devices/pci{rc}/0000:17:01.0/0000:18:00.0", 0x10de, 0x2330, 0x030200,
+                     16, 0, 4, 1, 21, 0, None,
+                     (16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe"), 22,
+                     lambda i: [])
+    return recs
+
+
 HGX_GPU_BUSES = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb]
 HGX_NVSWITCH_BUSES = [0x05, 0x06, 0x07, 0x08]
 
@@ -244,6 +256,7 @@ def main():
     write("workstation-passthrough.umockdev", workstation())
     write("l40s-vendor-vfio.umockdev", l40s("0000:25", "0000:25:01.0", 0x26, 40, 0))
     write("h200-mig.umockdev", h200())
+    write("h100-sxm-mig-off.umockdev", h100_mig_off())
     write("hgx-h100-nvswitch.umockdev", hgx())
     write("mixed-a2-l40s.umockdev", mixed())
 

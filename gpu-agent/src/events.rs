@@ -33,6 +33,8 @@ pub enum EventKind {
     GpuReleased,
     /// A layout was applied.
     LayoutApplied,
+    /// A placed Machine's devices were realized (`POST /v1/realize`): `machine`, `changed`.
+    MachineRealized,
     /// The agent reconciled its recorded promises on start.
     Reconciled,
     /// The kernel announced a device change (a uevent: add, remove, bind, unbind, change).

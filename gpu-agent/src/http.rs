@@ -54,9 +54,12 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/health", get(health))
         .route("/v1/vgpus", get(list_vgpus).post(create_vgpu))
         .route("/v1/vgpus/{id}", axum::routing::delete(delete_vgpu))
+        .route("/v1/gpus/bind", post(bind_set))
+        .route("/v1/gpus/release", post(release_set))
         .route("/v1/gpus/{gpu}/bind", post(bind_gpu))
         .route("/v1/gpus/{gpu}/release", post(release_gpu))
         .route("/v1/layout", put(put_layout))
+        .route("/v1/realize", post(realize))
         .route("/v1/promises", get(promises))
         .route("/v1/events", get(events))
         .fallback(unknown_route)
@@ -171,6 +174,10 @@ async fn healthz(State(a): State<Arc<Agent>>) -> Response {
     // The agent serves whatever the API server says; a publisher it keeps waiting shows here.
     if let Some(p) = a.stats().publisher() {
         doc["slicePublisher"] = serde_json::to_value(p).unwrap_or_default();
+    }
+    // A write of an earlier process that did not finish, found at start (and what was undone).
+    if let Some(r) = a.interrupted() {
+        doc["interruptedWrite"] = serde_json::to_value(r).unwrap_or_default();
     }
     // So does a kubelet plugin whose sockets another process holds.
     if let Some(p) = a.stats().plugin() {
@@ -338,6 +345,39 @@ async fn create_vgpu(
     Ok(json_value(status, &v))
 }
 
+/// `POST /v1/gpus/bind` and `/release`: several whole GPUs as one set (on an NVSwitch host one
+/// fabric partition's members, activated with the bind).
+async fn bind_set(
+    State(a): State<Arc<Agent>>,
+    q: Result<Query<NoQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    set(a, q, headers, body, true).await
+}
+
+async fn release_set(
+    State(a): State<Arc<Agent>>,
+    q: Result<Query<NoQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    set(a, q, headers, body, false).await
+}
+
+async fn set(
+    a: Arc<Agent>,
+    q: Result<Query<NoQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+    bind: bool,
+) -> Result<Response, ApiError> {
+    query(q)?;
+    let bytes = read_body(&headers, body).await?;
+    let req: crate::agent::SetRequest = parse_json(&bytes)?;
+    Ok(json_value(StatusCode::OK, &a.bind_set(req, bind).await?))
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ForceQuery {
@@ -380,6 +420,34 @@ async fn release_gpu(
         StatusCode::OK,
         &a.bind(gpu, false, q.force).await?,
     ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RealizeQuery {
+    #[serde(default)]
+    machine: Option<String>,
+    #[serde(default)]
+    force: bool,
+}
+
+async fn realize(
+    State(a): State<Arc<Agent>>,
+    q: Result<Query<RealizeQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let q = query(q)?;
+    let bytes = read_body(&headers, body).await?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| ApiError::invalid(format!("the request body is not UTF-8 text: {e}")))?;
+    let v = a.realize(text, q.machine.as_deref(), q.force).await?;
+    let status = if v.get("changed").and_then(serde_json::Value::as_bool) == Some(false) {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok(json_value(status, &v))
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,22 +9,11 @@ use std::sync::Arc;
 use gpu_sysfs::testing::{FakeKernel, PciSpec, TreeBuilder};
 use support::{request, start};
 
-const FATAL_AER: &str = "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO 0\nCmpltAbrt 0\n\
-UnxCmplt 0\nRxOF 0\nMalfTLP 3\nECRC 0\nUnsupReq 0\nACSViol 0\nTOTAL_ERR_FATAL 3\n";
-
 /// Two GPUs of one model, each alone in its IOMMU group on `nvidia`: `0000:01:00.0` with three
 /// fatal AER errors (Unhealthy), `0000:02:00.0` trained at x8 where its peer runs x16 (Degraded).
 fn kernel() -> Arc<FakeKernel> {
     let mut b = TreeBuilder::new();
-    b.pci(
-        "0000:01:00.0",
-        PciSpec::new(0x10de, 0x2204, 0x030000)
-            .driver("nvidia")
-            .group(1)
-            .link(16, 16, "16.0 GT/s PCIe", "16.0 GT/s PCIe"),
-    )
-    .attr("0000:01:00.0", "aer_dev_fatal", FATAL_AER)
-    .pci(
+    support::unhealthy_gpu(&mut b).pci(
         "0000:02:00.0",
         PciSpec::new(0x10de, 0x2204, 0x030000)
             .driver("nvidia")

@@ -150,6 +150,15 @@ pub enum CoreError {
         /// The text that was given.
         input: String,
     },
+    /// A node's NVSwitch fabric lists a partition that cannot be (an ID twice, no member, a
+    /// member twice, names and addresses of different lengths).
+    #[error("fabric partition {partition}: {why}")]
+    InvalidFabric {
+        /// The partition's ID.
+        partition: u32,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A JSON or YAML document could not be decoded into the model.
     #[error("cannot decode {what}: {message}")]
     Decode {

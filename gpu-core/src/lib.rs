@@ -18,6 +18,7 @@ pub mod allocation;
 pub mod classify;
 pub mod error;
 pub mod explain;
+pub mod fabric;
 pub mod fleet;
 pub mod health;
 pub mod ids;
@@ -42,6 +43,9 @@ pub use address::PciAddress;
 pub use allocation::{AllocatedDevice, Allocation, AllocationStatus};
 pub use error::{
     Classified, ClassifiedError, ConfigDocError, CoreError, ErrorDetail, Input, error_chain,
+};
+pub use fabric::{
+    Fabric, FabricManager, FabricManagerState, FabricMode, Partition, hgx8_default_partitions,
 };
 pub use fleet::{Fleet, FleetNode, HostShape, SharedFleet};
 pub use health::{Health, HealthState};

@@ -8,8 +8,10 @@
 //! two 3g plus one 1g need 9 of 8 memory slices.
 //!
 //! Pure: no host access. The layout planner, the scheduler and the DRA export share this table.
+pub mod choose;
 mod memo;
 mod order;
+pub mod parted;
 mod search;
 mod slots;
 mod table;
@@ -83,6 +85,16 @@ impl MigOccupancy {
     /// Holds the slots of `profile` started at `start`.
     pub fn hold(&mut self, start: u8, profile: &MigProfile) {
         if let Some(m) = Self::span(start, profile.memory_slices) {
+            self.0 |= m;
+        }
+    }
+    /// Whether the `len` slots from `start` are free (false past slot 15 or for no slot).
+    pub fn is_span_free(self, start: u8, len: u8) -> bool {
+        Self::span(start, len).is_some_and(|m| self.0 & m == 0)
+    }
+    /// Holds the `len` slots from `start`.
+    pub fn hold_span(&mut self, start: u8, len: u8) {
+        if let Some(m) = Self::span(start, len) {
             self.0 |= m;
         }
     }

@@ -212,6 +212,7 @@ pub fn topology() -> impl Strategy<Value = NodeTopology> {
             gpus,
             mediated_devices: MediatedDevices { parents, pools },
             warnings: vec![],
+            fabric: None,
         })
 }
 

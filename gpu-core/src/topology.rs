@@ -601,6 +601,9 @@ pub struct NodeTopology {
     /// Node-level problems met during discovery.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The NVSwitch fabric joining the GPUs, `None` on a node without NVSwitches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<crate::fabric::Fabric>,
 }
 
 impl NodeTopology {
@@ -611,6 +614,7 @@ impl NodeTopology {
             gpus: vec![],
             mediated_devices: MediatedDevices::default(),
             warnings: vec![],
+            fabric: None,
         }
     }
 

@@ -218,6 +218,8 @@ pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNo
     let (mut topology, links) = discover_with_links(&opened.host, &opened.discover)?;
     let health = health_options(req, nvml.as_ref());
     let reports = grade_topology_with_links(&opened.host, &mut topology, &health, &links);
+    // An NVSwitch fabric is completed with what Fabric Manager answers (or why it cannot).
+    crate::fabric::fabric_of(&opened.host, &mut topology);
     Ok(ComposedNode {
         host: opened.host,
         topology,

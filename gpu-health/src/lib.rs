@@ -31,6 +31,7 @@ mod compose;
 
 pub mod error;
 pub mod events;
+pub mod fabric;
 pub mod grade;
 pub mod link;
 pub mod nvml;

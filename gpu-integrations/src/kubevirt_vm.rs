@@ -46,6 +46,10 @@ pub struct VirtualMachine {
 pub struct Metadata {
     /// `metadata.name`.
     pub name: String,
+    /// `metadata.annotations`: what the guest needs on an NVSwitch host
+    /// ([`super::dra::partition::guest_annotations`]).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// `spec`.
@@ -306,6 +310,7 @@ fn named_devices<'a>(
 /// The VirtualMachine around `gpus` and `host_devices`.
 fn machine(
     name: String,
+    allocation: &Allocation,
     node: &NodeTopology,
     devices: (Vec<DeviceRef>, Vec<DeviceRef>),
     resource_claims: Vec<PodResourceClaim>,
@@ -334,7 +339,10 @@ fn machine(
     Ok(VirtualMachine {
         api_version: "kubevirt.io/v1".to_owned(),
         kind: "VirtualMachine".to_owned(),
-        metadata: Metadata { name },
+        metadata: Metadata {
+            name,
+            annotations: super::dra::partition::guest_annotations(node, allocation),
+        },
         spec: VmSpec {
             template: Template {
                 spec: VmiSpec {
@@ -391,7 +399,14 @@ pub fn virtual_machine(
             request_name: None,
         });
     }
-    machine(name, node, (gpus, host_devices), vec![], licensing)
+    machine(
+        name,
+        allocation,
+        node,
+        (gpus, host_devices),
+        vec![],
+        licensing,
+    )
 }
 
 /// The name of the VM's claim in `spec.template.spec.resourceClaims` (DRA form).
@@ -471,12 +486,20 @@ pub fn dra_virtual_machine(
         name: DRA_CLAIM.to_owned(),
         resource_claim_template_name: template_name.clone(),
     }];
-    let vm = machine(name, node, (gpus, host_devices), claims, licensing)?;
+    let vm = machine(
+        name,
+        allocation,
+        node,
+        (gpus, host_devices),
+        claims,
+        licensing,
+    )?;
     let template = ResourceClaimTemplate {
         api_version: API_VERSION.to_owned(),
         kind: "ResourceClaimTemplate".to_owned(),
         metadata: Metadata {
             name: template_name,
+            annotations: std::collections::BTreeMap::new(),
         },
         spec: ClaimTemplateSpec {
             spec: ResourceClaimSpec {

@@ -237,6 +237,12 @@ pub fn as_classified<'a>(
     if let Some(r) = e.downcast_ref::<crate::realize::RealizeError>() {
         return Some(r);
     }
+    if let Some(f) = e.downcast_ref::<crate::fabric::FabricError>() {
+        return Some(f);
+    }
+    if let Some(m) = e.downcast_ref::<crate::mig::MigError>() {
+        return Some(m);
+    }
     match e.downcast_ref::<crate::handoff::HandoffError>() {
         Some(h) => Some(h),
         None => gpu_health::error::as_classified(e),

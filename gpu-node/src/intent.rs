@@ -56,6 +56,68 @@ pub struct Intent {
     /// What a failed undo left on the host (`incomplete`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left: Vec<String>,
+    /// What the write is about to create, so that a write killed half-way can be undone
+    /// ([`crate::recover`]); empty for a write that creates nothing it could name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub creates: Vec<Planned>,
+}
+
+/// One device a write is about to create.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
+pub enum Planned {
+    /// An mdev instance of this UUID.
+    Mdev {
+        /// Its UUID.
+        uuid: gpu_core::MdevUuid,
+    },
+    /// A vGPU type set on this vendor-VFIO VF.
+    VfType {
+        /// The VF.
+        vf: gpu_core::PciAddress,
+    },
+    /// This GPU bound to vfio-pci.
+    GpuBind {
+        /// The GPU.
+        gpu: gpu_core::PciAddress,
+    },
+}
+
+impl Planned {
+    /// The creation a first write names: an mdev's `create` (its UUID), a VF's
+    /// `current_vgpu_type` set to a type (its address).
+    pub(crate) fn of_write(path: &str, data: &[u8]) -> Option<Planned> {
+        let path = path.trim_start_matches('/');
+        let text = String::from_utf8_lossy(data);
+        let text = text.trim();
+        if path.ends_with("/create") && path.contains("/mdev_supported_types/") {
+            return text
+                .parse::<gpu_core::MdevUuid>()
+                .ok()
+                .map(|uuid| Planned::Mdev { uuid });
+        }
+        let vf = path
+            .strip_prefix("sys/bus/pci/devices/")?
+            .strip_suffix("/nvidia/current_vgpu_type")?;
+        let set = text.parse::<u32>().is_ok_and(|t| t != 0);
+        set.then(|| vf.parse().ok())
+            .flatten()
+            .map(|vf| Planned::VfType { vf })
+    }
+}
+
+impl std::fmt::Display for Planned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Planned::Mdev { uuid } => write!(f, "mdev {uuid}"),
+            Planned::VfType { vf } => write!(f, "the vGPU type of VF {vf}"),
+            Planned::GpuBind { gpu } => write!(f, "{gpu} on vfio-pci"),
+        }
+    }
 }
 
 impl Intent {
@@ -72,7 +134,15 @@ impl Intent {
             pid: std::process::id(),
             started,
             left: Vec::new(),
+            creates: Vec::new(),
         }
+    }
+
+    /// This intent, naming what the write is about to create.
+    #[must_use]
+    pub fn creating(mut self, creates: Vec<Planned>) -> Self {
+        self.creates = creates;
+        self
     }
 
     /// Whether the write did not finish (`started` or `incomplete`).

@@ -28,9 +28,11 @@
 pub mod clear;
 pub mod dra;
 pub mod error;
+pub mod fabric;
 mod full;
 pub mod handoff;
 pub mod intent;
+pub mod mig;
 pub mod mig_vgpu;
 pub mod mixed;
 mod mixed_create;
@@ -38,6 +40,7 @@ pub mod node;
 pub mod open;
 mod probe;
 pub mod realize;
+pub mod recover;
 pub mod target;
 pub mod text;
 

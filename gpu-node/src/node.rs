@@ -344,8 +344,16 @@ impl<'h> Node<'h> {
         if !probe.tried_to_write() {
             return checked;
         }
+        // What the first write would make is named in the intent, so that a write killed
+        // half-way can be undone ([`crate::recover`]).
+        let first = probe.first_write();
+        let planned = first.and_then(|(path, data)| intent::Planned::of_write(&path, &data));
+        let intent = match planned {
+            Some(p) => intent().creating(vec![p]),
+            None => intent(),
+        };
         let _lock = self.acquire()?;
-        intent::around(self.host, intent(), |_| Vec::new(), || op(self.host))
+        intent::around(self.host, intent, |_| Vec::new(), || op(self.host))
     }
 
     /// The write the node's intent record says did not finish, if any ([`intent::unfinished`]).
@@ -376,7 +384,10 @@ impl<'h> Node<'h> {
     /// # Errors
     /// [`NodeError::Lock`], [`NodeError::Bind`].
     pub fn bind_gpu(&self, gpu: &PciAddress) -> Result<GpuBinding, NodeError> {
-        let intent = || Intent::new("bind-gpu", format!("bind {gpu} to vfio-pci"), CHECK_GPUS);
+        let intent = || {
+            let planned = vec![intent::Planned::GpuBind { gpu: *gpu }];
+            Intent::new("bind-gpu", format!("bind {gpu} to vfio-pci"), CHECK_GPUS).creating(planned)
+        };
         self.check_then_write(intent, |host| bind_at(host, gpu))
     }
 

@@ -5,6 +5,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ use gpu_sysfs::host::CommandOutput;
 pub(crate) struct Probe<'h> {
     inner: &'h dyn Host,
     tried: AtomicBool,
+    /// The first write tried: its path and data.
+    first: Mutex<Option<(String, Vec<u8>)>>,
 }
 
 impl<'h> Probe<'h> {
@@ -24,7 +27,16 @@ impl<'h> Probe<'h> {
         Probe {
             inner,
             tried: AtomicBool::new(false),
+            first: Mutex::new(None),
         }
+    }
+
+    /// The first write the operation tried: its path and data.
+    pub(crate) fn first_write(&self) -> Option<(String, Vec<u8>)> {
+        self.first
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Whether the operation tried to change the host.
@@ -43,7 +55,12 @@ impl Host for Probe<'_> {
         self.inner.read(path)
     }
 
-    fn write(&self, path: &str, _data: &[u8]) -> io::Result<()> {
+    fn write(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        let mut first = self
+            .first
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        first.get_or_insert_with(|| (path.to_owned(), data.to_vec()));
         Err(self.refuse(path))
     }
 

@@ -24,7 +24,7 @@ use gpu_sysfs::actuate::{ActuateError, Created, GpuBinding};
 use gpu_sysfs::{Host, SysfsError};
 use serde::Serialize;
 
-use crate::intent::{self, Intent};
+use crate::intent::{self, Intent, Planned};
 use crate::node::{bind_at, create_at, release_at, remove_at};
 use crate::probe::Probe;
 use crate::{Node, NodeError, VgpuId, choose_target};
@@ -192,6 +192,16 @@ pub enum RealizeError {
         /// What the undo could not remove.
         left: Vec<String>,
     },
+    /// A GPU the allocation puts a device on is graded Unhealthy (`unhealthy`); nothing was
+    /// changed.
+    #[error("Machine {machine}")]
+    Unhealthy {
+        /// The Machine.
+        machine: String,
+        /// The health rule's refusal.
+        #[source]
+        source: gpu_core::CoreError,
+    },
     /// The lock or the intent record.
     #[error(transparent)]
     Node(#[from] NodeError),
@@ -232,6 +242,7 @@ impl ClassifiedError for RealizeError {
             RealizeError::UnknownProfile { .. } => ErrorKind::UnknownProfile,
             RealizeError::Taken { .. } => ErrorKind::InUse,
             RealizeError::NoRoom { .. } => ErrorKind::Exhausted,
+            RealizeError::Unhealthy { source, .. } => source.kind(),
             _ => self.inner().map_or(ErrorKind::Other, |e| e.kind()),
         }
     }
@@ -243,6 +254,42 @@ impl ClassifiedError for RealizeError {
     fn detail(&self) -> ErrorDetail {
         self.inner().map_or(ErrorDetail::None, |e| e.detail())
     }
+}
+
+/// The one health rule for realizing `allocation`, the rule of a bind
+/// ([`gpu_core::Health::check_handout`]) applied to each GPU it holds whole and to the GPU of
+/// each of its vGPUs, as `graded` (the node with its health graded) grades them: an Unhealthy
+/// GPU is refused unless `force` (`force_hint` says how the front-end forces); a Degraded one,
+/// or an Unhealthy one forced, gives a warning. A GPU `graded` does not list is not judged.
+///
+/// # Errors
+/// [`RealizeError::Unhealthy`] for an Unhealthy GPU without `force`.
+pub fn check_health(
+    allocation: &Allocation,
+    graded: &NodeTopology,
+    force: bool,
+    force_hint: &'static str,
+) -> Result<Vec<String>, RealizeError> {
+    let mut gpus: Vec<PciAddress> = Vec::new();
+    for d in &allocation.devices {
+        let gpu = match d {
+            AllocatedDevice::Gpu { address, .. } => Some(*address),
+            AllocatedDevice::Vgpu { gpu, parent, .. } => {
+                gpu.or_else(|| graded.parent(parent).and_then(|p| p.gpu))
+            }
+        };
+        gpus.extend(gpu.filter(|g| !gpus.contains(g)));
+    }
+    let mut warnings = Vec::new();
+    for gpu in &gpus {
+        let verdict = graded.check_gpu_handout(gpu, force, force_hint);
+        let warning = verdict.map_err(|source| RealizeError::Unhealthy {
+            machine: allocation.machine.clone(),
+            source,
+        })?;
+        warnings.extend(warning);
+    }
+    Ok(warnings)
 }
 
 /// One write of the allocation, checked.
@@ -302,7 +349,11 @@ impl Node<'_> {
         );
         let check = "`gpuslice topology` and `gpuslice vgpu list` (a device of the Machine may be \
                      there without its VM); `gpuslice realize` again finishes it";
-        let intent = Intent::new("realize", what, check);
+        let creates = steps
+            .iter()
+            .filter(|s| !s.there)
+            .filter_map(|s| planned(s.device));
+        let intent = Intent::new("realize", what, check).creating(creates.collect());
         intent::around(self.host, intent, RealizeError::left, || {
             let mut made = Vec::new();
             let devices = self.write_steps(allocation, &steps, &mut made)?;
@@ -378,6 +429,22 @@ impl Node<'_> {
             handoff: VmHandoff::of(&vm),
             warnings,
         })
+    }
+}
+
+/// What a device's step creates, as the intent record names it for an undo.
+fn planned(d: &AllocatedDevice) -> Option<Planned> {
+    match d {
+        AllocatedDevice::Gpu { address, .. } => Some(Planned::GpuBind { gpu: *address }),
+        AllocatedDevice::Vgpu {
+            uuid,
+            framework: VgpuFramework::Mdev,
+            ..
+        } => Some(Planned::Mdev { uuid: *uuid }),
+        AllocatedDevice::Vgpu { parent, .. } => match parent {
+            ParentId::Pci(vf) => Some(Planned::VfType { vf: *vf }),
+            _ => None,
+        },
     }
 }
 

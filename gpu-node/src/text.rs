@@ -216,3 +216,59 @@ pub fn realized(r: &Realized) -> String {
     out.push_str(&format!("  qemu:    {}\n", r.handoff.qemu.join(" ")));
     out
 }
+
+/// What a set's bind or release did ([`crate::fabric::SetBinding`]), as `gpuslice gpu bind` and
+/// `release` print it: the partition activated or deactivated, then each GPU's [`binding`].
+pub fn set_binding(verb: &str, set: &crate::fabric::SetBinding) -> String {
+    let mut s = String::new();
+    if let Some(p) = &set.partition {
+        let state = if p.partition.active {
+            "activated"
+        } else {
+            "deactivated"
+        };
+        let how = if p.changed { state } else { "unchanged" };
+        s.push_str(&format!("{how} {}\n", p.partition.describe()));
+    }
+    for b in &set.gpus {
+        s.push_str(&binding(verb, b));
+    }
+    s
+}
+
+/// The fabric as text: Fabric Manager's state, then one row per partition.
+pub fn fabric(f: &gpu_core::fabric::Fabric) -> String {
+    let fm = &f.fabric_manager;
+    let mut out = match (fm.is_reachable(), fm.mode) {
+        (true, Some(mode)) => format!(
+            "Fabric Manager: reachable, {mode} mode; {} NVSwitches\n",
+            f.nvswitches.len()
+        ),
+        _ => format!(
+            "Fabric Manager: cannot be reached ({}); {} NVSwitches: no multi-GPU set is handed out\n",
+            fm.reason.as_deref().unwrap_or("no reason given"),
+            f.nvswitches.len()
+        ),
+    };
+    if f.partitions.is_empty() {
+        return out;
+    }
+    let rows: Vec<Vec<String>> = f
+        .partitions
+        .iter()
+        .map(|p| {
+            vec![
+                p.id.to_string(),
+                p.size().to_string(),
+                p.gpus.join(","),
+                if p.active { "yes" } else { "no" }.to_owned(),
+                p.degraded.clone().unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    out.push_str(&gpu_core::text::render_table(
+        &["ID", "SIZE", "GPUS", "ACTIVE", "DEGRADED"],
+        &rows,
+    ));
+    out
+}

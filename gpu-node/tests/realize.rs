@@ -2,7 +2,7 @@
 //! the first write, made, re-read, handed off; undone on a failure; its intent recorded.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use gpu_core::{AllocatedDevice, Allocation, ClassifiedError, ErrorKind, Fleet, Machine};
+use gpu_core::{AllocatedDevice, Allocation, ClassifiedError, ErrorKind};
 use gpu_node::intent::IntentState;
 use gpu_node::{Node, RealizeError};
 use gpu_sysfs::discover::DiscoverOptions;
@@ -14,10 +14,7 @@ const NODE: &str = "node-a";
 /// discovery reads it.
 fn placed(k: &FakeKernel, machine: serde_json::Value) -> Allocation {
     let t = gpu_sysfs::discover::discover(k, &DiscoverOptions::new(NODE)).unwrap();
-    let fleet: Fleet = serde_json::from_value(serde_json::json!({"nodes": [t]})).unwrap();
-    let mut state = gpu_sched::FleetState::new(fleet).unwrap();
-    let m: Machine = serde_json::from_value(machine).unwrap();
-    state.place(&m, gpu_sched::Policy::default()).unwrap()
+    gpu_sched::testing::placed_on(t, machine)
 }
 
 fn two_a2_vgpus() -> serde_json::Value {

@@ -13,16 +13,29 @@ use std::process::Command;
 /// # Errors
 /// The compiler could not be run or refused the source (its output is the message).
 pub fn build(src: &Path, defines: &[&str]) -> io::Result<Option<(tempfile::TempDir, PathBuf)>> {
+    build_named(src, "libnvidia-ml.so.1", defines)
+}
+
+/// [`build`] into a library called `name` (another vendor library's stand-in: gpu-fabric's
+/// `libnvfm.so.1`).
+///
+/// # Errors
+/// As [`build`].
+pub fn build_named(
+    src: &Path,
+    name: &str,
+    defines: &[&str],
+) -> io::Result<Option<(tempfile::TempDir, PathBuf)>> {
     let compiler_works = Command::new("gcc")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !compiler_works {
-        println!("SKIPPED: gcc is not available to build the NVML stub");
+        println!("SKIPPED: gcc is not available to build the {name} stub");
         return Ok(None);
     }
     let dir = tempfile::tempdir()?;
-    let lib = dir.path().join("libnvidia-ml.so.1");
+    let lib = dir.path().join(name);
     let out = Command::new("gcc")
         .args(["-shared", "-fPIC", "-Wall", "-o"])
         .arg(&lib)

@@ -28,6 +28,12 @@ pub enum ReasonKind {
     GpuNotFound,
     /// Every request fits on its own, but not all of them together.
     ConflictingRequests,
+    /// Enough whole GPUs may be free, but no NVSwitch partition of the wanted size has all its
+    /// members free and healthy (`partitions` says which were busy, and why).
+    NoFreePartition,
+    /// The node's GPUs sit on an NVSwitch fabric whose Fabric Manager cannot be reached: no
+    /// set of several GPUs can be promised to talk over NVLink.
+    FabricUnreachable,
 }
 
 impl ReasonKind {
@@ -39,6 +45,8 @@ impl ReasonKind {
             ReasonKind::InsufficientGpus => "InsufficientGpus",
             ReasonKind::GpuNotFound => "GpuNotFound",
             ReasonKind::ConflictingRequests => "ConflictingRequests",
+            ReasonKind::NoFreePartition => "NoFreePartition",
+            ReasonKind::FabricUnreachable => "FabricUnreachable",
         }
     }
 }
@@ -138,6 +146,11 @@ pub struct Reason {
     /// The other requests in a conflict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub with: Vec<String>,
+    /// For [`ReasonKind::NoFreePartition`]: the partitions of the wanted size and why each
+    /// could not be used (`partition 2 (nvidia0 in use)`); for
+    /// [`ReasonKind::FabricUnreachable`]: why Fabric Manager could not be reached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<String>,
 }
 
 impl Reason {
@@ -153,6 +166,7 @@ impl Reason {
             numa_aligned: false,
             excluded: vec![],
             with: vec![],
+            partitions: vec![],
         }
     }
 }
@@ -199,6 +213,20 @@ impl fmt::Display for Reason {
                     f,
                     "requests {} fit one at a time but not together",
                     all.join(", ")
+                )?;
+            }
+            ReasonKind::NoFreePartition => {
+                let why = self.partitions.join(", ");
+                write!(
+                    f,
+                    "needs {n} {req} GPU(s) as one NVSwitch partition, none free ({why})"
+                )?;
+            }
+            ReasonKind::FabricUnreachable => {
+                let why = self.partitions.first().map_or("", String::as_str);
+                write!(
+                    f,
+                    "needs {n} {req} GPU(s) joined by NVLink, Fabric Manager cannot be reached ({why})"
                 )?;
             }
         }

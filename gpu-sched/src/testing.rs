@@ -264,3 +264,38 @@ pub fn whole_node(node: &str, gpus: usize) -> NodeTopology {
     }
     n
 }
+
+/// What `gpuslice place --save` records for `machine` (a Machine document) placed on `node`
+/// alone with the default policy: the allocation, `pending`.
+///
+/// # Panics
+/// When the document is not a Machine or it does not fit: a test's own input.
+#[allow(clippy::expect_used)]
+pub fn placed_on(node: NodeTopology, machine: serde_json::Value) -> gpu_core::Allocation {
+    let fleet = gpu_core::Fleet {
+        nodes: vec![node],
+        allocations: Vec::new(),
+        templates: Default::default(),
+    };
+    let mut state = crate::FleetState::new(fleet).expect("a fleet of one node");
+    let m: gpu_core::Machine = serde_json::from_value(machine).expect("a Machine document");
+    state
+        .place(&m, crate::Policy::default())
+        .expect("the Machine fits")
+}
+
+/// An HGX H100 8-GPU node for whole-GPU passthrough behind NVSwitches: [`whole_node`]'s eight
+/// GPUs (module IDs 1-8 in address order), four NVSwitches, Fabric Manager reachable in shared
+/// NVSwitch mode and NVIDIA's default partitions ([`gpu_core::hgx8_default_partitions`]), none
+/// active.
+pub fn hgx_node(node: &str) -> NodeTopology {
+    let mut n = whole_node(node, 8);
+    let members: Vec<(String, PciAddress)> =
+        n.gpus.iter().map(|g| (g.name.clone(), g.address)).collect();
+    n.fabric = Some(gpu_core::Fabric {
+        nvswitches: (0..4).map(|i| addr(0x05 + i, 0, 0)).collect(),
+        fabric_manager: gpu_core::FabricManager::reachable(gpu_core::FabricMode::SharedNvswitch),
+        partitions: gpu_core::hgx8_default_partitions(&members).unwrap_or_default(),
+    });
+    n
+}

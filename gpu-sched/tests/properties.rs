@@ -383,9 +383,69 @@ fn mbochs_usage() -> impl Strategy<Value = Option<(u32, u32, u32)>> {
     })
 }
 
+/// An NVSwitch fabric over a node's GPUs: FM's mode (0 none, 1 shared NVSwitch, 2 bare
+/// metal, 3 unreachable) and which partitions are degraded (a bit per partition).
+#[derive(Debug, Clone)]
+struct FabricSpec {
+    mode: u8,
+    degraded: u32,
+}
+
+fn fabric_spec() -> impl Strategy<Value = FabricSpec> {
+    (
+        prop_oneof![3 => Just(0u8), 3 => Just(1), 1 => Just(2), 1 => Just(3)],
+        prop_oneof![3 => Just(0u32), 1 => any::<u32>()],
+    )
+        .prop_map(|(mode, degraded)| FabricSpec { mode, degraded })
+}
+
+/// Partitions over the node's GPUs in address order: one per GPU, the pairs (0, 1) and
+/// (2, 3), and one of all of them when there are three or more, like a small baseboard.
+fn with_fabric(mut n: NodeTopology, f: &FabricSpec) -> NodeTopology {
+    use gpu_core::{Fabric, FabricManager, FabricMode, Partition};
+    if f.mode == 0 || n.gpus.is_empty() {
+        return n;
+    }
+    let g: Vec<(String, gpu_core::PciAddress)> =
+        n.gpus.iter().map(|g| (g.name.clone(), g.address)).collect();
+    let mut sets: Vec<Vec<usize>> = (0..g.len()).map(|i| vec![i]).collect();
+    sets.extend((0..g.len() / 2).map(|k| vec![2 * k, 2 * k + 1]));
+    if g.len() >= 3 {
+        sets.push((0..g.len()).collect());
+    }
+    let partitions = sets
+        .into_iter()
+        .enumerate()
+        .map(|(id, set)| Partition {
+            id: id as u32,
+            gpus: set.iter().map(|&i| g[i].0.clone()).collect(),
+            addresses: set.iter().map(|&i| g[i].1).collect(),
+            module_ids: vec![],
+            nvlinks: None,
+            active: false,
+            degraded: (f.degraded & (1 << id) != 0).then(|| "NVLink failed".to_owned()),
+        })
+        .collect();
+    let fabric_manager = match f.mode {
+        1 => FabricManager::reachable(FabricMode::SharedNvswitch),
+        2 => FabricManager::reachable(FabricMode::BareMetal),
+        _ => FabricManager::unreachable("not running"),
+    };
+    n.fabric = Some(Fabric {
+        nvswitches: vec![],
+        partitions: if f.mode == 3 { vec![] } else { partitions },
+        fabric_manager,
+    });
+    n
+}
+
 fn node(name: &'static str) -> impl Strategy<Value = NodeTopology> {
-    (proptest::collection::vec(gpu_spec(), 0..4), mbochs_usage())
-        .prop_map(move |(specs, mb)| build_node(name, &specs, mb))
+    (
+        proptest::collection::vec(gpu_spec(), 0..4),
+        mbochs_usage(),
+        fabric_spec(),
+    )
+        .prop_map(move |(specs, mb, f)| with_fabric(build_node(name, &specs, mb), &f))
 }
 
 fn nodes() -> impl Strategy<Value = Vec<NodeTopology>> {
@@ -864,7 +924,8 @@ fn go(n: &NodeTopology, reqs: &[DeviceRequest], taken: &mut Taken) -> bool {
             .collect();
         let ok = chosen.len() == want
             && exact.iter().all(|e| chosen.iter().any(|g| g.name == **e))
-            && (r.alignment.is_none() || chosen.iter().all(|g| g.numa_node == chosen[0].numa_node));
+            && (r.alignment.is_none() || chosen.iter().all(|g| g.numa_node == chosen[0].numa_node))
+            && fabric_allows(n, &chosen);
         if !ok {
             continue;
         }
@@ -876,6 +937,21 @@ fn go(n: &NodeTopology, reqs: &[DeviceRequest], taken: &mut Taken) -> bool {
         taken.whole.truncate(before);
     }
     false
+}
+
+/// NVIDIA's rule on an NVSwitch node that activates partitions: a VM's set of GPUs is exactly
+/// one healthy partition; without Fabric Manager, no set of several GPUs.
+fn fabric_allows(n: &NodeTopology, chosen: &[&Gpu]) -> bool {
+    let Some(f) = n.fabric.as_ref().filter(|f| f.requires_partitions()) else {
+        return true;
+    };
+    if !f.fabric_manager.is_reachable() {
+        return chosen.len() <= 1;
+    }
+    let addrs: Vec<gpu_core::PciAddress> = chosen.iter().map(|g| g.address).collect();
+    f.partitions
+        .iter()
+        .any(|p| p.is_healthy() && p.has_exactly(&addrs))
 }
 
 fn place_all(s: &mut FleetState, ms: &[Machine], policy: Policy) -> Vec<bool> {
@@ -913,6 +989,31 @@ proptest! {
         // Reloading the fleet from its data charges the same.
         let again = FleetState::new(f.clone()).unwrap();
         prop_assert_eq!(check_no_overcommit(&again.to_fleet()), Ok(()));
+    }
+
+    #[test]
+    fn whole_gpu_sets_on_nvswitch_nodes_are_healthy_partitions(
+        nodes in nodes(), ms in machines(), policy in policy()
+    ) {
+        let mut s = state(nodes);
+        for m in &ms {
+            let Ok(a) = s.place(m, policy) else { continue };
+            let n = s.node(&a.node).unwrap();
+            for r in &m.devices {
+                let set: Vec<&Gpu> = a
+                    .devices
+                    .iter()
+                    .filter(|d| d.request() == r.name)
+                    .filter_map(|d| match d {
+                        AllocatedDevice::Gpu { address, .. } => n.gpu_by_address(address),
+                        AllocatedDevice::Vgpu { .. } => None,
+                    })
+                    .collect();
+                if !set.is_empty() {
+                    prop_assert!(fabric_allows(&n, &set), "{:?} on {}", set.iter().map(|g| &g.name).collect::<Vec<_>>(), n.node);
+                }
+            }
+        }
     }
 
     #[test]

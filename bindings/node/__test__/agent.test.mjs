@@ -64,6 +64,8 @@ test('the client reads the topology and turns error documents into AgentErrors',
     })
     await assert.rejects(a.client.remove('neither'), (e) => e.kind === 'invalid-request')
     await assert.rejects(a.client.bind('nosuch'), (e) => e.status === 404 && e.kind === 'not-found')
+    const elsewhere = { machine: 'vm-1', node: 'node-b', devices: [{ kind: 'gpu', request: 'gpu', name: 'gpu0', address: '0000:af:00.0' }] }
+    await assert.rejects(a.client.realize(elsewhere), (e) => e.status === 400 && e.kind === 'invalid-request' && e.message.includes('node-b'))
   } finally {
     assert.equal(await a.stop(), 0)
     assert.ok(!fs.existsSync(a.socket), 'SIGTERM removes the socket')

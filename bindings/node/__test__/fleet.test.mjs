@@ -381,3 +381,51 @@ test('inspect shows a fleet and an error with their content', () => {
   assert.match(text, /node: 'node-a'/)
   assert.match(text, /reasons: \[/)
 })
+
+// Four GPUs behind NVSwitches: one partition of four, pairs (0, 2) and (1, 3), singles.
+const hgxTopology = (node = 'hgx-1') => {
+  const addrs = ['0000:18:00.0', '0000:2a:00.0', '0000:3a:00.0', '0000:5d:00.0']
+  const gpus = addrs.map((address, i) => ({
+    name: `nvidia${i}`,
+    address,
+    vendorId: '10de',
+    deviceId: '2330',
+    class: '0x030200',
+    vendor: 'nvidia',
+    state: 'free',
+    memoryMiB: 81559,
+  }))
+  const part = (id, members) => ({
+    id,
+    gpus: members.map((i) => `nvidia${i}`),
+    addresses: members.map((i) => addrs[i]),
+    active: false,
+  })
+  const partitions = [part(1, [0, 1, 2, 3]), part(2, [0, 2]), part(3, [1, 3])]
+  for (let i = 0; i < 4; i++) partitions.push(part(4 + i, [i]))
+  return {
+    node,
+    gpus,
+    mediatedDevices: { parents: [], pools: [] },
+    fabric: { fabricManager: { state: 'reachable', mode: 'sharedNvswitch' }, partitions },
+  }
+}
+
+test('a fleet carries NVSwitch partitions and places whole GPUs on one', () => {
+  const fleet = new Fleet()
+  fleet.addNode(hgxTopology())
+
+  const pair = fleet.place({ name: 'vm', devices: [{ name: 'gpu', gpus: ['nvidia'], count: 2 }] })
+
+  assert.deepEqual(pair.devices.map((d) => d.name).sort(), ['nvidia0', 'nvidia2'])
+  const [node] = fleet.toJSON().nodes
+  assert.deepEqual(node.fabric.fabricManager, { state: 'reachable', mode: 'sharedNvswitch' })
+  assert.deepEqual(
+    node.fabric.partitions.map((p) => p.id),
+    [1, 2, 3, 4, 5, 6, 7],
+  )
+  assert.throws(
+    () => fleet.place({ name: 'vm2', devices: [{ name: 'gpu', gpus: ['nvidia1', 'nvidia2'] }] }),
+    (e) => e.code === 'UNSATISFIABLE' && e.reasons[0].reasons[0].kind === 'NoFreePartition',
+  )
+})

@@ -78,6 +78,20 @@ def test_error_documents_become_agent_errors_with_the_cli_kinds(agent) -> None:
     assert e.value.status == 404
 
 
+def test_realize_reaches_the_agent_and_refuses_an_allocation_for_another_node(agent) -> None:
+    client, _, _ = agent
+    allocation = {"machine": "vm-1", "node": "node-b", "devices": [
+        {"kind": "gpu", "request": "gpu", "name": "gpu0", "address": "0000:3b:00.0"}]}
+    with pytest.raises(gpuslice.AgentError) as e:
+        client.realize(allocation)
+    assert e.value.kind == "invalid-request"
+    assert e.value.status == 400
+    assert "node-b" in e.value.message
+    with pytest.raises(gpuslice.AgentError) as e:
+        client.realize("machine: vm-1\nnode: node-b\ndevices: []\n", machine="vm-1")
+    assert e.value.status == 400
+
+
 def test_sigterm_stops_the_agent_and_removes_its_socket(agent) -> None:
     _, proc, sock = agent
     proc.send_signal(signal.SIGTERM)

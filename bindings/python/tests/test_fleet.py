@@ -358,3 +358,70 @@ def test_a_fleet_is_safe_to_share_between_threads(topology):
     for a in allocations:
         per_node[a["node"]] = per_node.get(a["node"], 0) + 1
     assert max(per_node.values()) <= 4, "each T4 holds four 4 GB vGPUs"
+
+
+def hgx_topology(node="hgx-1"):
+    """Four GPUs behind NVSwitches: one partition of four, pairs (0, 2) and (1, 3), singles."""
+    addrs = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"]
+    gpus = [
+        {
+            "name": f"nvidia{i}",
+            "address": a,
+            "vendorId": "10de",
+            "deviceId": "2330",
+            "class": "0x030200",
+            "vendor": "nvidia",
+            "state": "free",
+            "memoryMiB": 81559,
+        }
+        for i, a in enumerate(addrs)
+    ]
+
+    def part(pid, members):
+        return {
+            "id": pid,
+            "gpus": [f"nvidia{i}" for i in members],
+            "addresses": [addrs[i] for i in members],
+            "active": False,
+        }
+
+    partitions = [part(1, [0, 1, 2, 3]), part(2, [0, 2]), part(3, [1, 3])]
+    partitions += [part(4 + i, [i]) for i in range(4)]
+    fabric = {
+        "fabricManager": {"state": "reachable", "mode": "sharedNvswitch"},
+        "partitions": partitions,
+    }
+    return {
+        "node": node,
+        "gpus": gpus,
+        "mediatedDevices": {"parents": [], "pools": []},
+        "fabric": fabric,
+    }
+
+
+def test_a_fleet_carries_nvswitch_partitions_and_places_on_them():
+    fleet = gpuslice.Fleet()
+    fleet.add_node(hgx_topology())
+
+    pair = fleet.place({"name": "vm", "devices": [{"name": "gpu", "gpus": ["nvidia"], "count": 2}]})
+
+    assert sorted(d["name"] for d in pair["devices"]) == ["nvidia0", "nvidia2"]
+    [node] = fleet.to_dict()["nodes"]
+    assert node["fabric"]["fabricManager"] == {"state": "reachable", "mode": "sharedNvswitch"}
+    assert [p["id"] for p in node["fabric"]["partitions"]] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_set_that_is_no_partition_is_refused_naming_those_that_would_do():
+    fleet = gpuslice.Fleet()
+    fleet.add_node(hgx_topology())
+
+    with pytest.raises(gpuslice.Unsatisfiable) as info:
+        fleet.place({"name": "vm", "devices": [{"name": "gpu", "gpus": ["nvidia0", "nvidia1"]}]})
+
+    [node] = info.value.reasons
+    [reason] = node["reasons"]
+    assert reason["kind"] == "NoFreePartition"
+    assert reason["partitions"] == [
+        "no 2-GPU partition holds nvidia0, nvidia1; would do: partition 2 (nvidia0, nvidia2), "
+        "partition 3 (nvidia1, nvidia3)"
+    ]

@@ -38,7 +38,7 @@ pub fn run(g: &Global, a: DoctorArgs) -> anyhow::Result<ExitCode> {
             None => None,
         },
     };
-    let d = gpu_integrations::doctor::diagnose(opened.host(), &g.node_name(), &opts)?;
+    let d = gpu_node::recover::diagnose(opened.host(), &g.node_name(), &opts)?;
     match g.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&d)?),
         Output::Yaml => print!("{}", gpu_integrations::yaml::to_string(&d)?),

@@ -117,10 +117,11 @@ pub(crate) fn resolve_gpu(
 // `gpu bind` arguments.
 #[derive(Args, Debug)]
 pub struct BindArgs {
-    /// The GPU: PCI address (`0000:01:00.0`) or name (`nvidia0`). Its companion functions
-    /// (same slot, same vendor: HD audio, USB-C) move with it.
-    #[arg(value_name = "BDF|NAME")]
-    pub gpu: String,
+    /// The GPUs: PCI addresses (`0000:01:00.0`) or names (`nvidia0`). Their companion functions
+    /// (same slot, same vendor: HD audio, USB-C) move with them. On an NVSwitch host the set
+    /// must be exactly one fabric partition's members.
+    #[arg(value_name = "BDF|NAME", required = true, num_args = 1..)]
+    pub gpu: Vec<String>,
     /// Bind even a GPU graded Unhealthy (a VM would get a failing device).
     #[arg(long)]
     pub force: bool,
@@ -133,16 +134,36 @@ pub struct BindArgs {
 /// failed steps (after rolling back).
 pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
-    let gpu = resolve_gpu(&opened, &a.gpu)?;
+    let gpus = a
+        .gpu
+        .iter()
+        .map(|n| resolve_gpu(&opened, n))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let topo = crate::common::local_topology(g, None, false)
-        .with_context(|| format!("cannot grade the health of {gpu} before binding it"))?;
-    if let Some(w) = topo.check_gpu_handout(&gpu, a.force, "--force")? {
+        .with_context(|| format!("cannot grade the health of {} before binding it", gpus[0]))?;
+    for gpu in &gpus {
+        if let Some(w) = topo.check_gpu_handout(gpu, a.force, "--force")? {
+            eprintln!("gpuslice: warning: {w}");
+        }
+    }
+    let set = gpu_node::fabric::bind_set(&opened, &gpus)?;
+    print_set(g, "bound", set)
+}
+
+/// Prints what a set's bind or release did: the partition first, then each GPU; a single GPU
+/// without a partition prints as `gpu bind` always did.
+fn print_set(
+    g: &Global,
+    verb: &str,
+    set: gpu_node::fabric::SetBinding,
+) -> anyhow::Result<ExitCode> {
+    for w in &set.warnings {
         eprintln!("gpuslice: warning: {w}");
     }
-    let b = writer(&opened).bind_gpu(&gpu)?;
     match g.output {
-        Output::Table => print!("{}", gpu_node::text::binding("bound", &b)),
-        out => print_data(out, &b)?,
+        Output::Table => print!("{}", gpu_node::text::set_binding(verb, &set)),
+        out if set.partition.is_none() && set.gpus.len() == 1 => print_data(out, &set.gpus[0])?,
+        out => print_data(out, &set)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -150,9 +171,9 @@ pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
 // `gpu release` arguments.
 #[derive(Args, Debug)]
 pub struct ReleaseArgs {
-    /// The GPU: PCI address or name.
-    #[arg(value_name = "BDF|NAME")]
-    pub gpu: String,
+    /// The GPUs: PCI addresses or names (a fabric partition's set deactivates it afterwards).
+    #[arg(value_name = "BDF|NAME", required = true, num_args = 1..)]
+    pub gpu: Vec<String>,
     /// Release even when a process (a VM) holds the device open; the kernel then waits for it.
     #[arg(long)]
     pub force: bool,
@@ -164,11 +185,11 @@ pub struct ReleaseArgs {
 /// Invalid input, a device in use without `--force`, failed steps (after rolling back).
 pub fn release(g: &Global, a: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
-    let gpu = resolve_gpu(&opened, &a.gpu)?;
-    let b = writer(&opened).release_gpu(&gpu, a.force)?;
-    match g.output {
-        Output::Table => print!("{}", gpu_node::text::binding("released", &b)),
-        out => print_data(out, &b)?,
-    }
-    Ok(ExitCode::SUCCESS)
+    let gpus = a
+        .gpu
+        .iter()
+        .map(|n| resolve_gpu(&opened, n))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let set = gpu_node::fabric::release_set(&opened, &gpus, a.force)?;
+    print_set(g, "released", set)
 }

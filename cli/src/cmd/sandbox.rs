@@ -31,6 +31,17 @@ pub enum SandboxCommand {
     /// every vGPU is dropped (mdevs removed, every VF's `current_vgpu_type` back to 0);
     /// refused while a holder has one open. Needs `--root sandbox:DIR`.
     ReloadDriver,
+    /// Reset a sandbox GPU as `nvidia-smi -r` would: a MIG mode pending a reset comes into
+    /// force (refused while a vGPU or process uses the GPU). Needs `--root sandbox:DIR`.
+    Reset(ResetArgs),
+}
+
+// `gpuslice sandbox reset`.
+#[derive(Args, Debug)]
+pub struct ResetArgs {
+    /// The GPU's PCI address.
+    #[arg(value_name = "GPU")]
+    pub gpu: gpu_core::PciAddress,
 }
 
 // `gpuslice sandbox init`.
@@ -72,6 +83,7 @@ pub fn run(g: &Global, c: SandboxCommand) -> anyhow::Result<ExitCode> {
         SandboxCommand::Hold(a) => hold(g, a),
         SandboxCommand::Unhold(a) => unhold(g, a),
         SandboxCommand::ReloadDriver => reload_driver(g),
+        SandboxCommand::Reset(a) => reset(g, &a),
     }
 }
 
@@ -149,5 +161,12 @@ fn reload_driver(g: &Global) -> anyhow::Result<ExitCode> {
         dropped.mdevs.len(),
         dropped.vfs.len()
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn reset(g: &Global, a: &ResetArgs) -> anyhow::Result<ExitCode> {
+    let opened = opened_sandbox(g)?;
+    gpu_node::mig::sandbox::reset(&opened, &a.gpu).with_context(|| format!("GPU {}", a.gpu))?;
+    println!("{} reset", a.gpu);
     Ok(ExitCode::SUCCESS)
 }

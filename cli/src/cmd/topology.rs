@@ -89,6 +89,9 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
                 ..Shown::default()
             };
             print!("{}", gpu_core::text::topology(&t, &shown));
+            if let Some(f) = &t.fabric {
+                print!("\nNVSwitch fabric: {}", gpu_node::text::fabric(f));
+            }
             print_warnings(&t);
         }
         // Held devices get a `holder` key; otherwise the document prints as it always did.

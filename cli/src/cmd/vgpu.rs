@@ -63,13 +63,22 @@ fn mdev_uuid(a: &CreateArgs) -> anyhow::Result<MdevUuid> {
 pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
     let parent: ParentId = a.parent.parse().context("invalid --parent")?;
-    let created = writer(&opened).create_vgpu(
+    // Where NVML answers, a MIG-backed type gets its GPU instance made on request.
+    let (created, made) = gpu_node::mig::vgpu::create_on_request(
+        &writer(&opened),
+        &opened.host,
         &parent,
         &a.profile,
         a.force,
         |n| resolve_gpu(&opened, n),
         |t| t.is_mdev().then(|| mdev_uuid(&a)).transpose(),
     )?;
+    if let Some(gi) = made {
+        eprintln!(
+            "gpuslice: made GPU instance {} ({} at memory slice {}) for it",
+            gi.id, gi.profile, gi.start
+        );
+    }
     match g.output {
         Output::Table => print!("{}", gpu_node::text::created(&created)),
         out => print_data(out, &created)?,
@@ -100,7 +109,11 @@ pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
             a.target
         );
     };
-    let removed = writer(&opened).remove_vgpu(&id, a.force)?;
+    let (removed, destroyed) =
+        gpu_node::mig::vgpu::remove_on_request(&writer(&opened), &opened.host, &id, a.force)?;
+    if let Some(gi) = destroyed {
+        eprintln!("gpuslice: destroyed GPU instance {gi}, which gpuslice made for it");
+    }
     let (text, warning) = gpu_node::text::removed(&removed);
     if let Some(w) = warning {
         eprintln!("warning: {w}");

@@ -47,6 +47,8 @@ pub struct AgentConfig {
     pub metrics: bool,
     /// Pieces an embedder puts in place of the agent's own.
     pub hooks: Hooks,
+    /// Where the node's Fabric Manager answers (NVSwitch partitions of `POST /v1/gpus/bind`).
+    pub fabric: gpu_health::fabric::FabricSource,
 }
 
 impl AgentConfig {
@@ -60,6 +62,7 @@ impl AgentConfig {
             lock_timeout: Duration::from_secs(30),
             metrics: false,
             hooks: Hooks::default(),
+            fabric: gpu_health::fabric::FabricSource::None,
         }
     }
 }
@@ -79,6 +82,7 @@ pub fn config_for_root(
     config.discover = opened.discover;
     config.health = opened.health;
     config.metrics = true;
+    config.fabric = gpu_health::fabric::FabricSource::of(&opened.host);
     let host: Arc<dyn Host> = Arc::new(opened.host);
     Ok((host, config))
 }

@@ -93,6 +93,86 @@ impl Agent {
     }
 }
 
+/// The body of `POST /v1/gpus/bind` and `/release`: `{"gpus": ["nvidia0", "0000:3a:00.0"],
+/// "force": false}`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetRequest {
+    /// The GPUs, by name or PCI address.
+    pub gpus: Vec<String>,
+    /// Bind Unhealthy GPUs; release GPUs a process holds.
+    #[serde(default)]
+    pub force: bool,
+}
+
+impl Agent {
+    /// `POST /v1/gpus/bind` (`bind`) and `/release`: the GPUs of `req` as one set
+    /// ([`gpu_node::fabric::bind_set`], [`gpu_node::fabric::release_set`]): on an NVSwitch host
+    /// exactly one partition's members, activated with the bind and deactivated after the
+    /// release; a set that is no partition is refused before any write, naming those that would
+    /// do. Unhealthy GPUs are refused unless `force`, as for one GPU.
+    ///
+    /// # Errors
+    /// An empty or unknown GPU, an Unhealthy GPU, the fabric's refusals (`invalid-request`,
+    /// `in-use`, `no-device`), the actuation layer's.
+    pub async fn bind_set(
+        self: &Arc<Self>,
+        req: SetRequest,
+        bind: bool,
+    ) -> Result<serde_json::Value, ApiError> {
+        if req.gpus.is_empty() {
+            return Err(ApiError::new(
+                gpu_core::ErrorKind::InvalidArgument,
+                "gpus: at least one GPU is needed",
+            ));
+        }
+        let addrs = req
+            .gpus
+            .iter()
+            .map(|g| self.resolve_gpu(g))
+            .collect::<Result<Vec<_>, _>>()?;
+        if bind {
+            let snap = self.snapshot();
+            for addr in &addrs {
+                if let Some(g) = snap.topology.gpu_by_address(addr) {
+                    g.health
+                        .check_handout(&addr.to_string(), req.force, "\"force\": true")
+                        .map_err(|e| ApiError::new(e.kind(), e.to_string()))?;
+                }
+            }
+        }
+        let force = req.force;
+        let me = Arc::clone(self);
+        let value = self
+            .write(false, move |a| {
+                let on = gpu_node::fabric::FabricNode {
+                    node: a.node(),
+                    source: a.config.fabric.clone(),
+                };
+                let done = if bind {
+                    gpu_node::fabric::bind_set(on, &addrs)
+                } else {
+                    gpu_node::fabric::release_set(on, &addrs, force)
+                }
+                .map_err(|e| ApiError::new(gpu_core::ClassifiedError::kind(&e), e.to_string()))?;
+                Ok(serde_json::to_value(&done).unwrap_or_default())
+            })
+            .await?;
+        let kind = if bind {
+            EventKind::GpuBound
+        } else {
+            EventKind::GpuReleased
+        };
+        let gpus: Vec<String> = req.gpus.clone();
+        let rev = me.bus.publish(kind, serde_json::json!({ "gpus": gpus }));
+        let mut value = value;
+        if let Some(o) = value.as_object_mut() {
+            o.insert("revision".to_owned(), rev.into());
+        }
+        Ok(value)
+    }
+}
+
 /// A refused bind as the API answers it. A physical GPU that is shared as vGPUs (mdev instances
 /// on it or its VFs, SR-IOV VFs enabled) is refused by the actuation layer as `unsupported`;
 /// for the API that is a conflict with what the host holds now (409 `conflict`, as for every

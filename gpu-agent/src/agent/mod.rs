@@ -25,10 +25,12 @@ pub mod config;
 pub mod gpus;
 pub mod handoff;
 pub mod heal;
+pub mod interrupted;
 pub mod keep;
 pub mod layout;
 pub mod machines;
 pub mod metrics;
+pub mod realize;
 pub mod reconcile;
 pub mod refresh;
 pub mod request;
@@ -41,6 +43,7 @@ pub mod writes;
 pub use config::{
     AgentConfig, Hooks, MIN_TOKEN_LEN, MetricsHook, TokenError, config_for_root, parse_token,
 };
+pub use gpus::SetRequest;
 pub use handoff::HandoffTarget;
 pub use reconcile::{Outcome, Reconciled};
 pub use request::CreateRequest;
@@ -62,6 +65,7 @@ pub struct Agent {
     tracked: Arc<TrackedHost>,
     stats: Stats,
     refresh_gate: std::sync::Mutex<()>,
+    interrupted: Option<gpu_node::recover::Recovery>,
 }
 
 impl Agent {
@@ -76,12 +80,14 @@ impl Agent {
         // Every read goes through the tracker, so a file that does not answer is named.
         let tracked = Arc::new(TrackedHost::wrap(host, InFlightReads::default()));
         let host: Arc<dyn Host> = Arc::clone(&tracked) as Arc<dyn Host>;
+        let interrupted = Self::recover_interrupted(host.as_ref(), &config);
         let (topology, health) = compose_topology(host.as_ref(), &config)?;
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let agent = Arc::new(Agent {
             tracked,
             stats: Stats::default(),
             refresh_gate: std::sync::Mutex::new(()),
+            interrupted,
             host,
             config,
             store,

@@ -60,8 +60,12 @@ pub fn compose_topology(
     host: &dyn Host,
     config: &AgentConfig,
 ) -> Result<(NodeTopology, Vec<GpuHealthReport>), ApiError> {
-    gpu_health::node_topology_with_reports(host, &config.discover, &config.health)
-        .map_err(|e| ApiError::from_health(&e))
+    let (mut topology, reports) =
+        gpu_health::node_topology_with_reports(host, &config.discover, &config.health)
+            .map_err(|e| ApiError::from_health(&e))?;
+    // An NVSwitch fabric with what Fabric Manager answers (or why it cannot).
+    gpu_health::fabric::fabric_at(&config.fabric, host, &mut topology);
+    Ok((topology, reports))
 }
 
 fn with_revision<T: Serialize>(value: &T, revision: u64) -> String {

@@ -200,7 +200,13 @@ impl DraPlugin {
                     topology: &snapshot.topology,
                     recording: false,
                 };
-                match gpu_node::dra::prepare_checked(&node, &checked, &me.setup()) {
+                let fabric = &agent.config().fabric;
+                match gpu_node::dra::prepare_checked_with_fabric(
+                    &node,
+                    &checked,
+                    &me.setup(),
+                    fabric,
+                ) {
                     Ok(answer) => (Ok(Ok(answer.given)), touched(&answer.result.touched)),
                     // A refusal changed nothing; a failed write was undone, or not all of it:
                     // read all.
@@ -223,7 +229,16 @@ impl DraPlugin {
         let out = self
             .agent
             .write_touching(true, move |agent| {
-                match gpu_node::dra::unprepare(agent.host(), false, &uid, false, &me.setup()) {
+                let snapshot = agent.snapshot();
+                match gpu_node::dra::unprepare_with_fabric(
+                    agent.host(),
+                    false,
+                    &uid,
+                    false,
+                    &me.setup(),
+                    &snapshot.topology,
+                    &agent.config().fabric,
+                ) {
                     Ok(undone) => (Ok(Ok(())), touched(&undone.touched)),
                     // Refused with nothing changed, or some undo failed: read all.
                     Err(e) => (Ok(Err(ClaimError::from(e))), Touched::Host),

@@ -10,6 +10,25 @@ use std::sync::Arc;
 use gpu_agent::{Agent, AgentConfig, Listener};
 use gpu_sysfs::testing::FakeKernel;
 
+/// Adds `0000:01:00.0`, an NVIDIA GPU alone in IOMMU group 1 on `nvidia` at x16 of x16, with
+/// three fatal AER errors ([`FATAL_AER`]): graded Unhealthy.
+pub fn unhealthy_gpu(
+    b: &mut gpu_sysfs::testing::TreeBuilder,
+) -> &mut gpu_sysfs::testing::TreeBuilder {
+    b.pci(
+        "0000:01:00.0",
+        gpu_sysfs::testing::PciSpec::new(0x10de, 0x2204, 0x030000)
+            .driver("nvidia")
+            .group(1)
+            .link(16, 16, "16.0 GT/s PCIe", "16.0 GT/s PCIe"),
+    )
+    .attr("0000:01:00.0", "aer_dev_fatal", FATAL_AER)
+}
+
+/// A GPU's `aer_dev_fatal` with three fatal errors: graded Unhealthy.
+pub const FATAL_AER: &str = "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO 0\nCmpltAbrt 0\n\
+UnxCmplt 0\nRxOF 0\nMalfTLP 3\nECRC 0\nUnsupReq 0\nACSViol 0\nTOTAL_ERR_FATAL 3\n";
+
 pub struct Running {
     pub socket: PathBuf,
     pub agent: Arc<Agent>,

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::allocation::Allocation;
 use crate::error::CoreError;
+use crate::fabric::Fabric;
 use crate::request::DeviceRequest;
 use crate::topology::{Gpu, MediatedDevices, NodeTopology};
 
@@ -212,6 +213,9 @@ pub struct HostShape {
     /// Node-level problems met during discovery.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The NVSwitch fabric, on a host with NVSwitches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<Fabric>,
 }
 
 impl HostShape {
@@ -221,6 +225,7 @@ impl HostShape {
             gpus: topology.gpus.clone(),
             mediated_devices: topology.mediated_devices.clone(),
             warnings: topology.warnings.clone(),
+            fabric: topology.fabric.clone(),
         }
     }
 
@@ -231,6 +236,7 @@ impl HostShape {
             gpus: self.gpus,
             mediated_devices: self.mediated_devices,
             warnings: self.warnings,
+            fabric: self.fabric,
         }
     }
 }
@@ -390,6 +396,8 @@ struct ShapeRef<'a> {
     mediated_devices: &'a MediatedDevices,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     warnings: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fabric: &'a Option<Fabric>,
 }
 
 impl<'a> ShapeRef<'a> {
@@ -398,6 +406,7 @@ impl<'a> ShapeRef<'a> {
             gpus: &n.gpus,
             mediated_devices: &n.mediated_devices,
             warnings: &n.warnings,
+            fabric: &n.fabric,
         }
     }
 }

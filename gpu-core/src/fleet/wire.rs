@@ -9,6 +9,7 @@ use serde::Deserialize;
 use super::{Fleet, FleetNode, HostShape, SharedFleet};
 use crate::allocation::{AllocatedDevice, Allocation, AllocationStatus};
 use crate::error::CoreError;
+use crate::fabric::Fabric;
 use crate::ids::{MdevUuid, ParentId};
 use crate::nvidia::strip_prefix;
 use crate::request::DeviceRequest;
@@ -88,6 +89,8 @@ pub(crate) struct NodeDoc {
     mediated_devices: Option<MediatedDevices>,
     #[serde(default)]
     warnings: Option<Vec<String>>,
+    #[serde(default)]
+    fabric: Option<Box<Fabric>>,
 }
 
 /// A fleet document before shapes are expanded and short-shape devices completed from the
@@ -161,6 +164,7 @@ fn share(n: NodeDoc, recent: &mut Vec<Arc<HostShape>>) -> NodeEntry {
         gpus: n.gpus.unwrap_or_default(),
         mediated_devices: n.mediated_devices.unwrap_or_default(),
         warnings: n.warnings.unwrap_or_default(),
+        fabric: n.fabric.map(|f| *f),
     };
     let shape = match recent.iter().rposition(|s| **s == shape) {
         Some(i) => recent.remove(i),
@@ -201,6 +205,7 @@ fn expand(
             gpus: n.gpus.unwrap_or_default(),
             mediated_devices: n.mediated_devices.unwrap_or_default(),
             warnings: n.warnings.unwrap_or_default(),
+            fabric: n.fabric.map(|f| *f),
         }));
     };
     let bad = |why: String| CoreError::FleetNode {
@@ -208,9 +213,13 @@ fn expand(
         node: n.node.clone(),
         why,
     };
-    if n.gpus.is_some() || n.mediated_devices.is_some() || n.warnings.is_some() {
+    if n.gpus.is_some()
+        || n.mediated_devices.is_some()
+        || n.warnings.is_some()
+        || n.fabric.is_some()
+    {
         return Err(bad(
-            "a node with `shape` gives no gpus, mediatedDevices or warnings of its own (write a \
+            "a node with `shape` gives no gpus, mediatedDevices, warnings or fabric of its own (write a \
              node that differs from its shape in full)"
                 .to_owned(),
         ));

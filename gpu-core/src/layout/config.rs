@@ -263,37 +263,8 @@ impl LayoutFile {
     /// # Errors
     /// As [`LayoutFile::parse`].
     pub fn parse_max(text: &str, max_bytes: usize) -> Result<Self, LayoutError> {
-        crate::limits::check_document_max(text, max_bytes).map_err(|e| LayoutError::Decode {
-            message: e.to_string(),
-        })?;
-        let root: Value = serde_yaml_ng::from_str(text).map_err(|e| LayoutError::Decode {
-            message: e.to_string(),
-        })?;
-        let map = as_mapping(&root, "the file")?;
-        let mut version = None;
-        let mut configs = None;
-        for (k, v) in map {
-            match key_str(k, "the file")? {
-                "version" => version = Some(v),
-                "vgpu-configs" => configs = Some(v),
-                other => return Err(unknown_key("the file", other, &["version", "vgpu-configs"])),
-            }
-        }
-        match version {
-            None => return Err(invalid("the file", "missing required key 'version'")),
-            Some(Value::String(s)) if s == "v1" => {}
-            Some(v) => {
-                return Err(invalid(
-                    "version",
-                    format!("unsupported version {}: only v1 is known", show(v)),
-                ));
-            }
-        }
-        let configs = configs.ok_or_else(|| invalid("the file", "missing 'vgpu-configs'"))?;
-        let cmap = as_mapping(configs, "vgpu-configs")?;
-        if cmap.is_empty() {
-            return Err(invalid("vgpu-configs", "at least one config is required"));
-        }
+        let root = decode_max(text, max_bytes)?;
+        let cmap = versioned_section(&root, "vgpu-configs")?;
         let mut out = Vec::with_capacity(cmap.len());
         for (k, v) in cmap {
             let name = key_str(k, "vgpu-configs")?.to_owned();
@@ -358,6 +329,50 @@ impl LayoutFile {
     }
 }
 
+/// `text` decoded as YAML, refused over `max_bytes`.
+pub(crate) fn decode_max(text: &str, max_bytes: usize) -> Result<Value, LayoutError> {
+    crate::limits::check_document_max(text, max_bytes).map_err(|e| LayoutError::Decode {
+        message: e.to_string(),
+    })?;
+    serde_yaml_ng::from_str(text).map_err(|e| LayoutError::Decode {
+        message: e.to_string(),
+    })
+}
+
+/// The non-empty `section` mapping of a file of NVIDIA's tools (`version: v1` beside it, no
+/// other key): `vgpu-configs` of vgpu-device-manager, `mig-configs` of mig-parted.
+pub(crate) fn versioned_section<'a>(
+    root: &'a Value,
+    section: &str,
+) -> Result<&'a serde_yaml_ng::Mapping, LayoutError> {
+    let map = as_mapping(root, "the file")?;
+    let mut version = None;
+    let mut configs = None;
+    for (k, v) in map {
+        match key_str(k, "the file")? {
+            "version" => version = Some(v),
+            key if key == section => configs = Some(v),
+            other => return Err(unknown_key("the file", other, &["version", section])),
+        }
+    }
+    match version {
+        None => return Err(invalid("the file", "missing required key 'version'")),
+        Some(Value::String(s)) if s == "v1" => {}
+        Some(v) => {
+            return Err(invalid(
+                "version",
+                format!("unsupported version {}: only v1 is known", show(v)),
+            ));
+        }
+    }
+    let configs = configs.ok_or_else(|| invalid("the file", format!("missing '{section}'")))?;
+    let cmap = as_mapping(configs, section)?;
+    if cmap.is_empty() {
+        return Err(invalid(section, "at least one config is required"));
+    }
+    Ok(cmap)
+}
+
 fn parse_entry(v: &Value, at: &str) -> Result<Entry, LayoutError> {
     let m = as_mapping(v, at)?;
     let mut devices = None;
@@ -391,7 +406,7 @@ fn parse_entry(v: &Value, at: &str) -> Result<Entry, LayoutError> {
     })
 }
 
-fn parse_devices(v: &Value, at: &str) -> Result<Devices, LayoutError> {
+pub(crate) fn parse_devices(v: &Value, at: &str) -> Result<Devices, LayoutError> {
     match v {
         Value::String(s) if s == "all" => Ok(Devices::All),
         Value::String(s) => Err(invalid(
@@ -429,7 +444,7 @@ fn parse_devices(v: &Value, at: &str) -> Result<Devices, LayoutError> {
     }
 }
 
-fn parse_filters(v: &Value, at: &str) -> Result<Vec<DeviceFilter>, LayoutError> {
+pub(crate) fn parse_filters(v: &Value, at: &str) -> Result<Vec<DeviceFilter>, LayoutError> {
     let one = |item: &Value| match item {
         Value::String(s) => DeviceFilter::parse(s).map_err(|e| invalid(at, e.to_string())),
         other => Err(invalid(
@@ -688,7 +703,10 @@ fn selector_address(s: &Selector) -> Option<PciAddress> {
     }
 }
 
-fn as_mapping<'a>(v: &'a Value, at: &str) -> Result<&'a serde_yaml_ng::Mapping, LayoutError> {
+pub(crate) fn as_mapping<'a>(
+    v: &'a Value,
+    at: &str,
+) -> Result<&'a serde_yaml_ng::Mapping, LayoutError> {
     match v {
         Value::Mapping(m) => Ok(m),
         other => Err(invalid(
@@ -698,7 +716,7 @@ fn as_mapping<'a>(v: &'a Value, at: &str) -> Result<&'a serde_yaml_ng::Mapping, 
     }
 }
 
-fn key_str<'a>(k: &'a Value, at: &str) -> Result<&'a str, LayoutError> {
+pub(crate) fn key_str<'a>(k: &'a Value, at: &str) -> Result<&'a str, LayoutError> {
     match k {
         Value::String(s) => Ok(s),
         other => Err(invalid(
@@ -708,7 +726,7 @@ fn key_str<'a>(k: &'a Value, at: &str) -> Result<&'a str, LayoutError> {
     }
 }
 
-fn kind(v: &Value) -> &'static str {
+pub(crate) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "nothing",
         Value::Bool(_) => "a boolean",
@@ -720,7 +738,7 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-fn show(v: &Value) -> String {
+pub(crate) fn show(v: &Value) -> String {
     match v {
         Value::String(s) => format!("{s:?}"),
         Value::Number(n) => n.to_string(),
@@ -729,14 +747,14 @@ fn show(v: &Value) -> String {
     }
 }
 
-fn invalid(at: &str, why: impl Into<String>) -> LayoutError {
+pub(crate) fn invalid(at: &str, why: impl Into<String>) -> LayoutError {
     LayoutError::Invalid {
         at: at.to_owned(),
         why: why.into(),
     }
 }
 
-fn unknown_key(at: &str, key: &str, known: &[&str]) -> LayoutError {
+pub(crate) fn unknown_key(at: &str, key: &str, known: &[&str]) -> LayoutError {
     invalid(
         at,
         format!("unknown key {key:?} (expected {})", known.join(", ")),

@@ -15,7 +15,7 @@
 //! VFIO (a type written to a virtual function). The executor that performs a plan lives in
 //! `gpu-sysfs`; this module never touches the host.
 
-mod config;
+pub(crate) mod config;
 mod plan;
 
 pub use config::{

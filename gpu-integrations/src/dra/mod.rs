@@ -3,7 +3,8 @@
 //! [`build`] publishes a node's GPUs and vGPU profiles as ResourceSlices and DeviceClasses,
 //! [`version`] holds the API's limits per Kubernetes version, [`device_name`] the grammar of the
 //! device names, [`rules`] checks the slices against the API's limits and gpuslice's exclusivity promise,
-//! [`claims`] holds example ResourceClaims, [`model`] the API's types (slices, classes, and the
+//! [`claims`] holds example ResourceClaims, [`partition`] the NVSwitch partition attributes and
+//! the claim check against partitions, [`model`] the API's types (slices, classes, and the
 //! allocated claims the node side reads). The node side is one call per claim in the one writer
 //! (`gpu_node::dra::prepare` / `unprepare`); here are its pure parts: [`claim`] the claim and
 //! the devices a prepare gives, [`prepare`] plans an allocation back onto the host in named
@@ -21,6 +22,7 @@ pub mod metadata;
 pub mod model;
 pub mod names;
 pub mod node;
+pub mod partition;
 pub mod prepare;
 pub mod rules;
 pub mod sizes;

@@ -176,12 +176,13 @@ pub fn instance_uuid(claim_uid: &str, result: &DeviceResult, index: u32) -> Mdev
 /// ([`parse_device_name`]), a whole GPU planned as a bind ([`plan_whole_gpu`]), a vGPU's profile
 /// chosen ([`choose_profile`]) and checked against the reservation ([`check_reservation`]), and a
 /// free parent picked ([`choose_parent`]); last, the claim's sizes are checked against the
-/// same-size rule of each GPU ([`check_one_size`]). Nothing is written.
+/// same-size rule of each GPU ([`check_one_size`]) and its whole GPUs on an NVSwitch node
+/// against the partitions ([`super::partition::claim_partition`]). Nothing is written.
 ///
 /// # Errors
 /// When a result is for another node, names an unknown device, asks for a profile the device does
-/// not offer (or none when it offers several), no free parent is left, or the claim would put
-/// time-sliced vGPUs of two sizes on one GPU.
+/// not offer (or none when it offers several), no free parent is left, the claim would put
+/// time-sliced vGPUs of two sizes on one GPU, or its whole GPUs are no NVSwitch partition.
 pub fn plan_prepare(
     input: &DeviceAllocationResult,
     claim_uid: &str,
@@ -235,7 +236,19 @@ pub fn plan_prepare(
         actions.push(action_for(r, parent, t, profile, claim_uid, this_index)?);
     }
     check_one_size(&actions, node)?;
+    super::partition::claim_partition(&bound_gpus(&actions), node)?;
     Ok(actions)
+}
+
+/// The whole GPUs a plan binds.
+pub fn bound_gpus(actions: &[PrepareAction]) -> Vec<PciAddress> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            PrepareAction::BindGpu { address, .. } => Some(*address),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What a vGPU device of an allocation stands for: its GPU, its framebuffer size (none for a

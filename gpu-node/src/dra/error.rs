@@ -95,6 +95,16 @@ pub enum DraError {
     /// The host has no root directory to keep the claim store and the lock in (`host-error`).
     #[error("the host has no root directory")]
     NoRoot,
+    /// The claim's fabric partition could not be activated or deactivated (the kind is the
+    /// fabric's: Fabric Manager's answer, a member in use).
+    #[error("claim {uid}: {source}")]
+    Fabric {
+        /// The claim's UID.
+        uid: String,
+        /// The fabric's refusal.
+        #[source]
+        source: Box<crate::fabric::FabricError>,
+    },
 }
 
 impl From<IntegrationError> for DraError {
@@ -123,6 +133,7 @@ impl DraError {
             DraError::Claim(e) | DraError::Cdi { source: e, .. } => e.kind(),
             DraError::Lock(e) => e.kind(),
             DraError::NoRoot => ErrorKind::HostError,
+            DraError::Fabric { source, .. } => ClassifiedError::kind(source.as_ref()),
         }
     }
 }

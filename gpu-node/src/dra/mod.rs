@@ -193,6 +193,117 @@ pub fn unprepare(
     Ok(done)
 }
 
+/// [`prepare`] on an NVSwitch node: the partition whose members are exactly the claim's whole
+/// GPUs is activated (through the Fabric Manager `fabric` names) before the claim's devices are
+/// made, as NVIDIA's DRA driver orders it, and deactivated again when they cannot be made. A
+/// claim whose GPUs are no partition is refused by its plan before any write.
+///
+/// # Errors
+/// As [`prepare`]; [`DraError::Fabric`] when the partition cannot be activated.
+pub fn prepare_with_fabric(
+    node: &DraNode<'_>,
+    doc: &Value,
+    id: &ClaimId,
+    setup: &DraSetup<'_>,
+    fabric: &gpu_health::fabric::FabricSource,
+) -> Result<PrepareAnswer, DraError> {
+    let checked = check_claim(doc, id, setup.driver)?;
+    prepare_checked_with_fabric(node, &checked, setup, fabric)
+}
+
+/// [`prepare_checked`] with the claim's partition activated first (see
+/// [`prepare_with_fabric`]).
+///
+/// # Errors
+/// As [`prepare_with_fabric`].
+pub fn prepare_checked_with_fabric(
+    node: &DraNode<'_>,
+    checked: &Checked,
+    setup: &DraSetup<'_>,
+    fabric: &gpu_health::fabric::FabricSource,
+) -> Result<PrepareAnswer, DraError> {
+    let fabric_err = |source| DraError::Fabric {
+        uid: checked.claim.uid.clone(),
+        source: Box::new(source),
+    };
+    let gpus = if setup.dry_run {
+        vec![]
+    } else {
+        planned_gpus(node.topology, checked, setup.driver)
+    };
+    let activated = crate::fabric::activate_for_claim(fabric, node.host, node.topology, &gpus)
+        .map_err(fabric_err)?;
+    let answer = prepare_checked(node, checked, setup);
+    if answer.is_err() && activated.is_some() {
+        let mut after = node.topology.clone();
+        gpu_health::fabric::fabric_at(fabric, node.host, &mut after);
+        let _ = crate::fabric::deactivate_for_claim(fabric, node.host, &after, &gpus);
+    }
+    answer
+}
+
+/// [`unprepare`] on an NVSwitch node: after the claim's devices are undone, the partition its
+/// whole GPUs were is deactivated.
+///
+/// # Errors
+/// As [`unprepare`]; [`DraError::Fabric`] when the partition cannot be deactivated.
+pub fn unprepare_with_fabric(
+    host: &dyn Host,
+    recording: bool,
+    uid: &str,
+    force: bool,
+    setup: &DraSetup<'_>,
+    topology: &gpu_core::NodeTopology,
+    fabric: &gpu_health::fabric::FabricSource,
+) -> Result<Unprepared, DraError> {
+    let gpus: Vec<gpu_core::PciAddress> = setup
+        .store
+        .read(uid)
+        .ok()
+        .flatten()
+        .map(|rec| bound_gpus(&rec.actions))
+        .unwrap_or_default();
+    let done = unprepare(host, recording, uid, force, setup)?;
+    crate::fabric::deactivate_for_claim(fabric, host, topology, &gpus).map_err(|source| {
+        DraError::Fabric {
+            uid: uid.to_owned(),
+            source: Box::new(source),
+        }
+    })?;
+    Ok(done)
+}
+
+/// The whole GPUs a planned claim binds (none where it cannot be planned: the prepare itself
+/// then answers why).
+fn planned_gpus(
+    topology: &gpu_core::NodeTopology,
+    checked: &Checked,
+    driver: &str,
+) -> Vec<gpu_core::PciAddress> {
+    gpu_integrations::dra::prepare::plan_prepare(
+        &checked.claim.allocation,
+        &checked.claim.uid,
+        driver,
+        topology,
+    )
+    .map(|actions| bound_gpus(&actions))
+    .unwrap_or_default()
+}
+
+fn bound_gpus(
+    actions: &[gpu_integrations::dra::prepare::PrepareAction],
+) -> Vec<gpu_core::PciAddress> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            gpu_integrations::dra::prepare::PrepareAction::BindGpu { address, .. } => {
+                Some(*address)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Pairs each prepared device with its allocation result (in order, for several shares of one
 /// device) and lists it as the kubelet's answer does.
 fn given(

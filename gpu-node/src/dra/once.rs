@@ -58,7 +58,8 @@ impl Once<'_> {
             store.check()?;
             Some(self.lock(node)?)
         };
-        super::prepare(&on, doc, id, &setup)
+        let fabric = gpu_health::fabric::FabricSource::of(&node.host);
+        super::prepare_with_fabric(&on, doc, id, &setup, &fabric)
     }
 
     /// Unprepares claim `uid` on `node` under the host lock ([`super::unprepare`]; `force`:
@@ -81,7 +82,16 @@ impl Once<'_> {
         };
         let _lock = self.lock(node)?;
         let recording = node.host.is_recording();
-        super::unprepare(&node.host, recording, uid, force, &setup)
+        let fabric = gpu_health::fabric::FabricSource::of(&node.host);
+        super::unprepare_with_fabric(
+            &node.host,
+            recording,
+            uid,
+            force,
+            &setup,
+            &node.topology,
+            &fabric,
+        )
     }
 
     fn lock(&self, node: &ComposedNode) -> Result<crate::WriteLock, DraError> {

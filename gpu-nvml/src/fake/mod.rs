@@ -8,6 +8,7 @@
 //! [`FakeNvml::failing`].
 
 mod gpu;
+pub mod persist;
 pub mod profiles;
 
 use std::collections::BTreeMap;

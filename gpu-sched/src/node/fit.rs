@@ -6,6 +6,7 @@
 
 use gpu_core::{GpuState, HealthState, Pool, Profile, pool::Misfit};
 
+use super::fabric::PartitionFit;
 use super::{Group, NodeState, Pick, creatable};
 use crate::policy::Policy;
 use crate::refusal::{Exclusion, Filter, Reason, ReasonKind};
@@ -571,7 +572,24 @@ impl NodeState {
         };
         let need_more = (r.wanted as usize).saturating_sub(exact_ix.len());
         let mut chosen: Vec<usize> = exact_ix.clone();
-        if r.numa {
+        // With too few GPUs free the reason is that, partitions or not.
+        let fabric = if cands.len() >= r.wanted as usize {
+            self.fit_partition(r, &cands, &exact_ix, &overlay.taken, policy)
+        } else {
+            PartitionFit::Free
+        };
+        let partition = match fabric {
+            PartitionFit::Free => None,
+            PartitionFit::Refused(mut reason) => {
+                reason.free = u32::try_from(cands.len()).unwrap_or(u32::MAX);
+                reason.excluded = excluded.into_sorted();
+                return Err(reason);
+            }
+            PartitionFit::Chosen(members) => Some(members),
+        };
+        if let Some(members) = partition {
+            chosen = members;
+        } else if r.numa {
             // Group the candidates by NUMA node; the named GPUs fix the node when given.
             let numa_of = |i: usize| self.topo.gpus[i].numa_node;
             let fixed = exact_ix.first().map(|&e| numa_of(e));

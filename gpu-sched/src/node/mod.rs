@@ -13,6 +13,7 @@
 //! times costs `L / a` units: exact for shared capacity, never more generous than the driver.
 mod build;
 mod charge;
+mod fabric;
 mod fit;
 mod same;
 mod topo;

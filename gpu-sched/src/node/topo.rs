@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use gpu_core::{Gpu, MediatedDevices, NodeTopology, Parent, ParentId, PciAddress, Pool};
+use gpu_core::{Fabric, Gpu, MediatedDevices, NodeTopology, Parent, ParentId, PciAddress, Pool};
 
 /// A node's topology as given, its parents' type lists aside (they live in the shared profile
 /// tables; [`super::NodeState::topology`] puts them back).
@@ -18,6 +18,9 @@ pub(crate) struct Topo {
     pub parents: Box<[Arc<Parent>]>,
     pub pools: Box<[Arc<Pool>]>,
     pub warnings: Box<[String]>,
+    /// The NVSwitch fabric with its partitions' members as GPU indices, shared by nodes whose
+    /// fabrics and GPU addresses are equal.
+    pub fabric: Option<Arc<super::fabric::FabricIx>>,
 }
 
 impl Topo {
@@ -55,6 +58,7 @@ impl Topo {
                 pools: self.pools.iter().map(|p| Pool::clone(p)).collect(),
             },
             warnings: self.warnings.to_vec(),
+            fabric: self.fabric.as_ref().map(|f| f.fabric.clone()),
         }
     }
 }
@@ -112,6 +116,8 @@ pub(crate) struct TopoTables {
     parents: Interner<Parent>,
     pools: Interner<Pool>,
     models: HashMap<Box<str>, Arc<str>>,
+    /// The fabrics met most recently (nodes of one baseboard share one).
+    fabrics: Vec<Arc<super::fabric::FabricIx>>,
     /// Nodes removed since the last prune.
     removed: usize,
 }
@@ -119,7 +125,7 @@ pub(crate) struct TopoTables {
 impl TopoTables {
     /// Splits a topology (whose parents' type lists were taken out) into shared parts.
     pub(crate) fn intern(&mut self, t: NodeTopology) -> Topo {
-        let gpus = t
+        let gpus: Box<[Arc<Gpu>]> = t
             .gpus
             .into_iter()
             .map(|g| {
@@ -145,13 +151,29 @@ impl TopoTables {
                 self.pools.intern(key, p)
             })
             .collect();
+        let fabric = t.fabric.map(|f| self.fabric(f, &gpus));
         Topo {
             node: t.node.into_boxed_str(),
             gpus,
             parents,
             pools,
             warnings: t.warnings.into_boxed_slice(),
+            fabric,
         }
+    }
+
+    /// The shared index of a fabric equal to `f` over GPUs at the same addresses among the last
+    /// few met, or a new one.
+    fn fabric(&mut self, f: Fabric, gpus: &[Arc<Gpu>]) -> Arc<super::fabric::FabricIx> {
+        if let Some(known) = self.fabrics.iter().rev().find(|k| k.same(&f, gpus)) {
+            return Arc::clone(known);
+        }
+        if self.fabrics.len() == 8 {
+            self.fabrics.remove(0);
+        }
+        let ix = Arc::new(super::fabric::FabricIx::new(f, gpus));
+        self.fabrics.push(Arc::clone(&ix));
+        ix
     }
 
     /// The shared lower-case spelling of a model name.

@@ -298,6 +298,9 @@ impl FleetState {
             let Some(n) = self.slots.get(i).and_then(|s| s.as_deref()) else {
                 return false;
             };
+            if !n.fabric_may_fit(m) {
+                return false;
+            }
             let Ok(picks) = n.fit(m, policy) else {
                 return false;
             };

@@ -17,6 +17,7 @@
 //!
 //! Health is left Unknown everywhere; the health crate grades it afterwards.
 
+pub mod fabric;
 mod narrow;
 mod parse;
 mod pci;
@@ -174,6 +175,7 @@ pub fn discover_with_links(
         let resolver = type_names(host, opts);
         let mut table = pci::PciTable::scan(&prefetch, &entries, &mut topo.warnings);
         let gpus = scan_gpus(&mut table, &mut topo.warnings);
+        topo.fabric = fabric::discovered(fabric::nvswitches(&mut table));
         prefetch.finish(worker);
         Ok::<_, SysfsError>((resolver, table, gpus))
     })?;

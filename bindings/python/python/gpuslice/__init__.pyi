@@ -137,11 +137,43 @@ class MediatedDevices(TypedDict):
     parents: List[Parent]
     pools: List[Pool]
 
+FabricMode = Literal["bareMetal", "sharedNvswitch", "vgpu"]
+
+class FabricManager(TypedDict):
+    """What is known of a node's NVIDIA Fabric Manager."""
+
+    state: Literal["reachable", "unreachable"]
+    mode: NotRequired[FabricMode]
+    reason: NotRequired[str]
+    version: NotRequired[str]
+    """The guest's NVIDIA driver must be this version."""
+
+class FabricPartition(TypedDict):
+    """One NVSwitch partition; ``gpus``, ``addresses``, ``moduleIds`` list the same members."""
+
+    id: int
+    gpus: List[str]
+    addresses: List[str]
+    moduleIds: NotRequired[List[int]]
+    nvlinks: NotRequired[int]
+    active: bool
+    degraded: NotRequired[str]
+    """Why the partition is degraded; absent when healthy."""
+
+class Fabric(TypedDict):
+    """The NVSwitch fabric joining a node's GPUs (HGX/DGX)."""
+
+    nvswitches: NotRequired[List[str]]
+    fabricManager: FabricManager
+    partitions: List[FabricPartition]
+
 class NodeTopology(TypedDict):
     node: str
     gpus: List[Gpu]
     mediatedDevices: MediatedDevices
     warnings: NotRequired[List[str]]
+    fabric: NotRequired[Fabric]
+    """Absent on a node without NVSwitches."""
 
 # ----------------------------------------------------------------------------------------------
 # Machines and allocations
@@ -242,6 +274,8 @@ ReasonKind = Literal[
     "InsufficientGpus",
     "GpuNotFound",
     "ConflictingRequests",
+    "NoFreePartition",
+    "FabricUnreachable",
 ]
 
 class Exclusion(TypedDict):
@@ -262,6 +296,7 @@ Reason = TypedDict(
         "numaAligned": NotRequired[bool],
         "excluded": NotRequired[List[Exclusion]],
         "with": NotRequired[List[str]],
+        "partitions": NotRequired[List[str]],
     },
 )
 

@@ -156,6 +156,20 @@ class AgentClient:
         q = "?force=true" if force else ""
         return self._request("POST", f"/v1/gpus/{urllib.parse.quote(gpu, safe='')}/release{q}")
 
+    def realize(
+        self, allocation: Any, *, machine: Optional[str] = None, force: bool = False
+    ) -> Dict[str, Any]:
+        """``POST /v1/realize``: makes a placed Machine's devices on this node in one call, as
+        ``gpuslice realize --allocation`` does. ``allocation`` is the document ``gpuslice place``
+        prints (JSON or YAML text, or the decoded dict); ``machine`` picks one of several. The
+        answer has the hand-off and ``allocation`` with ``status: created``. A GPU graded
+        Unhealthy is refused (``unhealthy``) unless ``force``."""
+        q = {k: v for k, v in (("machine", machine), ("force", "true" if force else None)) if v}
+        qs = ("?" + urllib.parse.urlencode(q)) if q else ""
+        if isinstance(allocation, str):
+            return self._request("POST", f"/v1/realize{qs}", raw=allocation)
+        return self._request("POST", f"/v1/realize{qs}", body=allocation)
+
     def apply_layout(
         self, layout: str, *, config: Optional[str] = None, dry_run: bool = False, force: bool = False
     ) -> Dict[str, Any]:

@@ -241,6 +241,16 @@ impl Ctx<'_> {
             g.vgpu_attrs
                 .insert("framework".into(), str_attr(fw.as_str()));
         }
+        // In Fabric Manager's vGPU mode a partition is activated with its GPUs' VFs.
+        if self
+            .node
+            .fabric
+            .as_ref()
+            .is_some_and(|f| f.fabric_manager.mode == Some(gpu_core::FabricMode::Vgpu))
+        {
+            g.vgpu_attrs
+                .extend(crate::dra::partition::fabric_attributes(self.node, gpu));
+        }
 
         let (by_size, mig_groups) = self.profiles_by_kind(gpu, &profiles);
         let mixed = pool.is_some_and(|p| p.mixed_size);
@@ -453,5 +463,6 @@ impl Ctx<'_> {
         if let Some(m) = gpu.memory_mib {
             a.insert("memoryMiB".into(), int_attr(m));
         }
+        a.extend(crate::dra::partition::fabric_attributes(self.node, gpu));
     }
 }

@@ -1,0 +1,526 @@
+//! NVSwitch fabric partitions changed on a node: listed, activated and deactivated, and whole
+//! GPUs handed out as a set with the partition whose members they are.
+//!
+//! A set of GPUs on an NVSwitch host reaches its members over NVLink only when Fabric Manager
+//! has activated a partition whose members are exactly that set. So [`bind_set`] refuses, before
+//! anything is written, a set that is no partition (naming the partitions that would do), and a
+//! multi-GPU set when Fabric Manager cannot be reached; otherwise it activates the partition and
+//! then binds each GPU to vfio-pci, in the order NVIDIA's DRA driver uses (the partition first,
+//! then the VFIO devices: `docs/fabric.md`), undoing both when a bind fails. [`release_set`]
+//! gives the GPUs back, then deactivates the partition.
+//!
+//! A partition whose member a process (a VM) holds open, or that shares a GPU with another
+//! active partition, is not activated nor deactivated: the refusal names the holder. Every
+//! change runs under the node's write lock ([`crate::Node::lock`]), the binds through the
+//! writer's own steps.
+
+use std::sync::Arc;
+
+use gpu_core::fabric::{Fabric, Partition};
+use gpu_core::{ClassifiedError, ErrorKind, NodeTopology, PciAddress};
+use gpu_fabric::{FabricManager, FmError};
+use gpu_health::OpenedNode;
+use gpu_health::fabric::FabricSource;
+use gpu_sysfs::actuate::GpuBinding;
+use serde::Serialize;
+
+use crate::{Node, NodeError};
+
+/// Why a fabric operation did not happen.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FabricError {
+    /// The node could not be discovered.
+    #[error("cannot discover the node: {0}")]
+    Discover(#[source] Box<gpu_sysfs::SysfsError>),
+    /// The node has no NVSwitch.
+    #[error("this node has no NVSwitch fabric")]
+    NoFabric,
+    /// The fabric exists but Fabric Manager cannot be reached.
+    #[error(
+        "this node has an NVSwitch fabric but Fabric Manager cannot be reached ({reason}): no multi-GPU set is handed out as if its GPUs could talk over NVLink"
+    )]
+    Unreachable {
+        /// Why.
+        reason: String,
+    },
+    /// Fabric Manager offers no partition with this ID.
+    #[error("Fabric Manager offers no partition {id} (it offers {offered})")]
+    UnknownPartition {
+        /// The ID asked for.
+        id: u32,
+        /// The IDs on offer.
+        offered: String,
+    },
+    /// The GPUs are not exactly the members of one partition.
+    #[error(
+        "{gpus} are not the members of one fabric partition; partitions that would do: {would_do}"
+    )]
+    NotAPartition {
+        /// The GPUs asked for.
+        gpus: String,
+        /// The healthy partitions of that size, closest first.
+        would_do: String,
+    },
+    /// A member GPU is in use by something else.
+    #[error("{partition}: {gpu} is in use by {holder}")]
+    InUse {
+        /// The partition.
+        partition: String,
+        /// The member.
+        gpu: String,
+        /// What holds it (a process, another active partition).
+        holder: String,
+    },
+    /// Fabric Manager refused.
+    #[error("cannot {action} partition {id}")]
+    Fm {
+        /// `activate` or `deactivate`.
+        action: &'static str,
+        /// The partition.
+        id: u32,
+        /// FM's answer.
+        #[source]
+        source: FmError,
+    },
+    /// A bind or release of a member failed (what was done before it was undone).
+    #[error(transparent)]
+    Node(#[from] NodeError),
+}
+
+impl ClassifiedError for FabricError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            FabricError::Discover(e) => e.kind(),
+            FabricError::NoFabric | FabricError::Unreachable { .. } => ErrorKind::NoDevice,
+            FabricError::UnknownPartition { .. } => ErrorKind::NotFound,
+            FabricError::NotAPartition { .. } => ErrorKind::InvalidRequest,
+            FabricError::InUse { .. } => ErrorKind::InUse,
+            FabricError::Fm { source, .. } => source.kind(),
+            FabricError::Node(e) => e.kind(),
+        }
+    }
+}
+
+/// A partition after an operation, and whether the operation changed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionChange {
+    /// The partition as Fabric Manager lists it afterwards.
+    pub partition: Partition,
+    /// False when it already was as asked.
+    pub changed: bool,
+}
+
+/// What [`bind_set`] or [`release_set`] did: the partition (none where the node needs none)
+/// and each GPU's binding.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetBinding {
+    /// The partition activated or deactivated with the set.
+    pub partition: Option<PartitionChange>,
+    /// Each GPU, in the order given.
+    pub gpus: Vec<GpuBinding>,
+    /// What the caller should know (a single GPU handed out while Fabric Manager cannot be
+    /// reached).
+    pub warnings: Vec<String>,
+}
+
+/// A node's topology with its fabric composed, and the Fabric Manager that answered.
+struct Read {
+    topology: NodeTopology,
+    fm: Option<Result<Arc<dyn FabricManager>, FmError>>,
+}
+
+/// A node's writer with where its Fabric Manager answers: what the fabric operations run on.
+#[derive(Debug, Clone)]
+pub struct FabricNode<'h> {
+    /// The node's writer.
+    pub node: Node<'h>,
+    /// Where its Fabric Manager answers.
+    pub source: FabricSource,
+}
+
+impl<'h> From<&'h OpenedNode> for FabricNode<'h> {
+    fn from(opened: &'h OpenedNode) -> Self {
+        FabricNode::of(opened)
+    }
+}
+
+impl<'h> FabricNode<'h> {
+    /// The fabric of a node opened by [`crate::open_node_host`].
+    pub fn of(opened: &'h OpenedNode) -> Self {
+        FabricNode {
+            node: Node::of(opened),
+            source: FabricSource::of(&opened.host),
+        }
+    }
+
+    fn read(&self) -> Result<Read, FabricError> {
+        let host = self.node.host();
+        let mut topology = gpu_sysfs::discover::discover(host, self.node.discover())
+            .map_err(|e| FabricError::Discover(Box::new(e)))?;
+        let fm = gpu_health::fabric::fabric_at(&self.source, host, &mut topology);
+        Ok(Read { topology, fm })
+    }
+}
+
+impl Read {
+    fn fabric(&self) -> Result<&Fabric, FabricError> {
+        self.topology.fabric.as_ref().ok_or(FabricError::NoFabric)
+    }
+
+    /// The Fabric Manager, or why it cannot be reached.
+    fn fm(&self) -> Result<&Arc<dyn FabricManager>, FabricError> {
+        match &self.fm {
+            None => Err(FabricError::NoFabric),
+            Some(Ok(fm)) if self.fabric()?.fabric_manager.is_reachable() => Ok(fm),
+            Some(Ok(_)) => Err(FabricError::Unreachable {
+                reason: self
+                    .fabric()?
+                    .fabric_manager
+                    .reason
+                    .clone()
+                    .unwrap_or_default(),
+            }),
+            Some(Err(e)) => Err(FabricError::Unreachable {
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    fn partition(&self, id: u32) -> Result<&Partition, FabricError> {
+        let fabric = self.fabric()?;
+        self.fm()?;
+        fabric
+            .partition(id)
+            .ok_or_else(|| FabricError::UnknownPartition {
+                id,
+                offered: ids(&fabric.partitions),
+            })
+    }
+
+    fn name(&self, a: &PciAddress) -> String {
+        self.topology
+            .gpu_by_address(a)
+            .map_or_else(|| a.to_string(), |g| g.name.clone())
+    }
+
+    /// Refuses when a member of `p` is held open by a process, or (for an activation) is a
+    /// member of another active partition: the refusal names the holder.
+    fn check_members(
+        &self,
+        host: &dyn gpu_sysfs::Host,
+        p: &Partition,
+        activating: bool,
+    ) -> Result<(), FabricError> {
+        let holders = gpu_sysfs::actuate::node_holders(host, &self.topology);
+        let fabric = self.fabric()?;
+        for a in &p.addresses {
+            let busy = |holder: String| FabricError::InUse {
+                partition: p.describe(),
+                gpu: self.name(a),
+                holder,
+            };
+            if let Some(h) = holders.gpu(a) {
+                return Err(busy(h.to_string()));
+            }
+            if activating
+                && let Some(other) = fabric
+                    .partitions
+                    .iter()
+                    .find(|o| o.id != p.id && o.active && o.contains(a))
+            {
+                return Err(busy(format!("active {}", other.describe())));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ids(parts: &[Partition]) -> String {
+    let all: Vec<String> = parts.iter().map(|p| p.id.to_string()).collect();
+    if all.is_empty() {
+        "none".to_owned()
+    } else {
+        all.join(", ")
+    }
+}
+
+/// The node's fabric with what Fabric Manager answers (or why it cannot). Reads only.
+///
+/// # Errors
+/// [`FabricError::Discover`], [`FabricError::NoFabric`].
+pub fn list<'h>(on: impl Into<FabricNode<'h>>) -> Result<Fabric, FabricError> {
+    let f = &on.into();
+    let r = f.read()?;
+    r.fabric().cloned()
+}
+
+fn relisted(f: &FabricNode<'_>, id: u32, changed: bool) -> Result<PartitionChange, FabricError> {
+    let r = f.read()?;
+    Ok(PartitionChange {
+        partition: r.partition(id)?.clone(),
+        changed,
+    })
+}
+
+/// Activates partition `id` (refused while a member is in use by something else).
+///
+/// # Errors
+/// [`FabricError::Unreachable`], [`FabricError::UnknownPartition`], [`FabricError::InUse`],
+/// [`FabricError::Fm`], [`FabricError::Node`] (the lock).
+pub fn activate<'h>(
+    on: impl Into<FabricNode<'h>>,
+    id: u32,
+) -> Result<PartitionChange, FabricError> {
+    switch(&on.into(), id, true)
+}
+
+/// Deactivates partition `id` (refused while a member is in use by something else).
+///
+/// # Errors
+/// As [`activate`].
+pub fn deactivate<'h>(
+    on: impl Into<FabricNode<'h>>,
+    id: u32,
+) -> Result<PartitionChange, FabricError> {
+    switch(&on.into(), id, false)
+}
+
+/// Partition `id` made active (`on`) or not, under the node's lock; nothing written when it
+/// already is.
+fn switch(f: &FabricNode<'_>, id: u32, on: bool) -> Result<PartitionChange, FabricError> {
+    let r = f.read()?;
+    let p = r.partition(id)?;
+    if p.active == on {
+        return relisted(f, id, false);
+    }
+    r.check_members(f.node.host(), p, on)?;
+    let fm = r.fm()?;
+    {
+        let _lock = f.node.lock()?;
+        set_active(fm.as_ref(), p.id, on)?;
+    }
+    relisted(f, id, true)
+}
+
+/// FM's activation (`on`) or deactivation of partition `id` (whole GPUs: shared NVSwitch mode;
+/// in vGPU mode FM itself refuses a plain activation).
+fn set_active(fm: &dyn FabricManager, id: u32, on: bool) -> Result<(), FabricError> {
+    let (action, done) = if on {
+        ("activate", fm.activate(id))
+    } else {
+        ("deactivate", fm.deactivate(id))
+    };
+    done.map_err(|source| FabricError::Fm { action, id, source })
+}
+
+/// The partition a set of whole GPUs must be on this node: `Ok(None)` where the node needs none
+/// (no NVSwitch, Fabric Manager in bare-metal mode, or one GPU while FM cannot be reached, with
+/// a warning), the exact partition otherwise.
+fn partition_for<'r>(
+    r: &'r Read,
+    gpus: &[PciAddress],
+    warnings: &mut Vec<String>,
+) -> Result<Option<&'r Partition>, FabricError> {
+    let Some(fabric) = r.topology.fabric.as_ref() else {
+        return Ok(None);
+    };
+    if !fabric.requires_partitions() {
+        return Ok(None);
+    }
+    if let Err(e) = r.fm() {
+        if gpus.len() == 1 {
+            warnings.push(format!("{e}; the GPU is bound alone, without NVLink peers"));
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    fabric.exact(gpus).map(Some).ok_or_else(|| {
+        let names: Vec<String> = gpus.iter().map(|a| r.name(a)).collect();
+        FabricError::NotAPartition {
+            gpus: names.join(", "),
+            would_do: Fabric::describe_all(fabric.would_do(gpus)),
+        }
+    })
+}
+
+/// Binds the whole GPUs `gpus` to vfio-pci as one set: on an NVSwitch host the set must be
+/// exactly one partition's members, which is activated first; a bind that fails undoes the
+/// binds before it and the activation.
+///
+/// # Errors
+/// [`FabricError::NotAPartition`] and [`FabricError::Unreachable`] before anything is written;
+/// [`FabricError::InUse`], [`FabricError::Fm`], [`FabricError::Node`].
+pub fn bind_set<'h>(
+    on: impl Into<FabricNode<'h>>,
+    gpus: &[PciAddress],
+) -> Result<SetBinding, FabricError> {
+    let f = &on.into();
+    let r = f.read()?;
+    let mut warnings = Vec::new();
+    let partition = partition_for(&r, gpus, &mut warnings)?;
+    let node = f.node;
+    let Some(p) = partition else {
+        let mut bound = Vec::with_capacity(gpus.len());
+        for g in gpus {
+            bound.push(node.bind_gpu(g)?);
+        }
+        return Ok(SetBinding {
+            partition: None,
+            gpus: bound,
+            warnings,
+        });
+    };
+    let activating = !p.active;
+    if activating {
+        r.check_members(f.node.host(), p, true)?;
+    }
+    let fm = r.fm()?;
+    let mut bound = Vec::with_capacity(gpus.len());
+    {
+        let locked = node.lock()?;
+        if activating {
+            set_active(fm.as_ref(), p.id, true)?;
+        }
+        for g in gpus {
+            match locked.bind_gpu(g) {
+                Ok(b) => bound.push(b),
+                Err(e) => {
+                    // Undo: the GPUs bound so far, then the activation. The first failure is
+                    // the answer; what the undo could not do is left for `gpu release`.
+                    for b in bound.iter().filter(|b| b.changed()) {
+                        let _ = locked.release_gpu(&b.gpu, false);
+                    }
+                    if activating {
+                        let _ = fm.deactivate(p.id);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+    Ok(SetBinding {
+        partition: Some(relisted(f, p.id, activating)?),
+        gpus: bound,
+        warnings,
+    })
+}
+
+/// Gives the whole GPUs `gpus` back to their host driver as one set, then deactivates the
+/// partition whose members they are (when it is active).
+///
+/// # Errors
+/// [`FabricError::NotAPartition`] before anything is written; [`FabricError::Fm`],
+/// [`FabricError::Node`].
+pub fn release_set<'h>(
+    on: impl Into<FabricNode<'h>>,
+    gpus: &[PciAddress],
+    force: bool,
+) -> Result<SetBinding, FabricError> {
+    let f = &on.into();
+    let r = f.read()?;
+    let mut warnings = Vec::new();
+    let partition = partition_for(&r, gpus, &mut warnings)?;
+    let node = f.node;
+    let Some(p) = partition else {
+        let mut released = Vec::with_capacity(gpus.len());
+        for g in gpus {
+            released.push(node.release_gpu(g, force)?);
+        }
+        return Ok(SetBinding {
+            partition: None,
+            gpus: released,
+            warnings,
+        });
+    };
+    let fm = r.fm()?;
+    let mut released = Vec::with_capacity(gpus.len());
+    {
+        let locked = node.lock()?;
+        for g in gpus {
+            released.push(locked.release_gpu(g, force)?);
+        }
+        if p.active {
+            set_active(fm.as_ref(), p.id, false)?;
+        }
+    }
+    Ok(SetBinding {
+        partition: Some(relisted(f, p.id, p.active)?),
+        gpus: released,
+        warnings,
+    })
+}
+
+/// A DRA claim's whole GPUs: the partition whose members they are exactly, activated before the
+/// claim's devices are made (the order NVIDIA's DRA driver uses). `Ok(None)` where nothing is
+/// to activate: no fabric, a mode without partitions, a partition already active, or a set that
+/// is no partition or a Fabric Manager that cannot be reached (the claim's plan refuses those
+/// before any write, `gpu_integrations::dra::partition::claim_partition`).
+///
+/// # Errors
+/// [`FabricError::InUse`], [`FabricError::Fm`].
+pub fn activate_for_claim(
+    source: &FabricSource,
+    host: &dyn gpu_sysfs::Host,
+    topology: &NodeTopology,
+    gpus: &[PciAddress],
+) -> Result<Option<u32>, FabricError> {
+    let Some(p) = claim_partition(topology, gpus) else {
+        return Ok(None);
+    };
+    if p.active {
+        return Ok(None);
+    }
+    let fm = gpu_health::fabric::open_fabric_at(source, host, topology).map_err(|e| {
+        FabricError::Unreachable {
+            reason: e.to_string(),
+        }
+    })?;
+    let holders = gpu_sysfs::actuate::node_holders(host, topology);
+    if let Some((a, h)) = p
+        .addresses
+        .iter()
+        .find_map(|a| holders.gpu(a).map(|h| (a, h)))
+    {
+        return Err(FabricError::InUse {
+            partition: p.describe(),
+            gpu: a.to_string(),
+            holder: h.to_string(),
+        });
+    }
+    set_active(fm.as_ref(), p.id, true)?;
+    Ok(Some(p.id))
+}
+
+/// Deactivates the partition a DRA claim's whole GPUs were (after its devices are undone);
+/// `Ok(None)` when none is active.
+///
+/// # Errors
+/// [`FabricError::Fm`], [`FabricError::Unreachable`].
+pub fn deactivate_for_claim(
+    source: &FabricSource,
+    host: &dyn gpu_sysfs::Host,
+    topology: &NodeTopology,
+    gpus: &[PciAddress],
+) -> Result<Option<u32>, FabricError> {
+    let Some(p) = claim_partition(topology, gpus).filter(|p| p.active) else {
+        return Ok(None);
+    };
+    let fm = gpu_health::fabric::open_fabric_at(source, host, topology).map_err(|e| {
+        FabricError::Unreachable {
+            reason: e.to_string(),
+        }
+    })?;
+    set_active(fm.as_ref(), p.id, false)?;
+    Ok(Some(p.id))
+}
+
+fn claim_partition<'t>(topology: &'t NodeTopology, gpus: &[PciAddress]) -> Option<&'t Partition> {
+    let fabric = topology.fabric.as_ref()?;
+    if gpus.is_empty() || !fabric.requires_partitions() || !fabric.fabric_manager.is_reachable() {
+        return None;
+    }
+    fabric.exact(gpus)
+}

@@ -1,0 +1,290 @@
+//! GPU instances on request for MIG-backed vGPUs: before a MIG-backed type is written to a VF,
+//! a free GPU instance of its profile must exist (NVIDIA: MIG mode on and GPU instances made
+//! before the vGPUs, docs/partitions.md); gpuslice makes one where none is free and destroys it
+//! again when the vGPU goes (only one it made). A time-sliced type on a GPU in MIG mode is
+//! refused here, before anything is cleared or written.
+
+use std::collections::BTreeMap;
+
+use gpu_core::nvidia::VgpuTypeName;
+use gpu_core::{MdevUuid, ParentId, PciAddress};
+use gpu_nvml::{MigMode, NvmlErrorKind};
+use gpu_sysfs::actuate::Created;
+
+use super::board::{Board, BoardProfile};
+use super::{InstanceView, Mig, MigError, board, owned};
+use crate::node::{Removed, VgpuId};
+use crate::{Node, NodeError, Target};
+
+/// The profile of `board` a vGPU type named `type_name` runs on: `None` for a time-sliced type
+/// or a name that is not NVIDIA's. The profile of the type's slices whose memory is nearest
+/// the type's framebuffer.
+pub fn profile_of_type<'b>(board: &'b Board, type_name: &str) -> Option<&'b BoardProfile> {
+    let t = VgpuTypeName::parse(type_name).ok()?;
+    let slices = u32::from(t.mig_slices?);
+    let fb = t.framebuffer_mib();
+    board
+        .profiles
+        .iter()
+        .filter(|p| p.compute_slices == slices)
+        .min_by_key(|p| p.memory_mib.abs_diff(fb))
+}
+
+impl Mig<'_, '_> {
+    /// How many MIG-backed vGPUs of each profile the VFs of `gpu` hold (from discovery: each
+    /// VF's type, by name).
+    fn held(&self, gpu: &PciAddress, board: &Board) -> Result<BTreeMap<String, usize>, MigError> {
+        let topo = gpu_sysfs::discover::discover(self.host(), self.node.discover)
+            .map_err(MigError::Discover)?;
+        let mut held: BTreeMap<String, usize> = BTreeMap::new();
+        for p in &topo.mediated_devices.parents {
+            if p.gpu != Some(*gpu) {
+                continue;
+            }
+            for i in &p.instances {
+                let name = i.profile_name.as_deref().unwrap_or_default();
+                if let Some(bp) = profile_of_type(board, name) {
+                    *held.entry(bp.name.clone()).or_default() += 1;
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Before a vGPU of `type_name` is made on `gpu`: for a MIG-backed type, a free GPU
+    /// instance of its profile (one made here when none is, returned); a time-sliced type on a
+    /// GPU in MIG mode is refused. `Ok(None)`: nothing to do (a time-sliced type with MIG off,
+    /// a GPU without MIG, a name that is not NVIDIA's).
+    ///
+    /// # Errors
+    /// [`MigError::MigOff`] for a MIG-backed type on a GPU in another mode,
+    /// [`MigError::PendingReset`], [`MigError::InUse`] (time-sliced in MIG mode), what
+    /// [`Mig::create`] answers.
+    pub fn before_vgpu(
+        &self,
+        gpu: &PciAddress,
+        type_name: &str,
+    ) -> Result<Option<InstanceView>, MigError> {
+        let modes = match self.nvml.mig_mode(gpu) {
+            Ok(m) => m,
+            Err(e)
+                if matches!(
+                    e.kind,
+                    NvmlErrorKind::NotSupported | NvmlErrorKind::NotFound
+                ) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(MigError::Nvml {
+                    gpu: *gpu,
+                    source: e,
+                });
+            }
+        };
+        let Ok(t) = VgpuTypeName::parse(type_name) else {
+            return Ok(None);
+        };
+        if modes.is_pending() {
+            return Err(MigError::PendingReset {
+                gpu: *gpu,
+                pending: super::describe(modes.pending),
+            });
+        }
+        match (t.mig_slices.is_some(), modes.current) {
+            (false, MigMode::Disabled) => Ok(None),
+            (false, MigMode::Enabled) => Err(MigError::InUse {
+                gpu: *gpu,
+                what: format!(
+                    "it is in MIG mode and {type_name} is a time-sliced type (MIG mode goes off \
+                     only with no vGPU, VF or GPU instance left: `gpuslice mig apply` of a \
+                     `mig-enabled: false` config, after clearing the VFs)"
+                ),
+            }),
+            (true, MigMode::Disabled) => Err(MigError::MigOff { gpu: *gpu }),
+            (true, MigMode::Enabled) => {
+                let board = board::read(self.host(), self.nvml, gpu, MigMode::Enabled)?;
+                let Some(p) = profile_of_type(&board, type_name) else {
+                    return Err(MigError::UnknownProfile {
+                        gpu: *gpu,
+                        name: type_name.to_owned(),
+                        known: board.names(),
+                    });
+                };
+                let have = board::instances(self.nvml, gpu)?
+                    .iter()
+                    .filter(|gi| Some(gi.profile_id) == p.id)
+                    .count();
+                let used = self.held(gpu, &board)?.get(&p.name).copied().unwrap_or(0);
+                if have > used {
+                    return Ok(None);
+                }
+                let name = p.name.clone();
+                self.create(gpu, &name, &format!("a {type_name} vGPU"))
+                    .map(Some)
+            }
+        }
+    }
+
+    /// After a vGPU of `type_name` left `gpu`: destroys one GPU instance of its profile that
+    /// gpuslice made and no vGPU needs any more (none it did not make). The ID destroyed.
+    ///
+    /// # Errors
+    /// What [`Mig::destroy`] answers.
+    pub fn after_vgpu(&self, gpu: &PciAddress, type_name: &str) -> Result<Option<u32>, MigError> {
+        let Ok(modes) = self.nvml.mig_mode(gpu) else {
+            return Ok(None);
+        };
+        if modes.current != MigMode::Enabled {
+            return Ok(None);
+        }
+        let board = board::read(self.host(), self.nvml, gpu, MigMode::Enabled)?;
+        let Some(p) = profile_of_type(&board, type_name) else {
+            return Ok(None);
+        };
+        let all = board::instances(self.nvml, gpu)?;
+        let of_profile: Vec<_> = all
+            .iter()
+            .filter(|gi| Some(gi.profile_id) == p.id)
+            .collect();
+        let used = self.held(gpu, &board)?.get(&p.name).copied().unwrap_or(0);
+        if of_profile.len() <= used {
+            return Ok(None);
+        }
+        let mine = owned::read(self.host());
+        let Some(gi) = of_profile
+            .iter()
+            .rev()
+            .find(|gi| owned::made_by_us(&mine, gpu, gi))
+        else {
+            return Ok(None);
+        };
+        self.destroy(gpu, gi.id, false).map(|()| Some(gi.id))
+    }
+}
+
+/// The physical GPU of `parent`: a PF itself, a VF's `physfn`, else the GPU `gpu_named` names.
+fn gpu_of<E>(
+    node: &Node<'_>,
+    parent: &ParentId,
+    gpu_named: &impl Fn(&str) -> Result<PciAddress, E>,
+) -> Result<PciAddress, E> {
+    if let ParentId::Pci(a) = parent {
+        let pf = node
+            .host
+            .read_link(&format!("sys/bus/pci/devices/{a}/physfn"))
+            .ok()
+            .and_then(|t| t.file_name()?.to_str()?.parse().ok());
+        return Ok(pf.unwrap_or(*a));
+    }
+    gpu_named(&parent.to_string())
+}
+
+impl Node<'_> {
+    /// [`Node::create_vgpu`] with MIG on request through `mig`: a MIG-backed type gets a GPU
+    /// instance first where none is free (destroyed again when the vGPU cannot be made); a
+    /// time-sliced type on a GPU in MIG mode is refused before anything is written.
+    ///
+    /// # Errors
+    /// What [`Mig::before_vgpu`] and [`Node::create_vgpu`] answer.
+    pub fn create_vgpu_with_mig<E: From<NodeError> + From<MigError>>(
+        &self,
+        mig: &Mig<'_, '_>,
+        parent: &ParentId,
+        profile: &str,
+        force: bool,
+        gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
+        name: impl Fn(&Target) -> Result<Option<MdevUuid>, E>,
+    ) -> Result<(Created, Option<InstanceView>), E> {
+        let gpu = gpu_of(self, parent, &gpu_named)?;
+        let made = mig.before_vgpu(&gpu, profile)?;
+        match self.create_vgpu(parent, profile, force, gpu_named, name) {
+            Ok(c) => Ok((c, made)),
+            Err(e) => {
+                if let Some(gi) = &made {
+                    // Undo what this call made; the vGPU's own error is the answer.
+                    let _ = mig.destroy(&gpu, gi.id, false);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Node::remove_vgpu`], then, for a VF that held a MIG-backed type, the GPU instance
+    /// gpuslice made for it destroyed ([`Mig::after_vgpu`]).
+    ///
+    /// # Errors
+    /// What [`Node::remove_vgpu`] and [`Mig::after_vgpu`] answer.
+    pub fn remove_vgpu_with_mig(
+        &self,
+        mig: &Mig<'_, '_>,
+        id: &VgpuId,
+        force: bool,
+    ) -> Result<(Removed, Option<u32>), MigError> {
+        let before = match id {
+            VgpuId::Vf(vf) => self.vf_type_name(vf),
+            VgpuId::Mdev(_) => None,
+        };
+        let removed = self.remove_vgpu(id, force)?;
+        let destroyed = match before {
+            Some((gpu, name)) if removed.changed() => mig.after_vgpu(&gpu, &name)?,
+            _ => None,
+        };
+        Ok((removed, destroyed))
+    }
+
+    /// The PF and type name of the vGPU VF `vf` holds, from discovery.
+    fn vf_type_name(&self, vf: &PciAddress) -> Option<(PciAddress, String)> {
+        let topo = gpu_sysfs::discover::discover(self.host, self.discover).ok()?;
+        topo.mediated_devices.parents.iter().find_map(|p| {
+            if p.id != ParentId::Pci(*vf) {
+                return None;
+            }
+            let i = p.instances.first()?;
+            Some((p.gpu?, i.profile_name.clone()?))
+        })
+    }
+}
+
+/// [`Node::create_vgpu_with_mig`] where the root has an NVML ([`super::open::open_nvml`]: the
+/// local driver's, a sandbox's saved one), else [`Node::create_vgpu`]: the one door `gpuslice
+/// vgpu create` uses.
+///
+/// # Errors
+/// As those two.
+pub fn create_on_request<E: From<NodeError> + From<MigError>>(
+    node: &Node<'_>,
+    root: &gpu_sysfs::OpenedRoot,
+    parent: &ParentId,
+    profile: &str,
+    force: bool,
+    gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
+    name: impl Fn(&Target) -> Result<Option<MdevUuid>, E>,
+) -> Result<(Created, Option<InstanceView>), E> {
+    match super::open::open_nvml(root, &gpu_health::NvmlSource::LocalOnly) {
+        Ok(nvml) => {
+            let mig = node.mig(nvml.as_ref());
+            node.create_vgpu_with_mig(&mig, parent, profile, force, gpu_named, name)
+        }
+        Err(_) => Ok((
+            node.create_vgpu(parent, profile, force, gpu_named, name)?,
+            None,
+        )),
+    }
+}
+
+/// [`Node::remove_vgpu_with_mig`] where the root has an NVML, else [`Node::remove_vgpu`].
+///
+/// # Errors
+/// As those two.
+pub fn remove_on_request(
+    node: &Node<'_>,
+    root: &gpu_sysfs::OpenedRoot,
+    id: &VgpuId,
+    force: bool,
+) -> Result<(Removed, Option<u32>), MigError> {
+    match super::open::open_nvml(root, &gpu_health::NvmlSource::LocalOnly) {
+        Ok(nvml) => node.remove_vgpu_with_mig(&node.mig(nvml.as_ref()), id, force),
+        Err(_) => Ok((node.remove_vgpu(id, force)?, None)),
+    }
+}

@@ -1,0 +1,255 @@
+//! NVSwitch partitions on the bundled HGX H100 host's sandbox (the fake Fabric Manager kept
+//! between processes): a partition's GPUs bound as one set with the partition activated, a set
+//! that is no partition refused before any write, holders named, and release deactivating.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+
+use gpu_core::fabric::FabricManagerState;
+use gpu_core::{ClassifiedError, ErrorKind, PciAddress};
+use gpu_health::{NodeRequest, OpenedNode, open_node_host};
+use gpu_node::fabric::{self, FabricError};
+
+const GPU0: &str = "0000:18:00.0";
+const GPU1: &str = "0000:2a:00.0";
+const GPU2: &str = "0000:3a:00.0";
+
+fn addr(s: &str) -> PciAddress {
+    s.parse().unwrap()
+}
+
+/// A fresh sandbox of the bundled HGX host: the directory and its root.
+fn hgx_sandbox() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = dir.path().join("sb");
+    let host =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hosts/hgx-h100-nvswitch.umockdev");
+    gpu_sysfs::sandbox::init(&sandbox, &host).unwrap();
+    let root = PathBuf::from(format!("sandbox:{}", sandbox.display()));
+    (dir, root)
+}
+
+fn open(root: &Path) -> OpenedNode {
+    open_node_host(root, &NodeRequest::new("hgx")).unwrap()
+}
+
+fn active(root: &Path) -> Vec<u32> {
+    fabric::list(&open(root))
+        .unwrap()
+        .partitions
+        .iter()
+        .filter(|p| p.active)
+        .map(|p| p.id)
+        .collect()
+}
+
+fn driver(root: &Path, gpu: &str) -> Option<String> {
+    let t = gpu_health::open_node(root, &NodeRequest::new("hgx"))
+        .unwrap()
+        .topology;
+    t.gpu_by_address(&addr(gpu)).unwrap().driver.clone()
+}
+
+#[test]
+fn the_sandbox_starts_with_fifteen_partitions_none_active() {
+    let (_dir, root) = hgx_sandbox();
+    let f = fabric::list(&open(&root)).unwrap();
+    assert_eq!(f.fabric_manager.state, FabricManagerState::Reachable);
+    assert_eq!(f.nvswitches.len(), 4);
+    assert_eq!(f.partitions.len(), 15);
+    assert!(f.partitions.iter().all(|p| !p.active));
+    let p4 = f.partition(4).unwrap();
+    assert_eq!(p4.gpus, ["nvidia0", "nvidia2"]);
+    assert_eq!(p4.addresses, [addr(GPU0), addr(GPU2)]);
+    // The composed topology carries the same fabric.
+    let t = gpu_health::open_node(&root, &NodeRequest::new("hgx"))
+        .unwrap()
+        .topology;
+    assert_eq!(t.fabric.unwrap().partitions.len(), 15);
+}
+
+#[test]
+fn a_partitions_gpus_are_bound_with_it_activated_and_released_with_it_deactivated() {
+    let (_dir, root) = hgx_sandbox();
+    let set = [addr(GPU0), addr(GPU2)];
+    let b = fabric::bind_set(&open(&root), &set).unwrap();
+    let p = b.partition.unwrap();
+    assert_eq!(
+        (p.partition.id, p.partition.active, p.changed),
+        (4, true, true)
+    );
+    assert_eq!(b.gpus.len(), 2);
+    // Kept between processes: a fresh opening sees it active and the GPUs on vfio-pci.
+    assert_eq!(active(&root), [4]);
+    assert_eq!(driver(&root, GPU0).as_deref(), Some("vfio-pci"));
+    assert_eq!(driver(&root, GPU2).as_deref(), Some("vfio-pci"));
+
+    // Partition 2 (modules 1, 2, 5, 6) shares nvidia0 with the active partition 4.
+    let e = fabric::activate(&open(&root), 2).unwrap_err();
+    assert!(matches!(e, FabricError::InUse { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("in use by active partition 4 (nvidia0, nvidia2)"),
+        "{e}"
+    );
+
+    let r = fabric::release_set(&open(&root), &set, false).unwrap();
+    assert!(!r.partition.unwrap().partition.active);
+    assert!(active(&root).is_empty());
+    assert_ne!(driver(&root, GPU0).as_deref(), Some("vfio-pci"));
+}
+
+#[test]
+fn a_set_that_is_no_partition_is_refused_before_any_bind_naming_those_that_would_do() {
+    let (_dir, root) = hgx_sandbox();
+    let before = driver(&root, GPU0);
+    let e = fabric::bind_set(&open(&root), &[addr(GPU0), addr(GPU1)]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidRequest);
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("nvidia0, nvidia1 are not the members of one fabric partition"),
+        "{msg}"
+    );
+    assert!(msg.contains("partition 4 (nvidia0, nvidia2)"), "{msg}");
+    assert!(msg.contains("partition 5 (nvidia1, nvidia3)"), "{msg}");
+    assert_eq!(driver(&root, GPU0), before);
+    assert!(active(&root).is_empty());
+}
+
+#[test]
+fn a_partition_whose_gpu_a_vm_holds_is_not_deactivated_and_the_holder_is_named() {
+    let (_dir, root) = hgx_sandbox();
+    let set = [addr(GPU0), addr(GPU2)];
+    fabric::bind_set(&open(&root), &set).unwrap();
+    let opened = open(&root);
+    let pid = opened
+        .host
+        .sandbox()
+        .unwrap()
+        .open_device(&format!("sys/bus/pci/devices/{GPU2}"))
+        .unwrap();
+    let e = fabric::deactivate(&opened, 4).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InUse);
+    assert!(
+        e.to_string()
+            .contains(&format!("nvidia2 is in use by pid {pid}")),
+        "{e}"
+    );
+    assert_eq!(active(&root), [4]);
+    opened.host.sandbox().unwrap().close_device(pid).unwrap();
+    let d = fabric::deactivate(&open(&root), 4).unwrap();
+    assert!(d.changed && !d.partition.active);
+    assert!(!fabric::deactivate(&open(&root), 4).unwrap().changed);
+}
+
+#[test]
+fn activate_and_deactivate_answer_for_unknown_ids_and_hosts_without_a_fabric() {
+    let (_dir, root) = hgx_sandbox();
+    let e = fabric::activate(&open(&root), 99).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert!(
+        e.to_string()
+            .contains("offers no partition 99 (it offers 1, 2, 3"),
+        "{e}"
+    );
+    let a = fabric::activate(&open(&root), 12).unwrap();
+    assert!(a.changed && a.partition.active);
+    assert!(!fabric::activate(&open(&root), 12).unwrap().changed);
+
+    let dir = tempfile::tempdir().unwrap();
+    let sb = dir.path().join("sb");
+    let a2 = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/hosts/workstation-passthrough.umockdev");
+    gpu_sysfs::sandbox::init(&sb, &a2).unwrap();
+    let other = PathBuf::from(format!("sandbox:{}", sb.display()));
+    assert!(matches!(
+        fabric::list(&open(&other)),
+        Err(FabricError::NoFabric)
+    ));
+}
+
+#[test]
+fn with_fabric_manager_unreachable_the_fabric_is_listed_and_no_multi_gpu_set_is_bound() {
+    // A directory tree (not this machine, not a sandbox) has no Fabric Manager to ask.
+    let replay = gpu_sysfs::umockdev::materialize(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hosts/hgx-h100-nvswitch.umockdev"),
+    )
+    .unwrap();
+    let root = replay.root().to_path_buf();
+    let f = fabric::list(&open(&root)).unwrap();
+    assert_eq!(f.fabric_manager.state, FabricManagerState::Unreachable);
+    assert!(f.partitions.is_empty());
+    let e = fabric::bind_set(&open(&root), &[addr(GPU0), addr(GPU2)]).unwrap_err();
+    assert!(matches!(e, FabricError::Unreachable { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("NVSwitch fabric but Fabric Manager cannot be reached"),
+        "{e}"
+    );
+}
+
+/// An allocated claim of the whole GPUs `gpus` on node `hgx`.
+fn gpu_claim(uid: &str, gpus: &[&str]) -> serde_json::Value {
+    let results: Vec<serde_json::Value> = gpus
+        .iter()
+        .map(|g| {
+            serde_json::json!({
+                "request": "gpus",
+                "driver": gpu_integrations::dra::DEFAULT_DRIVER,
+                "pool": "hgx",
+                "device": gpu_integrations::dra::device_name::gpu_device_name(&addr(g)),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "vm", "namespace": "default", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "gpus"}]}},
+        "status": {"allocation": {"devices": {"results": results}}}
+    })
+}
+
+fn once() -> gpu_node::dra::once::Once<'static> {
+    gpu_node::dra::once::Once {
+        driver: gpu_integrations::dra::DEFAULT_DRIVER,
+        state_dir: None,
+        cdi: None,
+        lock_timeout: None,
+        waiting: &|_| {},
+    }
+}
+
+#[test]
+fn a_dra_prepare_activates_the_claims_partition_and_unprepare_deactivates_it() {
+    let (_dir, root) = hgx_sandbox();
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    let uid = "6f1c2d3e-0000-4000-8000-00000000f004";
+    let doc = gpu_claim(uid, &[GPU2, GPU0]);
+    let id = gpu_node::dra::ClaimId::of_document(&doc, None).unwrap();
+    once().prepare(&node, &doc, &id, false).unwrap();
+    assert_eq!(active(&root), [4]);
+    assert_eq!(driver(&root, GPU0).as_deref(), Some("vfio-pci"));
+
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    once().unprepare(&node, uid, false).unwrap();
+    assert!(active(&root).is_empty());
+    assert_ne!(driver(&root, GPU0).as_deref(), Some("vfio-pci"));
+}
+
+#[test]
+fn a_dra_claim_whose_gpus_are_no_partition_is_refused_before_any_write() {
+    let (_dir, root) = hgx_sandbox();
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    let doc = gpu_claim("6f1c2d3e-0000-4000-8000-00000000f005", &[GPU0, GPU1]);
+    let id = gpu_node::dra::ClaimId::of_document(&doc, None).unwrap();
+    let e = once().prepare(&node, &doc, &id, false).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidRequest);
+    assert!(
+        e.to_string()
+            .contains("would do: partition 4 (nvidia0, nvidia2)"),
+        "{e}"
+    );
+    assert!(active(&root).is_empty());
+    assert_ne!(driver(&root, GPU0).as_deref(), Some("vfio-pci"));
+}
