@@ -3,3 +3,4 @@
 pub mod churn;
 pub mod fabric;
 pub mod fleetgen;
+pub mod slot_churn;

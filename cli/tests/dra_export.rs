@@ -568,6 +568,7 @@ fn h200_with_foreign_1g(placed: bool) -> gpu_core::NodeTopology {
         profile_name: Some("NVIDIA H200X-1-18C".into()),
         framebuffer_mib: Some(18 * 1024),
         in_use: Some(true),
+        placement_id: None,
     });
     let pool = &mut t.mediated_devices.pools[0];
     pool.used_mib = 18 * 1024;

@@ -237,6 +237,7 @@ fn h200_configured() -> gpu_core::NodeTopology {
                 profile_name: Some("NVIDIA H200X-1-18C".into()),
                 framebuffer_mib: Some(18 * 1024),
                 in_use: None,
+                placement_id: None,
             });
         }
     }

@@ -142,6 +142,7 @@ mod tests {
                 profile_name: None,
                 framebuffer_mib: None,
                 in_use: None,
+                placement_id: None,
             })
             .collect();
         t.mediated_devices = MediatedDevices {

@@ -29,6 +29,7 @@ pub mod mig;
 pub mod nvidia;
 pub mod pool;
 pub mod request;
+pub mod slots;
 pub mod text;
 pub mod topology;
 pub mod usage;

@@ -169,6 +169,7 @@ pub fn parent() -> impl Strategy<Value = Parent> {
                     profile_name: None,
                     framebuffer_mib: None,
                     in_use: Some(false),
+                    placement_id: None,
                 })
                 .collect(),
             warnings: vec![],

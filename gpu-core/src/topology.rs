@@ -498,6 +498,10 @@ pub struct Instance {
     /// The VFIO device is open by a process (a VM is using it), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_use: Option<bool>,
+    /// Its placement ID on a GPU in mixed-size mode (the slot its run starts at, as the driver
+    /// reports it in the VF's `nvidia/placement_id`), when it reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_id: Option<u32>,
 }
 
 /// A vGPU parent: an mdev parent (PCI function or virtual device) or a vendor-VFIO VF.

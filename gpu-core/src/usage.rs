@@ -336,6 +336,7 @@ mod tests {
                     profile_name: Some("NVIDIA H200X-1-18C".into()),
                     framebuffer_mib: None,
                     in_use: None,
+                    placement_id: None,
                 }]
             } else {
                 vec![]

@@ -46,6 +46,7 @@ fn mdev(u: &str, type_id: &str, name: &str, fb: u64) -> Instance {
         profile_name: Some(name.to_owned()),
         framebuffer_mib: Some(fb),
         in_use: Some(false),
+        placement_id: None,
     }
 }
 
@@ -218,6 +219,7 @@ fn applied(mut t: NodeTopology, plan: &Plan) -> NodeTopology {
                             profile_name: instance.type_name.clone(),
                             framebuffer_mib: instance.framebuffer_mib,
                             in_use: Some(false),
+                            placement_id: None,
                         });
                     }
                 }
@@ -723,6 +725,7 @@ fn l40s_host(types: &[u32]) -> NodeTopology {
                     profile_name: Some((*n).to_owned()),
                     framebuffer_mib: Some(*fb),
                     in_use: Some(false),
+                    placement_id: None,
                 }]
             })
             .unwrap_or_default();
@@ -1179,6 +1182,7 @@ fn h200_host(live: &[(u32, &str, u64, u8)]) -> NodeTopology {
                     profile_name: Some((*n).to_owned()),
                     framebuffer_mib: Some(*fb),
                     in_use: Some(false),
+                    placement_id: None,
                 }]
             })
             .unwrap_or_default();

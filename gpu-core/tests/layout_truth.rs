@@ -103,6 +103,7 @@ fn full_h200() -> NodeTopology {
                     profile_name: Some("NVIDIA H200X-141C".into()),
                     framebuffer_mib: Some(141 * 1024),
                     in_use: Some(false),
+                    placement_id: None,
                 }]
             } else {
                 vec![]
@@ -202,6 +203,7 @@ fn h200_mig(held: &[u32], lists: bool, pool: bool) -> NodeTopology {
                     profile_name: Some(name.to_owned()),
                     framebuffer_mib: Some(fb),
                     in_use: Some(false),
+                    placement_id: None,
                 }]
             })
             .unwrap_or_default();

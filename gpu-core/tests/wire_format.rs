@@ -148,6 +148,7 @@ fn topology_json_uses_the_documented_keys() {
             profile_name: None,
             framebuffer_mib: None,
             in_use: None,
+            placement_id: None,
         }],
         warnings: vec![],
     });

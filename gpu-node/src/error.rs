@@ -141,6 +141,10 @@ pub enum NodeError {
         #[source]
         source: std::io::Error,
     },
+    /// A vGPU of another size than the GPU's vGPUs could not be placed, or the GPU's
+    /// mixed-size mode could not be read or turned on ([`crate::mixed`]).
+    #[error(transparent)]
+    Mixed(Box<crate::mixed::MixedError>),
 }
 
 /// Where an mdev was to go, as messages name it: the parent, or `a VF of <gpu>` when the parent
@@ -171,6 +175,10 @@ impl NodeError {
             | NodeError::Layout(_)
             | NodeError::Unnamed { .. }
             | NodeError::Intent { .. } => None,
+            NodeError::Mixed(m) => match m.as_ref() {
+                crate::mixed::MixedError::OneSize { refusal, .. } => refusal.actuation(),
+                _ => None,
+            },
         }
     }
 
@@ -187,6 +195,9 @@ impl NodeError {
 impl ClassifiedError for NodeError {
     /// The kind of the failure below: the same kind the step has on its own.
     fn kind(&self) -> ErrorKind {
+        if let NodeError::Mixed(m) = self {
+            return m.kind();
+        }
         match (self.actuation(), self.apply()) {
             (Some(a), _) => a.kind(),
             (_, Some(e)) => e.kind(),

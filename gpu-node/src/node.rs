@@ -91,6 +91,7 @@ pub struct Node<'h> {
     pub(crate) discover: &'h DiscoverOptions,
     lock_timeout: Option<Duration>,
     waiting: Option<LockWaiting<'h>>,
+    nvml: Option<&'h dyn gpu_nvml::NvmlDevices>,
 }
 
 impl std::fmt::Debug for Node<'_> {
@@ -173,6 +174,7 @@ impl<'h> Node<'h> {
             discover,
             lock_timeout: None,
             waiting: None,
+            nvml: None,
         }
     }
 
@@ -185,6 +187,16 @@ impl<'h> Node<'h> {
     #[must_use]
     pub fn lock_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.lock_timeout = timeout;
+        self
+    }
+
+    /// Places vGPUs of different sizes on one GPU where its driver supports mixed-size mode,
+    /// as `nvml` answers ([`crate::mixed`]): [`Node::create_vgpu`] checks the mix fits before
+    /// any write and turns the mode on where the GPU is idle. Without it (no NVML: no way to
+    /// know), every GPU keeps one vGPU size.
+    #[must_use]
+    pub fn with_mixed_sizes(mut self, nvml: &'h dyn gpu_nvml::NvmlDevices) -> Self {
+        self.nvml = Some(nvml);
         self
     }
 
@@ -267,7 +279,7 @@ impl<'h> Node<'h> {
             let what = format!("create a {profile} vGPU on {parent}");
             Intent::new("create-vgpu", what, CHECK_VGPUS)
         };
-        self.check_then_write(intent, |host| {
+        let op = |host: &dyn Host| {
             let target = choose_target(host, parent, profile, None, &gpu_named)?;
             let uuid = name(&target)?;
             // A UUID that already exists on a parent of the GPU is found there again.
@@ -280,7 +292,41 @@ impl<'h> Node<'h> {
             };
             Ok(create_at(host, &target, uuid, force)
                 .map_err(|e| crate::full::explained(host, &pool, profile, e))?)
-        })
+        };
+        let Some(nvml) = self.nvml else {
+            if let Some(e) = crate::mixed_create::one_size_refusal(self.host, parent, profile) {
+                return Err(e.into());
+            }
+            return self.check_then_write(intent, op);
+        };
+        // Mixed sizes: every check (the mix fits, the mode may change) before the first write.
+        let Some(plan) = crate::mixed_create::check(self.host, nvml, parent, profile)? else {
+            return self.check_then_write(intent, op);
+        };
+        let (plan, made) = if plan.turn_mode_on {
+            // Two writes (the mode, then the type): under the lock, planned again there.
+            let _lock = self.acquire()?;
+            let plan = crate::mixed_create::check(self.host, nvml, parent, profile)?;
+            let made = intent::around(
+                self.host,
+                intent(),
+                |_| Vec::new(),
+                || {
+                    if let Some(p) = &plan {
+                        crate::mixed::turn_on(nvml, p)
+                            .map_err(|e| NodeError::Mixed(Box::new(e)))?;
+                    }
+                    op(self.host)
+                },
+            )?;
+            (plan, made)
+        } else {
+            (Some(plan), self.check_then_write(intent, op)?)
+        };
+        if let Some(p) = &plan {
+            crate::mixed_create::read_back(self.host, p, &made)?;
+        }
+        Ok(made)
     }
 
     /// Runs `op` on a [`Probe`] of the host first: when it gets through without trying to

@@ -6,7 +6,7 @@ use gpu_core::PciAddress;
 use crate::error::NvmlError;
 use crate::types::{
     ActiveVgpu, GpuInstance, GpuInstanceProfile, HealthReads, MigActivation, MigMode, MigModes,
-    Placement, VgpuMode, VgpuPlacements, VgpuTypeInfo,
+    Placement, VgpuMode, VgpuPlacements, VgpuScheduler, VgpuTypeInfo,
 };
 
 /// NVML's devices, addressed by the GPU's PCI address (the physical function). Every method is
@@ -142,4 +142,24 @@ pub trait NvmlDevices: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// Finding the device; `NotSupported` without vGPU.
     fn active_vgpus(&self, gpu: &PciAddress) -> Result<Vec<ActiveVgpu>, NvmlError>;
+
+    /// The time-sliced vGPU scheduler `gpu` runs (`nvmlDeviceGetVgpuSchedulerState`).
+    ///
+    /// # Errors
+    /// Finding the device; `NotSupported` without vGPU; `FunctionNotFound` on an older driver.
+    fn vgpu_scheduler(&self, gpu: &PciAddress) -> Result<VgpuScheduler, NvmlError>;
+
+    /// The placements vGPU type `type_id` can still take inside GPU instance `gpu_instance`
+    /// (`nvmlGpuInstanceGetVgpuTypeCreatablePlacements`): on GPUs with time-sliced vGPUs inside
+    /// MIG instances (Blackwell RTX PRO), how many more vGPUs of the type the instance holds.
+    ///
+    /// # Errors
+    /// `NotFound` for an instance the GPU lacks; `NotSupported` where the GPU has no time-sliced
+    /// vGPUs inside instances; `FunctionNotFound` on an older driver.
+    fn gpu_instance_vgpu_creatable_placements(
+        &self,
+        gpu: &PciAddress,
+        gpu_instance: u32,
+        type_id: u32,
+    ) -> Result<VgpuPlacements, NvmlError>;
 }

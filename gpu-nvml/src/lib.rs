@@ -36,5 +36,5 @@ pub use error::{NvmlError, NvmlErrorKind, NvmlUnavailable};
 pub use real::{CONTROL_DEVICE, DEFAULT_LIBRARY, NvmlLibrary, open_library};
 pub use types::{
     ActiveVgpu, GpuInstance, GpuInstanceProfile, HealthReads, MigActivation, MigMode, MigModes,
-    Placement, RemappedRows, VgpuMode, VgpuPlacements, VgpuTypeInfo,
+    Placement, RemappedRows, VgpuMode, VgpuPlacements, VgpuScheduler, VgpuTypeInfo,
 };

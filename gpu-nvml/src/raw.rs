@@ -12,8 +12,9 @@ use std::os::raw::c_uint;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
     NVML_GPU_INSTANCE_PROFILE_COUNT, nvmlDevice_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
-    nvmlGpuInstancePlacement_t, nvmlGpuInstanceProfileInfo_t, nvmlVgpuHeterogeneousMode_t,
-    nvmlVgpuInstance_t, nvmlVgpuPlacementId_t, nvmlVgpuPlacementList_t,
+    nvmlGpuInstancePlacement_t, nvmlGpuInstanceProfileInfo_t, nvmlReturn_t,
+    nvmlVgpuCreatablePlacementInfo_t, nvmlVgpuHeterogeneousMode_t, nvmlVgpuInstance_t,
+    nvmlVgpuPlacementId_t, nvmlVgpuPlacementList_t,
 };
 
 use crate::error::{NvmlError, NvmlErrorKind};
@@ -294,6 +295,35 @@ pub(crate) enum PlacementList {
 const FIRST_PLACEMENTS: u32 = 64;
 const MAX_PLACEMENTS: u32 = 4096;
 
+/// Asks `ask` for a placement list with room for a few IDs, and again with room for as many as
+/// NVML says (`INSUFFICIENT_SIZE` with the count, up to [`MAX_PLACEMENTS`]). `ask` gets the room
+/// and the buffer and returns NVML's code, the count and the placement size it wrote.
+fn grow_placements(
+    call: &'static str,
+    mut ask: impl FnMut(u32, &mut [c_uint]) -> (nvmlReturn_t, u32, u32),
+) -> Result<VgpuPlacements, NvmlError> {
+    let mut room = FIRST_PLACEMENTS;
+    loop {
+        let mut ids: Vec<c_uint> = vec![0; room as usize];
+        let (code, count, size) = ask(room, &mut ids);
+        match NvmlErrorKind::from_code(code) {
+            None => {
+                let ids = ids
+                    .get(..count as usize)
+                    .ok_or(NvmlError::new(call, NvmlErrorKind::InsufficientSize))?;
+                return Ok(VgpuPlacements {
+                    placement_size: size,
+                    placement_ids: ids.to_vec(),
+                });
+            }
+            Some(NvmlErrorKind::InsufficientSize) if count > room && count <= MAX_PLACEMENTS => {
+                room = count;
+            }
+            Some(kind) => return Err(NvmlError::new(call, kind)),
+        }
+    }
+}
+
 /// `nvmlDeviceGetVgpuTypeSupportedPlacements` or `...CreatablePlacements` (version 2 of the
 /// list, with the mode it is asked for).
 pub(crate) fn vgpu_placements(
@@ -313,9 +343,7 @@ pub(crate) fn vgpu_placements(
             sym!(nvml, nvmlDeviceGetVgpuTypeCreatablePlacements)?,
         ),
     };
-    let mut room = FIRST_PLACEMENTS;
-    loop {
-        let mut ids: Vec<c_uint> = vec![0; room as usize];
+    grow_placements(call, |room, ids| {
         let mut list = nvmlVgpuPlacementList_t {
             version: struct_version::<nvmlVgpuPlacementList_t>(2),
             placementSize: 0,
@@ -327,24 +355,38 @@ pub(crate) fn vgpu_placements(
         // struct carrying its version, whose `placementIds` points at `ids`, which holds
         // `count` entries and outlives the call.
         let code = unsafe { f(handle(device), type_id, &mut list) };
-        match NvmlErrorKind::from_code(code) {
-            None => {
-                let ids = ids
-                    .get(..list.count as usize)
-                    .ok_or(NvmlError::new(call, NvmlErrorKind::InsufficientSize))?;
-                return Ok(VgpuPlacements {
-                    placement_size: list.placementSize,
-                    placement_ids: ids.to_vec(),
-                });
-            }
-            Some(NvmlErrorKind::InsufficientSize)
-                if list.count > room && list.count <= MAX_PLACEMENTS =>
-            {
-                room = list.count;
-            }
-            Some(kind) => return Err(NvmlError::new(call, kind)),
-        }
-    }
+        (code, list.count, list.placementSize)
+    })
+}
+
+/// `nvmlDeviceGetGpuInstanceById`, then `nvmlGpuInstanceGetVgpuTypeCreatablePlacements`.
+pub(crate) fn gpu_instance_vgpu_creatable(
+    nvml: &Nvml,
+    device: &Device<'_>,
+    id: u32,
+    type_id: u32,
+) -> Result<VgpuPlacements, NvmlError> {
+    const CALL: &str = "nvmlGpuInstanceGetVgpuTypeCreatablePlacements";
+    let by_id = sym!(nvml, nvmlDeviceGetGpuInstanceById)?;
+    let f = sym!(nvml, nvmlGpuInstanceGetVgpuTypeCreatablePlacements)?;
+    let mut gi: nvmlGpuInstance_t = std::ptr::null_mut();
+    // SAFETY: resolved by its documented name; live handle; `gi` is a live, writable slot.
+    let code = unsafe { by_id(handle(device), id, &mut gi) };
+    NvmlError::check("nvmlDeviceGetGpuInstanceById", code)?;
+    grow_placements(CALL, |room, ids| {
+        let mut info = nvmlVgpuCreatablePlacementInfo_t {
+            version: struct_version::<nvmlVgpuCreatablePlacementInfo_t>(1),
+            vgpuTypeId: type_id,
+            count: room,
+            placementIds: ids.as_mut_ptr(),
+            placementSize: 0,
+        };
+        // SAFETY: resolved by its documented name; `gi` is the handle NVML just returned;
+        // `info` is live and writable, carries its version, and its `placementIds` points at
+        // `ids`, which holds `count` entries and outlives the call.
+        let code = unsafe { f(gi, &mut info) };
+        (code, info.count, info.placementSize)
+    })
 }
 
 /// `nvmlDeviceGetActiveVgpus` (count, then the IDs), each with `nvmlVgpuInstanceGetType` and,

@@ -21,7 +21,7 @@ use crate::error::{NvmlError, NvmlErrorKind, NvmlUnavailable};
 use crate::raw::{self, PlacementList};
 use crate::types::{
     ActiveVgpu, GpuInstance, GpuInstanceProfile, HealthReads, MigActivation, MigMode, MigModes,
-    Placement, VgpuMode, VgpuPlacements, VgpuTypeInfo,
+    Placement, VgpuMode, VgpuPlacements, VgpuScheduler, VgpuTypeInfo,
 };
 
 /// The library name opened when no path is given (found through the dynamic linker's paths).
@@ -403,6 +403,26 @@ impl NvmlDevices for NvmlLibrary {
 
     fn destroy_gpu_instance(&self, gpu: &PciAddress, id: u32) -> Result<(), NvmlError> {
         self.with_device(gpu, |n, d| raw::destroy_gpu_instance(n, d, id))
+    }
+
+    fn gpu_instance_vgpu_creatable_placements(
+        &self,
+        gpu: &PciAddress,
+        gpu_instance: u32,
+        type_id: u32,
+    ) -> Result<VgpuPlacements, NvmlError> {
+        self.with_device(gpu, |n, d| {
+            raw::gpu_instance_vgpu_creatable(n, d, gpu_instance, type_id)
+        })
+    }
+
+    fn vgpu_scheduler(&self, gpu: &PciAddress) -> Result<VgpuScheduler, NvmlError> {
+        self.with_device(gpu, |_, d| {
+            let state = d
+                .vgpu_scheduler_state()
+                .map_err(|e| from_wrapper("nvmlDeviceGetVgpuSchedulerState", e))?;
+            Ok(VgpuScheduler::from_raw(state.scheduler_policy))
+        })
     }
 
     fn vgpu_heterogeneous_mode(&self, gpu: &PciAddress) -> Result<VgpuMode, NvmlError> {

@@ -178,6 +178,50 @@ impl VgpuMode {
     }
 }
 
+/// The time-sliced vGPU scheduler a GPU runs (`nvmlVgpuSchedulerGetState_t.schedulerPolicy`,
+/// `NVML_VGPU_SCHEDULER_POLICY_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VgpuScheduler {
+    /// `NVML_VGPU_SCHEDULER_POLICY_BEST_EFFORT` (1), the default.
+    BestEffort,
+    /// `NVML_VGPU_SCHEDULER_POLICY_EQUAL_SHARE` (2).
+    EqualShare,
+    /// `NVML_VGPU_SCHEDULER_POLICY_FIXED_SHARE` (3).
+    FixedShare,
+    /// `NVML_VGPU_SCHEDULER_POLICY_UNKNOWN` (0), or a value a newer driver adds.
+    Unknown(u32),
+}
+
+impl VgpuScheduler {
+    /// The scheduler of NVML's value `raw`.
+    pub fn from_raw(raw: u32) -> Self {
+        match raw {
+            1 => VgpuScheduler::BestEffort,
+            2 => VgpuScheduler::EqualShare,
+            3 => VgpuScheduler::FixedShare,
+            other => VgpuScheduler::Unknown(other),
+        }
+    }
+
+    /// Whether NVIDIA supports mixed-size ("heterogeneous") vGPUs under it: Best Effort and
+    /// Equal Share only (NVIDIA AI Enterprise, "Heterogeneous vGPU"; docs/partitions.md).
+    pub fn allows_mixed_size(self) -> bool {
+        matches!(self, VgpuScheduler::BestEffort | VgpuScheduler::EqualShare)
+    }
+}
+
+impl std::fmt::Display for VgpuScheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VgpuScheduler::BestEffort => f.write_str("best effort"),
+            VgpuScheduler::EqualShare => f.write_str("equal share"),
+            VgpuScheduler::FixedShare => f.write_str("fixed share"),
+            VgpuScheduler::Unknown(v) => write!(f, "unknown ({v})"),
+        }
+    }
+}
+
 /// A vGPU type's placements on a GPU (`nvmlVgpuPlacementList_v2_t`): how many slots one vGPU of
 /// the type occupies and the placement IDs (first slots) it may take.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

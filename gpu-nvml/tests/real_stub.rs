@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use gpu_core::PciAddress;
 use gpu_nvml::{
     ActiveVgpu, MigActivation, MigMode, MigModes, NvmlDevices, NvmlErrorKind, NvmlLibrary,
-    Placement, VgpuMode,
+    Placement, VgpuMode, VgpuScheduler,
 };
 
 const H100: &str = "0000:18:00.0";
@@ -178,4 +178,33 @@ fn a_library_that_does_not_exist_is_unavailable_for_every_call() {
         .set_vgpu_heterogeneous_mode(&addr(L40S), VgpuMode::Heterogeneous)
         .unwrap_err();
     assert!(matches!(e.kind, NvmlErrorKind::Unavailable(_)), "{e}");
+}
+
+#[test]
+fn the_scheduler_and_an_instances_creatable_vgpu_placements_are_read_through_nvml() {
+    let Some((_dir, lib)) = build_stub(&[]) else {
+        return;
+    };
+    let nvml = NvmlLibrary::open(Some(&lib)).unwrap();
+    assert_eq!(
+        nvml.vgpu_scheduler(&addr(L40S)).unwrap(),
+        VgpuScheduler::EqualShare
+    );
+    assert_eq!(
+        nvml.vgpu_scheduler(&addr(H100)).unwrap_err().kind,
+        NvmlErrorKind::NotSupported
+    );
+    let gpu = addr(H100);
+    nvml.set_mig_mode(&gpu, MigMode::Enabled).unwrap();
+    let gi = nvml.create_gpu_instance(&gpu, 19, at(6, 1)).unwrap();
+    // The stub answers INSUFFICIENT_SIZE to a short buffer and a version mismatch to a wrong
+    // struct version: both are handled by the real loader.
+    let p = nvml
+        .gpu_instance_vgpu_creatable_placements(&gpu, gi.id, 70)
+        .unwrap();
+    assert_eq!((p.placement_size, p.placement_ids), (1, vec![1, 2]));
+    let e = nvml
+        .gpu_instance_vgpu_creatable_placements(&gpu, gi.id + 100, 70)
+        .unwrap_err();
+    assert_eq!(e.kind, NvmlErrorKind::NotFound);
 }

@@ -41,6 +41,7 @@ fn with_one_g_at(mut n: NodeTopology, starts: &[u8]) -> NodeTopology {
             profile_name: Some(format!("NVIDIA {ONE_G}")),
             framebuffer_mib: Some(18432),
             in_use: Some(true),
+            placement_id: None,
         });
         let pool = &mut n.mediated_devices.pools[0];
         pool.mig_slices_used = Some(pool.mig_slices_used.unwrap_or(0) + 1);

@@ -51,6 +51,7 @@ fn mbochs_with_one_large(node: &str) -> NodeTopology {
         profile_name: None,
         framebuffer_mib: Some(64),
         in_use: Some(true),
+        placement_id: None,
     });
     n.mediated_devices.pools[0].used_mib = 64;
     n.mediated_devices.pools[0].size_locked_mib = Some(64);

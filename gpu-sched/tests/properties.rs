@@ -211,6 +211,7 @@ fn build_node(name: &str, specs: &[GpuSpec], mbochs: Option<(u32, u32, u32)>) ->
                             profile_name: Some(ty.1.into()),
                             framebuffer_mib: Some(*size),
                             in_use: Some(true),
+                            placement_id: None,
                         }]
                     } else {
                         vec![]
@@ -276,6 +277,7 @@ fn build_node(name: &str, specs: &[GpuSpec], mbochs: Option<(u32, u32, u32)>) ->
                                 profile_name: Some(t.1.into()),
                                 framebuffer_mib: Some(t.2),
                                 in_use: Some(true),
+                                placement_id: None,
                             }]
                         })
                         .unwrap_or_default();
@@ -325,6 +327,7 @@ fn build_node(name: &str, specs: &[GpuSpec], mbochs: Option<(u32, u32, u32)>) ->
                     profile_name: None,
                     framebuffer_mib: None,
                     in_use: None,
+                    placement_id: None,
                 });
             }
         }

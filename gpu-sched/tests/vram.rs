@@ -20,6 +20,7 @@ fn an_existing_mig_backed_vgpu_counts_its_framebuffer() {
         profile_name: None,
         framebuffer_mib: None,
         in_use: Some(true),
+        placement_id: None,
     });
     let u = vram_usage(&n, &[]);
     assert_eq!(u.total_mib, 144384);
@@ -69,6 +70,7 @@ fn pending_and_created_whole_gpus_and_vgpus_are_counted_once() {
             profile_name: None,
             framebuffer_mib: Some(35840),
             in_use: Some(false),
+            placement_id: None,
         });
     }
     assert_eq!(vram_usage(&seen, &allocations).allocated_mib, 2 * 35840);

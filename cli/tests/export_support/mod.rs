@@ -325,6 +325,7 @@ pub fn mixed_node(node: &str) -> NodeTopology {
             profile_name: Some("GRID T4-2Q".into()),
             framebuffer_mib: Some(2048),
             in_use: Some(true),
+            placement_id: None,
         }],
         warnings: vec![],
     };

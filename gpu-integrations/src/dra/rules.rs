@@ -558,6 +558,7 @@ mod tests {
                             profile_name: None,
                             framebuffer_mib: Some(SIZES[*s]),
                             in_use: None,
+                            placement_id: None,
                         }]
                     }
                     _ => vec![],

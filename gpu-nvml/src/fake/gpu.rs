@@ -5,7 +5,8 @@ use gpu_core::mig::MigGeometry;
 
 use crate::error::NvmlErrorKind;
 use crate::types::{
-    ActiveVgpu, GpuInstance, HealthReads, MigMode, MigModes, VgpuMode, VgpuPlacements, VgpuTypeInfo,
+    ActiveVgpu, GpuInstance, HealthReads, MigMode, MigModes, VgpuMode, VgpuPlacements,
+    VgpuScheduler, VgpuTypeInfo,
 };
 
 /// A vGPU type of a fake GPU, with its placements.
@@ -19,6 +20,9 @@ pub struct FakeVgpuType {
     pub homogeneous: VgpuPlacements,
     /// For a MIG-backed type, the GPU-instance profile ID it runs on.
     pub gpu_instance_profile: Option<u32>,
+    /// How many vGPUs of the type one GPU instance holds: 1, or more where the GPU time-slices
+    /// vGPUs inside MIG instances (the count the driver lists, set by the test).
+    pub per_instance: u32,
 }
 
 impl FakeVgpuType {
@@ -46,6 +50,7 @@ impl FakeVgpuType {
             heterogeneous: placements.clone(),
             homogeneous: placements,
             gpu_instance_profile: None,
+            per_instance: 1,
         }
     }
 
@@ -58,6 +63,13 @@ impl FakeVgpuType {
     /// A MIG-backed type running on GPU instances of profile `profile_id`.
     pub fn mig_backed(mut self, profile_id: u32) -> Self {
         self.gpu_instance_profile = Some(profile_id);
+        self
+    }
+
+    /// Time-sliced inside each GPU instance: up to `count` vGPUs of the type share one
+    /// instance (Blackwell RTX PRO; the count is the driver's, given by the test).
+    pub fn time_sliced_in_instance(mut self, count: u32) -> Self {
+        self.per_instance = count.max(1);
         self
     }
 }
@@ -87,6 +99,7 @@ pub struct FakeGpu {
     pub(crate) active: Vec<(ActiveVgpu, Option<u32>)>,
     pub(crate) next_vgpu: u32,
     pub(crate) processes: u32,
+    pub(crate) scheduler: VgpuScheduler,
 }
 
 impl FakeGpu {
@@ -102,6 +115,7 @@ impl FakeGpu {
             active: Vec::new(),
             next_vgpu: 1,
             processes: 0,
+            scheduler: VgpuScheduler::BestEffort,
         }
     }
 
@@ -154,6 +168,13 @@ impl FakeGpu {
         self
     }
 
+    /// The GPU runs the time-sliced vGPU scheduler `scheduler` (best effort, NVIDIA's default,
+    /// unless set).
+    pub fn with_scheduler(mut self, scheduler: VgpuScheduler) -> Self {
+        self.scheduler = scheduler;
+        self
+    }
+
     /// The GPU sits on an HGX baseboard as module `id`.
     pub fn with_module_id(mut self, id: u32) -> Self {
         self.module_id = Some(id);
@@ -201,6 +222,28 @@ impl FakeGpu {
     /// The placements `t` can take now in `mode`: in heterogeneous mode its supported IDs whose
     /// slots no running vGPU holds; in homogeneous mode its IDs not taken, and none while a vGPU
     /// of another type runs (one size per GPU).
+    /// The placements `t` can still take inside GPU instance `gi`: slots `0..per_instance` of
+    /// the instance, less those its running vGPUs hold; none beside a vGPU of another type.
+    pub(crate) fn creatable_in_instance(&self, t: &FakeVgpuType, gi: u32) -> VgpuPlacements {
+        let inside: Vec<&ActiveVgpu> = self
+            .active
+            .iter()
+            .filter(|(_, g)| *g == Some(gi))
+            .map(|(v, _)| v)
+            .collect();
+        let ids = if inside.iter().any(|v| v.type_id != t.info.id) {
+            Vec::new()
+        } else {
+            (0..t.per_instance)
+                .filter(|p| !inside.iter().any(|v| v.placement_id.unwrap_or(0) == *p))
+                .collect()
+        };
+        VgpuPlacements {
+            placement_size: 1,
+            placement_ids: ids,
+        }
+    }
+
     pub(crate) fn creatable(&self, t: &FakeVgpuType, mode: VgpuMode) -> VgpuPlacements {
         match mode {
             VgpuMode::Heterogeneous => {

@@ -22,7 +22,7 @@ use crate::devices::NvmlDevices;
 use crate::error::{NvmlError, NvmlErrorKind};
 use crate::types::{
     ActiveVgpu, GpuInstance, GpuInstanceProfile, HealthReads, MigActivation, MigMode, MigModes,
-    Placement, VgpuMode, VgpuPlacements, VgpuTypeInfo,
+    Placement, VgpuMode, VgpuPlacements, VgpuScheduler, VgpuTypeInfo,
 };
 
 /// The device lookup every question starts with.
@@ -133,18 +133,24 @@ impl FakeNvml {
                 if !fits {
                     return Err(NvmlErrorKind::NotFound);
                 }
-                // One vGPU per GPU instance (time-sliced vGPUs inside MIG instances are not
-                // modelled).
-                if g.active.iter().any(|(_, inside)| *inside == gpu_instance) {
-                    return Err(NvmlErrorKind::InsufficientResources);
-                }
+                // As many vGPUs per GPU instance as the type's time-slicing inside it allows
+                // (one where the GPU has none): each at a creatable placement of the instance.
+                let free = g.creatable_in_instance(&t, gpu_instance.unwrap_or(0));
+                let at = match placement_id {
+                    Some(p) if free.placement_ids.contains(&p) => p,
+                    Some(_) => return Err(NvmlErrorKind::InsufficientResources),
+                    None => *free
+                        .placement_ids
+                        .first()
+                        .ok_or(NvmlErrorKind::InsufficientResources)?,
+                };
                 let instance = g.next_vgpu;
                 g.next_vgpu = g.next_vgpu.saturating_add(1);
                 g.active.push((
                     ActiveVgpu {
                         instance,
                         type_id,
-                        placement_id: None,
+                        placement_id: (t.per_instance > 1).then_some(at),
                     },
                     gpu_instance,
                 ));
@@ -482,6 +488,36 @@ impl NvmlDevices for FakeNvml {
     fn active_vgpus(&self, gpu: &PciAddress) -> Result<Vec<ActiveVgpu>, NvmlError> {
         self.on("nvmlDeviceGetActiveVgpus", gpu, |g| {
             Ok(g.active.iter().map(|(v, _)| *v).collect())
+        })
+    }
+
+    fn gpu_instance_vgpu_creatable_placements(
+        &self,
+        gpu: &PciAddress,
+        gpu_instance: u32,
+        type_id: u32,
+    ) -> Result<VgpuPlacements, NvmlError> {
+        self.on("nvmlGpuInstanceGetVgpuTypeCreatablePlacements", gpu, |g| {
+            let m = g.mig.as_ref().ok_or(NvmlErrorKind::NotSupported)?;
+            let gi = m
+                .instances
+                .iter()
+                .find(|i| i.id == gpu_instance)
+                .ok_or(NvmlErrorKind::NotFound)?;
+            let t = g.vgpu_type(type_id).ok_or(NvmlErrorKind::InvalidArgument)?;
+            if t.gpu_instance_profile != Some(gi.profile_id) {
+                return Err(NvmlErrorKind::InvalidArgument);
+            }
+            Ok(g.creatable_in_instance(t, gpu_instance))
+        })
+    }
+
+    fn vgpu_scheduler(&self, gpu: &PciAddress) -> Result<VgpuScheduler, NvmlError> {
+        self.on("nvmlDeviceGetVgpuSchedulerState", gpu, |g| {
+            if g.types.is_empty() {
+                return Err(NvmlErrorKind::NotSupported);
+            }
+            Ok(g.scheduler)
         })
     }
 }

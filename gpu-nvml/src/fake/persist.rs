@@ -15,7 +15,7 @@ use crate::devices::NvmlDevices;
 use crate::error::{NvmlError, NvmlErrorKind};
 use crate::types::{
     ActiveVgpu, GpuInstance, GpuInstanceProfile, HealthReads, MigActivation, MigMode, MigModes,
-    Placement, VgpuMode, VgpuPlacements, VgpuTypeInfo,
+    Placement, VgpuMode, VgpuPlacements, VgpuScheduler, VgpuTypeInfo,
 };
 
 /// The file under the sandbox directory.
@@ -200,6 +200,17 @@ impl SavedNvml {
 }
 
 impl NvmlDevices for SavedNvml {
+    fn vgpu_scheduler(&self, gpu: &PciAddress) -> Result<VgpuScheduler, NvmlError> {
+        self.read(|f| f.vgpu_scheduler(gpu))
+    }
+    fn gpu_instance_vgpu_creatable_placements(
+        &self,
+        gpu: &PciAddress,
+        gpu_instance: u32,
+        type_id: u32,
+    ) -> Result<VgpuPlacements, NvmlError> {
+        self.read(|f| f.gpu_instance_vgpu_creatable_placements(gpu, gpu_instance, type_id))
+    }
     fn driver_version(&self) -> Option<String> {
         self.fake.driver_version()
     }

@@ -347,3 +347,42 @@ nvmlReturn_t nvmlVgpuInstanceGetPlacementId(unsigned int instance, nvmlVgpuPlace
     p->placementId = 12;
     return NVML_SUCCESS;
 }
+
+/* ----- vGPU scheduler; time-sliced vGPUs inside GPU instances ----- */
+
+typedef struct {
+    unsigned int schedulerPolicy, arrMode;
+    unsigned int params[2]; /* nvmlVgpuSchedulerParams_t: two unsigned ints in every arm */
+} nvmlVgpuSchedulerGetState_t;
+
+nvmlReturn_t nvmlDeviceGetVgpuSchedulerState(nvmlDevice_t d, nvmlVgpuSchedulerGetState_t *s) {
+    if (!d || !s) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->mixed) return NVML_ERROR_NOT_SUPPORTED;
+    s->schedulerPolicy = 2; /* NVML_VGPU_SCHEDULER_POLICY_EQUAL_SHARE */
+    s->arrMode = 0;
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned int version, vgpuTypeId, count;
+    unsigned int *placementIds;
+    unsigned int placementSize;
+} nvmlVgpuCreatablePlacementInfo_v1_t;
+
+nvmlReturn_t nvmlGpuInstanceGetVgpuTypeCreatablePlacements(nvmlGpuInstance_t gi,
+                                                           nvmlVgpuCreatablePlacementInfo_v1_t *p) {
+    if (!gi || !gi->used || !p) return NVML_ERROR_INVALID_ARGUMENT;
+    if (p->version != VERSION(nvmlVgpuCreatablePlacementInfo_v1_t, 1))
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (p->vgpuTypeId != 70) return NVML_ERROR_INVALID_ARGUMENT;
+    /* Type 70 time-slices three to an instance; placement 0 is taken. */
+    static const unsigned int free_ids[] = {1, 2};
+    p->placementSize = 1;
+    if (p->count < 2 || !p->placementIds) {
+        p->count = 2;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    memcpy(p->placementIds, free_ids, sizeof free_ids);
+    p->count = 2;
+    return NVML_SUCCESS;
+}

@@ -332,6 +332,19 @@ pub struct VfInstance {
     pub held_by: Option<super::Holder>,
     /// How to hand the VF to a VM.
     pub handoff: Handoff,
+    /// Its placement ID on a GPU in mixed-size mode, as the VF reports it ([`placement_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_id: Option<u32>,
+}
+
+/// The placement ID a VF reports (`nvidia/placement_id`: a decimal number once a type is set on
+/// a GPU in mixed-size mode); `None` where the file is absent, empty or says something else
+/// (`Not Applicable`): never guessed.
+pub fn placement_id(host: &dyn Host, vf: &PciAddress) -> Option<u32> {
+    let bytes = host
+        .read(&format!("{}/nvidia/placement_id", pci_dir(vf)))
+        .ok()?;
+    String::from_utf8_lossy(&bytes).trim().parse().ok()
 }
 
 /// Every vendor-VFIO VF on the host that has a type, in address order.
@@ -378,6 +391,7 @@ pub fn list_vf_instances(host: &dyn Host) -> Result<Vec<VfInstance>> {
         out.push(VfInstance {
             held_by: super::holder_of(host, &pci_dir(&vf)),
             handoff: Handoff::pci_on(host, &vf),
+            placement_id: placement_id(host, &vf),
             vf,
             pf,
             type_id: VgpuTypeId::vendor_vfio(t),

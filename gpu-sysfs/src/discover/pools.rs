@@ -63,6 +63,37 @@ pub(crate) struct BuiltPool {
 /// established and MIG-backed types are refused there rather than guessed. Why NVML's
 /// placements were not used, when it answered, goes to `notes` (the GPU's warnings). The flag is
 /// true when the slots are NVML's exact placements.
+/// A GPU with MIG-backed types whose board gpuslice has no geometry for: its slots are those
+/// of that board, so that every MIG-backed type is refused ("no MIG geometry is known") rather
+/// than planned by compute slices past the GPU's memory slices. `None` when no type names a
+/// board.
+fn unknown_board(parents: &[&Parent], notes: &mut Vec<String>) -> Option<(MigSlots, bool)> {
+    let board = parents
+        .iter()
+        .flat_map(|p| {
+            p.profiles
+                .iter()
+                .map(|pr| pr.name.as_str())
+                .chain(p.instances.iter().filter_map(|i| i.profile_name.as_deref()))
+        })
+        .filter_map(|n| VgpuTypeName::parse(n).ok())
+        .find(|n| n.mig_slices.is_some())?
+        .board;
+    notes.push(format!(
+        "no MIG geometry is known for board {board:?}: its MIG-backed types are not planned (their memory slices cannot be counted)"
+    ));
+    Some((
+        MigSlots {
+            board,
+            placed: Vec::new(),
+            unplaced: Vec::new(),
+            creatable: Vec::new(),
+            pending: Vec::new(),
+        },
+        false,
+    ))
+}
+
 fn mig_slots(
     device_id: Option<u16>,
     parents: &[&Parent],
@@ -86,9 +117,12 @@ fn mig_slots(
             .filter(|n| n.mig_slices.is_some())
             .find_map(|n| MigGeometry::for_vgpu_board(&n.board))
     };
-    let geometry = device_id
+    let Some(geometry) = device_id
         .and_then(MigGeometry::for_device)
-        .or_else(named_board)?;
+        .or_else(named_board)
+    else {
+        return unknown_board(parents, notes);
+    };
     let mut slots = MigSlots::new(geometry);
     // What the driver still lists beside the existing instances narrows where they sit.
     let mut still_listed: Vec<&'static MigProfile> = Vec::new();

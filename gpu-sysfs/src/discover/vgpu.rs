@@ -315,6 +315,7 @@ impl VgpuScan {
                 }),
                 None => resolver.and_then(|r| r.resolve(&gpu, id)),
             };
+            let placement_id = vf.and_then(|a| crate::actuate::vendor::placement_id(host, &a));
             let parent = &mut self.parents[idx];
             if info.is_none() {
                 parent.warnings.push(format!(
@@ -331,6 +332,7 @@ impl VgpuScan {
                         .or_else(|| parse::facts_from_type_name(&i.name).map(|f| f.0))
                 }),
                 in_use: None,
+                placement_id,
             });
         }
         found
@@ -464,5 +466,6 @@ pub(crate) fn read_instance(
         profile_name: f.map(|f| f.name.clone()),
         framebuffer_mib: f.and_then(|f| f.framebuffer_mib),
         in_use: None,
+        placement_id: None,
     })
 }

@@ -42,6 +42,7 @@ pub(super) fn place(
                 profile_name: r.type_name.clone(),
                 framebuffer_mib: r.framebuffer_mib,
                 in_use: None,
+                placement_id: None,
             };
             pool.release(&view.profile_of(&inst));
         }

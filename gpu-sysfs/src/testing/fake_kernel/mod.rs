@@ -188,6 +188,8 @@ pub fn snapshot(root: &Path) -> io::Result<BTreeMap<String, Entry>> {
 #[derive(Debug, Default)]
 struct State {
     writes: Vec<WriteRecord>,
+    /// GPUs whose driver is in mixed-size vGPU mode (turned on through NVML on a real host).
+    mixed_size: BTreeSet<PciAddress>,
     fail_at: Option<(usize, i32)>,
     /// Every write from this one on fails (counting from 1), with this errno.
     fail_from: Option<(usize, i32)>,
@@ -311,6 +313,22 @@ impl FakeKernel {
             self.lock().broken = Some(format!("fake kernel: recomputing pools failed: {e}"));
         }
         self
+    }
+
+    /// The driver of the GPU `pf` is now in mixed-size vGPU mode (what
+    /// `nvmlDeviceSetVgpuHeterogeneousMode` does on a real host): its VFs list time-sliced types
+    /// of every size that fits the framebuffer left, not only the size already there. The
+    /// placement stays the driver's (NVML's) business.
+    ///
+    /// # Errors
+    /// The I/O error of rewriting the VFs' lists.
+    pub fn set_mixed_size(&self, pf: PciAddress) -> io::Result<()> {
+        self.lock().mixed_size.insert(pf);
+        self.recompute()
+    }
+
+    pub(super) fn is_mixed_size(&self, pf: &PciAddress) -> bool {
+        self.lock().mixed_size.contains(pf)
     }
 
     /// Fails the `k`-th write (counting from 1, over the kernel's life) with `errno`, leaving the

@@ -59,6 +59,7 @@ impl FakeKernel {
             let n = name_of(id)?;
             geometry?.profile_for(n.mig_slices?, n.framebuffer_mib())
         };
+        let mixed_size = self.is_mixed_size(pf);
         let mut used = 0u64;
         let mut size = None;
         let mut held_mig = Vec::new();
@@ -93,8 +94,9 @@ impl FakeKernel {
                 (Some(p), Some(g)) => !held_sliced && fits_beside(g, p),
                 _ => {
                     held_mig.is_empty()
-                        && size_of(*id)
-                            .is_some_and(|s| used + s <= total && size.is_none_or(|cur| cur == s))
+                        && size_of(*id).is_some_and(|s| {
+                            used + s <= total && (mixed_size || size.is_none_or(|cur| cur == s))
+                        })
                 }
             })
             .cloned()
