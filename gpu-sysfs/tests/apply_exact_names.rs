@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Exact type names before suffix-stripped ones, across every name source: a MIG-backed type with
-//! an attribute suffix (`DC-1-24QGFX`: graphics) is another device than its base type
-//! (`DC-1-24Q`), so a layout asking for the suffixed name is never satisfied by, or written as,
+//! an attribute suffix (`H100XM-1-10CME`: with media engines) is another device than its base type
+//! (`H100XM-1-10C`), so a layout asking for the suffixed name is never satisfied by, or written as,
 //! the base type when the driver or the remembered names know the exact name.
 
 use gpu_core::PciAddress;
@@ -11,19 +11,22 @@ use gpu_sysfs::actuate::set_vf_type;
 use gpu_sysfs::apply::{ApplyOptions, ApplyStatus, NAMES_PATH, apply_layout, assert_config};
 use gpu_sysfs::testing::FakeKernel;
 
-/// An RTX PRO 6000 class board (`DC`) in MIG mode, as its driver names the types.
-const DC_TYPES: &[(u32, &str)] = &[(999, "NVIDIA DC-1-24Q"), (1001, "NVIDIA DC-1-24QGFX")];
+/// An H100 SXM5 80GB (board `H100XM`) in MIG mode, as its driver names the types (`ME`: with media engines).
+const H100_TYPES: &[(u32, &str)] = &[
+    (999, "NVIDIA H100XM-1-10C"),
+    (1001, "NVIDIA H100XM-1-10CME"),
+];
 
 const LAYOUTS: &str = "version: v1
 vgpu-configs:
   graphics:
     - devices: all
       vgpu-devices:
-        DC-1-24QGFX: 2
+        H100XM-1-10CME: 2
   one-graphics:
     - devices: all
       vgpu-devices:
-        DC-1-24QGFX: 1
+        H100XM-1-10CME: 1
 ";
 
 fn addr(s: &str) -> PciAddress {
@@ -42,7 +45,7 @@ fn vf_type(k: &FakeKernel, vf: &str) -> String {
 /// The card filled by another tool with two base-type (999) vGPUs: it lists nothing, and only
 /// the remembered names (from an earlier listing) know both types.
 fn full_of_base_types() -> FakeKernel {
-    let k = FakeKernel::vendor_vfio_host(0x2bb5, 48 * 1024, DC_TYPES, 2).unwrap();
+    let k = FakeKernel::vendor_vfio_host(0x2330, 80 * 1024, H100_TYPES, 2).unwrap();
     for vf in ["0000:26:00.4", "0000:26:00.5"] {
         set_vf_type(&k, &addr(vf), 999, false).unwrap();
     }
@@ -50,7 +53,7 @@ fn full_of_base_types() -> FakeKernel {
     std::fs::create_dir_all(names.parent().unwrap()).unwrap();
     std::fs::write(
         names,
-        r#"{"999": "NVIDIA DC-1-24Q", "1001": "NVIDIA DC-1-24QGFX"}"#,
+        r#"{"999": "NVIDIA H100XM-1-10C", "1001": "NVIDIA H100XM-1-10CME"}"#,
     )
     .unwrap();
     k
@@ -68,7 +71,7 @@ fn a_suffixed_type_the_remembered_names_know_is_not_met_by_its_base_type() {
     .unwrap();
     assert!(
         !a.applied,
-        "two DC-1-24Q (999) are not two DC-1-24QGFX (1001): {:?}",
+        "two H100XM-1-10C (999) are not two H100XM-1-10CME (1001): {:?}",
         a.diff
     );
 }
@@ -96,7 +99,7 @@ fn apply_replaces_base_types_with_the_exact_suffixed_type() {
 #[test]
 fn the_base_type_is_used_only_when_no_source_knows_the_exact_name() {
     // A driver that lists only the base name, and nothing remembered: stripping is the only way.
-    let k = FakeKernel::vendor_vfio_host(0x2bb5, 48 * 1024, &DC_TYPES[..1], 2).unwrap();
+    let k = FakeKernel::vendor_vfio_host(0x2330, 80 * 1024, &H100_TYPES[..1], 2).unwrap();
     let file = LayoutFile::parse(LAYOUTS).unwrap();
     let report = apply_layout(
         &k,
