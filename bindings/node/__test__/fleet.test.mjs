@@ -424,8 +424,11 @@ test('a fleet carries NVSwitch partitions and places whole GPUs on one', () => {
     node.fabric.partitions.map((p) => p.id),
     [1, 2, 3, 4, 5, 6, 7],
   )
+  // On a fresh node nvidia0 and nvidia1 are both free but no partition's members.
+  const fresh = new Fleet()
+  fresh.addNode(hgxTopology())
   assert.throws(
-    () => fleet.place({ name: 'vm2', devices: [{ name: 'gpu', gpus: ['nvidia1', 'nvidia2'] }] }),
+    () => fresh.place({ name: 'vm2', devices: [{ name: 'gpu', gpus: ['nvidia0', 'nvidia1'] }] }),
     (e) => e.code === 'UNSATISFIABLE' && e.reasons[0].reasons[0].kind === 'NoFreePartition',
   )
 })
