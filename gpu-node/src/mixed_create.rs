@@ -14,7 +14,7 @@
 //! Everything here reads; [`crate::mixed::turn_on`] is the one NVML write, made by the caller.
 
 use gpu_core::{ParentId, PciAddress};
-use gpu_nvml::{NvmlDevices, NvmlErrorKind, VgpuMode};
+use gpu_nvml::{NvmlDevices, VgpuMode};
 use gpu_sysfs::Host;
 use gpu_sysfs::actuate::{self, Created};
 
@@ -59,12 +59,7 @@ pub(crate) fn check(
     let gpu = gpu_of(host, addr);
     let mode = match nvml.vgpu_heterogeneous_mode(&gpu) {
         Ok(m) => m,
-        Err(e)
-            if matches!(
-                e.kind,
-                NvmlErrorKind::NotSupported | NvmlErrorKind::NotFound
-            ) =>
-        {
+        Err(e) if e.is_not_applicable() => {
             return Ok(None);
         }
         Err(source) => {

@@ -196,6 +196,15 @@ impl NvmlError {
     pub fn is(&self, kind: &NvmlErrorKind) -> bool {
         &self.kind == kind
     }
+
+    /// True when NVML says the GPU has no such feature or object (`NOT_SUPPORTED`, `NOT_FOUND`):
+    /// the question does not apply to it, which is not a failure.
+    pub fn is_not_applicable(&self) -> bool {
+        matches!(
+            self.kind,
+            NvmlErrorKind::NotSupported | NvmlErrorKind::NotFound
+        )
+    }
 }
 
 #[cfg(test)]

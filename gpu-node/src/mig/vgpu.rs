@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use gpu_core::nvidia::VgpuTypeName;
 use gpu_core::{MdevUuid, ParentId, PciAddress};
-use gpu_nvml::{MigMode, NvmlErrorKind};
+use gpu_nvml::MigMode;
 use gpu_sysfs::actuate::Created;
 
 use super::board::{Board, BoardProfile};
@@ -67,12 +67,7 @@ impl Mig<'_, '_> {
     ) -> Result<Option<InstanceView>, MigError> {
         let modes = match self.nvml.mig_mode(gpu) {
             Ok(m) => m,
-            Err(e)
-                if matches!(
-                    e.kind,
-                    NvmlErrorKind::NotSupported | NvmlErrorKind::NotFound
-                ) =>
-            {
+            Err(e) if e.is_not_applicable() => {
                 return Ok(None);
             }
             Err(e) => {
