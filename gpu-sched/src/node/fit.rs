@@ -197,6 +197,21 @@ impl NodeState {
         Err(vec![reason])
     }
 
+    /// How many instances of these classes GPU `gpu`'s parents could still take (pool aside):
+    /// what taking the GPU whole would cost the Machine's vGPU requests.
+    fn vgpu_room(&self, gpu: usize, classes: &[ClassId]) -> u32 {
+        if classes.is_empty() {
+            return 0;
+        }
+        self.gpus[gpu].group.map_or(0, |gi| {
+            let g = &self.groups[gi as usize];
+            classes
+                .iter()
+                .filter_map(|c| g.local(*c))
+                .fold(0u32, |a, l| a.saturating_add(g.parent_sum[l]))
+        })
+    }
+
     /// A sort key for "larger first": MIG slices outrank any framebuffer size (a 7-slice
     /// instance takes a whole GPU), then framebuffer in MiB.
     fn class_size(&self, class: ClassId) -> Option<u64> {
@@ -560,14 +575,14 @@ impl NodeState {
             return Err(fail(cands.len(), excluded, r.numa));
         }
         let rank = |i: usize| {
-            // Binpack and spread keep GPUs that offer the Machine's vGPU types for those.
-            let hosts = policy != Policy::FirstFit
-                && self.gpus[i].group.is_some_and(|gi| {
-                    self.groups[gi as usize]
-                        .classes
-                        .iter()
-                        .any(|c| vgpu_classes.contains(c))
-                });
+            // Binpack and spread keep GPUs that offer the Machine's vGPU types for those: the
+            // GPU taken whole is the one that could host the fewest of them, so a card with
+            // one free parent goes before a card with three when the Machine wants two.
+            let hosts = if policy == Policy::FirstFit {
+                0
+            } else {
+                self.vgpu_room(i, vgpu_classes)
+            };
             (self.gpus[i].health.rank(), hosts, i)
         };
         let need_more = (r.wanted as usize).saturating_sub(exact_ix.len());
