@@ -135,21 +135,49 @@ impl NodeState {
             .enumerate()
             .filter(|(_, g)| g.free_whole())
             .fold(0u64, |acc, (i, _)| acc | (1u64 << i));
+        let set = self.machine_set_size(m);
         m.reqs.iter().all(|r| match &r.kind {
             crate::resolve::Kind::Whole { .. } if !f.fabric_manager.is_reachable() => r.wanted <= 1,
-            crate::resolve::Kind::Whole { .. } => ix
-                .masks
-                .iter()
-                .any(|&(size, bits)| size == r.wanted && bits & !free == 0),
+            crate::resolve::Kind::Whole { .. } => {
+                let want = u32::try_from(set).unwrap_or(u32::MAX).max(r.wanted);
+                ix.masks
+                    .iter()
+                    .any(|&(size, bits)| size == want && bits & !free == 0)
+            }
             crate::resolve::Kind::Vgpu { .. } => true,
         })
     }
 
+    /// On a node whose fabric activates partitions (Fabric Manager reachable), the whole GPUs
+    /// of all of a Machine's whole-GPU requests when it has several: they are one set, one
+    /// partition of that size. 0 otherwise (each request is its own set, or none is needed).
+    pub(super) fn machine_set_size(&self, m: &crate::resolve::Resolved) -> usize {
+        let Some(ix) = self.topo.fabric.as_deref() else {
+            return 0;
+        };
+        if !ix.fabric.requires_partitions() || !ix.fabric.fabric_manager.is_reachable() {
+            return 0;
+        }
+        let whole = m
+            .reqs
+            .iter()
+            .filter(|r| matches!(r.kind, crate::resolve::Kind::Whole { .. }));
+        if whole.clone().count() < 2 {
+            return 0;
+        }
+        whole.map(|r| r.wanted as usize).sum()
+    }
+
     /// The partition a request for `r.wanted` whole GPUs gets among `cands` (GPUs passing every
     /// filter and free, with whether each was named), which must hold every GPU in `named`.
+    ///
+    /// `size` is the partition's size: `r.wanted`, or more when the request is one of several
+    /// whole-GPU requests of a Machine that share one partition; then the members beyond the
+    /// `r.wanted` this request takes need only be free (the Machine's other requests take them).
     pub(super) fn fit_partition(
         &self,
         r: &Req,
+        size: usize,
         cands: &[(usize, bool)],
         named: &[usize],
         taken: &[usize],
@@ -162,7 +190,8 @@ impl NodeState {
         if !fabric.requires_partitions() {
             return PartitionFit::Free;
         }
-        let n = r.wanted as usize;
+        let n = size;
+        let need = (r.wanted as usize).min(n);
         if !fabric.fabric_manager.is_reachable() {
             if n <= 1 {
                 return PartitionFit::Free;
@@ -194,8 +223,13 @@ impl NodeState {
                 busy.push((p.at, Busy::Degraded));
                 continue;
             }
-            if p.bits & !cand_bits != 0 {
-                busy.push((p.at, Busy::Unusable(p.bits & !cand_bits)));
+            let usable = if need == n {
+                p.bits & !cand_bits
+            } else {
+                p.bits & !open_bits
+            };
+            if usable != 0 || ((p.bits & cand_bits).count_ones() as usize) < need {
+                busy.push((p.at, Busy::Unusable(usable | (p.bits & !cand_bits))));
                 continue;
             }
             let members = p.members.as_deref().unwrap_or_default();
