@@ -275,3 +275,33 @@ fn a_machines_whole_gpu_requests_share_one_partition() {
         "0/1 nodes available: 1 node(s): ConflictingRequests: requests a, b fit one at a time but not together"
     );
 }
+
+/// Binpack's node order knows partitions: a pair goes to the node where it breaks no whole
+/// 4-GPU partition (b, 6 free GPUs), not to the node with the fewest free GPUs (a, 5 free,
+/// whose every free pair would break its last whole 4-GPU partition), so a 4-GPU Machine
+/// still fits afterwards.
+#[test]
+fn binpack_prefers_the_node_where_a_machine_breaks_no_larger_partition() {
+    let mut s = fleet(vec![hgx_node("a"), hgx_node("b")]);
+    for (node, held) in [
+        ("a", ["nvidia0", "nvidia1", "nvidia4"].as_slice()),
+        ("b", ["nvidia0", "nvidia2"].as_slice()),
+    ] {
+        for g in held {
+            let m = Machine {
+                target_node: Some(node.into()),
+                ..named(&format!("{node}-{g}"), g)
+            };
+            s.place(&m, Policy::Binpack).unwrap();
+        }
+    }
+    let pair = s.place(&gpus("pair", 2, ""), Policy::Binpack).unwrap();
+    assert_eq!(pair.node, "b");
+    let four = s.place(&gpus("four", 4, ""), Policy::Binpack).unwrap();
+    assert_eq!(four.node, "a");
+    assert_eq!(names(&four), ["nvidia2", "nvidia3", "nvidia6", "nvidia7"]);
+    // The index follows releases too: with the pair gone, b's pairs are free again.
+    s.release("pair").unwrap();
+    let again = s.place(&gpus("again", 2, ""), Policy::Binpack).unwrap();
+    assert_eq!(again.node, "b");
+}

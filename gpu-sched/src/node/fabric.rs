@@ -117,7 +117,70 @@ pub(super) enum PartitionFit {
     Refused(Reason),
 }
 
+/// In [`NodeState::part_cost`]: no free partition of the size.
+pub(crate) const NO_PARTITION: u32 = u32::MAX;
+
 impl NodeState {
+    /// The fabric index when placement must hand out partitions here: the fabric activates
+    /// them, Fabric Manager is reachable and the node has at most 64 GPUs (the bit masks).
+    fn partition_ix(&self) -> Option<&FabricIx> {
+        let ix = self.topo.fabric.as_deref()?;
+        (ix.fabric.requires_partitions()
+            && ix.fabric.fabric_manager.is_reachable()
+            && self.gpus.len() <= 64)
+            .then_some(ix)
+    }
+
+    /// The entries of [`NodeState::part_cost`], one per partition size, not yet computed.
+    pub(super) fn partition_sizes(&self) -> Box<[(u32, u32)]> {
+        let Some(ix) = self.partition_ix() else {
+            return Box::default();
+        };
+        let mut sizes: Vec<(u32, u32)> = ix
+            .sizes
+            .iter()
+            .filter_map(|&s| Some((u32::try_from(s).ok()?, NO_PARTITION)))
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes.into_boxed_slice()
+    }
+
+    /// Recomputes [`NodeState::part_cost`] from the free GPUs: per size, over the healthy free
+    /// partitions of that size, the least "largest whole larger partition it would break" (0:
+    /// it breaks none), or [`NO_PARTITION`] when none of that size is free.
+    pub(super) fn partition_costs(&mut self) {
+        if self.part_cost.is_empty() {
+            return;
+        }
+        let Some(ix) = self.topo.fabric.as_deref() else {
+            return;
+        };
+        let free = self
+            .gpus
+            .iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, g)| g.free_whole())
+            .fold(0u64, |acc, (i, _)| acc | (1u64 << i));
+        for (size, cost) in self.part_cost.iter_mut() {
+            *cost = NO_PARTITION;
+            for &(s, bits) in ix.masks.iter() {
+                if s != *size || bits & !free != 0 {
+                    continue;
+                }
+                let broken = ix
+                    .masks
+                    .iter()
+                    .filter(|&&(big, b)| big > s && b & bits != 0 && b & !free == 0)
+                    .map(|&(big, _)| big)
+                    .max()
+                    .unwrap_or(0);
+                *cost = (*cost).min(broken);
+            }
+        }
+    }
+
     /// False when the node's fabric alone rules a whole-GPU request of the Machine out: no
     /// healthy partition of its size has every member free (a cheap necessary test, run before
     /// fitting while searching; nodes without a fabric always pass).
