@@ -273,10 +273,11 @@ impl NodeState {
         let open_bits = free_bits & !bits_of(&mut taken.iter().copied());
         let named_bits = bits_of(&mut named.iter().copied());
         let numa_of = |g: u16| self.topo.gpus[usize::from(g)].numa_node;
-        let larger: Vec<usize> = ix.sizes.iter().copied().filter(|&s| s > n).collect();
+        // The larger sizes, largest first, are the leading entries of `ix.sizes`.
+        let larger = ix.sizes.iter().take_while(|&&s| s > n).count();
         // Why each partition of the size could not be used, spelt out only on a refusal.
         let mut busy: Vec<(usize, Busy)> = Vec::new();
-        let mut best: Option<(Vec<usize>, Reverse<u32>, u32, &PartIx)> = None;
+        let mut best: Option<(u64, Reverse<u32>, u32, &PartIx)> = None;
         for p in ix.parts.iter() {
             let part = &fabric.partitions[p.at];
             if part.size() != n || p.members.is_none() || named_bits & !p.bits != 0 {
@@ -301,12 +302,14 @@ impl NodeState {
                 continue;
             }
             let key = if policy == Policy::FirstFit {
-                (Vec::new(), Reverse(0), part.id, p)
+                (0, Reverse(0), part.id, p)
             } else {
-                // Whole larger partitions this one would break, per size, largest size first;
-                // then the GPUs already used in the larger partitions it touches (more is
-                // better: it packs next to them).
-                let mut broken = vec![0usize; larger.len()];
+                // Whole larger partitions this one would break, per size, largest size first
+                // (a byte per size, the largest in the top byte, so comparing the numbers
+                // compares the counts size by size; the eight largest sizes count); then the
+                // GPUs already used in the larger partitions it touches (more is better: it
+                // packs next to them).
+                let mut broken = 0u64;
                 let mut used_near = 0u32;
                 for q in ix.parts.iter() {
                     let big = &fabric.partitions[q.at];
@@ -314,8 +317,12 @@ impl NodeState {
                         continue;
                     }
                     if big.is_healthy() && q.bits & !open_bits == 0 {
-                        if let Some(at) = larger.iter().position(|&s| s == big.size()) {
-                            broken[at] += 1;
+                        let at = ix.sizes.iter().position(|&s| s == big.size());
+                        if let Some(shift) = at.filter(|&a| a < larger.min(8)).map(|a| 8 * (7 - a)) {
+                            let byte = (broken >> shift) & 0xff;
+                            if byte < 0xff {
+                                broken += 1u64 << shift;
+                            }
                         }
                     } else {
                         used_near += (q.bits & !free_bits).count_ones();
@@ -325,7 +332,7 @@ impl NodeState {
             };
             if best
                 .as_ref()
-                .is_none_or(|b| (&key.0, key.1, key.2) < (&b.0, b.1, b.2))
+                .is_none_or(|b| (key.0, key.1, key.2) < (b.0, b.1, b.2))
             {
                 best = Some(key);
             }
