@@ -1179,9 +1179,8 @@ fn a_whole_gpu_is_taken_where_it_costs_the_machines_vgpus_least() {
         n.mediated_devices.pools[1].parents = left;
         n
     };
-    let m = machine(
-        "name: m5\ndevices: [{name: w}, {name: v2, profile: \"GRID A2-2Q\", count: 2}]",
-    );
+    let m =
+        machine("name: m5\ndevices: [{name: w}, {name: v2, profile: \"GRID A2-2Q\", count: 2}]");
     let mut reversed = uneven();
     reversed.gpus.reverse();
     reversed.mediated_devices.parents.reverse();
@@ -1191,14 +1190,12 @@ fn a_whole_gpu_is_taken_where_it_costs_the_machines_vgpus_least() {
             let a = fleet(vec![n])
                 .try_place(&m, policy)
                 .unwrap_or_else(|e| panic!("{policy:?}: {e}"));
-            let whole: Vec<&str> = a
-                .devices
-                .iter()
-                .filter_map(|d| match d {
-                    AllocatedDevice::Gpu { name, .. } => Some(name.as_str()),
-                    AllocatedDevice::Vgpu { .. } => None,
-                })
-                .collect();
+            let mut whole = Vec::new();
+            for d in &a.devices {
+                if let AllocatedDevice::Gpu { name, .. } = d {
+                    whole.push(name.as_str());
+                }
+            }
             assert_eq!(whole, ["nvidia1"], "{policy:?}");
         }
     }

@@ -318,7 +318,8 @@ impl NodeState {
                     }
                     if big.is_healthy() && q.bits & !open_bits == 0 {
                         let at = ix.sizes.iter().position(|&s| s == big.size());
-                        if let Some(shift) = at.filter(|&a| a < larger.min(8)).map(|a| 8 * (7 - a)) {
+                        if let Some(shift) = at.filter(|&a| a < larger.min(8)).map(|a| 8 * (7 - a))
+                        {
                             let byte = (broken >> shift) & 0xff;
                             if byte < 0xff {
                                 broken += 1u64 << shift;
