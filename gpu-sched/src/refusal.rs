@@ -84,6 +84,43 @@ pub enum Filter {
 }
 
 impl Filter {
+    /// Every filter, in this type's order (the order a refusal lists them in).
+    pub(crate) const ALL: [Filter; 13] = [
+        Filter::WrongVendor,
+        Filter::WrongClass,
+        Filter::WrongModel,
+        Filter::TooSmall,
+        Filter::Blocked,
+        Filter::Unhealthy,
+        Filter::InUse,
+        Filter::WrongNuma,
+        Filter::SizeLocked,
+        Filter::ModeConflict,
+        Filter::PoolFull,
+        Filter::NoFreeParent,
+        Filter::OtherFamily,
+    ];
+
+    /// The filter's place in [`Filter::ALL`] (a new filter fails to compile here until it is
+    /// listed).
+    pub(crate) fn slot(self) -> usize {
+        match self {
+            Filter::WrongVendor => 0,
+            Filter::WrongClass => 1,
+            Filter::WrongModel => 2,
+            Filter::TooSmall => 3,
+            Filter::Blocked => 4,
+            Filter::Unhealthy => 5,
+            Filter::InUse => 6,
+            Filter::WrongNuma => 7,
+            Filter::SizeLocked => 8,
+            Filter::ModeConflict => 9,
+            Filter::PoolFull => 10,
+            Filter::NoFreeParent => 11,
+            Filter::OtherFamily => 12,
+        }
+    }
+
     /// How the filter reads in a message.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -612,5 +649,18 @@ impl Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.render())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Filter;
+
+    #[test]
+    fn every_filter_listed_once_in_filter_order() {
+        for (i, &f) in Filter::ALL.iter().enumerate() {
+            assert_eq!(f.slot(), i, "{f:?}");
+        }
+        assert!(Filter::ALL.windows(2).all(|w| w[0] < w[1]));
     }
 }

@@ -167,12 +167,19 @@ impl NodeState {
         picks: &[Pick],
     ) -> Vec<AllocatedDevice> {
         let mut out = Vec::with_capacity(picks.len());
-        let mut sorted: Vec<Pick> = picks.to_vec();
-        sorted.sort_by_key(|p| match *p {
+        let key = |p: &Pick| match *p {
             Pick::Whole { req, gpu } => (req, gpu as u64),
             Pick::Vgpu { req, index, .. } => (req, u64::from(index)),
-        });
-        for p in sorted {
+        };
+        // Picks mostly come in request order already; only others are copied to be sorted.
+        let sorted: std::borrow::Cow<'_, [Pick]> = if picks.is_sorted_by_key(key) {
+            picks.into()
+        } else {
+            let mut v = picks.to_vec();
+            v.sort_by_key(key);
+            v.into()
+        };
+        for &p in sorted.iter() {
             match p {
                 Pick::Whole { req, gpu } => {
                     let g = &self.topo.gpus[gpu];

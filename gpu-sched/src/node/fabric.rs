@@ -108,11 +108,11 @@ enum Busy {
 }
 
 /// What the fabric says about a request for whole GPUs.
-pub(super) enum PartitionFit {
+pub(super) enum PartitionFit<'a> {
     /// The fabric does not constrain it (no fabric, bare-metal mode, or one GPU without FM).
     Free,
-    /// These GPUs (one partition's members).
-    Chosen(Vec<usize>),
+    /// These GPUs (one partition's members, as indices into the node's GPUs).
+    Chosen(&'a [u16]),
     /// No partition would do.
     Refused(Reason),
 }
@@ -243,9 +243,9 @@ impl NodeState {
         size: usize,
         cands: &[(usize, bool)],
         named: &[usize],
-        taken: &[usize],
+        taken: impl Iterator<Item = usize>,
         policy: Policy,
-    ) -> PartitionFit {
+    ) -> PartitionFit<'_> {
         let Some(ix) = self.topo.fabric.as_deref() else {
             return PartitionFit::Free;
         };
@@ -270,22 +270,22 @@ impl NodeState {
         let cand_bits = bits_of(&mut cands.iter().map(|c| c.0));
         let free_bits =
             bits_of(&mut (0..self.gpus.len().min(64)).filter(|&g| self.gpus[g].free_whole()));
-        let open_bits = free_bits & !bits_of(&mut taken.iter().copied());
+        let open_bits = free_bits & !bits_of(&mut { taken });
         let named_bits = bits_of(&mut named.iter().copied());
         let numa_of = |g: u16| self.topo.gpus[usize::from(g)].numa_node;
         // The larger sizes, largest first, are the leading entries of `ix.sizes`.
         let larger = ix.sizes.iter().take_while(|&&s| s > n).count();
-        // Why each partition of the size could not be used, spelt out only on a refusal.
-        let mut busy: Vec<(usize, Busy)> = Vec::new();
-        let mut best: Option<(u64, Reverse<u32>, u32, &PartIx)> = None;
-        for p in ix.parts.iter() {
-            let part = &fabric.partitions[p.at];
-            if part.size() != n || p.members.is_none() || named_bits & !p.bits != 0 {
-                continue;
-            }
-            if !part.is_healthy() {
-                busy.push((p.at, Busy::Degraded));
-                continue;
+        // The partitions of the size holding every named GPU, and why one of them cannot be
+        // used (`None`: it can). The reasons are spelt out only on a refusal (a second pass),
+        // so a fit that succeeds builds no list.
+        let of_size = |p: &&PartIx| {
+            fabric.partitions[p.at].size() == n
+                && p.members.is_some()
+                && named_bits & !p.bits == 0
+        };
+        let busy = |p: &PartIx| {
+            if !fabric.partitions[p.at].is_healthy() {
+                return Some(Busy::Degraded);
             }
             let usable = if need == n {
                 p.bits & !cand_bits
@@ -293,14 +293,20 @@ impl NodeState {
                 p.bits & !open_bits
             };
             if usable != 0 || ((p.bits & cand_bits).count_ones() as usize) < need {
-                busy.push((p.at, Busy::Unusable(usable | (p.bits & !cand_bits))));
-                continue;
+                return Some(Busy::Unusable(usable | (p.bits & !cand_bits)));
             }
             let members = p.members.as_deref().unwrap_or_default();
             if r.numa && members.iter().any(|&g| numa_of(g) != numa_of(members[0])) {
-                busy.push((p.at, Busy::Numa));
+                return Some(Busy::Numa);
+            }
+            None
+        };
+        let mut best: Option<(u64, Reverse<u32>, u32, &PartIx)> = None;
+        for p in ix.parts.iter().filter(of_size) {
+            if busy(p).is_some() {
                 continue;
             }
+            let part = &fabric.partitions[p.at];
             let key = if policy == Policy::FirstFit {
                 (0, Reverse(0), part.id, p)
             } else {
@@ -339,18 +345,13 @@ impl NodeState {
             }
         }
         match best {
-            Some((_, _, _, p)) => PartitionFit::Chosen(
-                p.members
-                    .as_deref()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|&g| usize::from(g))
-                    .collect(),
-            ),
+            Some((_, _, _, p)) => PartitionFit::Chosen(p.members.as_deref().unwrap_or_default()),
             None => {
-                let mut why: Vec<String> = busy
-                    .into_iter()
-                    .map(|(at, b)| self.busy_text(&fabric.partitions[at], b))
+                let mut why: Vec<String> = ix
+                    .parts
+                    .iter()
+                    .filter(of_size)
+                    .filter_map(|p| Some(self.busy_text(&fabric.partitions[p.at], busy(p)?)))
                     .collect();
                 if why.is_empty() {
                     why.push(self.no_partition_of(n, named));

@@ -15,11 +15,18 @@ use crate::resolve::{ClassId, GpuRef, Kind, Req, Resolved};
 /// Tentative state while fitting the requests of one Machine.
 #[derive(Debug, Default)]
 struct Overlay {
-    taken: Vec<usize>,
     hosting: Vec<usize>,
     /// Units taken per parent, indexed by parent; empty until the first vGPU is picked.
     units: Vec<u64>,
     pools: Vec<(usize, Pool)>,
+}
+
+/// The GPUs the picks so far take whole.
+fn taken(picks: &[Pick]) -> impl Iterator<Item = usize> + '_ {
+    picks.iter().filter_map(|p| match *p {
+        Pick::Whole { gpu, .. } => Some(gpu),
+        Pick::Vgpu { .. } => None,
+    })
 }
 
 impl Overlay {
@@ -96,19 +103,25 @@ fn misfit_filter(m: &Misfit) -> Filter {
     }
 }
 
+/// How many candidates each filter took away, counted on the stack: a fit that succeeds
+/// builds no list.
 #[derive(Default)]
-struct Excluded(Vec<Exclusion>);
+struct Excluded([u32; Filter::ALL.len()]);
 
 impl Excluded {
     fn add(&mut self, filter: Filter) {
-        match self.0.iter_mut().find(|e| e.filter == filter) {
-            Some(e) => e.count += 1,
-            None => self.0.push(Exclusion { filter, count: 1 }),
+        if let Some(c) = self.0.get_mut(filter.slot()) {
+            *c += 1;
         }
     }
-    fn into_sorted(mut self) -> Vec<Exclusion> {
-        self.0.sort_by_key(|e| e.filter);
-        self.0
+    /// The filters that took any, in filter order.
+    fn into_sorted(self) -> Vec<Exclusion> {
+        Filter::ALL
+            .iter()
+            .zip(self.0)
+            .filter(|(_, count)| *count > 0)
+            .map(|(&filter, count)| Exclusion { filter, count })
+            .collect()
     }
 }
 
@@ -312,7 +325,7 @@ impl NodeState {
                 continue;
             }
             if g.gpu
-                .is_some_and(|x| self.gpus[x].held > 0 || overlay.taken.contains(&x))
+                .is_some_and(|x| self.gpus[x].held > 0 || taken(picks).any(|t| t == x))
             {
                 excluded.add(Filter::InUse);
                 continue;
@@ -535,7 +548,7 @@ impl NodeState {
         }
         let mut excluded = Excluded::default();
         // (gpu, exact?) of the GPUs passing every filter, in address order.
-        let mut cands: Vec<(usize, bool)> = Vec::new();
+        let mut cands: Vec<(usize, bool)> = Vec::with_capacity(self.topo.gpus.len());
         for (i, g) in self.topo.gpus.iter().enumerate() {
             let is_exact = exact_ix.contains(&i);
             if listed && !is_exact {
@@ -559,7 +572,7 @@ impl NodeState {
                 continue;
             }
             if !s.free_whole()
-                || overlay.taken.contains(&i)
+                || taken(picks).any(|t| t == i)
                 || overlay.hosting.contains(&i)
                 || set_rest.as_ref().is_some_and(|rest| !rest.contains(&i))
             {
@@ -609,7 +622,7 @@ impl NodeState {
             PartitionFit::Free
         } else if cands.len() >= r.wanted as usize {
             let size = set_size.max(r.wanted as usize);
-            self.fit_partition(r, size, &cands, &exact_ix, &overlay.taken, policy)
+            self.fit_partition(r, size, &cands, &exact_ix, taken(picks), policy)
         } else {
             PartitionFit::Free
         };
@@ -623,11 +636,12 @@ impl NodeState {
             PartitionFit::Chosen(members) => Some(members),
         };
         if let Some(members) = partition {
+            let members = members.iter().map(|&g| usize::from(g));
             if members.len() > r.wanted as usize {
                 // The Machine's set: this request takes its named GPUs and then the members
                 // that pass its filters, in member order; the rest wait for its other requests.
                 let mut mine = exact_ix.clone();
-                for &g in &members {
+                for g in members.clone() {
                     if mine.len() < r.wanted as usize
                         && !mine.contains(&g)
                         && cands.iter().any(|c| c.0 == g)
@@ -635,10 +649,12 @@ impl NodeState {
                         mine.push(g);
                     }
                 }
-                *set_rest = Some(members.into_iter().filter(|g| !mine.contains(g)).collect());
+                *set_rest = Some(members.filter(|g| !mine.contains(g)).collect());
                 chosen = mine;
             } else {
-                chosen = members;
+                // The partition is the request's: its members, taken as they are.
+                picks.extend(members.map(|gpu| Pick::Whole { req: ri, gpu }));
+                return Ok(());
             }
         } else if r.numa {
             // Group the candidates by NUMA node; the named GPUs fix the node when given.
@@ -696,10 +712,7 @@ impl NodeState {
             pool.sort_by_key(|&i| rank(i));
             chosen.extend(pool.into_iter().take(need_more));
         }
-        for gpu in chosen {
-            overlay.taken.push(gpu);
-            picks.push(Pick::Whole { req: ri, gpu });
-        }
+        picks.extend(chosen.into_iter().map(|gpu| Pick::Whole { req: ri, gpu }));
         Ok(())
     }
 }
@@ -723,4 +736,31 @@ fn permutations(items: &[usize], out: &mut Vec<Vec<usize>>) {
     rec(&mut Vec::new(), &mut rest, &mut all);
     // The given order was tried first already.
     out.extend(all.into_iter().skip(1));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Excluded;
+    use crate::refusal::Filter;
+
+    #[test]
+    fn exclusions_come_counted_in_filter_order() {
+        let mut e = Excluded::default();
+        for f in [Filter::OtherFamily, Filter::InUse, Filter::WrongVendor, Filter::InUse] {
+            e.add(f);
+        }
+        let got: Vec<(Filter, u32)> = e
+            .into_sorted()
+            .into_iter()
+            .map(|x| (x.filter, x.count))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Filter::WrongVendor, 1),
+                (Filter::InUse, 2),
+                (Filter::OtherFamily, 1)
+            ]
+        );
+    }
 }

@@ -385,15 +385,9 @@ impl FleetState {
                 _ => return false,
             }
         }
-        let mut trees: Vec<(u32, &Tree)> = self
-            .by_partition
-            .iter()
-            .filter(|((s, _), t)| *s == size && !t.is_empty())
-            .map(|(&(_, cost), t)| (cost, t))
-            .collect();
-        trees.sort_unstable_by_key(|t| t.0);
-        trees
-            .into_iter()
+        // The map is ordered by `(size, cost)`: the trees of this size come cheapest first.
+        self.by_partition
+            .range((size, 0)..=(size, u32::MAX))
             .any(|(_, t)| t.iter().any(|&(_, i)| visit(i as usize)))
     }
 }
