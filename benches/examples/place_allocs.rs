@@ -8,8 +8,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use gpu_sched::{FleetState, Policy};
-use gpuslice_benches::fleetgen::{mixed_fleet, workload_machine};
+use gpu_sched::Policy;
 
 /// The system allocator, counting the allocations and reallocations made through it.
 struct Counting;
@@ -39,27 +38,13 @@ static GLOBAL: Counting = Counting;
 
 fn main() {
     let mixed = std::env::var("FLEET").is_ok_and(|f| f == "mixed");
-    let fleet = if mixed {
-        mixed_fleet(100_000)
-    } else {
-        gpuslice_benches::fabric::hgx_fleet(100_000)
-    };
-    let mut s = match FleetState::new(fleet) {
-        Ok(s) => s,
+    let (mut s, machines) = match gpuslice_benches::fabric::loop_workload(!mixed) {
+        Ok(w) => w,
         Err(e) => {
             eprintln!("place_allocs: the bench fleet is invalid: {e}");
             std::process::exit(1);
         }
     };
-    let machines: Vec<_> = (0..10_000)
-        .map(|i| {
-            if mixed {
-                workload_machine(i)
-            } else {
-                gpuslice_benches::fabric::whole_machine(format!("vm-{i}"), [1, 2, 4][i % 3])
-            }
-        })
-        .collect();
     let mut placed = Vec::with_capacity(machines.len());
     let before = ALLOCS.load(Ordering::Relaxed);
     for m in &machines {

@@ -26,6 +26,30 @@ pub fn hgx_fleet(n: usize) -> Fleet {
     }
 }
 
+/// The 100,000 nodes and 10,000 Machines the placement examples loop over: HGX nodes and
+/// Machines of 1, 2 and 4 whole GPUs in turn (`hgx`, as `place/hgx_partitions`), or the mixed
+/// fleet and workload of `place/scaling`.
+///
+/// # Errors
+/// When the generated fleet is invalid.
+pub fn loop_workload(hgx: bool) -> Result<(FleetState, Vec<Machine>), SchedError> {
+    let fleet = if hgx {
+        hgx_fleet(100_000)
+    } else {
+        crate::fleetgen::mixed_fleet(100_000)
+    };
+    let machines = (0..10_000)
+        .map(|i| {
+            if hgx {
+                whole_machine(format!("vm-{i}"), [1, 2, 4][i % 3])
+            } else {
+                crate::fleetgen::workload_machine(i)
+            }
+        })
+        .collect();
+    Ok((FleetState::new(fleet)?, machines))
+}
+
 /// A Machine of `gpus` whole NVIDIA GPUs.
 pub fn whole_machine(name: String, gpus: u32) -> Machine {
     Machine {

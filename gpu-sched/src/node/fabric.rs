@@ -279,9 +279,7 @@ impl NodeState {
         // used (`None`: it can). The reasons are spelt out only on a refusal (a second pass),
         // so a fit that succeeds builds no list.
         let of_size = |p: &&PartIx| {
-            fabric.partitions[p.at].size() == n
-                && p.members.is_some()
-                && named_bits & !p.bits == 0
+            fabric.partitions[p.at].size() == n && p.members.is_some() && named_bits & !p.bits == 0
         };
         let busy = |p: &PartIx| {
             if !fabric.partitions[p.at].is_healthy() {

@@ -746,7 +746,12 @@ mod tests {
     #[test]
     fn exclusions_come_counted_in_filter_order() {
         let mut e = Excluded::default();
-        for f in [Filter::OtherFamily, Filter::InUse, Filter::WrongVendor, Filter::InUse] {
+        for f in [
+            Filter::OtherFamily,
+            Filter::InUse,
+            Filter::WrongVendor,
+            Filter::InUse,
+        ] {
             e.add(f);
         }
         let got: Vec<(Filter, u32)> = e
