@@ -36,6 +36,7 @@ pub mod mig;
 pub mod mig_vgpu;
 pub mod mixed;
 mod mixed_create;
+pub mod mixed_door;
 pub mod node;
 pub mod open;
 mod probe;

@@ -143,6 +143,12 @@ pub enum MixedError {
         /// The create's own refusal.
         refusal: Box<crate::NodeError>,
     },
+    /// Mixed-size mode was asked for where there is no NVML to ask whether the GPU allows it.
+    #[error("mixed-size vGPUs need NVML, and this node has none ({why})")]
+    NoNvml {
+        /// Why there is none.
+        why: String,
+    },
     /// The vGPU started but NVML reports another placement than the one chosen.
     #[error(
         "GPU {gpu}: vGPU type {type_id} was placed at {found:?}, not at the chosen placement {wanted}"
@@ -172,6 +178,7 @@ impl ClassifiedError for MixedError {
             MixedError::Unsupported { .. } | MixedError::Scheduler { .. } => {
                 ErrorKind::NotCreatable
             }
+            MixedError::NoNvml { .. } => ErrorKind::Unsupported,
             MixedError::InUse { .. } => ErrorKind::InUse,
             MixedError::OneSize { refusal, .. } => refusal.kind(),
             MixedError::Placements { .. } | MixedError::ReadBack { .. } => ErrorKind::Unexpected,

@@ -6,6 +6,7 @@
 //! creatable (gpuslice does not write the placement).
 
 use gpu_core::{ClassifiedError, ErrorKind, ParentId, PciAddress};
+use gpu_node::mig::MigError;
 use gpu_node::mixed::MixedError;
 use gpu_node::{Node, NodeError};
 use gpu_nvml::fake::{FakeGpu, FakeNvml, FakeVgpuType};
@@ -84,7 +85,9 @@ fn two_sizes_land_on_one_gpu_through_the_node_the_mode_switched_once_and_an_over
     let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
     let n = nvml();
     let opts = DiscoverOptions::new("node-a");
-    let node = Node::new(&k, &opts).with_mixed_sizes(&n);
+    let node = Node::new(&k, &opts)
+        .with_mixed_sizes(&n)
+        .mixed_sizes_on_request(true);
 
     let Created::VendorVfio(big) = create(&node, "NVIDIA L40S-24Q").unwrap() else {
         panic!("expected a vendor-VFIO vGPU");
@@ -192,4 +195,145 @@ fn another_size_beside_running_vgpus_on_a_same_size_gpu_is_refused_before_any_wr
     assert_eq!(e.kind(), ErrorKind::InUse);
     assert_eq!(k.writes().len(), before);
     assert!(n.writes().is_empty());
+}
+
+#[test]
+fn an_idle_same_size_gpu_is_switched_only_when_asked_and_keeps_one_size_otherwise() {
+    let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+    let n = nvml();
+    let opts = DiscoverOptions::new("node-a");
+    // NVML given, mixed sizes not asked for: the mode stays, the one-size rule holds.
+    let node = Node::new(&k, &opts).with_mixed_sizes(&n);
+    create(&node, "NVIDIA L40S-24Q").unwrap();
+    assert!(n.writes().is_empty(), "not asked: {:?}", n.writes());
+    assert_eq!(
+        n.vgpu_heterogeneous_mode(&pf()).unwrap(),
+        VgpuMode::Homogeneous
+    );
+    driver_starts(&k, &n, Q24);
+    let before = k.writes().len();
+    let e = create(&node, "NVIDIA L40S-12Q").unwrap_err();
+    assert!(
+        matches!(&e, NodeError::Mixed(m) if matches!(**m, MixedError::InUse { running: 1, .. })),
+        "{e:?}"
+    );
+    assert_eq!(k.writes().len(), before, "nothing written");
+    assert!(n.writes().is_empty());
+    // Asking now is too late: a vGPU runs, the mode changes only on an idle GPU.
+    let asked = node.mixed_sizes_on_request(true);
+    let e = create(&asked, "NVIDIA L40S-12Q").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InUse, "{e}");
+    assert!(n.writes().is_empty());
+}
+
+#[test]
+fn asking_for_mixed_sizes_under_fixed_share_is_refused_naming_the_scheduler_and_the_allowed_ones() {
+    let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+    let types = vec![FakeVgpuType::new(
+        Q24,
+        "NVIDIA L40S-24Q",
+        24576,
+        24,
+        &[0, 24],
+    )];
+    let n = FakeNvml::new().with_gpu(
+        pf(),
+        FakeGpu::new(46068)
+            .with_vgpu_types(types)
+            .mixed_size(VgpuMode::Homogeneous)
+            .with_scheduler(gpu_nvml::VgpuScheduler::FixedShare),
+    );
+    let opts = DiscoverOptions::new("node-a");
+    let node = Node::new(&k, &opts)
+        .with_mixed_sizes(&n)
+        .mixed_sizes_on_request(true);
+    let before = k.writes().len();
+    let e = create(&node, "NVIDIA L40S-24Q").unwrap_err();
+    assert!(
+        matches!(&e, NodeError::Mixed(m) if matches!(**m, MixedError::Scheduler { .. })),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("runs the fixed share vGPU scheduler")
+            && text.contains("only under best effort or equal share"),
+        "{text}"
+    );
+    assert_eq!(e.kind(), ErrorKind::NotCreatable);
+    assert_eq!(k.writes().len(), before, "nothing written");
+    assert!(n.writes().is_empty());
+    // Not asked: the create goes on under the one-size rule, the mode untouched.
+    create(
+        &Node::new(&k, &opts).with_mixed_sizes(&n),
+        "NVIDIA L40S-24Q",
+    )
+    .unwrap();
+    assert!(n.writes().is_empty());
+}
+
+#[test]
+fn asking_for_mixed_sizes_of_a_gpu_nvml_gives_no_mode_is_refused_before_any_write() {
+    let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+    let types = vec![FakeVgpuType::new(
+        Q24,
+        "NVIDIA L40S-24Q",
+        24576,
+        24,
+        &[0, 24],
+    )];
+    // No mixed-size support: NVML answers NOT_SUPPORTED.
+    let n = FakeNvml::new().with_gpu(pf(), FakeGpu::new(46068).with_vgpu_types(types));
+    let opts = DiscoverOptions::new("node-a");
+    let node = Node::new(&k, &opts)
+        .with_mixed_sizes(&n)
+        .mixed_sizes_on_request(true);
+    let before = k.writes().len();
+    let e = create(&node, "NVIDIA L40S-24Q").unwrap_err();
+    assert!(
+        matches!(&e, NodeError::Mixed(m) if matches!(**m, MixedError::Unsupported { .. })),
+        "{e:?}"
+    );
+    assert_eq!(k.writes().len(), before);
+}
+
+#[test]
+fn the_door_refuses_mixed_sizes_where_the_root_has_no_nvml() {
+    let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+    let opened = gpu_sysfs::open_root(k.root()).unwrap();
+    let opts = DiscoverOptions::new("node-a");
+    let node = Node::new(&k, &opts);
+    let before = k.writes().len();
+    let names = |n: &str| -> Result<PciAddress, MigError> { Ok(no_names(n)?) };
+    let e = gpu_node::mixed_door::create_on_request::<MigError>(
+        &node,
+        &opened,
+        &ParentId::Pci(pf()),
+        "NVIDIA L40S-24Q",
+        false,
+        true,
+        names,
+        |_| Ok(None),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, MigError::Node(n) if matches!(&**n, NodeError::Mixed(m) if matches!(**m, MixedError::NoNvml { .. }))),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().starts_with("mixed-size vGPUs need NVML"),
+        "{e}"
+    );
+    assert_eq!(k.writes().len(), before);
+    // Not asked: the create goes on as before.
+    gpu_node::mixed_door::create_on_request::<MigError>(
+        &node,
+        &opened,
+        &ParentId::Pci(pf()),
+        "NVIDIA L40S-24Q",
+        false,
+        false,
+        names,
+        |_| Ok(None),
+    )
+    .unwrap();
 }
