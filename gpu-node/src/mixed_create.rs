@@ -116,9 +116,11 @@ pub(crate) fn check(
         .map_err(boxed)
 }
 
-/// After the type write: the placement the VF reports (`nvidia/placement_id`) must be the one
-/// planned. A VF that reports none leaves it unknown (never guessed); NVML's running vGPU is
-/// checked by [`mixed::check_placed`] once a VM starts it.
+/// After the type write: the placement the VF reports (`nvidia/placement_id`, read back into
+/// the create's answer) must be one the plan found free for the type; the driver places the
+/// vGPU itself, so another free one than gpuslice's choice is the driver's word, not an error.
+/// A VF that reports none leaves it unknown (never guessed); NVML's running vGPU is checked by
+/// [`mixed::check_placed`] once a VM starts it.
 ///
 /// # Errors
 /// [`MixedError::ReadBack`] naming the placement found.
@@ -131,12 +133,14 @@ pub(crate) fn read_back(
         return Ok(());
     };
     match actuate::vendor::placement_id(host, &set.vf) {
-        Some(found) if found != plan.placement_id => Err(boxed(MixedError::ReadBack {
-            gpu: plan.gpu,
-            type_id: plan.type_id,
-            wanted: plan.placement_id,
-            found: Some(found),
-        })),
+        Some(found) if found != plan.placement_id && !plan.free.contains(&found) => {
+            Err(boxed(MixedError::ReadBack {
+                gpu: plan.gpu,
+                type_id: plan.type_id,
+                wanted: plan.placement_id,
+                found: Some(found),
+            }))
+        }
         _ => Ok(()),
     }
 }

@@ -88,6 +88,9 @@ fn two_sizes_land_on_one_gpu_through_the_node_the_mode_switched_once_and_an_over
     let node = Node::new(&k, &opts)
         .with_mixed_sizes(&n)
         .mixed_sizes_on_request(true);
+    // The kernel's side of the mode the create turns on before its type write (the two fakes
+    // do not talk): VFs report their placements from the first type on.
+    k.set_mixed_size(pf()).unwrap();
 
     let Created::VendorVfio(big) = create(&node, "NVIDIA L40S-24Q").unwrap() else {
         panic!("expected a vendor-VFIO vGPU");
@@ -336,4 +339,62 @@ fn the_door_refuses_mixed_sizes_where_the_root_has_no_nvml() {
         |_| Ok(None),
     )
     .unwrap();
+}
+
+#[test]
+fn on_a_gpu_already_in_mixed_size_mode_each_placement_is_read_back_and_shown_without_being_asked() {
+    let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+    let n = nvml();
+    n.set_vgpu_heterogeneous_mode(&pf(), VgpuMode::Heterogeneous)
+        .unwrap();
+    k.set_mixed_size(pf()).unwrap();
+    let writes = n.writes().len();
+    let opts = DiscoverOptions::new("node-a");
+    // Not asked for: the mode is already on, so sizes mix.
+    let node = Node::new(&k, &opts).with_mixed_sizes(&n);
+    let placed = |c: Created| match c {
+        Created::VendorVfio(set) => (set.vf, set.placement_id),
+        other => panic!("expected a vendor-VFIO vGPU: {other:?}"),
+    };
+    let (big, at_big) = placed(create(&node, "NVIDIA L40S-24Q").unwrap());
+    let (small, at_small) = placed(create(&node, "NVIDIA L40S-12Q").unwrap());
+    assert_eq!(
+        (at_big, at_small),
+        (Some(0), Some(24)),
+        "read back from the VFs"
+    );
+    assert_eq!(n.writes().len(), writes, "the mode was not written again");
+
+    // Shown by `vgpu list` and `topology`.
+    let listing = node.list_vgpus().unwrap();
+    let shown: Vec<_> = listing
+        .vendor_vfio
+        .iter()
+        .map(|v| (v.vf, v.placement_id))
+        .collect();
+    assert_eq!(shown, vec![(big, Some(0)), (small, Some(24))]);
+    let t = gpu_sysfs::discover::discover(&k, &opts).unwrap();
+    let json = serde_json::to_value(&t).unwrap().to_string();
+    assert!(
+        json.contains("\"placementId\":0") && json.contains("\"placementId\":24"),
+        "{json}"
+    );
+
+    // 0..24 and 24..36 held: a second 24Q has no free half, refused naming what is left.
+    let before = k.writes().len();
+    let e = create(&node, "NVIDIA L40S-24Q").unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("placements [0, 24], none free")
+            && text.contains("NVIDIA L40S-12Q (1153) at [36]"),
+        "{text}"
+    );
+    assert_eq!(k.writes().len(), before, "nothing written");
+
+    // A cleared VF reports no placement, and its slots are free again.
+    node.remove_vgpu(&gpu_node::VgpuId::Vf(big), false).unwrap();
+    let listing = node.list_vgpus().unwrap();
+    assert_eq!(listing.vendor_vfio.len(), 1);
+    let (_, again) = placed(create(&node, "NVIDIA L40S-24Q").unwrap());
+    assert_eq!(again, Some(0));
 }

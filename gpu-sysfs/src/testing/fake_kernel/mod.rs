@@ -55,6 +55,7 @@ use crate::host::{CommandOutput, Host, RealHost};
 mod mdev;
 mod parse;
 mod pci;
+mod placement;
 mod presets;
 mod reload;
 mod sriov;

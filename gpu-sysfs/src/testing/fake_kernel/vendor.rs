@@ -95,7 +95,12 @@ impl FakeKernel {
                 _ => {
                     held_mig.is_empty()
                         && size_of(*id).is_some_and(|s| {
-                            used + s <= total && (mixed_size || size.is_none_or(|cur| cur == s))
+                            used + s <= total
+                                && if mixed_size {
+                                    self.mixed_free_start(pf, types, *id, None).is_some()
+                                } else {
+                                    size.is_none_or(|cur| cur == s)
+                                }
                         })
                 }
             })
@@ -149,6 +154,9 @@ impl FakeKernel {
         });
         if n == 0 {
             self.write_file(&path, "0\n")?;
+            if let Some((ppf, _, types)) = pool {
+                self.place_vf(&vf, &ppf, types, 0)?;
+            }
             return self.recompute();
         }
         if self.vf_type(&vf) != 0 {
@@ -181,6 +189,9 @@ impl FakeKernel {
                     return Err(err(errno::EIO));
                 }
             }
+        }
+        if let Some((ppf, _, types)) = pool {
+            self.place_vf(&vf, &ppf, types, n)?;
         }
         self.write_file(&path, &format!("{n}\n"))?;
         self.recompute()
