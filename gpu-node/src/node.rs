@@ -514,7 +514,7 @@ impl<'h> Node<'h> {
 /// several steps one operation (the agent records its promise between choosing and creating).
 #[derive(Debug)]
 pub struct Locked<'n, 'h> {
-    node: &'n Node<'h>,
+    pub(crate) node: &'n Node<'h>,
     lock: LayoutLock,
 }
 

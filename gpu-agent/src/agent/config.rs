@@ -49,6 +49,10 @@ pub struct AgentConfig {
     pub hooks: Hooks,
     /// Where the node's Fabric Manager answers (NVSwitch partitions of `POST /v1/gpus/bind`).
     pub fabric: gpu_health::fabric::FabricSource,
+    /// The NVML vGPU creates ask about mixed-size mode and placements (the local driver's, a
+    /// sandbox's saved one); `None`: every GPU keeps one vGPU size, and a request asking for
+    /// mixed sizes is refused.
+    pub nvml: Option<Arc<dyn gpu_nvml::NvmlDevices>>,
 }
 
 impl AgentConfig {
@@ -63,6 +67,7 @@ impl AgentConfig {
             metrics: false,
             hooks: Hooks::default(),
             fabric: gpu_health::fabric::FabricSource::None,
+            nvml: None,
         }
     }
 }
@@ -83,6 +88,9 @@ pub fn config_for_root(
     config.health = opened.health;
     config.metrics = true;
     config.fabric = gpu_health::fabric::FabricSource::of(&opened.host);
+    config.nvml = gpu_node::mig::open::open_nvml(&opened.host, &req.nvml)
+        .ok()
+        .map(Arc::from);
     let host: Arc<dyn Host> = Arc::new(opened.host);
     Ok((host, config))
 }

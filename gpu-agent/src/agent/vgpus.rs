@@ -85,6 +85,8 @@ impl Agent {
     ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
         let node = self.node();
         let locked = node.lock()?;
+        // Mixed sizes: checked (and the mode turned on where asked) before the target is chosen.
+        let mixed = self.mixed_before(&locked, req, &parent)?;
         let target = locked.choose_target(&parent, &req.profile, uuid.as_ref(), |n| {
             self.snapshot()
                 .topology
@@ -125,6 +127,9 @@ impl Agent {
         let id = device.id();
         let (made, warning) = self.with_promise(device.clone(), owner, &req.profile, || {
             let made = locked.create_vgpu(&target, uuid, req.force)?;
+            if let Some(p) = &mixed {
+                locked.mixed_placed(p, &made)?;
+            }
             let actual = match &made {
                 Created::Mdev(m) => Device::Mdev {
                     uuid: m.uuid,
@@ -143,6 +148,26 @@ impl Agent {
             }
         }
         Ok((kind, id, body))
+    }
+
+    /// [`gpu_node::Locked::mixed_before`] with the agent's NVML; a request asking for mixed
+    /// sizes on an agent without NVML is refused.
+    fn mixed_before(
+        &self,
+        locked: &gpu_node::Locked<'_, '_>,
+        req: &CreateRequest,
+        parent: &ParentId,
+    ) -> Result<Option<gpu_node::mixed::PlacementPlan>, ApiError> {
+        match self.config.nvml.as_deref() {
+            Some(nvml) => Ok(locked.mixed_before(nvml, parent, &req.profile, req.mixed_sizes)?),
+            None if req.mixed_sizes => Err(gpu_node::NodeError::Mixed(Box::new(
+                gpu_node::mixed::MixedError::NoNvml {
+                    why: "the agent was started without it".to_owned(),
+                },
+            ))
+            .into()),
+            None => Ok(None),
+        }
     }
 
     /// `DELETE /v1/vgpus/{uuid|vf}`: removes the instance (refused while a VM holds it, unless
