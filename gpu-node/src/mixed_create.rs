@@ -21,7 +21,6 @@ use gpu_sysfs::actuate::{self, Created};
 
 use crate::NodeError;
 use crate::mixed::{self, MixedError, PlacementPlan, ask};
-use crate::node::Locked;
 use crate::probe::Probe;
 
 fn boxed(e: MixedError) -> NodeError {
@@ -197,35 +196,4 @@ pub(crate) fn one_size_refusal(
         present,
         refusal: Box::new(refusal),
     })))
-}
-
-impl Locked<'_, '_> {
-    /// For a writer that holds the lock across its own steps (the agent): what a create of
-    /// `profile` on `parent` must do first on a GPU in (or, with `turn_on`, going to)
-    /// mixed-size mode, checked before any write, with the mode turned on where planned. `None`:
-    /// today's one-size rule applies. Call [`Locked::mixed_placed`] after the type write.
-    ///
-    /// # Errors
-    /// As [`crate::Node::create_vgpu`]'s mixed-size refusals, and the mode's write.
-    pub fn mixed_before(
-        &self,
-        nvml: &dyn NvmlDevices,
-        parent: &ParentId,
-        profile: &str,
-        turn_on: bool,
-    ) -> Result<Option<PlacementPlan>, NodeError> {
-        let plan = check(self.node.host, nvml, parent, profile, turn_on)?;
-        if let Some(p) = &plan {
-            mixed::turn_on(nvml, p).map_err(boxed)?;
-        }
-        Ok(plan)
-    }
-
-    /// After the type write planned by [`Locked::mixed_before`]: the placement read back.
-    ///
-    /// # Errors
-    /// [`MixedError::ReadBack`].
-    pub fn mixed_placed(&self, plan: &PlacementPlan, made: &Created) -> Result<(), NodeError> {
-        read_back(self.node.host, plan, made)
-    }
 }

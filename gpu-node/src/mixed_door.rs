@@ -12,8 +12,10 @@ use gpu_core::{MdevUuid, ParentId, PciAddress};
 use gpu_sysfs::actuate::Created;
 
 use crate::mig::{InstanceView, MigError};
-use crate::mixed::MixedError;
+use crate::mixed::{MixedError, PlacementPlan};
+use crate::node::Locked;
 use crate::{Node, NodeError, Target};
+use gpu_nvml::NvmlDevices;
 
 /// Creates a vGPU of `profile` on `parent` through `node`, with NVML where the root has one
 /// (mixed-size placement, MIG on request), else as [`Node::create_vgpu`]. `mixed`: the request
@@ -49,5 +51,36 @@ pub fn create_on_request<E: From<NodeError> + From<MigError>>(
             node.create_vgpu(parent, profile, force, gpu_named, name)?,
             None,
         )),
+    }
+}
+
+impl Locked<'_, '_> {
+    /// For a writer that holds the lock across its own steps (the agent): what a create of
+    /// `profile` on `parent` must do first on a GPU in (or, with `turn_on`, going to)
+    /// mixed-size mode, checked before any write, with the mode turned on where planned. `None`:
+    /// today's one-size rule applies. Call [`Locked::mixed_placed`] after the type write.
+    ///
+    /// # Errors
+    /// As [`crate::Node::create_vgpu`]'s mixed-size refusals, and the mode's write.
+    pub fn mixed_before(
+        &self,
+        nvml: &dyn NvmlDevices,
+        parent: &ParentId,
+        profile: &str,
+        turn_on: bool,
+    ) -> Result<Option<PlacementPlan>, NodeError> {
+        let plan = crate::mixed_create::check(self.node.host, nvml, parent, profile, turn_on)?;
+        if let Some(p) = &plan {
+            crate::mixed::turn_on(nvml, p).map_err(|e| NodeError::Mixed(Box::new(e)))?;
+        }
+        Ok(plan)
+    }
+
+    /// After the type write planned by [`Locked::mixed_before`]: the placement read back.
+    ///
+    /// # Errors
+    /// [`MixedError::ReadBack`].
+    pub fn mixed_placed(&self, plan: &PlacementPlan, made: &Created) -> Result<(), NodeError> {
+        crate::mixed_create::read_back(self.node.host, plan, made)
     }
 }
