@@ -40,6 +40,12 @@ fn create(socket: &std::path::Path, profile: &str, mixed: bool) -> support::Repl
     request(socket, "POST", "/v1/vgpus", Some(&body))
 }
 
+/// A create refused, its answer naming every one of `says`.
+fn refused(r: &support::Reply, says: &[&str]) {
+    assert!(r.status >= 400, "{}", r.body);
+    assert!(says.iter().all(|s| r.body.contains(s)), "{}", r.body);
+}
+
 #[test]
 fn mixed_sizes_asked_of_the_agent_mix_two_sizes_and_show_each_placement() {
     let k = Arc::new(FakeKernel::l40s_vendor_vfio_host(4).unwrap());
@@ -70,12 +76,7 @@ fn mixed_sizes_asked_of_the_agent_mix_two_sizes_and_show_each_placement() {
 
     let before = k.writes().len();
     let r = create(&a.socket, "L40S-24Q", false);
-    assert!(r.status >= 400, "{}", r.body);
-    assert!(
-        r.body.contains("none free") && r.body.contains("NVIDIA L40S-12Q (1153) at [36]"),
-        "{}",
-        r.body
-    );
+    refused(&r, &["none free", "NVIDIA L40S-12Q (1153) at [36]"]);
     assert_eq!(k.writes().len(), before, "nothing written");
 }
 
@@ -85,8 +86,7 @@ fn mixed_sizes_are_refused_without_nvml_and_under_fixed_share_before_any_write()
     let a = start_with(Arc::clone(&k), |_| {});
     let before = k.writes().len();
     let r = create(&a.socket, "L40S-24Q", true);
-    assert!(r.status >= 400, "{}", r.body);
-    assert!(r.body.contains("mixed-size vGPUs need NVML"), "{}", r.body);
+    refused(&r, &["mixed-size vGPUs need NVML"]);
     assert_eq!(k.writes().len(), before);
     drop(a);
 
@@ -94,12 +94,7 @@ fn mixed_sizes_are_refused_without_nvml_and_under_fixed_share_before_any_write()
     let shared: Arc<dyn NvmlDevices> = n.clone();
     let a = start_with(Arc::clone(&k), |c| c.nvml = Some(shared));
     let r = create(&a.socket, "L40S-24Q", true);
-    assert!(r.status >= 400, "{}", r.body);
-    assert!(
-        r.body.contains("fixed share") && r.body.contains("best effort or equal share"),
-        "{}",
-        r.body
-    );
+    refused(&r, &["fixed share", "best effort or equal share"]);
     assert_eq!(k.writes().len(), before);
     assert!(n.writes().is_empty());
 }

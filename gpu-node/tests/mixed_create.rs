@@ -46,6 +46,17 @@ fn nvml() -> FakeNvml {
     )
 }
 
+/// The L40S-24Q alone, at 0 and 24 of 48 slots.
+fn only_24q() -> Vec<FakeVgpuType> {
+    vec![FakeVgpuType::new(
+        Q24,
+        "NVIDIA L40S-24Q",
+        24576,
+        24,
+        &[0, 24],
+    )]
+}
+
 fn no_names(n: &str) -> Result<PciAddress, NodeError> {
     panic!("{n:?} should not need resolving by name")
 }
@@ -229,29 +240,31 @@ fn an_idle_same_size_gpu_is_switched_only_when_asked_and_keeps_one_size_otherwis
     assert!(n.writes().is_empty());
 }
 
-#[test]
-fn asking_for_mixed_sizes_under_fixed_share_is_refused_naming_the_scheduler_and_the_allowed_ones() {
+/// A create of an L40S-24Q asked for mixed sizes with `n` as NVML: refused with nothing
+/// written to the kernel or NVML; the refusal.
+fn refused_when_asked(n: &FakeNvml) -> NodeError {
     let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
-    let types = vec![FakeVgpuType::new(
-        Q24,
-        "NVIDIA L40S-24Q",
-        24576,
-        24,
-        &[0, 24],
-    )];
-    let n = FakeNvml::new().with_gpu(
-        pf(),
-        FakeGpu::new(46068)
-            .with_vgpu_types(types)
-            .mixed_size(VgpuMode::Homogeneous)
-            .with_scheduler(gpu_nvml::VgpuScheduler::FixedShare),
-    );
     let opts = DiscoverOptions::new("node-a");
     let node = Node::new(&k, &opts)
-        .with_mixed_sizes(&n)
+        .with_mixed_sizes(n)
         .mixed_sizes_on_request(true);
     let before = k.writes().len();
     let e = create(&node, "NVIDIA L40S-24Q").unwrap_err();
+    assert_eq!(k.writes().len(), before, "nothing written");
+    assert!(n.writes().is_empty());
+    e
+}
+
+#[test]
+fn asking_for_mixed_sizes_under_fixed_share_is_refused_naming_the_scheduler_and_the_allowed_ones() {
+    let n = FakeNvml::new().with_gpu(
+        pf(),
+        FakeGpu::new(46068)
+            .with_vgpu_types(only_24q())
+            .mixed_size(VgpuMode::Homogeneous)
+            .with_scheduler(gpu_nvml::VgpuScheduler::FixedShare),
+    );
+    let e = refused_when_asked(&n);
     assert!(
         matches!(&e, NodeError::Mixed(m) if matches!(**m, MixedError::Scheduler { .. })),
         "{e:?}"
@@ -263,9 +276,9 @@ fn asking_for_mixed_sizes_under_fixed_share_is_refused_naming_the_scheduler_and_
         "{text}"
     );
     assert_eq!(e.kind(), ErrorKind::NotCreatable);
-    assert_eq!(k.writes().len(), before, "nothing written");
-    assert!(n.writes().is_empty());
     // Not asked: the create goes on under the one-size rule, the mode untouched.
+    let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+    let opts = DiscoverOptions::new("node-a");
     create(
         &Node::new(&k, &opts).with_mixed_sizes(&n),
         "NVIDIA L40S-24Q",
@@ -276,27 +289,13 @@ fn asking_for_mixed_sizes_under_fixed_share_is_refused_naming_the_scheduler_and_
 
 #[test]
 fn asking_for_mixed_sizes_of_a_gpu_nvml_gives_no_mode_is_refused_before_any_write() {
-    let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
-    let types = vec![FakeVgpuType::new(
-        Q24,
-        "NVIDIA L40S-24Q",
-        24576,
-        24,
-        &[0, 24],
-    )];
     // No mixed-size support: NVML answers NOT_SUPPORTED.
-    let n = FakeNvml::new().with_gpu(pf(), FakeGpu::new(46068).with_vgpu_types(types));
-    let opts = DiscoverOptions::new("node-a");
-    let node = Node::new(&k, &opts)
-        .with_mixed_sizes(&n)
-        .mixed_sizes_on_request(true);
-    let before = k.writes().len();
-    let e = create(&node, "NVIDIA L40S-24Q").unwrap_err();
+    let n = FakeNvml::new().with_gpu(pf(), FakeGpu::new(46068).with_vgpu_types(only_24q()));
+    let e = refused_when_asked(&n);
     assert!(
         matches!(&e, NodeError::Mixed(m) if matches!(**m, MixedError::Unsupported { .. })),
         "{e:?}"
     );
-    assert_eq!(k.writes().len(), before);
 }
 
 #[test]

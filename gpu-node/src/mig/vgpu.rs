@@ -242,8 +242,8 @@ impl Node<'_> {
 }
 
 /// [`Node::create_vgpu_with_mig`] where the root has an NVML ([`super::open::open_nvml`]: the
-/// local driver's, a sandbox's saved one), else [`Node::create_vgpu`]: the one door `gpuslice
-/// vgpu create` uses.
+/// local driver's, a sandbox's saved one), else [`Node::create_vgpu`]: through the one door
+/// [`crate::mixed_door::create_on_request`], without asking for mixed sizes.
 ///
 /// # Errors
 /// As those two.
@@ -256,16 +256,8 @@ pub fn create_on_request<E: From<NodeError> + From<MigError>>(
     gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
     name: impl Fn(&Target) -> Result<Option<MdevUuid>, E>,
 ) -> Result<(Created, Option<InstanceView>), E> {
-    match super::open::open_nvml(root, &gpu_health::NvmlSource::LocalOnly) {
-        Ok(nvml) => {
-            let mig = node.mig(nvml.as_ref());
-            node.create_vgpu_with_mig(&mig, parent, profile, force, gpu_named, name)
-        }
-        Err(_) => Ok((
-            node.create_vgpu(parent, profile, force, gpu_named, name)?,
-            None,
-        )),
-    }
+    // The one door (mixed sizes only where the GPU is already in that mode).
+    crate::mixed_door::create_on_request(node, root, parent, profile, force, false, gpu_named, name)
 }
 
 /// [`Node::remove_vgpu_with_mig`] where the root has an NVML, else [`Node::remove_vgpu`].
