@@ -14,6 +14,7 @@
 pub mod apply;
 pub mod board;
 mod error;
+pub mod layout;
 pub mod open;
 pub mod owned;
 #[cfg(feature = "sandbox")]

@@ -33,7 +33,11 @@ pub fn profile_of_type<'b>(board: &'b Board, type_name: &str) -> Option<&'b Boar
 impl Mig<'_, '_> {
     /// How many MIG-backed vGPUs of each profile the VFs of `gpu` hold (from discovery: each
     /// VF's type, by name).
-    fn held(&self, gpu: &PciAddress, board: &Board) -> Result<BTreeMap<String, usize>, MigError> {
+    pub(super) fn held(
+        &self,
+        gpu: &PciAddress,
+        board: &Board,
+    ) -> Result<BTreeMap<String, usize>, MigError> {
         let topo = gpu_sysfs::discover::discover(self.host(), self.node.discover)
             .map_err(MigError::Discover)?;
         let mut held: BTreeMap<String, usize> = BTreeMap::new();
@@ -150,7 +154,7 @@ impl Mig<'_, '_> {
         let Some(gi) = of_profile
             .iter()
             .rev()
-            .find(|gi| owned::made_by_us(&mine, gpu, gi))
+            .find(|gi| owned::made_for_vgpus(&mine, gpu, gi))
         else {
             return Ok(None);
         };
