@@ -14,8 +14,8 @@ use gpu_nvml::fake::{FakeGpu, FakeNvml};
 use gpu_nvml::{MigMode, NvmlDevices, Placement};
 use gpu_sysfs::discover::DiscoverOptions;
 use gpu_sysfs::resolver::InMemoryResolver;
-use gpu_sysfs::testing::fixtures::{H200_TYPES, h200_mig_host, h200_pf, h200_vf};
-use gpu_sysfs::testing::{FakeKernel, FakeMig, FakePool};
+use gpu_sysfs::testing::FakeKernel;
+use gpu_sysfs::testing::fixtures::{H200_TYPES, h200_mig_kernel, h200_pf, h200_vf};
 
 const T3G: u32 = 1418;
 
@@ -29,33 +29,9 @@ fn nvml(mode: MigMode) -> Arc<FakeNvml> {
 }
 
 /// The H200 of the fixtures with `busy` VFs holding types; its driver's MIG state is the fake
-/// NVML's (the kernel asks it each time it lists or takes a type).
+/// NVML's.
 fn kernel(busy: &[(u32, u32)], n: &Arc<FakeNvml>) -> FakeKernel {
-    let all: Vec<u32> = H200_TYPES.iter().map(|(id, _)| *id).collect();
-    let tree = h200_mig_host(busy, &all).unwrap();
-    let n = Arc::clone(n);
-    FakeKernel::new(tree)
-        .unwrap()
-        .with_pool(FakePool::VendorVfio {
-            pf: pf(),
-            framebuffer_mib: 141 * 1024,
-            types: H200_TYPES
-                .iter()
-                .map(|(i, s)| (*i, (*s).to_owned()))
-                .collect(),
-        })
-        .with_mig_source(move |gpu| {
-            let modes = n.mig_mode(gpu).ok()?;
-            Some(FakeMig {
-                enabled: modes.current == MigMode::Enabled,
-                instances: n
-                    .gpu_instances(gpu)
-                    .ok()?
-                    .iter()
-                    .map(|gi| (gi.slice_count as u8, gi.placement.size as u8))
-                    .collect(),
-            })
-        })
+    h200_mig_kernel(busy, Arc::clone(n)).unwrap()
 }
 
 /// Discovery names every H200 type as NVML would (a VF holding a type lists none).

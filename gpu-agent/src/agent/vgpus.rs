@@ -85,17 +85,43 @@ impl Agent {
     ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
         let node = self.node();
         let locked = node.lock()?;
-        let target = locked.choose_target(&parent, &req.profile, uuid.as_ref(), |n| {
-            self.snapshot()
-                .topology
-                .gpu_by_name(n)
-                .map(|g| g.address)
-                .ok_or_else(|| {
-                    ApiError::not_found(format!(
-                        "{n:?} is neither an mdev parent nor a GPU of this host"
-                    ))
-                })
-        })?;
+        // MIG on request: the GPU instance of a MIG-backed type made first (gpu-node's one
+        // function, as `vgpu create`), destroyed again when the vGPU is not made.
+        let nvml = self.config.mig.as_ref().map(|m| m.0.as_ref());
+        let made = match nvml {
+            Some(n) => node
+                .instance_for_request_held(n, &parent, &req.profile, |name| self.gpu_named(name))?,
+            None => None,
+        };
+        let out = self.create_on(&locked, req, parent, uuid, owner);
+        if let (Err(_), Some(n), Some((gpu, id))) = (&out, nvml, made) {
+            node.undo_instance_held(n, &gpu, id);
+        }
+        out
+    }
+
+    fn gpu_named(&self, n: &str) -> Result<gpu_core::PciAddress, ApiError> {
+        self.snapshot()
+            .topology
+            .gpu_by_name(n)
+            .map(|g| g.address)
+            .ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "{n:?} is neither an mdev parent nor a GPU of this host"
+                ))
+            })
+    }
+
+    fn create_on(
+        &self,
+        locked: &gpu_node::Locked<'_, '_>,
+        req: &CreateRequest,
+        parent: ParentId,
+        uuid: Option<MdevUuid>,
+        owner: Owner,
+    ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
+        let target =
+            locked.choose_target(&parent, &req.profile, uuid.as_ref(), |n| self.gpu_named(n))?;
         let (device, handoff, kind) = match &target {
             Target::Mdev { type_id, .. } => {
                 let uuid = uuid.ok_or_else(|| {

@@ -69,6 +69,28 @@ impl Mig<'_, '_> {
         gpu: &PciAddress,
         type_name: &str,
     ) -> Result<Option<InstanceView>, MigError> {
+        self.before_vgpu_as(gpu, type_name, false)
+    }
+
+    /// [`Mig::before_vgpu`] for a caller that holds the host-wide lock already (the agent's
+    /// `POST /v1/vgpus`, a DRA prepare).
+    ///
+    /// # Errors
+    /// As [`Mig::before_vgpu`].
+    pub fn before_vgpu_held(
+        &self,
+        gpu: &PciAddress,
+        type_name: &str,
+    ) -> Result<Option<InstanceView>, MigError> {
+        self.before_vgpu_as(gpu, type_name, true)
+    }
+
+    fn before_vgpu_as(
+        &self,
+        gpu: &PciAddress,
+        type_name: &str,
+        held: bool,
+    ) -> Result<Option<InstanceView>, MigError> {
         let modes = match self.nvml.mig_mode(gpu) {
             Ok(m) => m,
             Err(e) if e.is_not_applicable() => {
@@ -119,8 +141,12 @@ impl Mig<'_, '_> {
                     return Ok(None);
                 }
                 let name = p.name.clone();
-                self.create(gpu, &name, &format!("a {type_name} vGPU"))
-                    .map(Some)
+                let made_for = format!("a {type_name} vGPU");
+                if held {
+                    self.create_held(gpu, &name, &made_for).map(Some)
+                } else {
+                    self.create(gpu, &name, &made_for).map(Some)
+                }
             }
         }
     }
@@ -285,5 +311,34 @@ pub fn remove_on_request(
     match super::open::open_nvml(root, &gpu_health::NvmlSource::LocalOnly) {
         Ok(nvml) => node.remove_vgpu_with_mig(&node.mig(nvml.as_ref()), id, force),
         Err(_) => Ok((node.remove_vgpu(id, force)?, None)),
+    }
+}
+
+impl Node<'_> {
+    /// MIG on request for a door that holds the host-wide lock already (the agent's `POST
+    /// /v1/vgpus`): [`Mig::before_vgpu_held`] on the GPU of `parent`, through `nvml`. The GPU
+    /// instance made, if one was (to undo with [`Node::undo_instance_held`] when the vGPU is
+    /// not made).
+    ///
+    /// # Errors
+    /// What [`Mig::before_vgpu_held`] answers; `gpu_named`'s error for a name it does not know.
+    pub fn instance_for_request_held<E: From<MigError>>(
+        &self,
+        nvml: &dyn gpu_nvml::NvmlDevices,
+        parent: &ParentId,
+        profile: &str,
+        gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
+    ) -> Result<Option<(PciAddress, u32)>, E> {
+        let gpu = gpu_of(self, parent, &gpu_named)?;
+        Ok(self
+            .mig(nvml)
+            .before_vgpu_held(&gpu, profile)?
+            .map(|gi| (gpu, gi.id)))
+    }
+
+    /// Destroys GPU instance `id` of `gpu` made by [`Node::instance_for_request_held`] for a
+    /// vGPU that was not made (the lock still held). Best effort: one a vGPU took stays.
+    pub fn undo_instance_held(&self, nvml: &dyn gpu_nvml::NvmlDevices, gpu: &PciAddress, id: u32) {
+        let _ = self.mig(nvml).unmake(gpu, id);
     }
 }

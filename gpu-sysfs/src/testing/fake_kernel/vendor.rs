@@ -18,6 +18,24 @@ pub struct FakeMig {
 }
 
 impl FakeMig {
+    /// The MIG state of `gpu` as `nvml` answers it (`None` where it does not: no MIG).
+    pub fn of(nvml: &dyn gpu_nvml::NvmlDevices, gpu: &PciAddress) -> Option<FakeMig> {
+        let modes = nvml.mig_mode(gpu).ok()?;
+        let instances = nvml.gpu_instances(gpu).unwrap_or_default();
+        Some(FakeMig {
+            enabled: modes.current == gpu_nvml::MigMode::Enabled,
+            instances: instances
+                .iter()
+                .filter_map(|gi| {
+                    Some((
+                        u8::try_from(gi.slice_count).ok()?,
+                        u8::try_from(gi.placement.size).ok()?,
+                    ))
+                })
+                .collect(),
+        })
+    }
+
     /// Whether an instance of `p` is left beside the vGPUs of `held` (their profiles).
     fn has_free(&self, p: &MigProfile, held: &[&MigProfile]) -> bool {
         let same = |c: u8, m: u8| c == p.compute_slices && m == p.memory_slices;
