@@ -698,7 +698,7 @@ pub(crate) fn release_at(
     })
 }
 
-pub(crate) fn enable_sriov_at(
+fn enable_sriov_at(
     host: &dyn Host,
     pf: &PciAddress,
     opts: &SriovOptions,

@@ -25,7 +25,7 @@ use gpu_core::nvidia::VgpuTypeName;
 use gpu_nvml::{MigMode, Placement};
 use gpu_sysfs::actuate::SriovOptions;
 
-use super::vgpu::profile_of_type;
+use super::board::profile_of_type;
 use super::{Mig, MigError, board, describe, held_text, occupancy, owned};
 
 /// What MIG must do on one GPU before its layout is written.
@@ -250,7 +250,12 @@ impl Mig<'_, '_> {
                     .push(format!("{gpu}: MIG mode {} for the layout", describe(mode)));
             }
             if n.enable_sriov && !n.make.is_empty() {
-                crate::node::enable_sriov_at(self.host(), gpu, sriov)?;
+                gpu_sysfs::actuate::enable_sriov(self.host(), gpu, sriov).map_err(|source| {
+                    crate::NodeError::EnableSriov {
+                        pf: *gpu,
+                        source: Box::new(source),
+                    }
+                })?;
                 done.notes
                     .push(format!("{gpu}: SR-IOV enabled after MIG mode"));
             }

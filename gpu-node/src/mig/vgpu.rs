@@ -11,24 +11,12 @@ use gpu_core::{MdevUuid, ParentId, PciAddress};
 use gpu_nvml::MigMode;
 use gpu_sysfs::actuate::Created;
 
-use super::board::{Board, BoardProfile};
+use super::board::Board;
 use super::{InstanceView, Mig, MigError, board, owned};
 use crate::node::{Removed, VgpuId};
 use crate::{Node, NodeError, Target};
 
-/// The profile of `board` a vGPU type named `type_name` runs on: `None` for a time-sliced type
-/// or a name that is not NVIDIA's. The profile of the type's slices whose memory is nearest
-/// the type's framebuffer.
-pub fn profile_of_type<'b>(board: &'b Board, type_name: &str) -> Option<&'b BoardProfile> {
-    let t = VgpuTypeName::parse(type_name).ok()?;
-    let slices = u32::from(t.mig_slices?);
-    let fb = t.framebuffer_mib();
-    board
-        .profiles
-        .iter()
-        .filter(|p| p.compute_slices == slices)
-        .min_by_key(|p| p.memory_mib.abs_diff(fb))
-}
+pub use super::board::profile_of_type;
 
 impl Mig<'_, '_> {
     /// How many MIG-backed vGPUs of each profile the VFs of `gpu` hold (from discovery: each
