@@ -53,7 +53,7 @@ fn mixed_sizes_asked_of_the_agent_mix_two_sizes_and_show_each_placement() {
     k.set_mixed_size(pf()).unwrap();
     let n = nvml(VgpuScheduler::BestEffort);
     let shared: Arc<dyn NvmlDevices> = n.clone();
-    let a = start_with(Arc::clone(&k), |c| c.nvml = Some(shared));
+    let a = start_with(Arc::clone(&k), |c| c.mig = Some(gpu_agent::MigNvml(shared)));
 
     let r = create(&a.socket, "L40S-24Q", true);
     assert_eq!(r.status, 201, "{}", r.body);
@@ -92,7 +92,7 @@ fn mixed_sizes_are_refused_without_nvml_and_under_fixed_share_before_any_write()
 
     let n = nvml(VgpuScheduler::FixedShare);
     let shared: Arc<dyn NvmlDevices> = n.clone();
-    let a = start_with(Arc::clone(&k), |c| c.nvml = Some(shared));
+    let a = start_with(Arc::clone(&k), |c| c.mig = Some(gpu_agent::MigNvml(shared)));
     let r = create(&a.socket, "L40S-24Q", true);
     refused(&r, &["fixed share", "best effort or equal share"]);
     assert_eq!(k.writes().len(), before);

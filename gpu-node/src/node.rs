@@ -214,6 +214,19 @@ impl<'h> Node<'h> {
         self
     }
 
+    /// Gives this writer the node's NVML where there is one (the local driver's, a sandbox's
+    /// saved fake): layouts then make and check what MIG needs ([`crate::mig::layout`]), and
+    /// vGPUs of different sizes are placed as [`Node::with_mixed_sizes`] says.
+    #[must_use]
+    pub fn with_nvml(mut self, nvml: Option<&'h dyn gpu_nvml::NvmlDevices>) -> Self {
+        self.nvml = nvml;
+        self
+    }
+
+    pub(crate) fn nvml_handle(&self) -> Option<&'h dyn gpu_nvml::NvmlDevices> {
+        self.nvml
+    }
+
     /// Tells `waiting` once when another writer holds the lock.
     #[must_use]
     pub fn on_lock_wait(mut self, waiting: LockWaiting<'h>) -> Self {
@@ -465,6 +478,7 @@ impl<'h> Node<'h> {
                 .map_err(|e| NodeError::Layout(Box::new(e)));
         }
         let locked = self.lock_telling(&mut |path| events(ApplyEvent::WaitingForLock { path }))?;
+        let mig = crate::mig::layout::LayoutHook::before(self, config, &opts)?;
         let verb = match how.mode {
             Mode::Apply => "apply",
             Mode::Clear => "clear",
@@ -486,7 +500,7 @@ impl<'h> Node<'h> {
         if let Some(intent) = recorded {
             intent::finish(host, intent, out.as_ref().err().map(layout_left));
         }
-        out
+        mig.after(out)
     }
 
     /// Whether the host holds what `config` wants. Reads only.

@@ -85,19 +85,45 @@ impl Agent {
     ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
         let node = self.node();
         let locked = node.lock()?;
+        // MIG on request: the GPU instance of a MIG-backed type made first (gpu-node's one
+        // function, as `vgpu create`), destroyed again when the vGPU is not made.
+        let nvml = self.config.mig.as_ref().map(|m| m.0.as_ref());
+        let made = match nvml {
+            Some(n) => node
+                .instance_for_request_held(n, &parent, &req.profile, |name| self.gpu_named(name))?,
+            None => None,
+        };
+        let out = self.create_on(&locked, req, parent, uuid, owner);
+        if let (Err(_), Some(n), Some((gpu, id))) = (&out, nvml, made) {
+            node.undo_instance_held(n, &gpu, id);
+        }
+        out
+    }
+
+    fn gpu_named(&self, n: &str) -> Result<gpu_core::PciAddress, ApiError> {
+        self.snapshot()
+            .topology
+            .gpu_by_name(n)
+            .map(|g| g.address)
+            .ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "{n:?} is neither an mdev parent nor a GPU of this host"
+                ))
+            })
+    }
+
+    fn create_on(
+        &self,
+        locked: &gpu_node::Locked<'_, '_>,
+        req: &CreateRequest,
+        parent: ParentId,
+        uuid: Option<MdevUuid>,
+        owner: Owner,
+    ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
         // Mixed sizes: checked (and the mode turned on where asked) before the target is chosen.
-        let mixed = self.mixed_before(&locked, req, &parent)?;
-        let target = locked.choose_target(&parent, &req.profile, uuid.as_ref(), |n| {
-            self.snapshot()
-                .topology
-                .gpu_by_name(n)
-                .map(|g| g.address)
-                .ok_or_else(|| {
-                    ApiError::not_found(format!(
-                        "{n:?} is neither an mdev parent nor a GPU of this host"
-                    ))
-                })
-        })?;
+        let mixed = self.mixed_before(locked, req, &parent)?;
+        let target =
+            locked.choose_target(&parent, &req.profile, uuid.as_ref(), |n| self.gpu_named(n))?;
         let (device, handoff, kind) = match &target {
             Target::Mdev { type_id, .. } => {
                 let uuid = uuid.ok_or_else(|| {
@@ -158,7 +184,7 @@ impl Agent {
         req: &CreateRequest,
         parent: &ParentId,
     ) -> Result<Option<gpu_node::mixed::PlacementPlan>, ApiError> {
-        match self.config.nvml.as_deref() {
+        match self.config.mig.as_ref().map(|m| m.0.as_ref()) {
             Some(nvml) => Ok(locked.mixed_before(nvml, parent, &req.profile, req.mixed_sizes)?),
             None if req.mixed_sizes => Err(gpu_node::NodeError::Mixed(Box::new(
                 gpu_node::mixed::MixedError::NoNvml {

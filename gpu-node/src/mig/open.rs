@@ -46,8 +46,8 @@ fn sandbox_nvml(
     host: &dyn gpu_sysfs::Host,
     dir: &std::path::Path,
 ) -> Result<Box<dyn NvmlDevices>, MigError> {
-    let fake = super::sandbox::fake_of(host);
-    gpu_nvml::fake::persist::SavedNvml::open(dir, fake)
+    super::sandbox::fake_of(host)
+        .saved_in(dir)
         .map(|n| Box::new(n) as Box<dyn NvmlDevices>)
         .map_err(|e| MigError::NoNvml {
             why: format!("the sandbox's {}: {e}", gpu_nvml::fake::persist::NVML_FILE),

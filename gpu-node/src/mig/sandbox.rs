@@ -64,7 +64,8 @@ pub fn reset(opened: &gpu_sysfs::OpenedRoot, gpu: &PciAddress) -> Result<(), sup
             why: "not a sandbox".to_owned(),
         });
     };
-    let nvml = gpu_nvml::fake::persist::SavedNvml::open(dir, fake_of(opened.host()))
+    let nvml = fake_of(opened.host())
+        .saved_in(dir)
         .map_err(|e| super::MigError::NoNvml { why: e.to_string() })?;
     nvml.reset(gpu).map_err(super::MigError::nvml(*gpu))
 }

@@ -70,6 +70,7 @@ pub use presets::{
     sample_pools,
 };
 pub use reload::Reloaded;
+pub use vendor::FakeMig;
 
 /// Where NVIDIA installs `sriov-manage`.
 const SRIOV_MANAGE: &str = "/usr/lib/nvidia/sriov-manage";
@@ -191,6 +192,8 @@ struct State {
     writes: Vec<WriteRecord>,
     /// GPUs whose driver is in mixed-size vGPU mode (turned on through NVML on a real host).
     mixed_size: BTreeSet<PciAddress>,
+    /// Where the driver's MIG state is read (`with_mig_source`).
+    mig: Option<vendor::MigSource>,
     fail_at: Option<(usize, i32)>,
     /// Every write from this one on fails (counting from 1), with this errno.
     fail_from: Option<(usize, i32)>,
@@ -588,10 +591,12 @@ fn link_last(fs: &RealHost, path: &str) -> Option<String> {
 
 impl Host for FakeKernel {
     fn read(&self, path: &str) -> io::Result<Vec<u8>> {
+        self.refresh_list(path)?;
         self.fs.read(path)
     }
 
     fn read_bounded(&self, path: &str, max: usize) -> io::Result<Vec<u8>> {
+        self.refresh_list(path)?;
         self.fs.read_bounded(path, max)
     }
 
