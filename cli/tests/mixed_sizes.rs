@@ -1,7 +1,8 @@
 //! `vgpu create --mixed-sizes` on the bundled L40S sandbox: the sandbox's NVML gives the L40S
-//! no mixed-size mode (it starts, and stays, in same-size mode), so asking for mixed sizes is
-//! refused before any write, naming why; not asked, the create goes on under the same-size rule,
-//! which keeps refusing a second size.
+//! mixed-size support starting in same-size mode (kept in `DIR/nvml.json` between commands), so
+//! asking for mixed sizes on the idle GPU turns the mode on, a second size joins the first at
+//! its own placement, and `vgpu list` / `topology` show each `placementId`; not asked, the
+//! same-size rule keeps refusing a second size.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod sandbox_support;
@@ -20,7 +21,7 @@ fn vf_type(dir: &Path, vf: &str) -> String {
 }
 
 #[test]
-fn mixed_sizes_asked_of_the_bundled_l40s_are_refused_before_any_write_and_one_size_holds() {
+fn mixed_sizes_asked_of_the_bundled_l40s_turn_the_mode_on_and_place_two_sizes() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("l40s");
     ok(gpuslice(&[
@@ -44,18 +45,54 @@ fn mixed_sizes_asked_of_the_bundled_l40s_are_refused_before_any_write_and_one_si
         }
         on(&dir, &args)
     };
-    let o = create("L40S-24Q", true);
-    assert!(!o.status.success(), "{}", stdout(&o));
-    let e = stderr(&o);
-    assert!(
-        e.contains("GPU 0000:26:00.0 does not support mixed-size vGPUs"),
-        "{e}"
-    );
-    assert_eq!(vf_type(&dir, "0000:26:00.4"), "0", "nothing written");
-
-    ok(create("L40S-24Q", false));
+    ok(create("L40S-24Q", true));
     assert_eq!(vf_type(&dir, "0000:26:00.4"), "1155");
-    let o = create("L40S-12Q", false);
+    let saved = std::fs::read_to_string(dir.join("nvml.json")).unwrap();
+    assert!(saved.contains("heterogeneous"), "the mode kept: {saved}");
+    // The mode is on (read back from nvml.json by the next process): a second size joins.
+    ok(create("L40S-12Q", false));
+    assert_eq!(vf_type(&dir, "0000:26:00.5"), "1153");
+    for cmd in [
+        &["vgpu", "list", "-o", "json"][..],
+        &["topology", "-o", "json"][..],
+    ] {
+        let o = ok(on(&dir, cmd));
+        let flat: String = stdout(&o).split_whitespace().collect();
+        assert!(
+            flat.contains("\"placementId\":0") && flat.contains("\"placementId\":24"),
+            "{cmd:?}: {flat}"
+        );
+    }
+}
+
+#[test]
+fn without_mixed_sizes_the_bundled_l40s_keeps_one_size() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("l40s");
+    ok(gpuslice(&[
+        "sandbox",
+        "init",
+        "--from",
+        "examples/hosts/l40s-vendor-vfio.umockdev",
+        dir.to_str().unwrap(),
+    ]));
+    let create = |profile: &str| {
+        on(
+            &dir,
+            &[
+                "vgpu",
+                "create",
+                "--parent",
+                "0000:26:00.0",
+                "--profile",
+                profile,
+            ],
+        )
+    };
+    ok(create("L40S-24Q"));
+    assert_eq!(vf_type(&dir, "0000:26:00.4"), "1155");
+    let o = create("L40S-12Q");
     assert!(!o.status.success(), "{}", stdout(&o));
-    assert!(stderr(&o).contains("L40S-12Q"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("in same-size mode"), "{}", stderr(&o));
+    assert_eq!(vf_type(&dir, "0000:26:00.5"), "0", "nothing written");
 }

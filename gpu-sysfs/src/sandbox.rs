@@ -411,6 +411,7 @@ fn saved_mig(dir: PathBuf) -> impl Fn(&PciAddress) -> Option<FakeMig> + Send + S
                     Some((u8::try_from(*slices).ok()?, u8::try_from(*size).ok()?))
                 })
                 .collect(),
+            mixed_size: g.vgpu_mode == Some(gpu_nvml::VgpuMode::Heterogeneous),
         })
     }
 }

@@ -17,7 +17,7 @@ pub fn open_nvml(
     source: &NvmlSource,
 ) -> Result<Box<dyn NvmlDevices>, MigError> {
     if let Some(dir) = opened.sandbox_dir() {
-        return sandbox_nvml(opened.host(), dir);
+        return sandbox_nvml(opened, dir);
     }
     let library = match source {
         NvmlSource::Off => {
@@ -43,10 +43,10 @@ pub fn open_nvml(
 
 #[cfg(feature = "sandbox")]
 fn sandbox_nvml(
-    host: &dyn gpu_sysfs::Host,
+    opened: &OpenedRoot,
     dir: &std::path::Path,
 ) -> Result<Box<dyn NvmlDevices>, MigError> {
-    super::sandbox::fake_of(host)
+    super::sandbox::fake_of(opened)
         .saved_in(dir)
         .map(|n| Box::new(n) as Box<dyn NvmlDevices>)
         .map_err(|e| MigError::NoNvml {
@@ -56,7 +56,7 @@ fn sandbox_nvml(
 
 #[cfg(not(feature = "sandbox"))]
 fn sandbox_nvml(
-    _host: &dyn gpu_sysfs::Host,
+    _opened: &OpenedRoot,
     _dir: &std::path::Path,
 ) -> Result<Box<dyn NvmlDevices>, MigError> {
     Err(MigError::NoNvml {

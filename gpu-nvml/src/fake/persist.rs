@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{FakeNvml, State};
 use crate::error::{NvmlError, NvmlErrorKind};
-use crate::types::{GpuInstance, MigMode, MigModes, Placement};
+use crate::types::{GpuInstance, MigMode, MigModes, Placement, VgpuMode};
 
 /// The file under the sandbox directory.
 pub const NVML_FILE: &str = "nvml.json";
@@ -35,6 +35,21 @@ pub struct SavedGpu {
     pub next_id: u32,
     /// Processes holding the GPU.
     pub processes: u32,
+    /// The vGPU size mode of a GPU with mixed-size support (`None`: none, or an older file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vgpu_mode: Option<VgpuMode>,
+}
+
+impl<'de> Deserialize<'de> for VgpuMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "heterogeneous" => Ok(VgpuMode::Heterogeneous),
+            "homogeneous" => Ok(VgpuMode::Homogeneous),
+            other => Err(serde::de::Error::custom(format!(
+                "unknown vGPU mode {other:?}"
+            ))),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for MigMode {
@@ -49,21 +64,26 @@ impl<'de> Deserialize<'de> for MigMode {
     }
 }
 
-/// The MIG state of every MIG-capable GPU of `state`.
+/// The MIG state of every MIG-capable GPU of `state`, and the size mode of every GPU with
+/// mixed-size support (MIG off and no instances where it has no MIG).
 fn saved_of(state: &State) -> BTreeMap<PciAddress, SavedGpu> {
     state
         .gpus
         .iter()
         .filter_map(|(a, g)| {
-            let m = g.mig.as_ref()?;
+            if g.mig.is_none() && g.vgpu_mode.is_none() {
+                return None;
+            }
+            let m = g.mig.as_ref();
             Some((
                 *a,
                 SavedGpu {
-                    current: m.modes.current,
-                    pending: m.modes.pending,
-                    needs_reset: m.needs_reset,
+                    current: m.map_or(MigMode::Disabled, |m| m.modes.current),
+                    pending: m.map_or(MigMode::Disabled, |m| m.modes.pending),
+                    needs_reset: m.is_some_and(|m| m.needs_reset),
                     instances: m
-                        .instances
+                        .map(|m| m.instances.as_slice())
+                        .unwrap_or_default()
                         .iter()
                         .map(|i| {
                             (
@@ -75,8 +95,9 @@ fn saved_of(state: &State) -> BTreeMap<PciAddress, SavedGpu> {
                             )
                         })
                         .collect(),
-                    next_id: m.next_id,
+                    next_id: m.map_or(0, |m| m.next_id),
                     processes: g.processes,
+                    vgpu_mode: g.vgpu_mode,
                 },
             ))
         })
@@ -90,6 +111,9 @@ fn restore_into(state: &mut State, saved: &BTreeMap<PciAddress, SavedGpu>) {
             continue;
         };
         g.processes = s.processes;
+        if let (Some(_), Some(mode)) = (g.vgpu_mode, s.vgpu_mode) {
+            g.vgpu_mode = Some(mode);
+        }
         if let Some(m) = g.mig.as_mut() {
             m.modes = MigModes {
                 current: s.current,

@@ -332,7 +332,8 @@ impl FakeKernel {
     }
 
     pub(super) fn is_mixed_size(&self, pf: &PciAddress) -> bool {
-        self.lock().mixed_size.contains(pf)
+        let told = self.lock().mixed_size.contains(pf);
+        told || self.mig_of(pf).is_some_and(|m| m.mixed_size)
     }
 
     /// Fails the `k`-th write (counting from 1, over the kernel's life) with `errno`, leaving the

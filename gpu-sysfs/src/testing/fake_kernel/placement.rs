@@ -26,6 +26,30 @@ fn sliced_size(name: &str) -> Option<u64> {
 }
 
 impl FakeKernel {
+    /// The mixed-size placements of each time-sliced type of `pf`'s vendor-VFIO pool on this
+    /// fake's lattice (the **assumption** above): (type ID, name, placement size, placement
+    /// IDs), so a fake NVML beside this kernel (the sandbox's) answers what it does. Empty for
+    /// a GPU without such a pool.
+    pub fn mixed_placements(&self, pf: &PciAddress) -> Vec<(u32, String, u32, Vec<u32>)> {
+        let Some((_, _, types)) = self.vendor_pool_of(&Some(*pf)) else {
+            return Vec::new();
+        };
+        let Some((unit, width)) = lattice(types) else {
+            return Vec::new();
+        };
+        types
+            .iter()
+            .filter_map(|(id, name)| {
+                let size = Self::slots_of(types, unit, *id)?;
+                let ids = (0..width)
+                    .step_by(size.max(1) as usize)
+                    .filter(|s| s + size <= width)
+                    .collect();
+                Some((*id, name.clone(), size, ids))
+            })
+            .collect()
+    }
+
     fn slots_of(types: &[(u32, String)], unit: u64, id: u32) -> Option<u32> {
         let fb = types
             .iter()

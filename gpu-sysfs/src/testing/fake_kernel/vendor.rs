@@ -15,6 +15,9 @@ pub struct FakeMig {
     pub enabled: bool,
     /// The GPU instances, as (compute slices, memory slices) each.
     pub instances: Vec<(u8, u8)>,
+    /// Mixed-size vGPU mode in force (NVML's heterogeneous mode), as
+    /// [`FakeKernel::set_mixed_size`] says for a kernel told directly.
+    pub mixed_size: bool,
 }
 
 impl FakeMig {
@@ -33,6 +36,9 @@ impl FakeMig {
                     ))
                 })
                 .collect(),
+            mixed_size: nvml
+                .vgpu_heterogeneous_mode(gpu)
+                .is_ok_and(|m| m == gpu_nvml::VgpuMode::Heterogeneous),
         })
     }
 
@@ -101,7 +107,7 @@ impl FakeKernel {
     }
 
     /// The vendor-VFIO pool of GPU `pf`: its address, framebuffer and types.
-    fn vendor_pool_of(
+    pub(super) fn vendor_pool_of(
         &self,
         pf: &Option<PciAddress>,
     ) -> Option<(PciAddress, u64, &[(u32, String)])> {
@@ -115,7 +121,7 @@ impl FakeKernel {
         })
     }
 
-    fn mig_of(&self, pf: &PciAddress) -> Option<FakeMig> {
+    pub(super) fn mig_of(&self, pf: &PciAddress) -> Option<FakeMig> {
         let source = self.lock().mig.clone()?;
         (source.0)(pf)
     }
