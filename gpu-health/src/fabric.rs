@@ -89,20 +89,16 @@ pub fn open_fabric_at(
     }
     match source {
         FabricSource::Sandbox(dir) => {
-            open_sandbox(dir, topology).map(|f| Arc::new(f) as Arc<dyn FabricManager>)
+            // The sandbox's FM runs in the mode its host's configuration sets, as on a machine;
+            // without one, in shared NVSwitch mode.
+            let mode = match host.read(gpu_fabric::CONFIG_FILE) {
+                Ok(_) => config_mode(host)?,
+                Err(_) => FabricMode::SharedNvswitch,
+            };
+            open_sandbox(dir, topology, mode).map(|f| Arc::new(f) as Arc<dyn FabricManager>)
         }
         FabricSource::Local => {
-            let mode = match host.read(gpu_fabric::CONFIG_FILE) {
-                Ok(text) => gpu_fabric::mode_from_config(&String::from_utf8_lossy(&text))
-                    .map_err(|e| unavailable(format!("/{}: {e}", gpu_fabric::CONFIG_FILE)))?,
-                Err(e) => {
-                    return Err(unavailable(format!(
-                        "/{} cannot be read: {e}",
-                        gpu_fabric::CONFIG_FILE
-                    )));
-                }
-            };
-            let fm = FmLibrary::open(&FmConfig::from_env(mode))?;
+            let fm = FmLibrary::open(&FmConfig::from_env(config_mode(host)?))?;
             Ok(Arc::new(fm))
         }
         FabricSource::None => Err(unavailable(
@@ -111,9 +107,25 @@ pub fn open_fabric_at(
     }
 }
 
+/// FM's mode from its configuration file (`FABRIC_MODE`).
+fn config_mode(host: &dyn gpu_sysfs::host::Host) -> Result<FabricMode, FmError> {
+    match host.read(gpu_fabric::CONFIG_FILE) {
+        Ok(text) => gpu_fabric::mode_from_config(&String::from_utf8_lossy(&text))
+            .map_err(|e| unavailable(format!("/{}: {e}", gpu_fabric::CONFIG_FILE))),
+        Err(e) => Err(unavailable(format!(
+            "/{} cannot be read: {e}",
+            gpu_fabric::CONFIG_FILE
+        ))),
+    }
+}
+
 /// The sandbox's fake Fabric Manager: its kept state, or the HGX 8-GPU set over the node's
-/// NVIDIA GPUs (module IDs in address order), in shared NVSwitch mode, none active.
-fn open_sandbox(dir: &std::path::Path, topology: &NodeTopology) -> Result<FakeFabric, FmError> {
+/// NVIDIA GPUs (module IDs in address order), in `mode`, none active.
+fn open_sandbox(
+    dir: &std::path::Path,
+    topology: &NodeTopology,
+    mode: FabricMode,
+) -> Result<FakeFabric, FmError> {
     let at = |e: std::io::Error| unavailable(format!("{}: {e}", dir.join(SANDBOX_STATE).display()));
     let d = gpu_sysfs::atomic::Dir::open(dir).map_err(at)?;
     let state = match d.read(SANDBOX_STATE, STATE_MAX).map_err(at)? {
@@ -126,7 +138,7 @@ fn open_sandbox(dir: &std::path::Path, topology: &NodeTopology) -> Result<FakeFa
                 .filter(|g| g.vendor == Vendor::Nvidia)
                 .map(|g| g.address)
                 .collect();
-            FakeState::hgx8(&gpus, FabricMode::SharedNvswitch).map_err(|_| {
+            FakeState::hgx8(&gpus, mode).map_err(|_| {
                 unavailable(format!(
                     "the sandbox's Fabric Manager models an HGX 8-GPU baseboard; this host has {} NVIDIA GPUs",
                     gpus.len()

@@ -85,6 +85,11 @@ pub enum Planned {
         /// The GPU.
         gpu: gpu_core::PciAddress,
     },
+    /// This NVSwitch fabric partition activated ([`crate::fabric`]).
+    FabricPartition {
+        /// Fabric Manager's partition ID.
+        id: u32,
+    },
 }
 
 impl Planned {
@@ -116,6 +121,7 @@ impl std::fmt::Display for Planned {
             Planned::Mdev { uuid } => write!(f, "mdev {uuid}"),
             Planned::VfType { vf } => write!(f, "the vGPU type of VF {vf}"),
             Planned::GpuBind { gpu } => write!(f, "{gpu} on vfio-pci"),
+            Planned::FabricPartition { id } => write!(f, "fabric partition {id} active"),
         }
     }
 }

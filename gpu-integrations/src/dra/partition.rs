@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use gpu_core::fabric::SetRefusal;
 use gpu_core::{Fabric, Gpu, NodeTopology, Partition, PciAddress};
 
 use super::model::DeviceAttribute;
@@ -68,12 +69,9 @@ pub fn claim_partition<'n>(
     gpus: &[PciAddress],
     node: &'n NodeTopology,
 ) -> Result<Option<&'n Partition>> {
-    let Some(f) = node.fabric.as_ref().filter(|f| f.requires_partitions()) else {
+    let Some(f) = node.fabric.as_ref() else {
         return Ok(None);
     };
-    if gpus.is_empty() {
-        return Ok(None);
-    }
     let names = || {
         gpus.iter()
             .map(|a| {
@@ -83,33 +81,28 @@ pub fn claim_partition<'n>(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    if !f.fabric_manager.is_reachable() {
-        if gpus.len() == 1 {
-            return Ok(None);
-        }
-        fail!(
+    match f.partition_for_set(gpus) {
+        Ok(p) => Ok(p),
+        Err(SetRefusal::Unreachable { reason }) => fail!(
             Refused, names();
             "GPUs {} sit on an NVSwitch fabric whose Fabric Manager cannot be reached ({}): they \
              could not talk over NVLink; nothing was changed",
             names(),
-            f.fabric_manager.reason.as_deref().unwrap_or("no reason given")
-        );
-    }
-    match f.exact(gpus) {
-        Some(p) if p.is_healthy() => Ok(Some(p)),
-        Some(p) => fail!(
+            reason
+        ),
+        Err(r @ SetRefusal::Degraded { partition, .. }) => fail!(
             Refused, names();
             "{} is degraded ({}); would do: {}; nothing was changed",
-            p.describe(),
-            p.degraded.as_deref().unwrap_or(""),
-            Fabric::describe_all(f.would_do(gpus))
+            partition.describe(),
+            partition.degraded.as_deref().unwrap_or(""),
+            r.would_do()
         ),
-        None => fail!(
+        Err(r @ SetRefusal::NotAPartition { .. }) => fail!(
             Refused, names();
             "GPUs {} are no NVSwitch partition of this node (a VM's GPUs talk over NVLink only \
              as one activated partition); would do: {}; nothing was changed",
             names(),
-            Fabric::describe_all(f.would_do(gpus))
+            r.would_do()
         ),
     }
 }
