@@ -22,7 +22,10 @@
 //! member GPU itself is graded Degraded with the same reason, so the DRA slices taint it and
 //! the health stream reports it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use gpu_nvml::NvmlDevices;
 
 use gpu_core::fabric::{FabricManager as FmState, FabricMode, Partition};
 use gpu_core::{HealthState, NodeTopology, PciAddress, Vendor};
@@ -169,6 +172,46 @@ fn reason(e: &FmError) -> String {
 /// its partitions with the node's GPU names, and the faults graded. An unreachable FM leaves
 /// the fabric with its reason and no partition.
 pub fn compose_fabric(topology: &mut NodeTopology, fm: &Result<Arc<dyn FabricManager>, FmError>) {
+    compose_fabric_with(topology, fm, None);
+}
+
+/// Each NVIDIA GPU's module ID as NVML reads it (`nvmlDeviceGetModuleId`), by module ID; GPUs
+/// NVML does not answer for are left out.
+fn module_ids(topology: &NodeTopology, nvml: &dyn NvmlDevices) -> BTreeMap<u32, PciAddress> {
+    topology
+        .gpus
+        .iter()
+        .filter(|g| g.vendor == Vendor::Nvidia)
+        .filter_map(|g| nvml.module_id(&g.address).ok().map(|m| (m, g.address)))
+        .collect()
+}
+
+/// A member's PCI address: FM's, NVML's for its module ID, both when they agree; `Err` with the
+/// disagreement when they do not (never guessed), `Ok(None)` when neither says.
+fn member_address(
+    g: &gpu_fabric::FmGpu,
+    modules: &BTreeMap<u32, PciAddress>,
+) -> Result<Option<PciAddress>, String> {
+    match (g.pci_bus_id, modules.get(&g.physical_id)) {
+        (Some(fm), Some(nvml)) if fm != *nvml => Err(format!(
+            "Fabric Manager and NVML disagree on module {}: {fm} to Fabric Manager, {nvml} to NVML",
+            g.physical_id
+        )),
+        (Some(a), _) => Ok(Some(a)),
+        (None, nvml) => Ok(nvml.copied()),
+    }
+}
+
+/// [`compose_fabric`], with each member's module ID mapped to its PCI address through `nvml`
+/// (where given): a member FM names by module ID only gets NVML's address, and a member whose
+/// two addresses differ makes the whole fabric unusable (Fabric Manager reads as unreachable,
+/// with the disagreement as the reason) rather than guessed.
+pub fn compose_fabric_with(
+    topology: &mut NodeTopology,
+    fm: &Result<Arc<dyn FabricManager>, FmError>,
+    nvml: Option<&dyn NvmlDevices>,
+) {
+    let modules = nvml.map(|n| module_ids(topology, n)).unwrap_or_default();
     let Some(fabric) = topology.fabric.as_mut() else {
         return;
     };
@@ -212,29 +255,34 @@ pub fn compose_fabric(topology: &mut NodeTopology, fm: &Result<Arc<dyn FabricMan
     };
     let mut partitions = Vec::with_capacity(listed.len());
     for p in &listed {
-        // A member without a PCI address FM could give cannot be named: the partition is left out.
-        let Some(addresses) = p
+        let addresses = match p
             .gpus
             .iter()
-            .map(|g| g.pci_bus_id)
-            .collect::<Option<Vec<PciAddress>>>()
-        else {
+            .map(|g| member_address(g, &modules))
+            .collect::<Result<Vec<Option<PciAddress>>, String>>()
+        {
+            Ok(a) => a,
+            Err(why) => {
+                fabric.fabric_manager = FmState::unreachable(why);
+                fabric.partitions.clear();
+                return;
+            }
+        };
+        // A member neither FM nor NVML gives an address for cannot be named: the partition is
+        // left out.
+        let Some(addresses) = addresses.into_iter().collect::<Option<Vec<PciAddress>>>() else {
             continue;
         };
         let mut faults = Vec::new();
-        for g in &p.gpus {
-            let who = g.pci_bus_id.map(|a| name(&a)).unwrap_or_default();
+        for (g, a) in p.gpus.iter().zip(&addresses) {
+            let who = name(a);
             if g.is_degraded() {
                 faults.push(format!(
                     "{who}: {} of {} NVLinks down",
                     g.max_nvlinks - g.nvlinks,
                     g.max_nvlinks
                 ));
-            } else if let Some(f) = failures
-                .gpus
-                .iter()
-                .find(|f| f.pci_bus_id.is_some() && f.pci_bus_id == g.pci_bus_id)
-            {
+            } else if let Some(f) = failures.gpus.iter().find(|f| f.pci_bus_id == Some(*a)) {
                 faults.push(format!("{who}: NVLink ports {:?} failed", f.ports));
             }
         }
@@ -306,6 +354,18 @@ pub fn fabric_of(
     topology: &mut NodeTopology,
 ) -> Option<Result<Arc<dyn FabricManager>, FmError>> {
     fabric_at(&FabricSource::of(root), root.host(), topology)
+}
+
+/// [`fabric_of`] with the members' module IDs mapped through `nvml` ([`compose_fabric_with`]).
+pub fn fabric_of_with_nvml(
+    root: &OpenedRoot,
+    topology: &mut NodeTopology,
+    nvml: Option<&dyn NvmlDevices>,
+) -> Option<Result<Arc<dyn FabricManager>, FmError>> {
+    topology.fabric.as_ref()?;
+    let fm = open_fabric_at(&FabricSource::of(root), root.host(), topology);
+    compose_fabric_with(topology, &fm, nvml);
+    Some(fm)
 }
 
 /// [`fabric_of`] for a caller holding the host and the source.
