@@ -455,3 +455,46 @@ fn after_a_fabric_manager_restart_the_partitions_gpuslice_activated_are_given_ba
         [4].into_iter().collect()
     );
 }
+
+#[test]
+fn the_kubevirt_metadata_of_a_prepared_partition_says_what_the_guest_needs() {
+    let (dir, root) = hgx_sandbox();
+    // The fake Fabric Manager reports its version (its state made by a first change).
+    fabric::activate(&open(&root), 12).unwrap();
+    fabric::deactivate(&open(&root), 12).unwrap();
+    let mut s = fake_state(&root);
+    s.version = Some("550.90.07".to_owned());
+    let sb = gpu_sysfs::sandbox::sandbox_dir(&root).unwrap();
+    std::fs::write(sb.join("fabric.json"), serde_json::to_vec(&s).unwrap()).unwrap();
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    let uid = "6f1c2d3e-0000-4000-8000-00000000f006";
+    let doc = gpu_claim(uid, &[GPU0, GPU2]);
+    let id = gpu_node::dra::ClaimId::of_document(&doc, None).unwrap();
+    let cdi = gpu_integrations::dra::cdi::CdiLayout::new(
+        dir.path().join("cdi"),
+        dir.path().join("metadata"),
+        gpu_integrations::dra::DEFAULT_DRIVER,
+    )
+    .unwrap();
+    let mut o = once();
+    o.cdi = Some(&cdi);
+    o.prepare(&node, &doc, &id, false).unwrap();
+    let file = dir
+        .path()
+        .join("metadata")
+        .join(uid)
+        .join("gpus")
+        .join(format!(
+            "{}-metadata.json",
+            gpu_integrations::dra::DEFAULT_DRIVER
+        ));
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let a = &m["requests"][0]["devices"][0]["attributes"];
+    assert_eq!(a["nvswitchPartition"]["int"], 4);
+    let driver = a["guestDriver"]["string"].as_str().unwrap();
+    assert!(
+        driver.starts_with("NVIDIA driver 550.90.07, the version of the host's Fabric Manager"),
+        "{driver}"
+    );
+    assert!(driver.contains("cuInit error 802"), "{driver}");
+}

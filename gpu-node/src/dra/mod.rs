@@ -233,7 +233,17 @@ pub fn prepare_checked_with_fabric(
     };
     let activated = crate::fabric::activate_for_claim(fabric, node.host, node.topology, &gpus)
         .map_err(fabric_err)?;
-    let answer = prepare_checked(node, checked, setup);
+    // The guest's needs on an NVSwitch node go into the KubeVirt device metadata.
+    let guest = gpu_integrations::dra::partition::guest_attributes(node.topology, &gpus);
+    let answer = if guest.is_empty() {
+        prepare_checked(node, checked, setup)
+    } else {
+        let mut checked = checked.clone();
+        if let Some(r) = checked.reference.as_mut() {
+            r.guest = guest;
+        }
+        prepare_checked(node, &checked, setup)
+    };
     if answer.is_err() && activated.is_some() {
         let mut after = node.topology.clone();
         gpu_health::fabric::fabric_at(fabric, node.host, &mut after);
