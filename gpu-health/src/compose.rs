@@ -223,6 +223,8 @@ pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNo
     let devices = nvml.as_ref().filter(|n| n.wait().is_ok());
     let devices = devices.map(|n| n.as_ref() as &dyn NvmlDevices);
     crate::fabric::fabric_of_with_nvml(&opened.host, &mut topology, devices);
+    let mut reports = reports;
+    crate::fabric::carry_to_reports(&topology, &mut reports);
     Ok(ComposedNode {
         host: opened.host,
         topology,

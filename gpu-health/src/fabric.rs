@@ -379,3 +379,16 @@ pub fn fabric_at(
     compose_fabric(topology, &fm);
     Some(fm)
 }
+
+/// Carries the grades the fabric gave its GPUs ([`compose_fabric`]) into health `reports` made
+/// before it was composed, so that `health` and `GET /v1/health` say what the topology says.
+pub fn carry_to_reports(topology: &NodeTopology, reports: &mut [crate::GpuHealthReport]) {
+    if topology.fabric.is_none() {
+        return;
+    }
+    for r in reports {
+        if let Some(g) = topology.gpu_by_address(&r.address) {
+            r.health.clone_from(&g.health);
+        }
+    }
+}

@@ -498,3 +498,90 @@ fn the_kubevirt_metadata_of_a_prepared_partition_says_what_the_guest_needs() {
     );
     assert!(driver.contains("cuInit error 802"), "{driver}");
 }
+
+#[test]
+fn nvlink_faults_fabric_manager_reports_taint_the_gpus_dra_device_and_refuse_its_partition() {
+    let (_dir, root) = hgx_sandbox();
+    fabric::activate(&open(&root), 12).unwrap();
+    fabric::deactivate(&open(&root), 12).unwrap();
+    // FM reports NVLink ports 3 and 7 of nvidia2 (module 3) failed.
+    let f = gpu_fabric::fake::FakeFabric::new(fake_state(&root));
+    f.fail_nvlinks(addr(GPU2), false, &[3, 7]);
+    let sb = gpu_sysfs::sandbox::sandbox_dir(&root).unwrap();
+    std::fs::write(
+        sb.join("fabric.json"),
+        serde_json::to_vec(&f.state()).unwrap(),
+    )
+    .unwrap();
+
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    let health: Vec<_> = node.reports.iter().map(|r| r.health.state).collect();
+    assert_eq!(health[2], gpu_core::HealthState::Degraded, "{health:?}");
+    let slices = gpu_integrations::dra::build::node_slices(
+        &node.topology,
+        &gpu_integrations::dra::DraOptions::default(),
+    )
+    .unwrap();
+    let device = |gpu: &str| {
+        let name = gpu_integrations::dra::device_name::gpu_device_name(&addr(gpu));
+        slices
+            .slices
+            .iter()
+            .flat_map(|s| s.spec.devices.iter())
+            .find(|d| d.name == name)
+            .unwrap()
+            .clone()
+    };
+    assert!(!device(GPU2).taints.is_empty(), "{:?}", device(GPU2));
+    assert!(device(GPU0).taints.is_empty(), "{:?}", device(GPU0));
+    // The partition holding it is degraded: a set bind of it is refused before any write.
+    let e = fabric::bind_set(&open(&root), &[addr(GPU0), addr(GPU2)]).unwrap_err();
+    assert!(matches!(e, FabricError::Degraded { .. }), "{e}");
+    assert!(
+        e.to_string().contains("nvidia2: 2 of 18 NVLinks down"),
+        "{e}"
+    );
+    assert_ne!(driver(&root, GPU0).as_deref(), Some("vfio-pci"));
+}
+
+#[test]
+fn placement_avoids_a_partition_fabric_manager_reports_degraded() {
+    let (_dir, root) = hgx_sandbox();
+    fabric::activate(&open(&root), 12).unwrap();
+    fabric::deactivate(&open(&root), 12).unwrap();
+    let f = gpu_fabric::fake::FakeFabric::new(fake_state(&root));
+    f.fail_nvlinks(addr(GPU2), false, &[3, 7]);
+    let sb = gpu_sysfs::sandbox::sandbox_dir(&root).unwrap();
+    std::fs::write(
+        sb.join("fabric.json"),
+        serde_json::to_vec(&f.state()).unwrap(),
+    )
+    .unwrap();
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    let fleet = gpu_sched::FleetState::new(gpu_core::Fleet {
+        nodes: vec![node.topology],
+        ..gpu_core::Fleet::default()
+    })
+    .unwrap();
+    let two =
+        gpu_core::Machine::from_text("name: m\ndevices: [{name: gpu, count: 2, gpus: [nvidia]}]")
+            .unwrap();
+    let a = fleet.try_place(&two, gpu_sched::Policy::Binpack).unwrap();
+    let got: Vec<String> = a
+        .devices
+        .iter()
+        .map(|d| match d {
+            gpu_core::AllocatedDevice::Gpu { name, .. } => name.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // Partition 4 (nvidia0, nvidia2) is degraded: another pair is chosen.
+    assert!(!got.contains(&"nvidia2".to_owned()), "{got:?}");
+    let both =
+        gpu_core::Machine::from_text("name: n\ndevices: [{name: gpu, gpus: [nvidia0, nvidia2]}]")
+            .unwrap();
+    let e = fleet
+        .try_place(&both, gpu_sched::Policy::Binpack)
+        .unwrap_err();
+    assert!(e.to_string().contains("degraded"), "{e}");
+}
