@@ -26,13 +26,15 @@ use serde::Serialize;
 
 use crate::{Node, NodeError};
 
+mod claim;
 mod record;
 mod set;
 mod vgpu;
 
+pub use claim::{activate_vfs_for_claim, claim_vf_gpus, vgpu_claim_partition};
 pub use record::{ACTIVE_FILE, recorded, recover, restore_activated};
 pub use set::{bind_set, release_set};
-pub use vgpu::{VgpuSet, create_vgpu_set, remove_vgpu_set};
+pub use vgpu::{VgpuSet, check_nvlink_type, create_vgpu_set, remove_vgpu_set};
 
 /// Why a fabric operation did not happen.
 #[derive(Debug, thiserror::Error)]

@@ -585,3 +585,71 @@ fn placement_avoids_a_partition_fabric_manager_reports_degraded() {
         .unwrap_err();
     assert!(e.to_string().contains("degraded"), "{e}");
 }
+
+/// An allocated claim of one `profile` vGPU on each GPU of `gpus` (each `size_mib`).
+fn vgpu_claim(uid: &str, gpus: &[&str], size_mib: u64, profile: &str) -> serde_json::Value {
+    let results: Vec<serde_json::Value> = gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            serde_json::json!({
+                "request": format!("v{i}"),
+                "driver": gpu_integrations::dra::DEFAULT_DRIVER,
+                "pool": "hgx",
+                "device": gpu_integrations::dra::device_name::vgpu_device_name(&addr(g), size_mib),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "vm", "namespace": "default", "uid": uid},
+        "status": {"allocation": {"devices": {
+            "results": results,
+            "config": [{"opaque": {"driver": gpu_integrations::dra::DEFAULT_DRIVER,
+                                   "parameters": {"profile": profile}}}],
+        }}}
+    })
+}
+
+#[test]
+fn a_dra_prepare_in_vgpu_mode_activates_the_partition_with_the_claims_vfs() {
+    let (_dir, root) = hgx_vgpu_sandbox(2);
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    let uid = "6f1c2d3e-0000-4000-8000-00000000f007";
+    let doc = vgpu_claim(uid, &[GPU0, GPU2], 81920, "H100XM-80C");
+    let id = gpu_node::dra::ClaimId::of_document(&doc, None).unwrap();
+    once().prepare(&node, &doc, &id, false).unwrap();
+    assert_eq!(active(&root), [4]);
+    let vfs: Vec<String> = fake_state(&root).vfs[&4]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(vfs, ["0000:18:00.4", "0000:3a:00.4"]);
+
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    once().unprepare(&node, uid, false).unwrap();
+    assert!(active(&root).is_empty());
+    assert_eq!(vf_type(&root, "0000:18:00.4"), "0");
+}
+
+#[test]
+fn a_dra_claim_of_partial_vgpus_on_several_gpus_in_vgpu_mode_is_refused_before_any_write() {
+    let (_dir, root) = hgx_vgpu_sandbox(2);
+    let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
+    let doc = vgpu_claim(
+        "6f1c2d3e-0000-4000-8000-00000000f008",
+        &[GPU0, GPU2],
+        40960,
+        "H100XM-40C",
+    );
+    let id = gpu_node::dra::ClaimId::of_document(&doc, None).unwrap();
+    let e = once().prepare(&node, &doc, &id, false).unwrap_err();
+    assert!(
+        gpu_core::error_chain(&e).contains("cannot use NVLink"),
+        "{}",
+        gpu_core::error_chain(&e)
+    );
+    assert!(active(&root).is_empty());
+    assert_eq!(vf_type(&root, "0000:18:00.4"), "0");
+}
