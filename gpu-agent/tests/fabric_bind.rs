@@ -100,6 +100,10 @@ fn a_partitions_gpus_are_bound_as_one_set_and_a_set_that_is_no_partition_is_refu
     assert!(!partition_active(fm.path(), 4));
 }
 
+fn bind(a: &support::Running, body: &str) -> support::Reply {
+    request(&a.socket, "POST", "/v1/gpus/bind", Some(body))
+}
+
 /// A sandbox Fabric Manager with the HGX set in `mode`, kept in a temporary directory.
 fn fake_fm(mode: FabricMode, change: impl FnOnce(&mut FakeState)) -> tempfile::TempDir {
     let fm = tempfile::tempdir().unwrap();
@@ -173,12 +177,7 @@ fn nvlink_faults_fabric_manager_reports_reach_the_health_stream_and_refuse_the_p
     );
     // The degraded partition is not handed out.
     let before = k.snapshot().unwrap();
-    let r = request(
-        &a.socket,
-        "POST",
-        "/v1/gpus/bind",
-        Some(r#"{"gpus": ["nvidia0", "nvidia2"]}"#),
-    );
+    let r = bind(&a, r#"{"gpus": ["nvidia0", "nvidia2"]}"#);
     assert_eq!(r.status, 409, "{}", r.body);
     assert_eq!(r.kind(), "unhealthy");
     assert_eq!(k.snapshot().unwrap(), before, "nothing written");
@@ -205,11 +204,9 @@ fn a_vgpu_set_is_asked_of_the_agent_with_a_profile_and_needs_fabric_manager_in_v
     let fm = fake_fm(FabricMode::SharedNvswitch, |_| {});
     let source = FabricSource::Sandbox(fm.path().to_path_buf());
     let a = start_with(Arc::clone(&k), |c| c.fabric = source);
-    let r = request(
-        &a.socket,
-        "POST",
-        "/v1/gpus/bind",
-        Some(r#"{"gpus": ["nvidia0", "nvidia2"], "profile": "H100XM-80C"}"#),
+    let r = bind(
+        &a,
+        r#"{"gpus": ["nvidia0", "nvidia2"], "profile": "H100XM-80C"}"#,
     );
     assert_eq!(r.kind(), "unsupported", "{}", r.body);
     assert!(

@@ -460,12 +460,7 @@ fn after_a_fabric_manager_restart_the_partitions_gpuslice_activated_are_given_ba
 fn the_kubevirt_metadata_of_a_prepared_partition_says_what_the_guest_needs() {
     let (dir, root) = hgx_sandbox();
     // The fake Fabric Manager reports its version (its state made by a first change).
-    fabric::activate(&open(&root), 12).unwrap();
-    fabric::deactivate(&open(&root), 12).unwrap();
-    let mut s = fake_state(&root);
-    s.version = Some("550.90.07".to_owned());
-    let sb = gpu_sysfs::sandbox::sandbox_dir(&root).unwrap();
-    std::fs::write(sb.join("fabric.json"), serde_json::to_vec(&s).unwrap()).unwrap();
+    change_fm(&root, |s| s.version = Some("550.90.07".to_owned()));
     let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
     let uid = "6f1c2d3e-0000-4000-8000-00000000f006";
     let doc = gpu_claim(uid, &[GPU0, GPU2]);
@@ -499,20 +494,29 @@ fn the_kubevirt_metadata_of_a_prepared_partition_says_what_the_guest_needs() {
     assert!(driver.contains("cuInit error 802"), "{driver}");
 }
 
+/// The sandbox's Fabric Manager reports NVLink ports 3 and 7 of nvidia2 (module 3) failed.
+fn fail_nvidia2_links(root: &Path) {
+    change_fm(root, |s| {
+        let f = gpu_fabric::fake::FakeFabric::new(s.clone());
+        f.fail_nvlinks(addr(GPU2), false, &[3, 7]);
+        *s = f.state();
+    });
+}
+
+/// Changes the sandbox's Fabric Manager state (made by a first change when there is none).
+fn change_fm(root: &Path, change: impl FnOnce(&mut gpu_fabric::fake::FakeState)) {
+    fabric::activate(&open(root), 12).unwrap();
+    fabric::deactivate(&open(root), 12).unwrap();
+    let mut s = fake_state(root);
+    change(&mut s);
+    let sb = gpu_sysfs::sandbox::sandbox_dir(root).unwrap();
+    std::fs::write(sb.join("fabric.json"), serde_json::to_vec(&s).unwrap()).unwrap();
+}
+
 #[test]
 fn nvlink_faults_fabric_manager_reports_taint_the_gpus_dra_device_and_refuse_its_partition() {
     let (_dir, root) = hgx_sandbox();
-    fabric::activate(&open(&root), 12).unwrap();
-    fabric::deactivate(&open(&root), 12).unwrap();
-    // FM reports NVLink ports 3 and 7 of nvidia2 (module 3) failed.
-    let f = gpu_fabric::fake::FakeFabric::new(fake_state(&root));
-    f.fail_nvlinks(addr(GPU2), false, &[3, 7]);
-    let sb = gpu_sysfs::sandbox::sandbox_dir(&root).unwrap();
-    std::fs::write(
-        sb.join("fabric.json"),
-        serde_json::to_vec(&f.state()).unwrap(),
-    )
-    .unwrap();
+    fail_nvidia2_links(&root);
 
     let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
     let health: Vec<_> = node.reports.iter().map(|r| r.health.state).collect();
@@ -547,16 +551,7 @@ fn nvlink_faults_fabric_manager_reports_taint_the_gpus_dra_device_and_refuse_its
 #[test]
 fn placement_avoids_a_partition_fabric_manager_reports_degraded() {
     let (_dir, root) = hgx_sandbox();
-    fabric::activate(&open(&root), 12).unwrap();
-    fabric::deactivate(&open(&root), 12).unwrap();
-    let f = gpu_fabric::fake::FakeFabric::new(fake_state(&root));
-    f.fail_nvlinks(addr(GPU2), false, &[3, 7]);
-    let sb = gpu_sysfs::sandbox::sandbox_dir(&root).unwrap();
-    std::fs::write(
-        sb.join("fabric.json"),
-        serde_json::to_vec(&f.state()).unwrap(),
-    )
-    .unwrap();
+    fail_nvidia2_links(&root);
     let node = gpu_health::open_node(&root, &NodeRequest::new("hgx")).unwrap();
     let fleet = gpu_sched::FleetState::new(gpu_core::Fleet {
         nodes: vec![node.topology],
