@@ -41,7 +41,9 @@ pub enum IntentState {
 #[serde(rename_all = "camelCase")]
 pub struct Intent {
     /// The operation: `create-vgpu`, `remove-vgpu`, `bind-gpu`, `release-gpu`,
-    /// `enable-sriov`, `disable-sriov`, `apply-layout`, `realize`.
+    /// `enable-sriov`, `disable-sriov`, `apply-layout`, `realize`; the fabric's
+    /// `activate-partition`, `deactivate-partition`, `bind-gpu-set`, `release-gpu-set`,
+    /// `create-vgpu-set`, `remove-vgpu-set` ([`crate::fabric`]).
     pub op: String,
     /// What it changes, as people read it (`create A2-4Q 1b4e… on 0000:08:00.0`).
     pub what: String,

@@ -8,7 +8,9 @@
 //! not open, a VF it typed that is not open, a GPU it bound to vfio-pci that is not open. A
 //! device a process holds (a VM) is never removed: it is reported as kept. A record that names
 //! nothing to undo (a removal, a layout, a record from before [`Planned`]) is reported and left
-//! as it was, for a person to check.
+//! as it was, for a person to check. A fabric partition the write activated is deactivated
+//! through Fabric Manager when the caller gives it (`gpu_node::fabric::recover`, the agent at
+//! start), the last made first: a set's GPUs are released before its partition.
 
 use serde::Serialize;
 
