@@ -149,9 +149,6 @@ impl Served {
 pub const AGENT_BINARY: &str = "gpuslice-agent";
 
 /// Runs a [`Served`] command in this process (the `gpuslice-agent` binary).
-///
-/// # Errors
-/// As the command.
 pub fn serve_here(s: Served) -> anyhow::Result<ExitCode> {
     common::classify_also(gpu_agent::error::as_classified);
     let g = &s.global;
@@ -166,10 +163,6 @@ pub fn serve_here(s: Served) -> anyhow::Result<ExitCode> {
 /// Hands a [`Served`] command to the `gpuslice-agent` binary next to this one: the process
 /// becomes it (`exec`, the same process id, arguments, environment and standard streams), so a
 /// service manager or a `kill` sees no difference. Returns only when it cannot.
-///
-/// # Errors
-/// `gpuslice-agent` is not next to this binary, or cannot be run; the message says how to
-/// install it.
 pub fn serve_in_agent_binary(s: Served) -> anyhow::Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     let me = std::env::current_exe()

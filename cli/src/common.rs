@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 /// Output format.
@@ -122,8 +121,24 @@ pub(crate) fn reader_went_away() -> ! {
     std::process::exit(0)
 }
 
+impl Output {
+    /// Prints `value` as JSON or YAML, or for [`Output::Table`] the text `table` makes; the
+    /// command's success.
+    pub fn show<T: serde::Serialize + ?Sized>(
+        self,
+        value: &T,
+        table: impl FnOnce() -> String,
+    ) -> anyhow::Result<std::process::ExitCode> {
+        match self {
+            Output::Table => print!("{}", table()),
+            out => print_data(out, value)?,
+        }
+        Ok(std::process::ExitCode::SUCCESS)
+    }
+}
+
 /// Prints a serializable value as JSON or YAML per `out` (tables are the caller's job).
-pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result<()> {
+pub fn print_data<T: serde::Serialize + ?Sized>(out: Output, value: &T) -> anyhow::Result<()> {
     match out {
         Output::Yaml => print!("{}", serde_yaml_ng::to_string(value)?),
         _ => {
@@ -146,41 +161,58 @@ pub fn print_data<T: serde::Serialize>(out: Output, value: &T) -> anyhow::Result
 
 /// Opens the host at `--root`: a directory, or a `*.umockdev` recording.
 pub fn open_host(g: &Global) -> anyhow::Result<gpu_sysfs::OpenedRoot> {
-    gpu_sysfs::open_root(&g.root).with_context(|| format!("--root {}", g.root.display()))
+    Ok(front(g).open_host()?)
 }
 
-/// Opens `--root` and composes it into a node with [`gpu_health::open_node`], the one
-/// composition every command uses.
+/// What the options open ([`gpu_node::front::Front`]): `--root`, the node name, `--progress`
+/// and the document cap.
+pub fn front(g: &Global) -> gpu_node::front::Front<'_> {
+    let node = g
+        .node
+        .as_deref()
+        .unwrap_or_else(|| HOSTNAME.get_or_init(gpu_sysfs::default_node_name));
+    let (root, progress, limit) = (g.root.as_path(), g.progress, document_limit());
+    gpu_node::front::Front {
+        root,
+        node,
+        progress,
+        limit,
+    }
+}
+
+/// This host's name, read once.
+static HOSTNAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Opens `--root` and composes it into a node, the one composition every command uses.
 pub fn open_node(
     g: &Global,
     req: &gpu_health::NodeRequest,
-) -> anyhow::Result<gpu_health::ComposedNode> {
-    let _progress = discovering(g);
-    gpu_health::open_node(&g.root, req).with_context(|| format!("--root {}", g.root.display()))
+) -> anyhow::Result<gpu_node::ComposedNode> {
+    Ok(front(g).open_node(req)?)
 }
 
-/// The `--progress` line of discovering `--root`.
-fn discovering(g: &Global) -> gpu_health::progress::Progress {
-    gpu_health::progress::Progress::start(g.progress, format!("discovering {}", g.root.display()))
-}
-
-/// Opens `--root` with the options [`gpu_health::open_node_host`] decides (the NVML type-name
-/// resolver on the local `/` only), for commands that change the host and discover inside their
-/// operation; a write the node's intent record says did not finish is warned about.
+/// Opens `--root` for a command that changes the host and discovers inside its operation; a
+/// write the node's intent record says did not finish is warned about.
 pub fn open_node_host(
     g: &Global,
     req: &gpu_health::NodeRequest,
-) -> anyhow::Result<gpu_health::OpenedNode> {
-    let _progress = discovering(g);
-    let opened = gpu_health::open_node_host(&g.root, req)
-        .with_context(|| format!("--root {}", g.root.display()))?;
+) -> anyhow::Result<gpu_node::OpenedNode> {
+    let (opened, warning) = front(g).open_node_host(req)?;
     // A write of an earlier command that did not finish is said before this one's.
-    match gpu_node::intent::unfinished(opened.host.host()) {
-        Ok(Some(intent)) => eprintln!("gpuslice: warning: {}", intent.describe()),
-        Ok(None) => {}
-        Err(e) => eprintln!("gpuslice: warning: {}", gpu_core::error_chain(&e)),
-    }
+    warn(warning);
     Ok(opened)
+}
+
+/// Says each of `warnings` on stderr, as `gpuslice: warning: W`.
+pub fn warn<W: std::fmt::Display>(warnings: impl IntoIterator<Item = W>) {
+    warnings
+        .into_iter()
+        .for_each(|w| eprintln!("gpuslice: warning: {w}"));
+}
+
+/// Says each of `warnings` on stderr, as `warning: W` (the form listings and reports use).
+pub fn warn_bare<W: std::fmt::Display>(warnings: impl IntoIterator<Item = W>) {
+    warnings.into_iter().for_each(|w| eprintln!("warning: {w}"));
 }
 
 /// Says on stderr that this command waits for another writer's host lock at `lock`.
@@ -194,90 +226,14 @@ pub fn say_waiting(lock: &Path) {
 /// Reads a document named on the command line; `-` reads standard input
 /// ([`gpu_sysfs::document::read_input`], with the command's cap).
 pub fn read_input(path: &Path, what: &str) -> anyhow::Result<String> {
-    Ok(gpu_sysfs::document::read_input(
-        path,
-        what,
-        document_limit(),
-    )?)
-}
-
-/// A fleet document decoded by `decode` as it is read, with the command's cap.
-fn decode_fleet<T>(
-    path: &Path,
-    flag: Option<&str>,
-    decode: impl FnOnce(&mut gpu_sysfs::Document<'static>, usize) -> Result<T, gpu_core::CoreError>,
-) -> anyhow::Result<T> {
     let limit = document_limit();
-    Ok(gpu_sysfs::document::decode_input(
-        path, "fleet", flag, limit, decode,
-    )?)
+    Ok(gpu_sysfs::document::read_input(path, what, limit)?)
 }
 
-/// Reads a fleet document (`-` for standard input, errors in `FLAG PATH` with `flag`) with its shapes kept shared (nodes of one
-/// `shapes` entry hold one copy: what a `FleetState` indexes, `FleetState::from_shared`), and
-/// the syntax it was written in.
-pub fn read_shared_fleet(
-    path: &Path,
-    flag: Option<&str>,
-) -> anyhow::Result<(gpu_core::SharedFleet, gpu_core::Syntax)> {
-    decode_fleet(path, flag, |r, max| {
-        gpu_core::SharedFleet::from_reader_max(r, max)
-    })
-}
-
-/// This host's topology with health graded, from `--root` (a directory or a `*.umockdev`
-/// recording), through the one composition call; `--node` is checked first. NVML describes the
-/// GPUs of the machine it runs on, so it is loaded only for `--root /` (and never with `no_nvml`).
-pub fn local_topology(
-    g: &Global,
-    mdev_parents: Option<Vec<gpu_core::ParentId>>,
-    no_nvml: bool,
-) -> anyhow::Result<gpu_core::NodeTopology> {
+/// This host's topology with health graded; NVML only for `--root /` (never with `no_nvml`).
+pub fn local_topology(g: &Global, no_nvml: bool) -> anyhow::Result<gpu_core::NodeTopology> {
     let nvml = gpu_health::NvmlSource::from_flags(None, no_nvml);
-    Ok(local_node(g, mdev_parents, nvml)?.topology)
-}
-
-/// This host opened and composed with the flags' node name, parent filter and NVML.
-fn local_node(
-    g: &Global,
-    mdev_parents: Option<Vec<gpu_core::ParentId>>,
-    nvml: gpu_health::NvmlSource,
-) -> anyhow::Result<gpu_health::ComposedNode> {
-    let node = g.node_name();
-    gpu_core::validate_name(&node).context("--node")?;
-    let mut req = gpu_health::NodeRequest::new(node);
-    (req.mdev_parents, req.nvml) = (mdev_parents, nvml);
-    open_node(g, &req)
-}
-
-/// [`local_topology`] (NVML from `nvml`) and the processes holding its GPUs and vGPUs open (one scan of
-/// `/proc` under the root, [`gpu_sysfs::actuate::node_holders`]).
-///
-/// # Errors
-/// As [`local_topology`].
-pub fn local_topology_held(
-    g: &Global,
-    mdev_parents: Option<Vec<gpu_core::ParentId>>,
-    nvml: gpu_health::NvmlSource,
-) -> anyhow::Result<(gpu_core::NodeTopology, gpu_sysfs::actuate::NodeHolders)> {
-    let c = local_node(g, mdev_parents, nvml)?;
-    let holders = gpu_sysfs::actuate::node_holders(c.host.host(), &c.topology);
-    Ok((c.topology, holders))
-}
-
-/// The nodes and allocations to report: a fleet file (`--inventory`), or this host.
-pub fn load_nodes(
-    g: &Global,
-    inventory: Option<&Path>,
-) -> anyhow::Result<(Vec<gpu_core::NodeTopology>, Vec<gpu_core::Allocation>)> {
-    let Some(path) = inventory else {
-        return Ok((vec![local_topology(g, None, false)?], vec![]));
-    };
-    // Every node's topology in full, decoded as it is read.
-    let fleet = decode_fleet(path, None, |r, max| {
-        gpu_core::Fleet::from_reader_max(r, max).map(|(f, _)| f)
-    })?;
-    Ok((fleet.nodes, fleet.allocations))
+    Ok(front(g).local_node(None, nvml)?.topology)
 }
 
 pub use gpu_sysfs::classify::ErrorReport;

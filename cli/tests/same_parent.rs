@@ -297,3 +297,81 @@ fn a_vendor_vfio_vgpu_made_by_the_cli_the_agent_and_a_layout_lands_on_the_same_v
     assert_eq!(by_agent, by_cli);
     assert_eq!(by_layout, vec![by_cli]);
 }
+
+/// The VFs of the sandbox that have a vGPU type, from `vgpu list -o json`.
+fn vfs_with_a_type(dir: &Path) -> Vec<String> {
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(gpuslice(dir, &["vgpu", "list", "-o", "json"])
+            .output()
+            .unwrap()))
+        .unwrap();
+    let vfs = list["vendorVfio"].as_array().unwrap().iter();
+    vfs.map(|v| v["vf"].as_str().unwrap().to_owned()).collect()
+}
+
+/// A VF a VM holds open is passed over by every road: `vgpu create` and the agent choose the
+/// next free VF, and a layout's creation, chosen again right before its write by the same
+/// chooser (`gpu_node::target::choose_on_gpu`), goes there too instead of the VF its plan named.
+#[test]
+fn a_vf_a_vm_holds_open_is_passed_over_by_the_cli_the_agent_and_a_layout_alike() {
+    let k = gpu_sysfs::testing::FakeKernel::l40s_vendor_vfio_host(4).unwrap();
+    let (t, dir) = sandbox(k.root());
+    let pid = ok(gpuslice(&dir, &["sandbox", "hold", "0000:26:00.4"])
+        .output()
+        .unwrap());
+    let create = ["vgpu", "create", "--parent", "0000:26:00.0"];
+    let args = [&create[..], &["--profile", "L40S-24Q", "-o", "json"]].concat();
+    let made: serde_json::Value =
+        serde_json::from_str(&ok(gpuslice(&dir, &args).output().unwrap())).unwrap();
+    let by_cli = made["vf"].as_str().unwrap().to_owned();
+    ok(gpuslice(&dir, &["vgpu", "remove", &by_cli])
+        .output()
+        .unwrap());
+
+    let sock = t.path().join("agent.sock");
+    let listen = format!("unix:{}", sock.display());
+    let state = t.path().join("state");
+    let agent_args = ["agent", "--listen", &listen, "--resync", "0", "--state-dir"];
+    let agent = Running(
+        gpuslice(
+            &dir,
+            &[&agent_args[..], &[state.to_str().unwrap()]].concat(),
+        )
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let end = Instant::now() + Duration::from_secs(20);
+    while !sock.exists() {
+        assert!(Instant::now() < end, "the agent did not listen within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let body = r#"{"parent": "0000:26:00.0", "profile": "L40S-24Q"}"#;
+    let (status, made) = http(&sock, "POST", "/v1/vgpus", body);
+    assert!(
+        status.contains(" 201 ") || status.contains(" 200 "),
+        "{status} {made}"
+    );
+    let by_agent = made["vf"].as_str().unwrap().to_owned();
+    let (status, gone) = http(&sock, "DELETE", &format!("/v1/vgpus/{by_agent}"), "");
+    assert!(status.contains(" 200 "), "{status} {gone}");
+    drop(agent);
+
+    assert!(vfs_with_a_type(&dir).is_empty());
+    let file = t.path().join("layout.yaml");
+    let layout = "version: v1\nvgpu-configs:\n  one:\n    - devices: all\n      vgpu-devices: {L40S-24Q: 1}\n";
+    std::fs::write(&file, layout).unwrap();
+    ok(
+        gpuslice(&dir, &["vgpu", "apply", "-f", file.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
+    let by_layout = vfs_with_a_type(&dir);
+    ok(gpuslice(&dir, &["sandbox", "unhold", pid.trim()])
+        .output()
+        .unwrap());
+
+    assert_eq!(by_cli, "0000:26:00.5", "the held VF is passed over");
+    assert_eq!(by_agent, by_cli);
+    assert_eq!(by_layout, vec![by_cli]);
+}

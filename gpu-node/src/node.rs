@@ -490,6 +490,7 @@ impl<'h> Node<'h> {
         opts.dry_run = how.dry_run;
         opts.lock_timeout = self.lock_timeout;
         opts.sriov = how.sriov.clone();
+        opts.choose = Some(crate::target::choose_on_gpu);
         opts
     }
 }

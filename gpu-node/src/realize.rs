@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 
 use gpu_core::{
-    AllocatedDevice, Allocation, ClassifiedError, ErrorDetail, ErrorKind, MdevUuid, NodeTopology,
-    ParentId, PciAddress, VgpuFramework,
+    AllocatedDevice, Allocation, AllocationStatus, ClassifiedError, ErrorDetail, ErrorKind,
+    MdevUuid, NodeTopology, ParentId, PciAddress, VgpuFramework,
 };
 use gpu_integrations::IntegrationError;
 use gpu_integrations::handoff::{self, VmDevice, VmHandoff};
@@ -290,6 +290,50 @@ pub fn check_health(
         warnings.extend(warning);
     }
     Ok(warnings)
+}
+
+/// What every front-end's realize answers ([`Node::realize_graded`]): what [`Node::realize`]
+/// did, its warnings led by the health rule's, and the allocation as realized (`status:
+/// created`, what a scheduler records, as `gpu-sched`'s `mark_created` does).
+#[derive(Debug, Clone, Serialize)]
+pub struct RealizedAllocation {
+    /// What the realize did (`machine`, `node`, `changed`, `devices`, `handoff`, `warnings`).
+    #[serde(flatten)]
+    pub done: Realized,
+    /// The allocation, `status: created`.
+    pub allocation: Allocation,
+}
+
+impl Node<'_> {
+    /// The realize of `gpuslice realize` and of the agent's `POST /v1/realize` alike: the health
+    /// rule of a bind ([`check_health`], on `graded`, this node with its health graded; `force`
+    /// uses an Unhealthy GPU with a warning, `force_hint` says how the front-end forces), then
+    /// [`Node::realize`]. Another node's allocation is refused by the realize itself, whatever
+    /// the health here.
+    ///
+    /// # Errors
+    /// [`RealizeError::Unhealthy`] (nothing changed); what [`Node::realize`] returns.
+    pub fn realize_graded(
+        &self,
+        allocation: &Allocation,
+        graded: &NodeTopology,
+        force: bool,
+        force_hint: &'static str,
+    ) -> Result<RealizedAllocation, RealizeError> {
+        let mut warnings = match allocation.node == graded.node {
+            true => check_health(allocation, graded, force, force_hint)?,
+            false => Vec::new(),
+        };
+        let mut done = self.realize(allocation)?;
+        warnings.append(&mut done.warnings);
+        done.warnings = warnings;
+        let status = AllocationStatus::Created;
+        let allocation = Allocation {
+            status,
+            ..allocation.clone()
+        };
+        Ok(RealizedAllocation { done, allocation })
+    }
 }
 
 /// One write of the allocation, checked.

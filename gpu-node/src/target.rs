@@ -102,34 +102,81 @@ pub fn choose_target<E: From<NodeError>>(
     uuid: Option<&MdevUuid>,
     gpu_named: impl FnOnce(&str) -> Result<PciAddress, E>,
 ) -> Result<Target, E> {
-    let choose = |e: ActuateError| {
-        E::from(crate::full::explained(
+    choose(host, parent, profile, uuid, &[], gpu_named).map_err(|e| match e {
+        Pass::Named(e) => e,
+        Pass::Actuate(e) => E::from(crate::full::explained(
             host,
             parent,
             profile,
             NodeError::Choose(Box::new(e)),
-        ))
-    };
+        )),
+    })
+}
+
+/// Where a layout's creation of `profile` on `gpu` goes, chosen right before its write by the
+/// rule of [`choose_target`] (the same answer `vgpu create --parent GPU` gets), leaving out
+/// `kept`, the parents the plan's later creations on the GPU (and the VFs the layout names) hold.
+/// The chooser `gpu-sysfs`'s layout executor is given ([`gpu_sysfs::apply::ApplyOptions`]).
+///
+/// # Errors
+/// [`ActuateError::UnknownProfile`], [`ActuateError::NotAParent`], [`ActuateError::NoFreeVf`]
+/// or [`ActuateError::Exhausted`].
+pub fn choose_on_gpu(
+    host: &dyn Host,
+    gpu: &PciAddress,
+    profile: &str,
+    uuid: Option<&MdevUuid>,
+    kept: &[ParentId],
+) -> Result<ParentId, ActuateError> {
+    let named = |_: &str| Ok::<_, std::convert::Infallible>(*gpu);
+    match choose(host, &ParentId::Pci(*gpu), profile, uuid, kept, named) {
+        Ok(target) => Ok(target.parent()),
+        Err(Pass::Actuate(e)) => Err(e),
+        Err(Pass::Named(never)) => match never {},
+    }
+}
+
+/// The one rule of [`choose_target`] and [`choose_on_gpu`]: where `profile` asked on `parent`
+/// goes, leaving out the parents in `kept`.
+fn choose<E>(
+    host: &dyn Host,
+    parent: &ParentId,
+    profile: &str,
+    uuid: Option<&MdevUuid>,
+    kept: &[ParentId],
+    gpu_named: impl FnOnce(&str) -> Result<PciAddress, E>,
+) -> Result<Target, Pass<E>> {
     let found =
-        actuate::create_target(host, parent, profile, |n| gpu_named(n).map_err(Pass::Named));
+        actuate::create_target(host, parent, profile, |n| gpu_named(n).map_err(Pass::Named))?;
     Ok(match found {
-        Err(Pass::Named(e)) => return Err(e),
-        Err(Pass::Actuate(e)) => return Err(choose(e)),
-        Ok(CreateTarget::Mdev { parent, type_id }) => Target::Mdev {
+        CreateTarget::Mdev { parent, type_id } => Target::Mdev {
             parent,
             type_id,
             on_gpu: None,
         },
-        Ok(CreateTarget::MdevOnGpu { gpu, .. }) => {
-            let (parent, type_id) =
-                actuate::mdev_parent_on_gpu(host, &gpu, profile, uuid, &[]).map_err(choose)?;
+        CreateTarget::MdevOnGpu { gpu, .. } => {
+            let (parent, type_id) = actuate::mdev_parent_on_gpu(host, &gpu, profile, uuid, kept)?;
             Target::Mdev {
                 parent,
                 type_id,
                 on_gpu: Some(gpu),
             }
         }
-        Ok(CreateTarget::VendorVfio { vf, type_num }) => Target::VendorVfio { vf, type_num },
+        // A VF a later creation keeps: the next free one by the same rule.
+        CreateTarget::VendorVfio { vf, .. } if kept.contains(&ParentId::Pci(vf)) => {
+            let gpu = parent.pci().unwrap_or(vf);
+            let num = actuate::resolve_gpu_profile(host, &gpu, profile)?;
+            let kept: Vec<PciAddress> = kept.iter().filter_map(ParentId::pci).collect();
+            let vf = actuate::free_vf_avoiding(host, &gpu, num, &kept).ok_or_else(|| {
+                ActuateError::NoFreeVf {
+                    gpu: gpu.to_string(),
+                    profile: profile.to_owned(),
+                }
+            })?;
+            let type_num = actuate::resolve_vf_profile(host, &vf, profile)?;
+            Target::VendorVfio { vf, type_num }
+        }
+        CreateTarget::VendorVfio { vf, type_num } => Target::VendorVfio { vf, type_num },
     })
 }
 

@@ -109,9 +109,6 @@ pub struct DraArgs {
 
 /// Runs the agent until SIGTERM or Ctrl-C: the flags become a [`DaemonConfig`], checked by
 /// [`gpu_agent::Daemon::open`] before anything touches the host.
-///
-/// # Errors
-/// Any [`gpu_agent::DaemonError`]: an invalid option, host, state file or listener.
 pub fn run(g: &Global, a: AgentArgs) -> anyhow::Result<ExitCode> {
     let listen: Result<Vec<_>, _> = a.listen.iter().map(|s| s.parse()).collect();
     let mut config = DaemonConfig {

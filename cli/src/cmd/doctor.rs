@@ -21,9 +21,6 @@ pub struct DoctorArgs {
 }
 
 /// Runs `gpuslice doctor`: exit 0 when no check fails (warnings included), 1 when one fails.
-///
-/// # Errors
-/// When the root cannot be opened or discovered.
 pub fn run(g: &Global, a: DoctorArgs) -> anyhow::Result<ExitCode> {
     let opened = crate::common::open_host(g)?;
     let opts = GuestOptions {
@@ -44,9 +41,5 @@ pub fn run(g: &Global, a: DoctorArgs) -> anyhow::Result<ExitCode> {
         Output::Yaml => print!("{}", gpu_integrations::yaml::to_string(&d)?),
         Output::Table => print!("{}", d.table()),
     }
-    Ok(if d.failed() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitCode::from(u8::from(d.failed())))
 }

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::common::{Global, Output, load_nodes, open_node, print_data, read_input};
+use crate::common::{Global, Output, open_node, print_data, read_input};
 use gpu_integrations::dra::cdi::CdiLayout;
 use gpu_integrations::dra::{ClaimStore, DEFAULT_DRIVER, model, rules};
 use gpu_node::dra::ClaimId;
@@ -54,16 +54,12 @@ pub struct PublishArgs {
     /// Print the create/update/delete plan per node without writing.
     #[arg(long)]
     pub dry_run: bool,
-    /// The DRA driver name.
-    #[arg(long, default_value = DEFAULT_DRIVER, value_name = "NAME")]
-    pub driver: String,
+    #[command(flatten)]
+    pub claims: ClaimArgs,
     /// Before Kubernetes 1.36.2: the vGPU profile a GPU offers while no vGPU locks its size
     /// (as `export dra --size-for`). Repeatable.
     #[arg(long, value_name = "GPU=PROFILE", value_parser = gpu_integrations::dra::parse_size_for)]
     pub size_for: Vec<(gpu_core::PciAddress, String)>,
-    /// Where `gpuslice dra prepare` records what it created (so it is not subtracted twice).
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
     /// The longest one request to the API server may take, in seconds.
     #[arg(long, default_value_t = 15, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=600))]
     pub timeout: u64,
@@ -94,18 +90,51 @@ pub struct PrepareArgs {
     /// The claim's UID, when the input has no `metadata.uid`.
     #[arg(long, value_name = "UID")]
     pub claim_uid: Option<String>,
-    /// The DRA driver name the devices were published under.
-    #[arg(long, default_value = DEFAULT_DRIVER, value_name = "NAME")]
-    pub driver: String,
-    /// Where prepared claims are recorded (default: var/lib/gpuslice/dra inside --root; for
-    /// `--root sandbox:DIR`, inside the sandbox's host tree).
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub claims: ClaimArgs,
     /// Print the plan without changing the host.
     #[arg(long)]
     pub dry_run: bool,
     #[command(flatten)]
     pub cdi: CdiArgs,
+}
+
+// The driver the devices are published under and where prepared claims are recorded.
+#[derive(Args, Debug)]
+pub struct ClaimArgs {
+    /// The DRA driver name the devices are published under (it names the CDI spec
+    /// `--cdi-dir` writes).
+    #[arg(long, default_value = DEFAULT_DRIVER, value_name = "NAME")]
+    pub driver: String,
+    /// Where `gpuslice dra prepare` records the claims it prepared, so that none is undone or
+    /// subtracted twice (default: var/lib/gpuslice/dra inside --root; for `--root sandbox:DIR`,
+    /// inside the sandbox's host tree).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl ClaimArgs {
+    /// The claims `dra prepare` recorded on `--root`'s node.
+    pub fn prepared(
+        &self,
+        g: &Global,
+    ) -> anyhow::Result<std::collections::BTreeMap<String, gpu_integrations::dra::Prepared>> {
+        Ok(ClaimStore::open(&g.root, self.state_dir.as_deref())?.read_prepared()?)
+    }
+
+    /// How `prepare` and `unprepare` run: on `--root`'s node, waiting for the host lock up to a
+    /// minute and saying so on stderr.
+    fn once<'a>(&'a self, cdi: Option<&'a CdiLayout>) -> Once<'a> {
+        let (driver, state_dir) = (&self.driver, self.state_dir.as_deref());
+        let (lock_timeout, waiting) = (Some(LOCK_TIMEOUT), &crate::common::say_waiting);
+        Once {
+            driver,
+            state_dir,
+            cdi,
+            lock_timeout,
+            waiting,
+        }
+    }
 }
 
 // Where the CDI spec and KubeVirt's metadata go (`--cdi-dir`), as the kubelet plugin writes them.
@@ -139,15 +168,11 @@ pub struct UnprepareArgs {
     /// The claim's UID.
     #[arg(long, value_name = "UID")]
     pub claim_uid: String,
-    /// Where prepared claims are recorded (default: var/lib/gpuslice/dra inside --root).
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
     /// Remove instances even while a VM holds them open.
     #[arg(long)]
     pub force: bool,
-    /// The DRA driver name (it names the CDI spec `--cdi-dir` removes).
-    #[arg(long, default_value = DEFAULT_DRIVER, value_name = "NAME")]
-    pub driver: String,
+    #[command(flatten)]
+    pub claims: ClaimArgs,
     #[command(flatten)]
     pub cdi: CdiArgs,
 }
@@ -155,10 +180,10 @@ pub struct UnprepareArgs {
 /// Runs `gpuslice dra publish` (in the `gpuslice-agent` binary: it talks to the API server).
 pub fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
     use gpu_agent::kube::{self, ClientOptions, KubeClient, SliceOptions};
-    let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
-    let prepared = ClaimStore::open(&g.root, a.state_dir.as_deref())?.read_prepared()?;
+    let (nodes, _) = crate::common::front(g).load_nodes(a.inventory.as_deref())?;
+    let prepared = a.claims.prepared(g)?;
     let opts = SliceOptions {
-        driver: a.driver.clone(),
+        driver: a.claims.driver.clone(),
         size_for: a.size_for.iter().cloned().collect(),
     };
     let parallel = usize::try_from(a.parallel).unwrap_or(1);
@@ -201,37 +226,13 @@ pub fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
 pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
     let slices = model::parse_slices(&read_input(&a.file, "slices")?)?;
     let violations = rules::check(&slices, a.k8s_version);
-    for v in &violations {
-        println!("{v}");
+    violations.iter().for_each(|v| println!("{v}"));
+    if !violations.is_empty() {
+        return Ok(ExitCode::from(1));
     }
-    if violations.is_empty() {
-        eprintln!(
-            "gpuslice: {} slices hold the Kubernetes {} rules",
-            slices.len(),
-            a.k8s_version
-        );
-        Ok(ExitCode::SUCCESS)
-    } else {
-        Ok(ExitCode::from(1))
-    }
-}
-
-/// How `prepare` and `unprepare` run: on `--root`'s node, waiting for the host lock up to a
-/// minute and saying so on stderr.
-fn once<'a>(
-    driver: &'a str,
-    state_dir: Option<&'a std::path::Path>,
-    cdi: Option<&'a CdiLayout>,
-) -> Once<'a> {
-    let waiting = &crate::common::say_waiting;
-    let lock_timeout = Some(LOCK_TIMEOUT);
-    Once {
-        driver,
-        state_dir,
-        cdi,
-        lock_timeout,
-        waiting,
-    }
+    let (n, version) = (slices.len(), a.k8s_version);
+    eprintln!("gpuslice: {n} slices hold the Kubernetes {version} rules");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The CDI layout of `--cdi-dir`, then the node (in this order: a bad `--driver` is refused
@@ -254,9 +255,11 @@ pub fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
     let text = read_input(&a.claim, "claim")?;
     let doc: serde_json::Value = gpu_core::decode_text("ResourceClaim", &text)?;
     let id = ClaimId::of_document(&doc, a.claim_uid.as_deref())?;
-    let (cdi, node) = cdi_and_node(g, &a.cdi, &a.driver)?;
-    let how = once(&a.driver, a.state_dir.as_deref(), cdi.as_ref());
-    let done = how.prepare(&node, &doc, &id, a.dry_run)?;
+    let (cdi, node) = cdi_and_node(g, &a.cdi, &a.claims.driver)?;
+    let done = a
+        .claims
+        .once(cdi.as_ref())
+        .prepare(&node, &doc, &id, a.dry_run)?;
     println!("{}", serde_json::to_string_pretty(&done.document()?)?);
     Ok(ExitCode::SUCCESS)
 }
@@ -265,12 +268,11 @@ pub fn prepare(g: &Global, a: &PrepareArgs) -> anyhow::Result<ExitCode> {
 pub fn unprepare(g: &Global, a: &UnprepareArgs) -> anyhow::Result<ExitCode> {
     // The root is opened as prepare opens it, so a root that is no host is refused alike
     // (not answered "nothing to undo").
-    let (cdi, node) = cdi_and_node(g, &a.cdi, &a.driver)?;
-    let done = once(&a.driver, a.state_dir.as_deref(), cdi.as_ref()).unprepare(
-        &node,
-        &a.claim_uid,
-        a.force,
-    )?;
+    let (cdi, node) = cdi_and_node(g, &a.cdi, &a.claims.driver)?;
+    let done = a
+        .claims
+        .once(cdi.as_ref())
+        .unprepare(&node, &a.claim_uid, a.force)?;
     println!("{}", serde_json::to_string(&done)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -1,15 +1,14 @@
 //! `gpuslice export`: hand devices to QEMU, libvirt, KubeVirt, cloud-init or Kubernetes DRA.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use gpu_core::{MdevUuid, PciAddress};
 
 use crate::cmd::handoff::{self as handoff_cmd, read_allocation};
-use crate::common::{Global, Output, load_nodes};
+use crate::common::{Global, Output, front};
 pub(crate) use gpu_integrations::dra::parse_size_for;
 use gpu_integrations::dra::{self, DraOptions, K8sVersion, model::Object};
 use gpu_integrations::{cloud_init, device_nodes, handoff, kubevirt, yaml};
@@ -102,9 +101,8 @@ pub struct CloudInitArgs {
 // `export dra` arguments.
 #[derive(Args, Debug)]
 pub struct DraArgs {
-    /// The DRA driver name.
-    #[arg(long, default_value = dra::DEFAULT_DRIVER, value_name = "NAME")]
-    pub driver: String,
+    #[command(flatten)]
+    pub claims: crate::cmd::dra::ClaimArgs,
     /// The Kubernetes release the objects are for: 1.34, 1.35, 1.36 or 1.37, or a patch release
     /// (1.36.2). A minor alone means its oldest patch. Before 1.36.2 each GPU offers one vGPU
     /// size, one device per instance; from 1.36.2 the size-lock encoding (docs/dra.md).
@@ -128,9 +126,6 @@ pub struct DraArgs {
     /// `pool.generation` of the slices; raise it whenever the published content changes.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub generation: i64,
-    /// Where `gpuslice dra prepare` records what it created (so it is not subtracted twice).
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
     /// Print the example ResourceClaims instead of the slices.
     #[arg(long)]
     pub examples: bool,
@@ -155,15 +150,13 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
             print!("{}", handoff::libvirt_xml(&devices));
         }
         ExportCommand::Kubevirt(a) => {
-            let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
+            let (nodes, _) = front(g).load_nodes(a.inventory.as_deref())?;
             let opts = kubevirt::KubevirtOptions {
                 resource_prefix: a.resource_prefix.clone(),
                 configured_only: a.configured_only,
             };
             let export = kubevirt::export(&nodes, &opts);
-            for w in &export.warnings {
-                eprintln!("gpuslice: warning: {w}");
-            }
+            crate::common::warn(&export.warnings);
             match g.output {
                 Output::Json => print!("{}", yaml::json(&export.patch)?),
                 _ => print!("{}", export.to_yaml()?),
@@ -171,7 +164,8 @@ pub fn run(g: &Global, c: ExportCommand) -> anyhow::Result<ExitCode> {
         }
         ExportCommand::Vm(a) => crate::cmd::export_vm::run(g, &a)?,
         ExportCommand::CloudInit(a) => {
-            let config = handoff_cmd::guest_license(a.license_token.as_deref(), a.feature_type)?;
+            let config =
+                gpu_node::front::guest_license(a.license_token.as_deref(), a.feature_type)?;
             // `-o json`: the same document as JSON (for an API field); otherwise the
             // `#cloud-config` YAML cloud-init reads.
             match g.output {
@@ -201,40 +195,34 @@ fn print_device_nodes(g: &Global, devices: &[handoff::VmDevice]) -> anyhow::Resu
 /// one does not exist or another VM has it (unless `--force`), warned about when not free.
 fn handoff_devices(g: &Global, a: &HandoffArgs) -> anyhow::Result<Vec<handoff::VmDevice>> {
     if let Some(path) = &a.allocation {
-        let allocation = read_allocation(path, a.machine.as_deref())?;
+        let allocation = read_allocation(g, path, a.machine.as_deref())?;
         let target = handoff_cmd::target(g, a.inventory.as_deref(), Some(&allocation.node))?;
         return handoff_cmd::checked_allocation(&target, &allocation, a.force);
     }
     let target = handoff_cmd::target(g, a.inventory.as_deref(), None)?;
-    let (devices, warnings) = match (a.uuid, a.address) {
-        (Some(uuid), _) => {
-            let devices = vec![handoff::VmDevice::Mdev { uuid }];
-            let warnings = target.devices(&devices, a.force)?;
-            (devices, warnings)
-        }
-        (None, Some(address)) => target.address(&address, a.force)?,
-        (None, None) => bail!("name the device with --uuid, --address or --allocation"),
-    };
-    handoff_cmd::warn(&warnings);
+    let (devices, warnings) = gpu_node::front::named_devices(&target, a.uuid, a.address, a.force)?;
+    crate::common::warn(&warnings);
     Ok(devices)
 }
 
 fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
     let objects: Vec<Object> = if a.examples {
-        dra::claims::examples(&a.driver)
+        dra::claims::examples(&a.claims.driver)
             .into_iter()
             .map(Object::Claim)
             .collect()
     } else {
-        let (nodes, _) = load_nodes(g, a.inventory.as_deref())?;
-        let prepared = dra::ClaimStore::open(&g.root, a.state_dir.as_deref())?.read_prepared()?;
-        let mut size_for = match &a.layout {
-            Some(path) => layout_sizes(path, a.config.as_deref(), &nodes)?,
-            None => BTreeMap::new(),
-        };
+        let (nodes, _) = front(g).load_nodes(a.inventory.as_deref())?;
+        let prepared = a.claims.prepared(g)?;
+        let mut size_for = BTreeMap::new();
+        if let Some(path) = &a.layout {
+            let (sizes, warnings) = front(g).layout_sizes(path, a.config.as_deref(), &nodes)?;
+            warnings.iter().for_each(|w| eprintln!("gpuslice: {w}"));
+            size_for = sizes;
+        }
         size_for.extend(a.size_for.iter().cloned());
         let opts = DraOptions {
-            driver: a.driver.clone(),
+            driver: a.claims.driver.clone(),
             version: a.k8s_version,
             generation: a.generation,
             prepared,
@@ -249,30 +237,4 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
     };
     print!("{}", yaml::objects(&objects, g.output == Output::Json)?);
     Ok(())
-}
-
-/// The one profile per GPU that the layout's config gives it (`--layout`, `-c`), as
-/// [`dra::layout_sizes`] chooses it; what it could not keep is said on stderr.
-fn layout_sizes(
-    path: &Path,
-    config: Option<&str>,
-    nodes: &[gpu_core::NodeTopology],
-) -> anyhow::Result<BTreeMap<PciAddress, String>> {
-    let text = crate::common::read_input(path, "layout")?;
-    let file =
-        gpu_core::layout::LayoutFile::parse_max(&text, crate::common::document_limit().bytes())
-            .with_context(|| format!("--layout {}", path.display()))?;
-    let config = file
-        .select(config)
-        .with_context(|| format!("--layout {}", path.display()))?;
-    let mut out = BTreeMap::new();
-    for node in nodes {
-        let sizes = dra::layout_sizes(config, node)
-            .with_context(|| format!("--layout {} on node {}", path.display(), node.node))?;
-        for w in &sizes.warnings {
-            eprintln!("gpuslice: --layout: {w}");
-        }
-        out.extend(sizes.sizes);
-    }
-    Ok(out)
 }

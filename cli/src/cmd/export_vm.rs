@@ -47,7 +47,7 @@ pub struct VmArgs {
 /// Runs `gpuslice export vm`. Everything is read and checked (the one hand-off check every
 /// export shares) before anything is printed.
 pub fn run(g: &Global, a: &VmArgs) -> anyhow::Result<()> {
-    let allocation = read_allocation(&a.allocation, a.machine.as_deref())?;
+    let allocation = read_allocation(g, &a.allocation, a.machine.as_deref())?;
     let licensing = a
         .license_token
         .as_deref()

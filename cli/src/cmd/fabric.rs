@@ -1,4 +1,4 @@
-//! `gpuslice fabric list|activate|deactivate`: the NVSwitch fabric partitions Fabric Manager
+//! `gpuslice fabric list|activate|deactivate|vgpus`: the NVSwitch fabric partitions Fabric Manager
 //! offers, activated and deactivated through the node's writer ([`gpu_node::fabric`]).
 
 use std::process::ExitCode;
@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use super::gpu::open_host;
-use crate::common::{Global, Output, print_data};
+use crate::common::Global;
 
 /// `gpuslice fabric` subcommands.
 #[derive(Subcommand, Debug)]
@@ -48,32 +48,25 @@ pub struct PartitionArgs {
 }
 
 /// Runs `gpuslice fabric ...`.
-///
-/// # Errors
-/// An invalid `--root`, a node without NVSwitches, Fabric Manager unreachable or refusing, a
-/// member GPU in use.
 pub fn run(g: &Global, c: FabricCommand) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, !matches!(c, FabricCommand::List))?;
     match c {
         FabricCommand::List => {
             let f = gpu_node::fabric::list(&opened)?;
-            match g.output {
-                Output::Table => print!("{}", gpu_node::text::fabric(&f)),
-                out => print_data(out, &f)?,
-            }
+            g.output.show(&f, || gpu_node::text::fabric(&f))
         }
         FabricCommand::Activate(a) => {
-            let p = gpu_node::fabric::activate(&opened, a.id)?;
-            change(g, "activated", &p)?;
+            change(g, "activated", &gpu_node::fabric::activate(&opened, a.id)?)
         }
-        FabricCommand::Deactivate(a) => {
-            let p = gpu_node::fabric::deactivate(&opened, a.id)?;
-            change(g, "deactivated", &p)?;
-        }
+        FabricCommand::Deactivate(a) => change(
+            g,
+            "deactivated",
+            &gpu_node::fabric::deactivate(&opened, a.id)?,
+        ),
         FabricCommand::Vgpus(a) => {
             let (set, verb) = match &a.profile {
-                Some(profile) => (
-                    gpu_node::fabric::create_vgpu_set(&opened, &a.gpu, profile)?,
+                Some(p) => (
+                    gpu_node::fabric::create_vgpu_set(&opened, &a.gpu, p)?,
                     "activated",
                 ),
                 None => (
@@ -81,23 +74,17 @@ pub fn run(g: &Global, c: FabricCommand) -> anyhow::Result<ExitCode> {
                     "deactivated",
                 ),
             };
-            match g.output {
-                Output::Table => print!("{}", set.describe(verb)),
-                out => print_data(out, &set)?,
-            }
+            g.output.show(&set, || set.describe(verb))
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
-fn change(g: &Global, verb: &str, p: &gpu_node::fabric::PartitionChange) -> anyhow::Result<()> {
-    match g.output {
-        Output::Table => println!(
-            "{} {}",
-            if p.changed { verb } else { "unchanged" },
-            p.partition.describe()
-        ),
-        out => print_data(out, p)?,
-    }
-    Ok(())
+fn change(
+    g: &Global,
+    verb: &str,
+    p: &gpu_node::fabric::PartitionChange,
+) -> anyhow::Result<ExitCode> {
+    let verb = if p.changed { verb } else { "unchanged" };
+    g.output
+        .show(p, || format!("{verb} {}\n", p.partition.describe()))
 }

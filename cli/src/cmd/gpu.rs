@@ -13,8 +13,8 @@ use clap::Args;
 use gpu_core::FleetNode;
 use gpu_core::PciAddress;
 
-use super::topology::{not_in_fleet, print_warnings};
-use crate::common::{Global, Output, local_topology_held, open_node_host, print_data};
+use super::topology::print_warnings;
+use crate::common::{Global, Output, open_node_host, print_data};
 
 // Arguments of `gpuslice gpu list`.
 #[derive(clap::Args, Debug)]
@@ -32,14 +32,10 @@ pub struct GpuListArgs {
 }
 
 /// Runs `gpuslice gpu list`.
-///
-/// # Errors
-/// An invalid `--root`, a fleet file that cannot be read or decoded, or a `--node` the fleet
-/// does not have.
 pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
     let Some(path) = &a.inventory else {
         let nvml = gpu_health::NvmlSource::from_flags(None, a.no_nvml);
-        let (t, holders) = local_topology_held(g, None, nvml)?;
+        let (t, holders) = crate::common::front(g).local_topology_held(None, nvml)?;
         match g.output {
             Output::Table => {
                 let holder = |a: &gpu_core::PciAddress| holders.gpu(a).map(ToString::to_string);
@@ -56,25 +52,14 @@ pub fn gpu_list(g: &Global, a: GpuListArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     // Shapes stay shared: a node's GPUs are read from its shape, no topology is expanded.
-    let (fleet, _) = crate::common::read_shared_fleet(path, Some("--inventory"))?;
-    let nodes: Vec<&FleetNode> = match &g.node {
-        Some(n) => vec![
-            fleet
-                .node_named(n)
-                .ok_or_else(|| not_in_fleet(n, path, &fleet))?,
-        ],
-        None => fleet.nodes.iter().collect(),
-    };
+    let (fleet, shown) = crate::common::front(g).fleet_nodes(path, g.node.as_deref())?;
+    let nodes: Vec<&FleetNode> = shown.iter().map(|&i| &fleet.nodes[i]).collect();
     // Each GPU as the fleet's allocations leave it: one an allocation holds is not free.
     let gpus = gpu_core::text::fleet_gpus(&nodes, &fleet.allocations);
-    match g.output {
-        Output::Table => print!("{}", gpu_core::text::fleet_gpu_table(&gpus)),
-        other => {
-            let docs = gpus.iter().map(gpu_core::text::FleetGpu::document);
-            print_data(other, &docs.collect::<Result<Vec<_>, _>>()?)?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    let docs = gpus.iter().map(gpu_core::text::FleetGpu::document);
+    let docs = docs.collect::<Result<Vec<_>, _>>()?;
+    g.output
+        .show(&docs, || gpu_core::text::fleet_gpu_table(&gpus))
 }
 
 /// Opens `--root` through the one composition ([`gpu_health::open_node_host`]: the NVML
@@ -114,6 +99,14 @@ pub(crate) fn resolve_gpu(
     topo.gpu_address_by_name(&name).map_err(anyhow::Error::msg)
 }
 
+/// Each of `gpus` resolved ([`resolve_gpu`]).
+pub(crate) fn resolve_gpus(
+    opened: &gpu_health::OpenedNode,
+    gpus: &[String],
+) -> anyhow::Result<Vec<PciAddress>> {
+    gpus.iter().map(|n| resolve_gpu(opened, n)).collect()
+}
+
 // `gpu bind` arguments.
 #[derive(Args, Debug)]
 pub struct BindArgs {
@@ -128,18 +121,10 @@ pub struct BindArgs {
 }
 
 /// Binds a whole GPU and its companion functions to vfio-pci.
-///
-/// # Errors
-/// Invalid input, refusals (IOMMU group shared with other endpoints, no IOMMU, a VF) and
-/// failed steps (after rolling back).
 pub fn bind(g: &Global, a: BindArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
-    let gpus = a
-        .gpu
-        .iter()
-        .map(|n| resolve_gpu(&opened, n))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let topo = crate::common::local_topology(g, None, false)
+    let gpus = resolve_gpus(&opened, &a.gpu)?;
+    let topo = crate::common::local_topology(g, false)
         .with_context(|| format!("cannot grade the health of {} before binding it", gpus[0]))?;
     for gpu in &gpus {
         if let Some(w) = topo.check_gpu_handout(gpu, a.force, "--force")? {
@@ -157,9 +142,7 @@ fn print_set(
     verb: &str,
     set: gpu_node::fabric::SetBinding,
 ) -> anyhow::Result<ExitCode> {
-    for w in &set.warnings {
-        eprintln!("gpuslice: warning: {w}");
-    }
+    crate::common::warn(&set.warnings);
     match g.output {
         Output::Table => print!("{}", gpu_node::text::set_binding(verb, &set)),
         out if set.partition.is_none() && set.gpus.len() == 1 => print_data(out, &set.gpus[0])?,
@@ -180,16 +163,9 @@ pub struct ReleaseArgs {
 }
 
 /// Returns a GPU from vfio-pci to its host driver.
-///
-/// # Errors
-/// Invalid input, a device in use without `--force`, failed steps (after rolling back).
 pub fn release(g: &Global, a: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
-    let gpus = a
-        .gpu
-        .iter()
-        .map(|n| resolve_gpu(&opened, n))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let gpus = resolve_gpus(&opened, &a.gpu)?;
     let set = gpu_node::fabric::release_set(&opened, &gpus, a.force)?;
     print_set(g, "released", set)
 }

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use clap::ValueEnum;
 use gpu_core::HealthState;
-use gpu_health::{BaselineSource, Policy, updated_baseline};
+use gpu_health::{BaselineSource, Policy};
 
-use crate::common::{Global, Output, open_node, print_data};
+use crate::common::{Global, Output, front, print_data};
 
 /// The state at which `--fail-on` makes the command exit 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -62,44 +62,19 @@ pub fn run(g: &Global, a: HealthArgs) -> anyhow::Result<ExitCode> {
         None => Policy::default(),
     };
     if a.print_policy {
-        match g.output {
-            Output::Table => print!("{}", policy.to_toml()?),
-            other => print_data(other, &policy)?,
-        }
-        return Ok(ExitCode::SUCCESS);
+        let toml = policy.to_toml()?;
+        return g.output.show(&policy, || toml);
     }
-    let composed = open_node(g, &request(g, &a, policy)).map_err(|e| {
-        // An explicit library that does not open is the operator's mistake: name the flag.
-        let nvml = matches!(
-            e.downcast_ref::<gpu_health::HealthError>(),
-            Some(gpu_health::HealthError::NvmlLibrary { .. })
-        );
-        match &a.nvml_lib {
-            Some(lib) if nvml => e.context(format!("--nvml-lib {}", lib.display())),
-            _ => e,
-        }
-    })?;
-    let host = composed.host.host();
+    let req = request(g, &a, policy);
+    let composed = front(g).health(&req, a.nvml_lib.as_deref(), a.record_baseline)?;
     let (topology, reports) = (composed.topology, composed.reports);
-
-    if a.record_baseline {
-        // A recording replays into a throwaway tree: a baseline written there would be lost.
-        if g.root.is_file() {
-            anyhow::bail!("--record-baseline needs a directory root, not a recording");
-        }
-        let previous = gpu_health::Baseline::load(host).map_err(anyhow::Error::msg)?;
-        updated_baseline(previous.as_ref(), &topology.gpus, &reports).save(host)?;
-    }
-
     let doc = gpu_health::NodeHealth::new(&topology, reports);
     let worst = doc.worst();
     match g.output {
         Output::Table => {
             print!("{}", doc.table());
             // Warnings reach the table view too, not only `-o json`.
-            doc.warning_lines()
-                .iter()
-                .for_each(|w| eprintln!("warning: {w}"));
+            crate::common::warn_bare(doc.warning_lines());
         }
         other => print_data(other, &doc)?,
     }

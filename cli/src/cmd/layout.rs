@@ -11,18 +11,18 @@
 //! rolled back; 4 a write failed and the rollback was incomplete.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
-use gpu_core::layout::{LayoutFile, Mode};
-use gpu_node::{LayoutWrite, NodeError};
+use gpu_core::layout::Mode;
+use gpu_node::LayoutWrite;
 use gpu_sysfs::actuate::SriovOptions;
-use gpu_sysfs::apply::{ApplyError, ApplyReport, text};
+use gpu_sysfs::apply::{ApplyError, text};
 
-use crate::common::{Global, Output, open_node_host, print_data, read_input};
+use crate::common::{Global, Output, open_node_host};
 
 // Where the layout comes from.
 #[derive(Args, Debug, Clone)]
@@ -89,15 +89,12 @@ pub fn apply(g: &Global, a: ApplyArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs `vgpu assert`: exit 0 when the selected GPUs hold what the config says, 1 with a diff.
 pub fn assert(g: &Global, a: AssertArgs) -> anyhow::Result<ExitCode> {
-    let file = read_layout(&a.source.file)?;
+    let file = crate::common::front(g).read_layout(&a.source.file, None)?;
     let config = file.select(a.source.config.as_deref())?;
     let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
     let result = gpu_node::Node::of(&opened).assert_layout(config)?;
-    match g.output {
-        Output::Table => print!("{}", text::assertion(&result)),
-        out => print_data(out, &result)?,
-    }
-    Ok(ExitCode::from(if result.applied { 0 } else { 1 }))
+    g.output.show(&result, || text::assertion(&result))?;
+    Ok(ExitCode::from(u8::from(!result.applied)))
 }
 
 /// Runs `vgpu apply` or, with `-f`, `vgpu clear`: the GPUs the config selects made to hold
@@ -108,7 +105,7 @@ pub(crate) fn run(
     w: &WriteOptions,
     mode: Mode,
 ) -> anyhow::Result<ExitCode> {
-    let file = read_layout(&src.file)?;
+    let file = crate::common::front(g).read_layout(&src.file, None)?;
     let config = file.select(src.config.as_deref())?;
     let opened = open_node_host(g, &gpu_health::NodeRequest::new(g.node_name()))?;
     if opened.host.is_recording() && !w.dry_run {
@@ -135,17 +132,11 @@ pub(crate) fn run(
         progress.event(&e, &mut std::io::stderr().lock());
     });
     progress.finish(&mut std::io::stderr());
-    let (report, failed) = match result {
-        Ok(report) => (report, false),
-        Err(NodeError::Layout(e)) => match *e {
-            ApplyError::Failed { report } => (*report, true),
-            other => return Err(NodeError::Layout(Box::new(other)).into()),
-        },
-        Err(e) => return Err(e.into()),
-    };
-    match g.output {
-        Output::Table => print_report(&report),
-        out => print_data(out, &report)?,
+    let (report, failed) = gpu_node::front::layout_outcome(result)?;
+    g.output.show(&report, || text::report(&report))?;
+    if g.output == Output::Table {
+        // The plan's warnings on stderr, after the report.
+        crate::common::warn_bare(&report.plan.warnings);
     }
     if !failed {
         return Ok(ExitCode::from(report.status.exit_status()));
@@ -160,23 +151,4 @@ pub(crate) fn run(
 fn seconds(s: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(s)
         .map_err(|_| anyhow::anyhow!("{s} is not a number of seconds (0 or more)"))
-}
-
-fn read_layout(path: &Path) -> anyhow::Result<LayoutFile> {
-    let text = read_input(path, "layout")?;
-    let shown = if path.as_os_str() == "-" {
-        "standard input".to_owned()
-    } else {
-        path.display().to_string()
-    };
-    LayoutFile::parse_max(&text, crate::common::document_limit().bytes())
-        .with_context(|| format!("layout file {shown}"))
-}
-
-/// The report on stdout, its plan's warnings on stderr.
-fn print_report(r: &ApplyReport) {
-    print!("{}", text::report(r));
-    for w in &r.plan.warnings {
-        eprintln!("warning: {w}");
-    }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::common::{Global, load_nodes};
+use crate::common::Global;
 
 use gpu_integrations::metrics;
 
@@ -27,11 +27,7 @@ pub struct MetricsArgs {
 
 /// The metrics of this host (or of `--inventory`), rendered afresh.
 fn render(g: &Global, inventory: Option<&std::path::Path>) -> anyhow::Result<String> {
-    let (nodes, allocations) = load_nodes(g, inventory)?;
-    for n in &nodes {
-        gpu_core::validate_name(&n.node).context("node")?;
-    }
-    Ok(metrics::render(&nodes, &allocations)?)
+    Ok(crate::common::front(g).metrics(inventory)?)
 }
 
 /// Checks what can be checked before the first render: a node name that cannot be valid is

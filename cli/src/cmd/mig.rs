@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use gpu_core::PciAddress;
 use gpu_core::mig::parted::MigPartedFile;
 use gpu_node::Node;
-use gpu_node::mig::{GpuMig, MigError, text};
+use gpu_node::mig::text;
 
 use crate::common::{Global, Output, print_data};
 
@@ -61,9 +61,6 @@ pub struct ClearArgs {
 }
 
 /// Runs a `mig` subcommand.
-///
-/// # Errors
-/// No NVML for the root, a refusal of the MIG writer, a file that is not mig-parted's format.
 pub fn run(g: &Global, c: MigCommand) -> anyhow::Result<ExitCode> {
     let req = gpu_health::NodeRequest::new(g.node_name());
     let opened = crate::common::open_node_host(g, &req)?;
@@ -73,51 +70,22 @@ pub fn run(g: &Global, c: MigCommand) -> anyhow::Result<ExitCode> {
     let gpus = gpu_sysfs::discover::discover(opened.host.host(), &opened.discover)
         .context("discovering the node's GPUs")?
         .gpus;
-    let capable = |only: Option<PciAddress>| -> anyhow::Result<Vec<GpuMig>> {
-        let mut out = Vec::new();
-        for gpu in gpus.iter().filter(|x| only.is_none_or(|a| a == x.address)) {
-            match mig.status(&gpu.address) {
-                Ok(s) => out.push(s),
-                Err(MigError::NotMigCapable { .. } | MigError::Nvml { .. }) if only.is_none() => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(out)
-    };
+    let capable = |only| gpu_node::front::mig_statuses(&mig, &gpus, only);
     match c {
         MigCommand::List(a) => {
             let list = capable(a.gpu)?;
-            if g.output != Output::Table {
-                print_data(g.output, &list)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            print!("{}", text::list(&list));
-            Ok(ExitCode::SUCCESS)
+            g.output.show(&list, || text::list(&list))
         }
         MigCommand::Apply(a) => {
-            let file = parted(&a)?;
-            let changes = mig.apply(file.select(&a.config)?, &gpus)?;
-            if g.output != Output::Table {
-                print_data(g.output, &changes)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            print!("{}", text::applied(&changes));
-            Ok(ExitCode::SUCCESS)
+            let changes = mig.apply(parted(&a)?.select(&a.config)?, &gpus)?;
+            g.output.show(&changes, || text::applied(&changes))
         }
         MigCommand::Assert(a) => {
-            let file = parted(&a)?;
-            let plans = mig.plan(file.select(&a.config)?, &gpus)?;
-            if g.output != Output::Table {
-                print_data(g.output, &plans)?;
-            } else {
-                print!("{}", text::asserted(&plans, &a.config));
-            }
+            let plans = mig.plan(parted(&a)?.select(&a.config)?, &gpus)?;
+            g.output
+                .show(&plans, || text::asserted(&plans, &a.config))?;
             let matches = plans.iter().all(gpu_node::mig::apply::GpuMigPlan::matches);
-            Ok(if matches {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            Ok(ExitCode::from(u8::from(!matches)))
         }
         MigCommand::Clear(a) => {
             let mut out = Vec::new();

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use gpu_core::{Fleet, Machine};
+use gpu_core::Fleet;
 use gpu_sched::text::{self, PlacedDocument, Recorded, RefusalDocument, UnplacedDocument};
 use gpu_sched::{FleetState, Policy, Refusal, SchedError};
 
-use crate::common::{Global, Output, print_data, read_input};
+use crate::common::{Global, Output};
 
 /// Exit status when the fleet cannot hold what was asked (the refusal is on stderr).
 const EXIT_REFUSED: u8 = 3;
@@ -57,9 +57,9 @@ pub enum PlanCommand {
     /// Where a Machine would go on another node: same GPU family (or --gpu), same vGPU profile.
     Migrate(MigrateArgs),
     /// Where every Machine on a node (given with the global --node) would go, and which must stay.
-    Drain(DrainArgs),
+    Drain(FleetArgs),
     /// Machines on Unhealthy GPUs, each with a destination.
-    Evacuate(EvacuateArgs),
+    Evacuate(FleetArgs),
 }
 
 // `gpuslice plan migrate` arguments.
@@ -82,17 +82,9 @@ pub struct MigrateArgs {
     pub detail: bool,
 }
 
-// `gpuslice plan drain` arguments (the node comes from the global `--node`).
+// `gpuslice plan drain|evacuate` arguments (drain's node comes from the global `--node`).
 #[derive(Args, Debug)]
-pub struct DrainArgs {
-    /// The fleet file.
-    #[arg(long, value_name = "FLEET")]
-    pub inventory: PathBuf,
-}
-
-// `gpuslice plan evacuate` arguments.
-#[derive(Args, Debug)]
-pub struct EvacuateArgs {
+pub struct FleetArgs {
     /// The fleet file.
     #[arg(long, value_name = "FLEET")]
     pub inventory: PathBuf,
@@ -100,8 +92,8 @@ pub struct EvacuateArgs {
 
 /// Reads a fleet file with its shapes kept shared (each shape indexed once, its nodes copies of
 /// that index: no topology is expanded per node), and says whether it was JSON.
-fn load_fleet(path: &Path) -> anyhow::Result<(FleetState, bool)> {
-    let (fleet, syntax) = crate::common::read_shared_fleet(path, None)?;
+fn load_fleet(g: &Global, path: &Path) -> anyhow::Result<(FleetState, bool)> {
+    let (fleet, syntax) = crate::common::front(g).read_shared_fleet(path, None)?;
     let json = syntax == gpu_core::Syntax::Json;
     let state =
         FleetState::from_shared(fleet).with_context(|| format!("fleet file {}", path.display()))?;
@@ -115,46 +107,24 @@ fn save_fleet(path: &Path, fleet: &Fleet, json: bool) -> anyhow::Result<()> {
 
 /// Prints a refusal on stderr (text, or JSON/YAML with `-o`) and returns exit status 3.
 fn refused(out: Output, refusal: &Refusal, detail: bool) -> anyhow::Result<ExitCode> {
+    let doc = || RefusalDocument::of(refusal, detail);
     match out {
         Output::Table => eprintln!(
             "gpuslice: cannot place Machine {:?}: {}",
             refusal.machine,
             refusal.render()
         ),
-        Output::Json => eprintln!(
-            "{}",
-            serde_json::to_string_pretty(&RefusalDocument::of(refusal, detail))?
-        ),
-        Output::Yaml => eprint!(
-            "{}",
-            serde_yaml_ng::to_string(&RefusalDocument::of(refusal, detail))?
-        ),
+        Output::Json => eprintln!("{}", serde_json::to_string_pretty(&doc())?),
+        Output::Yaml => eprint!("{}", serde_yaml_ng::to_string(&doc())?),
     }
     Ok(ExitCode::from(EXIT_REFUSED))
 }
 
 /// Runs `place`.
-///
-/// # Errors
-/// Unreadable or invalid files and invalid Machines (exit 2); a refusal is exit 3, not an error.
 pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
-    let (mut state, json) = load_fleet(&a.inventory)?;
-    let text = read_input(&a.machine, "machine")?;
-    let mut machine = Machine::from_text(&text)
-        .with_context(|| format!("machine file {}", a.machine.display()))?;
-    // `--node` names the node for every command; for `place` it is the target node.
-    let target = match (a.target_node, g.node.clone()) {
-        (Some(t), Some(n)) if t != n => {
-            bail!("--node {n:?} and --target-node {t:?} name different nodes; give one of them")
-        }
-        (t, n) => t.or(n),
-    };
-    if let Some(node) = target {
-        machine.target_node = Some(node);
-        machine
-            .validate()
-            .with_context(|| format!("machine file {}", a.machine.display()))?;
-    }
+    let (mut state, json) = load_fleet(g, &a.inventory)?;
+    let (target, node) = (a.target_node, g.node.clone());
+    let machine = crate::common::front(g).read_machine(&a.machine, target, node)?;
     let result = if a.dry_run {
         state.try_place_detailed(&machine, a.policy)
     } else {
@@ -169,18 +139,15 @@ pub fn place(g: &Global, a: PlaceArgs) -> anyhow::Result<ExitCode> {
         save_fleet(&a.inventory, &state.to_fleet(), json)?;
     }
     let recorded = Recorded::of(a.dry_run, a.save);
-    match g.output {
-        Output::Table => print!("{}", text::placement(&state, &placed, a.policy, recorded)),
-        out => print_data(
-            out,
-            &PlacedDocument {
-                placement: &placed,
-                dry_run: a.dry_run,
-                saved: a.save,
-            },
-        )?,
-    }
-    Ok(ExitCode::SUCCESS)
+    let (placement, dry_run, saved) = (&placed, a.dry_run, a.save);
+    let doc = PlacedDocument {
+        placement,
+        dry_run,
+        saved,
+    };
+    g.output.show(&doc, || {
+        text::placement(&state, &placed, a.policy, recorded)
+    })
 }
 
 // `gpuslice unplace` arguments.
@@ -199,77 +166,52 @@ pub struct UnplaceArgs {
 }
 
 /// Runs `unplace`: the inverse of `place --save`.
-///
-/// # Errors
-/// Unreadable or invalid files, a Machine that is not placed (exit 2).
 pub fn unplace(g: &Global, a: UnplaceArgs) -> anyhow::Result<ExitCode> {
-    let (mut state, json) = load_fleet(&a.inventory)?;
+    let (mut state, json) = load_fleet(g, &a.inventory)?;
     let unplaced = state
         .unplace(&a.machine)
         .with_context(|| format!("fleet file {}", a.inventory.display()))?;
     if a.save {
         save_fleet(&a.inventory, &state.to_fleet(), json)?;
     }
-    match g.output {
-        Output::Table => print!("{}", text::unplaced(&state, &unplaced, a.save)),
-        out => print_data(
-            out,
-            &UnplacedDocument {
-                unplaced: &unplaced,
-                saved: a.save,
-            },
-        )?,
-    }
-    Ok(ExitCode::SUCCESS)
+    let doc = UnplacedDocument {
+        unplaced: &unplaced,
+        saved: a.save,
+    };
+    g.output
+        .show(&doc, || text::unplaced(&state, &unplaced, a.save))
 }
 
 /// Runs `plan`.
-///
-/// # Errors
-/// Unreadable or invalid files, unknown Machines or nodes (exit 2).
 pub fn plan(g: &Global, c: PlanCommand) -> anyhow::Result<ExitCode> {
     match c {
         PlanCommand::Migrate(a) => {
-            let (state, _) = load_fleet(&a.inventory)?;
-            let plan = match state.plan_migration(&a.machine, &a.to, &a.gpus) {
-                Ok(p) => p,
-                Err(SchedError::Unsatisfiable(r)) => return refused(g.output, &r, a.detail),
-                Err(e) => return Err(e.into()),
-            };
-            match g.output {
-                Output::Table => print!("{}", text::migration(&plan)),
-                out => print_data(out, &plan)?,
+            let (state, _) = load_fleet(g, &a.inventory)?;
+            match state.plan_migration(&a.machine, &a.to, &a.gpus) {
+                Ok(plan) => g.output.show(&plan, || text::migration(&plan)),
+                Err(SchedError::Unsatisfiable(r)) => refused(g.output, &r, a.detail),
+                Err(e) => Err(e.into()),
             }
-            Ok(ExitCode::SUCCESS)
         }
         PlanCommand::Drain(a) => {
             let Some(node) = g.node.as_deref() else {
                 bail!("`plan drain` needs the node to drain: --node NODE");
             };
-            let (state, _) = load_fleet(&a.inventory)?;
+            let (state, _) = load_fleet(g, &a.inventory)?;
             let plan = state.plan_drain(node)?;
-            match g.output {
-                Output::Table => print!("{}", text::drain(&plan)),
-                out => print_data(out, &plan)?,
-            }
-            Ok(if plan.is_complete() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(EXIT_REFUSED)
-            })
+            g.output.show(&plan, || text::drain(&plan))?;
+            Ok(complete(plan.is_complete()))
         }
         PlanCommand::Evacuate(a) => {
-            let (state, _) = load_fleet(&a.inventory)?;
+            let (state, _) = load_fleet(g, &a.inventory)?;
             let plan = state.plan_evacuation();
-            match g.output {
-                Output::Table => print!("{}", text::evacuation(&plan)),
-                out => print_data(out, &plan)?,
-            }
-            Ok(if plan.machines.iter().all(|m| m.plan.is_some()) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(EXIT_REFUSED)
-            })
+            g.output.show(&plan, || text::evacuation(&plan))?;
+            Ok(complete(plan.machines.iter().all(|m| m.plan.is_some())))
         }
     }
+}
+
+/// Exit 0 for a plan made whole, 3 for one that leaves a Machine where it is.
+fn complete(whole: bool) -> ExitCode {
+    ExitCode::from(if whole { 0 } else { EXIT_REFUSED })
 }

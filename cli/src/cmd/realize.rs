@@ -1,5 +1,6 @@
-//! `gpuslice realize`: a placed Machine's devices made on this node in one call
-//! ([`gpu_node::Node::realize`]), answered with the hand-off.
+//! `gpuslice realize`: a placed Machine's devices made on this node in one call, as the agent's
+//! `POST /v1/realize` makes them ([`gpu_node::Node::realize_graded`]), answered with the
+//! hand-off and the allocation as realized.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::cmd::handoff::read_allocation;
-use crate::common::{Global, Output, print_data};
+use crate::common::Global;
 
 // `gpuslice realize` arguments.
 #[derive(Args, Debug)]
@@ -22,6 +23,9 @@ pub struct RealizeArgs {
     /// The Machine whose devices to make (may be left out when the file holds one allocation).
     #[arg(long, value_name = "NAME")]
     pub machine: Option<String>,
+    /// Use a GPU graded Unhealthy (a VM would get a failing device), with a warning.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Runs `gpuslice realize`.
@@ -30,15 +34,14 @@ pub fn run(g: &Global, a: &RealizeArgs) -> anyhow::Result<ExitCode> {
     let Some(path) = path else {
         anyhow::bail!("name the allocation with --inventory FLEET or --allocation FILE");
     };
-    let allocation = read_allocation(path, a.machine.as_deref())?;
+    let allocation = read_allocation(g, path, a.machine.as_deref())?;
     let opened = super::gpu::open_host(g, true)?;
-    let done = super::gpu::writer(&opened).realize(&allocation)?;
-    match g.output {
-        Output::Table => print!("{}", gpu_node::text::realized(&done)),
-        out => print_data(out, &done)?,
-    }
-    for w in &done.warnings {
-        eprintln!("gpuslice: warning: {w}");
-    }
-    Ok(ExitCode::SUCCESS)
+    let graded = crate::common::local_topology(g, false)?;
+    let writer = super::gpu::writer(&opened);
+    let done = writer.realize_graded(&allocation, &graded, a.force, "--force")?;
+    let shown = g
+        .output
+        .show(&done, || gpu_node::text::realized(&done.done));
+    crate::common::warn(&done.done.warnings);
+    shown
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::common::{Global, Output, print_data};
@@ -73,10 +73,6 @@ pub struct UnholdArgs {
 }
 
 /// Runs a `sandbox` subcommand.
-///
-/// # Errors
-/// A directory that is not new or empty, a source that is not a recording or a tree (or is this
-/// machine's `/`); for `hold`/`unhold`, a root that is not a sandbox or a device it lacks.
 pub fn run(g: &Global, c: SandboxCommand) -> anyhow::Result<ExitCode> {
     match c {
         SandboxCommand::Init(a) => init(g, a),
@@ -108,23 +104,12 @@ fn init(g: &Global, a: InitArgs) -> anyhow::Result<ExitCode> {
         "gpuslice: sandbox host made in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    match g.output {
-        Output::Table => print!("{}", report.summary()),
-        other => print_data(other, &report.document())?,
-    }
-    Ok(ExitCode::SUCCESS)
+    g.output.show(&report.document(), || report.summary())
 }
 
 /// `--root`, which must be a sandbox, opened.
 fn opened_sandbox(g: &Global) -> anyhow::Result<gpu_sysfs::OpenedRoot> {
-    if !gpu_sysfs::open::is_sandbox(&g.root) {
-        bail!(
-            "--root {}: not a sandbox; this command needs --root sandbox:DIR (make one with \
-             `gpuslice sandbox init DIR`)",
-            g.root.display()
-        );
-    }
-    crate::common::open_host(g)
+    Ok(crate::common::front(g).open_sandbox()?)
 }
 
 fn hold(g: &Global, a: HoldArgs) -> anyhow::Result<ExitCode> {
@@ -146,22 +131,15 @@ fn unhold(g: &Global, a: UnholdArgs) -> anyhow::Result<ExitCode> {
 
 fn reload_driver(g: &Global) -> anyhow::Result<ExitCode> {
     let opened = opened_sandbox(g)?;
-    let Some(sandbox) = opened.sandbox() else {
-        bail!("--root {}: not a sandbox", g.root.display());
-    };
-    let dropped = sandbox
+    let dropped = opened
+        .sandbox()
+        .context("not a sandbox")?
         .reload_vgpu_manager()
         .context("reloading the sandbox's vGPU manager")?;
-    if g.output != Output::Table {
-        print_data(g.output, &dropped)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "vGPU manager reloaded: {} mdev(s) removed, {} VF type(s) cleared",
-        dropped.mdevs.len(),
-        dropped.vfs.len()
-    );
-    Ok(ExitCode::SUCCESS)
+    let (mdevs, vfs) = (dropped.mdevs.len(), dropped.vfs.len());
+    g.output.show(&dropped, || {
+        format!("vGPU manager reloaded: {mdevs} mdev(s) removed, {vfs} VF type(s) cleared\n")
+    })
 }
 
 fn reset(g: &Global, a: &ResetArgs) -> anyhow::Result<ExitCode> {

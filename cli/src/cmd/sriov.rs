@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use gpu_sysfs::actuate::{self, SriovOptions};
 
 use super::gpu::{open_host, resolve_gpu, writer};
-use crate::common::{Global, Output, print_data};
+use crate::common::Global;
 
 /// `gpuslice sriov` subcommands.
 #[derive(Subcommand, Debug)]
@@ -49,10 +49,6 @@ pub struct SriovDisableArgs {
 }
 
 /// Runs `sriov` subcommands.
-///
-/// # Errors
-/// Invalid input; the script timing out, failing, or exiting 0 without enabling VFs; a VF that
-/// holds a vGPU or is open (disable).
 pub fn sriov(g: &Global, c: SriovCommand) -> anyhow::Result<ExitCode> {
     let a = match c {
         SriovCommand::Enable(a) => a,
@@ -69,20 +65,12 @@ pub fn sriov(g: &Global, c: SriovCommand) -> anyhow::Result<ExitCode> {
         program: a.program,
     };
     let r = writer(&opened).enable_sriov(&pf, &opts)?;
-    match g.output {
-        Output::Table => print!("{}", gpu_node::text::sriov_enabled(&r)),
-        out => print_data(out, &r)?,
-    }
-    Ok(ExitCode::SUCCESS)
+    g.output.show(&r, || gpu_node::text::sriov_enabled(&r))
 }
 
 fn disable(g: &Global, a: &SriovDisableArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
     let pf = resolve_gpu(&opened, &a.gpu)?;
     let r = writer(&opened).disable_sriov(&pf)?;
-    match g.output {
-        Output::Table => print!("{}", gpu_node::text::sriov_disabled(&r)),
-        out => print_data(out, &r)?,
-    }
-    Ok(ExitCode::SUCCESS)
+    g.output.show(&r, || gpu_node::text::sriov_disabled(&r))
 }

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use gpu_core::text::Shown;
-use gpu_core::{NodeTopology, ParentId, SharedFleet};
+use gpu_core::{NodeTopology, ParentId};
 
-use crate::common::{Global, Output, local_topology_held, print_data};
+use crate::common::{Global, Output, front, print_data};
 
 // Arguments of `gpuslice topology`.
 #[derive(clap::Args, Debug)]
@@ -39,31 +39,22 @@ fn parse_parents(list: &Option<Vec<String>>) -> anyhow::Result<Option<Vec<Parent
 }
 
 pub(crate) fn print_warnings(t: &NodeTopology) {
-    for w in t.warning_lines() {
-        eprintln!("warning: {w}");
-    }
-}
-
-/// The message for a `--node` not in `fleet` (read from `path`), listing the fleet's nodes.
-pub(crate) fn not_in_fleet(n: &str, path: &std::path::Path, fleet: &SharedFleet) -> anyhow::Error {
-    let nodes = fleet.names_listed();
-    anyhow::anyhow!("--node {n}: not in {} (nodes: {nodes})", path.display())
+    crate::common::warn_bare(t.warning_lines());
 }
 
 /// Runs `gpuslice topology`.
 pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.inventory {
-        // Shapes stay shared: only the node shown is expanded.
-        let (fleet, _) = crate::common::read_shared_fleet(path, Some("--inventory"))?;
         let Some(n) = g.node.as_deref() else {
+            let (fleet, _) = front(g).fleet_nodes(path, None)?;
+            let nodes = fleet.names_listed();
             anyhow::bail!(
-                "topology --inventory needs the node to show: --node NAME (nodes: {})",
-                fleet.names_listed()
+                "topology --inventory needs the node to show: --node NAME (nodes: {nodes})"
             );
         };
-        let shown = fleet
-            .node_named(n)
-            .ok_or_else(|| not_in_fleet(n, path, &fleet))?;
+        // Shapes stay shared: only the node shown is expanded.
+        let (fleet, shown) = front(g).fleet_nodes(path, Some(n))?;
+        let shown = &fleet.nodes[shown[0]];
         let given = shown.to_topology();
         // Charged as placement charges: a pending vGPU's room is not free.
         let view = gpu_sched::text::fleet_node_view(&given, &fleet.allocations)
@@ -78,7 +69,7 @@ pub fn topology(g: &Global, a: TopologyArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let nvml = gpu_health::NvmlSource::from_flags(a.nvml_lib, a.no_nvml);
-    let (t, holders) = local_topology_held(g, parse_parents(&a.mdev_parents)?, nvml)?;
+    let (t, holders) = front(g).local_topology_held(parse_parents(&a.mdev_parents)?, nvml)?;
     match g.output {
         Output::Table => {
             let gpu = |a: &gpu_core::PciAddress| holders.gpu(a).map(ToString::to_string);

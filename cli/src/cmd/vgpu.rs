@@ -7,10 +7,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gpu_core::{MdevUuid, ParentId};
 use gpu_node::VgpuId;
-use gpu_sysfs::actuate;
 
 use super::gpu::{open_host, resolve_gpu, writer};
-use crate::common::{Global, Output, print_data};
+use crate::common::Global;
 
 // `vgpu create` arguments.
 #[derive(Args, Debug)]
@@ -46,20 +45,13 @@ pub struct CreateArgs {
 }
 
 fn mdev_uuid(a: &CreateArgs) -> anyhow::Result<MdevUuid> {
-    if let Some(u) = a.uuid {
-        return Ok(u);
-    }
-    if let Some(m) = &a.machine {
-        return actuate::machine_uuid(m, &a.request, a.index)
-            .map_err(|(field, e)| anyhow::Error::new(e).context(format!("invalid --{field}")));
-    }
-    bail!("an mdev instance needs a name: pass --uuid UUID or --machine NAME")
+    let machine = a.machine.as_deref();
+    Ok(gpu_node::front::mdev_uuid(
+        a.uuid, machine, &a.request, a.index,
+    )?)
 }
 
 /// Creates a vGPU: an mdev instance, or a type on a vendor-VFIO VF.
-///
-/// # Errors
-/// Invalid input, unknown parent or profile, no capacity, a UUID taken by another type.
 pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
     let parent: ParentId = a.parent.parse().context("invalid --parent")?;
@@ -79,11 +71,8 @@ pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
             gi.id, gi.profile, gi.start
         );
     }
-    match g.output {
-        Output::Table => print!("{}", gpu_node::text::created(&created)),
-        out => print_data(out, &created)?,
-    }
-    Ok(ExitCode::SUCCESS)
+    g.output
+        .show(&created, || gpu_node::text::created(&created))
 }
 
 // `vgpu remove` arguments.
@@ -98,9 +87,6 @@ pub struct RemoveArgs {
 }
 
 /// Removes an mdev instance or clears a vendor-VFIO VF.
-///
-/// # Errors
-/// Invalid input, a device in use without `--force`, refused writes.
 pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
     let Some(id) = VgpuId::parse(&a.target) else {
@@ -118,11 +104,7 @@ pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }
-    match g.output {
-        Output::Table => println!("{text}"),
-        out => print_data(out, &removed)?,
-    }
-    Ok(ExitCode::SUCCESS)
+    g.output.show(&removed, || format!("{text}\n"))
 }
 
 // `vgpu list` arguments.
@@ -130,20 +112,12 @@ pub fn remove(g: &Global, a: RemoveArgs) -> anyhow::Result<ExitCode> {
 pub struct ListArgs {}
 
 /// Lists the vGPU instances on this host: mdevs and vendor-VFIO VFs with a type.
-///
-/// # Errors
-/// An unreadable host root.
 pub fn list(g: &Global, _a: ListArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, false)?;
     let listing = writer(&opened).list_vgpus()?;
-    for w in &listing.warnings {
-        eprintln!("warning: {w}");
-    }
-    match g.output {
-        Output::Table => print!("{}", gpu_node::text::vgpu_list(&listing)),
-        out => print_data(out, &listing)?,
-    }
-    Ok(ExitCode::SUCCESS)
+    crate::common::warn_bare(&listing.warnings);
+    g.output
+        .show(&listing, || gpu_node::text::vgpu_list(&listing))
 }
 
 // `vgpu clear` arguments: what to clear, by GPU, the whole host or a layout file's selection.
@@ -169,10 +143,6 @@ pub struct ClearArgs {
 }
 
 /// Runs `vgpu clear`: the vGPUs of `--gpu` GPUs, of the host (`--all`), or of a layout's GPUs.
-///
-/// # Errors
-/// Nothing selected; an unknown GPU; a vGPU in use without `--force` (nothing removed); a
-/// removal that failed; as `vgpu apply` with `-f`.
 pub fn clear(g: &Global, a: ClearArgs) -> anyhow::Result<ExitCode> {
     // NVIDIA's variables, read where `vgpu apply` reads them; --gpu and --all win over them.
     let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
@@ -202,15 +172,11 @@ pub fn clear(g: &Global, a: ClearArgs) -> anyhow::Result<ExitCode> {
     let scope = if a.all {
         gpu_node::ClearScope::All
     } else {
-        let gpus = a.gpus.iter().map(|n| resolve_gpu(&opened, n));
-        gpu_node::ClearScope::Gpus(gpus.collect::<anyhow::Result<_>>()?)
+        gpu_node::ClearScope::Gpus(super::gpu::resolve_gpus(&opened, &a.gpus)?)
     };
     let cleared = writer(&opened).clear_vgpus(&scope, a.write.force, a.write.dry_run)?;
-    match g.output {
-        Output::Table => print!("{}", gpu_node::text::cleared(&cleared, &scope)),
-        out => print_data(out, &cleared)?,
-    }
-    Ok(ExitCode::SUCCESS)
+    g.output
+        .show(&cleared, || gpu_node::text::cleared(&cleared, &scope))
 }
 
 // `vgpu types` arguments.
@@ -223,15 +189,9 @@ pub struct TypesArgs {
 
 /// Lists each parent's or VF's vGPU types with their free instances: `mdevctl types`'s text,
 /// or the list with `-o json|yaml`.
-///
-/// # Errors
-/// An unreadable host root.
 pub fn types(g: &Global, a: TypesArgs) -> anyhow::Result<ExitCode> {
-    let topo = crate::common::local_topology(g, None, false)?;
+    let topo = crate::common::local_topology(g, false)?;
     let listing = gpu_core::vgpu_types::vgpu_types(&topo, a.parent.as_ref());
-    match g.output {
-        Output::Table => print!("{}", gpu_core::text::vgpu_types(&listing)),
-        out => print_data(out, &listing)?,
-    }
-    Ok(ExitCode::SUCCESS)
+    g.output
+        .show(&listing, || gpu_core::text::vgpu_types(&listing))
 }

@@ -1,10 +1,8 @@
 //! `POST /v1/realize`: a placed Machine's devices made on this node in one call, as
-//! `gpuslice realize --allocation FILE` makes them ([`gpu_node::Node::realize`]), after the
-//! health rule of a bind ([`gpu_node::realize::check_health`]) on the served topology.
+//! `gpuslice realize --allocation FILE` makes them: [`gpu_node::Node::realize_graded`], the
+//! health rule of a bind on the served topology, then the realize.
 
 use std::sync::Arc;
-
-use gpu_core::{Allocation, AllocationStatus};
 
 use super::Agent;
 use crate::error::ApiError;
@@ -35,40 +33,21 @@ impl Agent {
     ) -> Result<serde_json::Value, ApiError> {
         let allocation = gpu_node::handoff::one_allocation(body, machine, BODY.as_ref())
             .map_err(|e| ApiError::from_error(&e))?;
-        // Another node's allocation is refused by the realize itself, whatever the health here.
-        let snap = self.snapshot();
-        let mut warnings = match allocation.node == snap.topology.node {
-            true => gpu_node::realize::check_health(&allocation, &snap.topology, force, FORCE)
-                .map_err(|e| ApiError::from_error(&e))?,
-            false => Vec::new(),
-        };
-        drop(snap);
         let me = Arc::clone(self);
-        let asked = allocation.clone();
         let done = self
             .write(false, move |a| {
-                (a.node().realize(&asked)).map_err(|e| ApiError::from_error(&e))
+                let graded = &a.snapshot().topology;
+                let done = a.node().realize_graded(&allocation, graded, force, FORCE);
+                done.map_err(|e| ApiError::from_error(&e))
             })
             .await?;
-        warnings.extend(done.warnings.iter().cloned());
-        let realized = Allocation {
-            status: AllocationStatus::Created,
-            ..allocation
-        };
         let mut value = serde_json::to_value(&done).unwrap_or_default();
         if let Some(o) = value.as_object_mut() {
             let rev = me.bus.publish(
                 EventKind::MachineRealized,
-                serde_json::json!({ "machine": realized.machine, "changed": done.changed }),
+                serde_json::json!({ "machine": done.done.machine, "changed": done.done.changed }),
             );
             o.insert("revision".to_owned(), rev.into());
-            o.insert(
-                "allocation".to_owned(),
-                serde_json::to_value(&realized).unwrap_or_default(),
-            );
-            if !warnings.is_empty() {
-                o.insert("warnings".to_owned(), warnings.into());
-            }
         }
         Ok(value)
     }

@@ -48,9 +48,9 @@ pub use sriov::{
     SRIOV_MANAGE, SriovDisabled, SriovEnabled, SriovOptions, disable_sriov, enable_sriov,
 };
 pub use vendor::{
-    VfCleared, VfInstance, VfTypeSet, clear_vf, creatable_types, current_type, free_vf_for,
-    is_vendor_vfio_vf, list_vf_instances, resolve_gpu_profile, resolve_vf_profile, set_vf_type,
-    vfs_of,
+    VfCleared, VfInstance, VfTypeSet, clear_vf, creatable_types, current_type, free_vf_avoiding,
+    free_vf_for, is_vendor_vfio_vf, list_vf_instances, resolve_gpu_profile, resolve_vf_profile,
+    set_vf_type, vfs_of,
 };
 
 use crate::host::Host;

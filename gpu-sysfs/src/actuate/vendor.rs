@@ -305,8 +305,19 @@ pub fn vfs_of(host: &dyn Host, pf: &PciAddress) -> Vec<PciAddress> {
 /// The first VF of `pf` without a type on which `type_num` is creatable and that no process
 /// holds open.
 pub fn free_vf_for(host: &dyn Host, pf: &PciAddress, type_num: u32) -> Option<PciAddress> {
+    free_vf_avoiding(host, pf, type_num, &[])
+}
+
+/// [`free_vf_for`], leaving out the VFs in `kept` (those a layout's later steps take).
+pub fn free_vf_avoiding(
+    host: &dyn Host,
+    pf: &PciAddress,
+    type_num: u32,
+    kept: &[PciAddress],
+) -> Option<PciAddress> {
     vfs_of(host, pf).into_iter().find(|vf| {
-        is_vendor_vfio_vf(host, vf)
+        !kept.contains(vf)
+            && is_vendor_vfio_vf(host, vf)
             && current_type(host, vf).ok() == Some(0)
             && creatable_types(host, vf).is_ok_and(|c| c.iter().any(|(id, _)| *id == type_num))
             && super::holder_of(host, &pci_dir(vf)).is_none()

@@ -1,23 +1,44 @@
-//! A layout's mdev creations on a GPU land where `gpuslice vgpu create` and the agent would put
-//! them: right before each write, the parent is chosen again by the one rule
-//! ([`crate::actuate::mdev_parent_on_gpu`]), keeping the parents the plan's later creations on
-//! the same GPU hold. The planner simulates the same rule over the whole plan, so the answer is
-//! the planned parent unless the host moved; when it did, the step is rewritten and the report
-//! shows where the instance went.
+//! A layout's creations on a GPU land where `gpuslice vgpu create` and the agent would put
+//! them: right before each write, the parent is chosen again by the node's one chooser
+//! ([`super::ApplyOptions::choose`], `gpu_node::target::choose_on_gpu`), keeping the parents the
+//! plan's later creations on the same GPU hold and the VFs the layout names. This holds for an
+//! mdev instance on a VF of an SR-IOV card and for a vendor-VFIO VF's type alike. The planner
+//! simulates the same rule over the whole plan, so the answer is the planned parent unless the
+//! host moved (a VF a VM holds open is passed over, as `vgpu create` passes it over); when it
+//! did, the step is rewritten and the report shows where the instance went.
 
-use gpu_core::layout::Step;
-use gpu_core::{ParentId, VgpuFramework};
+use std::collections::BTreeSet;
 
+use gpu_core::layout::{LayoutConfig, Selector, Step};
+use gpu_core::{ParentId, PciAddress, VgpuFramework};
+
+use super::Chooser;
 use crate::actuate::{ActuateError, mdev_parent_on_gpu};
 use crate::host::Host;
 
-/// Chooses the parent of step `at` again when it is an mdev creation on a parent of a physical
-/// GPU other than the GPU itself (a VF of an SR-IOV card); other steps are left as planned (a
-/// vendor-VFIO VF may be pinned by the layout).
+/// The VFs `config` names itself (the vendor-VFIO form): a creation there stays where it is.
+pub(super) fn pinned(config: &LayoutConfig) -> BTreeSet<PciAddress> {
+    let vf = |e: &gpu_core::layout::Entry| match &e.selector {
+        Selector::Vf { address } => Some(*address),
+        _ => None,
+    };
+    config.entries.iter().filter_map(vf).collect()
+}
+
+/// Chooses the parent of step `at` again when it is a creation on a parent of a physical GPU
+/// other than the GPU itself (a VF) that the layout does not name: with `choose` (the node's
+/// chooser), for mdev and vendor-VFIO creations; without it, for mdev ones by
+/// [`mdev_parent_on_gpu`]. Other steps are left as planned.
 ///
 /// # Errors
-/// The errors of [`mdev_parent_on_gpu`] (no parent of the GPU has room now).
-pub(super) fn rechoose(host: &dyn Host, steps: &mut [Step], at: usize) -> Result<(), ActuateError> {
+/// The chooser's errors (no parent of the GPU has room now).
+pub(super) fn rechoose(
+    host: &dyn Host,
+    choose: Option<Chooser>,
+    pinned: &BTreeSet<PciAddress>,
+    steps: &mut [Step],
+    at: usize,
+) -> Result<(), ActuateError> {
     let Some(Step::Create {
         gpu: ParentId::Pci(pf),
         instance,
@@ -25,11 +46,20 @@ pub(super) fn rechoose(host: &dyn Host, steps: &mut [Step], at: usize) -> Result
     else {
         return Ok(());
     };
-    if instance.framework != VgpuFramework::Mdev || instance.parent == ParentId::Pci(*pf) {
+    let pf = *pf;
+    if instance.parent == ParentId::Pci(pf) {
         return Ok(());
     }
-    let (Some(type_id), pf) = (instance.type_id.clone(), *pf) else {
+    let vendor = instance.framework == VgpuFramework::VendorVfio;
+    if vendor && (choose.is_none() || instance.parent.pci().is_some_and(|v| pinned.contains(&v))) {
         return Ok(());
+    }
+    // The type as the chooser takes it: its ID, else (a vendor-VFIO type named for write time)
+    // its name.
+    let profile = match (&instance.type_id, &instance.type_name) {
+        (Some(id), _) => id.as_str().to_owned(),
+        (None, Some(name)) if vendor => name.clone(),
+        _ => return Ok(()),
     };
     let kept: Vec<ParentId> = steps
         .iter()
@@ -40,9 +70,13 @@ pub(super) fn rechoose(host: &dyn Host, steps: &mut [Step], at: usize) -> Result
             }
             _ => None,
         })
+        .chain(pinned.iter().map(|v| ParentId::Pci(*v)))
         .collect();
-    let (parent, _) =
-        mdev_parent_on_gpu(host, &pf, type_id.as_str(), instance.uuid.as_ref(), &kept)?;
+    let uuid = instance.uuid;
+    let parent = match choose {
+        Some(choose) => choose(host, &pf, &profile, uuid.as_ref(), &kept)?,
+        None => mdev_parent_on_gpu(host, &pf, &profile, uuid.as_ref(), &kept)?.0,
+    };
     if let Some(Step::Create { instance, .. }) = steps.get_mut(at) {
         instance.parent = parent;
     }
@@ -86,7 +120,7 @@ mod tests {
         // The first creation was planned further on; the first VF with room, 08:00.4, is kept
         // for the second, so the first goes to 08:00.5.
         let mut steps = vec![create("0000:08:00.6", 0), create("0000:08:00.4", 1)];
-        rechoose(&k, &mut steps, 0).unwrap();
+        rechoose(&k, None, &BTreeSet::new(), &mut steps, 0).unwrap();
         assert_eq!(parent(&steps[0]), "0000:08:00.5".parse().unwrap());
         assert_eq!(parent(&steps[1]), "0000:08:00.4".parse().unwrap());
         // The choice is the one `vgpu create --parent 0000:08:00.0` makes.

@@ -64,7 +64,22 @@ pub struct ApplyOptions {
     pub lock_timeout: Option<Duration>,
     /// How to run `sriov-manage`.
     pub sriov: SriovOptions,
+    /// Where a creation on a GPU goes, chosen again right before its write: the node's one
+    /// chooser (`gpu_node::target::choose_on_gpu`, what `vgpu create` and the agent ask). `None`
+    /// keeps the planned VF of a vendor-VFIO creation and asks [`crate::actuate::mdev_parent_on_gpu`]
+    /// for an mdev one.
+    pub choose: Option<Chooser>,
 }
+
+/// A chooser of [`ApplyOptions::choose`]: the parent a vGPU of `profile` (a type ID or name)
+/// asked on GPU `gpu` goes to (mdev `uuid`, when it has one), leaving out the parents in `kept`.
+pub type Chooser = fn(
+    host: &dyn Host,
+    gpu: &PciAddress,
+    profile: &str,
+    uuid: Option<&MdevUuid>,
+    kept: &[ParentId],
+) -> Result<ParentId, crate::actuate::ActuateError>;
 
 impl ApplyOptions {
     /// Applying on node `node`, waiting for the lock, not forcing.
@@ -76,6 +91,7 @@ impl ApplyOptions {
             dry_run: false,
             lock_timeout: None,
             sriov: SriovOptions::default(),
+            choose: None,
         }
     }
 }
@@ -438,9 +454,10 @@ pub fn apply_layout_locked(
     events(ApplyEvent::Planned { plan: &plan });
     let total = plan.steps.len();
     let mut steps = plan.steps.clone();
+    let pinned = choose::pinned(config);
     let mut index = 0;
     while index < steps.len() {
-        if let Err(e) = choose::rechoose(host, &mut steps, index) {
+        if let Err(e) = choose::rechoose(host, opts.choose, &pinned, &mut steps, index) {
             let why = format!("{}: {e}", describe(&steps[index]));
             return Err(run.fail(plan, why, events));
         }
