@@ -1,7 +1,8 @@
 //! A profiling aid, not a benchmark: builds the 100,000-node mixed fleet of `place/scaling`, then
 //! places and releases 10,000 Machines in a loop (`ROUNDS`, default 60), so that a profiler
 //! attached after the build (`perf record -p PID`) sees only placements and releases.
-//! `cargo run --release -p gpuslice-benches --example place_loop`.
+//! `cargo run --release -p gpuslice-benches --example place_loop` (`FLEET=hgx`: the HGX fleet and
+//! whole-GPU Machines of `place/hgx_partitions`).
 
 use gpu_sched::{FleetState, Policy};
 use gpuslice_benches::fleetgen::{mixed_fleet, workload_machine};
@@ -11,14 +12,29 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(60);
-    let mut s = match FleetState::new(mixed_fleet(100_000)) {
+    // `FLEET=hgx`: the 100,000 HGX nodes and 1/2/4-GPU Machines of `place/hgx_partitions`.
+    let hgx = std::env::var("FLEET").is_ok_and(|f| f == "hgx");
+    let fleet = if hgx {
+        gpuslice_benches::fabric::hgx_fleet(100_000)
+    } else {
+        mixed_fleet(100_000)
+    };
+    let mut s = match FleetState::new(fleet) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("place_loop: the bench fleet is invalid: {e}");
             std::process::exit(1);
         }
     };
-    let machines: Vec<_> = (0..10_000).map(workload_machine).collect();
+    let machines: Vec<_> = (0..10_000)
+        .map(|i| {
+            if hgx {
+                gpuslice_benches::fabric::whole_machine(format!("vm-{i}"), [1, 2, 4][i % 3])
+            } else {
+                workload_machine(i)
+            }
+        })
+        .collect();
     eprintln!("place_loop: fleet built (pid {})", std::process::id());
     let t = std::time::Instant::now();
     let mut n = 0u64;

@@ -39,6 +39,9 @@ fn a_machine_placed_and_saved_is_realized_on_the_sandbox_in_one_command() {
     let done: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(done["machine"], "desktop-1");
     assert_eq!(done["changed"], true, "{done}");
+    // The allocation as realized, as the agent's `POST /v1/realize` answers it.
+    assert_eq!(done["allocation"]["status"], "created", "{done}");
+    assert_eq!(done["allocation"]["machine"], "desktop-1", "{done}");
     let uuid = done["devices"][0]["created"]["uuid"].as_str().unwrap();
     let qemu = done["handoff"]["qemu"][1].as_str().unwrap();
     assert_eq!(

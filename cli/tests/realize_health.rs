@@ -83,31 +83,3 @@ fn realize_refuses_an_unhealthy_gpu_as_the_agent_does_unless_forced() {
         "{err}"
     );
 }
-
-#[test]
-fn a_healthy_realize_answers_the_allocation_as_created() {
-    let t = tempfile::tempdir().unwrap();
-    let dir = t.path().join("sbx");
-    let from = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../examples/hosts/a2-sriov-mdev.umockdev"
-    );
-    ok(&["sandbox", "init", "--from", from, dir.to_str().unwrap()]);
-    let node: serde_json::Value =
-        serde_json::from_str(&ok_on(&dir, &["topology", "-o", "json", "--no-nvml"])).unwrap();
-    let fleet = t.path().join("fleet.json");
-    std::fs::write(&fleet, serde_json::json!({"nodes": [node]}).to_string()).unwrap();
-    let machine = t.path().join("m.yaml");
-    std::fs::write(
-        &machine,
-        "name: m1\ndevices:\n  - {name: gpu, profile: A2-4Q}\n",
-    )
-    .unwrap();
-    let (f, m) = (fleet.to_str().unwrap(), machine.to_str().unwrap());
-    ok(&["place", "--inventory", f, "--machine", m, "--save"]);
-    let json = ok_on(&dir, &["realize", "--inventory", f, "-o", "json"]);
-    let done: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(done["allocation"]["status"], "created", "{done}");
-    assert_eq!(done["allocation"]["node"], "demo", "{done}");
-    assert_eq!(done["machine"], "m1");
-}

@@ -202,102 +202,6 @@ fn a_vgpu_made_by_the_cli_the_agent_and_a_layout_lands_on_the_same_parent() {
     assert_eq!(by_layout, vec![by_cli]);
 }
 
-#[test]
-fn a_vendor_vfio_vgpu_made_by_the_cli_the_agent_and_a_layout_lands_on_the_same_vf() {
-    let k = gpu_sysfs::testing::FakeKernel::l40s_vendor_vfio_host(4).unwrap();
-    let (t, dir) = sandbox(k.root());
-    let vfs_with_a_type = |dir: &Path| -> Vec<String> {
-        let list: serde_json::Value =
-            serde_json::from_str(&ok(gpuslice(dir, &["vgpu", "list", "-o", "json"])
-                .output()
-                .unwrap()))
-            .unwrap();
-        list["vendorVfio"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v["vf"].as_str().unwrap().to_owned())
-            .collect()
-    };
-
-    let made: serde_json::Value = serde_json::from_str(&ok(gpuslice(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:26:00.0",
-            "--profile",
-            "L40S-24Q",
-            "-o",
-            "json",
-        ],
-    )
-    .output()
-    .unwrap()))
-    .unwrap();
-    let by_cli = made["vf"].as_str().unwrap().to_owned();
-    ok(gpuslice(&dir, &["vgpu", "remove", &by_cli])
-        .output()
-        .unwrap());
-
-    let sock = t.path().join("agent.sock");
-    let agent = Running(
-        gpuslice(
-            &dir,
-            &[
-                "agent",
-                "--listen",
-                &format!("unix:{}", sock.display()),
-                "--state-dir",
-                t.path().join("state").to_str().unwrap(),
-                "--resync",
-                "0",
-            ],
-        )
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap(),
-    );
-    let end = Instant::now() + Duration::from_secs(20);
-    while !sock.exists() {
-        assert!(Instant::now() < end, "the agent did not listen within 20 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let (status, made) = http(
-        &sock,
-        "POST",
-        "/v1/vgpus",
-        r#"{"parent": "0000:26:00.0", "profile": "L40S-24Q"}"#,
-    );
-    assert!(
-        status.contains(" 200 ") || status.contains(" 201 "),
-        "{status} {made}"
-    );
-    let by_agent = made["vf"].as_str().unwrap().to_owned();
-    let (status, gone) = http(&sock, "DELETE", &format!("/v1/vgpus/{by_agent}"), "");
-    assert!(status.contains(" 200 "), "{status} {gone}");
-    drop(agent);
-
-    assert!(vfs_with_a_type(&dir).is_empty());
-    let file = t.path().join("layout.yaml");
-    std::fs::write(
-        &file,
-        "version: v1\nvgpu-configs:\n  one:\n    - devices: all\n      vgpu-devices: {L40S-24Q: 1}\n",
-    )
-    .unwrap();
-    ok(
-        gpuslice(&dir, &["vgpu", "apply", "-f", file.to_str().unwrap()])
-            .output()
-            .unwrap(),
-    );
-    let by_layout = vfs_with_a_type(&dir);
-
-    assert_eq!(by_cli, "0000:26:00.4", "the first free VF");
-    assert_eq!(by_agent, by_cli);
-    assert_eq!(by_layout, vec![by_cli]);
-}
-
 /// The VFs of the sandbox that have a vGPU type, from `vgpu list -o json`.
 fn vfs_with_a_type(dir: &Path) -> Vec<String> {
     let list: serde_json::Value =
@@ -309,16 +213,13 @@ fn vfs_with_a_type(dir: &Path) -> Vec<String> {
     vfs.map(|v| v["vf"].as_str().unwrap().to_owned()).collect()
 }
 
-/// A VF a VM holds open is passed over by every road: `vgpu create` and the agent choose the
-/// next free VF, and a layout's creation, chosen again right before its write by the same
-/// chooser (`gpu_node::target::choose_on_gpu`), goes there too instead of the VF its plan named.
-#[test]
-fn a_vf_a_vm_holds_open_is_passed_over_by_the_cli_the_agent_and_a_layout_alike() {
+/// One L40S-24Q asked of the L40S sandbox's GPU (four VFs; `held`, when given, held open by a
+/// stand-in VM first) by `vgpu create`, by the agent's `POST /v1/vgpus` and by a layout, each
+/// undone before the next: the VF each chose.
+fn vendor_vfio_roads(held: Option<&str>) -> (String, String, Vec<String>) {
     let k = gpu_sysfs::testing::FakeKernel::l40s_vendor_vfio_host(4).unwrap();
     let (t, dir) = sandbox(k.root());
-    let pid = ok(gpuslice(&dir, &["sandbox", "hold", "0000:26:00.4"])
-        .output()
-        .unwrap());
+    let holder = held.map(|vf| ok(gpuslice(&dir, &["sandbox", "hold", vf]).output().unwrap()));
     let create = ["vgpu", "create", "--parent", "0000:26:00.0"];
     let args = [&create[..], &["--profile", "L40S-24Q", "-o", "json"]].concat();
     let made: serde_json::Value =
@@ -367,10 +268,28 @@ fn a_vf_a_vm_holds_open_is_passed_over_by_the_cli_the_agent_and_a_layout_alike()
             .unwrap(),
     );
     let by_layout = vfs_with_a_type(&dir);
-    ok(gpuslice(&dir, &["sandbox", "unhold", pid.trim()])
-        .output()
-        .unwrap());
+    if let Some(pid) = holder {
+        ok(gpuslice(&dir, &["sandbox", "unhold", pid.trim()])
+            .output()
+            .unwrap());
+    }
+    (by_cli, by_agent, by_layout)
+}
 
+#[test]
+fn a_vendor_vfio_vgpu_made_by_the_cli_the_agent_and_a_layout_lands_on_the_same_vf() {
+    let (by_cli, by_agent, by_layout) = vendor_vfio_roads(None);
+    assert_eq!(by_cli, "0000:26:00.4", "the first free VF");
+    assert_eq!(by_agent, by_cli);
+    assert_eq!(by_layout, vec![by_cli]);
+}
+
+/// A VF a VM holds open is passed over by every road: `vgpu create` and the agent choose the
+/// next free VF, and a layout's creation, chosen again right before its write by the same
+/// chooser (`gpu_node::target::choose_on_gpu`), goes there too instead of the VF its plan named.
+#[test]
+fn a_vf_a_vm_holds_open_is_passed_over_by_the_cli_the_agent_and_a_layout_alike() {
+    let (by_cli, by_agent, by_layout) = vendor_vfio_roads(Some("0000:26:00.4"));
     assert_eq!(by_cli, "0000:26:00.5", "the held VF is passed over");
     assert_eq!(by_agent, by_cli);
     assert_eq!(by_layout, vec![by_cli]);

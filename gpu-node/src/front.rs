@@ -15,6 +15,9 @@ use gpu_sysfs::document::InputError;
 use crate::handoff::CheckedNode;
 use crate::open::{ComposedNode, NodeRequest, NvmlSource, OpenedNode};
 
+/// The one profile per GPU a layout gives, and what could not be kept (warnings).
+pub type LayoutSizes = (BTreeMap<PciAddress, String>, Vec<String>);
+
 /// A front-end's options about the node it opens.
 #[derive(Debug, Clone, Copy)]
 pub struct Front<'a> {
@@ -164,13 +167,23 @@ impl From<InputError> for FrontError {
     }
 }
 
+impl From<InputError> for Box<FrontError> {
+    fn from(e: InputError) -> Self {
+        Box::new(FrontError::Input(e))
+    }
+}
+
 impl Front<'_> {
     /// The layout file at `path` (`-` reads standard input), named `flag PATH` in errors with
     /// `flag` (`--layout`), else `layout file PATH`.
     ///
     /// # Errors
     /// [`FrontError::Input`], [`FrontError::Layout`].
-    pub fn read_layout(&self, path: &Path, flag: Option<&str>) -> Result<LayoutFile, FrontError> {
+    pub fn read_layout(
+        &self,
+        path: &Path,
+        flag: Option<&str>,
+    ) -> Result<LayoutFile, Box<FrontError>> {
         let text = gpu_sysfs::document::read_input(path, "layout", self.limit)?;
         let shown = match flag {
             _ if path.as_os_str() == "-" && flag.is_none() => "standard input".to_owned(),
@@ -182,8 +195,8 @@ impl Front<'_> {
         } else {
             format!("layout file {shown}")
         };
-        LayoutFile::parse_max(&text, self.limit.bytes())
-            .map_err(|source| FrontError::Layout { named, source })
+        let parsed = LayoutFile::parse_max(&text, self.limit.bytes());
+        Ok(parsed.map_err(|source| FrontError::Layout { named, source })?)
     }
 
     /// The one profile per GPU the config `config` (default: the file's only one) of the layout
@@ -197,7 +210,7 @@ impl Front<'_> {
         path: &Path,
         config: Option<&str>,
         nodes: &[NodeTopology],
-    ) -> Result<(BTreeMap<PciAddress, String>, Vec<String>), FrontError> {
+    ) -> Result<LayoutSizes, Box<FrontError>> {
         let file = self.read_layout(path, Some("--layout"))?;
         let named = || format!("--layout {}", path.display());
         let layout = |named, source| FrontError::Layout { named, source };
@@ -226,20 +239,19 @@ impl Front<'_> {
     ///
     /// # Errors
     /// [`FrontError::Open`].
-    pub fn open_host(&self) -> Result<gpu_sysfs::OpenedRoot, FrontError> {
+    pub fn open_host(&self) -> Result<gpu_sysfs::OpenedRoot, Box<FrontError>> {
         let root = self.root.to_path_buf();
-        gpu_sysfs::open_root(self.root).map_err(|source| FrontError::Open { root, source })
+        Ok(gpu_sysfs::open_root(self.root).map_err(|source| FrontError::Open { root, source })?)
     }
 
     /// The sandbox host at the root (`sandbox:DIR`), opened.
     ///
     /// # Errors
     /// [`FrontError::NotSandbox`], [`FrontError::Open`].
-    pub fn open_sandbox(&self) -> Result<gpu_sysfs::OpenedRoot, FrontError> {
+    pub fn open_sandbox(&self) -> Result<gpu_sysfs::OpenedRoot, Box<FrontError>> {
         if !gpu_sysfs::open::is_sandbox(self.root) {
-            return Err(FrontError::NotSandbox {
-                root: self.root.to_path_buf(),
-            });
+            let root = self.root.to_path_buf();
+            return Err(Box::new(FrontError::NotSandbox { root }));
         }
         self.open_host()
     }
@@ -248,9 +260,9 @@ impl Front<'_> {
     ///
     /// # Errors
     /// [`FrontError::Root`].
-    pub fn open_node(&self, req: &NodeRequest) -> Result<ComposedNode, FrontError> {
+    pub fn open_node(&self, req: &NodeRequest) -> Result<ComposedNode, Box<FrontError>> {
         let _progress = self.discovering();
-        crate::open_node(self.root, req).map_err(self.root_error())
+        Ok(crate::open_node(self.root, req).map_err(self.root_error())?)
     }
 
     /// The root opened for a command that changes it and discovers inside its operation
@@ -262,7 +274,7 @@ impl Front<'_> {
     pub fn open_node_host(
         &self,
         req: &NodeRequest,
-    ) -> Result<(OpenedNode, Option<String>), FrontError> {
+    ) -> Result<(OpenedNode, Option<String>), Box<FrontError>> {
         let _progress = self.discovering();
         let opened = crate::open_node_host(self.root, req).map_err(self.root_error())?;
         let warning = match crate::intent::unfinished(opened.host.host()) {
@@ -283,23 +295,23 @@ impl Front<'_> {
         req: &NodeRequest,
         nvml_lib: Option<&Path>,
         record_baseline: bool,
-    ) -> Result<ComposedNode, FrontError> {
-        let composed = self.open_node(req).map_err(|e| match (nvml_lib, &e) {
+    ) -> Result<ComposedNode, Box<FrontError>> {
+        let composed = self.open_node(req).map_err(|e| match (nvml_lib, &*e) {
             (
                 Some(lib),
                 FrontError::Root {
                     source: gpu_health::HealthError::NvmlLibrary { .. },
                     ..
                 },
-            ) => FrontError::NvmlLib {
+            ) => Box::new(FrontError::NvmlLib {
                 lib: lib.to_path_buf(),
-                source: Box::new(e),
-            },
+                source: e,
+            }),
             _ => e,
         })?;
         if record_baseline {
             if self.root.is_file() {
-                return Err(FrontError::BaselineOnRecording);
+                return Err(Box::new(FrontError::BaselineOnRecording));
             }
             let host = composed.host.host();
             let previous = gpu_health::Baseline::load(host).map_err(FrontError::Baseline)?;
@@ -315,12 +327,12 @@ impl Front<'_> {
     ///
     /// # Errors
     /// As [`Front::load_nodes`]; [`FrontError::NodeName`], [`FrontError::Metrics`].
-    pub fn metrics(&self, inventory: Option<&Path>) -> Result<String, FrontError> {
+    pub fn metrics(&self, inventory: Option<&Path>) -> Result<String, Box<FrontError>> {
         let (nodes, allocations) = self.load_nodes(inventory)?;
         for n in &nodes {
             gpu_core::validate_name(&n.node).map_err(FrontError::NodeName)?;
         }
-        gpu_integrations::metrics::render(&nodes, &allocations).map_err(FrontError::Metrics)
+        Ok(gpu_integrations::metrics::render(&nodes, &allocations).map_err(FrontError::Metrics)?)
     }
 
     /// The Machine of the file at `path` (`-` reads standard input), placed on `target` (or on
@@ -333,7 +345,7 @@ impl Front<'_> {
         path: &Path,
         target: Option<String>,
         node_flag: Option<String>,
-    ) -> Result<gpu_core::Machine, FrontError> {
+    ) -> Result<gpu_core::Machine, Box<FrontError>> {
         let text = gpu_sysfs::document::read_input(path, "machine", self.limit)?;
         let invalid = |source| FrontError::Machine {
             path: path.to_path_buf(),
@@ -343,7 +355,7 @@ impl Front<'_> {
         // `--node` names the node for every command; for `place` it is the target node.
         let target = match (target, node_flag) {
             (Some(target), Some(node)) if target != node => {
-                return Err(FrontError::TwoNodes { node, target });
+                return Err(Box::new(FrontError::TwoNodes { node, target }));
             }
             (t, n) => t.or(n),
         };
@@ -363,7 +375,7 @@ impl Front<'_> {
         &self,
         path: &Path,
         node: Option<&str>,
-    ) -> Result<(SharedFleet, Vec<usize>), FrontError> {
+    ) -> Result<(SharedFleet, Vec<usize>), Box<FrontError>> {
         let (fleet, _) = self.read_shared_fleet(path, Some("--inventory"))?;
         let shown = match node {
             None => (0..fleet.nodes.len()).collect(),
@@ -371,7 +383,7 @@ impl Front<'_> {
                 Some(i) => vec![i],
                 None => {
                     let (node, fleet, nodes) = (n.to_owned(), path.into(), fleet.names_listed());
-                    return Err(FrontError::NotInFleet { node, fleet, nodes });
+                    return Err(Box::new(FrontError::NotInFleet { node, fleet, nodes }));
                 }
             },
         };
@@ -382,7 +394,7 @@ impl Front<'_> {
     ///
     /// # Errors
     /// [`FrontError::Node`], [`FrontError::Root`].
-    pub fn open_named(&self) -> Result<ComposedNode, FrontError> {
+    pub fn open_named(&self) -> Result<ComposedNode, Box<FrontError>> {
         gpu_core::validate_name(self.node).map_err(FrontError::Node)?;
         self.open_node(&NodeRequest::new(self.node.to_owned()))
     }
@@ -397,12 +409,12 @@ impl Front<'_> {
         &self,
         inventory: Option<&Path>,
         want: Option<&str>,
-    ) -> Result<CheckedNode, FrontError> {
+    ) -> Result<CheckedNode, Box<FrontError>> {
         let Some(path) = inventory else {
             return Ok(CheckedNode::this_host(self.open_named()?));
         };
         let (nodes, _) = self.load_nodes(Some(path))?;
-        CheckedNode::of_fleet(nodes, path, want).map_err(FrontError::Handoff)
+        Ok(CheckedNode::of_fleet(nodes, path, want).map_err(FrontError::Handoff)?)
     }
 
     /// The allocation of the file at `path` ([`crate::handoff::one_allocation`]): the only one,
@@ -414,9 +426,9 @@ impl Front<'_> {
         &self,
         path: &Path,
         machine: Option<&str>,
-    ) -> Result<Allocation, FrontError> {
+    ) -> Result<Allocation, Box<FrontError>> {
         let text = gpu_sysfs::document::read_input(path, "allocation", self.limit)?;
-        crate::handoff::one_allocation(&text, machine, path).map_err(FrontError::Handoff)
+        Ok(crate::handoff::one_allocation(&text, machine, path).map_err(FrontError::Handoff)?)
     }
 
     /// This host composed with the node name (checked first), a parent filter and NVML.
@@ -427,7 +439,7 @@ impl Front<'_> {
         &self,
         mdev_parents: Option<Vec<ParentId>>,
         nvml: NvmlSource,
-    ) -> Result<ComposedNode, FrontError> {
+    ) -> Result<ComposedNode, Box<FrontError>> {
         gpu_core::validate_name(self.node).map_err(FrontError::Node)?;
         let mut req = NodeRequest::new(self.node.to_owned());
         (req.mdev_parents, req.nvml) = (mdev_parents, nvml);
@@ -443,7 +455,7 @@ impl Front<'_> {
         &self,
         mdev_parents: Option<Vec<ParentId>>,
         nvml: NvmlSource,
-    ) -> Result<(NodeTopology, NodeHolders), FrontError> {
+    ) -> Result<(NodeTopology, NodeHolders), Box<FrontError>> {
         let c = self.local_node(mdev_parents, nvml)?;
         let holders = gpu_sysfs::actuate::node_holders(c.host.host(), &c.topology);
         Ok((c.topology, holders))
@@ -458,7 +470,7 @@ impl Front<'_> {
         &self,
         path: &Path,
         flag: Option<&str>,
-    ) -> Result<(SharedFleet, Syntax), FrontError> {
+    ) -> Result<(SharedFleet, Syntax), Box<FrontError>> {
         let decode =
             |r: &mut gpu_sysfs::Document<'static>, max| SharedFleet::from_reader_max(r, max);
         Ok(gpu_sysfs::document::decode_input(
@@ -474,7 +486,7 @@ impl Front<'_> {
     pub fn load_nodes(
         &self,
         inventory: Option<&Path>,
-    ) -> Result<(Vec<NodeTopology>, Vec<Allocation>), FrontError> {
+    ) -> Result<(Vec<NodeTopology>, Vec<Allocation>), Box<FrontError>> {
         let Some(path) = inventory else {
             let nvml = NvmlSource::from_flags(None, false);
             return Ok((vec![self.local_node(None, nvml)?.topology], vec![]));
@@ -518,10 +530,10 @@ pub fn mig_statuses(
 pub fn guest_license(
     path: Option<&Path>,
     feature: gpu_integrations::cloud_init::FeatureType,
-) -> Result<gpu_integrations::cloud_init::CloudConfig, FrontError> {
+) -> Result<gpu_integrations::cloud_init::CloudConfig, Box<FrontError>> {
     let read = |p: &Path| {
         let path = p.to_path_buf();
-        std::fs::read(p).map_err(|source| FrontError::LicenseToken { path, source })
+        std::fs::read(p).map_err(|source| Box::new(FrontError::LicenseToken { path, source }))
     };
     let token = path.map(read).transpose()?;
     let name = path.and_then(|p| p.file_name()?.to_str());
@@ -529,8 +541,9 @@ pub fn guest_license(
         || "export cloud-init".to_owned(),
         |p| format!("license token {}", p.display()),
     );
-    gpu_integrations::cloud_init::guest_files(token.as_deref().map(|t| (t, name)), feature)
-        .map_err(|source| FrontError::License { named, source })
+    let files =
+        gpu_integrations::cloud_init::guest_files(token.as_deref().map(|t| (t, name)), feature);
+    Ok(files.map_err(|source| FrontError::License { named, source })?)
 }
 
 /// A layout apply's report whether it succeeded or failed (`true`) after its rollback, from
@@ -563,12 +576,12 @@ pub fn mdev_uuid(
     machine: Option<&str>,
     request: &str,
     index: u32,
-) -> Result<gpu_core::MdevUuid, FrontError> {
+) -> Result<gpu_core::MdevUuid, Box<FrontError>> {
     match (uuid, machine) {
         (Some(u), _) => Ok(u),
-        (None, Some(m)) => gpu_sysfs::actuate::machine_uuid(m, request, index)
-            .map_err(|(flag, source)| FrontError::InvalidFlag { flag, source }),
-        (None, None) => Err(FrontError::NoMdevName),
+        (None, Some(m)) => Ok(gpu_sysfs::actuate::machine_uuid(m, request, index)
+            .map_err(|(flag, source)| FrontError::InvalidFlag { flag, source })?),
+        (None, None) => Err(Box::new(FrontError::NoMdevName)),
     }
 }
 
@@ -583,7 +596,7 @@ pub fn named_devices(
     uuid: Option<gpu_core::MdevUuid>,
     address: Option<PciAddress>,
     force: bool,
-) -> Result<(Vec<gpu_integrations::handoff::VmDevice>, Vec<String>), FrontError> {
+) -> Result<(Vec<gpu_integrations::handoff::VmDevice>, Vec<String>), Box<FrontError>> {
     match (uuid, address) {
         (Some(uuid), _) => {
             let devices = vec![gpu_integrations::handoff::VmDevice::Mdev { uuid }];
@@ -592,7 +605,9 @@ pub fn named_devices(
                 .map_err(FrontError::Handoff)?;
             Ok((devices, warnings))
         }
-        (None, Some(address)) => target.address(&address, force).map_err(FrontError::Handoff),
-        (None, None) => Err(FrontError::NoDevice),
+        (None, Some(address)) => Ok(target
+            .address(&address, force)
+            .map_err(FrontError::Handoff)?),
+        (None, None) => Err(Box::new(FrontError::NoDevice)),
     }
 }

@@ -385,6 +385,7 @@ impl FleetState {
             by_class_used: self.by_class_used.clone(),
             whole_all: self.whole_all.clone(),
             whole_vendor: self.whole_vendor.clone(),
+            by_partition: self.by_partition.clone(),
             classes: self.classes.clone(),
         }
     }

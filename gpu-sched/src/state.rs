@@ -99,6 +99,10 @@ pub struct FleetState {
     pub(crate) by_class_used: HashMap<u32, Tree>,
     pub(crate) whole_all: Tree,
     pub(crate) whole_vendor: [Tree; 6],
+    /// Nodes that hand out whole GPUs as NVSwitch partitions, per `(partition size, what its
+    /// cheapest free partition of that size breaks)`: `(free whole GPUs, node)`. Binpack visits
+    /// them cheapest first, so a Machine goes where it breaks no larger partition.
+    pub(crate) by_partition: HashMap<(u32, u32), Tree>,
     /// Nodes grouped by what a fit sees, for refusals.
     pub(crate) classes: Classes,
 }

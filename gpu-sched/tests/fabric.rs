@@ -225,3 +225,83 @@ fn a_migration_and_a_drain_land_on_a_partition() {
     }
     assert!(drain.stay.is_empty(), "{:?}", drain.stay);
 }
+
+/// Whole GPUs of one Machine as a set: on an NVSwitch node its whole-GPU requests are one set,
+/// so they get one partition of their total size, never a partition each.
+#[test]
+fn a_machines_whole_gpu_requests_share_one_partition() {
+    let s = fleet(vec![hgx_node("a")]);
+    let set = |a: &Allocation| {
+        let node = hgx_node("a");
+        let addrs: Vec<_> = names(a)
+            .iter()
+            .map(|n| node.gpus.iter().find(|g| g.name == *n).unwrap().address)
+            .collect();
+        node.fabric
+            .as_ref()
+            .unwrap()
+            .exact(&addrs)
+            .map(|p| p.size())
+    };
+    for policy in [Policy::Binpack, Policy::Spread, Policy::FirstFit] {
+        let two = Machine::from_text(
+            "name: m\ndevices: [{name: a, gpus: [nvidia]}, {name: b, gpus: [nvidia]}]",
+        )
+        .unwrap();
+        let a = s.try_place(&two, policy).unwrap();
+        assert_eq!(set(&a), Some(2), "{policy:?}: {:?}", names(&a));
+        let four = Machine::from_text(
+            "name: m\ndevices: [{name: a, count: 2, gpus: [nvidia]}, {name: b, count: 2, gpus: [nvidia]}]",
+        )
+        .unwrap();
+        let a = s.try_place(&four, policy).unwrap();
+        assert_eq!(set(&a), Some(4), "{policy:?}: {:?}", names(&a));
+        // A named GPU fixes the partition; the other request takes the rest of it.
+        let named_pair = Machine::from_text(
+            "name: m\ndevices: [{name: a, gpus: [nvidia5]}, {name: b, gpus: [nvidia]}]",
+        )
+        .unwrap();
+        let a = s.try_place(&named_pair, policy).unwrap();
+        assert_eq!(names(&a), ["nvidia5", "nvidia7"], "{policy:?}");
+    }
+    // Three whole GPUs in all: no 3-GPU partition, so the node says no.
+    let three = Machine::from_text(
+        "name: m\ndevices: [{name: a, count: 2, gpus: [nvidia]}, {name: b, gpus: [nvidia]}]",
+    )
+    .unwrap();
+    let e = s.try_place(&three, Policy::Binpack).unwrap_err();
+    assert_eq!(
+        refusal(e).render(),
+        "0/1 nodes available: 1 node(s): ConflictingRequests: requests a, b fit one at a time but not together"
+    );
+}
+
+/// Binpack's node order knows partitions: a pair goes to the node where it breaks no whole
+/// 4-GPU partition (b, 6 free GPUs), not to the node with the fewest free GPUs (a, 5 free,
+/// whose every free pair would break its last whole 4-GPU partition), so a 4-GPU Machine
+/// still fits afterwards.
+#[test]
+fn binpack_prefers_the_node_where_a_machine_breaks_no_larger_partition() {
+    let mut s = fleet(vec![hgx_node("a"), hgx_node("b")]);
+    for (node, held) in [
+        ("a", ["nvidia0", "nvidia1", "nvidia4"].as_slice()),
+        ("b", ["nvidia0", "nvidia2"].as_slice()),
+    ] {
+        for g in held {
+            let m = Machine {
+                target_node: Some(node.into()),
+                ..named(&format!("{node}-{g}"), g)
+            };
+            s.place(&m, Policy::Binpack).unwrap();
+        }
+    }
+    let pair = s.place(&gpus("pair", 2, ""), Policy::Binpack).unwrap();
+    assert_eq!(pair.node, "b");
+    let four = s.place(&gpus("four", 4, ""), Policy::Binpack).unwrap();
+    assert_eq!(four.node, "a");
+    assert_eq!(names(&four), ["nvidia2", "nvidia3", "nvidia6", "nvidia7"]);
+    // The index follows releases too: with the pair gone, b's pairs are free again.
+    s.release("pair").unwrap();
+    let again = s.place(&gpus("again", 2, ""), Policy::Binpack).unwrap();
+    assert_eq!(again.node, "b");
+}

@@ -1147,3 +1147,56 @@ fn a_profile_offered_but_full_is_still_a_capacity_refusal() {
         .unwrap_err();
     assert!(matches!(e, SchedError::Unsatisfiable(_)), "{e:?}");
 }
+
+/// CI seed `cc 1564da0a…` of `reordering_nodes_and_gpus_does_not_change_feasibility`: nvidia0
+/// has three A2 parents and nvidia1 one; a Machine asking for one whole GPU and two A2-2Q fits
+/// only with nvidia1 taken whole. The whole GPU used to be chosen by address alone, so the
+/// node's GPU order decided whether the Machine fitted.
+#[test]
+fn a_whole_gpu_is_taken_where_it_costs_the_machines_vgpus_least() {
+    let uneven = || {
+        let mut n = a2_node("n0", 2, 3);
+        for g in &mut n.gpus {
+            g.state = GpuState::Free;
+        }
+        let nvidia1 = n.gpus[1].address;
+        let mut kept = 0;
+        n.mediated_devices.parents.retain(|p| {
+            if p.gpu != Some(nvidia1) {
+                return true;
+            }
+            kept += 1;
+            kept == 1
+        });
+        let left: Vec<ParentId> = n
+            .mediated_devices
+            .parents
+            .iter()
+            .filter(|p| p.gpu == Some(nvidia1))
+            .map(|p| p.id.clone())
+            .collect();
+        assert_eq!(left.len(), 1);
+        n.mediated_devices.pools[1].parents = left;
+        n
+    };
+    let m =
+        machine("name: m5\ndevices: [{name: w}, {name: v2, profile: \"GRID A2-2Q\", count: 2}]");
+    let mut reversed = uneven();
+    reversed.gpus.reverse();
+    reversed.mediated_devices.parents.reverse();
+    reversed.mediated_devices.pools.reverse();
+    for policy in [Policy::Binpack, Policy::Spread, Policy::FirstFit] {
+        for n in [uneven(), reversed.clone()] {
+            let a = fleet(vec![n])
+                .try_place(&m, policy)
+                .unwrap_or_else(|e| panic!("{policy:?}: {e}"));
+            let mut whole = Vec::new();
+            for d in &a.devices {
+                if let AllocatedDevice::Gpu { name, .. } = d {
+                    whole.push(name.as_str());
+                }
+            }
+            assert_eq!(whole, ["nvidia1"], "{policy:?}");
+        }
+    }
+}

@@ -261,7 +261,9 @@ impl NodeState {
             free: all.into_iter().map(|c| (c, 0)).collect(),
             whole_free: 0,
             whole_free_vendor: [0; 6],
+            part_cost: Box::default(),
         };
+        n.part_cost = n.partition_sizes();
         for gi in 0..n.groups.len() {
             n.refresh_group(gi);
         }
@@ -322,5 +324,6 @@ impl NodeState {
                 self.whole_free_vendor[vendor_ix(self.topo.gpus[i].vendor)] += 1;
             }
         }
+        self.partition_costs();
     }
 }

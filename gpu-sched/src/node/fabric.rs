@@ -117,7 +117,70 @@ pub(super) enum PartitionFit {
     Refused(Reason),
 }
 
+/// In [`NodeState::part_cost`]: no free partition of the size.
+pub(crate) const NO_PARTITION: u32 = u32::MAX;
+
 impl NodeState {
+    /// The fabric index when placement must hand out partitions here: the fabric activates
+    /// them, Fabric Manager is reachable and the node has at most 64 GPUs (the bit masks).
+    fn partition_ix(&self) -> Option<&FabricIx> {
+        let ix = self.topo.fabric.as_deref()?;
+        (ix.fabric.requires_partitions()
+            && ix.fabric.fabric_manager.is_reachable()
+            && self.gpus.len() <= 64)
+            .then_some(ix)
+    }
+
+    /// The entries of [`NodeState::part_cost`], one per partition size, not yet computed.
+    pub(super) fn partition_sizes(&self) -> Box<[(u32, u32)]> {
+        let Some(ix) = self.partition_ix() else {
+            return Box::default();
+        };
+        let mut sizes: Vec<(u32, u32)> = ix
+            .sizes
+            .iter()
+            .filter_map(|&s| Some((u32::try_from(s).ok()?, NO_PARTITION)))
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes.into_boxed_slice()
+    }
+
+    /// Recomputes [`NodeState::part_cost`] from the free GPUs: per size, over the healthy free
+    /// partitions of that size, the least "largest whole larger partition it would break" (0:
+    /// it breaks none), or [`NO_PARTITION`] when none of that size is free.
+    pub(super) fn partition_costs(&mut self) {
+        if self.part_cost.is_empty() {
+            return;
+        }
+        let Some(ix) = self.topo.fabric.as_deref() else {
+            return;
+        };
+        let free = self
+            .gpus
+            .iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, g)| g.free_whole())
+            .fold(0u64, |acc, (i, _)| acc | (1u64 << i));
+        for (size, cost) in self.part_cost.iter_mut() {
+            *cost = NO_PARTITION;
+            for &(s, bits) in ix.masks.iter() {
+                if s != *size || bits & !free != 0 {
+                    continue;
+                }
+                let broken = ix
+                    .masks
+                    .iter()
+                    .filter(|&&(big, b)| big > s && b & bits != 0 && b & !free == 0)
+                    .map(|&(big, _)| big)
+                    .max()
+                    .unwrap_or(0);
+                *cost = (*cost).min(broken);
+            }
+        }
+    }
+
     /// False when the node's fabric alone rules a whole-GPU request of the Machine out: no
     /// healthy partition of its size has every member free (a cheap necessary test, run before
     /// fitting while searching; nodes without a fabric always pass).
@@ -135,21 +198,49 @@ impl NodeState {
             .enumerate()
             .filter(|(_, g)| g.free_whole())
             .fold(0u64, |acc, (i, _)| acc | (1u64 << i));
+        let set = self.machine_set_size(m);
         m.reqs.iter().all(|r| match &r.kind {
             crate::resolve::Kind::Whole { .. } if !f.fabric_manager.is_reachable() => r.wanted <= 1,
-            crate::resolve::Kind::Whole { .. } => ix
-                .masks
-                .iter()
-                .any(|&(size, bits)| size == r.wanted && bits & !free == 0),
+            crate::resolve::Kind::Whole { .. } => {
+                let want = u32::try_from(set).unwrap_or(u32::MAX).max(r.wanted);
+                ix.masks
+                    .iter()
+                    .any(|&(size, bits)| size == want && bits & !free == 0)
+            }
             crate::resolve::Kind::Vgpu { .. } => true,
         })
     }
 
+    /// On a node whose fabric activates partitions (Fabric Manager reachable), the whole GPUs
+    /// of all of a Machine's whole-GPU requests when it has several: they are one set, one
+    /// partition of that size. 0 otherwise (each request is its own set, or none is needed).
+    pub(super) fn machine_set_size(&self, m: &crate::resolve::Resolved) -> usize {
+        let Some(ix) = self.topo.fabric.as_deref() else {
+            return 0;
+        };
+        if !ix.fabric.requires_partitions() || !ix.fabric.fabric_manager.is_reachable() {
+            return 0;
+        }
+        let whole = m
+            .reqs
+            .iter()
+            .filter(|r| matches!(r.kind, crate::resolve::Kind::Whole { .. }));
+        if whole.clone().count() < 2 {
+            return 0;
+        }
+        whole.map(|r| r.wanted as usize).sum()
+    }
+
     /// The partition a request for `r.wanted` whole GPUs gets among `cands` (GPUs passing every
     /// filter and free, with whether each was named), which must hold every GPU in `named`.
+    ///
+    /// `size` is the partition's size: `r.wanted`, or more when the request is one of several
+    /// whole-GPU requests of a Machine that share one partition; then the members beyond the
+    /// `r.wanted` this request takes need only be free (the Machine's other requests take them).
     pub(super) fn fit_partition(
         &self,
         r: &Req,
+        size: usize,
         cands: &[(usize, bool)],
         named: &[usize],
         taken: &[usize],
@@ -162,7 +253,8 @@ impl NodeState {
         if !fabric.requires_partitions() {
             return PartitionFit::Free;
         }
-        let n = r.wanted as usize;
+        let n = size;
+        let need = (r.wanted as usize).min(n);
         if !fabric.fabric_manager.is_reachable() {
             if n <= 1 {
                 return PartitionFit::Free;
@@ -181,10 +273,11 @@ impl NodeState {
         let open_bits = free_bits & !bits_of(&mut taken.iter().copied());
         let named_bits = bits_of(&mut named.iter().copied());
         let numa_of = |g: u16| self.topo.gpus[usize::from(g)].numa_node;
-        let larger: Vec<usize> = ix.sizes.iter().copied().filter(|&s| s > n).collect();
+        // The larger sizes, largest first, are the leading entries of `ix.sizes`.
+        let larger = ix.sizes.iter().take_while(|&&s| s > n).count();
         // Why each partition of the size could not be used, spelt out only on a refusal.
         let mut busy: Vec<(usize, Busy)> = Vec::new();
-        let mut best: Option<(Vec<usize>, Reverse<u32>, u32, &PartIx)> = None;
+        let mut best: Option<(u64, Reverse<u32>, u32, &PartIx)> = None;
         for p in ix.parts.iter() {
             let part = &fabric.partitions[p.at];
             if part.size() != n || p.members.is_none() || named_bits & !p.bits != 0 {
@@ -194,8 +287,13 @@ impl NodeState {
                 busy.push((p.at, Busy::Degraded));
                 continue;
             }
-            if p.bits & !cand_bits != 0 {
-                busy.push((p.at, Busy::Unusable(p.bits & !cand_bits)));
+            let usable = if need == n {
+                p.bits & !cand_bits
+            } else {
+                p.bits & !open_bits
+            };
+            if usable != 0 || ((p.bits & cand_bits).count_ones() as usize) < need {
+                busy.push((p.at, Busy::Unusable(usable | (p.bits & !cand_bits))));
                 continue;
             }
             let members = p.members.as_deref().unwrap_or_default();
@@ -204,12 +302,14 @@ impl NodeState {
                 continue;
             }
             let key = if policy == Policy::FirstFit {
-                (Vec::new(), Reverse(0), part.id, p)
+                (0, Reverse(0), part.id, p)
             } else {
-                // Whole larger partitions this one would break, per size, largest size first;
-                // then the GPUs already used in the larger partitions it touches (more is
-                // better: it packs next to them).
-                let mut broken = vec![0usize; larger.len()];
+                // Whole larger partitions this one would break, per size, largest size first
+                // (a byte per size, the largest in the top byte, so comparing the numbers
+                // compares the counts size by size; the eight largest sizes count); then the
+                // GPUs already used in the larger partitions it touches (more is better: it
+                // packs next to them).
+                let mut broken = 0u64;
                 let mut used_near = 0u32;
                 for q in ix.parts.iter() {
                     let big = &fabric.partitions[q.at];
@@ -217,8 +317,13 @@ impl NodeState {
                         continue;
                     }
                     if big.is_healthy() && q.bits & !open_bits == 0 {
-                        if let Some(at) = larger.iter().position(|&s| s == big.size()) {
-                            broken[at] += 1;
+                        let at = ix.sizes.iter().position(|&s| s == big.size());
+                        if let Some(shift) = at.filter(|&a| a < larger.min(8)).map(|a| 8 * (7 - a))
+                        {
+                            let byte = (broken >> shift) & 0xff;
+                            if byte < 0xff {
+                                broken += 1u64 << shift;
+                            }
                         }
                     } else {
                         used_near += (q.bits & !free_bits).count_ones();
@@ -228,7 +333,7 @@ impl NodeState {
             };
             if best
                 .as_ref()
-                .is_none_or(|b| (&key.0, key.1, key.2) < (&b.0, b.1, b.2))
+                .is_none_or(|b| (key.0, key.1, key.2) < (b.0, b.1, b.2))
             {
                 best = Some(key);
             }

@@ -64,15 +64,22 @@ pub(crate) struct FitCtx<'a> {
     vgpu_classes: &'a [ClassId],
     overlay: Overlay,
     picks: Vec<Pick>,
+    /// On a node whose fabric activates partitions, the Machine's whole GPUs in all its
+    /// requests together (one partition of that size); 0 when each request stands alone.
+    set_size: usize,
+    /// The members of the Machine's partition its whole-GPU requests have not taken yet.
+    set_rest: Option<Vec<usize>>,
 }
 
 impl<'a> FitCtx<'a> {
-    fn new(policy: Policy, vgpu_classes: &'a [ClassId]) -> Self {
+    fn new(policy: Policy, vgpu_classes: &'a [ClassId], set_size: usize) -> Self {
         FitCtx {
             policy,
             vgpu_classes,
             overlay: Overlay::default(),
             picks: Vec::new(),
+            set_size,
+            set_rest: None,
         }
     }
 }
@@ -130,8 +137,9 @@ impl NodeState {
             })
             .flatten()
             .collect();
+        let set_size = self.machine_set_size(m);
         if m.reqs.len() == 1 {
-            let mut cx = FitCtx::new(policy, &vgpu_classes);
+            let mut cx = FitCtx::new(policy, &vgpu_classes, 0);
             return self
                 .fit_req(0, &m.reqs[0], &mut cx)
                 .map(|()| cx.picks)
@@ -139,7 +147,9 @@ impl NodeState {
         }
         let mut reasons = Vec::new();
         for (i, r) in m.reqs.iter().enumerate() {
-            if let Err(reason) = self.fit_req(i, r, &mut FitCtx::new(policy, &vgpu_classes)) {
+            // Alone, each request is checked against a partition of its own size; together
+            // they must share one (below).
+            if let Err(reason) = self.fit_req(i, r, &mut FitCtx::new(policy, &vgpu_classes, 0)) {
                 reasons.push(reason);
             }
         }
@@ -179,7 +189,7 @@ impl NodeState {
             .into_iter()
             .flat_map(|p| tries.iter().map(move |w| (p, w)))
         {
-            let mut cx = FitCtx::new(within, &vgpu_classes);
+            let mut cx = FitCtx::new(within, &vgpu_classes, set_size);
             let ok = w
                 .iter()
                 .all(|&i| self.fit_req(i, &m.reqs[i], &mut cx).is_ok());
@@ -195,6 +205,21 @@ impl NodeState {
         );
         reason.with = m.reqs[1..].iter().map(|r| r.name.clone()).collect();
         Err(vec![reason])
+    }
+
+    /// How many instances of these classes GPU `gpu`'s parents could still take (pool aside):
+    /// what taking the GPU whole would cost the Machine's vGPU requests.
+    fn vgpu_room(&self, gpu: usize, classes: &[ClassId]) -> u32 {
+        if classes.is_empty() {
+            return 0;
+        }
+        self.gpus[gpu].group.map_or(0, |gi| {
+            let g = &self.groups[gi as usize];
+            classes
+                .iter()
+                .filter_map(|c| g.local(*c))
+                .fold(0u32, |a, l| a.saturating_add(g.parent_sum[l]))
+        })
     }
 
     /// A sort key for "larger first": MIG slices outrank any framebuffer size (a 7-slice
@@ -488,8 +513,8 @@ impl NodeState {
         listed: bool,
         cx: &mut FitCtx<'_>,
     ) -> Result<(), Reason> {
-        let (policy, vgpu_classes) = (cx.policy, cx.vgpu_classes);
-        let (overlay, picks) = (&mut cx.overlay, &mut cx.picks);
+        let (policy, vgpu_classes, set_size) = (cx.policy, cx.vgpu_classes, cx.set_size);
+        let (overlay, picks, set_rest) = (&mut cx.overlay, &mut cx.picks, &mut cx.set_rest);
         let find = |e: &GpuRef| {
             self.topo.gpus.iter().position(|g| match e {
                 GpuRef::Name(n) => g.name == *n,
@@ -533,7 +558,13 @@ impl NodeState {
                 excluded.add(Filter::Unhealthy);
                 continue;
             }
-            if !s.free_whole() || overlay.taken.contains(&i) || overlay.hosting.contains(&i) {
+            if !s.free_whole()
+                || overlay.taken.contains(&i)
+                || overlay.hosting.contains(&i)
+                || set_rest.as_ref().is_some_and(|rest| !rest.contains(&i))
+            {
+                // Outside the partition an earlier request of the Machine took counts as in
+                // use: the Machine's whole GPUs are one set.
                 excluded.add(Filter::InUse);
                 continue;
             }
@@ -560,21 +591,25 @@ impl NodeState {
             return Err(fail(cands.len(), excluded, r.numa));
         }
         let rank = |i: usize| {
-            // Binpack and spread keep GPUs that offer the Machine's vGPU types for those.
-            let hosts = policy != Policy::FirstFit
-                && self.gpus[i].group.is_some_and(|gi| {
-                    self.groups[gi as usize]
-                        .classes
-                        .iter()
-                        .any(|c| vgpu_classes.contains(c))
-                });
+            // Binpack and spread keep GPUs that offer the Machine's vGPU types for those: the
+            // GPU taken whole is the one that could host the fewest of them, so a card with
+            // one free parent goes before a card with three when the Machine wants two.
+            let hosts = if policy == Policy::FirstFit {
+                0
+            } else {
+                self.vgpu_room(i, vgpu_classes)
+            };
             (self.gpus[i].health.rank(), hosts, i)
         };
         let need_more = (r.wanted as usize).saturating_sub(exact_ix.len());
         let mut chosen: Vec<usize> = exact_ix.clone();
         // With too few GPUs free the reason is that, partitions or not.
-        let fabric = if cands.len() >= r.wanted as usize {
-            self.fit_partition(r, &cands, &exact_ix, &overlay.taken, policy)
+        let fabric = if set_rest.is_some() {
+            // The Machine's partition is chosen; this request takes from what is left of it.
+            PartitionFit::Free
+        } else if cands.len() >= r.wanted as usize {
+            let size = set_size.max(r.wanted as usize);
+            self.fit_partition(r, size, &cands, &exact_ix, &overlay.taken, policy)
         } else {
             PartitionFit::Free
         };
@@ -588,7 +623,23 @@ impl NodeState {
             PartitionFit::Chosen(members) => Some(members),
         };
         if let Some(members) = partition {
-            chosen = members;
+            if members.len() > r.wanted as usize {
+                // The Machine's set: this request takes its named GPUs and then the members
+                // that pass its filters, in member order; the rest wait for its other requests.
+                let mut mine = exact_ix.clone();
+                for &g in &members {
+                    if mine.len() < r.wanted as usize
+                        && !mine.contains(&g)
+                        && cands.iter().any(|c| c.0 == g)
+                    {
+                        mine.push(g);
+                    }
+                }
+                *set_rest = Some(members.into_iter().filter(|g| !mine.contains(g)).collect());
+                chosen = mine;
+            } else {
+                chosen = members;
+            }
         } else if r.numa {
             // Group the candidates by NUMA node; the named GPUs fix the node when given.
             let numa_of = |i: usize| self.topo.gpus[i].numa_node;

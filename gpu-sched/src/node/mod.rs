@@ -26,6 +26,7 @@ use std::sync::Arc;
 use gpu_core::{HealthState, NodeTopology, Pool, Profile, Vendor};
 
 use crate::resolve::ClassId;
+pub(crate) use fabric::NO_PARTITION;
 pub(crate) use topo::{Topo, TopoTables};
 
 const UNIT_CAP: u64 = 1 << 32;
@@ -345,6 +346,11 @@ pub(crate) struct NodeState {
     pub free_used: Box<[u32]>,
     pub whole_free: u32,
     pub whole_free_vendor: [u32; 6],
+    /// On a node whose fabric activates partitions: per partition size (ascending), what the
+    /// cheapest free partition of that size would break ([`NodeState::partition_costs`]);
+    /// empty elsewhere. The fleet indexes nodes by it, so binpack's node order is
+    /// partition-aware.
+    pub part_cost: Box<[(u32, u32)]>,
 }
 
 fn creatable(pool: Option<&Pool>, profile: &Profile) -> u32 {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{FleetState, Tree};
-use crate::node::Charge;
+use crate::node::{Charge, NO_PARTITION};
 
 fn slot_id(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
@@ -28,6 +28,17 @@ impl FleetState {
                 } else {
                     t.remove(&(f, id));
                 }
+            }
+        }
+        for &(size, cost) in n.part_cost.iter() {
+            if cost == NO_PARTITION {
+                continue;
+            }
+            let t = self.by_partition.entry((size, cost)).or_default();
+            if insert {
+                t.insert((n.whole_free, id));
+            } else {
+                t.remove(&(n.whole_free, id));
             }
         }
         let mut whole = vec![(&mut self.whole_all, n.whole_free)];
@@ -55,6 +66,7 @@ impl FleetState {
         let old_used = n.free_used.clone();
         let old_whole = n.whole_free;
         let old_vendor = n.whole_free_vendor;
+        let old_parts = n.part_cost.clone();
         n.apply(charges, sign);
         self.classes.touch(i);
         let id = slot_id(i);
@@ -79,6 +91,21 @@ impl FleetState {
             if o != nw {
                 let t = self.by_class_used.entry(*c).or_default();
                 update(t, *o, *nw);
+            }
+        }
+        if old_whole != n.whole_free || old_parts != n.part_cost {
+            for (&(size, old), &(_, new)) in old_parts.iter().zip(n.part_cost.iter()) {
+                if old != NO_PARTITION {
+                    if let Some(t) = self.by_partition.get_mut(&(size, old)) {
+                        t.remove(&(old_whole, id));
+                    }
+                }
+                if new != NO_PARTITION {
+                    self.by_partition
+                        .entry((size, new))
+                        .or_default()
+                        .insert((n.whole_free, id));
+                }
             }
         }
         update(&mut self.whole_all, old_whole, n.whole_free);

@@ -316,7 +316,9 @@ impl FleetState {
             found = Some((i, picks));
             true
         };
+        let partitioned = policy == Policy::Binpack && self.partition_order(m, &mut visit);
         match primary {
+            _ if partitioned => {}
             Some((tree, _)) if tree.is_empty() => {}
             Some(_) if policy == Policy::FirstFit => {
                 // Node order, as the DRA allocator; the free counts skip nodes cheaply.
@@ -361,6 +363,38 @@ impl FleetState {
             return Ok(f);
         }
         Err(self.refuse(m, policy, exclude))
+    }
+}
+
+impl FleetState {
+    /// Binpack's partition-aware order for a Machine of whole GPUs only (none named): the nodes
+    /// that hand out NVSwitch partitions and have a free one of the Machine's size, those whose
+    /// cheapest such partition breaks no larger whole partition first (then those breaking only
+    /// smaller ones), each cost by fewest free GPUs. True when `visit` took a node. Nodes without
+    /// partitions come after, in the plain order (the caller's).
+    fn partition_order(&self, m: &Resolved, visit: &mut dyn FnMut(usize) -> bool) -> bool {
+        if self.by_partition.is_empty() {
+            return false;
+        }
+        let mut size = 0u32;
+        for r in &m.reqs {
+            match &r.kind {
+                Kind::Whole { exact, .. } if exact.is_empty() => {
+                    size = size.saturating_add(r.wanted);
+                }
+                _ => return false,
+            }
+        }
+        let mut trees: Vec<(u32, &Tree)> = self
+            .by_partition
+            .iter()
+            .filter(|((s, _), t)| *s == size && !t.is_empty())
+            .map(|(&(_, cost), t)| (cost, t))
+            .collect();
+        trees.sort_unstable_by_key(|t| t.0);
+        trees
+            .into_iter()
+            .any(|(_, t)| t.iter().any(|&(_, i)| visit(i as usize)))
     }
 }
 

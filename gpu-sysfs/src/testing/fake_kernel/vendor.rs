@@ -56,7 +56,13 @@ impl FakeMig {
 
 /// Where the kernel reads a GPU's MIG state, each time it lists or takes a type.
 #[derive(Clone)]
-pub(super) struct MigSource(std::sync::Arc<dyn Fn(&PciAddress) -> Option<FakeMig> + Send + Sync>);
+pub(super) struct MigSource(std::sync::Arc<MigFn>);
+
+/// How the kernel asks a GPU's MIG state.
+type MigFn = dyn Fn(&PciAddress) -> Option<FakeMig> + Send + Sync;
+
+/// A vendor-VFIO pool: the GPU, its framebuffer in MiB and its types.
+type VendorPool<'a> = (PciAddress, u64, &'a [(u32, String)]);
 
 impl std::fmt::Debug for MigSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -107,10 +113,7 @@ impl FakeKernel {
     }
 
     /// The vendor-VFIO pool of GPU `pf`: its address, framebuffer and types.
-    pub(super) fn vendor_pool_of(
-        &self,
-        pf: &Option<PciAddress>,
-    ) -> Option<(PciAddress, u64, &[(u32, String)])> {
+    pub(super) fn vendor_pool_of(&self, pf: &Option<PciAddress>) -> Option<VendorPool<'_>> {
         self.pools.iter().find_map(|p| match p {
             FakePool::VendorVfio {
                 pf: ppf,
