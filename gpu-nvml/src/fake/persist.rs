@@ -40,18 +40,6 @@ pub struct SavedGpu {
     pub vgpu_mode: Option<VgpuMode>,
 }
 
-impl<'de> Deserialize<'de> for VgpuMode {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match String::deserialize(d)?.as_str() {
-            "heterogeneous" => Ok(VgpuMode::Heterogeneous),
-            "homogeneous" => Ok(VgpuMode::Homogeneous),
-            other => Err(serde::de::Error::custom(format!(
-                "unknown vGPU mode {other:?}"
-            ))),
-        }
-    }
-}
-
 impl<'de> Deserialize<'de> for MigMode {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match String::deserialize(d)?.as_str() {
