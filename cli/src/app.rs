@@ -65,7 +65,8 @@ enum Command {
     /// then `--root sandbox:DIR`.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCommand),
-    /// NVSwitch fabric partitions (HGX): `fabric list`, `fabric activate ID`, `fabric deactivate ID`.
+    /// NVSwitch fabric partitions (HGX): `fabric list`, `fabric activate ID`, `fabric deactivate ID`,
+    /// `fabric vgpus GPU... --profile P` (FM vGPU mode).
     #[command(subcommand)]
     Fabric(cmd::fabric::FabricCommand),
 }

@@ -165,3 +165,71 @@ fn a_refusal_is_a_json_error_of_its_kind() {
     let doc: serde_json::Value = serde_json::from_str(&e[e.find('{').unwrap()..]).unwrap();
     assert_eq!(doc["error"]["kind"], "in-use", "{doc}");
 }
+
+/// The type IDs the first VF of the bundled H200 lists as creatable now.
+fn listed(dir: &Path) -> Vec<String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&ok(on(dir, &["vgpu", "types", "-o", "json"])).stdout).unwrap();
+    v[0]["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn profiles_by_whom(dir: &Path) -> Vec<(String, String)> {
+    list(dir)[0]["gpuInstances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["profile"].as_str().unwrap().to_owned(),
+                g["madeBy"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_fake_kernel_lists_what_mig_apply_made_and_a_layout_makes_and_clears_only_its_own_instances()
+{
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("h200");
+    init(&dir, "examples/hosts/h200-mig.umockdev");
+    let cfg = t.path().join("mig.yaml");
+    std::fs::write(
+        &cfg,
+        "version: v1\nmig-configs:\n  two:\n    - devices: all\n      mig-enabled: true\n      \
+         mig-devices:\n        \"3g.71gb\": 1\n        \"1g.18gb\": 1\n",
+    )
+    .unwrap();
+    ok(on(
+        &dir,
+        &["mig", "apply", "-f", cfg.to_str().unwrap(), "-c", "two"],
+    ));
+    // The driver lists the MIG-backed types of the instances there are (3g and 1g), no 2g.
+    let ids = listed(&dir);
+    assert!(
+        ids.contains(&"1418".to_owned()) && ids.contains(&"1414".to_owned()),
+        "{ids:?}"
+    );
+    assert!(!ids.contains(&"1417".to_owned()), "{ids:?}");
+    // The layout wants a 3g, a 2g and a 1g: only the 2g instance is made for it.
+    let layout = ["-f", "examples/hosts/layouts.yaml", "-c", "h200-3g-2g-1g"];
+    let o = ok(on(&dir, &[&["vgpu", "apply"][..], &layout[..]].concat()));
+    assert!(
+        stderr(&o).contains("(2g.35gb) made at start"),
+        "{}",
+        stderr(&o)
+    );
+    let mut have = profiles_by_whom(&dir);
+    have.sort();
+    assert_eq!(have.len(), 3, "{have:?}");
+    // Clearing the layout takes the instance made for it, never those `mig apply` made.
+    ok(on(&dir, &[&["vgpu", "clear"][..], &layout[..]].concat()));
+    let mut left: Vec<String> = profiles_by_whom(&dir).into_iter().map(|(p, _)| p).collect();
+    left.sort();
+    assert_eq!(left, ["1g.18gb", "3g.71gb"]);
+}

@@ -3,7 +3,8 @@
 
 Run from the repository root: `python3 examples/hosts/rebuild.py`. It rewrites
 workstation-passthrough.umockdev, l40s-vendor-vfio.umockdev, h200-mig.umockdev,
-h100-sxm-mig-off.umockdev, hgx-h100-nvswitch.umockdev and mixed-a2-l40s.umockdev from the facts named in
+h100-sxm-mig-off.umockdev, hgx-h100-nvswitch.umockdev, hgx-h100-vgpu.umockdev and
+mixed-a2-l40s.umockdev from the facts named in
 examples/hosts/README.md (and the captures under gpu-sysfs/tests/data and
 examples/hosts/a2-sriov-mdev.umockdev). Output is deterministic: running it twice gives
 the same files, and the committed files are what it writes.
@@ -216,10 +217,11 @@ HGX_GPU_BUSES = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb]
 HGX_NVSWITCH_BUSES = [0x05, 0x06, 0x07, 0x08]
 
 
-def hgx():
+def hgx_board(gpu_recs):
+    """An HGX 8-GPU baseboard: four NVSwitches, then each GPU below its root port, made by
+    `gpu_recs(rc, port, bus, group, numa)` (the records and how many IOMMU groups they use)."""
     recs = []
     group = 10
-    x16g5 = (16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe")
     for i, bus in enumerate(HGX_NVSWITCH_BUSES):
         rc = "0000:00"
         port = f"0000:00:{0x01 + i:02x}.0"
@@ -233,10 +235,34 @@ def hgx():
         port = f"0000:{bus - 1:02x}:01.0"
         numa = 0 if i < 4 else 1
         recs.append(root_port(rc, port, *XEON_PORT, group, numa))
-        recs.append(record(f"/devices/pci{rc}/{port}/{bdf(bus)}", 0x10de, 0x2330, 0x030200,
-                           driver="nvidia", group=group + 1, numa=numa, link=x16g5, aer=True))
-        group += 2
+        gpu, used = gpu_recs(rc, port, bus, group + 1, numa)
+        recs += gpu
+        group += 1 + used
     return recs
+
+
+HGX_LINK = (16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe")
+
+
+def hgx():
+    return hgx_board(lambda rc, port, bus, group, numa: (
+        [record(f"/devices/pci{rc}/{port}/{bdf(bus)}", 0x10de, 0x2330, 0x030200,
+                driver="nvidia", group=group, numa=numa, link=HGX_LINK, aer=True)], 1))
+
+
+# H100 SXM5 80GB time-sliced vGPU types for the vGPU-mode HGX host: names as NVIDIA's vGPU type
+# tables spell them for the SXM5 board (H100XM); the IDs are not published (resolve names, never
+# IDs). 80C takes the whole framebuffer (one per GPU), 40C half of it.
+H100XM_TYPES = [(1100, "NVIDIA H100XM-80C"), (1101, "NVIDIA H100XM-40C")]
+
+
+def hgx_vgpu():
+    """The HGX H100 baseboard of hgx() with SR-IOV on every GPU (4 VFs each, vendor-specific
+    VFIO, time-sliced types): a host whose Fabric Manager runs in vGPU mode."""
+    return hgx_board(lambda rc, port, bus, group, numa: (
+        sriov_pf(f"/devices/pci{rc}/{port}/{bdf(bus)}", 0x10de, 0x2330, 0x030200,
+                 16, 4, 4, 1, group, numa, None, HGX_LINK, group + 1,
+                 lambda i: vendor_vfio_attrs(H100XM_TYPES)), 5))
 
 
 def mixed():
@@ -259,6 +285,7 @@ def main():
     write("h100-sxm-mig-off.umockdev", h100_mig_off())
     write("hgx-h100-nvswitch.umockdev", hgx())
     write("mixed-a2-l40s.umockdev", mixed())
+    write("hgx-h100-vgpu.umockdev", hgx_vgpu())
 
 
 if __name__ == "__main__":

@@ -134,6 +134,12 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+impl From<gpu_node::mig::MigError> for ApiError {
+    fn from(e: gpu_node::mig::MigError) -> Self {
+        Self::from_error(&e)
+    }
+}
+
 impl From<ActuateError> for ApiError {
     fn from(e: ActuateError) -> Self {
         Self::from_actuate(&e)

@@ -40,8 +40,8 @@ pub mod uevent;
 pub mod watch;
 
 pub use agent::{
-    Agent, AgentConfig, CreateRequest, HandoffTarget, Hooks, MIN_TOKEN_LEN, MetricsHook, Outcome,
-    Reconciled, Snapshot, TokenError, compose_topology, config_for_root, parse_token,
+    Agent, AgentConfig, CreateRequest, HandoffTarget, Hooks, MIN_TOKEN_LEN, MetricsHook, MigNvml,
+    Outcome, Reconciled, Snapshot, TokenError, compose_topology, config_for_root, parse_token,
 };
 pub use daemon::{Daemon, DaemonConfig, DaemonDra, DaemonError};
 

@@ -99,3 +99,119 @@ fn a_partitions_gpus_are_bound_as_one_set_and_a_set_that_is_no_partition_is_refu
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(!partition_active(fm.path(), 4));
 }
+
+fn bind(a: &support::Running, body: &str) -> support::Reply {
+    request(&a.socket, "POST", "/v1/gpus/bind", Some(body))
+}
+
+/// A sandbox Fabric Manager with the HGX set in `mode`, kept in a temporary directory.
+fn fake_fm(mode: FabricMode, change: impl FnOnce(&mut FakeState)) -> tempfile::TempDir {
+    let fm = tempfile::tempdir().unwrap();
+    let mut state = FakeState::hgx8(&gpus(), mode).unwrap();
+    change(&mut state);
+    std::fs::write(
+        fm.path().join(SANDBOX_STATE),
+        serde_json::to_vec(&state).unwrap(),
+    )
+    .unwrap();
+    fm
+}
+
+/// nvidia2 (module 3) with NVLink ports 3 and 7 failed, as Fabric Manager reports them.
+fn fail_nvidia2(s: &mut FakeState) {
+    let f = gpu_fabric::fake::FakeFabric::new(s.clone());
+    f.fail_nvlinks(gpus()[2], false, &[3, 7]);
+    *s = f.state();
+}
+
+#[test]
+fn nvlink_faults_fabric_manager_reports_reach_the_health_stream_and_refuse_the_partition() {
+    let k = kernel();
+    let fm = fake_fm(FabricMode::SharedNvswitch, |_| {});
+    let source = FabricSource::Sandbox(fm.path().to_path_buf());
+    let a = start_with(Arc::clone(&k), |c| c.fabric = source);
+    let h = request(&a.socket, "GET", "/v1/health", None);
+    assert_ne!(
+        h.json()["gpus"][2]["health"]["state"],
+        "Degraded",
+        "{}",
+        h.body
+    );
+
+    // FM now reports two failed NVLinks of nvidia2.
+    let mut s: FakeState =
+        serde_json::from_slice(&std::fs::read(fm.path().join(SANDBOX_STATE)).unwrap()).unwrap();
+    fail_nvidia2(&mut s);
+    std::fs::write(
+        fm.path().join(SANDBOX_STATE),
+        serde_json::to_vec(&s).unwrap(),
+    )
+    .unwrap();
+    a.agent.refresh().unwrap();
+    let e = support::wait_event(&a.agent, std::time::Duration::from_secs(5), |e| {
+        e.kind == gpu_agent::EventKind::HealthChanged && e.data["gpu"] == "nvidia2"
+    })
+    .expect("a health event for nvidia2");
+    assert_eq!(e.data["health"]["state"], "Degraded");
+    assert!(
+        e.data["reason"]
+            .as_str()
+            .unwrap()
+            .contains("2 of 18 NVLinks down"),
+        "{}",
+        e.data
+    );
+    let h = request(&a.socket, "GET", "/v1/health", None);
+    assert_eq!(
+        h.json()["gpus"][2]["health"]["state"],
+        "Degraded",
+        "{}",
+        h.body
+    );
+    let t = request(&a.socket, "GET", "/v1/topology", None);
+    assert!(
+        t.json()["fabric"]["partitions"][3]["degraded"]
+            .as_str()
+            .unwrap()
+            .contains("nvidia2: 2 of 18 NVLinks down")
+    );
+    // The degraded partition is not handed out.
+    let before = k.snapshot().unwrap();
+    let r = bind(&a, r#"{"gpus": ["nvidia0", "nvidia2"]}"#);
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.kind(), "unhealthy");
+    assert_eq!(k.snapshot().unwrap(), before, "nothing written");
+}
+
+#[test]
+fn at_start_the_agent_gives_a_restarted_fabric_manager_the_partitions_gpuslice_activated() {
+    use gpu_sysfs::Host;
+    let k = kernel();
+    // gpuslice recorded partition 4 active; FM restarted and lists none.
+    k.create_dir_all("var/lib/gpuslice/node").unwrap();
+    k.write_atomic(gpu_node::fabric::ACTIVE_FILE, br#"{"active": [4]}"#)
+        .unwrap();
+    let fm = fake_fm(FabricMode::SharedNvswitch, |_| {});
+    let source = FabricSource::Sandbox(fm.path().to_path_buf());
+    let _a = start_with(Arc::clone(&k), |c| c.fabric = source);
+    assert!(partition_active(fm.path(), 4));
+    assert!(!partition_active(fm.path(), 5));
+}
+
+#[test]
+fn a_vgpu_set_is_asked_of_the_agent_with_a_profile_and_needs_fabric_manager_in_vgpu_mode() {
+    let k = kernel();
+    let fm = fake_fm(FabricMode::SharedNvswitch, |_| {});
+    let source = FabricSource::Sandbox(fm.path().to_path_buf());
+    let a = start_with(Arc::clone(&k), |c| c.fabric = source);
+    let r = bind(
+        &a,
+        r#"{"gpus": ["nvidia0", "nvidia2"], "profile": "H100XM-80C"}"#,
+    );
+    assert_eq!(r.kind(), "unsupported", "{}", r.body);
+    assert!(
+        r.body.contains("needs Fabric Manager in vGPU mode"),
+        "{}",
+        r.body
+    );
+}

@@ -309,6 +309,45 @@ impl Fabric {
         out
     }
 
+    /// The one rule for a set of whole GPUs handed to one VM (a `gpu bind` of several GPUs, a
+    /// DRA claim, vGPUs with NVLink): `Ok(None)` where the fabric does not constrain the set
+    /// (Fabric Manager in bare-metal mode, an empty set, or one GPU while Fabric Manager cannot
+    /// be reached), else the healthy partition whose members are exactly `gpus`.
+    ///
+    /// # Errors
+    /// A [`SetRefusal`]: Fabric Manager cannot be reached for several GPUs, the exact partition
+    /// is degraded, or the set is no partition (each with the partitions that would do).
+    pub fn partition_for_set(
+        &self,
+        gpus: &[PciAddress],
+    ) -> Result<Option<&Partition>, SetRefusal<'_>> {
+        if gpus.is_empty() || !self.requires_partitions() {
+            return Ok(None);
+        }
+        if !self.fabric_manager.is_reachable() {
+            if gpus.len() == 1 {
+                return Ok(None);
+            }
+            return Err(SetRefusal::Unreachable {
+                reason: self
+                    .fabric_manager
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "no reason given".to_owned()),
+            });
+        }
+        match self.exact(gpus) {
+            Some(p) if p.is_healthy() => Ok(Some(p)),
+            Some(p) => Err(SetRefusal::Degraded {
+                partition: p,
+                would_do: self.would_do(gpus),
+            }),
+            None => Err(SetRefusal::NotAPartition {
+                would_do: self.would_do(gpus),
+            }),
+        }
+    }
+
     /// `partition 3 (nvidia0, nvidia1), partition 4 (...)`, or `none` for an empty list.
     pub fn describe_all<'a>(parts: impl IntoIterator<Item = &'a Partition>) -> String {
         let all: Vec<String> = parts.into_iter().map(Partition::describe).collect();
@@ -316,6 +355,40 @@ impl Fabric {
             "none".to_owned()
         } else {
             all.join(", ")
+        }
+    }
+}
+
+/// Why a set of whole GPUs cannot go to one VM on a fabric ([`Fabric::partition_for_set`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetRefusal<'f> {
+    /// Several GPUs while Fabric Manager cannot be reached: nothing can promise they talk.
+    Unreachable {
+        /// Why Fabric Manager cannot be reached.
+        reason: String,
+    },
+    /// The set is exactly this partition, but it is degraded.
+    Degraded {
+        /// The partition.
+        partition: &'f Partition,
+        /// The healthy partitions of that size, closest first.
+        would_do: Vec<&'f Partition>,
+    },
+    /// The set is no partition.
+    NotAPartition {
+        /// The healthy partitions of that size, closest first.
+        would_do: Vec<&'f Partition>,
+    },
+}
+
+impl SetRefusal<'_> {
+    /// The partitions that would do, as messages name them (`none` when there are none).
+    pub fn would_do(&self) -> String {
+        match self {
+            SetRefusal::Unreachable { .. } => "none".to_owned(),
+            SetRefusal::Degraded { would_do, .. } | SetRefusal::NotAPartition { would_do } => {
+                Fabric::describe_all(would_do.iter().copied())
+            }
         }
     }
 }
@@ -473,6 +546,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("different numbers of members"), "{e}");
+    }
+
+    #[test]
+    fn partition_for_set_is_the_one_rule_for_sets_of_whole_gpus() {
+        let mut f = hgx();
+        assert_eq!(
+            f.partition_for_set(&[addr(2), addr(0)])
+                .unwrap()
+                .map(|p| p.id),
+            Some(4)
+        );
+        assert_eq!(f.partition_for_set(&[]).unwrap(), None);
+        let e = f.partition_for_set(&[addr(0), addr(1)]).unwrap_err();
+        assert!(matches!(e, SetRefusal::NotAPartition { .. }));
+        assert!(
+            e.would_do().starts_with("partition 4 (nvidia0, nvidia2)"),
+            "{}",
+            e.would_do()
+        );
+        f.partitions[3].degraded = Some("nvidia2: 2 of 18 NVLinks down".into());
+        let e = f.partition_for_set(&[addr(0), addr(2)]).unwrap_err();
+        assert!(matches!(e, SetRefusal::Degraded { partition, .. } if partition.id == 4));
+        f.fabric_manager = FabricManager::unreachable("libnvfm.so.1 not found");
+        assert_eq!(f.partition_for_set(&[addr(0)]).unwrap(), None);
+        let e = f.partition_for_set(&[addr(0), addr(2)]).unwrap_err();
+        assert_eq!(
+            e,
+            SetRefusal::Unreachable {
+                reason: "libnvfm.so.1 not found".into()
+            }
+        );
+        f.fabric_manager = FabricManager::reachable(FabricMode::BareMetal);
+        assert_eq!(f.partition_for_set(&[addr(0), addr(1)]).unwrap(), None);
     }
 
     #[test]

@@ -219,7 +219,12 @@ pub fn open_node(root: &std::path::Path, req: &NodeRequest) -> Result<ComposedNo
     let health = health_options(req, nvml.as_ref());
     let reports = grade_topology_with_links(&opened.host, &mut topology, &health, &links);
     // An NVSwitch fabric is completed with what Fabric Manager answers (or why it cannot).
-    crate::fabric::fabric_of(&opened.host, &mut topology);
+    // Its members' module IDs are mapped to PCI addresses through NVML where it answers.
+    let devices = nvml.as_ref().filter(|n| n.wait().is_ok());
+    let devices = devices.map(|n| n.as_ref() as &dyn NvmlDevices);
+    crate::fabric::fabric_of_with_nvml(&opened.host, &mut topology, devices);
+    let mut reports = reports;
+    crate::fabric::carry_to_reports(&topology, &mut reports);
     Ok(ComposedNode {
         host: opened.host,
         topology,

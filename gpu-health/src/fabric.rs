@@ -22,7 +22,10 @@
 //! member GPU itself is graded Degraded with the same reason, so the DRA slices taint it and
 //! the health stream reports it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use gpu_nvml::NvmlDevices;
 
 use gpu_core::fabric::{FabricManager as FmState, FabricMode, Partition};
 use gpu_core::{HealthState, NodeTopology, PciAddress, Vendor};
@@ -89,20 +92,16 @@ pub fn open_fabric_at(
     }
     match source {
         FabricSource::Sandbox(dir) => {
-            open_sandbox(dir, topology).map(|f| Arc::new(f) as Arc<dyn FabricManager>)
+            // The sandbox's FM runs in the mode its host's configuration sets, as on a machine;
+            // without one, in shared NVSwitch mode.
+            let mode = match host.read(gpu_fabric::CONFIG_FILE) {
+                Ok(_) => config_mode(host)?,
+                Err(_) => FabricMode::SharedNvswitch,
+            };
+            open_sandbox(dir, topology, mode).map(|f| Arc::new(f) as Arc<dyn FabricManager>)
         }
         FabricSource::Local => {
-            let mode = match host.read(gpu_fabric::CONFIG_FILE) {
-                Ok(text) => gpu_fabric::mode_from_config(&String::from_utf8_lossy(&text))
-                    .map_err(|e| unavailable(format!("/{}: {e}", gpu_fabric::CONFIG_FILE)))?,
-                Err(e) => {
-                    return Err(unavailable(format!(
-                        "/{} cannot be read: {e}",
-                        gpu_fabric::CONFIG_FILE
-                    )));
-                }
-            };
-            let fm = FmLibrary::open(&FmConfig::from_env(mode))?;
+            let fm = FmLibrary::open(&FmConfig::from_env(config_mode(host)?))?;
             Ok(Arc::new(fm))
         }
         FabricSource::None => Err(unavailable(
@@ -111,9 +110,25 @@ pub fn open_fabric_at(
     }
 }
 
+/// FM's mode from its configuration file (`FABRIC_MODE`).
+fn config_mode(host: &dyn gpu_sysfs::host::Host) -> Result<FabricMode, FmError> {
+    match host.read(gpu_fabric::CONFIG_FILE) {
+        Ok(text) => gpu_fabric::mode_from_config(&String::from_utf8_lossy(&text))
+            .map_err(|e| unavailable(format!("/{}: {e}", gpu_fabric::CONFIG_FILE))),
+        Err(e) => Err(unavailable(format!(
+            "/{} cannot be read: {e}",
+            gpu_fabric::CONFIG_FILE
+        ))),
+    }
+}
+
 /// The sandbox's fake Fabric Manager: its kept state, or the HGX 8-GPU set over the node's
-/// NVIDIA GPUs (module IDs in address order), in shared NVSwitch mode, none active.
-fn open_sandbox(dir: &std::path::Path, topology: &NodeTopology) -> Result<FakeFabric, FmError> {
+/// NVIDIA GPUs (module IDs in address order), in `mode`, none active.
+fn open_sandbox(
+    dir: &std::path::Path,
+    topology: &NodeTopology,
+    mode: FabricMode,
+) -> Result<FakeFabric, FmError> {
     let at = |e: std::io::Error| unavailable(format!("{}: {e}", dir.join(SANDBOX_STATE).display()));
     let d = gpu_sysfs::atomic::Dir::open(dir).map_err(at)?;
     let state = match d.read(SANDBOX_STATE, STATE_MAX).map_err(at)? {
@@ -126,7 +141,7 @@ fn open_sandbox(dir: &std::path::Path, topology: &NodeTopology) -> Result<FakeFa
                 .filter(|g| g.vendor == Vendor::Nvidia)
                 .map(|g| g.address)
                 .collect();
-            FakeState::hgx8(&gpus, FabricMode::SharedNvswitch).map_err(|_| {
+            FakeState::hgx8(&gpus, mode).map_err(|_| {
                 unavailable(format!(
                     "the sandbox's Fabric Manager models an HGX 8-GPU baseboard; this host has {} NVIDIA GPUs",
                     gpus.len()
@@ -157,6 +172,46 @@ fn reason(e: &FmError) -> String {
 /// its partitions with the node's GPU names, and the faults graded. An unreachable FM leaves
 /// the fabric with its reason and no partition.
 pub fn compose_fabric(topology: &mut NodeTopology, fm: &Result<Arc<dyn FabricManager>, FmError>) {
+    compose_fabric_with(topology, fm, None);
+}
+
+/// Each NVIDIA GPU's module ID as NVML reads it (`nvmlDeviceGetModuleId`), by module ID; GPUs
+/// NVML does not answer for are left out.
+fn module_ids(topology: &NodeTopology, nvml: &dyn NvmlDevices) -> BTreeMap<u32, PciAddress> {
+    topology
+        .gpus
+        .iter()
+        .filter(|g| g.vendor == Vendor::Nvidia)
+        .filter_map(|g| nvml.module_id(&g.address).ok().map(|m| (m, g.address)))
+        .collect()
+}
+
+/// A member's PCI address: FM's, NVML's for its module ID, both when they agree; `Err` with the
+/// disagreement when they do not (never guessed), `Ok(None)` when neither says.
+fn member_address(
+    g: &gpu_fabric::FmGpu,
+    modules: &BTreeMap<u32, PciAddress>,
+) -> Result<Option<PciAddress>, String> {
+    match (g.pci_bus_id, modules.get(&g.physical_id)) {
+        (Some(fm), Some(nvml)) if fm != *nvml => Err(format!(
+            "Fabric Manager and NVML disagree on module {}: {fm} to Fabric Manager, {nvml} to NVML",
+            g.physical_id
+        )),
+        (Some(a), _) => Ok(Some(a)),
+        (None, nvml) => Ok(nvml.copied()),
+    }
+}
+
+/// [`compose_fabric`], with each member's module ID mapped to its PCI address through `nvml`
+/// (where given): a member FM names by module ID only gets NVML's address, and a member whose
+/// two addresses differ makes the whole fabric unusable (Fabric Manager reads as unreachable,
+/// with the disagreement as the reason) rather than guessed.
+pub fn compose_fabric_with(
+    topology: &mut NodeTopology,
+    fm: &Result<Arc<dyn FabricManager>, FmError>,
+    nvml: Option<&dyn NvmlDevices>,
+) {
+    let modules = nvml.map(|n| module_ids(topology, n)).unwrap_or_default();
     let Some(fabric) = topology.fabric.as_mut() else {
         return;
     };
@@ -200,29 +255,34 @@ pub fn compose_fabric(topology: &mut NodeTopology, fm: &Result<Arc<dyn FabricMan
     };
     let mut partitions = Vec::with_capacity(listed.len());
     for p in &listed {
-        // A member without a PCI address FM could give cannot be named: the partition is left out.
-        let Some(addresses) = p
+        let addresses = match p
             .gpus
             .iter()
-            .map(|g| g.pci_bus_id)
-            .collect::<Option<Vec<PciAddress>>>()
-        else {
+            .map(|g| member_address(g, &modules))
+            .collect::<Result<Vec<Option<PciAddress>>, String>>()
+        {
+            Ok(a) => a,
+            Err(why) => {
+                fabric.fabric_manager = FmState::unreachable(why);
+                fabric.partitions.clear();
+                return;
+            }
+        };
+        // A member neither FM nor NVML gives an address for cannot be named: the partition is
+        // left out.
+        let Some(addresses) = addresses.into_iter().collect::<Option<Vec<PciAddress>>>() else {
             continue;
         };
         let mut faults = Vec::new();
-        for g in &p.gpus {
-            let who = g.pci_bus_id.map(|a| name(&a)).unwrap_or_default();
+        for (g, a) in p.gpus.iter().zip(&addresses) {
+            let who = name(a);
             if g.is_degraded() {
                 faults.push(format!(
                     "{who}: {} of {} NVLinks down",
                     g.max_nvlinks - g.nvlinks,
                     g.max_nvlinks
                 ));
-            } else if let Some(f) = failures
-                .gpus
-                .iter()
-                .find(|f| f.pci_bus_id.is_some() && f.pci_bus_id == g.pci_bus_id)
-            {
+            } else if let Some(f) = failures.gpus.iter().find(|f| f.pci_bus_id == Some(*a)) {
                 faults.push(format!("{who}: NVLink ports {:?} failed", f.ports));
             }
         }
@@ -296,6 +356,18 @@ pub fn fabric_of(
     fabric_at(&FabricSource::of(root), root.host(), topology)
 }
 
+/// [`fabric_of`] with the members' module IDs mapped through `nvml` ([`compose_fabric_with`]).
+pub fn fabric_of_with_nvml(
+    root: &OpenedRoot,
+    topology: &mut NodeTopology,
+    nvml: Option<&dyn NvmlDevices>,
+) -> Option<Result<Arc<dyn FabricManager>, FmError>> {
+    topology.fabric.as_ref()?;
+    let fm = open_fabric_at(&FabricSource::of(root), root.host(), topology);
+    compose_fabric_with(topology, &fm, nvml);
+    Some(fm)
+}
+
 /// [`fabric_of`] for a caller holding the host and the source.
 pub fn fabric_at(
     source: &FabricSource,
@@ -306,4 +378,17 @@ pub fn fabric_at(
     let fm = open_fabric_at(source, host, topology);
     compose_fabric(topology, &fm);
     Some(fm)
+}
+
+/// Carries the grades the fabric gave its GPUs ([`compose_fabric`]) into health `reports` made
+/// before it was composed, so that `health` and `GET /v1/health` say what the topology says.
+pub fn carry_to_reports(topology: &NodeTopology, reports: &mut [crate::GpuHealthReport]) {
+    if topology.fabric.is_none() {
+        return;
+    }
+    for r in reports {
+        if let Some(g) = topology.gpu_by_address(&r.address) {
+            r.health.clone_from(&g.health);
+        }
+    }
 }

@@ -80,3 +80,70 @@ fn a_failed_nvswitch_link_degrades_every_partition() {
             .contains("NVSwitch 0000:07:00.0: NVLink ports [12] failed")
     );
 }
+
+/// The bundled HGX host's topology and its GPUs' addresses (module-ID order).
+fn hgx_topology() -> (gpu_core::NodeTopology, Vec<gpu_core::PciAddress>) {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/hosts/hgx-h100-nvswitch.umockdev");
+    let replay = umockdev::materialize(&example).unwrap();
+    let t = discover(
+        &RealHost::new(replay.root()).unwrap(),
+        &DiscoverOptions::new("n"),
+    )
+    .unwrap();
+    let gpus = t.gpus.iter().map(|g| g.address).collect();
+    (t, gpus)
+}
+
+/// An NVML whose GPU `gpus[i]` is module `modules[i]`.
+fn nvml_modules(gpus: &[gpu_core::PciAddress], modules: &[u32]) -> gpu_nvml::fake::FakeNvml {
+    gpus.iter()
+        .zip(modules)
+        .fold(gpu_nvml::fake::FakeNvml::new(), |n, (a, m)| {
+            n.with_gpu(*a, gpu_nvml::fake::FakeGpu::new(81_559).with_module_id(*m))
+        })
+}
+
+#[test]
+fn members_fabric_manager_names_by_module_id_only_get_nvmls_address() {
+    let (mut t, gpus) = hgx_topology();
+    let mut state = FakeState::hgx8(&gpus, FabricMode::SharedNvswitch).unwrap();
+    for g in state.partitions.iter_mut().flat_map(|p| p.gpus.iter_mut()) {
+        g.pci_bus_id = None;
+    }
+    let fm: Result<Arc<dyn FabricManager>, _> = Ok(Arc::new(FakeFabric::new(state)));
+    // Without NVML no member can be named: no partition is listed.
+    gpu_health::fabric::compose_fabric(&mut t, &fm);
+    assert!(t.fabric.as_ref().unwrap().partitions.is_empty());
+    // NVML's module IDs: module m is gpus[m - 1].
+    let nvml = nvml_modules(&gpus, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    gpu_health::fabric::compose_fabric_with(&mut t, &fm, Some(&nvml));
+    let f = t.fabric.as_ref().unwrap();
+    assert_eq!(f.partitions.len(), 15);
+    let p4 = f.partition(4).unwrap();
+    assert_eq!(p4.addresses, [gpus[0], gpus[2]]);
+    assert_eq!(p4.gpus, ["nvidia0", "nvidia2"]);
+}
+
+#[test]
+fn a_member_whose_fabric_manager_and_nvml_addresses_differ_is_refused_not_guessed() {
+    let (mut t, gpus) = hgx_topology();
+    let state = FakeState::hgx8(&gpus, FabricMode::SharedNvswitch).unwrap();
+    let fm: Result<Arc<dyn FabricManager>, _> = Ok(Arc::new(FakeFabric::new(state)));
+    // NVML swaps modules 3 and 4.
+    let nvml = nvml_modules(&gpus, &[1, 2, 4, 3, 5, 6, 7, 8]);
+    gpu_health::fabric::compose_fabric_with(&mut t, &fm, Some(&nvml));
+    let f = t.fabric.as_ref().unwrap();
+    assert!(!f.fabric_manager.is_reachable());
+    assert!(f.partitions.is_empty());
+    let why = f.fabric_manager.reason.as_deref().unwrap();
+    assert!(
+        why.contains(&format!(
+            "disagree on module 3: {} to Fabric Manager, {} to NVML",
+            gpus[2], gpus[3]
+        )),
+        "{why}"
+    );
+    // Nothing of several GPUs is handed out.
+    assert!(f.partition_for_set(&[gpus[0], gpus[2]]).is_err());
+}

@@ -145,6 +145,9 @@ pub enum NodeError {
     /// mixed-size mode could not be read or turned on ([`crate::mixed`]).
     #[error(transparent)]
     Mixed(Box<crate::mixed::MixedError>),
+    /// A layout's MIG needs (mode, GPU instances) refused or failed ([`crate::mig::layout`]).
+    #[error(transparent)]
+    Mig(Box<crate::mig::MigError>),
 }
 
 /// Where an mdev was to go, as messages name it: the parent, or `a VF of <gpu>` when the parent
@@ -174,7 +177,8 @@ impl NodeError {
             NodeError::Lock(_)
             | NodeError::Layout(_)
             | NodeError::Unnamed { .. }
-            | NodeError::Intent { .. } => None,
+            | NodeError::Intent { .. }
+            | NodeError::Mig(_) => None,
             NodeError::Mixed(m) => match m.as_ref() {
                 crate::mixed::MixedError::OneSize { refusal, .. } => refusal.actuation(),
                 _ => None,
@@ -196,6 +200,9 @@ impl ClassifiedError for NodeError {
     /// The kind of the failure below: the same kind the step has on its own.
     fn kind(&self) -> ErrorKind {
         if let NodeError::Mixed(m) = self {
+            return m.kind();
+        }
+        if let NodeError::Mig(m) = self {
             return m.kind();
         }
         match (self.actuation(), self.apply()) {

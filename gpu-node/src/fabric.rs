@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use gpu_core::fabric::{Fabric, Partition};
+use gpu_core::fabric::{Fabric, FabricMode, Partition, SetRefusal};
 use gpu_core::{ClassifiedError, ErrorKind, NodeTopology, PciAddress};
 use gpu_fabric::{FabricManager, FmError};
 use gpu_health::OpenedNode;
@@ -25,6 +25,16 @@ use gpu_sysfs::actuate::GpuBinding;
 use serde::Serialize;
 
 use crate::{Node, NodeError};
+
+mod claim;
+mod record;
+mod set;
+mod vgpu;
+
+pub use claim::{activate_vfs_for_claim, claim_vf_gpus, vgpu_claim_partition};
+pub use record::{ACTIVE_FILE, recorded, recover, restore_activated};
+pub use set::{bind_set, release_set};
+pub use vgpu::{VgpuSet, check_nvlink_type, create_vgpu_set, remove_vgpu_set};
 
 /// Why a fabric operation did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +72,39 @@ pub enum FabricError {
         /// The healthy partitions of that size, closest first.
         would_do: String,
     },
+    /// The GPUs are exactly a partition, but Fabric Manager reports it degraded.
+    #[error("{partition} is degraded ({reason}); partitions that would do: {would_do}")]
+    Degraded {
+        /// The partition.
+        partition: String,
+        /// Why (failed NVLinks, an NVSwitch down).
+        reason: String,
+        /// The healthy partitions of that size, closest first.
+        would_do: String,
+    },
+    /// A vGPU asked to use NVLink is not one NVIDIA allows to (Fabric Manager's vGPU mode).
+    #[error("{profile} on {gpu} cannot use NVLink: {why}")]
+    NvlinkVgpu {
+        /// The vGPU type asked for.
+        profile: String,
+        /// The GPU.
+        gpu: String,
+        /// NVIDIA's rule it breaks.
+        why: String,
+    },
+    /// The operation needs Fabric Manager in another mode.
+    #[error("{what} needs Fabric Manager in {needs} mode; it runs in {mode} mode")]
+    Mode {
+        /// The operation.
+        what: &'static str,
+        /// The mode it needs.
+        needs: FabricMode,
+        /// The mode FM runs in.
+        mode: FabricMode,
+    },
+    /// A GPU named that the node does not have.
+    #[error("{0}")]
+    UnknownGpu(String),
     /// A member GPU is in use by something else.
     #[error("{partition}: {gpu} is in use by {holder}")]
     InUse {
@@ -93,8 +136,14 @@ impl ClassifiedError for FabricError {
         match self {
             FabricError::Discover(e) => e.kind(),
             FabricError::NoFabric | FabricError::Unreachable { .. } => ErrorKind::NoDevice,
-            FabricError::UnknownPartition { .. } => ErrorKind::NotFound,
-            FabricError::NotAPartition { .. } => ErrorKind::InvalidRequest,
+            FabricError::UnknownPartition { .. } | FabricError::UnknownGpu(_) => {
+                ErrorKind::NotFound
+            }
+            FabricError::NotAPartition { .. } | FabricError::NvlinkVgpu { .. } => {
+                ErrorKind::InvalidRequest
+            }
+            FabricError::Degraded { .. } => ErrorKind::Unhealthy,
+            FabricError::Mode { .. } => ErrorKind::Unsupported,
             FabricError::InUse { .. } => ErrorKind::InUse,
             FabricError::Fm { source, .. } => source.kind(),
             FabricError::Node(e) => e.kind(),
@@ -298,9 +347,34 @@ fn switch(f: &FabricNode<'_>, id: u32, on: bool) -> Result<PartitionChange, Fabr
     }
     r.check_members(f.node.host(), p, on)?;
     let fm = r.fm()?;
+    let host = f.node.host();
     {
         let _lock = f.node.lock()?;
-        set_active(fm.as_ref(), p.id, on)?;
+        const CHECK: &str = "`gpuslice fabric list` (a partition may be active that no VM owns)";
+        let intent = if on {
+            crate::intent::Intent::new(
+                "activate-partition",
+                format!("activate {}", p.describe()),
+                CHECK,
+            )
+            .creating(vec![crate::intent::Planned::FabricPartition { id }])
+        } else {
+            crate::intent::Intent::new(
+                "deactivate-partition",
+                format!("deactivate {}", p.describe()),
+                CHECK,
+            )
+        };
+        crate::intent::around(
+            host,
+            intent,
+            |_| Vec::new(),
+            || {
+                set_active(fm.as_ref(), p.id, on)?;
+                record::note(host, p.id, on);
+                Ok::<_, FabricError>(())
+            },
+        )?;
     }
     relisted(f, id, true)
 }
@@ -314,143 +388,6 @@ fn set_active(fm: &dyn FabricManager, id: u32, on: bool) -> Result<(), FabricErr
         ("deactivate", fm.deactivate(id))
     };
     done.map_err(|source| FabricError::Fm { action, id, source })
-}
-
-/// The partition a set of whole GPUs must be on this node: `Ok(None)` where the node needs none
-/// (no NVSwitch, Fabric Manager in bare-metal mode, or one GPU while FM cannot be reached, with
-/// a warning), the exact partition otherwise.
-fn partition_for<'r>(
-    r: &'r Read,
-    gpus: &[PciAddress],
-    warnings: &mut Vec<String>,
-) -> Result<Option<&'r Partition>, FabricError> {
-    let Some(fabric) = r.topology.fabric.as_ref() else {
-        return Ok(None);
-    };
-    if !fabric.requires_partitions() {
-        return Ok(None);
-    }
-    if let Err(e) = r.fm() {
-        if gpus.len() == 1 {
-            warnings.push(format!("{e}; the GPU is bound alone, without NVLink peers"));
-            return Ok(None);
-        }
-        return Err(e);
-    }
-    fabric.exact(gpus).map(Some).ok_or_else(|| {
-        let names: Vec<String> = gpus.iter().map(|a| r.name(a)).collect();
-        FabricError::NotAPartition {
-            gpus: names.join(", "),
-            would_do: Fabric::describe_all(fabric.would_do(gpus)),
-        }
-    })
-}
-
-/// Binds the whole GPUs `gpus` to vfio-pci as one set: on an NVSwitch host the set must be
-/// exactly one partition's members, which is activated first; a bind that fails undoes the
-/// binds before it and the activation.
-///
-/// # Errors
-/// [`FabricError::NotAPartition`] and [`FabricError::Unreachable`] before anything is written;
-/// [`FabricError::InUse`], [`FabricError::Fm`], [`FabricError::Node`].
-pub fn bind_set<'h>(
-    on: impl Into<FabricNode<'h>>,
-    gpus: &[PciAddress],
-) -> Result<SetBinding, FabricError> {
-    let f = &on.into();
-    let r = f.read()?;
-    let mut warnings = Vec::new();
-    let partition = partition_for(&r, gpus, &mut warnings)?;
-    let node = f.node;
-    let Some(p) = partition else {
-        let mut bound = Vec::with_capacity(gpus.len());
-        for g in gpus {
-            bound.push(node.bind_gpu(g)?);
-        }
-        return Ok(SetBinding {
-            partition: None,
-            gpus: bound,
-            warnings,
-        });
-    };
-    let activating = !p.active;
-    if activating {
-        r.check_members(f.node.host(), p, true)?;
-    }
-    let fm = r.fm()?;
-    let mut bound = Vec::with_capacity(gpus.len());
-    {
-        let locked = node.lock()?;
-        if activating {
-            set_active(fm.as_ref(), p.id, true)?;
-        }
-        for g in gpus {
-            match locked.bind_gpu(g) {
-                Ok(b) => bound.push(b),
-                Err(e) => {
-                    // Undo: the GPUs bound so far, then the activation. The first failure is
-                    // the answer; what the undo could not do is left for `gpu release`.
-                    for b in bound.iter().filter(|b| b.changed()) {
-                        let _ = locked.release_gpu(&b.gpu, false);
-                    }
-                    if activating {
-                        let _ = fm.deactivate(p.id);
-                    }
-                    return Err(e.into());
-                }
-            }
-        }
-    }
-    Ok(SetBinding {
-        partition: Some(relisted(f, p.id, activating)?),
-        gpus: bound,
-        warnings,
-    })
-}
-
-/// Gives the whole GPUs `gpus` back to their host driver as one set, then deactivates the
-/// partition whose members they are (when it is active).
-///
-/// # Errors
-/// [`FabricError::NotAPartition`] before anything is written; [`FabricError::Fm`],
-/// [`FabricError::Node`].
-pub fn release_set<'h>(
-    on: impl Into<FabricNode<'h>>,
-    gpus: &[PciAddress],
-    force: bool,
-) -> Result<SetBinding, FabricError> {
-    let f = &on.into();
-    let r = f.read()?;
-    let mut warnings = Vec::new();
-    let partition = partition_for(&r, gpus, &mut warnings)?;
-    let node = f.node;
-    let Some(p) = partition else {
-        let mut released = Vec::with_capacity(gpus.len());
-        for g in gpus {
-            released.push(node.release_gpu(g, force)?);
-        }
-        return Ok(SetBinding {
-            partition: None,
-            gpus: released,
-            warnings,
-        });
-    };
-    let fm = r.fm()?;
-    let mut released = Vec::with_capacity(gpus.len());
-    {
-        let locked = node.lock()?;
-        for g in gpus {
-            released.push(locked.release_gpu(g, force)?);
-        }
-        if p.active {
-            set_active(fm.as_ref(), p.id, false)?;
-        }
-    }
-    Ok(SetBinding {
-        partition: Some(relisted(f, p.id, p.active)?),
-        gpus: released,
-        warnings,
-    })
 }
 
 /// A DRA claim's whole GPUs: the partition whose members they are exactly, activated before the
@@ -467,7 +404,7 @@ pub fn activate_for_claim(
     topology: &NodeTopology,
     gpus: &[PciAddress],
 ) -> Result<Option<u32>, FabricError> {
-    let Some(p) = claim_partition(topology, gpus) else {
+    let Some(p) = claim_partition(topology, gpus)? else {
         return Ok(None);
     };
     if p.active {
@@ -491,6 +428,7 @@ pub fn activate_for_claim(
         });
     }
     set_active(fm.as_ref(), p.id, true)?;
+    record::note(host, p.id, true);
     Ok(Some(p.id))
 }
 
@@ -505,7 +443,15 @@ pub fn deactivate_for_claim(
     topology: &NodeTopology,
     gpus: &[PciAddress],
 ) -> Result<Option<u32>, FabricError> {
-    let Some(p) = claim_partition(topology, gpus).filter(|p| p.active) else {
+    // A set that is no partition (or a partition degraded since) has nothing to deactivate
+    // that gpuslice activated for it.
+    let Some(p) = topology
+        .fabric
+        .as_ref()
+        .filter(|f| f.requires_partitions() && f.fabric_manager.is_reachable() && !gpus.is_empty())
+        .and_then(|f| f.exact(gpus))
+        .filter(|p| p.active)
+    else {
         return Ok(None);
     };
     let fm = gpu_health::fabric::open_fabric_at(source, host, topology).map_err(|e| {
@@ -514,13 +460,47 @@ pub fn deactivate_for_claim(
         }
     })?;
     set_active(fm.as_ref(), p.id, false)?;
+    record::note(host, p.id, false);
     Ok(Some(p.id))
 }
 
-fn claim_partition<'t>(topology: &'t NodeTopology, gpus: &[PciAddress]) -> Option<&'t Partition> {
-    let fabric = topology.fabric.as_ref()?;
-    if gpus.is_empty() || !fabric.requires_partitions() || !fabric.fabric_manager.is_reachable() {
-        return None;
+/// The partition a claim's (or a set's) GPUs are, by the one rule
+/// ([`gpu_core::Fabric::partition_for_set`]); `None` where nothing constrains them.
+fn claim_partition<'t>(
+    topology: &'t NodeTopology,
+    gpus: &[PciAddress],
+) -> Result<Option<&'t Partition>, FabricError> {
+    let Some(fabric) = topology.fabric.as_ref() else {
+        return Ok(None);
+    };
+    fabric
+        .partition_for_set(gpus)
+        .map_err(|e| refusal(e, &|a| name_in(topology, a), gpus))
+}
+
+fn name_in(topology: &NodeTopology, a: &PciAddress) -> String {
+    topology
+        .gpu_by_address(a)
+        .map_or_else(|| a.to_string(), |g| g.name.clone())
+}
+
+/// The fabric's refusal of a set, as a [`FabricError`].
+fn refusal(
+    e: SetRefusal<'_>,
+    name: &dyn Fn(&PciAddress) -> String,
+    gpus: &[PciAddress],
+) -> FabricError {
+    let names = || gpus.iter().map(name).collect::<Vec<_>>().join(", ");
+    match e {
+        SetRefusal::Unreachable { reason } => FabricError::Unreachable { reason },
+        SetRefusal::Degraded { partition, .. } => FabricError::Degraded {
+            partition: partition.describe(),
+            reason: partition.degraded.clone().unwrap_or_default(),
+            would_do: e.would_do(),
+        },
+        SetRefusal::NotAPartition { .. } => FabricError::NotAPartition {
+            gpus: names(),
+            would_do: e.would_do(),
+        },
     }
-    fabric.exact(gpus)
 }

@@ -41,7 +41,9 @@ pub enum IntentState {
 #[serde(rename_all = "camelCase")]
 pub struct Intent {
     /// The operation: `create-vgpu`, `remove-vgpu`, `bind-gpu`, `release-gpu`,
-    /// `enable-sriov`, `disable-sriov`, `apply-layout`, `realize`.
+    /// `enable-sriov`, `disable-sriov`, `apply-layout`, `realize`; the fabric's
+    /// `activate-partition`, `deactivate-partition`, `bind-gpu-set`, `release-gpu-set`,
+    /// `create-vgpu-set`, `remove-vgpu-set` ([`crate::fabric`]).
     pub op: String,
     /// What it changes, as people read it (`create A2-4Q 1b4e… on 0000:08:00.0`).
     pub what: String,
@@ -85,6 +87,11 @@ pub enum Planned {
         /// The GPU.
         gpu: gpu_core::PciAddress,
     },
+    /// This NVSwitch fabric partition activated ([`crate::fabric`]).
+    FabricPartition {
+        /// Fabric Manager's partition ID.
+        id: u32,
+    },
 }
 
 impl Planned {
@@ -116,6 +123,7 @@ impl std::fmt::Display for Planned {
             Planned::Mdev { uuid } => write!(f, "mdev {uuid}"),
             Planned::VfType { vf } => write!(f, "the vGPU type of VF {vf}"),
             Planned::GpuBind { gpu } => write!(f, "{gpu} on vfio-pci"),
+            Planned::FabricPartition { id } => write!(f, "fabric partition {id} active"),
         }
     }
 }

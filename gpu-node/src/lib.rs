@@ -37,6 +37,8 @@ pub mod mig;
 pub mod mig_vgpu;
 pub mod mixed;
 mod mixed_create;
+pub mod mixed_door;
+pub mod mixed_mig;
 pub mod node;
 pub mod open;
 mod probe;

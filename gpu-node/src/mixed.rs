@@ -34,6 +34,10 @@ pub struct PlacementPlan {
     /// The GPU is in homogeneous mode with nothing running: mixed-size mode must be turned on
     /// first ([`turn_on`]).
     pub turn_mode_on: bool,
+    /// Every legal placement of the type free when planned (the chosen one among them): the
+    /// driver places the vGPU itself (NVIDIA documents no way to ask for a placement on a
+    /// vendor-VFIO VF), so a read-back at any of them is the mix fitting as planned.
+    pub free: Vec<u32>,
 }
 
 /// Why a vGPU cannot be placed by size on a GPU. Nothing was written.
@@ -143,6 +147,12 @@ pub enum MixedError {
         /// The create's own refusal.
         refusal: Box<crate::NodeError>,
     },
+    /// Mixed-size mode was asked for where there is no NVML to ask whether the GPU allows it.
+    #[error("mixed-size vGPUs need NVML, and this node has none ({why})")]
+    NoNvml {
+        /// Why there is none.
+        why: String,
+    },
     /// The vGPU started but NVML reports another placement than the one chosen.
     #[error(
         "GPU {gpu}: vGPU type {type_id} was placed at {found:?}, not at the chosen placement {wanted}"
@@ -172,6 +182,7 @@ impl ClassifiedError for MixedError {
             MixedError::Unsupported { .. } | MixedError::Scheduler { .. } => {
                 ErrorKind::NotCreatable
             }
+            MixedError::NoNvml { .. } => ErrorKind::Unsupported,
             MixedError::InUse { .. } => ErrorKind::InUse,
             MixedError::OneSize { refusal, .. } => refusal.kind(),
             MixedError::Placements { .. } | MixedError::ReadBack { .. } => ErrorKind::Unexpected,
@@ -329,6 +340,11 @@ pub fn plan_with(
             .starts
             .retain(|s| creatable.placement_ids.contains(&u32::from(*s)));
     }
+    let free = mask
+        .free_starts(&shape)
+        .into_iter()
+        .map(u32::from)
+        .collect();
     match slots::choose(mask, slots, &shape, &later, SlotChoice::KeepMost) {
         Ok(start) => Ok(PlacementPlan {
             gpu: *gpu,
@@ -336,6 +352,7 @@ pub fn plan_with(
             placement_id: u32::from(start),
             placement_size: target.size,
             turn_mode_on,
+            free,
         }),
         Err(_) => Err(MixedError::NoPlacement {
             gpu: *gpu,

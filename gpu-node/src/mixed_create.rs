@@ -7,9 +7,10 @@
 //! - already in mixed-size mode: the type's placement is planned on the slot model; a mix that
 //!   does not fit is refused naming the type and the placements left, before any write;
 //! - in same-size mode with vGPUs of another size: refused (the mode changes only on an idle GPU);
-//! - in same-size mode and idle, under a scheduler NVIDIA allows: the mode is turned on under the
-//!   lock just before the type write, so that vGPUs of other sizes can join later. Where the
-//!   scheduler does not allow it, the create goes on under today's one-size rule.
+//! - in same-size mode and idle: nothing changes unless the operator asked for mixed sizes
+//!   (`turn_on`, [`crate::Node::mixed_sizes_on_request`]); then the mode is turned on under the
+//!   lock just before the type write, or the create is refused naming why NVIDIA's rules do
+//!   not allow it (the scheduler configured and the ones allowed, a GPU without the mode).
 //!
 //! Everything here reads; [`crate::mixed::turn_on`] is the one NVML write, made by the caller.
 
@@ -52,6 +53,7 @@ pub(crate) fn check(
     nvml: &dyn NvmlDevices,
     parent: &ParentId,
     profile: &str,
+    turn_on: bool,
 ) -> Result<Option<PlacementPlan>, NodeError> {
     let ParentId::Pci(addr) = parent else {
         return Ok(None);
@@ -59,6 +61,9 @@ pub(crate) fn check(
     let gpu = gpu_of(host, addr);
     let mode = match nvml.vgpu_heterogeneous_mode(&gpu) {
         Ok(m) => m,
+        Err(e) if e.is_not_applicable() && turn_on => {
+            return Err(boxed(MixedError::Unsupported { gpu }));
+        }
         Err(e) if e.is_not_applicable() => {
             return Ok(None);
         }
@@ -100,18 +105,22 @@ pub(crate) fn check(
             // Same size beside same size: today's rule.
             return Ok(None);
         }
-        // Idle: the one moment the mode can change. Where NVIDIA's rules do not allow it (the
-        // scheduler, no mixed-size placement for the type), the one-size rule stays.
-        return Ok(mixed::plan_with(nvml, &gpu, wanted.id, &typed).ok());
+        // Idle: the one moment the mode can change, and only when asked. Where NVIDIA's rules
+        // do not allow it (the scheduler, no mixed-size placement for the type), refused.
+        if !turn_on {
+            return Ok(None);
+        }
     }
     mixed::plan_with(nvml, &gpu, wanted.id, &typed)
         .map(Some)
         .map_err(boxed)
 }
 
-/// After the type write: the placement the VF reports (`nvidia/placement_id`) must be the one
-/// planned. A VF that reports none leaves it unknown (never guessed); NVML's running vGPU is
-/// checked by [`mixed::check_placed`] once a VM starts it.
+/// After the type write: the placement the VF reports (`nvidia/placement_id`, read back into
+/// the create's answer) must be one the plan found free for the type; the driver places the
+/// vGPU itself, so another free one than gpuslice's choice is the driver's word, not an error.
+/// A VF that reports none leaves it unknown (never guessed); NVML's running vGPU is checked by
+/// [`mixed::check_placed`] once a VM starts it.
 ///
 /// # Errors
 /// [`MixedError::ReadBack`] naming the placement found.
@@ -124,12 +133,14 @@ pub(crate) fn read_back(
         return Ok(());
     };
     match actuate::vendor::placement_id(host, &set.vf) {
-        Some(found) if found != plan.placement_id => Err(boxed(MixedError::ReadBack {
-            gpu: plan.gpu,
-            type_id: plan.type_id,
-            wanted: plan.placement_id,
-            found: Some(found),
-        })),
+        Some(found) if found != plan.placement_id && !plan.free.contains(&found) => {
+            Err(boxed(MixedError::ReadBack {
+                gpu: plan.gpu,
+                type_id: plan.type_id,
+                wanted: plan.placement_id,
+                found: Some(found),
+            }))
+        }
         _ => Ok(()),
     }
 }

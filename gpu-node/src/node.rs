@@ -92,6 +92,8 @@ pub struct Node<'h> {
     lock_timeout: Option<Duration>,
     waiting: Option<LockWaiting<'h>>,
     nvml: Option<&'h dyn gpu_nvml::NvmlDevices>,
+    /// Mixed-size mode may be turned on by a create ([`Node::mixed_sizes_on_request`]).
+    mixed_on: bool,
 }
 
 impl std::fmt::Debug for Node<'_> {
@@ -175,6 +177,7 @@ impl<'h> Node<'h> {
             lock_timeout: None,
             waiting: None,
             nvml: None,
+            mixed_on: false,
         }
     }
 
@@ -190,14 +193,38 @@ impl<'h> Node<'h> {
         self
     }
 
-    /// Places vGPUs of different sizes on one GPU where its driver supports mixed-size mode,
-    /// as `nvml` answers ([`crate::mixed`]): [`Node::create_vgpu`] checks the mix fits before
-    /// any write and turns the mode on where the GPU is idle. Without it (no NVML: no way to
-    /// know), every GPU keeps one vGPU size.
+    /// Places vGPUs of different sizes on one GPU already in mixed-size mode, as `nvml`
+    /// answers ([`crate::mixed`]): [`Node::create_vgpu`] plans the vGPU's placement and
+    /// refuses a mix that does not fit before any write. The mode itself is turned on only when
+    /// asked ([`Node::mixed_sizes_on_request`]). Without NVML (no way to know), every GPU keeps
+    /// one vGPU size.
     #[must_use]
     pub fn with_mixed_sizes(mut self, nvml: &'h dyn gpu_nvml::NvmlDevices) -> Self {
         self.nvml = Some(nvml);
         self
+    }
+
+    /// With `on`, a create on an idle GPU in same-size mode turns mixed-size mode on first
+    /// (the operator's explicit opt-in: `--mixed-sizes`, a layout's `mixedSizes`, the agent's
+    /// `mixedSizes`), refused naming why where NVIDIA's rules do not allow it (the scheduler, a
+    /// GPU without the mode). Needs [`Node::with_mixed_sizes`].
+    #[must_use]
+    pub fn mixed_sizes_on_request(mut self, on: bool) -> Self {
+        self.mixed_on = on;
+        self
+    }
+
+    /// Gives this writer the node's NVML where there is one (the local driver's, a sandbox's
+    /// saved fake): layouts then make and check what MIG needs ([`crate::mig::layout`]), and
+    /// vGPUs of different sizes are placed as [`Node::with_mixed_sizes`] says.
+    #[must_use]
+    pub fn with_nvml(mut self, nvml: Option<&'h dyn gpu_nvml::NvmlDevices>) -> Self {
+        self.nvml = nvml;
+        self
+    }
+
+    pub(crate) fn nvml_handle(&self) -> Option<&'h dyn gpu_nvml::NvmlDevices> {
+        self.nvml
     }
 
     /// Tells `waiting` once when another writer holds the lock.
@@ -300,13 +327,15 @@ impl<'h> Node<'h> {
             return self.check_then_write(intent, op);
         };
         // Mixed sizes: every check (the mix fits, the mode may change) before the first write.
-        let Some(plan) = crate::mixed_create::check(self.host, nvml, parent, profile)? else {
+        let Some(plan) =
+            crate::mixed_create::check(self.host, nvml, parent, profile, self.mixed_on)?
+        else {
             return self.check_then_write(intent, op);
         };
         let (plan, made) = if plan.turn_mode_on {
             // Two writes (the mode, then the type): under the lock, planned again there.
             let _lock = self.acquire()?;
-            let plan = crate::mixed_create::check(self.host, nvml, parent, profile)?;
+            let plan = crate::mixed_create::check(self.host, nvml, parent, profile, self.mixed_on)?;
             let made = intent::around(
                 self.host,
                 intent(),
@@ -449,6 +478,7 @@ impl<'h> Node<'h> {
                 .map_err(|e| NodeError::Layout(Box::new(e)));
         }
         let locked = self.lock_telling(&mut |path| events(ApplyEvent::WaitingForLock { path }))?;
+        let mig = crate::mig::layout::LayoutHook::before(self, config, &opts)?;
         let verb = match how.mode {
             Mode::Apply => "apply",
             Mode::Clear => "clear",
@@ -470,7 +500,7 @@ impl<'h> Node<'h> {
         if let Some(intent) = recorded {
             intent::finish(host, intent, out.as_ref().err().map(layout_left));
         }
-        out
+        mig.after(out)
     }
 
     /// Whether the host holds what `config` wants. Reads only.
@@ -499,7 +529,7 @@ impl<'h> Node<'h> {
 /// several steps one operation (the agent records its promise between choosing and creating).
 #[derive(Debug)]
 pub struct Locked<'n, 'h> {
-    node: &'n Node<'h>,
+    pub(crate) node: &'n Node<'h>,
     lock: LayoutLock,
 }
 

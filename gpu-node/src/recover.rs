@@ -8,7 +8,9 @@
 //! not open, a VF it typed that is not open, a GPU it bound to vfio-pci that is not open. A
 //! device a process holds (a VM) is never removed: it is reported as kept. A record that names
 //! nothing to undo (a removal, a layout, a record from before [`Planned`]) is reported and left
-//! as it was, for a person to check.
+//! as it was, for a person to check. A fabric partition the write activated is deactivated
+//! through Fabric Manager when the caller gives it (`gpu_node::fabric::recover`, the agent at
+//! start), the last made first: a set's GPUs are released before its partition.
 
 use serde::Serialize;
 
@@ -43,6 +45,19 @@ impl Node<'_> {
     /// # Errors
     /// [`NodeError::Lock`]; [`NodeError::Intent`] when the record cannot be read.
     pub fn recover(&self) -> Result<Option<Recovery>, NodeError> {
+        self.recover_with(None)
+    }
+
+    /// [`Node::recover`], with `partition` undoing a fabric partition the write activated
+    /// (`gpu_node::fabric::recover` gives Fabric Manager's); without it such a partition is
+    /// reported as kept.
+    ///
+    /// # Errors
+    /// As [`Node::recover`].
+    pub fn recover_with(
+        &self,
+        partition: Option<&PartitionUndo<'_>>,
+    ) -> Result<Option<Recovery>, NodeError> {
         if intent::unfinished(self.host)?.is_none() {
             return Ok(None);
         }
@@ -51,20 +66,25 @@ impl Node<'_> {
         let Some(found) = intent::unfinished(self.host)? else {
             return Ok(None);
         };
-        Ok(Some(roll_back(self.host, found)))
+        Ok(Some(roll_back(self.host, found, partition)))
     }
 }
 
 /// Undoes each planned creation of `found` that is there and not held, then records the
 /// outcome: `done` when nothing is left, `incomplete` naming what is.
-fn roll_back(host: &dyn Host, found: Intent) -> Recovery {
+/// Undoes the activation of a fabric partition: what was done, `None` when it is not active,
+/// or why it stays.
+pub type PartitionUndo<'a> = dyn Fn(&dyn Host, u32) -> Result<Option<String>, String> + 'a;
+
+fn roll_back(host: &dyn Host, found: Intent, partition: Option<&PartitionUndo<'_>>) -> Recovery {
     let message = found.describe();
     let mut rolled_back = Vec::new();
     let mut kept = Vec::new();
     let undoable = found.state == IntentState::Started && !found.creates.is_empty();
     if undoable {
-        for p in &found.creates {
-            match undo(host, p) {
+        // The last made first: a set's GPUs are released before its partition is deactivated.
+        for p in found.creates.iter().rev() {
+            match undo(host, p, partition) {
                 Ok(Some(done)) => rolled_back.push(done),
                 Ok(None) => {}
                 Err(why) => kept.push(format!("{p}: {why}")),
@@ -84,7 +104,11 @@ fn roll_back(host: &dyn Host, found: Intent) -> Recovery {
 }
 
 /// Undoes one planned creation: what was removed, `None` when it is not there, or why it stays.
-fn undo(host: &dyn Host, p: &Planned) -> Result<Option<String>, String> {
+fn undo(
+    host: &dyn Host,
+    p: &Planned,
+    partition: Option<&PartitionUndo<'_>>,
+) -> Result<Option<String>, String> {
     let shown = |e: NodeError| gpu_core::error_chain(&e);
     match p {
         Planned::Mdev { uuid } => {
@@ -112,6 +136,10 @@ fn undo(host: &dyn Host, p: &Planned) -> Result<Option<String>, String> {
             release_at(host, gpu, false).map_err(shown)?;
             Ok(Some(format!("released {gpu} from vfio-pci")))
         }
+        Planned::FabricPartition { id } => match partition {
+            Some(undo) => undo(host, *id),
+            None => Err("Fabric Manager was not asked".to_owned()),
+        },
     }
 }
 

@@ -150,7 +150,7 @@ pub struct GpuInstance {
 /// A GPU's vGPU mode for sizes (`NVML_VGPU_PGPU_HETEROGENEOUS_MODE` /
 /// `NVML_VGPU_PGPU_HOMOGENEOUS_MODE`): in homogeneous mode every vGPU on the GPU has one size; in
 /// heterogeneous ("mixed-size") mode each takes a placement of its type's size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum VgpuMode {
     /// `NVML_VGPU_PGPU_HETEROGENEOUS_MODE` (0).

@@ -39,7 +39,7 @@ use crate::atomic::Dir;
 use crate::document::DocumentLimit;
 use crate::host::{CommandOutput, Host, RealHost};
 use crate::testing::fake_kernel::sample_pools;
-use crate::testing::{FakeKernel, FakePool, TreeBuilder};
+use crate::testing::{FakeKernel, FakeMig, FakePool, TreeBuilder};
 
 /// How a root names a sandbox: `sandbox:DIR`.
 pub const PREFIX: &str = "sandbox:";
@@ -394,6 +394,28 @@ fn open_kernel(
     Ok(pools.iter().cloned().fold(k, FakeKernel::with_pool))
 }
 
+/// The MIG state of a GPU as the sandbox's saved NVML (`DIR/nvml.json`, written by gpu-node's
+/// MIG writer) holds it, read each time the kernel asks: GPU instances made by `gpuslice mig
+/// apply` in one process are what the VFs list in the next. `None` for a GPU the file does not
+/// name (nothing changed its MIG state yet) or a file that does not read.
+fn saved_mig(dir: PathBuf) -> impl Fn(&PciAddress) -> Option<FakeMig> + Send + Sync + 'static {
+    move |pf| {
+        let saved = gpu_nvml::fake::persist::load(&dir).ok()?;
+        let g = saved.get(pf)?;
+        Some(FakeMig {
+            enabled: g.current == gpu_nvml::MigMode::Enabled,
+            instances: g
+                .instances
+                .iter()
+                .filter_map(|(_, _, slices, _, size)| {
+                    Some((u8::try_from(*slices).ok()?, u8::try_from(*size).ok()?))
+                })
+                .collect(),
+            mixed_size: g.vgpu_mode == Some(gpu_nvml::VgpuMode::Heterogeneous),
+        })
+    }
+}
+
 /// Writes the state file through the one confined writer: a temporary file created exclusively
 /// under an unpredictable name beside it, moved into place; a link or non-regular file at
 /// `sandbox.json` is refused, never written through.
@@ -584,7 +606,8 @@ pub fn open(dir: &Path) -> Result<Sandbox, SysfsError> {
     }
     // Opening settles the tree and recounts the pools (writes): one process at a time.
     let lock = lock_dir(dir).map_err(|e| err_at(&dir.join(LOCK_FILE), e))?;
-    let kernel = open_kernel(&host_dir, &state.pools, &state.host_drivers)?;
+    let kernel = open_kernel(&host_dir, &state.pools, &state.host_drivers)?
+        .with_mig_source(saved_mig(dir.to_path_buf()));
     drop(lock);
     Ok(Sandbox {
         dir: dir.to_path_buf(),

@@ -1,4 +1,4 @@
-//! `gpuslice fabric list|activate|deactivate`: the NVSwitch fabric partitions Fabric Manager
+//! `gpuslice fabric list|activate|deactivate|vgpus`: the NVSwitch fabric partitions Fabric Manager
 //! offers, activated and deactivated through the node's writer ([`gpu_node::fabric`]).
 
 use std::process::ExitCode;
@@ -17,6 +17,26 @@ pub enum FabricCommand {
     Activate(PartitionArgs),
     /// Deactivate a partition (refused while a member GPU is in use by something else).
     Deactivate(PartitionArgs),
+    /// Fabric Manager in vGPU mode: a whole-framebuffer vGPU on a VF of each of a partition's
+    /// GPUs, the partition activated with those VFs (`--remove`: the reverse).
+    Vgpus(VgpusArgs),
+}
+
+/// A partition's GPUs and the vGPU type their VFs take.
+#[derive(Args, Debug)]
+pub struct VgpusArgs {
+    /// The GPUs (names or PCI addresses): exactly one partition's members.
+    #[arg(value_name = "BDF|NAME", required = true, num_args = 1..)]
+    pub gpu: Vec<String>,
+    /// The vGPU type (time-sliced, taking the whole framebuffer: `H100XM-80C`).
+    #[arg(long, required_unless_present = "remove")]
+    pub profile: Option<String>,
+    /// Deactivate the partition and clear the VFs' types instead.
+    #[arg(long, conflicts_with = "profile")]
+    pub remove: bool,
+    /// With `--remove`: clear a VF a process (a VM) holds.
+    #[arg(long, requires = "remove")]
+    pub force: bool,
 }
 
 /// A partition by Fabric Manager's ID.
@@ -43,6 +63,19 @@ pub fn run(g: &Global, c: FabricCommand) -> anyhow::Result<ExitCode> {
             "deactivated",
             &gpu_node::fabric::deactivate(&opened, a.id)?,
         ),
+        FabricCommand::Vgpus(a) => {
+            let (set, verb) = match &a.profile {
+                Some(p) => (
+                    gpu_node::fabric::create_vgpu_set(&opened, &a.gpu, p)?,
+                    "activated",
+                ),
+                None => (
+                    gpu_node::fabric::remove_vgpu_set(&opened, &a.gpu, a.force)?,
+                    "deactivated",
+                ),
+            };
+            g.output.show(&set, || set.describe(verb))
+        }
     }
 }
 

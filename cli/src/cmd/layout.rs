@@ -125,7 +125,10 @@ pub(crate) fn run(
             ..SriovOptions::default()
         },
     };
-    let node = gpu_node::Node::of(&opened).lock_timeout(lock_timeout);
+    let nvml = gpu_node::mig::open::open_nvml(&opened.host, &gpu_health::NvmlSource::LocalOnly);
+    let node = gpu_node::Node::of(&opened)
+        .lock_timeout(lock_timeout)
+        .with_nvml(nvml.as_deref().ok());
     let verbose = g.output == Output::Table;
     let mut progress = text::Progress::new(std::io::stderr().is_terminal(), verbose);
     let result = node.apply_layout(config, &how, &mut |e| {

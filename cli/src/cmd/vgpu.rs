@@ -42,6 +42,10 @@ pub struct CreateArgs {
     /// Re-type a vendor-VFIO VF even when a process holds it open.
     #[arg(long)]
     pub force: bool,
+    /// Turn the GPU to mixed-size vGPU mode first where it is idle and NVML says it allows it
+    /// (a GPU already in that mode mixes sizes without it).
+    #[arg(long)]
+    pub mixed_sizes: bool,
 }
 
 fn mdev_uuid(a: &CreateArgs) -> anyhow::Result<MdevUuid> {
@@ -55,13 +59,15 @@ fn mdev_uuid(a: &CreateArgs) -> anyhow::Result<MdevUuid> {
 pub fn create(g: &Global, a: CreateArgs) -> anyhow::Result<ExitCode> {
     let opened = open_host(g, true)?;
     let parent: ParentId = a.parent.parse().context("invalid --parent")?;
-    // Where NVML answers, a MIG-backed type gets its GPU instance made on request.
-    let (created, made) = gpu_node::mig::vgpu::create_on_request(
+    // Where NVML answers, a MIG-backed type gets its GPU instance made on request, and sizes
+    // mix on a GPU in (or, with --mixed-sizes, turned to) mixed-size mode.
+    let (created, made) = gpu_node::mixed_door::create_on_request(
         &writer(&opened),
         &opened.host,
         &parent,
         &a.profile,
         a.force,
+        a.mixed_sizes,
         |n| resolve_gpu(&opened, n),
         |t| t.is_mdev().then(|| mdev_uuid(&a)).transpose(),
     )?;

@@ -49,6 +49,22 @@ pub struct AgentConfig {
     pub hooks: Hooks,
     /// Where the node's Fabric Manager answers (NVSwitch partitions of `POST /v1/gpus/bind`).
     pub fabric: gpu_health::fabric::FabricSource,
+    /// The node's NVML for MIG on request and mixed sizes (the local driver's, a sandbox's saved
+    /// one): a MIG-backed type asked of `POST /v1/vgpus` gets its GPU instance made first, and a
+    /// request's `mixedSizes` is checked and placed through it. `None`: no instance is made, a
+    /// type no VF lists is refused as before, every GPU keeps one vGPU size, and a request
+    /// asking for mixed sizes is refused.
+    pub mig: Option<MigNvml>,
+}
+
+/// The NVML [`AgentConfig::mig`] makes GPU instances through.
+#[derive(Clone)]
+pub struct MigNvml(pub Arc<dyn gpu_nvml::NvmlDevices>);
+
+impl std::fmt::Debug for MigNvml {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 impl AgentConfig {
@@ -63,6 +79,7 @@ impl AgentConfig {
             metrics: false,
             hooks: Hooks::default(),
             fabric: gpu_health::fabric::FabricSource::None,
+            mig: None,
         }
     }
 }
@@ -83,6 +100,9 @@ pub fn config_for_root(
     config.health = opened.health;
     config.metrics = true;
     config.fabric = gpu_health::fabric::FabricSource::of(&opened.host);
+    config.mig = gpu_node::mig::open::open_nvml(&opened.host, &req.nvml)
+        .ok()
+        .map(|n| MigNvml(Arc::from(n)));
     let host: Arc<dyn Host> = Arc::new(opened.host);
     Ok((host, config))
 }

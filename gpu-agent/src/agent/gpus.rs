@@ -99,6 +99,11 @@ pub struct SetRequest {
     /// Bind Unhealthy GPUs; release GPUs a process holds.
     #[serde(default)]
     pub force: bool,
+    /// Fabric Manager in vGPU mode: instead of binding the GPUs, give a VF of each a vGPU of
+    /// this type (time-sliced, the whole framebuffer) and activate the partition with those VFs
+    /// ([`gpu_node::fabric::create_vgpu_set`]); on release, deactivate it and clear the VFs.
+    #[serde(default)]
+    pub profile: Option<String>,
 }
 
 impl Agent {
@@ -138,6 +143,8 @@ impl Agent {
             }
         }
         let force = req.force;
+        let profile = req.profile.clone();
+        let names = req.gpus.clone();
         let me = Arc::clone(self);
         let value = self
             .write(false, move |a| {
@@ -145,13 +152,24 @@ impl Agent {
                     node: a.node(),
                     source: a.config.fabric.clone(),
                 };
-                let done = if bind {
-                    gpu_node::fabric::bind_set(on, &addrs)
-                } else {
-                    gpu_node::fabric::release_set(on, &addrs, force)
-                }
-                .map_err(|e| ApiError::new(gpu_core::ClassifiedError::kind(&e), e.to_string()))?;
-                Ok(serde_json::to_value(&done).unwrap_or_default())
+                let refused = |e: gpu_node::fabric::FabricError| {
+                    ApiError::new(gpu_core::ClassifiedError::kind(&e), e.to_string())
+                };
+                let done = match (&profile, bind) {
+                    (Some(p), true) => serde_json::to_value(
+                        gpu_node::fabric::create_vgpu_set(on, &names, p).map_err(refused)?,
+                    ),
+                    (Some(_), false) => serde_json::to_value(
+                        gpu_node::fabric::remove_vgpu_set(on, &names, force).map_err(refused)?,
+                    ),
+                    (None, true) => serde_json::to_value(
+                        gpu_node::fabric::bind_set(on, &addrs).map_err(refused)?,
+                    ),
+                    (None, false) => serde_json::to_value(
+                        gpu_node::fabric::release_set(on, &addrs, force).map_err(refused)?,
+                    ),
+                };
+                Ok(done.unwrap_or_default())
             })
             .await?;
         let kind = if bind {

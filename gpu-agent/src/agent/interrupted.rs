@@ -14,7 +14,13 @@ impl Agent {
     pub(super) fn recover_interrupted(host: &dyn Host, config: &AgentConfig) -> Option<Recovery> {
         let node = gpu_node::Node::new(host, &config.discover);
         let node = node.lock_timeout(Some(config.lock_timeout));
-        let found = match node.recover() {
+        // A fabric partition the write activated is deactivated through Fabric Manager.
+        let on = gpu_node::fabric::FabricNode {
+            node,
+            source: config.fabric.clone(),
+        };
+        Self::restore_fabric(&on);
+        let found = match gpu_node::fabric::recover(on) {
             Ok(found) => found?,
             Err(e) => {
                 crate::log!(
@@ -32,6 +38,21 @@ impl Agent {
             crate::log!("gpuslice agent: kept: {k}");
         }
         Some(found)
+    }
+
+    /// After a Fabric Manager restart, FM is told which partitions gpuslice activated
+    /// ([`gpu_node::fabric::restore_activated`]); what cannot be told is logged.
+    fn restore_fabric(on: &gpu_node::fabric::FabricNode<'_>) {
+        match gpu_node::fabric::restore_activated(on.clone()) {
+            Ok(Some(ids)) => crate::log!(
+                "gpuslice agent: told Fabric Manager the partitions gpuslice activated: {ids:?}"
+            ),
+            Ok(None) => {}
+            Err(e) => crate::log!(
+                "gpuslice agent: cannot give Fabric Manager its active partitions: {}",
+                gpu_core::error_chain(&e)
+            ),
+        }
     }
 
     /// The interrupted write found at start, and what was done about it.

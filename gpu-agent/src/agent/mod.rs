@@ -41,7 +41,8 @@ pub mod vgpus;
 pub mod writes;
 
 pub use config::{
-    AgentConfig, Hooks, MIN_TOKEN_LEN, MetricsHook, TokenError, config_for_root, parse_token,
+    AgentConfig, Hooks, MIN_TOKEN_LEN, MetricsHook, MigNvml, TokenError, config_for_root,
+    parse_token,
 };
 pub use gpus::SetRequest;
 pub use handoff::HandoffTarget;

@@ -27,6 +27,10 @@ pub struct CreateRequest {
     /// Re-type a vendor-VFIO VF even when a process holds it open.
     #[serde(default)]
     pub force: bool,
+    /// Turn the GPU to mixed-size vGPU mode first where it is idle and NVML allows it (a GPU
+    /// already in that mode mixes sizes without it).
+    #[serde(default)]
+    pub mixed_sizes: bool,
 }
 
 /// Refuses a field that could name a path outside the device it should name.

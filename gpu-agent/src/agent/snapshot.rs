@@ -60,11 +60,13 @@ pub fn compose_topology(
     host: &dyn Host,
     config: &AgentConfig,
 ) -> Result<(NodeTopology, Vec<GpuHealthReport>), ApiError> {
-    let (mut topology, reports) =
+    let (mut topology, mut reports) =
         gpu_health::node_topology_with_reports(host, &config.discover, &config.health)
             .map_err(|e| ApiError::from_health(&e))?;
-    // An NVSwitch fabric with what Fabric Manager answers (or why it cannot).
+    // An NVSwitch fabric with what Fabric Manager answers (or why it cannot), its NVLink
+    // faults graded into the GPUs' health.
     gpu_health::fabric::fabric_at(&config.fabric, host, &mut topology);
+    gpu_health::fabric::carry_to_reports(&topology, &mut reports);
     Ok((topology, reports))
 }
 

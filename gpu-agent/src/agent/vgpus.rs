@@ -85,17 +85,45 @@ impl Agent {
     ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
         let node = self.node();
         let locked = node.lock()?;
-        let target = locked.choose_target(&parent, &req.profile, uuid.as_ref(), |n| {
-            self.snapshot()
-                .topology
-                .gpu_by_name(n)
-                .map(|g| g.address)
-                .ok_or_else(|| {
-                    ApiError::not_found(format!(
-                        "{n:?} is neither an mdev parent nor a GPU of this host"
-                    ))
-                })
-        })?;
+        // MIG on request: the GPU instance of a MIG-backed type made first (gpu-node's one
+        // function, as `vgpu create`), destroyed again when the vGPU is not made.
+        let nvml = self.config.mig.as_ref().map(|m| m.0.as_ref());
+        let made = match nvml {
+            Some(n) => node
+                .instance_for_request_held(n, &parent, &req.profile, |name| self.gpu_named(name))?,
+            None => None,
+        };
+        let out = self.create_on(&locked, req, parent, uuid, owner);
+        if let (Err(_), Some(n), Some((gpu, id))) = (&out, nvml, made) {
+            node.undo_instance_held(n, &gpu, id);
+        }
+        out
+    }
+
+    fn gpu_named(&self, n: &str) -> Result<gpu_core::PciAddress, ApiError> {
+        self.snapshot()
+            .topology
+            .gpu_by_name(n)
+            .map(|g| g.address)
+            .ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "{n:?} is neither an mdev parent nor a GPU of this host"
+                ))
+            })
+    }
+
+    fn create_on(
+        &self,
+        locked: &gpu_node::Locked<'_, '_>,
+        req: &CreateRequest,
+        parent: ParentId,
+        uuid: Option<MdevUuid>,
+        owner: Owner,
+    ) -> Result<(&'static str, String, serde_json::Value), ApiError> {
+        // Mixed sizes: checked (and the mode turned on where asked) before the target is chosen.
+        let mixed = self.mixed_before(locked, req, &parent)?;
+        let target =
+            locked.choose_target(&parent, &req.profile, uuid.as_ref(), |n| self.gpu_named(n))?;
         let (device, handoff, kind) = match &target {
             Target::Mdev { type_id, .. } => {
                 let uuid = uuid.ok_or_else(|| {
@@ -125,6 +153,9 @@ impl Agent {
         let id = device.id();
         let (made, warning) = self.with_promise(device.clone(), owner, &req.profile, || {
             let made = locked.create_vgpu(&target, uuid, req.force)?;
+            if let Some(p) = &mixed {
+                locked.mixed_placed(p, &made)?;
+            }
             let actual = match &made {
                 Created::Mdev(m) => Device::Mdev {
                     uuid: m.uuid,
@@ -143,6 +174,26 @@ impl Agent {
             }
         }
         Ok((kind, id, body))
+    }
+
+    /// [`gpu_node::Locked::mixed_before`] with the agent's NVML; a request asking for mixed
+    /// sizes on an agent without NVML is refused.
+    fn mixed_before(
+        &self,
+        locked: &gpu_node::Locked<'_, '_>,
+        req: &CreateRequest,
+        parent: &ParentId,
+    ) -> Result<Option<gpu_node::mixed::PlacementPlan>, ApiError> {
+        match self.config.mig.as_ref().map(|m| m.0.as_ref()) {
+            Some(nvml) => Ok(locked.mixed_before(nvml, parent, &req.profile, req.mixed_sizes)?),
+            None if req.mixed_sizes => Err(gpu_node::NodeError::Mixed(Box::new(
+                gpu_node::mixed::MixedError::NoNvml {
+                    why: "the agent was started without it".to_owned(),
+                },
+            ))
+            .into()),
+            None => Ok(None),
+        }
     }
 
     /// `DELETE /v1/vgpus/{uuid|vf}`: removes the instance (refused while a VM holds it, unless

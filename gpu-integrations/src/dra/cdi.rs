@@ -335,6 +335,7 @@ mod tests {
             namespace: "default".to_owned(),
             uid: UID.to_owned(),
             pod_claim_name: None,
+            guest: serde_json::Map::new(),
         }
     }
 

@@ -40,6 +40,10 @@ pub struct ClaimRef {
     pub uid: String,
     /// The pod's name for it when it was made from a ResourceClaimTemplate.
     pub pod_claim_name: Option<String>,
+    /// What the VM's guest needs, as attributes every device of the claim carries (on an
+    /// NVSwitch node: `nvswitchPartition` and `guestDriver`,
+    /// [`super::partition::guest_attributes`]); empty elsewhere.
+    pub guest: serde_json::Map<String, Value>,
 }
 
 /// The request a device answers, as a pod names it: `gpu` for the `firstAvailable`
@@ -78,11 +82,13 @@ pub fn device_metadata(
         .iter()
         .filter(|d| base_request(&d.request) == request)
         .map(|d| {
+            let mut a = attributes(d);
+            a.extend(claim.guest.clone());
             json!({
                 "driver": driver,
                 "pool": d.pool,
                 "name": d.device,
-                "attributes": attributes(d),
+                "attributes": a,
             })
         })
         .collect();
@@ -156,6 +162,7 @@ mod tests {
             namespace: "default".to_owned(),
             uid: "7c4f0a52-0000-4000-8000-000000000001".to_owned(),
             pod_claim_name: template.map(str::to_owned),
+            guest: serde_json::Map::new(),
         }
     }
 

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use gpu_core::fabric::SetRefusal;
 use gpu_core::{Fabric, Gpu, NodeTopology, Partition, PciAddress};
 
 use super::model::DeviceAttribute;
@@ -68,12 +69,9 @@ pub fn claim_partition<'n>(
     gpus: &[PciAddress],
     node: &'n NodeTopology,
 ) -> Result<Option<&'n Partition>> {
-    let Some(f) = node.fabric.as_ref().filter(|f| f.requires_partitions()) else {
+    let Some(f) = node.fabric.as_ref() else {
         return Ok(None);
     };
-    if gpus.is_empty() {
-        return Ok(None);
-    }
     let names = || {
         gpus.iter()
             .map(|a| {
@@ -83,33 +81,28 @@ pub fn claim_partition<'n>(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    if !f.fabric_manager.is_reachable() {
-        if gpus.len() == 1 {
-            return Ok(None);
-        }
-        fail!(
+    match f.partition_for_set(gpus) {
+        Ok(p) => Ok(p),
+        Err(SetRefusal::Unreachable { reason }) => fail!(
             Refused, names();
             "GPUs {} sit on an NVSwitch fabric whose Fabric Manager cannot be reached ({}): they \
              could not talk over NVLink; nothing was changed",
             names(),
-            f.fabric_manager.reason.as_deref().unwrap_or("no reason given")
-        );
-    }
-    match f.exact(gpus) {
-        Some(p) if p.is_healthy() => Ok(Some(p)),
-        Some(p) => fail!(
+            reason
+        ),
+        Err(r @ SetRefusal::Degraded { partition, .. }) => fail!(
             Refused, names();
             "{} is degraded ({}); would do: {}; nothing was changed",
-            p.describe(),
-            p.degraded.as_deref().unwrap_or(""),
-            Fabric::describe_all(f.would_do(gpus))
+            partition.describe(),
+            partition.degraded.as_deref().unwrap_or(""),
+            r.would_do()
         ),
-        None => fail!(
+        Err(r @ SetRefusal::NotAPartition { .. }) => fail!(
             Refused, names();
             "GPUs {} are no NVSwitch partition of this node (a VM's GPUs talk over NVLink only \
              as one activated partition); would do: {}; nothing was changed",
             names(),
-            Fabric::describe_all(f.would_do(gpus))
+            r.would_do()
         ),
     }
 }
@@ -119,18 +112,37 @@ pub const PARTITION_ANNOTATION: &str = "gpuslice.dev/nvswitch-partition";
 /// The annotation saying which NVIDIA driver the guest must run.
 pub const GUEST_DRIVER_ANNOTATION: &str = "gpuslice.dev/guest-driver";
 
-/// What a VM's guest needs when `allocation`'s whole GPUs sit on an NVSwitch fabric that
-/// activates partitions: the partition they are, and that the guest's NVIDIA driver must be the
-/// version of the host's Fabric Manager (operators report `cuInit` error 802 otherwise, as for
-/// GPUs without an active partition). Empty elsewhere.
+/// The attribute of a prepared claim's devices naming their NVSwitch partition (KubeVirt
+/// device metadata).
+pub const PARTITION_ATTRIBUTE: &str = "nvswitchPartition";
+/// The attribute of a prepared claim's devices saying which NVIDIA driver the guest must run.
+pub const GUEST_DRIVER_ATTRIBUTE: &str = "guestDriver";
+
+/// What a VM's guest needs when its whole GPUs `gpus` sit on an NVSwitch fabric that activates
+/// partitions: the partition they are (when they are one), and the NVIDIA driver the guest must
+/// run (the version of the host's Fabric Manager; operators report `cuInit` error 802
+/// otherwise). `None` elsewhere.
+fn guest_needs(node: &NodeTopology, gpus: &[PciAddress]) -> Option<(Option<u32>, String)> {
+    let f = node.fabric.as_ref().filter(|f| f.requires_partitions())?;
+    if gpus.is_empty() {
+        return None;
+    }
+    let version = f.fabric_manager.version.as_deref().map_or_else(
+        || "the version of the host's Fabric Manager (not known here: `nv-fabricmanager --version` on the host)".to_owned(),
+        |v| format!("{v}, the version of the host's Fabric Manager"),
+    );
+    Some((
+        f.exact(gpus).map(|p| p.id),
+        format!("NVIDIA driver {version}; without it CUDA fails in the guest (cuInit error 802)"),
+    ))
+}
+
+/// [`guest_needs`] as `export vm` annotates a VirtualMachine: [`PARTITION_ANNOTATION`] and
+/// [`GUEST_DRIVER_ANNOTATION`] for `allocation`'s whole GPUs. Empty elsewhere.
 pub fn guest_annotations(
     node: &NodeTopology,
     allocation: &gpu_core::Allocation,
 ) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let Some(f) = node.fabric.as_ref().filter(|f| f.requires_partitions()) else {
-        return out;
-    };
     let gpus: Vec<PciAddress> = allocation
         .devices
         .iter()
@@ -139,19 +151,35 @@ pub fn guest_annotations(
             gpu_core::AllocatedDevice::Vgpu { .. } => None,
         })
         .collect();
-    if gpus.is_empty() {
-        return out;
+    let mut out = BTreeMap::new();
+    if let Some((partition, driver)) = guest_needs(node, &gpus) {
+        if let Some(id) = partition {
+            out.insert(PARTITION_ANNOTATION.to_owned(), id.to_string());
+        }
+        out.insert(GUEST_DRIVER_ANNOTATION.to_owned(), driver);
     }
-    if let Some(p) = f.exact(&gpus) {
-        out.insert(PARTITION_ANNOTATION.to_owned(), p.id.to_string());
+    out
+}
+
+/// [`guest_needs`] as the KubeVirt device metadata of a prepared claim carries it, on each
+/// device ([`PARTITION_ATTRIBUTE`] an int, [`GUEST_DRIVER_ATTRIBUTE`] a string, in the
+/// ResourceSlice form). Empty elsewhere.
+pub fn guest_attributes(
+    node: &NodeTopology,
+    gpus: &[PciAddress],
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    if let Some((partition, driver)) = guest_needs(node, gpus) {
+        if let Some(id) = partition {
+            out.insert(
+                PARTITION_ATTRIBUTE.to_owned(),
+                serde_json::json!({ "int": id }),
+            );
+        }
+        out.insert(
+            GUEST_DRIVER_ATTRIBUTE.to_owned(),
+            serde_json::json!({ "string": driver }),
+        );
     }
-    let version = f.fabric_manager.version.as_deref().map_or_else(
-        || "the version of the host's Fabric Manager (not known here: `nv-fabricmanager --version` on the host)".to_owned(),
-        |v| format!("{v}, the version of the host's Fabric Manager"),
-    );
-    out.insert(
-        GUEST_DRIVER_ANNOTATION.to_owned(),
-        format!("NVIDIA driver {version}; without it CUDA fails in the guest (cuInit error 802)"),
-    );
     out
 }

@@ -129,6 +129,7 @@ pub fn check_claim(doc: &Value, id: &ClaimId, driver: &str) -> Result<Checked, D
             namespace: id.namespace.clone(),
             uid: id.uid.clone(),
             pod_claim_name,
+            guest: serde_json::Map::new(),
         }),
     })
 }

@@ -226,14 +226,43 @@ pub fn prepare_checked_with_fabric(
         uid: checked.claim.uid.clone(),
         source: Box::new(source),
     };
-    let gpus = if setup.dry_run {
+    let actions = if setup.dry_run {
         vec![]
     } else {
-        planned_gpus(node.topology, checked, setup.driver)
+        planned_actions(node.topology, checked, setup.driver)
     };
+    let gpus = bound_gpus(&actions);
+    // Fabric Manager in vGPU mode: vGPUs on several GPUs are checked against NVIDIA's NVLink
+    // rules before any write, and their partition activated with their VFs after.
+    let with_vfs =
+        crate::fabric::vgpu_claim_partition(node.topology, &actions).map_err(fabric_err)?;
     let activated = crate::fabric::activate_for_claim(fabric, node.host, node.topology, &gpus)
         .map_err(fabric_err)?;
-    let answer = prepare_checked(node, checked, setup);
+    // The guest's needs on an NVSwitch node go into the KubeVirt device metadata.
+    let guest = gpu_integrations::dra::partition::guest_attributes(node.topology, &gpus);
+    let answer = if guest.is_empty() {
+        prepare_checked(node, checked, setup)
+    } else {
+        let mut checked = checked.clone();
+        if let Some(r) = checked.reference.as_mut() {
+            r.guest = guest;
+        }
+        prepare_checked(node, &checked, setup)
+    };
+    if let (Ok(_), Some((id, vfs))) = (&answer, &with_vfs) {
+        let done =
+            crate::fabric::activate_vfs_for_claim(fabric, node.host, node.topology, *id, vfs);
+        if let Err(e) = done {
+            let _ = unprepare_claim(
+                node.host,
+                node.recording,
+                setup.store,
+                &checked.claim.uid,
+                false,
+            );
+            return Err(fabric_err(e));
+        }
+    }
     if answer.is_err() && activated.is_some() {
         let mut after = node.topology.clone();
         gpu_health::fabric::fabric_at(fabric, node.host, &mut after);
@@ -261,7 +290,11 @@ pub fn unprepare_with_fabric(
         .read(uid)
         .ok()
         .flatten()
-        .map(|rec| bound_gpus(&rec.actions))
+        .map(|rec| {
+            let mut gpus = bound_gpus(&rec.actions);
+            gpus.extend(crate::fabric::claim_vf_gpus(topology, &rec.actions));
+            gpus
+        })
         .unwrap_or_default();
     let done = unprepare(host, recording, uid, force, setup)?;
     crate::fabric::deactivate_for_claim(fabric, host, topology, &gpus).map_err(|source| {
@@ -273,20 +306,19 @@ pub fn unprepare_with_fabric(
     Ok(done)
 }
 
-/// The whole GPUs a planned claim binds (none where it cannot be planned: the prepare itself
-/// then answers why).
-fn planned_gpus(
+/// What a claim's prepare plans (nothing where it cannot be planned: the prepare itself then
+/// answers why).
+fn planned_actions(
     topology: &gpu_core::NodeTopology,
     checked: &Checked,
     driver: &str,
-) -> Vec<gpu_core::PciAddress> {
+) -> Vec<gpu_integrations::dra::prepare::PrepareAction> {
     gpu_integrations::dra::prepare::plan_prepare(
         &checked.claim.allocation,
         &checked.claim.uid,
         driver,
         topology,
     )
-    .map(|actions| bound_gpus(&actions))
     .unwrap_or_default()
 }
 

@@ -219,7 +219,8 @@ impl Mig<'_, '_> {
                     for n in &p.create {
                         let taken = occupancy(&board::instances(self.nvml, &p.gpu)?);
                         let (id, at) = self.place(&p.gpu, &board, n, taken)?;
-                        let made = self.make(&p.gpu, &board, id, at, "mig apply")?;
+                        let made =
+                            self.make(&p.gpu, &board, id, at, super::owned::MADE_BY_MIG_APPLY)?;
                         change.created.push(made);
                     }
                 }

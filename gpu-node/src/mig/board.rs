@@ -6,6 +6,7 @@
 use gpu_core::PciAddress;
 use gpu_core::mig::MigGeometry;
 use gpu_core::mig::choose::Span;
+use gpu_core::nvidia::VgpuTypeName;
 use gpu_nvml::{GpuInstance, MigMode, NvmlDevices, NvmlErrorKind};
 use gpu_sysfs::Host;
 use serde::Serialize;
@@ -214,4 +215,18 @@ pub struct ProfileView {
     pub memory_mib: u64,
     /// The legal starts still free.
     pub placements: Vec<u32>,
+}
+
+/// The profile of `board` a vGPU type named `type_name` runs on: `None` for a time-sliced type
+/// or a name that is not NVIDIA's. The profile of the type's slices whose memory is nearest
+/// the type's framebuffer.
+pub fn profile_of_type<'b>(board: &'b Board, type_name: &str) -> Option<&'b BoardProfile> {
+    let t = VgpuTypeName::parse(type_name).ok()?;
+    let slices = u32::from(t.mig_slices?);
+    let fb = t.framebuffer_mib();
+    board
+        .profiles
+        .iter()
+        .filter(|p| p.compute_slices == slices)
+        .min_by_key(|p| p.memory_mib.abs_diff(fb))
 }

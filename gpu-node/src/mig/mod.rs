@@ -14,6 +14,7 @@
 pub mod apply;
 pub mod board;
 mod error;
+pub mod layout;
 pub mod open;
 pub mod owned;
 #[cfg(feature = "sandbox")]
@@ -400,27 +401,46 @@ impl<'n, 'h> Mig<'n, 'h> {
         profile: &str,
         made_for: &str,
     ) -> Result<InstanceView, MigError> {
-        let check = || -> Result<(Board, u32, Placement), MigError> {
-            let modes = self.modes(gpu)?;
-            if modes.is_pending() {
-                return Err(MigError::PendingReset {
-                    gpu: *gpu,
-                    pending: modes.describe_pending(),
-                });
-            }
-            if modes.current != MigMode::Enabled {
-                return Err(MigError::MigOff { gpu: *gpu });
-            }
-            let board = board::read(self.host(), self.nvml, gpu, MigMode::Enabled)?;
-            let taken = occupancy(&board::instances(self.nvml, gpu)?);
-            let (id, at) = self.place(gpu, &board, profile, taken)?;
-            Ok((board, id, at))
-        };
-        check()?;
+        self.check_create(gpu, profile)?;
         self.locked(format!("create a {profile} GPU instance on {gpu}"), || {
-            let (board, id, at) = check()?;
-            self.make(gpu, &board, id, at, made_for)
+            self.create_held(gpu, profile, made_for)
         })
+    }
+
+    /// [`Mig::create`] for a caller that holds the host-wide lock already (the agent, a DRA
+    /// prepare): checked again and made, with no lock of its own.
+    ///
+    /// # Errors
+    /// As [`Mig::create`].
+    pub fn create_held(
+        &self,
+        gpu: &PciAddress,
+        profile: &str,
+        made_for: &str,
+    ) -> Result<InstanceView, MigError> {
+        let (board, id, at) = self.check_create(gpu, profile)?;
+        self.make(gpu, &board, id, at, made_for)
+    }
+
+    fn check_create(
+        &self,
+        gpu: &PciAddress,
+        profile: &str,
+    ) -> Result<(Board, u32, Placement), MigError> {
+        let modes = self.modes(gpu)?;
+        if modes.is_pending() {
+            return Err(MigError::PendingReset {
+                gpu: *gpu,
+                pending: modes.describe_pending(),
+            });
+        }
+        if modes.current != MigMode::Enabled {
+            return Err(MigError::MigOff { gpu: *gpu });
+        }
+        let board = board::read(self.host(), self.nvml, gpu, MigMode::Enabled)?;
+        let taken = occupancy(&board::instances(self.nvml, gpu)?);
+        let (id, at) = self.place(gpu, &board, profile, taken)?;
+        Ok((board, id, at))
     }
 
     fn make(

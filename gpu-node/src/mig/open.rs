@@ -17,7 +17,7 @@ pub fn open_nvml(
     source: &NvmlSource,
 ) -> Result<Box<dyn NvmlDevices>, MigError> {
     if let Some(dir) = opened.sandbox_dir() {
-        return sandbox_nvml(opened.host(), dir);
+        return sandbox_nvml(opened, dir);
     }
     let library = match source {
         NvmlSource::Off => {
@@ -43,11 +43,11 @@ pub fn open_nvml(
 
 #[cfg(feature = "sandbox")]
 fn sandbox_nvml(
-    host: &dyn gpu_sysfs::Host,
+    opened: &OpenedRoot,
     dir: &std::path::Path,
 ) -> Result<Box<dyn NvmlDevices>, MigError> {
-    let fake = super::sandbox::fake_of(host);
-    gpu_nvml::fake::persist::SavedNvml::open(dir, fake)
+    super::sandbox::fake_of(opened)
+        .saved_in(dir)
         .map(|n| Box::new(n) as Box<dyn NvmlDevices>)
         .map_err(|e| MigError::NoNvml {
             why: format!("the sandbox's {}: {e}", gpu_nvml::fake::persist::NVML_FILE),
@@ -56,7 +56,7 @@ fn sandbox_nvml(
 
 #[cfg(not(feature = "sandbox"))]
 fn sandbox_nvml(
-    _host: &dyn gpu_sysfs::Host,
+    _opened: &OpenedRoot,
     _dir: &std::path::Path,
 ) -> Result<Box<dyn NvmlDevices>, MigError> {
     Err(MigError::NoNvml {

@@ -64,3 +64,14 @@ pub fn write(host: &dyn Host, owned: &[OwnedInstance]) -> std::io::Result<()> {
 pub fn made_by_us(owned: &[OwnedInstance], gpu: &PciAddress, gi: &GpuInstance) -> bool {
     owned.iter().any(|o| o.is(gpu, gi))
 }
+
+/// What `mig apply` records as the reason it made an instance.
+pub const MADE_BY_MIG_APPLY: &str = "mig apply";
+
+/// Whether gpuslice made `gi` on `gpu` for vGPUs (`vgpu create`, a layout), not by `mig
+/// apply`: only those go with the vGPUs.
+pub fn made_for_vgpus(owned: &[OwnedInstance], gpu: &PciAddress, gi: &GpuInstance) -> bool {
+    owned
+        .iter()
+        .any(|o| o.is(gpu, gi) && o.made_for != MADE_BY_MIG_APPLY)
+}

@@ -1,17 +1,22 @@
 //! The fake NVML of a sandbox host's tree: every NVIDIA GPU whose MIG geometry gpu-core knows
 //! (by PCI device ID) is MIG-capable, MIG mode on where its VFs offer or hold MIG-backed vGPU
-//! types (what the driver lists only in MIG mode), else off, with no GPU instances; the saved
-//! state (`nvml.json`) then puts back what commands changed since.
+//! types (what the driver lists only in MIG mode), else off, with no GPU instances; every other
+//! NVIDIA GPU whose vendor-VFIO pool offers time-sliced types (the bundled L40S) supports
+//! mixed-size vGPUs, starting in same-size mode, its types placed on the fake kernel's lattice
+//! (`FakeKernel::mixed_placements`: an **assumption**, NVIDIA publishes no placement table,
+//! docs/partitions.md); the saved state (`nvml.json`) then puts back what commands changed
+//! since (MIG modes, GPU instances, the size mode).
 
 use gpu_core::PciAddress;
 use gpu_core::mig::MigGeometry;
 use gpu_core::nvidia::VgpuTypeName;
-use gpu_nvml::MigMode;
-use gpu_nvml::fake::{FakeGpu, FakeNvml};
-use gpu_sysfs::Host;
+use gpu_nvml::fake::{FakeGpu, FakeNvml, FakeVgpuType};
+use gpu_nvml::{MigMode, VgpuMode};
+use gpu_sysfs::{Host, OpenedRoot};
 
-/// The fake NVML of `host`'s tree.
-pub fn fake_of(host: &dyn Host) -> FakeNvml {
+/// The fake NVML of the sandbox `opened`'s tree.
+pub fn fake_of(opened: &OpenedRoot) -> FakeNvml {
+    let host = opened.host();
     let mut fake = FakeNvml::new();
     for d in host.list("sys/bus/pci/devices").unwrap_or_default() {
         let Ok(addr) = d.parse::<PciAddress>() else {
@@ -28,6 +33,9 @@ pub fn fake_of(host: &dyn Host) -> FakeNvml {
             continue;
         }
         let Some(g) = read("device").and_then(MigGeometry::for_device) else {
+            if let Some(gpu) = mixed_size_gpu(opened, &addr) {
+                fake = fake.with_gpu(addr, gpu);
+            }
             continue;
         };
         let mode = if offers_mig_types(host, &addr) {
@@ -38,6 +46,25 @@ pub fn fake_of(host: &dyn Host) -> FakeNvml {
         fake = fake.with_gpu(addr, FakeGpu::mig(g).with_mig_mode(mode));
     }
     fake
+}
+
+/// A GPU without MIG whose sandbox pool offers time-sliced types: mixed-size capable, in
+/// same-size mode, each type at the kernel's placements (its memory: the largest type's).
+fn mixed_size_gpu(opened: &OpenedRoot, pf: &PciAddress) -> Option<FakeGpu> {
+    let placements = opened.sandbox()?.kernel().mixed_placements(pf);
+    let types: Vec<FakeVgpuType> = placements
+        .iter()
+        .filter_map(|(id, name, size, ids)| {
+            let fb = VgpuTypeName::parse(name).ok()?.framebuffer_mib();
+            Some(FakeVgpuType::new(*id, name, fb, *size, ids))
+        })
+        .collect();
+    let memory = types.iter().filter_map(|t| t.info.framebuffer_mib).max()?;
+    Some(
+        FakeGpu::new(memory)
+            .with_vgpu_types(types)
+            .mixed_size(VgpuMode::Homogeneous),
+    )
 }
 
 fn offers_mig_types(host: &dyn Host, pf: &PciAddress) -> bool {
@@ -64,7 +91,8 @@ pub fn reset(opened: &gpu_sysfs::OpenedRoot, gpu: &PciAddress) -> Result<(), sup
             why: "not a sandbox".to_owned(),
         });
     };
-    let nvml = gpu_nvml::fake::persist::SavedNvml::open(dir, fake_of(opened.host()))
+    let nvml = fake_of(opened)
+        .saved_in(dir)
         .map_err(|e| super::MigError::NoNvml { why: e.to_string() })?;
     nvml.reset(gpu).map_err(super::MigError::nvml(*gpu))
 }

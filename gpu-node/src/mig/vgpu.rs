@@ -11,29 +11,21 @@ use gpu_core::{MdevUuid, ParentId, PciAddress};
 use gpu_nvml::MigMode;
 use gpu_sysfs::actuate::Created;
 
-use super::board::{Board, BoardProfile};
+use super::board::Board;
 use super::{InstanceView, Mig, MigError, board, owned};
 use crate::node::{Removed, VgpuId};
 use crate::{Node, NodeError, Target};
 
-/// The profile of `board` a vGPU type named `type_name` runs on: `None` for a time-sliced type
-/// or a name that is not NVIDIA's. The profile of the type's slices whose memory is nearest
-/// the type's framebuffer.
-pub fn profile_of_type<'b>(board: &'b Board, type_name: &str) -> Option<&'b BoardProfile> {
-    let t = VgpuTypeName::parse(type_name).ok()?;
-    let slices = u32::from(t.mig_slices?);
-    let fb = t.framebuffer_mib();
-    board
-        .profiles
-        .iter()
-        .filter(|p| p.compute_slices == slices)
-        .min_by_key(|p| p.memory_mib.abs_diff(fb))
-}
+pub use super::board::profile_of_type;
 
 impl Mig<'_, '_> {
     /// How many MIG-backed vGPUs of each profile the VFs of `gpu` hold (from discovery: each
     /// VF's type, by name).
-    fn held(&self, gpu: &PciAddress, board: &Board) -> Result<BTreeMap<String, usize>, MigError> {
+    pub(super) fn held(
+        &self,
+        gpu: &PciAddress,
+        board: &Board,
+    ) -> Result<BTreeMap<String, usize>, MigError> {
         let topo = gpu_sysfs::discover::discover(self.host(), self.node.discover)
             .map_err(MigError::Discover)?;
         let mut held: BTreeMap<String, usize> = BTreeMap::new();
@@ -64,6 +56,28 @@ impl Mig<'_, '_> {
         &self,
         gpu: &PciAddress,
         type_name: &str,
+    ) -> Result<Option<InstanceView>, MigError> {
+        self.before_vgpu_as(gpu, type_name, false)
+    }
+
+    /// [`Mig::before_vgpu`] for a caller that holds the host-wide lock already (the agent's
+    /// `POST /v1/vgpus`, a DRA prepare).
+    ///
+    /// # Errors
+    /// As [`Mig::before_vgpu`].
+    pub fn before_vgpu_held(
+        &self,
+        gpu: &PciAddress,
+        type_name: &str,
+    ) -> Result<Option<InstanceView>, MigError> {
+        self.before_vgpu_as(gpu, type_name, true)
+    }
+
+    fn before_vgpu_as(
+        &self,
+        gpu: &PciAddress,
+        type_name: &str,
+        held: bool,
     ) -> Result<Option<InstanceView>, MigError> {
         let modes = match self.nvml.mig_mode(gpu) {
             Ok(m) => m,
@@ -115,8 +129,12 @@ impl Mig<'_, '_> {
                     return Ok(None);
                 }
                 let name = p.name.clone();
-                self.create(gpu, &name, &format!("a {type_name} vGPU"))
-                    .map(Some)
+                let made_for = format!("a {type_name} vGPU");
+                if held {
+                    self.create_held(gpu, &name, &made_for).map(Some)
+                } else {
+                    self.create(gpu, &name, &made_for).map(Some)
+                }
             }
         }
     }
@@ -150,7 +168,7 @@ impl Mig<'_, '_> {
         let Some(gi) = of_profile
             .iter()
             .rev()
-            .find(|gi| owned::made_by_us(&mine, gpu, gi))
+            .find(|gi| owned::made_for_vgpus(&mine, gpu, gi))
         else {
             return Ok(None);
         };
@@ -242,8 +260,8 @@ impl Node<'_> {
 }
 
 /// [`Node::create_vgpu_with_mig`] where the root has an NVML ([`super::open::open_nvml`]: the
-/// local driver's, a sandbox's saved one), else [`Node::create_vgpu`]: the one door `gpuslice
-/// vgpu create` uses.
+/// local driver's, a sandbox's saved one), else [`Node::create_vgpu`]: through the one door
+/// [`crate::mixed_door::create_on_request`], without asking for mixed sizes.
 ///
 /// # Errors
 /// As those two.
@@ -256,16 +274,8 @@ pub fn create_on_request<E: From<NodeError> + From<MigError>>(
     gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
     name: impl Fn(&Target) -> Result<Option<MdevUuid>, E>,
 ) -> Result<(Created, Option<InstanceView>), E> {
-    match super::open::open_nvml(root, &gpu_health::NvmlSource::LocalOnly) {
-        Ok(nvml) => {
-            let mig = node.mig(nvml.as_ref());
-            node.create_vgpu_with_mig(&mig, parent, profile, force, gpu_named, name)
-        }
-        Err(_) => Ok((
-            node.create_vgpu(parent, profile, force, gpu_named, name)?,
-            None,
-        )),
-    }
+    // The one door (mixed sizes only where the GPU is already in that mode).
+    crate::mixed_door::create_on_request(node, root, parent, profile, force, false, gpu_named, name)
 }
 
 /// [`Node::remove_vgpu_with_mig`] where the root has an NVML, else [`Node::remove_vgpu`].
@@ -281,5 +291,34 @@ pub fn remove_on_request(
     match super::open::open_nvml(root, &gpu_health::NvmlSource::LocalOnly) {
         Ok(nvml) => node.remove_vgpu_with_mig(&node.mig(nvml.as_ref()), id, force),
         Err(_) => Ok((node.remove_vgpu(id, force)?, None)),
+    }
+}
+
+impl Node<'_> {
+    /// MIG on request for a door that holds the host-wide lock already (the agent's `POST
+    /// /v1/vgpus`): [`Mig::before_vgpu_held`] on the GPU of `parent`, through `nvml`. The GPU
+    /// instance made, if one was (to undo with [`Node::undo_instance_held`] when the vGPU is
+    /// not made).
+    ///
+    /// # Errors
+    /// What [`Mig::before_vgpu_held`] answers; `gpu_named`'s error for a name it does not know.
+    pub fn instance_for_request_held<E: From<MigError>>(
+        &self,
+        nvml: &dyn gpu_nvml::NvmlDevices,
+        parent: &ParentId,
+        profile: &str,
+        gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
+    ) -> Result<Option<(PciAddress, u32)>, E> {
+        let gpu = gpu_of(self, parent, &gpu_named)?;
+        Ok(self
+            .mig(nvml)
+            .before_vgpu_held(&gpu, profile)?
+            .map(|gi| (gpu, gi.id)))
+    }
+
+    /// Destroys GPU instance `id` of `gpu` made by [`Node::instance_for_request_held`] for a
+    /// vGPU that was not made (the lock still held). Best effort: one a vGPU took stays.
+    pub fn undo_instance_held(&self, nvml: &dyn gpu_nvml::NvmlDevices, gpu: &PciAddress, id: u32) {
+        let _ = self.mig(nvml).unmake(gpu, id);
     }
 }

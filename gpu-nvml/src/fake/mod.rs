@@ -40,6 +40,8 @@ struct State {
 pub struct FakeNvml {
     state: Mutex<State>,
     driver_version: Option<String>,
+    /// The file the MIG state is kept in between processes ([`FakeNvml::saved_in`]).
+    saved_at: Option<std::path::PathBuf>,
 }
 
 impl FakeNvml {
@@ -48,6 +50,7 @@ impl FakeNvml {
         FakeNvml {
             state: Mutex::default(),
             driver_version: Some("570.124.03".to_owned()),
+            saved_at: None,
         }
     }
 
@@ -76,8 +79,8 @@ impl FakeNvml {
         self.lock().writes.clone()
     }
 
-    /// Runs `f` on the GPU at `gpu` for `call`: an injected failure, an unknown address
-    /// (`NOT_FOUND`) and a lost GPU (`GPU_IS_LOST`) answer before it.
+    /// Runs `f` on the GPU at `gpu` for `call` ([`answer`]). A fake kept in a file
+    /// ([`FakeNvml::saved_in`]) reads it first and writes it back when the MIG state changed.
     fn on<T>(
         &self,
         call: &'static str,
@@ -85,18 +88,34 @@ impl FakeNvml {
         f: impl FnOnce(&mut FakeGpu) -> Result<T, NvmlErrorKind>,
     ) -> Result<T, NvmlError> {
         let mut state = self.lock();
-        if let Some(kind) = state.failing.get(call) {
-            return Err(NvmlError::new(call, kind.clone()));
-        }
-        let Some(g) = state.gpus.get_mut(gpu) else {
-            return Err(NvmlError::new(LOOKUP, NvmlErrorKind::NotFound));
-        };
-        if g.lost {
-            return Err(NvmlError::new(LOOKUP, NvmlErrorKind::GpuLost));
-        }
-        f(g).map_err(|kind| NvmlError::new(call, kind))
+        let before = persist::load_into(self.saved_at.as_deref(), &mut state)?;
+        let out = answer(&mut state, call, gpu, f);
+        persist::save_if_changed(self.saved_at.as_deref(), &state, before.as_ref())?;
+        out
     }
+}
 
+/// One NVML answer on `state`: an injected failure, an unknown address (`NOT_FOUND`) and a
+/// lost GPU (`GPU_IS_LOST`) before `f`.
+fn answer<T>(
+    state: &mut State,
+    call: &'static str,
+    gpu: &PciAddress,
+    f: impl FnOnce(&mut FakeGpu) -> Result<T, NvmlErrorKind>,
+) -> Result<T, NvmlError> {
+    if let Some(kind) = state.failing.get(call) {
+        return Err(NvmlError::new(call, kind.clone()));
+    }
+    let Some(g) = state.gpus.get_mut(gpu) else {
+        return Err(NvmlError::new(LOOKUP, NvmlErrorKind::NotFound));
+    };
+    if g.lost {
+        return Err(NvmlError::new(LOOKUP, NvmlErrorKind::GpuLost));
+    }
+    f(g).map_err(|kind| NvmlError::new(call, kind))
+}
+
+impl FakeNvml {
     fn wrote(&self, what: String) {
         self.lock().writes.push(what);
     }

@@ -34,6 +34,10 @@ pub struct VfTypeSet {
     pub changed: bool,
     /// How to hand the VF to a VM.
     pub handoff: Handoff,
+    /// The placement the VF reports after the write on a GPU in mixed-size mode
+    /// ([`placement_id`]), read back; none where it reports none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_id: Option<u32>,
 }
 
 /// The outcome of [`clear_vf`].
@@ -186,6 +190,7 @@ pub fn set_vf_type(
             previous,
             changed: false,
             handoff: Handoff::pci_on(host, vf),
+            placement_id: placement_id(host, vf),
         });
     }
     if current != 0 {
@@ -235,6 +240,7 @@ pub fn set_vf_type(
         previous,
         changed: true,
         handoff: Handoff::pci_on(host, vf),
+        placement_id: placement_id(host, vf),
     })
 }
 

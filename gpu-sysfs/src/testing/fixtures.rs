@@ -6,6 +6,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use gpu_core::PciAddress;
+
 use super::builder::PciSpec;
 use super::builder::{Tree, TreeBuilder};
 use crate::umockdev::{self, Recording};
@@ -203,6 +205,32 @@ pub fn h200_mig_host(busy: &[(u32, u32)], listed: &[u32]) -> io::Result<Tree> {
         };
     }
     b.finish()
+}
+
+/// The fake kernel of one H200 of [`h200_mig_host`] (every free VF listing what fits) whose
+/// driver's MIG state is what `nvml` answers, asked each time a list is read or a type set: for
+/// tests of MIG on request through the fake NVML and the fake kernel together.
+///
+/// # Errors
+/// The tree that cannot be written.
+pub fn h200_mig_kernel(
+    busy: &[(u32, u32)],
+    nvml: std::sync::Arc<gpu_nvml::fake::FakeNvml>,
+) -> io::Result<super::FakeKernel> {
+    let all: Vec<u32> = H200_TYPES.iter().map(|(id, _)| *id).collect();
+    let pf: PciAddress = h200_pf(0)
+        .parse()
+        .map_err(|_| io::Error::other("H200 address"))?;
+    Ok(super::FakeKernel::new(h200_mig_host(busy, &all)?)?
+        .with_pool(super::FakePool::VendorVfio {
+            pf,
+            framebuffer_mib: 141 * 1024,
+            types: H200_TYPES
+                .iter()
+                .map(|(i, s)| (*i, (*s).to_owned()))
+                .collect(),
+        })
+        .with_mig_source(move |gpu| super::FakeMig::of(nvml.as_ref(), gpu)))
 }
 
 /// Lays the 8-GPU H200 SXM host (vendor-specific VFIO, 16 VFs per GPU) into `b`. `busy` says

@@ -18,6 +18,8 @@ pub mod mig_nvml;
 pub use builder::{MdevTypeSpec, PciSpec, TreeBuilder};
 #[cfg(feature = "testing")]
 pub use counting::CountingHost;
-pub use fake_kernel::{Entry, FakeKernel, FakePool, Reloaded, SriovManage, WriteRecord, snapshot};
+pub use fake_kernel::{
+    Entry, FakeKernel, FakeMig, FakePool, Reloaded, SriovManage, WriteRecord, snapshot,
+};
 #[cfg(feature = "testing")]
 pub use golden::assert_golden;

@@ -39,6 +39,23 @@ pub fn wanted_types(
     config: &LayoutConfig,
     topology: &NodeTopology,
 ) -> Result<BTreeMap<PciAddress, Vec<String>>, LayoutError> {
+    Ok(wanted_counts(config, topology)?
+        .into_iter()
+        .map(|(gpu, v)| (gpu, v.into_iter().map(|(n, _)| n).collect()))
+        .collect())
+}
+
+/// [`wanted_types`] with how many vGPUs of each type a GPU holds once the layout is applied
+/// (a pinned VF counts one): what the GPU instances of MIG-backed types are derived from
+/// before the types can be resolved (a GPU in MIG mode lists a MIG-backed type only once an
+/// instance for it exists).
+///
+/// # Errors
+/// As [`wanted_types`].
+pub fn wanted_counts(
+    config: &LayoutConfig,
+    topology: &NodeTopology,
+) -> Result<BTreeMap<PciAddress, Vec<(String, u32)>>, LayoutError> {
     let mut warnings = Vec::new();
     let selected = select(
         config,
@@ -47,23 +64,25 @@ pub fn wanted_types(
         &TypeNames::new(),
         &mut warnings,
     )?;
-    let mut out: BTreeMap<PciAddress, Vec<String>> = BTreeMap::new();
+    let mut out: BTreeMap<PciAddress, Vec<(String, u32)>> = BTreeMap::new();
     for s in selected {
         let Subject::Gpu(gpu) = s.subject else {
             continue;
         };
         let names = out.entry(gpu.address).or_default();
-        let mut add = |n: String| {
-            if !names.iter().any(|have| names_match(have, &n)) {
-                names.push(n);
-            }
+        let mut add = |n: String, count: u32| match names
+            .iter_mut()
+            .find(|(have, _)| names_match(have, &n))
+        {
+            Some((_, c)) => *c += count,
+            None => names.push((n, count)),
         };
         match s.target {
-            Target::Counts(types) => types.into_iter().for_each(|t| add(t.name)),
+            Target::Counts(types) => types.into_iter().for_each(|t| add(t.name, t.count)),
             Target::Pins(pins) => {
                 for (_, t) in pins {
                     match t {
-                        Some(TypeRef::Name(n)) => add(n),
+                        Some(TypeRef::Name(n)) => add(n, 1),
                         Some(TypeRef::Id(id)) => {
                             let named = topology
                                 .mediated_devices
@@ -74,7 +93,7 @@ pub fn wanted_types(
                                 .find(|p| p.id.as_str() == id)
                                 .map(|p| p.name.clone());
                             if let Some(n) = named {
-                                add(n);
+                                add(n, 1);
                             }
                         }
                         None => {}

@@ -55,6 +55,7 @@ use crate::host::{CommandOutput, Host, RealHost};
 mod mdev;
 mod parse;
 mod pci;
+mod placement;
 mod presets;
 mod reload;
 mod sriov;
@@ -69,6 +70,7 @@ pub use presets::{
     sample_pools,
 };
 pub use reload::Reloaded;
+pub use vendor::FakeMig;
 
 /// Where NVIDIA installs `sriov-manage`.
 const SRIOV_MANAGE: &str = "/usr/lib/nvidia/sriov-manage";
@@ -190,6 +192,8 @@ struct State {
     writes: Vec<WriteRecord>,
     /// GPUs whose driver is in mixed-size vGPU mode (turned on through NVML on a real host).
     mixed_size: BTreeSet<PciAddress>,
+    /// Where the driver's MIG state is read (`with_mig_source`).
+    mig: Option<vendor::MigSource>,
     fail_at: Option<(usize, i32)>,
     /// Every write from this one on fails (counting from 1), with this errno.
     fail_from: Option<(usize, i32)>,
@@ -328,7 +332,8 @@ impl FakeKernel {
     }
 
     pub(super) fn is_mixed_size(&self, pf: &PciAddress) -> bool {
-        self.lock().mixed_size.contains(pf)
+        let told = self.lock().mixed_size.contains(pf);
+        told || self.mig_of(pf).is_some_and(|m| m.mixed_size)
     }
 
     /// Fails the `k`-th write (counting from 1, over the kernel's life) with `errno`, leaving the
@@ -587,10 +592,12 @@ fn link_last(fs: &RealHost, path: &str) -> Option<String> {
 
 impl Host for FakeKernel {
     fn read(&self, path: &str) -> io::Result<Vec<u8>> {
+        self.refresh_list(path)?;
         self.fs.read(path)
     }
 
     fn read_bounded(&self, path: &str, max: usize) -> io::Result<Vec<u8>> {
+        self.refresh_list(path)?;
         self.fs.read_bounded(path, max)
     }
 
