@@ -233,7 +233,8 @@ fn a_vgpu_made_through_the_api_and_lost_to_a_driver_reload_is_made_again_within_
     let uuid = made.json()["uuid"].as_str().unwrap().to_owned();
     let from = a.agent.events().revision();
     k.reload_vgpu_manager().unwrap();
-    assert_eq!(mdevs(&k), 0);
+    // No count of mdevs here: a resync may already have made it again (CI saw 1 under load).
+    // The promises-restored event below is the proof that it was lost and made again.
     let restored = wait_event(&a.agent, SOON, |e| {
         e.kind == EventKind::PromisesRestored && e.revision > from
     })
