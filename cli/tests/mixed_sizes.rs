@@ -20,10 +20,9 @@ fn vf_type(dir: &Path, vf: &str) -> String {
     .to_owned()
 }
 
-#[test]
-fn mixed_sizes_asked_of_the_bundled_l40s_turn_the_mode_on_and_place_two_sizes() {
-    let t = tempfile::tempdir().unwrap();
-    let dir = t.path().join("l40s");
+/// A sandbox of the bundled L40S host under `tmp`.
+fn l40s_sandbox(tmp: &std::path::Path) -> std::path::PathBuf {
+    let dir = tmp.join("l40s");
     ok(gpuslice(&[
         "sandbox",
         "init",
@@ -31,6 +30,13 @@ fn mixed_sizes_asked_of_the_bundled_l40s_turn_the_mode_on_and_place_two_sizes() 
         "examples/hosts/l40s-vendor-vfio.umockdev",
         dir.to_str().unwrap(),
     ]));
+    dir
+}
+
+#[test]
+fn mixed_sizes_asked_of_the_bundled_l40s_turn_the_mode_on_and_place_two_sizes() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = l40s_sandbox(t.path());
     let create = |profile: &str, mixed: bool| {
         let mut args = vec![
             "vgpu",
@@ -68,14 +74,7 @@ fn mixed_sizes_asked_of_the_bundled_l40s_turn_the_mode_on_and_place_two_sizes() 
 #[test]
 fn without_mixed_sizes_the_bundled_l40s_keeps_one_size() {
     let t = tempfile::tempdir().unwrap();
-    let dir = t.path().join("l40s");
-    ok(gpuslice(&[
-        "sandbox",
-        "init",
-        "--from",
-        "examples/hosts/l40s-vendor-vfio.umockdev",
-        dir.to_str().unwrap(),
-    ]));
+    let dir = l40s_sandbox(t.path());
     let create = |profile: &str| {
         on(
             &dir,

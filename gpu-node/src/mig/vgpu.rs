@@ -259,25 +259,6 @@ impl Node<'_> {
     }
 }
 
-/// [`Node::create_vgpu_with_mig`] where the root has an NVML ([`super::open::open_nvml`]: the
-/// local driver's, a sandbox's saved one), else [`Node::create_vgpu`]: through the one door
-/// [`crate::mixed_door::create_on_request`], without asking for mixed sizes.
-///
-/// # Errors
-/// As those two.
-pub fn create_on_request<E: From<NodeError> + From<MigError>>(
-    node: &Node<'_>,
-    root: &gpu_sysfs::OpenedRoot,
-    parent: &ParentId,
-    profile: &str,
-    force: bool,
-    gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
-    name: impl Fn(&Target) -> Result<Option<MdevUuid>, E>,
-) -> Result<(Created, Option<InstanceView>), E> {
-    // The one door (mixed sizes only where the GPU is already in that mode).
-    crate::mixed_door::create_on_request(node, root, parent, profile, force, false, gpu_named, name)
-}
-
 /// [`Node::remove_vgpu_with_mig`] where the root has an NVML, else [`Node::remove_vgpu`].
 ///
 /// # Errors
