@@ -33,24 +33,27 @@ fn l40s_sandbox(tmp: &std::path::Path) -> std::path::PathBuf {
     dir
 }
 
+/// `vgpu create` of `profile` on the L40S sandbox's GPU, with `--mixed-sizes` when `mixed`.
+fn create_on_l40s(dir: &std::path::Path, profile: &str, mixed: bool) -> std::process::Output {
+    let mut args = vec![
+        "vgpu",
+        "create",
+        "--parent",
+        "0000:26:00.0",
+        "--profile",
+        profile,
+    ];
+    if mixed {
+        args.push("--mixed-sizes");
+    }
+    on(dir, &args)
+}
+
 #[test]
 fn mixed_sizes_asked_of_the_bundled_l40s_turn_the_mode_on_and_place_two_sizes() {
     let t = tempfile::tempdir().unwrap();
     let dir = l40s_sandbox(t.path());
-    let create = |profile: &str, mixed: bool| {
-        let mut args = vec![
-            "vgpu",
-            "create",
-            "--parent",
-            "0000:26:00.0",
-            "--profile",
-            profile,
-        ];
-        if mixed {
-            args.push("--mixed-sizes");
-        }
-        on(&dir, &args)
-    };
+    let create = |profile: &str, mixed: bool| create_on_l40s(&dir, profile, mixed);
     ok(create("L40S-24Q", true));
     assert_eq!(vf_type(&dir, "0000:26:00.4"), "1155");
     let saved = std::fs::read_to_string(dir.join("nvml.json")).unwrap();
@@ -75,19 +78,7 @@ fn mixed_sizes_asked_of_the_bundled_l40s_turn_the_mode_on_and_place_two_sizes() 
 fn without_mixed_sizes_the_bundled_l40s_keeps_one_size() {
     let t = tempfile::tempdir().unwrap();
     let dir = l40s_sandbox(t.path());
-    let create = |profile: &str| {
-        on(
-            &dir,
-            &[
-                "vgpu",
-                "create",
-                "--parent",
-                "0000:26:00.0",
-                "--profile",
-                profile,
-            ],
-        )
-    };
+    let create = |profile: &str| create_on_l40s(&dir, profile, false);
     ok(create("L40S-24Q"));
     assert_eq!(vf_type(&dir, "0000:26:00.4"), "1155");
     let o = create("L40S-12Q");
