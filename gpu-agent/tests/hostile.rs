@@ -223,6 +223,7 @@ fn a_conflict_that_never_clears_is_retried_a_bounded_number_of_times_with_back_o
     let opts = gpu_agent::kube::SliceOptions {
         driver: DRIVER.to_owned(),
         size_for: std::collections::BTreeMap::new(),
+        ..gpu_agent::kube::SliceOptions::default()
     };
     let t0 = Instant::now();
     let (_, reports) = rt

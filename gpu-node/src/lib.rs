@@ -39,6 +39,7 @@ pub mod mixed;
 mod mixed_create;
 pub mod mixed_door;
 pub mod mixed_mig;
+pub mod mixed_slots;
 pub mod node;
 pub mod open;
 mod probe;

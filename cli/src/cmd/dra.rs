@@ -182,9 +182,13 @@ pub fn publish(g: &Global, a: &PublishArgs) -> anyhow::Result<ExitCode> {
     use gpu_agent::kube::{self, ClientOptions, KubeClient, SliceOptions};
     let (nodes, _) = crate::common::front(g).load_nodes(a.inventory.as_deref())?;
     let prepared = a.claims.prepared(g)?;
+    let (mixed_placements, notes) =
+        crate::common::front(g).mixed_placements(a.inventory.as_deref(), &nodes);
+    notes.iter().for_each(|w| eprintln!("gpuslice: {w}"));
     let opts = SliceOptions {
         driver: a.claims.driver.clone(),
         size_for: a.size_for.iter().cloned().collect(),
+        mixed_placements,
     };
     let parallel = usize::try_from(a.parallel).unwrap_or(1);
     let client_opts = ClientOptions {

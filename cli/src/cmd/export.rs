@@ -221,12 +221,15 @@ fn export_dra(g: &Global, a: &DraArgs) -> anyhow::Result<()> {
             size_for = sizes;
         }
         size_for.extend(a.size_for.iter().cloned());
+        let (mixed_placements, notes) = front(g).mixed_placements(a.inventory.as_deref(), &nodes);
+        notes.iter().for_each(|w| eprintln!("gpuslice: {w}"));
         let opts = DraOptions {
             driver: a.claims.driver.clone(),
             version: a.k8s_version,
             generation: a.generation,
             prepared,
             size_for,
+            mixed_placements,
         };
         let export = dra::export(&nodes, &opts)?;
         eprintln!("gpuslice: {}", export.encoding.describe(a.k8s_version));

@@ -74,6 +74,7 @@ pub(super) async fn start(
             slices: SliceOptions {
                 driver: dra.plugin.driver.clone(),
                 size_for: dra.size_for.clone(),
+                ..SliceOptions::default()
             },
             claims: store,
             // Before 1.36.2 each GPU offers the size the watched layout gives it.

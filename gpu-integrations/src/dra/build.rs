@@ -11,7 +11,11 @@
 //! - on a GPU in mixed-size mode, one multi-allocatable device whose `framebuffer` capacity is
 //!   consumed per vGPU instead;
 //! - one device per MIG placement (slice count, memory size, start slot) of MIG-backed profiles,
-//!   consuming its memory slices and its framebuffer.
+//!   consuming its memory slices and its framebuffer;
+//! - on a GPU in mixed-size mode whose driver's placements are known
+//!   ([`DraOptions::mixed_placements`]), a `placement-slot-<i>` counter per slot and one device per
+//!   free placement of each size, consuming its framebuffer and its slots (`slots`), in every
+//!   version.
 //!
 //! An mdev parent that is not a function of a PCI GPU (a *virtual parent*: the kernel's sample
 //! display driver `mbochs`, or any other driver whose parent sits under `/sys/devices/virtual`)
@@ -44,12 +48,16 @@ mod gpu;
 mod mig;
 mod pack;
 mod parts;
+mod slots;
+#[cfg(test)]
+mod slots_tests;
 #[cfg(test)]
 mod tests;
 mod vgpu;
 mod virtual_parent;
 
 pub use mig::{mig_memory_slices, mig_placements, mig_spans};
+pub use slots::{GpuPlacements, SLOT_COUNTER, TypePlacements};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -89,6 +97,11 @@ pub struct DraOptions {
     /// one-size-per-instance encoding (before Kubernetes 1.36.2) an unlocked GPU offers that
     /// profile's size only (a MIG-backed profile: MIG placements only).
     pub size_for: BTreeMap<PciAddress, String>,
+    /// The mixed-size placements of the GPUs in mixed-size mode, as their driver lists them
+    /// (read by the node from NVML: `gpu_node::mixed_slots::placements`): such a GPU is
+    /// published with a counter per placement slot and a device per free placement
+    /// ([`TypePlacements`]). A GPU not named keeps the framebuffer encodings.
+    pub mixed_placements: BTreeMap<PciAddress, GpuPlacements>,
 }
 
 impl Default for DraOptions {
@@ -99,6 +112,7 @@ impl Default for DraOptions {
             generation: 1,
             prepared: BTreeMap::new(),
             size_for: BTreeMap::new(),
+            mixed_placements: BTreeMap::new(),
         }
     }
 }

@@ -29,7 +29,7 @@ pub mod sizes;
 pub mod store;
 pub mod version;
 
-pub use build::{DraOptions, Prepared, export};
+pub use build::{DraOptions, GpuPlacements, Prepared, SLOT_COUNTER, TypePlacements, export};
 pub use claim::{Claim, ClaimResult, DraNode, PrepareOptions, PreparedDevice, Unprepared};
 pub use device_name::DeviceName;
 pub use sizes::{LayoutSizes, SizeForError, layout_sizes, parse_size_for};

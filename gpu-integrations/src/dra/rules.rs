@@ -17,8 +17,8 @@ fn attr<'a>(d: &'a Device, name: &str) -> Option<&'a DeviceAttribute> {
 
 fn is_exclusive_kind(d: &Device) -> bool {
     // Whole GPUs and time-sliced vGPU devices must exclude everything else on their card; MIG
-    // placements only exclude what overlaps them.
-    attr(d, "migSlices").is_none()
+    // placements and mixed-size placements (slot counters) only exclude what overlaps them.
+    attr(d, "migSlices").is_none() && attr(d, "placementId").is_none()
 }
 
 /// Two single time-sliced vGPUs of one size (the one-size-per-instance encoding): they may share

@@ -33,6 +33,9 @@ pub struct SliceOptions {
     pub driver: String,
     /// `--size-for`: the profile an unlocked GPU offers under the one-size encoding.
     pub size_for: BTreeMap<PciAddress, String>,
+    /// The mixed-size placements of GPUs in mixed-size mode, as NVML lists them: published with
+    /// a counter per placement slot ([`DraOptions::mixed_placements`]).
+    pub mixed_placements: BTreeMap<PciAddress, gpu_integrations::dra::GpuPlacements>,
 }
 
 impl Default for SliceOptions {
@@ -40,6 +43,7 @@ impl Default for SliceOptions {
         Self {
             driver: DEFAULT_DRIVER.to_owned(),
             size_for: BTreeMap::new(),
+            mixed_placements: BTreeMap::new(),
         }
     }
 }
@@ -62,6 +66,7 @@ pub fn wanted_slices(
         generation: 0,
         prepared,
         size_for: opts.size_for.clone(),
+        mixed_placements: opts.mixed_placements.clone(),
     };
     let s = node_slices(node, &dra)
         .map_err(|e| KubeError::Invalid(format!("node {}: {e}", node.node)))?;

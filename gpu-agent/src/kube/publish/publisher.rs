@@ -287,18 +287,21 @@ impl Publisher {
                 .map_err(|e| KubeError::Invalid(format!("reading the claim store: {e}")))?,
             None => BTreeMap::new(),
         };
+        // Mixed-size GPUs are published per placement slot, as the node's NVML lists them now.
+        let mut base = self.opts.slices.clone();
+        if let Some(nvml) = self.agent.config().mig.as_ref() {
+            let gpus = snap.topology.gpus.iter().map(|g| g.address);
+            base.mixed_placements = gpu_node::mixed_slots::placements(nvml.0.as_ref(), gpus).0;
+        }
         let (slices, warnings) = match self.layout_sizes(&snap.topology, server.version) {
             Some((size_for, mut said)) => {
-                let opts = SliceOptions {
-                    driver: self.opts.slices.driver.clone(),
-                    size_for,
-                };
+                let opts = SliceOptions { size_for, ..base };
                 let (slices, warnings) =
                     wanted_slices(&snap.topology, server.version, &opts, prepared)?;
                 said.extend(warnings);
                 (slices, said)
             }
-            None => wanted_slices(&snap.topology, server.version, &self.opts.slices, prepared)?,
+            None => wanted_slices(&snap.topology, server.version, &base, prepared)?,
         };
         if !force && self.last.as_ref() == Some(&slices) {
             return Ok(None);

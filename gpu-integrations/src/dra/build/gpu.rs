@@ -223,6 +223,15 @@ impl Ctx<'_> {
                 set_counters.push((format!("memory-slice-{i}"), "1".to_owned()));
             }
         }
+        // A mixed-size GPU whose driver's placements are known: counters per placement slot.
+        let opts = self.opts;
+        if let Some(placements) = opts
+            .mixed_placements
+            .get(&addr)
+            .filter(|p| !p.is_empty() && g.foreign.mig == 0)
+        {
+            return self.slot_plan(g, total, set_counters, placements, &parents, &profiles);
+        }
         plan.counter_set = Some(CounterSet {
             name: g.set_name.clone(),
             counters: counters(set_counters.clone()),
@@ -234,23 +243,7 @@ impl Ctx<'_> {
         if remaining == 0 {
             return plan;
         }
-        g.vgpu_attrs = self.common_attributes(gpu, "vgpu");
-        g.vgpu_attrs
-            .insert("gpuPciBusID".into(), str_attr(&addr.to_string()));
-        if let Some(fw) = gpu.vgpu_framework.or(parents.first().map(|p| p.framework)) {
-            g.vgpu_attrs
-                .insert("framework".into(), str_attr(fw.as_str()));
-        }
-        // In Fabric Manager's vGPU mode a partition is activated with its GPUs' VFs.
-        if self
-            .node
-            .fabric
-            .as_ref()
-            .is_some_and(|f| f.fabric_manager.mode == Some(gpu_core::FabricMode::Vgpu))
-        {
-            g.vgpu_attrs
-                .extend(crate::dra::partition::fabric_attributes(self.node, gpu));
-        }
+        g.vgpu_attrs = self.vgpu_attributes(gpu, &parents);
 
         let (by_size, mig_groups) = self.profiles_by_kind(gpu, &profiles);
         let mixed = pool.is_some_and(|p| p.mixed_size);
@@ -267,6 +260,29 @@ impl Ctx<'_> {
             plan.devices.extend(self.mig_devices(&g, &mig_groups));
         }
         plan
+    }
+
+    /// The attributes every vGPU device of `gpu` carries.
+    pub(super) fn vgpu_attributes(
+        &self,
+        gpu: &Gpu,
+        parents: &[&Parent],
+    ) -> BTreeMap<String, DeviceAttribute> {
+        let mut a = self.common_attributes(gpu, "vgpu");
+        a.insert("gpuPciBusID".into(), str_attr(&gpu.address.to_string()));
+        if let Some(fw) = gpu.vgpu_framework.or(parents.first().map(|p| p.framework)) {
+            a.insert("framework".into(), str_attr(fw.as_str()));
+        }
+        // In Fabric Manager's vGPU mode a partition is activated with its GPUs' VFs.
+        if self
+            .node
+            .fabric
+            .as_ref()
+            .is_some_and(|f| f.fabric_manager.mode == Some(gpu_core::FabricMode::Vgpu))
+        {
+            a.extend(crate::dra::partition::fabric_attributes(self.node, gpu));
+        }
+        a
     }
 
     /// A GPU's profiles by kind: time-sliced by framebuffer size, MIG-backed by slices and size.
