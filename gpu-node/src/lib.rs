@@ -38,6 +38,7 @@ pub mod mig_vgpu;
 pub mod mixed;
 mod mixed_create;
 pub mod mixed_door;
+mod mixed_layout;
 pub mod mixed_mig;
 pub mod mixed_slots;
 pub mod node;

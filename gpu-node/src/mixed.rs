@@ -206,11 +206,60 @@ pub(crate) fn ask<T>(
 }
 
 /// One supported type on the GPU's lattice.
-struct TypeShape {
-    id: u32,
-    name: String,
-    size: u32,
-    ids: Vec<u32>,
+pub(crate) struct TypeShape {
+    pub(crate) id: u32,
+    pub(crate) name: String,
+    pub(crate) size: u32,
+    pub(crate) ids: Vec<u32>,
+}
+
+/// Every supported type's mixed-size placements on `gpu` (types without any left out), the
+/// lattice's width in slots, and each type's [`SlotShape`] on it (same order).
+///
+/// # Errors
+/// [`MixedError::Nvml`]; [`MixedError::Placements`] for a driver answer off the lattice.
+pub(crate) fn lattice(
+    nvml: &dyn NvmlDevices,
+    gpu: &PciAddress,
+) -> Result<(Vec<TypeShape>, u8, Vec<SlotShape>), MixedError> {
+    let types = ask(gpu, "listing vGPU types", nvml.vgpu_supported_types(gpu))?;
+    let mut shapes = Vec::new();
+    for t in &types {
+        let p = ask(
+            gpu,
+            "reading supported placements",
+            nvml.vgpu_type_supported_placements(gpu, t.id, VgpuMode::Heterogeneous),
+        )?;
+        if p.placement_ids.is_empty() {
+            continue;
+        }
+        shapes.push(TypeShape {
+            id: t.id,
+            name: t.name.clone(),
+            size: p.placement_size,
+            ids: p.placement_ids,
+        });
+    }
+    // The lattice is as wide as the furthest run any supported type may take.
+    let width = shapes
+        .iter()
+        .flat_map(|s| s.ids.iter().map(move |i| u64::from(*i) + u64::from(s.size)))
+        .max()
+        .unwrap_or(0);
+    let slots = u8::try_from(width).unwrap_or(u8::MAX).min(MAX_SLOTS);
+    let on_lattice = shapes
+        .iter()
+        .map(|s| {
+            SlotShape::of_placements(s.size, &s.ids, slots).map_err(|source| {
+                MixedError::Placements {
+                    gpu: *gpu,
+                    type_id: s.id,
+                    source,
+                }
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((shapes, slots, on_lattice))
 }
 
 /// Plans a vGPU of `type_id` on `gpu` by placement: checks the mode and the scheduler, reads
@@ -271,25 +320,8 @@ pub fn plan_with(
     if turn_mode_on && running > 0 {
         return Err(MixedError::InUse { gpu: *gpu, running });
     }
-    let types = ask(gpu, "listing vGPU types", nvml.vgpu_supported_types(gpu))?;
-    let mut shapes = Vec::new();
-    for t in &types {
-        let p = ask(
-            gpu,
-            "reading supported placements",
-            nvml.vgpu_type_supported_placements(gpu, t.id, VgpuMode::Heterogeneous),
-        )?;
-        if p.placement_ids.is_empty() {
-            continue;
-        }
-        shapes.push(TypeShape {
-            id: t.id,
-            name: t.name.clone(),
-            size: p.placement_size,
-            ids: p.placement_ids,
-        });
-    }
-    let Some(target) = shapes.iter().find(|s| s.id == type_id) else {
+    let (shapes, slots, later) = lattice(nvml, gpu)?;
+    let Some(target_at) = shapes.iter().position(|s| s.id == type_id) else {
         return Err(MixedError::NoPlacement {
             gpu: *gpu,
             type_id,
@@ -298,23 +330,7 @@ pub fn plan_with(
             left: "the GPU lists no mixed-size placement for this type".to_owned(),
         });
     };
-    // The lattice is as wide as the furthest run any supported type may take.
-    let width = shapes
-        .iter()
-        .flat_map(|s| s.ids.iter().map(move |i| u64::from(*i) + u64::from(s.size)))
-        .max()
-        .unwrap_or(0);
-    let slots = u8::try_from(width).unwrap_or(u8::MAX);
-    let shape_of = |s: &TypeShape| {
-        SlotShape::of_placements(s.size, &s.ids, slots.min(MAX_SLOTS)).map_err(|source| {
-            MixedError::Placements {
-                gpu: *gpu,
-                type_id: s.id,
-                source,
-            }
-        })
-    };
-    let later: Vec<SlotShape> = shapes.iter().map(shape_of).collect::<Result<_, _>>()?;
+    let target = &shapes[target_at];
     let mut mask = SlotMask::empty();
     let held = active
         .iter()
@@ -328,7 +344,7 @@ pub fn plan_with(
         let size = u8::try_from(s.size).unwrap_or(u8::MAX);
         mask.hold(start, size);
     }
-    let mut shape = shape_of(target)?;
+    let mut shape = later[target_at].clone();
     if !turn_mode_on {
         // The driver's word wins: keep only what it still lists as creatable.
         let creatable = ask(
@@ -364,7 +380,7 @@ pub fn plan_with(
     }
 }
 
-fn left(mask: SlotMask, shapes: &[TypeShape], slots: u8) -> String {
+pub(crate) fn left(mask: SlotMask, shapes: &[TypeShape], slots: u8) -> String {
     let parts: Vec<String> = shapes
         .iter()
         .filter_map(|s| {

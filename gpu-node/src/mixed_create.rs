@@ -80,13 +80,7 @@ pub(crate) fn check(
         // A profile NVML does not list here: choosing the target refuses it as today.
         return Ok(None);
     };
-    let listing = actuate::list_vgpus(host).map_err(|e| NodeError::List(Box::new(e)))?;
-    let typed: Vec<(u32, Option<u32>)> = listing
-        .vendor_vfio
-        .iter()
-        .filter(|v| v.pf == Some(gpu))
-        .filter_map(|v| Some((v.type_id.vendor_vfio_number()?, v.placement_id)))
-        .collect();
+    let typed = typed_on(host, &gpu)?;
     let active = ask(&gpu, "listing running vGPUs", nvml.active_vgpus(&gpu)).map_err(boxed)?;
     let size_of = |id: u32| {
         nvml.vgpu_type_supported_placements(&gpu, id, VgpuMode::Heterogeneous)
@@ -114,6 +108,23 @@ pub(crate) fn check(
     mixed::plan_with(nvml, &gpu, wanted.id, &typed)
         .map(Some)
         .map_err(boxed)
+}
+
+/// Each VF of `gpu` given a type: (type ID, the placement the VF reports).
+///
+/// # Errors
+/// [`NodeError::List`] when the host's vGPUs cannot be listed.
+pub(crate) fn typed_on(
+    host: &dyn Host,
+    gpu: &PciAddress,
+) -> Result<Vec<(u32, Option<u32>)>, NodeError> {
+    let listing = actuate::list_vgpus(host).map_err(|e| NodeError::List(Box::new(e)))?;
+    Ok(listing
+        .vendor_vfio
+        .iter()
+        .filter(|v| v.pf == Some(*gpu))
+        .filter_map(|v| Some((v.type_id.vendor_vfio_number()?, v.placement_id)))
+        .collect())
 }
 
 /// After the type write: the placement the VF reports (`nvidia/placement_id`, read back into

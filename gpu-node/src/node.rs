@@ -478,6 +478,8 @@ impl<'h> Node<'h> {
                 .map_err(|e| NodeError::Layout(Box::new(e)));
         }
         let locked = self.lock_telling(&mut |path| events(ApplyEvent::WaitingForLock { path }))?;
+        let mut opts = opts;
+        crate::mixed_layout::before(self, config, &mut opts)?;
         let mig = crate::mig::layout::LayoutHook::before(self, config, &opts)?;
         let verb = match how.mode {
             Mode::Apply => "apply",

@@ -62,6 +62,10 @@ pub struct Entry {
     pub selector: Selector,
     /// What they should hold.
     pub want: Want,
+    /// `mixed-sizes: true` (NVIDIA-form entries): the GPUs may hold vGPUs of different sizes,
+    /// mixed-size mode turned on where nothing is in use (docs/partitions.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mixed_sizes: bool,
 }
 
 /// How an entry selects devices.
@@ -378,6 +382,7 @@ fn parse_entry(v: &Value, at: &str) -> Result<Entry, LayoutError> {
     let mut devices = None;
     let mut filters = Vec::new();
     let mut want = None;
+    let mut mixed_sizes = false;
     for (k, val) in m {
         match key_str(k, at)? {
             "devices" => devices = Some(parse_devices(val, &format!("{at}.devices"))?),
@@ -389,11 +394,16 @@ fn parse_entry(v: &Value, at: &str) -> Result<Entry, LayoutError> {
                     TypeNames::Nvidia,
                 )?);
             }
+            "mixed-sizes" => {
+                mixed_sizes = val.as_bool().ok_or_else(|| {
+                    invalid(&format!("{at}.mixed-sizes"), "expected true or false")
+                })?;
+            }
             other => {
                 return Err(unknown_key(
                     at,
                     other,
-                    &["devices", "device-filter", "vgpu-devices"],
+                    &["devices", "device-filter", "vgpu-devices", "mixed-sizes"],
                 ));
             }
         }
@@ -403,6 +413,7 @@ fn parse_entry(v: &Value, at: &str) -> Result<Entry, LayoutError> {
     Ok(Entry {
         selector: Selector::Indexed { devices, filters },
         want: Want::Counts { types },
+        mixed_sizes,
     })
 }
 
@@ -604,6 +615,7 @@ fn parse_by_address(m: &serde_yaml_ng::Mapping, at: &str) -> Result<Vec<Entry>, 
                 want: Want::Counts {
                     types: parse_counts(v, &here, TypeNames::Nvidia)?,
                 },
+                mixed_sizes: false,
             },
             Value::Number(n) => {
                 let id = n.as_u64().ok_or_else(|| {
@@ -617,6 +629,7 @@ fn parse_by_address(m: &serde_yaml_ng::Mapping, at: &str) -> Result<Vec<Entry>, 
                     want: Want::VfType {
                         ty: (id != 0).then(|| TypeRef::Id(id.to_string())),
                     },
+                    mixed_sizes: false,
                 }
             }
             Value::String(s) => Entry {
@@ -624,6 +637,7 @@ fn parse_by_address(m: &serde_yaml_ng::Mapping, at: &str) -> Result<Vec<Entry>, 
                 want: Want::VfType {
                     ty: Some(parse_type_ref(s, &here)?),
                 },
+                mixed_sizes: false,
             },
             other => {
                 return Err(invalid(
@@ -660,6 +674,7 @@ fn parse_named_parent(
             want: Want::Counts {
                 types: parse_counts(v, at, TypeNames::Driver)?,
             },
+            mixed_sizes: false,
         }),
         other => Err(invalid(
             at,

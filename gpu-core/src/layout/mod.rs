@@ -24,8 +24,8 @@ pub use config::{
 };
 pub use plan::{
     Assertion, GpuLayoutPlan, Mode, Plan, PlanOptions, PlannedInstance, Step, TypeDiff, TypeNames,
-    assert_layout, assert_layout_named, plan_layout, plan_layout_named, wanted_counts,
-    wanted_types,
+    assert_layout, assert_layout_named, mixed_sizes_asked, plan_layout, plan_layout_named,
+    wanted_counts, wanted_types,
 };
 
 use crate::topology::NodeTopology;

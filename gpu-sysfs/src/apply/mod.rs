@@ -69,6 +69,9 @@ pub struct ApplyOptions {
     /// keeps the planned VF of a vendor-VFIO creation and asks [`crate::actuate::mdev_parent_on_gpu`]
     /// for an mdev one.
     pub choose: Option<Chooser>,
+    /// GPUs in mixed-size mode (or turned to it for this layout by the node's writer): planned
+    /// without the same-size rule, the driver placing each vGPU.
+    pub mixed_sizes: std::collections::BTreeSet<PciAddress>,
 }
 
 /// A chooser of [`ApplyOptions::choose`]: the parent a vGPU of `profile` (a type ID or name)
@@ -92,6 +95,7 @@ impl ApplyOptions {
             lock_timeout: None,
             sriov: SriovOptions::default(),
             choose: None,
+            mixed_sizes: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -284,6 +288,18 @@ pub fn observe(host: &dyn Host, opts: &DiscoverOptions) -> Result<NodeTopology, 
     observe_with(host, opts).map(|(t, _)| t)
 }
 
+/// The GPUs of `mixed` planned without the same-size rule (mixed-size mode).
+pub(crate) fn lift_same_size(
+    topo: &mut NodeTopology,
+    mixed: &std::collections::BTreeSet<PciAddress>,
+) {
+    for pool in &mut topo.mediated_devices.pools {
+        if matches!(&pool.gpu, ParentId::Pci(a) if mixed.contains(a)) {
+            pool.mixed_size = true;
+        }
+    }
+}
+
 fn observe_with(
     host: &dyn Host,
     opts: &DiscoverOptions,
@@ -345,7 +361,8 @@ pub fn apply_layout(
         force: opts.force,
     };
     if opts.dry_run {
-        let (topo, memory) = observe_with(host, &opts.discover)?;
+        let (mut topo, memory) = observe_with(host, &opts.discover)?;
+        lift_same_size(&mut topo, &opts.mixed_sizes);
         let plan = plan_layout_named(config, &topo, &plan_opts, &known_names(memory.as_ref()))?;
         return Ok(ApplyReport {
             status: ApplyStatus::DryRun,
@@ -380,7 +397,8 @@ pub fn apply_layout_locked(
         mode: opts.mode,
         force: opts.force,
     };
-    let (topo, mut memory) = observe_with(host, &opts.discover)?;
+    let (mut topo, mut memory) = observe_with(host, &opts.discover)?;
+    lift_same_size(&mut topo, &opts.mixed_sizes);
     if let Some(m) = memory.as_mut() {
         if m.learn(&topo) {
             // Only a memory: a root where it cannot be kept still applies, it just re-learns.
@@ -418,7 +436,10 @@ pub fn apply_layout_locked(
         // the first instance is written.
         let again = observe(host, &opts.discover)
             .map_err(Replan::Discover)
-            .and_then(|t| plan_layout_named(config, &t, &plan_opts, &names).map_err(Replan::Plan));
+            .and_then(|mut t| {
+                lift_same_size(&mut t, &opts.mixed_sizes);
+                plan_layout_named(config, &t, &plan_opts, &names).map_err(Replan::Plan)
+            });
         plan = match again {
             Ok(p) if !p.needs_sriov() => p,
             Ok(p) => {

@@ -45,6 +45,26 @@ pub fn wanted_types(
         .collect())
 }
 
+/// The physical GPUs of `topology` that an entry with `mixed-sizes: true` selects: those a
+/// layout may give vGPUs of different sizes (mixed-size mode, turned on by the node's writer).
+///
+/// # Errors
+/// As [`wanted_types`].
+pub fn mixed_sizes_asked(
+    config: &LayoutConfig,
+    topology: &NodeTopology,
+) -> Result<BTreeSet<PciAddress>, LayoutError> {
+    let mut out = BTreeSet::new();
+    for e in config.entries.iter().filter(|e| e.mixed_sizes) {
+        let one = LayoutConfig {
+            name: config.name.clone(),
+            entries: vec![e.clone()],
+        };
+        out.extend(wanted_counts(&one, topology)?.into_keys());
+    }
+    Ok(out)
+}
+
 /// [`wanted_types`] with how many vGPUs of each type a GPU holds once the layout is applied
 /// (a pinned VF counts one): what the GPU instances of MIG-backed types are derived from
 /// before the types can be resolved (a GPU in MIG mode lists a MIG-backed type only once an
