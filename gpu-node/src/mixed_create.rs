@@ -28,7 +28,7 @@ fn boxed(e: MixedError) -> NodeError {
 }
 
 /// The GPU of `addr`: its physical function when `addr` is a VF, else `addr`.
-fn gpu_of(host: &dyn Host, addr: &PciAddress) -> PciAddress {
+pub(crate) fn gpu_of(host: &dyn Host, addr: &PciAddress) -> PciAddress {
     host.read_link(&format!("sys/bus/pci/devices/{addr}/physfn"))
         .ok()
         .and_then(|p| p.file_name()?.to_str()?.parse().ok())

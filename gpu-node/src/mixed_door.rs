@@ -36,14 +36,16 @@ pub fn create_on_request<E: From<NodeError> + From<MigError>>(
     name: impl Fn(&Target) -> Result<Option<MdevUuid>, E>,
 ) -> Result<(Created, Option<InstanceView>), E> {
     match crate::mig::open::open_nvml(root, &gpu_health::NvmlSource::LocalOnly) {
-        Ok(nvml) => {
-            let node = node
-                .with_mixed_sizes(nvml.as_ref())
-                .mixed_sizes_on_request(mixed);
-            let mig = node.mig(nvml.as_ref());
-            let made = node.create_vgpu_with_mig(&mig, parent, profile, force, gpu_named, name)?;
-            Ok(made)
-        }
+        Ok(nvml) => create_with_nvml(
+            node,
+            nvml.as_ref(),
+            parent,
+            profile,
+            force,
+            mixed,
+            gpu_named,
+            name,
+        ),
         Err(MigError::NoNvml { why }) if mixed => {
             Err(NodeError::Mixed(Box::new(MixedError::NoNvml { why })).into())
         }
@@ -52,6 +54,58 @@ pub fn create_on_request<E: From<NodeError> + From<MigError>>(
             None,
         )),
     }
+}
+
+/// [`create_on_request`] with the node's NVML given: mixed-size placement (`mixed`: turn the
+/// mode on where the GPU is idle), a type the driver time-slices inside GPU instances placed
+/// in the instance with room or a new one ([`crate::mixed_mig::before_vgpu_in_instance`]),
+/// other MIG-backed types with their instance made on request
+/// ([`Node::create_vgpu_with_mig`]).
+///
+/// # Errors
+/// As [`create_on_request`].
+#[allow(clippy::too_many_arguments)]
+pub fn create_with_nvml<E: From<NodeError> + From<MigError>>(
+    node: &Node<'_>,
+    nvml: &dyn NvmlDevices,
+    parent: &ParentId,
+    profile: &str,
+    force: bool,
+    mixed: bool,
+    gpu_named: impl Fn(&str) -> Result<PciAddress, E>,
+    name: impl Fn(&Target) -> Result<Option<MdevUuid>, E>,
+) -> Result<(Created, Option<InstanceView>), E> {
+    let node = node.with_mixed_sizes(nvml).mixed_sizes_on_request(mixed);
+    let mig = node.mig(nvml);
+    // A type the driver time-slices inside GPU instances (Blackwell RTX PRO): the instance
+    // with room, or a new one, then the vGPU as any other.
+    if let Some(gpu) = in_mig_mode(&node, nvml, parent) {
+        if let Some((_, made)) =
+            crate::mixed_mig::before_vgpu_in_instance(node.host, &mig, nvml, &gpu, profile)?
+        {
+            return match node.create_vgpu(parent, profile, force, gpu_named, name) {
+                Ok(c) => Ok((c, made)),
+                Err(e) => {
+                    if let Some(gi) = &made {
+                        // Undo what this call made; the vGPU's own error is the answer.
+                        let _ = mig.destroy(&gpu, gi.id, false);
+                    }
+                    Err(e)
+                }
+            };
+        }
+    }
+    node.create_vgpu_with_mig(&mig, parent, profile, force, gpu_named, name)
+}
+
+/// The GPU of a PCI `parent` (a VF's physical function) when NVML has it in MIG mode.
+fn in_mig_mode(node: &Node<'_>, nvml: &dyn NvmlDevices, parent: &ParentId) -> Option<PciAddress> {
+    let ParentId::Pci(a) = parent else {
+        return None;
+    };
+    let gpu = crate::mixed_create::gpu_of(node.host, a);
+    let modes = nvml.mig_mode(&gpu).ok()?;
+    (modes.current == gpu_nvml::MigMode::Enabled && !modes.is_pending()).then_some(gpu)
 }
 
 impl Locked<'_, '_> {

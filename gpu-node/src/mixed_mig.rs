@@ -34,10 +34,27 @@ pub fn instance_for(
     profile: &str,
     make: bool,
 ) -> Result<(InstanceChoice, Option<InstanceView>), MigError> {
+    instance_for_as(mig, nvml, gpu, type_id, profile, make, false)
+}
+
+fn instance_for_as(
+    mig: &Mig<'_, '_>,
+    nvml: &dyn NvmlDevices,
+    gpu: &PciAddress,
+    type_id: u32,
+    profile: &str,
+    make: bool,
+    held: bool,
+) -> Result<(InstanceChoice, Option<InstanceView>), MigError> {
     match choose_instance(nvml, gpu, type_id) {
         Ok(c) => Ok((c, None)),
         Err(MixedError::NoInstanceRoom { .. }) if make => {
-            let made = mig.create(gpu, profile, &format!("a vGPU of type {type_id}"))?;
+            let made_for = format!("a vGPU of type {type_id}");
+            let made = if held {
+                mig.create_held(gpu, profile, &made_for)?
+            } else {
+                mig.create(gpu, profile, &made_for)?
+            };
             match choose_instance(nvml, gpu, type_id) {
                 Ok(c) => Ok((c, Some(made))),
                 Err(e) => {
@@ -48,5 +65,108 @@ pub fn instance_for(
             }
         }
         Err(e) => Err(refused(e)),
+    }
+}
+
+/// Whether the driver time-slices vGPUs of `type_id` inside `gpu`'s GPU instances, as it lists
+/// them (`nvmlGpuInstanceGetVgpuTypeCreatablePlacements`): some instance still takes two or
+/// more, or takes one more while NVML already runs at least one vGPU of the type per instance
+/// of its profile. A driver without the call, or one that lists one per instance (H100, H200),
+/// answers no: those keep one instance per vGPU ([`crate::mig::Mig::before_vgpu`]).
+pub fn time_sliced_in_instances(nvml: &dyn NvmlDevices, gpu: &PciAddress, type_id: u32) -> bool {
+    let Ok(instances) = nvml.gpu_instances(gpu) else {
+        return false;
+    };
+    let free: Vec<usize> = instances
+        .iter()
+        .filter_map(|gi| {
+            nvml.gpu_instance_vgpu_creatable_placements(gpu, gi.id, type_id)
+                .ok()
+        })
+        .map(|p| p.placement_ids.len())
+        .collect();
+    if free.is_empty() {
+        return false;
+    }
+    if free.iter().any(|n| *n >= 2) {
+        return true;
+    }
+    let running = nvml
+        .active_vgpus(gpu)
+        .map(|a| a.iter().filter(|v| v.type_id == type_id).count())
+        .unwrap_or(0);
+    running >= free.len() && free.iter().any(|n| *n >= 1)
+}
+
+/// A create of the MIG-backed `profile` (a type name) on `gpu` where the driver time-slices it
+/// inside GPU instances ([`time_sliced_in_instances`]): the instance it goes to, filled before
+/// another is made ([`instance_for`], making one where all are full). `None` where the type is
+/// not time-sliced inside instances here (the one-instance-per-vGPU path applies).
+///
+/// # Errors
+/// As [`instance_for`].
+pub fn before_vgpu_in_instance(
+    host: &dyn gpu_sysfs::Host,
+    mig: &Mig<'_, '_>,
+    nvml: &dyn NvmlDevices,
+    gpu: &PciAddress,
+    profile: &str,
+) -> Result<Option<(InstanceChoice, Option<InstanceView>)>, MigError> {
+    in_instance_as(host, mig, nvml, gpu, profile, false)
+}
+
+fn in_instance_as(
+    host: &dyn gpu_sysfs::Host,
+    mig: &Mig<'_, '_>,
+    nvml: &dyn NvmlDevices,
+    gpu: &PciAddress,
+    profile: &str,
+    held: bool,
+) -> Result<Option<(InstanceChoice, Option<InstanceView>)>, MigError> {
+    let Ok(types) = nvml.vgpu_supported_types(gpu) else {
+        return Ok(None);
+    };
+    let Some(t) = types
+        .iter()
+        .find(|t| gpu_core::nvidia::names_match(&t.name, profile))
+    else {
+        return Ok(None);
+    };
+    if !time_sliced_in_instances(nvml, gpu, t.id) {
+        return Ok(None);
+    }
+    let board = crate::mig::board::read(host, nvml, gpu, gpu_nvml::MigMode::Enabled)?;
+    let Some(p) = crate::mig::board::profile_of_type(&board, &t.name) else {
+        return Ok(None);
+    };
+    instance_for_as(mig, nvml, gpu, t.id, &p.name, true, held).map(Some)
+}
+
+impl crate::Node<'_> {
+    /// For a writer that holds the lock (the agent's `POST /v1/vgpus`): where the driver
+    /// time-slices `profile` inside `parent`'s GPU instances ([`time_sliced_in_instances`]),
+    /// the instance with room chosen, or one made (the GPU and its ID returned, for
+    /// [`crate::Node::undo_instance_held`] when the vGPU is not made). `None` where the type is
+    /// not time-sliced inside instances here: [`crate::Node::instance_for_request_held`] applies.
+    ///
+    /// # Errors
+    /// As [`instance_for`].
+    pub fn vgpu_in_instance_held(
+        &self,
+        nvml: &dyn NvmlDevices,
+        parent: &gpu_core::ParentId,
+        profile: &str,
+    ) -> Result<Option<Option<(PciAddress, u32)>>, MigError> {
+        let gpu_core::ParentId::Pci(a) = parent else {
+            return Ok(None);
+        };
+        let gpu = crate::mixed_create::gpu_of(self.host, a);
+        match nvml.mig_mode(&gpu) {
+            Ok(m) if m.current == gpu_nvml::MigMode::Enabled && !m.is_pending() => {}
+            _ => return Ok(None),
+        }
+        let mig = self.mig(nvml);
+        Ok(in_instance_as(self.host, &mig, nvml, &gpu, profile, true)?
+            .map(|(_, made)| made.map(|gi| (gpu, gi.id))))
     }
 }

@@ -89,8 +89,13 @@ impl Agent {
         // function, as `vgpu create`), destroyed again when the vGPU is not made.
         let nvml = self.config.mig.as_ref().map(|m| m.0.as_ref());
         let made = match nvml {
-            Some(n) => node
-                .instance_for_request_held(n, &parent, &req.profile, |name| self.gpu_named(name))?,
+            // A type the driver time-slices inside GPU instances: the instance with room first.
+            Some(n) => match node.vgpu_in_instance_held(n, &parent, &req.profile)? {
+                Some(made) => made,
+                None => node.instance_for_request_held(n, &parent, &req.profile, |name| {
+                    self.gpu_named(name)
+                })?,
+            },
             None => None,
         };
         let out = self.create_on(&locked, req, parent, uuid, owner);

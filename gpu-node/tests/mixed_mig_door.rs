@@ -1,0 +1,102 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! `vgpu create`'s door ([`gpu_node::mixed_door::create_with_nvml`]) on a GPU whose driver
+//! time-slices a MIG-backed type inside GPU instances (Blackwell RTX PRO: one instance holds
+//! several vGPUs, as many as the driver lists): the second vGPU joins the first one's instance
+//! instead of a new instance being made per vGPU; once the instance is full, a new one is made.
+
+use gpu_core::mig::MigGeometry;
+use gpu_core::{ParentId, PciAddress};
+use gpu_node::mig::MigError;
+use gpu_node::mixed_door::create_with_nvml;
+use gpu_node::{Node, NodeError};
+use gpu_nvml::fake::{FakeGpu, FakeNvml, FakeVgpuType};
+use gpu_nvml::{MigMode, NvmlDevices};
+use gpu_sysfs::discover::DiscoverOptions;
+use gpu_sysfs::testing::FakeKernel;
+
+/// The caller's error (its contents shown by `unwrap` only).
+#[derive(Debug)]
+#[allow(dead_code)]
+enum E {
+    Node(Box<NodeError>),
+    Mig(Box<MigError>),
+}
+
+impl From<NodeError> for E {
+    fn from(e: NodeError) -> Self {
+        E::Node(Box::new(e))
+    }
+}
+
+impl From<MigError> for E {
+    fn from(e: MigError) -> Self {
+        E::Mig(Box::new(e))
+    }
+}
+
+fn gpu() -> PciAddress {
+    "0000:26:00.0".parse().unwrap()
+}
+
+/// An H100-geometry GPU in MIG mode whose driver time-slices type 7 (a 1g type) two to an
+/// instance (the count is the driver's, given by the test); no GPU instance yet.
+fn nvml() -> FakeNvml {
+    let g = MigGeometry::for_device(0x2330).unwrap();
+    let types = vec![
+        FakeVgpuType::new(7, "NVIDIA DC-1-8C", 8192, 1, &[])
+            .mig_backed(19)
+            .time_sliced_in_instance(2),
+    ];
+    FakeNvml::new().with_gpu(
+        gpu(),
+        FakeGpu::mig(g)
+            .with_mig_mode(MigMode::Enabled)
+            .with_vgpu_types(types),
+    )
+}
+
+#[test]
+fn a_vgpu_time_sliced_inside_instances_fills_its_instance_before_another_is_made() {
+    let k = FakeKernel::vendor_vfio_host(0x2330, 80 * 1024, &[(7, "NVIDIA DC-1-8C")], 8).unwrap();
+    let n = nvml();
+    let opts = DiscoverOptions::new("node-a");
+    let node = Node::new(&k, &opts);
+    let create = || {
+        create_with_nvml::<E>(
+            &node,
+            &n,
+            &ParentId::Pci(gpu()),
+            "DC-1-8C",
+            false,
+            false,
+            |_| Ok(gpu()),
+            |_| Ok(None),
+        )
+    };
+    // The VM's start, which NVML sees: in the instance the driver lists room in.
+    let start = || {
+        let gi = n
+            .gpu_instances(&gpu())
+            .unwrap()
+            .into_iter()
+            .find_map(|gi| {
+                let p = n
+                    .gpu_instance_vgpu_creatable_placements(&gpu(), gi.id, 7)
+                    .ok()?;
+                Some((gi.id, *p.placement_ids.first()?))
+            })
+            .unwrap();
+        n.start_vgpu(&gpu(), 7, Some(gi.1), Some(gi.0)).unwrap();
+    };
+    let (_, made) = create().unwrap();
+    assert!(made.is_some(), "the first vGPU's instance is made");
+    start();
+    let (_, made) = create().unwrap();
+    assert!(made.is_none(), "the second joins the first one's instance");
+    assert_eq!(n.gpu_instances(&gpu()).unwrap().len(), 1);
+    start();
+    // Full (the driver lists no more room in it): a new instance.
+    let (_, made) = create().unwrap();
+    assert!(made.is_some(), "a new instance once the first is full");
+    assert_eq!(n.gpu_instances(&gpu()).unwrap().len(), 2);
+}
