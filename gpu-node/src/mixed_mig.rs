@@ -170,3 +170,46 @@ impl crate::Node<'_> {
             .map(|(_, made)| made.map(|gi| (gpu, gi.id))))
     }
 }
+
+/// What a layout's MIG-backed counts become where the driver time-slices a type inside GPU
+/// instances ([`time_sliced_in_instances`]): GPU instances, not vGPUs. Each instance of the
+/// type's profile holds at least as many as the most the driver lists creatable in one of the
+/// GPU's instances now (exact for an empty one), so `n` vGPUs need `ceil(n / that)` instances,
+/// never fewer than it takes. Where the driver lists one per instance, or no instance of the
+/// profile exists yet to ask, the counts stay one instance per vGPU (as NVIDIA's
+/// vgpu-device-manager derives them).
+pub fn instance_counts(
+    nvml: &dyn NvmlDevices,
+    wants: &std::collections::BTreeMap<PciAddress, Vec<(String, u32)>>,
+) -> std::collections::BTreeMap<PciAddress, Vec<(String, u32)>> {
+    let mut out = wants.clone();
+    for (gpu, types) in &mut out {
+        let (Ok(listed), Ok(instances)) = (nvml.vgpu_supported_types(gpu), nvml.gpu_instances(gpu))
+        else {
+            continue;
+        };
+        for (name, n) in types.iter_mut() {
+            let Some(t) = listed
+                .iter()
+                .find(|t| gpu_core::nvidia::names_match(&t.name, name))
+            else {
+                continue;
+            };
+            if !time_sliced_in_instances(nvml, gpu, t.id) {
+                continue;
+            }
+            let per = instances
+                .iter()
+                .filter_map(|gi| {
+                    nvml.gpu_instance_vgpu_creatable_placements(gpu, gi.id, t.id)
+                        .ok()
+                })
+                .map(|p| u32::try_from(p.placement_ids.len()).unwrap_or(u32::MAX))
+                .max()
+                .unwrap_or(1)
+                .max(1);
+            *n = n.div_ceil(per);
+        }
+    }
+    out
+}

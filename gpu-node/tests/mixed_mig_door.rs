@@ -100,3 +100,29 @@ fn a_vgpu_time_sliced_inside_instances_fills_its_instance_before_another_is_made
     assert!(made.is_some(), "a new instance once the first is full");
     assert_eq!(n.gpu_instances(&gpu()).unwrap().len(), 2);
 }
+
+/// A layout asking four vGPUs of a type the driver time-slices two to an instance, with one
+/// empty instance of its profile there: one more instance is derived, not one per vGPU (what
+/// NVIDIA's vgpu-device-manager derives, wrong on Blackwell).
+#[test]
+fn a_layout_derives_instances_by_what_one_instance_holds_not_one_per_vgpu() {
+    use gpu_nvml::Placement;
+    let k = FakeKernel::vendor_vfio_host(0x2330, 80 * 1024, &[(7, "NVIDIA DC-1-8C")], 8).unwrap();
+    let n = nvml();
+    n.create_gpu_instance(&gpu(), 19, Placement { start: 6, size: 1 })
+        .unwrap();
+    let opts = DiscoverOptions::new("node-a");
+    let node = Node::new(&k, &opts);
+    let mig = node.mig(&n);
+    let wants = std::collections::BTreeMap::from([(gpu(), vec![("DC-1-8C".to_owned(), 4)])]);
+    let per_vgpu = mig.layout_needs(&wants).unwrap();
+    assert_eq!(
+        per_vgpu[0].make.len(),
+        3,
+        "one instance per vGPU, less the one there"
+    );
+    let counted = gpu_node::mixed_mig::instance_counts(&n, &wants);
+    assert_eq!(counted[&gpu()], vec![("DC-1-8C".to_owned(), 2)]);
+    let needs = mig.layout_needs(&counted).unwrap();
+    assert_eq!(needs[0].make, vec!["1g.10gb".to_owned()]);
+}

@@ -362,6 +362,8 @@ impl<'n, 'h> LayoutHook<'n, 'h> {
                 .ok()
                 .and_then(|t| gpu_core::layout::wanted_counts(config, &t).ok())
                 .unwrap_or_default();
+            // Blackwell: one instance holds as many vGPUs of a type as the driver lists.
+            let wants = crate::mixed_mig::instance_counts(nvml, &wants);
             let needs = mig.layout_needs(&wants).map_err(fail)?;
             done = mig
                 .prepare_layout(&needs, &opts.sriov, &format!("layout {}", config.name))
