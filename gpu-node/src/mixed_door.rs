@@ -81,7 +81,7 @@ pub fn create_with_nvml<E: From<NodeError> + From<MigError>>(
     // with room, or a new one, then the vGPU as any other.
     if let Some(gpu) = in_mig_mode(&node, nvml, parent) {
         if let Some((_, made)) =
-            crate::mixed_mig::before_vgpu_in_instance(node.host, &mig, nvml, &gpu, profile)?
+            crate::mixed_mig::before_vgpu_in_instance(node.host, &mig, nvml, &gpu, profile, false)?
         {
             return match node.create_vgpu(parent, profile, force, gpu_named, name) {
                 Ok(c) => Ok((c, made)),

@@ -25,19 +25,9 @@ fn refused(e: MixedError) -> MigError {
 /// # Errors
 /// [`MixedError::NoInstanceRoom`] (inside [`MigError::Node`]) naming each instance and its
 /// free placements, when none has room and `make` is off or the new instance takes no vGPU;
-/// what [`Mig::create`] answers (MIG mode off, no room for another instance, ...).
+/// what [`Mig::create`] answers (MIG mode off, no room for another instance, ...). `held`: the
+/// caller holds the host-wide lock already (the agent), the instance is made under it.
 pub fn instance_for(
-    mig: &Mig<'_, '_>,
-    nvml: &dyn NvmlDevices,
-    gpu: &PciAddress,
-    type_id: u32,
-    profile: &str,
-    make: bool,
-) -> Result<(InstanceChoice, Option<InstanceView>), MigError> {
-    instance_for_as(mig, nvml, gpu, type_id, profile, make, false)
-}
-
-fn instance_for_as(
     mig: &Mig<'_, '_>,
     nvml: &dyn NvmlDevices,
     gpu: &PciAddress,
@@ -101,21 +91,12 @@ pub fn time_sliced_in_instances(nvml: &dyn NvmlDevices, gpu: &PciAddress, type_i
 /// A create of the MIG-backed `profile` (a type name) on `gpu` where the driver time-slices it
 /// inside GPU instances ([`time_sliced_in_instances`]): the instance it goes to, filled before
 /// another is made ([`instance_for`], making one where all are full). `None` where the type is
-/// not time-sliced inside instances here (the one-instance-per-vGPU path applies).
+/// not time-sliced inside instances here (the one-instance-per-vGPU path applies). `held`: as
+/// for [`instance_for`].
 ///
 /// # Errors
 /// As [`instance_for`].
 pub fn before_vgpu_in_instance(
-    host: &dyn gpu_sysfs::Host,
-    mig: &Mig<'_, '_>,
-    nvml: &dyn NvmlDevices,
-    gpu: &PciAddress,
-    profile: &str,
-) -> Result<Option<(InstanceChoice, Option<InstanceView>)>, MigError> {
-    in_instance_as(host, mig, nvml, gpu, profile, false)
-}
-
-fn in_instance_as(
     host: &dyn gpu_sysfs::Host,
     mig: &Mig<'_, '_>,
     nvml: &dyn NvmlDevices,
@@ -139,7 +120,7 @@ fn in_instance_as(
     let Some(p) = crate::mig::board::profile_of_type(&board, &t.name) else {
         return Ok(None);
     };
-    instance_for_as(mig, nvml, gpu, t.id, &p.name, true, held).map(Some)
+    instance_for(mig, nvml, gpu, t.id, &p.name, true, held).map(Some)
 }
 
 impl crate::Node<'_> {
@@ -166,8 +147,10 @@ impl crate::Node<'_> {
             _ => return Ok(None),
         }
         let mig = self.mig(nvml);
-        Ok(in_instance_as(self.host, &mig, nvml, &gpu, profile, true)?
-            .map(|(_, made)| made.map(|gi| (gpu, gi.id))))
+        Ok(
+            before_vgpu_in_instance(self.host, &mig, nvml, &gpu, profile, true)?
+                .map(|(_, made)| made.map(|gi| (gpu, gi.id))),
+        )
     }
 }
 

@@ -43,24 +43,26 @@ fn config(counts: &str) -> LayoutConfig {
         .clone()
 }
 
+/// Applies a `mixed-sizes: true` layout of `counts` through a node given the fake NVML.
 fn apply(
-    node: &Node<'_>,
-    c: &LayoutConfig,
+    k: &FakeKernel,
+    n: &FakeNvml,
+    counts: &str,
 ) -> Result<gpu_sysfs::apply::ApplyReport, gpu_node::NodeError> {
+    let opts = DiscoverOptions::new("node-a");
+    let node = Node::new(k, &opts).with_nvml(Some(n));
     let how = LayoutWrite {
         mode: Mode::Apply,
         ..LayoutWrite::default()
     };
-    node.apply_layout(c, &how, &mut |_| {})
+    node.apply_layout(&config(counts), &how, &mut |_| {})
 }
 
 #[test]
 fn a_mix_that_does_not_fit_the_lattice_is_refused_naming_the_type_and_what_is_left() {
     let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
     let n = nvml(VgpuScheduler::BestEffort);
-    let opts = DiscoverOptions::new("node-a");
-    let node = Node::new(&k, &opts).with_nvml(Some(&n));
-    let e = apply(&node, &config("        L40S-24Q: 1\n        L40S-12Q: 2\n")).unwrap_err();
+    let e = apply(&k, &n, "        L40S-24Q: 1\n        L40S-12Q: 2\n").unwrap_err();
     let text = e.to_string();
     assert!(
         text.contains("vGPU type 1153 does not fit GPU 0000:26:00.0")
@@ -80,11 +82,9 @@ fn a_mix_that_does_not_fit_the_lattice_is_refused_naming_the_type_and_what_is_le
 fn a_mix_that_fits_turns_the_mode_on_before_the_first_type() {
     let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
     let n = nvml(VgpuScheduler::BestEffort);
-    let opts = DiscoverOptions::new("node-a");
-    let node = Node::new(&k, &opts).with_nvml(Some(&n));
     // The kernel's side of the mode (the two fakes do not talk).
     k.set_mixed_size(pf()).unwrap();
-    apply(&node, &config("        L40S-24Q: 1\n        L40S-12Q: 1\n")).unwrap();
+    apply(&k, &n, "        L40S-24Q: 1\n        L40S-12Q: 1\n").unwrap();
     assert_eq!(
         n.writes(),
         vec!["nvmlDeviceSetVgpuHeterogeneousMode 0000:26:00.0 Heterogeneous".to_owned()]
@@ -95,9 +95,7 @@ fn a_mix_that_fits_turns_the_mode_on_before_the_first_type() {
 fn a_scheduler_nvidia_does_not_allow_refuses_the_layout_before_any_write() {
     let k = FakeKernel::l40s_vendor_vfio_host(4).unwrap();
     let n = nvml(VgpuScheduler::FixedShare);
-    let opts = DiscoverOptions::new("node-a");
-    let node = Node::new(&k, &opts).with_nvml(Some(&n));
-    let e = apply(&node, &config("        L40S-24Q: 1\n        L40S-12Q: 1\n")).unwrap_err();
+    let e = apply(&k, &n, "        L40S-24Q: 1\n        L40S-12Q: 1\n").unwrap_err();
     assert!(e.to_string().contains("fixed share"), "{e}");
     assert!(n.writes().is_empty() && k.writes().is_empty());
 }

@@ -46,7 +46,7 @@ fn a_full_instance_gets_a_new_one_on_request_and_is_refused_naming_each_instance
     let node = Node::new(&k, &opts);
     let mig = node.mig(&n);
     let place = |make: bool| {
-        let (c, made) = instance_for(&mig, &n, &gpu(), 7, "1g.10gb", make)?;
+        let (c, made) = instance_for(&mig, &n, &gpu(), 7, "1g.10gb", make, false)?;
         n.start_vgpu(&gpu(), 7, Some(c.placement_id), Some(c.gpu_instance))
             .unwrap();
         Ok::<_, MigError>((c.gpu_instance, made))

@@ -57,6 +57,26 @@ impl OneGpu<'_> {
         format!("{} ({})", self.gpu.name, self.gpu.address)
     }
 
+    /// A device of the GPU consuming `used` (counter name, amount) of its counter set.
+    pub(super) fn consuming(
+        &self,
+        name: String,
+        attributes: BTreeMap<String, DeviceAttribute>,
+        used: Vec<(String, String)>,
+    ) -> Device {
+        Device {
+            name,
+            attributes,
+            capacity: BTreeMap::new(),
+            consumes_counters: vec![DeviceCounterConsumption {
+                counter_set: self.set_name.clone(),
+                counters: counters(used),
+            }],
+            allow_multiple_allocations: None,
+            taints: self.taints.clone(),
+        }
+    }
+
     /// A consumption of the GPU's whole remaining framebuffer.
     pub(super) fn whole_framebuffer(&self) -> Vec<DeviceCounterConsumption> {
         vec![DeviceCounterConsumption {

@@ -243,17 +243,8 @@ impl Ctx<'_> {
                     units(*id, s.placement_size, unit)
                         .map(|u| (format!("{SLOT_COUNTER}{u}"), "1".to_owned())),
                 );
-                out.push(Device {
-                    name: vgpu_instance_device_name(&g.gpu.address, s.size_mib, *id),
-                    attributes,
-                    capacity: BTreeMap::new(),
-                    consumes_counters: vec![DeviceCounterConsumption {
-                        counter_set: g.set_name.clone(),
-                        counters: counters(used),
-                    }],
-                    allow_multiple_allocations: None,
-                    taints: g.taints.clone(),
-                });
+                let name = vgpu_instance_device_name(&g.gpu.address, s.size_mib, *id);
+                out.push(g.consuming(name, attributes, used));
             }
         }
         out

@@ -122,6 +122,22 @@ const VERSIONS: [K8sVersion; 4] = [
     K8sVersion::V1_37,
 ];
 
+/// The node's slices for `version` with `placements`, checked against the version's rules.
+fn export(
+    t: &NodeTopology,
+    version: K8sVersion,
+    placements: BTreeMap<PciAddress, GpuPlacements>,
+) -> NodeSlices {
+    let opts = DraOptions {
+        version,
+        mixed_placements: placements,
+        ..DraOptions::default()
+    };
+    let s = node_slices(t, &opts).unwrap();
+    assert!(check(&s.slices, version).is_empty(), "{version}");
+    s
+}
+
 fn devices(s: &NodeSlices) -> Vec<&Device> {
     s.slices.iter().flat_map(|x| &x.spec.devices).collect()
 }
@@ -140,13 +156,7 @@ fn slots_of(d: &Device) -> Vec<String> {
 fn a_mixed_size_gpu_gets_a_counter_per_slot_and_a_device_per_placement_in_every_version() {
     let t = mixed_gpu(&[]);
     for version in VERSIONS {
-        let opts = DraOptions {
-            version,
-            mixed_placements: placements(),
-            ..DraOptions::default()
-        };
-        let s = node_slices(&t, &opts).unwrap();
-        assert!(check(&s.slices, version).is_empty(), "{version}");
+        let s = export(&t, version, placements());
         let set = s
             .slices
             .iter()
@@ -196,12 +206,7 @@ fn a_mixed_size_gpu_gets_a_counter_per_slot_and_a_device_per_placement_in_every_
 #[test]
 fn two_placements_that_overlap_can_never_be_allocated_together() {
     let t = mixed_gpu(&[]);
-    let opts = DraOptions {
-        version: K8sVersion::V1_36_2,
-        mixed_placements: placements(),
-        ..DraOptions::default()
-    };
-    let s = node_slices(&t, &opts).unwrap();
+    let s = export(&t, K8sVersion::V1_36_2, placements());
     let run = |d: &Device| -> Option<(i64, i64)> {
         let id = match d.attributes.get("placementId")? {
             DeviceAttribute::Int(i) => *i,
@@ -235,13 +240,7 @@ fn a_vgpu_made_outside_kubernetes_holds_the_slots_of_its_placement() {
     // A 12Q at placement 1: 12Q at 0, 2, 3 and a 24Q at 2 are left; no 48Q, no 24Q at 0.
     let t = mixed_gpu(&[(1, 1153, Some(1))]);
     for version in VERSIONS {
-        let opts = DraOptions {
-            version,
-            mixed_placements: placements(),
-            ..DraOptions::default()
-        };
-        let s = node_slices(&t, &opts).unwrap();
-        assert!(check(&s.slices, version).is_empty(), "{version}");
+        let s = export(&t, version, placements());
         let names: Vec<&str> = devices(&s).iter().map(|d| d.name.as_str()).collect();
         assert_eq!(
             names,
@@ -259,12 +258,7 @@ fn a_vgpu_made_outside_kubernetes_holds_the_slots_of_its_placement() {
 #[test]
 fn a_vgpu_at_an_unknown_placement_leaves_the_gpu_unpromised() {
     let t = mixed_gpu(&[(1, 1153, None)]);
-    let opts = DraOptions {
-        version: K8sVersion::V1_36_2,
-        mixed_placements: placements(),
-        ..DraOptions::default()
-    };
-    let s = node_slices(&t, &opts).unwrap();
+    let s = export(&t, K8sVersion::V1_36_2, placements());
     assert!(devices(&s).is_empty(), "{:?}", devices(&s));
     assert!(
         s.warnings.iter().any(|w| w.contains("placement of vGPU")),
@@ -312,13 +306,7 @@ fn a_lattice_wider_than_the_counters_allowed_leaves_the_smallest_sizes_out_named
         ]),
     )]);
     for version in [K8sVersion::V1_35, K8sVersion::V1_36_2] {
-        let opts = DraOptions {
-            version,
-            mixed_placements: placements.clone(),
-            ..DraOptions::default()
-        };
-        let s = node_slices(&t, &opts).unwrap();
-        assert!(check(&s.slices, version).is_empty(), "{version}");
+        let s = export(&t, version, placements.clone());
         assert!(
             s.warnings
                 .iter()

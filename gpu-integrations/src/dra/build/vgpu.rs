@@ -266,17 +266,11 @@ impl Ctx<'_> {
                 for i in start..start + span {
                     used.push((format!("memory-slice-{i}"), "1".to_owned()));
                 }
-                out.push(Device {
-                    name: mig_device_name(&addr, *slices, *size, start),
+                out.push(g.consuming(
+                    mig_device_name(&addr, *slices, *size, start),
                     attributes,
-                    capacity: BTreeMap::new(),
-                    consumes_counters: vec![DeviceCounterConsumption {
-                        counter_set: g.set_name.clone(),
-                        counters: counters(used),
-                    }],
-                    allow_multiple_allocations: None,
-                    taints: g.taints.clone(),
-                });
+                    used,
+                ));
             }
         }
         out
