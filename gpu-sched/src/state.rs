@@ -106,6 +106,8 @@ pub struct FleetState {
     pub(crate) by_partition: BTreeMap<(u32, u32), Tree>,
     /// Nodes grouped by what a fit sees, for refusals.
     pub(crate) classes: Classes,
+    /// How GPU-instance starts are chosen (`slots.rs`).
+    pub(crate) slot_policy: crate::slots::SlotPolicy,
 }
 
 impl FleetState {

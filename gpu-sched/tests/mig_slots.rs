@@ -7,7 +7,7 @@ use gpu_core::{
     MigSlots, NodeTopology,
 };
 use gpu_sched::testing::h200_node;
-use gpu_sched::{FleetState, Policy, SchedError};
+use gpu_sched::{FleetState, Policy, SchedError, SlotPolicy};
 use proptest::prelude::*;
 
 const ONE_G: &str = "H200X-1-18C";
@@ -162,8 +162,27 @@ fn allocations_in_a_fleet_file_hold_their_slots() {
     s.place(&vgpus("b", &[(THREE_G, 1)]), Policy::Binpack)
         .unwrap();
     refused(s.place(&vgpus("c", &[(ONE_G, 1)]), Policy::Binpack));
-    // A 4g never fits beside a 3g of unknown start (it may sit at slot 0).
+    // The saved 3g says where it starts (slot 4, which keeps the 4g's slot 0): once b is gone,
+    // a 4g fits beside it.
     s.release("b").unwrap();
+    s.place(&vgpus("d", &[(FOUR_G, 1)]), Policy::Binpack)
+        .unwrap();
+}
+
+#[test]
+fn a_saved_allocation_of_unknown_start_blocks_a_4g_wherever_it_may_sit() {
+    let mut first = fleet(vec![h200_with_slots("h200")]);
+    first.set_slot_policy(SlotPolicy::Driver);
+    first
+        .place(&vgpus("a", &[(THREE_G, 1)]), Policy::Binpack)
+        .unwrap();
+    let saved = Fleet {
+        nodes: first.nodes().collect(),
+        allocations: first.allocations(),
+        ..Fleet::default()
+    };
+    let mut s = FleetState::new(saved).unwrap();
+    // A 4g never fits beside a 3g of unknown start (it may sit at slot 0).
     refused(s.place(&vgpus("d", &[(FOUR_G, 1)]), Policy::Binpack));
 }
 

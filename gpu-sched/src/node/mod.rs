@@ -304,6 +304,8 @@ pub(crate) enum Charge {
         group: usize,
         cost: u64,
         profile: ProfileRef,
+        /// The start of the GPU instance it holds, where the scheduler chose one.
+        start: Option<u8>,
     },
 }
 
@@ -329,6 +331,8 @@ pub(crate) enum Pick {
         parent: usize,
         offer: usize,
         group: usize,
+        /// The start of the GPU instance a MIG-backed vGPU takes, where one was chosen.
+        start: Option<u8>,
     },
 }
 
