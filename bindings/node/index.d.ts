@@ -385,6 +385,9 @@ export interface Reason {
   /** `NoFreePartition`: each partition of the size and why it could not be used;
    * `FabricUnreachable`: why Fabric Manager was not reached. */
   partitions?: string[]
+  /** A MIG-backed profile: the GPUs with no free GPU-instance start for it, each with the
+   * profile's legal starts and the memory slots still free. */
+  slots?: string[]
 }
 
 export interface NodeRefusal {

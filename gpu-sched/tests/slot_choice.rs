@@ -91,6 +91,12 @@ fn keep_most_puts_a_1g_where_a_later_4g_still_fits_and_first_fit_blocks_it() {
     assert_eq!(starts(&place(&mut first, "a", &[(ONE_G, 1)])), [Some(0)]);
     let why = refused(&mut first, "b", &[(FOUR_G, 1)]);
     assert!(why.contains("pool full"), "{why}");
+    // The refusal names the profile, its starts and the slots left.
+    assert!(
+        why.contains("no free GPU-instance start: ")
+            && why.contains(": 4g.71gb starts at [0], slots free [1, 2, 3, 4, 5, 6, 7]"),
+        "{why}"
+    );
 
     // Leaving the start to the driver records none, and the 1g may sit at slot 0.
     let mut driver = fleet(vec![h200("h200")], SlotPolicy::Driver);

@@ -76,6 +76,19 @@ impl MigSlots {
         }
     }
 
+    /// The memory slots free wherever the instances of unknown start sit, for a refusal's
+    /// words.
+    pub fn free_slots(&self) -> Vec<u8> {
+        self.occupancies()
+            .map(|(g, occ)| {
+                let mask = union(&occ, g.memory_slices);
+                (0..g.memory_slices)
+                    .filter(|i| mask.is_free(*i, 1))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The legal starts of `profile` still free wherever the instances of unknown start sit,
     /// for a refusal's words.
     pub fn free_starts(&self, profile: &MigProfile) -> Vec<u8> {

@@ -4,7 +4,7 @@
 // Reasons are built only when a node says no; boxing them would not speed anything up.
 #![allow(clippy::result_large_err)]
 
-use gpu_core::{GpuState, HealthState, Pool, Profile, pool::Misfit};
+use gpu_core::{GpuState, HealthState, Pool, Profile, SlotMisfit, pool::Misfit};
 
 use super::fabric::PartitionFit;
 use super::{Group, NodeState, Pick, creatable};
@@ -324,6 +324,8 @@ impl NodeState {
         let mut excluded = Excluded::default();
         let mut cands: Vec<GroupCand> = Vec::new();
         let mut offered = false;
+        // Groups left out for no free GPU-instance start, named only when the request fails.
+        let mut no_start: Vec<usize> = Vec::new();
         for (gi, g) in self.groups.iter().enumerate() {
             let Some(local) = classes.iter().find_map(|c| g.local(*c)) else {
                 continue;
@@ -360,6 +362,9 @@ impl NodeState {
             }
             let room = match overlay.pool(gi, g).map(|p| p.room(profile)) {
                 Some(Err(m)) => {
+                    if matches!(m, Misfit::MigSlots(SlotMisfit::NoStart { .. })) {
+                        no_start.push(gi);
+                    }
                     excluded.add(misfit_filter(&m));
                     continue;
                 }
@@ -398,6 +403,8 @@ impl NodeState {
                 reason.profile = Some(text.to_owned());
                 reason.numa_aligned = true;
                 reason.excluded = excluded.into_sorted();
+                reason.slots = self
+                    .no_start_words(&no_start, classes, |gi| overlay.pool(gi, &self.groups[gi]));
                 return Err(reason);
             }
         }
@@ -411,6 +418,8 @@ impl NodeState {
             );
             reason.profile = Some(text.to_owned());
             reason.excluded = excluded.into_sorted();
+            reason.slots =
+                self.no_start_words(&no_start, classes, |gi| overlay.pool(gi, &self.groups[gi]));
             return Err(reason);
         }
         for index in 0..r.wanted {

@@ -16,6 +16,7 @@ mod charge;
 mod fabric;
 mod fit;
 mod same;
+mod slots;
 mod topo;
 mod view;
 

@@ -329,6 +329,7 @@ Reason = TypedDict(
         "excluded": NotRequired[List[Exclusion]],
         "with": NotRequired[List[str]],
         "partitions": NotRequired[List[str]],
+        "slots": NotRequired[List[str]],
     },
 )
 

@@ -1,0 +1,41 @@
+//! The words of a refusal for no free GPU-instance start: which GPU, which profile, its legal
+//! starts and the memory slots still free, so an operator sees the fragmentation.
+
+use gpu_core::Pool;
+
+use super::NodeState;
+use crate::resolve::ClassId;
+
+impl NodeState {
+    /// For each group in `groups` (left out of a request for `classes` for no free start),
+    /// `nvidia0: 4g.71gb starts at [0], slots free [4, 5, 6, 7]`; `pool_of` gives the group's
+    /// pool as the fit sees it.
+    pub(super) fn no_start_words<'a>(
+        &'a self,
+        groups: &[usize],
+        classes: &[ClassId],
+        pool_of: impl Fn(usize) -> Option<&'a Pool>,
+    ) -> Vec<String> {
+        groups
+            .iter()
+            .filter_map(|&gi| {
+                let g = &self.groups[gi];
+                let local = classes.iter().find_map(|c| g.local(*c))?;
+                let p = self.sample_profile(gi, local);
+                let slots = pool_of(gi)?.mig_slots.as_ref()?;
+                let mib = p
+                    .framebuffer_mib
+                    .or(p.mig_memory_gib.map(|gib| u64::from(gib) * 1024))
+                    .unwrap_or(0);
+                let mp = slots.profile_for(p.mig_slices?, mib).ok()?;
+                let gpu = g.gpu.map_or("?", |x| self.topo.gpus[x].name.as_str());
+                Some(format!(
+                    "{gpu}: {} starts at {:?}, slots free {:?}",
+                    mp.name,
+                    mp.starts,
+                    slots.free_slots()
+                ))
+            })
+            .collect()
+    }
+}
