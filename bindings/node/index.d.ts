@@ -278,6 +278,8 @@ export interface ShortVgpu {
   profile: string
   framebufferMiB?: number
   uuid: string
+  gpuInstanceStart?: number
+  placementId?: number
 }
 
 /** A Machine's devices on one node. */

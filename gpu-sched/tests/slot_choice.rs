@@ -193,3 +193,19 @@ fn no_two_allocations_on_a_gpu_hold_one_slot_under_churn() {
         }
     }
 }
+
+#[test]
+fn a_short_allocation_in_a_fleet_file_holds_the_start_it_gives() {
+    let node = serde_json::to_value(h200("h200")).unwrap();
+    let doc = serde_json::json!({
+        "nodes": [node],
+        "allocations": [{"machine": "vm-0", "node": "h200", "devices": [
+            {"parent": "0000:10:00.4", "profile": "1414",
+             "uuid": "abc73e73-307c-5fb6-af8b-b425771b9b0d", "gpuInstanceStart": 0}]}]
+    });
+    let mut s = FleetState::new(Fleet::from_text(&doc.to_string()).unwrap()).unwrap();
+    assert_eq!(starts(&s.allocations()[0]), [Some(0)]);
+    // The 1g at slot 0 holds the 4g's only start.
+    let why = refused(&mut s, "vm-4", &[(FOUR_G, 1)]);
+    assert!(why.contains("4g.71gb starts at [0]"), "{why}");
+}

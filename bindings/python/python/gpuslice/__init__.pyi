@@ -250,6 +250,8 @@ class ShortVgpu(TypedDict):
     profile: str
     framebufferMiB: NotRequired[int]
     uuid: str
+    gpuInstanceStart: NotRequired[int]
+    placementId: NotRequired[int]
 
 class Allocation(TypedDict):
     machine: str
