@@ -2,7 +2,9 @@
 //! instances of unknown start may sit, chosen on the one slot model ([`crate::slots::choose`]),
 //! held at that start so the next placement sees it taken, and freed at that start.
 
-use super::{MigOccupancy, MigPlaced, MigProfile, MigSlots, SlotMisfit};
+use std::sync::OnceLock;
+
+use super::{GEOMETRIES, MigGeometry, MigOccupancy, MigPlaced, MigProfile, MigSlots, SlotMisfit};
 use crate::slots::{self, SlotChoice, SlotMask, SlotShape};
 
 /// The occupancies as one mask of the slots any of them holds: a start free in it is free
@@ -17,6 +19,23 @@ fn union(occupancies: &[MigOccupancy], slots: u8) -> SlotMask {
         }
     }
     mask
+}
+
+/// Every known geometry's profiles as slot shapes, in [`GEOMETRIES`] and profile order: built
+/// once, so a choice allocates nothing for them.
+fn shapes_of(g: &MigGeometry) -> &'static [SlotShape] {
+    static SHAPES: OnceLock<Vec<Vec<SlotShape>>> = OnceLock::new();
+    let all = SHAPES.get_or_init(|| {
+        GEOMETRIES
+            .iter()
+            .map(|g| g.profiles.iter().map(SlotShape::of_mig).collect())
+            .collect()
+    });
+    GEOMETRIES
+        .iter()
+        .position(|x| x == g)
+        .and_then(|i| all.get(i))
+        .map_or(&[], Vec::as_slice)
 }
 
 impl MigSlots {
@@ -34,21 +53,38 @@ impl MigSlots {
         profile: &MigProfile,
         how: SlotChoice,
     ) -> Result<Option<u8>, SlotMisfit> {
-        self.check(profile)?;
-        let (g, occupancies) = self.occupancies()?;
-        let mask = union(&occupancies, g.memory_slices);
-        let later: Vec<SlotShape> = match how {
-            SlotChoice::KeepMost => g.profiles.iter().map(SlotShape::of_mig).collect(),
-            SlotChoice::FirstFit => Vec::new(),
+        let r = self.resolve()?;
+        let g = r.geometry;
+        // Every instance at a known start (what the solver's own choices leave): one
+        // occupancy, nothing to search.
+        let mask = if r.existing.is_empty() && r.pending.is_empty() {
+            union(&[r.placed], g.memory_slices)
+        } else {
+            r.check(profile)?;
+            union(&self.occupancies()?.1, g.memory_slices)
         };
-        Ok(slots::choose(
-            mask,
-            g.memory_slices,
-            &SlotShape::of_mig(profile),
-            &later,
-            how,
-        )
-        .ok())
+        let shapes = shapes_of(g);
+        let shape = g
+            .profiles
+            .iter()
+            .position(|p| p.name == profile.name)
+            .and_then(|i| shapes.get(i));
+        let owned;
+        let shape = match shape {
+            Some(s) => s,
+            None => {
+                owned = SlotShape::of_mig(profile);
+                &owned
+            }
+        };
+        let later = match how {
+            SlotChoice::KeepMost => shapes,
+            SlotChoice::FirstFit => &[],
+        };
+        match slots::choose(mask, g.memory_slices, shape, later, how) {
+            Ok(s) => Ok(Some(s)),
+            Err(_) => r.check(profile).map(|()| None),
+        }
     }
 
     /// Holds one instance of `profile` at `start` (after [`MigSlots::choose_start`] gave it).
