@@ -27,11 +27,7 @@ fn main() {
             SlotPolicy::FirstFit,
             SlotPolicy::Driver,
         ] {
-            let mut t = Outcome {
-                arrivals: 0,
-                accepted: 0,
-                refused_with_room: 0,
-            };
+            let mut t = Outcome::default();
             for seed in 1..=seeds {
                 let o = replay(nodes, arrivals, load, seed, policy);
                 t.arrivals += o.arrivals;

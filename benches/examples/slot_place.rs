@@ -12,12 +12,13 @@ use gpu_sched::{Policy, SlotPolicy};
 use gpuslice_benches::solver_slot_churn::{PROFILES, fleet};
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let nodes = args.first().copied().unwrap_or(1_000);
-    let count = args.get(1).copied().unwrap_or(4_000);
+    let arg = |i: usize, default: usize| {
+        std::env::args()
+            .nth(i)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(default)
+    };
+    let (nodes, count) = (arg(1, 1_000), arg(2, 4_000));
     // 1g, 2g, 1g, 3g, ... in turn: every GPU ends up with mixed instances.
     let machines: Vec<Machine> = (0..count)
         .filter_map(|i| {

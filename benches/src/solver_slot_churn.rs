@@ -93,11 +93,7 @@ pub fn replay(nodes: usize, arrivals: u32, load: f64, seed: u64, slots: SlotPoli
     let mut alive: Vec<(u64, String, Gpu, u8)> = Vec::new();
     let mut held: HashMap<Gpu, u8> = HashMap::new();
     let gpus = nodes * GPUS_PER_NODE;
-    let mut out = Outcome {
-        arrivals: 0,
-        accepted: 0,
-        refused_with_room: 0,
-    };
+    let mut out = Outcome::default();
     for step in 0..u64::from(arrivals) {
         alive.retain(|(leave, name, gpu, size)| {
             if *leave > step {

@@ -8,7 +8,7 @@ use gpu_core::{
 };
 use std::collections::BTreeMap;
 
-use gpu_sched::testing::h200_node;
+use gpu_sched::testing::{h200_node, vgpu_machine as vgpus};
 use gpu_sched::{FleetState, Policy, SchedError, SlotPolicy};
 use proptest::prelude::*;
 
@@ -63,17 +63,6 @@ fn fleet(nodes: Vec<NodeTopology>) -> FleetState {
         ..Fleet::default()
     })
     .unwrap()
-}
-
-fn vgpus(name: &str, wants: &[(&str, u32)]) -> Machine {
-    let devices: Vec<String> = wants
-        .iter()
-        .enumerate()
-        .map(|(i, (profile, count))| {
-            format!("{{name: r{i}, profile: \"{profile}\", count: {count}}}")
-        })
-        .collect();
-    Machine::from_text(&format!("name: {name}\ndevices: [{}]", devices.join(", "))).unwrap()
 }
 
 fn refused(r: Result<gpu_core::Allocation, SchedError>) -> String {
@@ -147,18 +136,23 @@ fn releasing_a_mig_allocation_frees_its_slots() {
         .unwrap();
 }
 
+/// The state read back from what `first` would save: its nodes and allocations.
+fn saved(first: &FleetState) -> FleetState {
+    FleetState::new(Fleet {
+        nodes: first.nodes().collect(),
+        allocations: first.allocations(),
+        ..Fleet::default()
+    })
+    .unwrap()
+}
+
 #[test]
 fn allocations_in_a_fleet_file_hold_their_slots() {
     let mut first = fleet(vec![h200_with_slots("h200")]);
     first
         .place(&vgpus("a", &[(THREE_G, 1)]), Policy::Binpack)
         .unwrap();
-    let saved = Fleet {
-        nodes: first.nodes().collect(),
-        allocations: first.allocations(),
-        ..Fleet::default()
-    };
-    let mut s = FleetState::new(saved).unwrap();
+    let mut s = saved(&first);
     // The saved 3g holds half the GPU: a second 3g takes the other half, and then a 1g finds
     // no start although one slice is free.
     s.place(&vgpus("b", &[(THREE_G, 1)]), Policy::Binpack)
@@ -178,12 +172,7 @@ fn a_saved_allocation_of_unknown_start_blocks_a_4g_wherever_it_may_sit() {
     first
         .place(&vgpus("a", &[(THREE_G, 1)]), Policy::Binpack)
         .unwrap();
-    let saved = Fleet {
-        nodes: first.nodes().collect(),
-        allocations: first.allocations(),
-        ..Fleet::default()
-    };
-    let mut s = FleetState::new(saved).unwrap();
+    let mut s = saved(&first);
     // A 4g never fits beside a 3g of unknown start (it may sit at slot 0).
     refused(s.place(&vgpus("d", &[(FOUR_G, 1)]), Policy::Binpack));
 }

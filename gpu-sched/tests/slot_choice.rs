@@ -4,7 +4,7 @@
 //! allocation (`gpuInstanceStart`), frees it on release, and a fleet read back places the same.
 
 use gpu_core::{AllocatedDevice, Allocation, Fleet, MigGeometry, MigSlots, NodeTopology};
-use gpu_sched::testing::h200_node;
+use gpu_sched::testing::{h200_node, vgpu_machine as vgpus};
 use gpu_sched::{FleetState, Policy, SchedError, SlotPolicy};
 
 const ONE_G: &str = "H200X-1-18C";
@@ -28,18 +28,6 @@ fn fleet(nodes: Vec<NodeTopology>, slots: SlotPolicy) -> FleetState {
     .unwrap();
     s.set_slot_policy(slots);
     s
-}
-
-fn vgpus(name: &str, wants: &[(&str, u32)]) -> gpu_core::Machine {
-    let devices: Vec<String> = wants
-        .iter()
-        .enumerate()
-        .map(|(i, (profile, count))| {
-            format!("{{name: r{i}, profile: \"{profile}\", count: {count}}}")
-        })
-        .collect();
-    gpu_core::Machine::from_text(&format!("name: {name}\ndevices: [{}]", devices.join(", ")))
-        .unwrap()
 }
 
 /// The GPU-instance starts an allocation records, in device order.
