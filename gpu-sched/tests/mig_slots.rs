@@ -3,8 +3,8 @@
 //! GPU's existing instances sit, not just enough free slices.
 
 use gpu_core::{
-    AllocatedDevice, Fleet, Instance, Machine, MigGeometry, MigOccupancy, MigPlaced, MigProfile,
-    MigSlots, NodeTopology,
+    AllocatedDevice, Fleet, Instance, MigGeometry, MigOccupancy, MigPlaced, MigProfile, MigSlots,
+    NodeTopology,
 };
 use std::collections::BTreeMap;
 
