@@ -1,7 +1,7 @@
-//! Where a MIG-backed vGPU's GPU instance starts: the solver chooses it on the one slot model
-//! ([`gpu_core::slots`]) when it places the vGPU, holds it in the GPU's slots so the next
-//! placement sees it taken, records it in the allocation (`gpuInstanceStart`, which the node
-//! makes the instance at) and frees it on release.
+//! How the solver chooses where a MIG-backed vGPU's GPU instance starts, on the one slot model
+//! ([`gpu_core::slots`]): the choice is made in `node/fit.rs`, held in the GPU's slots so the
+//! next placement sees it taken, recorded in the allocation (`gpuInstanceStart`, which the node
+//! makes the instance at) and freed on release; `state/slots.rs` sets it for a fleet.
 
 use std::fmt;
 use std::str::FromStr;
@@ -9,7 +9,6 @@ use std::str::FromStr;
 use gpu_core::slots::SlotChoice;
 
 use crate::error::SchedError;
-use crate::state::FleetState;
 
 /// How the solver chooses a GPU-instance start. JSON and command line: `keepmost`,
 /// `firstfit`, `driver`.
@@ -63,32 +62,5 @@ impl FromStr for SlotPolicy {
                 input: s.to_owned(),
             }),
         }
-    }
-}
-
-/// A word telling a pool's GPU-instance slots apart (two nodes whose instances sit at other
-/// starts fit differently, whatever their slice counts): 0 where the pool tracks none.
-pub(crate) fn slots_word(pool: &gpu_core::Pool) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let Some(s) = &pool.mig_slots else {
-        return 0;
-    };
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for p in &s.placed {
-        (p.profile.as_str(), p.start).hash(&mut h);
-    }
-    (&s.unplaced, &s.creatable, &s.pending).hash(&mut h);
-    h.finish() | 1
-}
-
-impl FleetState {
-    /// How GPU-instance starts are chosen from now on (default [`SlotPolicy::KeepMost`]).
-    pub fn set_slot_policy(&mut self, policy: SlotPolicy) {
-        self.slot_policy = policy;
-    }
-
-    /// How GPU-instance starts are chosen.
-    pub fn slot_policy(&self) -> SlotPolicy {
-        self.slot_policy
     }
 }

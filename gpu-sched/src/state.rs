@@ -20,6 +20,7 @@ use crate::resolve::Catalog;
 mod index;
 mod place;
 mod refuse;
+mod slots;
 
 /// A device placed on a Degraded GPU: usable, ranked last, and worth knowing about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -28,6 +28,7 @@ use gpu_core::{HealthState, NodeTopology, Pool, Profile, Vendor};
 
 use crate::resolve::ClassId;
 pub(crate) use fabric::NO_PARTITION;
+pub(crate) use slots::slots_word;
 pub(crate) use topo::{Topo, TopoTables};
 
 const UNIT_CAP: u64 = 1 << 32;

@@ -39,3 +39,18 @@ impl NodeState {
             .collect()
     }
 }
+
+/// A word telling a pool's GPU-instance slots apart (two nodes whose instances sit at other
+/// starts fit differently, whatever their slice counts): 0 where the pool tracks none.
+pub(crate) fn slots_word(pool: &Pool) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let Some(s) = &pool.mig_slots else {
+        return 0;
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for p in &s.placed {
+        (p.profile.as_str(), p.start).hash(&mut h);
+    }
+    (&s.unplaced, &s.creatable, &s.pending).hash(&mut h);
+    h.finish() | 1
+}
