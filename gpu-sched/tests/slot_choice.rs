@@ -197,3 +197,24 @@ fn a_short_allocation_in_a_fleet_file_holds_the_start_it_gives() {
     let why = refused(&mut s, "vm-4", &[(FOUR_G, 1)]);
     assert!(why.contains("4g.71gb starts at [0]"), "{why}");
 }
+
+#[test]
+fn a_refusal_tells_apart_nodes_whose_instances_sit_at_other_starts() {
+    // Both nodes hold a 1g and a 2g (same counts, same slices); the starts differ, and so do the
+    // slots left beside them.
+    let alloc = |node: &str, one: u8, two: u8| {
+        serde_json::json!({"machine": format!("vm-{node}"), "node": node, "devices": [
+            {"parent": "0000:10:00.4", "profile": "1414",
+             "uuid": "abc73e73-307c-5fb6-af8b-b425771b9b0d", "gpuInstanceStart": one},
+            {"parent": "0000:10:00.5", "profile": "1418",
+             "uuid": "abc73e73-307c-5fb6-af8b-b425771b9b0e", "gpuInstanceStart": two}]})
+    };
+    let doc = serde_json::json!({
+        "nodes": [serde_json::to_value(h200("a")).unwrap(), serde_json::to_value(h200("b")).unwrap()],
+        "allocations": [alloc("a", 0, 4), alloc("b", 6, 2)]
+    });
+    let mut s = FleetState::new(Fleet::from_text(&doc.to_string()).unwrap()).unwrap();
+    let why = refused(&mut s, "vm-4", &[(FOUR_G, 1)]);
+    assert!(why.contains("slots free [1, 2, 3, 6, 7]"), "{why}");
+    assert!(why.contains("slots free [0, 1, 4, 5, 7]"), "{why}");
+}
