@@ -403,8 +403,7 @@ impl NodeState {
                 reason.profile = Some(text.to_owned());
                 reason.numa_aligned = true;
                 reason.excluded = excluded.into_sorted();
-                reason.slots = self
-                    .no_start_words(&no_start, classes, |gi| overlay.pool(gi, &self.groups[gi]));
+                reason.slots = self.no_start_words(&no_start, classes, &overlay.pools);
                 return Err(reason);
             }
         }
@@ -418,8 +417,7 @@ impl NodeState {
             );
             reason.profile = Some(text.to_owned());
             reason.excluded = excluded.into_sorted();
-            reason.slots =
-                self.no_start_words(&no_start, classes, |gi| overlay.pool(gi, &self.groups[gi]));
+            reason.slots = self.no_start_words(&no_start, classes, &overlay.pools);
             return Err(reason);
         }
         for index in 0..r.wanted {

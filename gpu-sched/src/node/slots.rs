@@ -8,14 +8,21 @@ use crate::resolve::ClassId;
 
 impl NodeState {
     /// For each group in `groups` (left out of a request for `classes` for no free start),
-    /// `nvidia0: 4g.71gb starts at [0], slots free [4, 5, 6, 7]`; `pool_of` gives the group's
-    /// pool as the fit sees it.
-    pub(super) fn no_start_words<'a>(
-        &'a self,
+    /// `nvidia0: 4g.71gb starts at [0], slots free [4, 5, 6, 7]`; `pools` are the pools the fit
+    /// has charged so far (the others are the groups' own).
+    pub(super) fn no_start_words(
+        &self,
         groups: &[usize],
         classes: &[ClassId],
-        pool_of: impl Fn(usize) -> Option<&'a Pool>,
+        pools: &[(usize, Pool)],
     ) -> Vec<String> {
+        let pool_of = |gi: usize| {
+            pools
+                .iter()
+                .find(|(i, _)| *i == gi)
+                .map(|(_, p)| p)
+                .or(self.groups[gi].pool.as_ref())
+        };
         groups
             .iter()
             .filter_map(|&gi| {
