@@ -1,0 +1,259 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! MIG on request through the one writer, on the fake kernel (an H200 in the vendor-specific
+//! VFIO framework whose VFs list and take MIG-backed types as the fake NVML's GPU instances
+//! allow) and the fake NVML: `Node::realize` makes a missing GPU instance (at the allocation's
+//! start when it names one) and undoes it on failure; `vgpu create` turns MIG mode on or off
+//! where nothing uses the GPU.
+
+use std::sync::Arc;
+
+use gpu_core::mig::MigGeometry;
+use gpu_core::{Allocation, ClassifiedError, ErrorKind, PciAddress};
+use gpu_node::mig::MigError;
+use gpu_node::mig::realize::InstanceStarts;
+use gpu_node::{Node, RealizeError};
+use gpu_nvml::fake::{FakeGpu, FakeNvml};
+use gpu_nvml::{MigMode, MigModes, NvmlDevices, Placement};
+use gpu_sysfs::discover::DiscoverOptions;
+use gpu_sysfs::resolver::InMemoryResolver;
+use gpu_sysfs::testing::FakeKernel;
+use gpu_sysfs::testing::fixtures::{H200_TYPES, h200_mig_kernel, h200_pf, h200_vf};
+use gpu_sysfs::testing::{PciSpec, TreeBuilder};
+
+fn pf() -> PciAddress {
+    h200_pf(0).parse().unwrap()
+}
+
+fn nvml(mode: MigMode) -> Arc<FakeNvml> {
+    let g = MigGeometry::for_device(0x2335).unwrap();
+    Arc::new(FakeNvml::new().with_gpu(pf(), FakeGpu::mig(g).with_mig_mode(mode)))
+}
+
+fn options() -> DiscoverOptions {
+    let mut r = InMemoryResolver::new();
+    for (id, name) in H200_TYPES {
+        r = r.with(id, name);
+    }
+    let mut o = DiscoverOptions::new("n");
+    o.resolver = Some(Arc::new(r));
+    o
+}
+
+/// Machine `vm1` with one vGPU of type `id` (`name`) on VF `vf` of the H200.
+fn allocation(vgpus: &[(u32, u32, &str)]) -> Allocation {
+    let devices: Vec<serde_json::Value> = vgpus
+        .iter()
+        .enumerate()
+        .map(|(i, (vf, id, name))| {
+            serde_json::json!({
+                "kind": "vgpu", "request": "gpu", "index": i,
+                "parent": h200_vf(0, *vf), "gpu": h200_pf(0), "framework": "vendor-vfio",
+                "profile": id.to_string(), "profileName": name,
+                "uuid": format!("00000000-0000-0000-0000-00000000000{i}"),
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "machine": "vm1", "node": "n", "devices": devices,
+    }))
+    .unwrap()
+}
+
+fn vf_type(k: &FakeKernel, n: u32) -> String {
+    std::fs::read_to_string(k.root().join(format!(
+        "sys/bus/pci/devices/{}/nvidia/current_vgpu_type",
+        h200_vf(0, n)
+    )))
+    .unwrap()
+    .trim()
+    .to_owned()
+}
+
+fn starts(n: &FakeNvml) -> Vec<(u32, u32)> {
+    n.gpu_instances(&pf())
+        .unwrap()
+        .iter()
+        .map(|g| (g.profile_id, g.placement.start))
+        .collect()
+}
+
+#[test]
+fn realize_makes_the_missing_gpu_instance_of_a_mig_backed_vgpu_and_remove_destroys_it() {
+    let n = nvml(MigMode::Enabled);
+    let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap();
+    let opts = options();
+    let node = Node::new(&k, &opts).with_nvml(Some(&*n));
+    let a = allocation(&[(0, 1418, "NVIDIA H200X-3-71C")]);
+    assert!(starts(&n).is_empty());
+    let done = node.realize(&a).unwrap();
+    assert!(done.changed);
+    assert_eq!(vf_type(&k, 0), "1418");
+    // 3g.71gb (profile ID 9) at the start that keeps the most later placements.
+    assert_eq!(starts(&n), [(9, 4)]);
+    let record = gpu_node::mig::owned::read(&k);
+    assert_eq!(record.len(), 1, "recorded as gpuslice's");
+    // Realized again: nothing written, nothing made.
+    let writes = n.writes().len();
+    assert!(!node.realize(&a).unwrap().changed);
+    assert_eq!(n.writes().len(), writes);
+    // `vgpu remove` of the VF destroys the instance made for it.
+    let vf: PciAddress = h200_vf(0, 0).parse().unwrap();
+    let (_, destroyed) = node
+        .remove_vgpu_with_mig(&node.mig(&*n), &gpu_node::VgpuId::Vf(vf), false)
+        .unwrap();
+    assert!(destroyed.is_some());
+    assert!(starts(&n).is_empty());
+}
+
+#[test]
+fn without_nvml_realize_refuses_a_type_no_vf_lists_as_before() {
+    let n = nvml(MigMode::Enabled);
+    let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap();
+    let opts = options();
+    let node = Node::new(&k, &opts);
+    let e = node
+        .realize(&allocation(&[(0, 1418, "NVIDIA H200X-3-71C")]))
+        .unwrap_err();
+    assert!(matches!(e, RealizeError::UnknownProfile { .. }), "{e}");
+    assert!(k.writes().is_empty() && n.writes().is_empty());
+}
+
+#[test]
+fn realize_makes_the_instance_at_the_allocations_start() {
+    let n = nvml(MigMode::Enabled);
+    let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap();
+    let opts = options();
+    let node = Node::new(&k, &opts).with_nvml(Some(&*n));
+    let a = allocation(&[(0, 1418, "NVIDIA H200X-3-71C")]);
+    node.realize_starting(&a, &InstanceStarts::default().with(0, 0))
+        .unwrap();
+    assert_eq!(starts(&n), [(9, 0)], "at start 0, not the keep-most 4");
+}
+
+#[test]
+fn a_start_that_is_taken_or_not_legal_is_refused_naming_it_before_any_write() {
+    let n = nvml(MigMode::Enabled);
+    n.create_gpu_instance(&pf(), 15, Placement { start: 0, size: 2 })
+        .unwrap();
+    let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap();
+    let opts = options();
+    let node = Node::new(&k, &opts).with_nvml(Some(&*n));
+    let a = allocation(&[(0, 1418, "NVIDIA H200X-3-71C")]);
+    let before = n.writes().len();
+    let e = node
+        .realize_starting(&a, &InstanceStarts::default().with(0, 0))
+        .unwrap_err();
+    let RealizeError::Mig { source, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert!(matches!(**source, MigError::StartTaken { start: 0, .. }), "{e}");
+    assert!(gpu_core::error_chain(&e).contains("start 0"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::InUse);
+    let e = node
+        .realize_starting(&a, &InstanceStarts::default().with(0, 2))
+        .unwrap_err();
+    let text = gpu_core::error_chain(&e);
+    assert!(text.contains("2 is not a legal start") && text.contains("0,4"), "{text}");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(n.writes().len(), before, "nothing made");
+    assert!(k.writes().is_empty(), "{:?}", k.writes());
+}
+
+#[test]
+fn a_realize_that_cannot_fit_is_refused_before_any_write_and_a_failed_one_destroys_its_instances()
+{
+    let n = nvml(MigMode::Enabled);
+    let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap();
+    let opts = options();
+    let node = Node::new(&k, &opts).with_nvml(Some(&*n));
+    // Two 3g vGPUs and a 7g: the 7g cannot fit beside them: refused before any write.
+    let a = allocation(&[
+        (0, 1418, "NVIDIA H200X-3-71C"),
+        (1, 1418, "NVIDIA H200X-3-71C"),
+        (2, 1420, "NVIDIA H200X-7-141C"),
+    ]);
+    let e = node.realize(&a).unwrap_err();
+    assert!(matches!(e, RealizeError::Mig { .. }), "{e}");
+    assert!(gpu_core::error_chain(&e).contains("no room"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Exhausted);
+    assert!(starts(&n).is_empty() && k.writes().is_empty());
+    // Two 3g vGPUs fit; find the write of the second VF's type on a first host ...
+    let two = allocation(&[
+        (0, 1418, "NVIDIA H200X-3-71C"),
+        (1, 1418, "NVIDIA H200X-3-71C"),
+    ]);
+    node.realize(&two).unwrap();
+    assert_eq!(starts(&n), [(9, 0), (9, 4)], "one instance per vGPU");
+    let second = format!("{}/nvidia/current_vgpu_type", h200_vf(0, 1));
+    let at = k.writes().iter().position(|w| w.path.ends_with(&second)).unwrap() + 1;
+    // ... then on a fresh one whose kernel refuses that write: all this call made is undone.
+    let n = nvml(MigMode::Enabled);
+    let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap().failing_at(at, 5);
+    let node = Node::new(&k, &opts).with_nvml(Some(&*n));
+    let e = node.realize(&two).unwrap_err();
+    assert!(matches!(e, RealizeError::Write { .. }), "{e}");
+    assert!(starts(&n).is_empty(), "{:?}", starts(&n));
+    assert_eq!(vf_type(&k, 0), "0");
+    assert!(gpu_node::mig::owned::read(&k).is_empty());
+}
+
+/// An H100 SXM (10de:2330) on `nvidia`, SR-IOV capable with no VFs yet.
+fn h100_tree() -> gpu_sysfs::testing::builder::Tree {
+    let mut b = TreeBuilder::new();
+    b.pci(
+        "0000:41:00.0",
+        PciSpec::new(0x10de, 0x2330, 0x030200).driver("nvidia"),
+    );
+    b.finish().unwrap()
+}
+
+#[test]
+fn a_mig_backed_type_turns_mig_mode_on_where_nothing_uses_the_gpu_and_a_time_sliced_one_off() {
+    let t = h100_tree();
+    let host = gpu_sysfs::RealHost::new(t.root()).unwrap();
+    let gpu: PciAddress = "0000:41:00.0".parse().unwrap();
+    let g = MigGeometry::for_device(0x2330).unwrap();
+    let n = FakeNvml::new().with_gpu(gpu, FakeGpu::mig(g).with_mig_mode(MigMode::Disabled));
+    let opts = DiscoverOptions::new("n");
+    let node = Node::new(&host, &opts);
+    let mig = node.mig(&n);
+    let made = mig
+        .before_vgpu(&gpu, "NVIDIA H100XM-3-40C")
+        .unwrap()
+        .unwrap();
+    assert_eq!(n.mig_mode(&gpu).unwrap(), MigModes::settled(MigMode::Enabled));
+    assert_eq!((made.profile.as_str(), made.start), ("3g.40gb", 4));
+    // A time-sliced type now: gpuslice's instance goes, then MIG mode.
+    assert_eq!(mig.before_vgpu(&gpu, "NVIDIA H100XM-80C").unwrap(), None);
+    assert_eq!(n.mig_mode(&gpu).unwrap(), MigModes::settled(MigMode::Disabled));
+    assert!(n.gpu_instances(&gpu).is_err() || n.gpu_instances(&gpu).unwrap().is_empty());
+    // Someone else's instance keeps MIG mode on: refused naming it, nothing written.
+    mig.set_mode(&gpu, MigMode::Enabled).unwrap();
+    n.create_gpu_instance(&gpu, 19, Placement { start: 0, size: 1 })
+        .unwrap();
+    let writes = n.writes().len();
+    let e = mig.before_vgpu(&gpu, "NVIDIA H100XM-80C").unwrap_err();
+    assert!(e.to_string().contains("did not make"), "{e}");
+    assert_eq!(n.writes().len(), writes);
+}
+
+#[test]
+fn mig_mode_that_waits_for_a_reset_is_said_and_nothing_more_is_made() {
+    let t = h100_tree();
+    let host = gpu_sysfs::RealHost::new(t.root()).unwrap();
+    let gpu: PciAddress = "0000:41:00.0".parse().unwrap();
+    let g = MigGeometry::for_device(0x2330).unwrap();
+    let n = FakeNvml::new().with_gpu(gpu, FakeGpu::mig(g).needing_reset());
+    let opts = DiscoverOptions::new("n");
+    let node = Node::new(&host, &opts);
+    let e = node
+        .mig(&n)
+        .before_vgpu(&gpu, "NVIDIA H100XM-3-40C")
+        .unwrap_err();
+    assert!(matches!(e, MigError::PendingReset { .. }), "{e}");
+    assert!(e.to_string().contains("nvidia-smi -r"), "{e}");
+    assert!(
+        n.gpu_instances(&gpu).is_err() || n.gpu_instances(&gpu).unwrap().is_empty(),
+        "no instance made on a mode not in force"
+    );
+}
