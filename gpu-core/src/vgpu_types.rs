@@ -1,7 +1,7 @@
 //! Each vGPU parent's (or vendor-VFIO VF's) types with the instances still free, as
 //! `mdevctl types` lists them: what `gpuslice vgpu types` prints.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::address::PciAddress;
 use crate::ids::{ParentId, VgpuTypeId};
@@ -45,6 +45,40 @@ pub struct TypeInfo {
     /// The driver's description, when it gives one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// A MIG-backed type the VF does not list yet: its GPU instance is made on request.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub needs_gpu_instance: bool,
+}
+
+/// The MIG-backed vGPU types a GPU supports, from what its driver says it supports (NVML's
+/// `nvmlDeviceGetSupportedVgpus`), or `unknown` where nothing says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigBackedTypes {
+    /// `nvml` (the driver's supported types) or `unknown` (no NVML to ask: the types are not
+    /// listed, never guessed).
+    pub source: String,
+    /// The types, in the driver's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub types: Vec<MigBackedType>,
+}
+
+/// One MIG-backed vGPU type a GPU supports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigBackedType {
+    /// Type ID (`1418`).
+    pub id: VgpuTypeId,
+    /// Name (`NVIDIA H200X-3-71C`).
+    pub name: String,
+    /// Framebuffer per vGPU in MiB, when known.
+    #[serde(default, rename = "framebufferMiB", skip_serializing_if = "Option::is_none")]
+    pub framebuffer_mib: Option<u64>,
+    /// Compute slices of its GPU instance.
+    pub mig_slices: u8,
+    /// No parent of the GPU lists it as creatable now (MIG mode off, or no free GPU instance of
+    /// its profile): gpuslice makes the instance (and turns MIG mode on) when it is asked for.
+    pub needs_gpu_instance: bool,
 }
 
 /// The types of every parent of `topo` (only `parent` when given), in the topology's order.
@@ -74,8 +108,37 @@ pub fn vgpu_types(topo: &NodeTopology, parent: Option<&ParentId>) -> Vec<ParentT
                     device_api: t.device_api.clone(),
                     framebuffer_mib: t.framebuffer_mib,
                     description: t.description.clone(),
+                    needs_gpu_instance: false,
                 })
+                .chain(needing_instance(topo, p))
                 .collect(),
         })
         .collect()
+}
+
+/// For a free vendor-VFIO VF: the MIG-backed types its GPU supports that it does not list now
+/// (their GPU instance does not exist yet), with no instance available until it is made.
+fn needing_instance<'t>(
+    topo: &'t NodeTopology,
+    p: &'t crate::topology::Parent,
+) -> impl Iterator<Item = TypeInfo> + 't {
+    let free = p.framework == VgpuFramework::VendorVfio && p.instances.is_empty();
+    let gpu = p
+        .gpu
+        .filter(|_| free)
+        .and_then(|a| topo.gpus.iter().find(|g| g.address == a));
+    gpu.and_then(|g| g.mig_backed_types.as_ref())
+        .into_iter()
+        .flat_map(|m| m.types.iter())
+        .filter(move |t| !p.profiles.iter().any(|x| x.name == t.name))
+        .map(|t| TypeInfo {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            available_instances: 0,
+            driver_reports: None,
+            device_api: "vfio-pci".to_owned(),
+            framebuffer_mib: t.framebuffer_mib,
+            description: None,
+            needs_gpu_instance: true,
+        })
 }

@@ -257,3 +257,91 @@ fn mig_mode_that_waits_for_a_reset_is_said_and_nothing_more_is_made() {
         "no instance made on a mode not in force"
     );
 }
+
+/// The H200's MIG-backed and time-sliced types as its driver lists them as supported
+/// (`nvmlDeviceGetSupportedVgpus`), with their GPU-instance profiles.
+fn nvml_with_types(mode: MigMode) -> Arc<FakeNvml> {
+    let g = MigGeometry::for_device(0x2335).unwrap();
+    let t = |id: u32, name: &str, gib: u64, profile: Option<u32>| {
+        let t = gpu_nvml::fake::FakeVgpuType::new(id, name, gib * 1024, 1, &[]);
+        match profile {
+            Some(p) => t.mig_backed(p),
+            None => t,
+        }
+    };
+    let types = vec![
+        t(1414, "NVIDIA H200X-1-18C", 18, Some(19)),
+        t(1418, "NVIDIA H200X-3-71C", 71, Some(9)),
+        t(1420, "NVIDIA H200X-7-141C", 141, Some(0)),
+        t(1427, "NVIDIA H200X-71C", 71, None),
+    ];
+    Arc::new(FakeNvml::new().with_gpu(
+        pf(),
+        FakeGpu::mig(g).with_mig_mode(mode).with_vgpu_types(types),
+    ))
+}
+
+fn discover_with(k: &FakeKernel, n: &Arc<FakeNvml>) -> gpu_core::NodeTopology {
+    let mut o = DiscoverOptions::new("n");
+    let devices: Arc<dyn NvmlDevices> = Arc::clone(n) as Arc<dyn NvmlDevices>;
+    o.resolver = Some(Arc::new(gpu_health::NvmlResolver::over(devices)));
+    gpu_sysfs::discover::discover(k, &o).unwrap()
+}
+
+#[test]
+fn mig_backed_types_without_an_instance_are_listed_as_needing_one_from_what_nvml_supports() {
+    let n = nvml_with_types(MigMode::Enabled);
+    let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap();
+    let topo = discover_with(&k, &n);
+    let json = serde_json::to_value(&topo).unwrap();
+    let m = &json["gpus"][0]["migBackedTypes"];
+    assert_eq!(m["source"], "nvml", "{m}");
+    let names: Vec<(&str, bool)> = m["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap(),
+                t["needsGpuInstance"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    // The time-sliced type is not MIG-backed; no instance exists: every MIG-backed one needs one.
+    assert_eq!(
+        names,
+        [
+            ("NVIDIA H200X-1-18C", true),
+            ("NVIDIA H200X-3-71C", true),
+            ("NVIDIA H200X-7-141C", true)
+        ]
+    );
+    // `vgpu types`: a free VF lists them too, none available until the instance is made.
+    let listing = gpu_core::vgpu_types::vgpu_types(&topo, None);
+    let first = listing.iter().find(|p| p.parent.to_string() == h200_vf(0, 0)).unwrap();
+    let t = first.types.iter().find(|t| t.id.as_str() == "1418").unwrap();
+    assert!(t.needs_gpu_instance && t.available_instances == 0, "{t:?}");
+    let text = gpu_core::text::vgpu_types(&listing);
+    assert!(text.contains("Needs a GPU instance: yes"), "{text}");
+    // With a 3g instance made, its type is listed by the VFs and no longer needs one.
+    n.create_gpu_instance(&pf(), 9, Placement { start: 4, size: 4 })
+        .unwrap();
+    let topo = discover_with(&k, &n);
+    let m = topo.gpus[0].mig_backed_types.as_ref().unwrap();
+    let three = m.types.iter().find(|t| t.id.as_str() == "1418").unwrap();
+    assert!(!three.needs_gpu_instance, "{three:?}");
+}
+
+#[test]
+fn mig_backed_types_are_listed_while_mig_mode_is_off_and_unknown_without_nvml() {
+    let n = nvml_with_types(MigMode::Disabled);
+    let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap();
+    let topo = discover_with(&k, &n);
+    let m = topo.gpus[0].mig_backed_types.as_ref().unwrap();
+    assert_eq!(m.types.len(), 3);
+    assert!(m.types.iter().all(|t| t.needs_gpu_instance), "{m:?}");
+    // No NVML to ask: said unknown, nothing listed, nothing guessed.
+    let bare = gpu_sysfs::discover::discover(&k, &DiscoverOptions::new("n")).unwrap();
+    let m = bare.gpus[0].mig_backed_types.as_ref().unwrap();
+    assert_eq!((m.source.as_str(), m.types.len()), ("unknown", 0));
+}

@@ -12,7 +12,7 @@ use gpu_core::mig::MigGeometry;
 use gpu_core::nvidia::VgpuTypeName;
 use gpu_nvml::fake::{FakeGpu, FakeNvml, FakeVgpuType};
 use gpu_nvml::{MigMode, VgpuMode};
-use gpu_sysfs::{Host, OpenedRoot};
+use gpu_sysfs::OpenedRoot;
 
 /// The fake NVML of the sandbox `opened`'s tree.
 pub fn fake_of(opened: &OpenedRoot) -> FakeNvml {
