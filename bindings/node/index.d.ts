@@ -85,7 +85,7 @@ export interface Gpu {
 
 /** The MIG-backed vGPU types a GPU supports: `nvml` (the driver's supported types) or `unknown`. */
 export interface MigBackedTypes {
-  source: 'nvml' | 'unknown'
+  source: 'nvml' | 'sandbox' | 'unknown'
   types?: MigBackedType[]
 }
 

@@ -55,8 +55,9 @@ pub struct TypeInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MigBackedTypes {
-    /// `nvml` (the driver's supported types) or `unknown` (no NVML to ask: the types are not
-    /// listed, never guessed).
+    /// `nvml` (the driver's supported types), `sandbox` (a sandbox's: the types its
+    /// recording's VFs listed) or `unknown` (nothing to ask: the types are not listed, never
+    /// guessed).
     pub source: String,
     /// The types, in the driver's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -208,7 +208,7 @@ pub fn discover_with_links(
     }
     let mut parents = scan.parents;
     let built = pools::build_all(&mut parents, &gpus, resolver.as_deref());
-    mig_types::fill(&mut gpus, &parents, resolver.as_deref());
+    mig_types::fill(host, &mut gpus, &parents, resolver.as_deref());
     let (mut pools, exactness, mut mig_notes) = (built.pools, built.exact, built.notes);
 
     // Per-GPU framework, memory and state.

@@ -88,7 +88,7 @@ MigBackedType = TypedDict(
 
 
 class MigBackedTypes(TypedDict):
-    """The MIG-backed vGPU types a MIG GPU supports (``source``: ``nvml`` or ``unknown``)."""
+    """The MIG-backed vGPU types a MIG GPU supports (``source``: ``nvml``, ``sandbox`` or ``unknown``)."""
 
     source: str
     types: NotRequired[List[MigBackedType]]
