@@ -52,7 +52,10 @@ fn error_of(o: &std::process::Output) -> serde_json::Value {
 }
 
 fn allocation(dir: &Path, vfs: &[&str]) -> std::path::PathBuf {
-    let node = json(dir, &["topology"])["node"].as_str().unwrap().to_owned();
+    let node = json(dir, &["topology"])["node"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let devices: Vec<serde_json::Value> = vfs
         .iter()
         .enumerate()
@@ -82,7 +85,11 @@ fn realize_makes_the_gpu_instance_of_a_mig_backed_vgpu_and_vgpu_remove_destroys_
     let mine = json(&dir, &["mig", "list"])[0]["gpuInstances"][0]["madeBy"].clone();
     assert_eq!(mine, "gpuslice");
     let o = ok(on(&dir, &["vgpu", "remove", "0000:18:00.4"]));
-    assert!(stderr(&o).contains("destroyed GPU instance"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("destroyed GPU instance"),
+        "{}",
+        stderr(&o)
+    );
     assert!(instances(&dir).is_empty());
 }
 
@@ -97,7 +104,11 @@ fn a_realize_whose_instances_cannot_fit_is_refused_with_nothing_made() {
     );
     let doc = error_of(&o);
     assert_eq!(doc["error"]["kind"], "exhausted", "{doc}");
-    assert!(stderr(&o).contains("no room for a 3g.71gb"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no room for a 3g.71gb"),
+        "{}",
+        stderr(&o)
+    );
     assert!(instances(&dir).is_empty());
     let held = json(&dir, &["vgpu", "list"]);
     assert_eq!(held.as_array().map_or(0, Vec::len), 0, "{held}");
@@ -106,7 +117,10 @@ fn a_realize_whose_instances_cannot_fit_is_refused_with_nothing_made() {
 /// The H200 idle with MIG mode off: its VFs disabled, then MIG mode turned off.
 fn idle_with_mig_off(dir: &Path) {
     ok(on(dir, &["sriov", "disable", GPU]));
-    ok(on(dir, &["mig", "apply", "-f", CONFIGS, "-c", "all-disabled"]));
+    ok(on(
+        dir,
+        &["mig", "apply", "-f", CONFIGS, "-c", "all-disabled"],
+    ));
     assert_eq!(json(dir, &["mig", "list"])[0]["migMode"], "disabled");
 }
 
@@ -117,7 +131,14 @@ fn vgpu_create_of_a_mig_backed_type_turns_mig_mode_on_where_nothing_uses_the_gpu
     idle_with_mig_off(&dir);
     let o = ok(on(
         &dir,
-        &["vgpu", "create", "--parent", GPU, "--profile", "H200X-3-71C"],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            GPU,
+            "--profile",
+            "H200X-3-71C",
+        ],
     ));
     assert!(stderr(&o).contains("made GPU instance"), "{}", stderr(&o));
     assert_eq!(json(&dir, &["mig", "list"])[0]["migMode"], "enabled");
@@ -148,7 +169,10 @@ fn vgpu_create_is_refused_naming_the_vfs_when_mig_mode_must_go_on_after_sriov() 
     let doc = error_of(&o);
     assert_eq!(doc["error"]["kind"], "in-use", "{doc}");
     let text = doc["error"]["message"].to_string() + &stderr(&o);
-    assert!(text.contains("MIG-backed") && text.contains("sriov"), "{text}");
+    assert!(
+        text.contains("MIG-backed") && text.contains("sriov"),
+        "{text}"
+    );
     assert_eq!(json(&dir, &["mig", "list"])[0]["migMode"], "disabled");
     assert!(instances(&dir).is_empty());
 }
@@ -194,7 +218,14 @@ fn types_whose_gpu_instance_does_not_exist_are_listed_as_needing_one_and_can_be_
     // Asked for, it is made with its instance.
     ok(on(
         &dir,
-        &["vgpu", "create", "--parent", GPU, "--profile", "H200X-2-35C"],
+        &[
+            "vgpu",
+            "create",
+            "--parent",
+            GPU,
+            "--profile",
+            "H200X-2-35C",
+        ],
     ));
     assert!(instances(&dir).iter().any(|(p, _)| p == "2g.35gb"));
 }

@@ -73,7 +73,11 @@ pub struct MigBackedType {
     /// Name (`NVIDIA H200X-3-71C`).
     pub name: String,
     /// Framebuffer per vGPU in MiB, when known.
-    #[serde(default, rename = "framebufferMiB", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "framebufferMiB",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub framebuffer_mib: Option<u64>,
     /// Compute slices of its GPU instance.
     pub mig_slices: u8,

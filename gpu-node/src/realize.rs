@@ -604,7 +604,8 @@ fn checked_steps<'a>(
                 };
                 if offered.is_none() && mig_realize::is_mig_backed(device) {
                     // Its GPU instance does not exist yet: made first (checked by check_mig).
-                    let there = vgpu_there(node, parent, profile, uuid, *framework).map_err(taken)?;
+                    let there =
+                        vgpu_there(node, parent, profile, uuid, *framework).map_err(taken)?;
                     steps.push(Step {
                         device,
                         there,
@@ -761,41 +762,16 @@ fn undo(node: &Node<'_>, made: &mut Vec<Made>) -> Vec<String> {
 }
 
 impl Node<'_> {
-    /// What MIG needs for the allocation's MIG-backed vGPUs still to be made, checked before
-    /// any write ([`mig_realize::check`]); without NVML, a type no parent lists is refused as
-    /// unknown, as before.
+    /// What MIG needs for the MIG-backed vGPUs still to be made, checked before any write
+    /// ([`mig_realize::check_todo`]).
     fn check_mig(
         &self,
         allocation: &Allocation,
         steps: &[Step<'_>],
         starts: &InstanceStarts,
     ) -> Result<(), RealizeError> {
-        let positions: Vec<usize> = (0..steps.len())
-            .filter(|i| !steps[*i].there && mig_realize::is_mig_backed(steps[*i].device))
-            .collect();
-        let asked = mig_realize::check(self, allocation, &positions, starts).map_err(|e| {
-            RealizeError::Mig {
-                machine: allocation.machine.clone(),
-                source: Box::new(e),
-            }
-        })?;
-        match steps.iter().find(|s| s.unlisted) {
-            Some(Step {
-                device:
-                    AllocatedDevice::Vgpu {
-                        request,
-                        parent,
-                        profile,
-                        ..
-                    },
-                ..
-            }) if !asked => Err(RealizeError::UnknownProfile {
-                machine: allocation.machine.clone(),
-                request: request.clone(),
-                parent: parent.clone(),
-                profile: profile.to_string(),
-            }),
-            _ => Ok(()),
-        }
+        let todo = steps.iter().enumerate().filter(|(_, s)| !s.there);
+        let todo: Vec<(usize, bool)> = todo.map(|(i, s)| (i, s.unlisted)).collect();
+        mig_realize::check_todo(self, allocation, &todo, starts)
     }
 }

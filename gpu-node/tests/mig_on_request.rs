@@ -146,22 +146,27 @@ fn a_start_that_is_taken_or_not_legal_is_refused_naming_it_before_any_write() {
     let RealizeError::Mig { source, .. } = &e else {
         panic!("{e:?}")
     };
-    assert!(matches!(**source, MigError::StartTaken { start: 0, .. }), "{e}");
+    assert!(
+        matches!(**source, MigError::StartTaken { start: 0, .. }),
+        "{e}"
+    );
     assert!(gpu_core::error_chain(&e).contains("start 0"), "{e}");
     assert_eq!(e.kind(), ErrorKind::InUse);
     let e = node
         .realize_starting(&a, &InstanceStarts::default().with(0, 2))
         .unwrap_err();
     let text = gpu_core::error_chain(&e);
-    assert!(text.contains("2 is not a legal start") && text.contains("0,4"), "{text}");
+    assert!(
+        text.contains("2 is not a legal start") && text.contains("0,4"),
+        "{text}"
+    );
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     assert_eq!(n.writes().len(), before, "nothing made");
     assert!(k.writes().is_empty(), "{:?}", k.writes());
 }
 
 #[test]
-fn a_realize_that_cannot_fit_is_refused_before_any_write_and_a_failed_one_destroys_its_instances()
-{
+fn a_realize_that_cannot_fit_is_refused_before_any_write_and_a_failed_one_destroys_its_instances() {
     let n = nvml(MigMode::Enabled);
     let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap();
     let opts = options();
@@ -185,10 +190,17 @@ fn a_realize_that_cannot_fit_is_refused_before_any_write_and_a_failed_one_destro
     node.realize(&two).unwrap();
     assert_eq!(starts(&n), [(9, 0), (9, 4)], "one instance per vGPU");
     let second = format!("{}/nvidia/current_vgpu_type", h200_vf(0, 1));
-    let at = k.writes().iter().position(|w| w.path.ends_with(&second)).unwrap() + 1;
+    let at = k
+        .writes()
+        .iter()
+        .position(|w| w.path.ends_with(&second))
+        .unwrap()
+        + 1;
     // ... then on a fresh one whose kernel refuses that write: all this call made is undone.
     let n = nvml(MigMode::Enabled);
-    let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap().failing_at(at, 5);
+    let k = h200_mig_kernel(&[], Arc::clone(&n))
+        .unwrap()
+        .failing_at(at, 5);
     let node = Node::new(&k, &opts).with_nvml(Some(&*n));
     let e = node.realize(&two).unwrap_err();
     assert!(matches!(e, RealizeError::Write { .. }), "{e}");
@@ -221,11 +233,17 @@ fn a_mig_backed_type_turns_mig_mode_on_where_nothing_uses_the_gpu_and_a_time_sli
         .before_vgpu(&gpu, "NVIDIA H100XM-3-40C")
         .unwrap()
         .unwrap();
-    assert_eq!(n.mig_mode(&gpu).unwrap(), MigModes::settled(MigMode::Enabled));
+    assert_eq!(
+        n.mig_mode(&gpu).unwrap(),
+        MigModes::settled(MigMode::Enabled)
+    );
     assert_eq!((made.profile.as_str(), made.start), ("3g.40gb", 4));
     // A time-sliced type now: gpuslice's instance goes, then MIG mode.
     assert_eq!(mig.before_vgpu(&gpu, "NVIDIA H100XM-80C").unwrap(), None);
-    assert_eq!(n.mig_mode(&gpu).unwrap(), MigModes::settled(MigMode::Disabled));
+    assert_eq!(
+        n.mig_mode(&gpu).unwrap(),
+        MigModes::settled(MigMode::Disabled)
+    );
     assert!(n.gpu_instances(&gpu).is_err() || n.gpu_instances(&gpu).unwrap().is_empty());
     // Someone else's instance keeps MIG mode on: refused naming it, nothing written.
     mig.set_mode(&gpu, MigMode::Enabled).unwrap();
@@ -318,8 +336,15 @@ fn mig_backed_types_without_an_instance_are_listed_as_needing_one_from_what_nvml
     );
     // `vgpu types`: a free VF lists them too, none available until the instance is made.
     let listing = gpu_core::vgpu_types::vgpu_types(&topo, None);
-    let first = listing.iter().find(|p| p.parent.to_string() == h200_vf(0, 0)).unwrap();
-    let t = first.types.iter().find(|t| t.id.as_str() == "1418").unwrap();
+    let first = listing
+        .iter()
+        .find(|p| p.parent.to_string() == h200_vf(0, 0))
+        .unwrap();
+    let t = first
+        .types
+        .iter()
+        .find(|t| t.id.as_str() == "1418")
+        .unwrap();
     assert!(t.needs_gpu_instance && t.available_instances == 0, "{t:?}");
     let text = gpu_core::text::vgpu_types(&listing);
     assert!(text.contains("Needs a GPU instance: yes"), "{text}");

@@ -708,9 +708,7 @@ impl Host for Sandbox {
     }
     fn recorded_vgpu_types(&self, gpu: &PciAddress) -> Option<Vec<(u32, String)>> {
         self.kernel.pools().iter().find_map(|p| match p {
-            FakePool::VendorVfio { pf, types, .. } if pf == gpu => {
-                Some(types.clone())
-            }
+            FakePool::VendorVfio { pf, types, .. } if pf == gpu => Some(types.clone()),
             _ => None,
         })
     }

@@ -96,7 +96,9 @@ pub enum MigError {
         legal: String,
     },
     /// The start asked for overlaps memory slices another GPU instance holds.
-    #[error("{gpu}: start {start} of a {profile} GPU instance is taken (held memory slices: {held})")]
+    #[error(
+        "{gpu}: start {start} of a {profile} GPU instance is taken (held memory slices: {held})"
+    )]
     StartTaken {
         /// The GPU.
         gpu: PciAddress,

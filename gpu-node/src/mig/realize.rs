@@ -16,6 +16,7 @@ use gpu_core::{AllocatedDevice, Allocation, PciAddress};
 use super::ask::VgpuAsk;
 use super::{InstanceView, MigError};
 use crate::Node;
+use crate::realize::RealizeError;
 
 /// The GPU-instance start of each device of an allocation that names one, by the device's
 /// position in `allocation.devices`.
@@ -46,8 +47,9 @@ impl InstanceStarts {
 /// Whether `d` is a vGPU of a MIG-backed NVIDIA type (by its name).
 pub fn is_mig_backed(d: &AllocatedDevice) -> bool {
     match d {
-        AllocatedDevice::Vgpu { profile_name, .. } => VgpuTypeName::parse(profile_name)
-            .is_ok_and(|t| t.mig_slices.is_some()),
+        AllocatedDevice::Vgpu { profile_name, .. } => {
+            VgpuTypeName::parse(profile_name).is_ok_and(|t| t.mig_slices.is_some())
+        }
         AllocatedDevice::Gpu { .. } => false,
     }
 }
@@ -128,4 +130,43 @@ pub fn before_device(
         .mig(nvml)
         .before_vgpu_at_held(&gpu, profile_name, starts.at(position))?;
     Ok(made.map(|gi| (gpu, gi)))
+}
+
+/// [`check`] for the devices `todo` names (position, and whether its parent does not list its
+/// type yet) that are MIG-backed; without NVML, a type no parent lists is refused as unknown,
+/// as before.
+///
+/// # Errors
+/// [`RealizeError::Mig`] for what [`check`] refuses; [`RealizeError::UnknownProfile`].
+pub(crate) fn check_todo(
+    node: &Node<'_>,
+    allocation: &Allocation,
+    todo: &[(usize, bool)],
+    starts: &InstanceStarts,
+) -> Result<(), RealizeError> {
+    let device = |i: usize| allocation.devices.get(i);
+    let positions: Vec<usize> = todo
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|i| device(*i).is_some_and(is_mig_backed))
+        .collect();
+    let asked = check(node, allocation, &positions, starts).map_err(|e| RealizeError::Mig {
+        machine: allocation.machine.clone(),
+        source: Box::new(e),
+    })?;
+    let unlisted = todo.iter().find(|(_, u)| *u).and_then(|(i, _)| device(*i));
+    match unlisted {
+        Some(AllocatedDevice::Vgpu {
+            request,
+            parent,
+            profile,
+            ..
+        }) if !asked => Err(RealizeError::UnknownProfile {
+            machine: allocation.machine.clone(),
+            request: request.clone(),
+            parent: parent.clone(),
+            profile: profile.to_string(),
+        }),
+        _ => Ok(()),
+    }
 }

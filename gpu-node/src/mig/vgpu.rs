@@ -11,8 +11,8 @@ use gpu_core::{MdevUuid, ParentId, PciAddress};
 use gpu_nvml::MigMode;
 use gpu_sysfs::actuate::Created;
 
-use super::board::Board;
 use super::ask::VgpuAsk;
+use super::board::Board;
 use super::{InstanceView, Mig, MigError, board, owned};
 use crate::node::{Removed, VgpuId};
 use crate::{Node, NodeError, Target};

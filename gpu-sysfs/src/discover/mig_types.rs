@@ -27,13 +27,14 @@ pub(super) fn fill(
         let recorded = || {
             let types = host.recorded_vgpu_types(&g.address)?;
             let info = |name: String| TypeInfo {
-                framebuffer_mib: VgpuTypeName::parse(&name)
-                    .ok()
-                    .map(|t| t.framebuffer_mib()),
+                framebuffer_mib: VgpuTypeName::parse(&name).ok().map(|t| t.framebuffer_mib()),
                 name,
                 max_instances: None,
             };
-            Some(("sandbox", types.into_iter().map(|(id, n)| (id, info(n))).collect()))
+            Some((
+                "sandbox",
+                types.into_iter().map(|(id, n)| (id, info(n))).collect(),
+            ))
         };
         let found = resolver
             .and_then(|r| r.supported(&g.address))
