@@ -131,6 +131,28 @@ fn realize_makes_the_instance_at_the_allocations_start() {
 }
 
 #[test]
+fn realize_makes_the_instance_at_the_start_the_allocation_carries() {
+    let n = nvml(MigMode::Enabled);
+    let k = h200_mig_kernel(&[], Arc::clone(&n)).unwrap();
+    let opts = options();
+    let node = Node::new(&k, &opts).with_nvml(Some(&*n));
+    let mut a = allocation(&[(0, 1418, "NVIDIA H200X-3-71C")]);
+    if let gpu_core::AllocatedDevice::Vgpu {
+        gpu_instance_start, ..
+    } = &mut a.devices[0]
+    {
+        *gpu_instance_start = Some(0);
+    }
+    assert_eq!(InstanceStarts::of(&a), InstanceStarts::default().with(0, 0));
+    node.realize(&a).unwrap();
+    assert_eq!(
+        starts(&n),
+        [(9, 0)],
+        "gpuInstanceStart 0, not the keep-most 4"
+    );
+}
+
+#[test]
 fn a_start_that_is_taken_or_not_legal_is_refused_naming_it_before_any_write() {
     let n = nvml(MigMode::Enabled);
     n.create_gpu_instance(&pf(), 15, Placement { start: 0, size: 2 })

@@ -5,7 +5,7 @@
 //! the realize is undone. Everything is checked before the first write ([`check`]).
 //!
 //! Where the allocation carries the instance's start (`gpuInstanceStart`, chosen by the solver
-//! on the slot model), the instance is made there ([`InstanceStarts`]); a start that is not
+//! on the slot model), the instance is made there ([`InstanceStarts::of`]); a start that is not
 //! legal for the profile or is taken is refused naming it.
 
 use std::collections::BTreeMap;
@@ -24,11 +24,22 @@ use crate::realize::RealizeError;
 pub struct InstanceStarts(BTreeMap<usize, u8>);
 
 impl InstanceStarts {
-    /// The starts `allocation` carries. The allocation's `gpuInstanceStart` is being added to
-    /// `gpu_core::AllocatedDevice` (issue 47, point 5); until it is there, none: every instance
-    /// goes to the start that keeps the most later placements.
-    pub fn of(_allocation: &Allocation) -> Self {
-        InstanceStarts::default()
+    /// The starts `allocation` carries: each vGPU's `gpuInstanceStart` (the first memory slice
+    /// of its GPU instance, as the scheduler chose it on the slot model). A vGPU without one
+    /// gets the start that keeps the most later placements.
+    pub fn of(allocation: &Allocation) -> Self {
+        let starts = allocation
+            .devices
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| match d {
+                AllocatedDevice::Vgpu {
+                    gpu_instance_start: Some(s),
+                    ..
+                } => Some((i, *s)),
+                _ => None,
+            });
+        InstanceStarts(starts.collect())
     }
 
     /// These starts with device number `position` at `start`.
