@@ -44,6 +44,14 @@ fn instances(dir: &Path) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// `vgpu create` of `profile` on the H200.
+fn create(dir: &Path, profile: &str) -> std::process::Output {
+    on(
+        dir,
+        &["vgpu", "create", "--parent", GPU, "--profile", profile],
+    )
+}
+
 /// The JSON error document of a refused command.
 fn error_of(o: &std::process::Output) -> serde_json::Value {
     assert_eq!(o.status.code(), Some(2), "{}", stdout(o));
@@ -129,17 +137,7 @@ fn vgpu_create_of_a_mig_backed_type_turns_mig_mode_on_where_nothing_uses_the_gpu
     let t = tempfile::tempdir().unwrap();
     let dir = h200(&t);
     idle_with_mig_off(&dir);
-    let o = ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            GPU,
-            "--profile",
-            "H200X-3-71C",
-        ],
-    ));
+    let o = ok(create(&dir, "H200X-3-71C"));
     assert!(stderr(&o).contains("made GPU instance"), "{}", stderr(&o));
     assert_eq!(json(&dir, &["mig", "list"])[0]["migMode"], "enabled");
     assert_eq!(instances(&dir), [("3g.71gb".to_owned(), 4)]);
@@ -156,15 +154,10 @@ fn vgpu_create_is_refused_naming_the_vfs_when_mig_mode_must_go_on_after_sriov() 
     let o = on(
         &dir,
         &[
-            "-o",
-            "json",
-            "vgpu",
-            "create",
-            "--parent",
-            GPU,
-            "--profile",
-            "H200X-3-71C",
-        ],
+            &["-o", "json", "vgpu", "create", "--parent", GPU][..],
+            &["--profile", "H200X-3-71C"][..],
+        ]
+        .concat(),
     );
     let doc = error_of(&o);
     assert_eq!(doc["error"]["kind"], "in-use", "{doc}");
@@ -181,32 +174,18 @@ fn vgpu_create_is_refused_naming_the_vfs_when_mig_mode_must_go_on_after_sriov() 
 fn types_whose_gpu_instance_does_not_exist_are_listed_as_needing_one_and_can_be_asked_for() {
     let t = tempfile::tempdir().unwrap();
     let dir = h200(&t);
-    let cfg = t.path().join("mig.yaml");
-    std::fs::write(
-        &cfg,
-        "version: v1\nmig-configs:\n  two:\n    - devices: all\n      mig-enabled: true\n      \
-         mig-devices:\n        \"3g.71gb\": 1\n        \"1g.18gb\": 1\n",
-    )
-    .unwrap();
-    ok(on(
-        &dir,
-        &["mig", "apply", "-f", cfg.to_str().unwrap(), "-c", "two"],
-    ));
+    // A 3g vGPU holds the one instance made for it: no MIG-backed type has a free instance.
+    ok(create(&dir, "H200X-3-71C"));
     let topo = json(&dir, &["topology"]);
     let m = &topo["gpus"][0]["migBackedTypes"];
     assert_eq!(m["source"], "sandbox", "{m}");
-    let needs = |id: &str| {
-        m["types"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["id"] == id)
-            .map(|t| t["needsGpuInstance"].clone())
-    };
-    assert_eq!(needs("1417"), Some(true.into()), "2g: no instance");
-    assert_eq!(needs("1418"), Some(false.into()), "3g: a free instance");
-    let types = json(&dir, &["vgpu", "types", "--parent", "0000:18:00.4"]);
-    let two = types[0]["types"]
+    let types = m["types"].as_array().unwrap();
+    assert_eq!(types.len(), 7, "{m}");
+    assert!(types.iter().all(|t| t["needsGpuInstance"] == true), "{m}");
+    let text = stdout(&ok(on(&dir, &["topology"])));
+    assert!(text.contains("no GPU instance yet"), "{text}");
+    let listed = json(&dir, &["vgpu", "types", "--parent", "0000:18:00.5"]);
+    let two = listed[0]["types"]
         .as_array()
         .unwrap()
         .iter()
@@ -216,16 +195,6 @@ fn types_whose_gpu_instance_does_not_exist_are_listed_as_needing_one_and_can_be_
     assert_eq!(two["needsGpuInstance"], true, "{two}");
     assert_eq!(two["availableInstances"], 0, "{two}");
     // Asked for, it is made with its instance.
-    ok(on(
-        &dir,
-        &[
-            "vgpu",
-            "create",
-            "--parent",
-            GPU,
-            "--profile",
-            "H200X-2-35C",
-        ],
-    ));
+    ok(create(&dir, "H200X-2-35C"));
     assert!(instances(&dir).iter().any(|(p, _)| p == "2g.35gb"));
 }

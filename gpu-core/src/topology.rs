@@ -397,7 +397,7 @@ pub struct Gpu {
     /// The MIG-backed vGPU types the GPU supports, each marked when it needs a GPU instance
     /// made first (MIG mode off, or no free instance of its profile); on a GPU with MIG only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mig_backed_types: Option<crate::vgpu_types::MigBackedTypes>,
+    pub mig_backed_types: Option<crate::mig_types::MigBackedTypes>,
     /// Problems met while reading this device (the scan went on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,

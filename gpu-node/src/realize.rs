@@ -25,7 +25,7 @@ use gpu_sysfs::{Host, SysfsError};
 use serde::Serialize;
 
 use crate::intent::{self, Intent, Planned};
-use crate::mig::realize::{self as mig_realize, InstanceStarts};
+use crate::mig::realize::{self as mig_realize, InstanceStarts, TodoRefusal};
 use crate::node::{bind_at, create_at, release_at, remove_at};
 use crate::probe::Probe;
 use crate::{Node, NodeError, VgpuId, choose_target};
@@ -772,6 +772,22 @@ impl Node<'_> {
     ) -> Result<(), RealizeError> {
         let todo = steps.iter().enumerate().filter(|(_, s)| !s.there);
         let todo: Vec<(usize, bool)> = todo.map(|(i, s)| (i, s.unlisted)).collect();
-        mig_realize::check_todo(self, allocation, &todo, starts)
+        let machine = allocation.machine.clone();
+        mig_realize::check_todo(self, allocation, &todo, starts).map_err(|r| match r {
+            TodoRefusal::Mig(e) => RealizeError::Mig {
+                machine,
+                source: Box::new(e),
+            },
+            TodoRefusal::Unlisted {
+                request,
+                parent,
+                profile,
+            } => RealizeError::UnknownProfile {
+                machine,
+                request,
+                parent,
+                profile,
+            },
+        })
     }
 }

@@ -59,14 +59,12 @@ fn allocation(vgpus: &[(u32, u32, &str)]) -> Allocation {
     .unwrap()
 }
 
+/// The type VF `n` holds (0: none), as the actuation layer reads it.
 fn vf_type(k: &FakeKernel, n: u32) -> String {
-    std::fs::read_to_string(k.root().join(format!(
-        "sys/bus/pci/devices/{}/nvidia/current_vgpu_type",
-        h200_vf(0, n)
-    )))
-    .unwrap()
-    .trim()
-    .to_owned()
+    let vf: PciAddress = h200_vf(0, n).parse().unwrap();
+    gpu_sysfs::actuate::current_type(k, &vf)
+        .unwrap()
+        .to_string()
 }
 
 fn starts(n: &FakeNvml) -> Vec<(u32, u32)> {

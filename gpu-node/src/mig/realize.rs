@@ -16,7 +16,6 @@ use gpu_core::{AllocatedDevice, Allocation, PciAddress};
 use super::ask::VgpuAsk;
 use super::{InstanceView, MigError};
 use crate::Node;
-use crate::realize::RealizeError;
 
 /// The GPU-instance start of each device of an allocation that names one, by the device's
 /// position in `allocation.devices`.
@@ -143,28 +142,41 @@ pub fn before_device(
     Ok(made.map(|gi| (gpu, gi)))
 }
 
+/// Why [`check_todo`] refused, for the realize to say.
+#[derive(Debug)]
+pub enum TodoRefusal {
+    /// MIG cannot make what a device needs.
+    Mig(MigError),
+    /// A device's parent does not list its type and there is no NVML to make its instance.
+    Unlisted {
+        /// The device request.
+        request: String,
+        /// The parent.
+        parent: gpu_core::ParentId,
+        /// The type asked for.
+        profile: String,
+    },
+}
+
 /// [`check`] for the devices `todo` names (position, and whether its parent does not list its
 /// type yet) that are MIG-backed; without NVML, a type no parent lists is refused as unknown,
 /// as before.
 ///
 /// # Errors
-/// [`RealizeError::Mig`] for what [`check`] refuses; [`RealizeError::UnknownProfile`].
-pub(crate) fn check_todo(
+/// [`TodoRefusal::Mig`] for what [`check`] refuses; [`TodoRefusal::Unlisted`].
+pub fn check_todo(
     node: &Node<'_>,
     allocation: &Allocation,
     todo: &[(usize, bool)],
     starts: &InstanceStarts,
-) -> Result<(), RealizeError> {
+) -> Result<(), TodoRefusal> {
     let device = |i: usize| allocation.devices.get(i);
     let positions: Vec<usize> = todo
         .iter()
         .map(|(i, _)| *i)
         .filter(|i| device(*i).is_some_and(is_mig_backed))
         .collect();
-    let asked = check(node, allocation, &positions, starts).map_err(|e| RealizeError::Mig {
-        machine: allocation.machine.clone(),
-        source: Box::new(e),
-    })?;
+    let asked = check(node, allocation, &positions, starts).map_err(TodoRefusal::Mig)?;
     let unlisted = todo.iter().find(|(_, u)| *u).and_then(|(i, _)| device(*i));
     match unlisted {
         Some(AllocatedDevice::Vgpu {
@@ -172,8 +184,7 @@ pub(crate) fn check_todo(
             parent,
             profile,
             ..
-        }) if !asked => Err(RealizeError::UnknownProfile {
-            machine: allocation.machine.clone(),
+        }) if !asked => Err(TodoRefusal::Unlisted {
             request: request.clone(),
             parent: parent.clone(),
             profile: profile.to_string(),
