@@ -60,6 +60,11 @@ fn error_of(o: &std::process::Output) -> serde_json::Value {
 }
 
 fn allocation(dir: &Path, vfs: &[&str]) -> std::path::PathBuf {
+    allocation_at(dir, vfs, None)
+}
+
+/// An allocation of 3g vGPUs on `vfs`, each with `start` as its `gpuInstanceStart` when given.
+fn allocation_at(dir: &Path, vfs: &[&str], start: Option<u8>) -> std::path::PathBuf {
     let node = json(dir, &["topology"])["node"]
         .as_str()
         .unwrap()
@@ -73,6 +78,7 @@ fn allocation(dir: &Path, vfs: &[&str]) -> std::path::PathBuf {
                 "framework": "vendor-vfio", "profile": "1418",
                 "profileName": "NVIDIA H200X-3-71C",
                 "uuid": format!("00000000-0000-0000-0000-00000000000{i}"),
+                "gpuInstanceStart": start,
             })
         })
         .collect();
@@ -120,6 +126,33 @@ fn a_realize_whose_instances_cannot_fit_is_refused_with_nothing_made() {
     assert!(instances(&dir).is_empty());
     let held = json(&dir, &["vgpu", "list"]);
     assert_eq!(held.as_array().map_or(0, Vec::len), 0, "{held}");
+}
+
+#[test]
+fn realize_makes_the_instance_at_the_allocations_gpu_instance_start_or_refuses_an_illegal_one() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = h200(&t);
+    let bad = allocation_at(&dir, &["0000:18:00.4"], Some(2));
+    let o = on(
+        &dir,
+        &[
+            "-o",
+            "json",
+            "realize",
+            "--allocation",
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(error_of(&o)["error"]["kind"], "invalid-argument");
+    assert!(
+        stderr(&o).contains("2 is not a legal start"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(instances(&dir).is_empty());
+    let a = allocation_at(&dir, &["0000:18:00.4"], Some(0));
+    ok(on(&dir, &["realize", "--allocation", a.to_str().unwrap()]));
+    assert_eq!(instances(&dir), [("3g.71gb".to_owned(), 0)]);
 }
 
 /// The H200 idle with MIG mode off: its VFs disabled, then MIG mode turned off.
