@@ -15,9 +15,8 @@ use gpu_node::{Node, RealizeError};
 use gpu_nvml::fake::{FakeGpu, FakeNvml};
 use gpu_nvml::{MigMode, MigModes, NvmlDevices, Placement};
 use gpu_sysfs::discover::DiscoverOptions;
-use gpu_sysfs::resolver::InMemoryResolver;
 use gpu_sysfs::testing::FakeKernel;
-use gpu_sysfs::testing::fixtures::{H200_TYPES, h200_mig_kernel, h200_pf, h200_vf};
+use gpu_sysfs::testing::fixtures::{h200_mig_kernel, h200_names, h200_pf, h200_vf};
 use gpu_sysfs::testing::{PciSpec, TreeBuilder};
 
 fn pf() -> PciAddress {
@@ -30,12 +29,8 @@ fn nvml(mode: MigMode) -> Arc<FakeNvml> {
 }
 
 fn options() -> DiscoverOptions {
-    let mut r = InMemoryResolver::new();
-    for (id, name) in H200_TYPES {
-        r = r.with(id, name);
-    }
     let mut o = DiscoverOptions::new("n");
-    o.resolver = Some(Arc::new(r));
+    o.resolver = Some(Arc::new(h200_names()));
     o
 }
 
