@@ -76,9 +76,26 @@ export interface Gpu {
   health: Health
   link?: Link
   bootVga?: boolean
+  /** The MIG-backed vGPU types a MIG GPU supports, listed while MIG mode is off too. */
+  migBackedTypes?: MigBackedTypes
   warnings?: string[]
   /** The process holding the GPU open (`discover({holders: true})` only). */
   holder?: Holder
+}
+
+/** The MIG-backed vGPU types a GPU supports: `nvml` (the driver's supported types) or `unknown`. */
+export interface MigBackedTypes {
+  source: 'nvml' | 'sandbox' | 'unknown'
+  types?: MigBackedType[]
+}
+
+/** A MIG-backed vGPU type; `needsGpuInstance`: its GPU instance is made when it is asked for. */
+export interface MigBackedType {
+  id: string
+  name: string
+  framebufferMiB?: number
+  migSlices: number
+  needsGpuInstance: boolean
 }
 
 /** A process holding a GPU or vGPU open through its VFIO node. */
