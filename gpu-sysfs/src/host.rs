@@ -453,8 +453,7 @@ impl Host for RealHost {
             }
             Some(root) => {
                 check_relative(path)?;
-                let (dir, last) = root.open_parent(path)?;
-                Ok(PathBuf::from(nix::fcntl::readlinkat(&dir, last)?))
+                root.read_link(path)
             }
         }
     }
