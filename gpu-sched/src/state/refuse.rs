@@ -35,7 +35,7 @@ impl FleetState {
             else {
                 return;
             };
-            if let Err(reasons) = n.fit(m, policy) {
+            if let Err(reasons) = n.fit(m, policy, self.slot_policy) {
                 groups.push(RefusedGroup {
                     reasons,
                     members: members.clone(),
@@ -82,7 +82,7 @@ impl FleetState {
                 continue;
             }
             total += 1;
-            if let Err(reasons) = n.fit(m, policy) {
+            if let Err(reasons) = n.fit(m, policy, self.slot_policy) {
                 nodes.push(NodeRefusal {
                     node: n.name().to_owned(),
                     reasons,
