@@ -89,7 +89,10 @@ pub fn decode_text_max<T: serde::de::DeserializeOwned>(
     let trimmed = text.trim_start();
     let res = if trimmed.starts_with('{') || trimmed.starts_with('[') {
         let mut de = serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(&mut de).map_err(located)
+        // Text after the document is refused, as the streaming reader refuses it.
+        serde_path_to_error::deserialize(&mut de)
+            .map_err(located)
+            .and_then(|v| de.end().map(|()| v).map_err(|e| e.to_string()))
     } else {
         serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(text))
             .map_err(located)

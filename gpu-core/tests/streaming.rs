@@ -160,6 +160,16 @@ fn text_after_the_json_document_is_refused() {
 }
 
 #[test]
+fn text_after_a_json_document_is_refused_by_the_text_reader_too() {
+    // Found by the property below: the text reader took `{}a` as an empty fleet.
+    for doc in ["{}a", "{\"nodes\": []} {}"] {
+        let e = Fleet::from_text(doc).unwrap_err();
+        assert!(e.to_string().contains("trailing characters"), "{doc}: {e}");
+        assert!(Fleet::from_reader_max(doc.as_bytes(), CAP).is_err(), "{doc}");
+    }
+}
+
+#[test]
 fn a_decode_error_in_a_stream_names_the_field_and_line() {
     let doc = "{\n  \"nodes\": [\n    {\"node\": \"a\", \"gpus\": 3}\n  ]\n}\n";
     let e = Fleet::from_reader_max(doc.as_bytes(), CAP).unwrap_err();
