@@ -105,7 +105,7 @@ pub(crate) enum Kind {
         /// GPUs that must be among the picks.
         exact: Vec<GpuRef>,
         /// Families the other picks may come from; empty with `exact` empty means any GPU.
-        families: Vec<String>,
+        families: Vec<&'static str>,
         /// True when `gpus` was given at all.
         listed: bool,
     },
@@ -279,16 +279,16 @@ fn resolve_request(
     } else {
         let mut exact = Vec::new();
         let mut families = Vec::new();
-        let refs = d.gpu_refs().map_err(|e| match e {
-            gpu_core::CoreError::InvalidGpu { .. } => {
-                invalid(machine, format!("device request {:?}: {e}", d.name))
-            }
-            e => invalid(machine, e.to_string()),
-        })?;
-        for r in refs {
-            match r {
-                GpuRef::Family(v) => families.push(v.family().to_owned()),
-                exact_ref => exact.push(exact_ref),
+        // As `DeviceRequest::gpu_refs`, the first entry that is no GPU reference refused,
+        // without collecting the references first.
+        for g in &d.gpus {
+            match GpuRef::parse(g) {
+                Ok(GpuRef::Family(v)) => families.push(v.family()),
+                Ok(exact_ref) => exact.push(exact_ref),
+                Err(e @ gpu_core::CoreError::InvalidGpu { .. }) => {
+                    return Err(invalid(machine, format!("device request {:?}: {e}", d.name)));
+                }
+                Err(e) => return Err(invalid(machine, e.to_string())),
             }
         }
         if exact.len() > wanted as usize {

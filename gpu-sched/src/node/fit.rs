@@ -522,7 +522,7 @@ impl NodeState {
         ri: usize,
         r: &Req,
         exact: &[GpuRef],
-        families: &[String],
+        families: &[&str],
         listed: bool,
         cx: &mut FitCtx<'_>,
     ) -> Result<(), Reason> {
@@ -553,7 +553,7 @@ impl NodeState {
             let is_exact = exact_ix.contains(&i);
             if listed && !is_exact {
                 let fam = g.name.trim_end_matches(|c: char| c.is_ascii_digit());
-                if !families.iter().any(|f| f == fam) {
+                if !families.iter().any(|f| *f == fam) {
                     excluded.add(Filter::OtherFamily);
                     continue;
                 }
@@ -595,7 +595,7 @@ impl NodeState {
             reason.gpus = exact
                 .iter()
                 .map(ToString::to_string)
-                .chain(families.iter().cloned())
+                .chain(families.iter().map(|f| (*f).to_owned()))
                 .collect();
             reason
         };
