@@ -27,6 +27,23 @@ fn norm_name(name: &str) -> String {
     strip_prefix(name).to_ascii_lowercase()
 }
 
+/// Longest key lower-cased without an allocation.
+const KEY_ON_STACK: usize = 64;
+
+/// `text` in ASCII lower case: in `buf` when it fits, else allocated.
+fn lower_key<'b>(text: &str, buf: &'b mut [u8; KEY_ON_STACK]) -> std::borrow::Cow<'b, str> {
+    let Some(dst) = buf.get_mut(..text.len()) else {
+        return text.to_ascii_lowercase().into();
+    };
+    dst.copy_from_slice(text.as_bytes());
+    dst.make_ascii_lowercase();
+    // Lower-casing ASCII bytes keeps UTF-8 valid; the fallback is never taken.
+    match std::str::from_utf8(dst) {
+        Ok(s) => s.into(),
+        Err(_) => text.to_ascii_lowercase().into(),
+    }
+}
+
 impl Catalog {
     /// The class of a profile, added when new.
     pub(crate) fn intern(&mut self, p: &Profile) -> ClassId {
@@ -64,8 +81,16 @@ impl Catalog {
     pub(crate) fn resolve(&self, text: &str) -> Vec<ClassId> {
         let t = text.trim();
         let mut out: Vec<ClassId> = Vec::new();
-        for key in [t.to_ascii_lowercase(), norm_name(t)] {
-            if let Some(cs) = self.by_key.get(&key) {
+        // The keys are lower-cased on the stack (a name is short): the text as written, then
+        // without its prefix when it has one.
+        let (mut whole, mut bare) = ([0u8; KEY_ON_STACK], [0u8; KEY_ON_STACK]);
+        let stripped = strip_prefix(t);
+        let keys = [
+            Some(lower_key(t, &mut whole)),
+            (stripped.len() != t.len()).then(|| lower_key(stripped, &mut bare)),
+        ];
+        for key in keys.iter().flatten() {
+            if let Some(cs) = self.by_key.get(key.as_ref()) {
                 out.extend(cs);
             }
         }

@@ -141,9 +141,12 @@ impl NodeState {
 
     /// Fits all requests of a Machine on this node, or says why not.
     pub(crate) fn fit(&self, m: &Resolved, policy: Policy) -> Result<Vec<Pick>, Vec<Reason>> {
+        // Only whole-GPU picks read the vGPU requests' classes (`vgpu_room`).
+        let mixed = m.reqs.iter().any(|r| !r.is_vgpu());
         let vgpu_classes: Vec<ClassId> = m
             .reqs
             .iter()
+            .filter(|_| mixed)
             .filter_map(|r| match &r.kind {
                 Kind::Vgpu { classes, .. } => Some(classes.iter().copied()),
                 Kind::Whole { .. } => None,
