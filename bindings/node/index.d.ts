@@ -257,6 +257,10 @@ export interface AllocatedVgpu {
   migSlices?: number
   /** Stable: derived from the Machine, the request and the index. */
   uuid: string
+  /** The GPU-instance start slot the scheduler chose for a MIG-backed vGPU. */
+  gpuInstanceStart?: number
+  /** The placement ID the scheduler chose on a GPU in mixed-size mode. */
+  placementId?: number
 }
 
 export type AllocatedDevice = AllocatedGpu | AllocatedVgpu

@@ -44,6 +44,8 @@ fn machine() -> Allocation {
                 framebuffer_mib: Some(2048),
                 mig_slices: None,
                 uuid: MdevUuid::for_machine("vm-1", "desktop", 0),
+                gpu_instance_start: None,
+                placement_id: None,
             },
             AllocatedDevice::Vgpu {
                 request: "compute".into(),
@@ -56,6 +58,8 @@ fn machine() -> Allocation {
                 framebuffer_mib: Some(24576),
                 mig_slices: None,
                 uuid: MdevUuid::for_machine("vm-1", "compute", 0),
+                gpu_instance_start: None,
+                placement_id: None,
             },
         ],
     }

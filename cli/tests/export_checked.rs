@@ -37,6 +37,8 @@ fn live_vgpu_allocation(node: &str) -> Allocation {
             framebuffer_mib: Some(4096),
             mig_slices: None,
             uuid: LIVE.parse::<MdevUuid>().unwrap(),
+            gpu_instance_start: None,
+            placement_id: None,
         }],
     }
 }

@@ -149,6 +149,8 @@ fn allocation() -> Allocation {
                 framebuffer_mib: Some(2048),
                 mig_slices: None,
                 uuid: MdevUuid::for_machine("desk-1", "desktop", 0),
+                gpu_instance_start: None,
+                placement_id: None,
             },
         ],
     }

@@ -299,6 +299,8 @@ fn vm_allocation(node: &str) -> Allocation {
                 framebuffer_mib: Some(12288),
                 mig_slices: None,
                 uuid: MdevUuid::for_machine("train-1", "compute", 0),
+                gpu_instance_start: None,
+                placement_id: None,
             },
             AllocatedDevice::Vgpu {
                 request: "compute".into(),
@@ -311,6 +313,8 @@ fn vm_allocation(node: &str) -> Allocation {
                 framebuffer_mib: Some(12288),
                 mig_slices: None,
                 uuid: MdevUuid::for_machine("train-1", "compute", 1),
+                gpu_instance_start: None,
+                placement_id: None,
             },
         ],
     }
@@ -465,6 +469,8 @@ fn export_vm_on_a_fleet_with_whole_gpus_and_mdev_vgpus() {
                 framebuffer_mib: Some(2048),
                 mig_slices: None,
                 uuid: MdevUuid::for_machine("desk-1", "desktop", 0),
+                gpu_instance_start: None,
+                placement_id: None,
             },
         ],
     };
@@ -593,6 +599,8 @@ fn one_vgpu(
             framebuffer_mib: None,
             mig_slices: None,
             uuid: MdevUuid::for_machine("vm-a", "gpu", 0),
+            gpu_instance_start: None,
+            placement_id: None,
         }],
     }
 }

@@ -83,6 +83,8 @@ fn fleet_with_allocations(dir: &std::path::Path) -> std::path::PathBuf {
         framebuffer_mib: Some(18432),
         mig_slices: None,
         uuid: MdevUuid::for_machine(machine, "gpu", 0),
+        gpu_instance_start: None,
+        placement_id: None,
     };
     f.allocations = vec![
         Allocation {

@@ -77,6 +77,13 @@ pub enum AllocatedDevice {
         mig_slices: Option<u8>,
         /// Stable UUID (mdev instances use it as their name).
         uuid: MdevUuid,
+        /// The start slot of the GPU instance a MIG-backed vGPU takes, when the scheduler chose
+        /// it (the node makes the instance there); `None`: the driver picks it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gpu_instance_start: Option<u8>,
+        /// The placement ID of a vGPU on a GPU in mixed-size mode, when the scheduler chose it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        placement_id: Option<u32>,
     },
 }
 
@@ -102,4 +109,49 @@ pub struct Allocation {
     pub status: AllocationStatus,
     /// Devices, in request order.
     pub devices: Vec<AllocatedDevice>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIG_VGPU: &str = r#"{"kind":"vgpu","request":"gpu","index":0,"parent":"0000:41:00.4",
+        "gpu":"0000:41:00.0","framework":"vendor-vfio","profile":"1201","profileName":"NVIDIA H200X-3-71C",
+        "framebufferMiB":72704,"migSlices":3,"uuid":"9a1c2f1e-6e4e-5b8c-9d4f-0a1b2c3d4e5f","gpuInstanceStart":4,"placementId":2}"#;
+
+    #[test]
+    fn a_vgpu_keeps_its_gpu_instance_start_and_placement_id_through_json() {
+        let d: AllocatedDevice = serde_json::from_str(MIG_VGPU).unwrap();
+        let AllocatedDevice::Vgpu {
+            gpu_instance_start,
+            placement_id,
+            ..
+        } = &d
+        else {
+            panic!("a vgpu: {d:?}");
+        };
+        assert_eq!((*gpu_instance_start, *placement_id), (Some(4), Some(2)));
+        let text = serde_json::to_string(&d).unwrap();
+        assert!(text.contains(r#""gpuInstanceStart":4"#), "{text}");
+        assert!(text.contains(r#""placementId":2"#), "{text}");
+        assert_eq!(serde_json::from_str::<AllocatedDevice>(&text).unwrap(), d);
+    }
+
+    #[test]
+    fn a_vgpu_written_before_slots_reads_without_them_and_writes_none() {
+        let (before, _) = MIG_VGPU.split_once(r#","gpuInstanceStart""#).unwrap();
+        let old = format!("{before}}}");
+        let d: AllocatedDevice = serde_json::from_str(&old).unwrap();
+        let AllocatedDevice::Vgpu {
+            gpu_instance_start,
+            placement_id,
+            ..
+        } = &d
+        else {
+            panic!("a vgpu: {d:?}");
+        };
+        assert_eq!((*gpu_instance_start, *placement_id), (None, None));
+        let text = serde_json::to_string(&d).unwrap();
+        assert!(!text.contains("gpuInstanceStart") && !text.contains("placementId"));
+    }
 }

@@ -304,6 +304,8 @@ pub fn allocation() -> impl Strategy<Value = Allocation> {
                         framebuffer_mib: fb,
                         mig_slices: None,
                         uuid,
+                        gpu_instance_start: None,
+                        placement_id: None,
                     },
                 ],
             },

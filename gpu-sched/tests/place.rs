@@ -712,6 +712,8 @@ fn instances_the_snapshot_shows_are_not_charged_twice() {
             framebuffer_mib: Some(64),
             mig_slices: None,
             uuid,
+            gpu_instance_start: None,
+            placement_id: None,
         }],
     };
     let shown = FleetState::new(Fleet {

@@ -91,6 +91,8 @@ fn a_created_allocation_of_an_existing_mdev_is_not_charged_again() {
             framebuffer_mib: Some(4096),
             mig_slices: None,
             uuid: inst.uuid.unwrap_or(MdevUuid::for_machine("x", "y", 0)),
+            gpu_instance_start: None,
+            placement_id: None,
         }],
     };
     let s = FleetState::new(Fleet {

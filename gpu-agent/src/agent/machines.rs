@@ -46,6 +46,8 @@ pub fn allocations_of(topology: &NodeTopology, promises: &[Promise]) -> Vec<Allo
                 framebuffer_mib: profile.framebuffer_mib,
                 mig_slices: profile.mig_slices,
                 uuid,
+                gpu_instance_start: None,
+                placement_id: None,
             });
     }
     by_machine

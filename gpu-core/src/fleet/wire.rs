@@ -383,5 +383,7 @@ fn complete(
         framebuffer_mib,
         mig_slices: mig,
         uuid: d.uuid,
+        gpu_instance_start: None,
+        placement_id: None,
     })
 }

@@ -217,6 +217,8 @@ impl NodeState {
                         framebuffer_mib: pr.framebuffer_mib,
                         mig_slices: pr.mig_slices,
                         uuid: gpu_core::MdevUuid::for_machine(machine, request, index),
+                        gpu_instance_start: None,
+                        placement_id: None,
                     });
                 }
             }

@@ -232,6 +232,10 @@ class AllocatedVgpu(TypedDict):
     framebufferMiB: NotRequired[int]
     migSlices: NotRequired[int]
     uuid: str
+    gpuInstanceStart: NotRequired[int]
+    """The GPU-instance start slot the scheduler chose for a MIG-backed vGPU."""
+    placementId: NotRequired[int]
+    """The placement ID the scheduler chose on a GPU in mixed-size mode."""
 
 AllocatedDevice = Union[AllocatedGpu, AllocatedVgpu]
 
