@@ -311,7 +311,10 @@ fn resolve_request(
                 Ok(GpuRef::Family(v)) => families.push(v.family()),
                 Ok(exact_ref) => exact.push(exact_ref),
                 Err(e @ gpu_core::CoreError::InvalidGpu { .. }) => {
-                    return Err(invalid(machine, format!("device request {:?}: {e}", d.name)));
+                    return Err(invalid(
+                        machine,
+                        format!("device request {:?}: {e}", d.name),
+                    ));
                 }
                 Err(e) => return Err(invalid(machine, e.to_string())),
             }
