@@ -556,7 +556,7 @@ impl NodeState {
             let is_exact = exact_ix.contains(&i);
             if listed && !is_exact {
                 let fam = g.name.trim_end_matches(|c: char| c.is_ascii_digit());
-                if !families.iter().any(|f| *f == fam) {
+                if !families.contains(&fam) {
                     excluded.add(Filter::OtherFamily);
                     continue;
                 }
