@@ -90,7 +90,7 @@ pub enum Rule {
 }
 
 /// What a replay accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Outcome {
     /// Runs that arrived.
     pub arrivals: u32,

@@ -75,3 +75,17 @@ fn print_the_table_when_asked() {
         }
     }
 }
+
+#[test]
+fn through_the_solver_keep_most_accepts_more_than_leaving_starts_to_the_driver() {
+    use gpu_sched::SlotPolicy;
+    use gpuslice_benches::solver_slot_churn::replay as through_solver;
+    let keep = through_solver(2, 1_500, 1.0, 3, SlotPolicy::KeepMost);
+    assert_eq!(keep, through_solver(2, 1_500, 1.0, 3, SlotPolicy::KeepMost));
+    assert_eq!(keep.arrivals, 1_500);
+    let driver = through_solver(2, 1_500, 1.0, 3, SlotPolicy::Driver);
+    assert!(
+        keep.accepted > driver.accepted,
+        "keep-most {keep:?}, driver {driver:?}"
+    );
+}

@@ -257,6 +257,10 @@ export interface AllocatedVgpu {
   migSlices?: number
   /** Stable: derived from the Machine, the request and the index. */
   uuid: string
+  /** The GPU-instance start slot the scheduler chose for a MIG-backed vGPU. */
+  gpuInstanceStart?: number
+  /** The placement ID the scheduler chose on a GPU in mixed-size mode. */
+  placementId?: number
 }
 
 export type AllocatedDevice = AllocatedGpu | AllocatedVgpu
@@ -274,6 +278,8 @@ export interface ShortVgpu {
   profile: string
   framebufferMiB?: number
   uuid: string
+  gpuInstanceStart?: number
+  placementId?: number
 }
 
 /** A Machine's devices on one node. */
@@ -381,6 +387,9 @@ export interface Reason {
   /** `NoFreePartition`: each partition of the size and why it could not be used;
    * `FabricUnreachable`: why Fabric Manager was not reached. */
   partitions?: string[]
+  /** A MIG-backed profile: the GPUs with no free GPU-instance start for it, each with the
+   * profile's legal starts and the memory slots still free. */
+  slots?: string[]
 }
 
 export interface NodeRefusal {

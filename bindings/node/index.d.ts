@@ -76,9 +76,26 @@ export interface Gpu {
   health: Health
   link?: Link
   bootVga?: boolean
+  /** The MIG-backed vGPU types a MIG GPU supports, listed while MIG mode is off too. */
+  migBackedTypes?: MigBackedTypes
   warnings?: string[]
   /** The process holding the GPU open (`discover({holders: true})` only). */
   holder?: Holder
+}
+
+/** The MIG-backed vGPU types a GPU supports: `nvml` (the driver's supported types) or `unknown`. */
+export interface MigBackedTypes {
+  source: 'nvml' | 'sandbox' | 'unknown'
+  types?: MigBackedType[]
+}
+
+/** A MIG-backed vGPU type; `needsGpuInstance`: its GPU instance is made when it is asked for. */
+export interface MigBackedType {
+  id: string
+  name: string
+  framebufferMiB?: number
+  migSlices: number
+  needsGpuInstance: boolean
 }
 
 /** A process holding a GPU or vGPU open through its VFIO node. */
@@ -278,6 +295,8 @@ export interface ShortVgpu {
   profile: string
   framebufferMiB?: number
   uuid: string
+  gpuInstanceStart?: number
+  placementId?: number
 }
 
 /** A Machine's devices on one node. */
@@ -385,6 +404,9 @@ export interface Reason {
   /** `NoFreePartition`: each partition of the size and why it could not be used;
    * `FabricUnreachable`: why Fabric Manager was not reached. */
   partitions?: string[]
+  /** A MIG-backed profile: the GPUs with no free GPU-instance start for it, each with the
+   * profile's legal starts and the memory slots still free. */
+  slots?: string[]
 }
 
 export interface NodeRefusal {

@@ -247,6 +247,11 @@ fn h200_host_offers_mig_backed_types_placed_by_the_gpus_slices() {
         [("1g.18gb".to_owned(), serde_json::json!([3]))],
         "{mig}"
     );
+    // Topology says the GPU's MIG-backed types need a GPU instance now (none is free).
+    let g = topology(&dir);
+    let types = gpu(&g, pf)["migBackedTypes"]["types"].clone();
+    let seven = types.as_array().unwrap().iter().find(|t| t["id"] == "1420");
+    assert_eq!(seven.unwrap()["needsGpuInstance"], true, "{types}");
     ok(apply(&dir, "none"));
     sriov_round_trip(&dir, pf, "16", "0000:18:00.4");
     ok(create(&dir, "0000:18:00.4", "H200X-7-141C", None));

@@ -55,3 +55,33 @@ fn a_mig_backed_type_without_its_instance_gets_one_made_and_without_nvml_is_refu
     assert_eq!((gis[0].slice_count, gis[0].placement.size), (3, 4));
     a.stop();
 }
+
+#[test]
+fn the_agents_realize_makes_the_missing_gpu_instance_at_the_allocations_start() {
+    let g = MigGeometry::for_device(0x2335).unwrap();
+    let n =
+        Arc::new(FakeNvml::new().with_gpu(pf(), FakeGpu::mig(g).with_mig_mode(MigMode::Enabled)));
+    let k = Arc::new(h200_mig_kernel(&[], Arc::clone(&n)).unwrap());
+    let nvml: Arc<dyn NvmlDevices> = n.clone();
+    let a = start_with(Arc::clone(&k), |c| {
+        let mut r = InMemoryResolver::new();
+        for (id, name) in H200_TYPES {
+            r = r.with(id, name);
+        }
+        c.discover.resolver = Some(Arc::new(r));
+        c.mig = Some(gpu_agent::MigNvml(nvml));
+    });
+    let vf = gpu_sysfs::testing::fixtures::h200_vf(0, 0);
+    let body = serde_json::json!({
+        "machine": "vm1", "node": "node-a", "devices": [{
+            "kind": "vgpu", "request": "gpu", "index": 0, "parent": vf, "gpu": h200_pf(0),
+            "framework": "vendor-vfio", "profile": "1418", "profileName": "NVIDIA H200X-3-71C",
+            "uuid": "00000000-0000-0000-0000-000000000001", "gpuInstanceStart": 0}]})
+    .to_string();
+    let r = request(&a.socket, "POST", "/v1/realize", Some(&body));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let gis = n.gpu_instances(&pf()).unwrap();
+    assert_eq!(gis.len(), 1, "{gis:?}");
+    assert_eq!((gis[0].placement.start, gis[0].placement.size), (0, 4));
+    a.stop();
+}

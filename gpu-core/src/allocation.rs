@@ -119,18 +119,22 @@ mod tests {
         "gpu":"0000:41:00.0","framework":"vendor-vfio","profile":"1201","profileName":"NVIDIA H200X-3-71C",
         "framebufferMiB":72704,"migSlices":3,"uuid":"9a1c2f1e-6e4e-5b8c-9d4f-0a1b2c3d4e5f","gpuInstanceStart":4,"placementId":2}"#;
 
+    /// A vGPU's `(gpuInstanceStart, placementId)`.
+    fn slots_of(d: &AllocatedDevice) -> (Option<u8>, Option<u32>) {
+        match d {
+            AllocatedDevice::Vgpu {
+                gpu_instance_start,
+                placement_id,
+                ..
+            } => (*gpu_instance_start, *placement_id),
+            AllocatedDevice::Gpu { .. } => panic!("a vgpu: {d:?}"),
+        }
+    }
+
     #[test]
     fn a_vgpu_keeps_its_gpu_instance_start_and_placement_id_through_json() {
         let d: AllocatedDevice = serde_json::from_str(MIG_VGPU).unwrap();
-        let AllocatedDevice::Vgpu {
-            gpu_instance_start,
-            placement_id,
-            ..
-        } = &d
-        else {
-            panic!("a vgpu: {d:?}");
-        };
-        assert_eq!((*gpu_instance_start, *placement_id), (Some(4), Some(2)));
+        assert_eq!(slots_of(&d), (Some(4), Some(2)));
         let text = serde_json::to_string(&d).unwrap();
         assert!(text.contains(r#""gpuInstanceStart":4"#), "{text}");
         assert!(text.contains(r#""placementId":2"#), "{text}");
@@ -142,15 +146,7 @@ mod tests {
         let (before, _) = MIG_VGPU.split_once(r#","gpuInstanceStart""#).unwrap();
         let old = format!("{before}}}");
         let d: AllocatedDevice = serde_json::from_str(&old).unwrap();
-        let AllocatedDevice::Vgpu {
-            gpu_instance_start,
-            placement_id,
-            ..
-        } = &d
-        else {
-            panic!("a vgpu: {d:?}");
-        };
-        assert_eq!((*gpu_instance_start, *placement_id), (None, None));
+        assert_eq!(slots_of(&d), (None, None));
         let text = serde_json::to_string(&d).unwrap();
         assert!(!text.contains("gpuInstanceStart") && !text.contains("placementId"));
     }

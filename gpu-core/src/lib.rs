@@ -26,6 +26,7 @@ pub mod kind;
 pub mod layout;
 pub mod limits;
 pub mod mig;
+pub mod mig_types;
 pub mod nvidia;
 pub mod pool;
 pub mod request;

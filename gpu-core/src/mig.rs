@@ -14,6 +14,7 @@ mod order;
 pub mod parted;
 mod search;
 mod slots;
+mod start;
 mod table;
 #[cfg(test)]
 mod tests;

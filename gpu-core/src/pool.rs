@@ -170,11 +170,32 @@ impl Pool {
     /// Charges one instance of `profile` (after a successful [`Pool::check`]). A MIG-backed one
     /// holds a GPU instance of unknown start: the driver picks the start when it is created.
     pub fn charge(&mut self, profile: &Profile) {
+        self.charge_at(profile, None);
+    }
+
+    /// Where a GPU instance for a MIG-backed `profile` starts when chosen `how`
+    /// ([`crate::mig::MigSlots::choose_start`]): `None` for a profile that is not MIG-backed, a
+    /// pool that tracks no slots, or a start the driver must pick.
+    pub fn choose_start(&self, profile: &Profile, how: crate::slots::SlotChoice) -> Option<u8> {
+        let mp = self.mig_profile(profile)?.ok()?;
+        self.mig_slots
+            .as_ref()?
+            .choose_start(mp, how)
+            .ok()
+            .flatten()
+    }
+
+    /// [`Pool::charge`], a MIG-backed instance's GPU instance held at `start` when given (the
+    /// start [`Pool::choose_start`] chose).
+    pub fn charge_at(&mut self, profile: &Profile, start: Option<u8>) {
         if let Some(slices) = profile.mig_slices {
             self.mig_slices_used = Some(self.mig_slices_used.unwrap_or(0).saturating_add(slices));
             if let Some(Ok(mp)) = self.mig_profile(profile) {
                 if let Some(slots) = self.mig_slots.as_mut().map(std::sync::Arc::make_mut) {
-                    slots.charge(mp);
+                    match start {
+                        Some(s) => slots.hold_at(mp, s),
+                        None => slots.charge(mp),
+                    }
                 }
             }
             return;
@@ -190,11 +211,19 @@ impl Pool {
     /// Returns one instance of `profile`; the size lock is lifted when the pool empties. A
     /// MIG-backed one frees the slots of one GPU instance of its profile.
     pub fn release(&mut self, profile: &Profile) {
+        self.release_at(profile, None);
+    }
+
+    /// [`Pool::release`], a MIG-backed instance's GPU instance freed at `start` when given.
+    pub fn release_at(&mut self, profile: &Profile, start: Option<u8>) {
         if let Some(slices) = profile.mig_slices {
             self.mig_slices_used = Some(self.mig_slices_used.unwrap_or(0).saturating_sub(slices));
             if let Some(Ok(mp)) = self.mig_profile(profile) {
                 if let Some(slots) = self.mig_slots.as_mut().map(std::sync::Arc::make_mut) {
-                    slots.release(mp);
+                    match start {
+                        Some(s) => slots.release_at(mp, s),
+                        None => slots.release(mp),
+                    };
                 }
             }
             return;

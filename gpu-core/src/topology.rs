@@ -394,6 +394,10 @@ pub struct Gpu {
     /// The host console runs on this device (`boot_vga` = 1).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub boot_vga: bool,
+    /// The MIG-backed vGPU types the GPU supports, each marked when it needs a GPU instance
+    /// made first (MIG mode off, or no free instance of its profile); on a GPU with MIG only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_backed_types: Option<crate::mig_types::MigBackedTypes>,
     /// Problems met while reading this device (the scan went on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -431,6 +435,7 @@ impl Gpu {
             health: Health::unknown(),
             link: None,
             boot_vga: false,
+            mig_backed_types: None,
             warnings: vec![],
         }
     }

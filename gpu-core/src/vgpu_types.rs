@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+pub use crate::mig_types::{MigBackedType, MigBackedTypes};
+
 use crate::address::PciAddress;
 use crate::ids::{ParentId, VgpuTypeId};
 use crate::topology::{NodeTopology, VgpuFramework};
@@ -45,6 +47,9 @@ pub struct TypeInfo {
     /// The driver's description, when it gives one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// A MIG-backed type the VF does not list yet: its GPU instance is made on request.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub needs_gpu_instance: bool,
 }
 
 /// The types of every parent of `topo` (only `parent` when given), in the topology's order.
@@ -74,8 +79,37 @@ pub fn vgpu_types(topo: &NodeTopology, parent: Option<&ParentId>) -> Vec<ParentT
                     device_api: t.device_api.clone(),
                     framebuffer_mib: t.framebuffer_mib,
                     description: t.description.clone(),
+                    needs_gpu_instance: false,
                 })
+                .chain(needing_instance(topo, p))
                 .collect(),
         })
         .collect()
+}
+
+/// For a free vendor-VFIO VF: the MIG-backed types its GPU supports that it does not list now
+/// (their GPU instance does not exist yet), with no instance available until it is made.
+fn needing_instance<'t>(
+    topo: &'t NodeTopology,
+    p: &'t crate::topology::Parent,
+) -> impl Iterator<Item = TypeInfo> + 't {
+    let free = p.framework == VgpuFramework::VendorVfio && p.instances.is_empty();
+    let gpu = p
+        .gpu
+        .filter(|_| free)
+        .and_then(|a| topo.gpus.iter().find(|g| g.address == a));
+    gpu.and_then(|g| g.mig_backed_types.as_ref())
+        .into_iter()
+        .flat_map(|m| m.types.iter())
+        .filter(move |t| !p.profiles.iter().any(|x| x.name == t.name))
+        .map(|t| TypeInfo {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            available_instances: 0,
+            driver_reports: None,
+            device_api: "vfio-pci".to_owned(),
+            framebuffer_mib: t.framebuffer_mib,
+            description: None,
+            needs_gpu_instance: true,
+        })
 }

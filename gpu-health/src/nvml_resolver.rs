@@ -68,7 +68,7 @@ impl NvmlResolver {
         }
     }
 
-    fn supported(&self, gpu: &PciAddress) -> BTreeMap<u32, TypeInfo> {
+    fn ask_supported(&self, gpu: &PciAddress) -> BTreeMap<u32, TypeInfo> {
         let Ok(types) = self.devices.vgpu_supported_types(gpu) else {
             return BTreeMap::new();
         };
@@ -88,14 +88,33 @@ impl NvmlResolver {
     }
 }
 
-impl TypeNameResolver for NvmlResolver {
-    fn resolve(&self, gpu: &PciAddress, id: u32) -> Option<TypeInfo> {
+impl NvmlResolver {
+    /// The supported types of `gpu`, asked once and cached.
+    fn cached(&self, gpu: &PciAddress) -> Option<BTreeMap<u32, TypeInfo>> {
         let mut cache = self.cache.lock().ok()?;
         if !cache.contains_key(gpu) {
-            let types = self.supported(gpu);
+            let types = self.ask_supported(gpu);
             cache.insert(*gpu, types);
         }
-        cache.get(gpu).and_then(|m| m.get(&id)).cloned()
+        cache.get(gpu).cloned()
+    }
+}
+
+impl TypeNameResolver for NvmlResolver {
+    fn resolve(&self, gpu: &PciAddress, id: u32) -> Option<TypeInfo> {
+        let cache = self.cache.lock().ok()?;
+        if let Some(m) = cache.get(gpu) {
+            return m.get(&id).cloned();
+        }
+        drop(cache);
+        self.cached(gpu)?.remove(&id)
+    }
+
+    /// NVML's supported types (`nvmlDeviceGetSupportedVgpus`); `None` where NVML answers none
+    /// (no vGPU support, no NVML, a GPU it does not know).
+    fn supported(&self, gpu: &PciAddress) -> Option<Vec<(u32, TypeInfo)>> {
+        let all = self.cached(gpu)?;
+        (!all.is_empty()).then(|| all.into_iter().collect())
     }
 
     /// A library without one of the GPU-instance calls, a GPU without MIG profiles and a GPU not

@@ -89,6 +89,10 @@ impl Host for Probe<'_> {
         self.inner.root_dir()
     }
 
+    fn recorded_vgpu_types(&self, gpu: &gpu_core::PciAddress) -> Option<Vec<(u32, String)>> {
+        self.inner.recorded_vgpu_types(gpu)
+    }
+
     fn parallel_reads(&self) -> bool {
         self.inner.parallel_reads()
     }

@@ -25,6 +25,7 @@ use gpu_sysfs::{Host, SysfsError};
 use serde::Serialize;
 
 use crate::intent::{self, Intent, Planned};
+use crate::mig::realize::{self as mig_realize, InstanceStarts, TodoRefusal};
 use crate::node::{bind_at, create_at, release_at, remove_at};
 use crate::probe::Probe;
 use crate::{Node, NodeError, VgpuId, choose_target};
@@ -202,6 +203,16 @@ pub enum RealizeError {
         #[source]
         source: gpu_core::CoreError,
     },
+    /// A MIG-backed vGPU's GPU instance cannot be made (MIG mode, the start asked, no room);
+    /// nothing was changed.
+    #[error("Machine {machine}: nothing was changed")]
+    Mig {
+        /// The Machine.
+        machine: String,
+        /// MIG's refusal.
+        #[source]
+        source: Box<crate::mig::MigError>,
+    },
     /// The lock or the intent record.
     #[error(transparent)]
     Node(#[from] NodeError),
@@ -229,6 +240,7 @@ impl RealizeError {
                 Some(source.as_ref())
             }
             RealizeError::Write { source, .. } => Some(source.as_ref()),
+            RealizeError::Mig { source, .. } => Some(source.as_ref()),
             RealizeError::Node(e) => Some(e),
             _ => None,
         }
@@ -341,12 +353,16 @@ struct Step<'a> {
     device: &'a AllocatedDevice,
     /// Already there as the allocation says: nothing to write.
     there: bool,
+    /// A MIG-backed type its parent does not list yet: its GPU instance is made first.
+    unlisted: bool,
 }
 
 /// A change this call made, to undo.
 enum Made {
     Vgpu(VgpuId),
     Gpu(PciAddress),
+    /// A GPU instance made for a MIG-backed vGPU (GPU, ID).
+    Instance(PciAddress, u32),
 }
 
 impl std::fmt::Display for Made {
@@ -355,6 +371,7 @@ impl std::fmt::Display for Made {
             Made::Vgpu(VgpuId::Mdev(u)) => write!(f, "mdev {u}"),
             Made::Vgpu(VgpuId::Vf(vf)) => write!(f, "the vGPU type of VF {vf}"),
             Made::Gpu(g) => write!(f, "{g} on vfio-pci"),
+            Made::Instance(g, id) => write!(f, "GPU instance {id} of {g}"),
         }
     }
 }
@@ -370,6 +387,19 @@ impl Node<'_> {
     /// before anything is written; [`RealizeError::Node`] for the lock or the intent record;
     /// [`RealizeError::Write`] and [`RealizeError::Readback`] after an undo.
     pub fn realize(&self, allocation: &Allocation) -> Result<Realized, RealizeError> {
+        self.realize_starting(allocation, &InstanceStarts::of(allocation))
+    }
+
+    /// [`Node::realize`] with the GPU-instance start of some MIG-backed devices given
+    /// (`starts`): their instances are made there, or the realize is refused naming the start.
+    ///
+    /// # Errors
+    /// As [`Node::realize`]; [`RealizeError::Mig`] before anything is written.
+    pub fn realize_starting(
+        &self,
+        allocation: &Allocation,
+        starts: &InstanceStarts,
+    ) -> Result<Realized, RealizeError> {
         let this = &self.discover.node;
         if allocation.node != *this {
             return Err(RealizeError::OtherNode {
@@ -379,12 +409,14 @@ impl Node<'_> {
             });
         }
         let steps = checked_steps(self.host, allocation, &self.read(allocation)?)?;
+        self.check_mig(allocation, &steps, starts)?;
         if steps.iter().all(|s| s.there) {
             return self.answer(allocation, Vec::new(), &mut Vec::new());
         }
         let _lock = self.acquire()?;
         // Checked again under the lock: another writer may have changed the node meanwhile.
         let steps = checked_steps(self.host, allocation, &self.read(allocation)?)?;
+        self.check_mig(allocation, &steps, starts)?;
         let what = steps.iter().map(|s| describe(s.device)).collect::<Vec<_>>();
         let what = format!(
             "realize Machine {}: {}",
@@ -400,7 +432,7 @@ impl Node<'_> {
         let intent = Intent::new("realize", what, check).creating(creates.collect());
         intent::around(self.host, intent, RealizeError::left, || {
             let mut made = Vec::new();
-            let devices = self.write_steps(allocation, &steps, &mut made)?;
+            let devices = self.write_steps(allocation, &steps, starts, &mut made)?;
             self.answer(allocation, devices, &mut made)
         })
     }
@@ -420,18 +452,30 @@ impl Node<'_> {
         &self,
         allocation: &Allocation,
         steps: &[Step<'_>],
+        starts: &InstanceStarts,
         made: &mut Vec<Made>,
     ) -> Result<Vec<RealizedDevice>, RealizeError> {
         let mut out = Vec::new();
-        for step in steps {
-            match write_one(self.host, step.device, made) {
+        for (i, step) in steps.iter().enumerate() {
+            let instance = match step.there {
+                true => Ok(None),
+                false => mig_realize::before_device(self, allocation, i, starts)
+                    .map_err(|e| NodeError::Mig(Box::new(e))),
+            };
+            let written = instance.and_then(|gi| {
+                if let Some((gpu, gi)) = gi {
+                    made.push(Made::Instance(gpu, gi.id));
+                }
+                write_one(self.host, step.device, made)
+            });
+            match written {
                 Ok(d) => out.push(d),
                 Err(source) => {
                     return Err(RealizeError::Write {
                         machine: allocation.machine.clone(),
                         request: step.device.request().to_owned(),
                         source: Box::new(source),
-                        left: undo(self.host, made),
+                        left: undo(self, made),
                     });
                 }
             }
@@ -452,7 +496,7 @@ impl Node<'_> {
         let (vm, warnings) = checked.map_err(|source| RealizeError::Readback {
             machine: allocation.machine.clone(),
             source: Box::new(source),
-            left: undo(self.host, made),
+            left: undo(self, made),
         })?;
         if devices.is_empty() {
             // Already there: the answers the create and bind give, on a probe that refuses
@@ -553,6 +597,22 @@ fn checked_steps<'a>(
                     .iter()
                     .find(|p| &p.id == parent);
                 let offered = p.and_then(|p| p.profiles.iter().find(|x| &x.id == profile));
+                let taken = |why| RealizeError::Taken {
+                    machine: machine(),
+                    request: request.clone(),
+                    why,
+                };
+                if offered.is_none() && mig_realize::is_mig_backed(device) {
+                    // Its GPU instance does not exist yet: made first (checked by check_mig).
+                    let there =
+                        vgpu_there(node, parent, profile, uuid, *framework).map_err(taken)?;
+                    steps.push(Step {
+                        device,
+                        there,
+                        unlisted: !there,
+                    });
+                    continue;
+                }
                 let Some(offered) = offered else {
                     return Err(RealizeError::UnknownProfile {
                         machine: machine(),
@@ -561,13 +621,7 @@ fn checked_steps<'a>(
                         profile: profile.to_string(),
                     });
                 };
-                let there = vgpu_there(node, parent, profile, uuid, *framework).map_err(|why| {
-                    RealizeError::Taken {
-                        machine: machine(),
-                        request: request.clone(),
-                        why,
-                    }
-                })?;
+                let there = vgpu_there(node, parent, profile, uuid, *framework).map_err(taken)?;
                 if !there {
                     let n = wanted
                         .entry((parent.clone(), profile.to_string()))
@@ -586,7 +640,11 @@ fn checked_steps<'a>(
                 there
             }
         };
-        steps.push(Step { device, there });
+        steps.push(Step {
+            device,
+            there,
+            unlisted: false,
+        });
     }
     Ok(steps)
 }
@@ -683,16 +741,53 @@ fn write_one(
 }
 
 /// Undoes `made` in reverse; what could not be undone, named.
-fn undo(host: &dyn Host, made: &mut Vec<Made>) -> Vec<String> {
+fn undo(node: &Node<'_>, made: &mut Vec<Made>) -> Vec<String> {
+    let host = node.host;
     let mut left = Vec::new();
     while let Some(m) = made.pop() {
         let undone = match &m {
             Made::Vgpu(id) => remove_at(host, id, false).map(|_| ()),
             Made::Gpu(g) => release_at(host, g, false).map(|_| ()),
+            Made::Instance(g, id) => match node.nvml_handle() {
+                Some(nvml) => node.mig(nvml).unmake(g, *id),
+                None => Ok(()),
+            }
+            .map_err(|e| NodeError::Mig(Box::new(e))),
         };
         if let Err(e) = undone {
             left.push(format!("{m} ({})", gpu_core::error_chain(&e)));
         }
     }
     left
+}
+
+impl Node<'_> {
+    /// What MIG needs for the MIG-backed vGPUs still to be made, checked before any write
+    /// ([`mig_realize::check_todo`]).
+    fn check_mig(
+        &self,
+        allocation: &Allocation,
+        steps: &[Step<'_>],
+        starts: &InstanceStarts,
+    ) -> Result<(), RealizeError> {
+        let todo = steps.iter().enumerate().filter(|(_, s)| !s.there);
+        let todo: Vec<(usize, bool)> = todo.map(|(i, s)| (i, s.unlisted)).collect();
+        let machine = allocation.machine.clone();
+        mig_realize::check_todo(self, allocation, &todo, starts).map_err(|r| match r {
+            TodoRefusal::Mig(e) => RealizeError::Mig {
+                machine,
+                source: Box::new(e),
+            },
+            TodoRefusal::Unlisted {
+                request,
+                parent,
+                profile,
+            } => RealizeError::UnknownProfile {
+                machine,
+                request,
+                parent,
+                profile,
+            },
+        })
+    }
 }

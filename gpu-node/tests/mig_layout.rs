@@ -13,9 +13,8 @@ use gpu_node::{LayoutWrite, Node, NodeError};
 use gpu_nvml::fake::{FakeGpu, FakeNvml};
 use gpu_nvml::{MigMode, NvmlDevices, Placement};
 use gpu_sysfs::discover::DiscoverOptions;
-use gpu_sysfs::resolver::InMemoryResolver;
 use gpu_sysfs::testing::FakeKernel;
-use gpu_sysfs::testing::fixtures::{H200_TYPES, h200_mig_kernel, h200_pf, h200_vf};
+use gpu_sysfs::testing::fixtures::{h200_mig_kernel, h200_names, h200_pf, h200_vf};
 
 const T3G: u32 = 1418;
 
@@ -36,12 +35,8 @@ fn kernel(busy: &[(u32, u32)], n: &Arc<FakeNvml>) -> FakeKernel {
 
 /// Discovery names every H200 type as NVML would (a VF holding a type lists none).
 fn options() -> DiscoverOptions {
-    let mut r = InMemoryResolver::new();
-    for (id, name) in H200_TYPES {
-        r = r.with(id, name);
-    }
     let mut o = DiscoverOptions::new("n");
-    o.resolver = Some(Arc::new(r));
+    o.resolver = Some(Arc::new(h200_names()));
     o
 }
 

@@ -141,6 +141,7 @@ fn class_sig(shape: u32, n: &NodeState) -> Vec<u64> {
             r.0.push(p.used_mib);
             opt(&mut r, p.size_locked_mib);
             opt(&mut r, p.mig_slices_used);
+            r.0.push(crate::node::slots_word(p));
         }
     }
     r.0.extend(n.free.iter().map(|f| u64::from(f.1)));

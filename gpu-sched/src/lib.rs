@@ -57,6 +57,7 @@ mod plan;
 mod policy;
 mod refusal;
 mod resolve;
+mod slots;
 mod state;
 mod suggest;
 pub mod text;
@@ -75,5 +76,6 @@ pub use refusal::{
     Exclusion, FIRST_NODES, Filter, NodeRefusal, Reason, ReasonKind, Refusal, RefusalGroup,
     RefusalReport,
 };
+pub use slots::SlotPolicy;
 pub use state::{DegradedDevice, FleetState, Placement, Unplaced};
 pub use view::{AllocatedInstance, NodeView, node_view};

@@ -388,6 +388,7 @@ impl FleetState {
             whole_vendor: self.whole_vendor.clone(),
             by_partition: self.by_partition.clone(),
             classes: self.classes.clone(),
+            slot_policy: self.slot_policy,
         }
     }
 }

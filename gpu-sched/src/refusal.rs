@@ -188,6 +188,11 @@ pub struct Reason {
     /// [`ReasonKind::FabricUnreachable`]: why Fabric Manager could not be reached.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partitions: Vec<String>,
+    /// For a MIG-backed profile: the GPUs left out for no free GPU-instance start, each with
+    /// the profile, its legal starts and the memory slots still free
+    /// (`nvidia0: 4g.71gb starts at [0], slots free [4, 5, 6, 7]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slots: Vec<String>,
 }
 
 impl Reason {
@@ -204,6 +209,7 @@ impl Reason {
             excluded: vec![],
             with: vec![],
             partitions: vec![],
+            slots: vec![],
         }
     }
 }
@@ -266,6 +272,13 @@ impl fmt::Display for Reason {
                     "needs {n} {req} GPU(s) joined by NVLink, Fabric Manager cannot be reached ({why})"
                 )?;
             }
+        }
+        if !self.slots.is_empty() {
+            write!(
+                f,
+                " (no free GPU-instance start: {})",
+                self.slots.join("; ")
+            )?;
         }
         if !self.excluded.is_empty() {
             let parts: Vec<String> = self

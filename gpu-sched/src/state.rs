@@ -20,6 +20,7 @@ use crate::resolve::Catalog;
 mod index;
 mod place;
 mod refuse;
+mod slots;
 
 /// A device placed on a Degraded GPU: usable, ranked last, and worth knowing about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +108,8 @@ pub struct FleetState {
     pub(crate) by_partition: BTreeMap<(u32, u32), Tree>,
     /// Nodes grouped by what a fit sees, for refusals.
     pub(crate) classes: Classes,
+    /// How GPU-instance starts are chosen (`slots.rs`).
+    pub(crate) slot_policy: crate::slots::SlotPolicy,
 }
 
 impl FleetState {

@@ -299,3 +299,20 @@ pub fn hgx_node(node: &str) -> NodeTopology {
     });
     n
 }
+
+/// A Machine asking for vGPUs: one request `r0`, `r1`, ... per `(profile, count)`.
+///
+/// # Panics
+/// When a profile name makes the Machine's text invalid (a quote in it): test input only.
+#[allow(clippy::expect_used)]
+pub fn vgpu_machine(name: &str, wants: &[(&str, u32)]) -> gpu_core::Machine {
+    let devices: Vec<String> = wants
+        .iter()
+        .enumerate()
+        .map(|(i, (profile, count))| {
+            format!("{{name: r{i}, profile: \"{profile}\", count: {count}}}")
+        })
+        .collect();
+    gpu_core::Machine::from_text(&format!("name: {name}\ndevices: [{}]", devices.join(", ")))
+        .expect("a valid Machine")
+}

@@ -3,11 +3,13 @@
 //! GPU's existing instances sit, not just enough free slices.
 
 use gpu_core::{
-    AllocatedDevice, Fleet, Instance, Machine, MigGeometry, MigOccupancy, MigPlaced, MigProfile,
-    MigSlots, NodeTopology,
+    AllocatedDevice, Fleet, Instance, MigGeometry, MigOccupancy, MigPlaced, MigProfile, MigSlots,
+    NodeTopology,
 };
-use gpu_sched::testing::h200_node;
-use gpu_sched::{FleetState, Policy, SchedError};
+use std::collections::BTreeMap;
+
+use gpu_sched::testing::{h200_node, vgpu_machine as vgpus};
+use gpu_sched::{FleetState, Policy, SchedError, SlotPolicy};
 use proptest::prelude::*;
 
 const ONE_G: &str = "H200X-1-18C";
@@ -61,17 +63,6 @@ fn fleet(nodes: Vec<NodeTopology>) -> FleetState {
         ..Fleet::default()
     })
     .unwrap()
-}
-
-fn vgpus(name: &str, wants: &[(&str, u32)]) -> Machine {
-    let devices: Vec<String> = wants
-        .iter()
-        .enumerate()
-        .map(|(i, (profile, count))| {
-            format!("{{name: r{i}, profile: \"{profile}\", count: {count}}}")
-        })
-        .collect();
-    Machine::from_text(&format!("name: {name}\ndevices: [{}]", devices.join(", "))).unwrap()
 }
 
 fn refused(r: Result<gpu_core::Allocation, SchedError>) -> String {
@@ -145,25 +136,44 @@ fn releasing_a_mig_allocation_frees_its_slots() {
         .unwrap();
 }
 
+/// The state read back from what `first` would save: its nodes and allocations.
+fn saved(first: &FleetState) -> FleetState {
+    FleetState::new(Fleet {
+        nodes: first.nodes().collect(),
+        allocations: first.allocations(),
+        ..Fleet::default()
+    })
+    .unwrap()
+}
+
 #[test]
 fn allocations_in_a_fleet_file_hold_their_slots() {
     let mut first = fleet(vec![h200_with_slots("h200")]);
     first
         .place(&vgpus("a", &[(THREE_G, 1)]), Policy::Binpack)
         .unwrap();
-    let saved = Fleet {
-        nodes: first.nodes().collect(),
-        allocations: first.allocations(),
-        ..Fleet::default()
-    };
-    let mut s = FleetState::new(saved).unwrap();
+    let mut s = saved(&first);
     // The saved 3g holds half the GPU: a second 3g takes the other half, and then a 1g finds
     // no start although one slice is free.
     s.place(&vgpus("b", &[(THREE_G, 1)]), Policy::Binpack)
         .unwrap();
     refused(s.place(&vgpus("c", &[(ONE_G, 1)]), Policy::Binpack));
-    // A 4g never fits beside a 3g of unknown start (it may sit at slot 0).
+    // The saved 3g says where it starts (slot 4, which keeps the 4g's slot 0): once b is gone,
+    // a 4g fits beside it.
     s.release("b").unwrap();
+    s.place(&vgpus("d", &[(FOUR_G, 1)]), Policy::Binpack)
+        .unwrap();
+}
+
+#[test]
+fn a_saved_allocation_of_unknown_start_blocks_a_4g_wherever_it_may_sit() {
+    let mut first = fleet(vec![h200_with_slots("h200")]);
+    first.set_slot_policy(SlotPolicy::Driver);
+    first
+        .place(&vgpus("a", &[(THREE_G, 1)]), Policy::Binpack)
+        .unwrap();
+    let mut s = saved(&first);
+    // A 4g never fits beside a 3g of unknown start (it may sit at slot 0).
     refused(s.place(&vgpus("d", &[(FOUR_G, 1)]), Policy::Binpack));
 }
 
@@ -223,6 +233,109 @@ proptest! {
                 held.iter().map(|p| p.name).collect::<Vec<_>>(),
                 starts
             );
+        }
+    }
+}
+
+/// The brute-force oracle: whether `n` more GPU instances of `p` fit beside `held` memory slots
+/// and `compute` used compute slices of one H200, trying every combination of starts.
+fn oracle_fits(held: gpu_core::slots::SlotMask, compute: u32, p: &MigProfile, n: u32) -> bool {
+    if compute + u32::from(p.compute_slices) * n > u32::from(h200().compute_slices) {
+        return false;
+    }
+    if n == 0 {
+        return true;
+    }
+    p.starts.iter().any(|&s| {
+        let mut next = held;
+        next.is_free(s, p.memory_slices) && {
+            next.hold(s, p.memory_slices);
+            oracle_fits(next, compute + u32::from(p.compute_slices), p, n - 1)
+        }
+    })
+}
+
+/// Per node: the memory slots and compute slices held, from the existing 1g instances and every
+/// allocation's recorded start; fails when a start is missing, illegal or overlaps another.
+fn held_per_node(
+    s: &FleetState,
+    existing: &[(String, Vec<u8>)],
+) -> Result<BTreeMap<String, (gpu_core::slots::SlotMask, u32)>, String> {
+    let one = h200().profile_named("1g.18gb").unwrap();
+    let mut out = BTreeMap::new();
+    for (node, starts) in existing {
+        let mut m = gpu_core::slots::SlotMask::empty();
+        for &st in starts {
+            m.hold(st, one.memory_slices);
+        }
+        out.insert(node.clone(), (m, starts.len() as u32));
+    }
+    for a in s.allocations() {
+        let (mask, compute) = out.get_mut(&a.node).ok_or("unknown node")?;
+        for d in &a.devices {
+            let p = profile_of(d);
+            let AllocatedDevice::Vgpu {
+                gpu_instance_start: Some(at),
+                ..
+            } = d
+            else {
+                return Err(format!("{}: no start recorded: {d:?}", a.machine));
+            };
+            if !p.starts.contains(at) || !mask.is_free(*at, p.memory_slices) {
+                return Err(format!(
+                    "{}: {} at {at} is illegal or taken",
+                    a.machine, p.name
+                ));
+            }
+            mask.hold(*at, p.memory_slices);
+            *compute += u32::from(p.compute_slices);
+        }
+        if *compute > u32::from(h200().compute_slices) {
+            return Err(format!("{} compute slices on {}", compute, a.node));
+        }
+    }
+    Ok(out)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The oracle covers slots: under keep-most and first-fit alike, no two placements hold one
+    /// slot (every start recorded, legal and apart), and a Machine is placed exactly when the
+    /// brute-force oracle finds starts for all its instances on some node beside what is held.
+    #[test]
+    fn chosen_starts_never_share_a_slot_and_feasibility_agrees_with_the_oracle(
+        existing in proptest::collection::vec(proptest::collection::vec(0u8..7, 0..3), 1..3),
+        ops in proptest::collection::vec((0usize..5, 1u32..4, 0usize..4), 1..16),
+        first_fit in any::<bool>(),
+    ) {
+        let mut nodes = Vec::new();
+        let mut known = Vec::new();
+        for (i, starts) in existing.iter().enumerate() {
+            let mut starts = starts.clone();
+            starts.sort_unstable();
+            starts.dedup();
+            let name = format!("h200-{i}");
+            nodes.push(with_one_g_at(h200_with_slots(&name), &starts));
+            known.push((name, starts));
+        }
+        let mut s = fleet(nodes);
+        s.set_slot_policy(if first_fit { SlotPolicy::FirstFit } else { SlotPolicy::KeepMost });
+        for (i, (choice, count, release)) in ops.iter().enumerate() {
+            let before = held_per_node(&s, &known).map_err(TestCaseError::fail)?;
+            let p = h200().profile_for(
+                [1, 2, 3, 4, 7][*choice],
+                [18432, 35840, 72704, 72704, 144384][*choice],
+            ).unwrap();
+            let oracle = before.values().any(|(m, c)| oracle_fits(*m, *c, p, *count));
+            let got = s.place(&vgpus(&format!("vm{i}"), &[(CHOICES[*choice], *count)]), Policy::Binpack);
+            prop_assert_eq!(got.is_ok(), oracle, "{} x {}: {:?} beside {:?}", count, p.name, got, before);
+            held_per_node(&s, &known).map_err(TestCaseError::fail)?;
+            if *release == 0 {
+                if let Some(m) = s.allocations().first().map(|a| a.machine.clone()) {
+                    s.release(&m).unwrap();
+                }
+            }
         }
     }
 }

@@ -396,17 +396,23 @@ impl Dir {
     }
 
     fn walk(&self, rel: &str, create: bool) -> io::Result<Option<Dir>> {
-        let mut at = Dir {
-            fd: self.fd.try_clone()?,
-            path: self.path.clone(),
-        };
+        // The first step is taken from this directory itself: its descriptor is duplicated
+        // only when `rel` names no component (a walk costs one `openat` per component).
+        let mut at: Option<Dir> = None;
         for part in rel.split('/').filter(|p| !p.is_empty()) {
-            match at.step(part, create)? {
-                Some(next) => at = next,
+            let from = at.as_ref().unwrap_or(self);
+            match from.step(part, create)? {
+                Some(next) => at = Some(next),
                 None => return Ok(None),
             }
         }
-        Ok(Some(at))
+        match at {
+            Some(d) => Ok(Some(d)),
+            None => Ok(Some(Dir {
+                fd: self.fd.try_clone()?,
+                path: self.path.clone(),
+            })),
+        }
     }
 
     /// Reads the regular file `name` of at most `max` bytes; `None` when it does not exist.

@@ -151,15 +151,21 @@ impl Root {
         Ok(openat2(dir, rest, how)?)
     }
 
-    /// Opens the directory holding `path`'s last component; returns it and that component.
-    pub fn open_parent<'p>(&self, path: &'p str) -> io::Result<(OwnedFd, &'p str)> {
-        match path.rsplit_once('/') {
-            Some((dir, last)) => Ok((
-                self.open(dir, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?,
-                last,
-            )),
-            None => Ok((self.fd.try_clone()?, path)),
-        }
+    /// The target of the link `path`: read in the directory holding its last component,
+    /// opened through this root (a name at the top is read in the root itself, with no
+    /// descriptor duplicated for it).
+    ///
+    /// # Errors
+    /// The OS error of opening the directory or of `readlinkat` (`EINVAL`: not a link).
+    pub fn read_link(&self, path: &str) -> io::Result<std::path::PathBuf> {
+        let target = match path.rsplit_once('/') {
+            Some((dir, last)) => {
+                let dir = self.open(dir, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?;
+                readlinkat(&dir, last)?
+            }
+            None => readlinkat(self.fd.as_fd(), path)?,
+        };
+        Ok(std::path::PathBuf::from(target))
     }
 
     /// The component-wise walk: each component opened with `O_NOFOLLOW` relative to the one

@@ -60,6 +60,14 @@ pub trait Host: Send + Sync + std::fmt::Debug {
     /// The root directory on this machine, when the host is a real directory tree.
     fn root_dir(&self) -> Option<&Path>;
 
+    /// The vGPU types (ID, name) the driver of this host says GPU `gpu` supports, where the
+    /// host itself holds the driver's answer (a sandbox: the types its recording's VFs
+    /// listed); `None` elsewhere: a real host's driver is asked through NVML.
+    fn recorded_vgpu_types(&self, gpu: &gpu_core::PciAddress) -> Option<Vec<(u32, String)>> {
+        let _ = gpu;
+        None
+    }
+
     /// True when reads from two threads at once go faster than from one: each read is a few
     /// system calls into the kernel (a real directory tree), so discovery reads independent
     /// parts of the tree side by side. An in-memory host answers at once and says false.
@@ -445,8 +453,7 @@ impl Host for RealHost {
             }
             Some(root) => {
                 check_relative(path)?;
-                let (dir, last) = root.open_parent(path)?;
-                Ok(PathBuf::from(nix::fcntl::readlinkat(&dir, last)?))
+                root.read_link(path)
             }
         }
     }

@@ -206,6 +206,9 @@ impl Host for OpenedRoot {
     fn root_dir(&self) -> Option<&Path> {
         self.host().root_dir()
     }
+    fn recorded_vgpu_types(&self, gpu: &gpu_core::PciAddress) -> Option<Vec<(u32, String)>> {
+        self.host().recorded_vgpu_types(gpu)
+    }
     fn parallel_reads(&self) -> bool {
         self.host().parallel_reads()
     }

@@ -142,6 +142,10 @@ impl TypeNameResolver for RememberedNames {
         })
     }
 
+    fn supported(&self, gpu: &PciAddress) -> Option<Vec<(u32, TypeInfo)>> {
+        self.inner.as_ref().and_then(|r| r.supported(gpu))
+    }
+
     fn gpu_instances(&self, gpu: &PciAddress) -> crate::resolver::GpuInstances {
         match &self.inner {
             Some(r) => r.gpu_instances(gpu),

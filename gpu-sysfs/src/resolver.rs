@@ -66,6 +66,13 @@ pub trait TypeNameResolver: Send + Sync + std::fmt::Debug {
         let _ = gpu;
         GpuInstances::Unsupported("this type-name source does not report GPU instances".to_owned())
     }
+
+    /// Every vGPU type the physical GPU at `gpu` supports (ID and what is known of it), in the
+    /// driver's order; `None` where this source does not know (the default).
+    fn supported(&self, gpu: &PciAddress) -> Option<Vec<(u32, TypeInfo)>> {
+        let _ = gpu;
+        None
+    }
 }
 
 /// A resolver over a fixed table, for tests and for hosts whose driver version is pinned.

@@ -706,6 +706,12 @@ impl Host for Sandbox {
     fn root_dir(&self) -> Option<&Path> {
         self.kernel.root_dir()
     }
+    fn recorded_vgpu_types(&self, gpu: &PciAddress) -> Option<Vec<(u32, String)>> {
+        self.kernel.pools().iter().find_map(|p| match p {
+            FakePool::VendorVfio { pf, types, .. } if pf == gpu => Some(types.clone()),
+            _ => None,
+        })
+    }
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
         self.kernel.write_atomic(path, data)
     }

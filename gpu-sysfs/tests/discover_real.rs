@@ -460,3 +460,29 @@ fn reading_the_mdev_parents_beside_the_pci_scan_gives_the_same_topology_from_the
         assert!(vfs.contains(&what) && n == 1, "{what} read {n} times");
     }
 }
+
+#[test]
+fn a_vf_its_gpu_named_is_never_read_again_and_no_file_is_read_twice() {
+    // Looking for NVSwitches (whose class says so) reads no VF's class: a function a GPU's
+    // `virtfnN` link named is that GPU's VF. Each file is read at most once in all.
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/hosts/a2-sriov-mdev.umockdev");
+    let replay = umockdev::materialize(&example).unwrap();
+    let serial = Counted::new(replay.root(), false);
+    let topology = discover_on(&serial);
+    let reads = serial.reads.into_inner().unwrap();
+    let vfs: Vec<String> = topology
+        .gpus
+        .iter()
+        .filter_map(|g| g.sriov.as_ref())
+        .flat_map(|s| &s.vfs)
+        .map(|a| format!("read sys/bus/pci/devices/{a}/class"))
+        .collect();
+    assert!(!vfs.is_empty(), "the A2 host has VFs");
+    for vf in &vfs {
+        assert!(!reads.contains_key(vf), "{vf}");
+    }
+    for (what, n) in &reads {
+        assert_eq!(*n, 1, "{what} read {n} times");
+    }
+}

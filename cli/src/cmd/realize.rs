@@ -37,7 +37,8 @@ pub fn run(g: &Global, a: &RealizeArgs) -> anyhow::Result<ExitCode> {
     let allocation = read_allocation(g, path, a.machine.as_deref())?;
     let opened = super::gpu::open_host(g, true)?;
     let graded = crate::common::local_topology(g, false)?;
-    let writer = super::gpu::writer(&opened);
+    let nvml = gpu_node::mig::open::open_nvml(&opened.host, &gpu_health::NvmlSource::LocalOnly);
+    let writer = super::gpu::writer(&opened).with_nvml(nvml.as_deref().ok());
     let done = writer.realize_graded(&allocation, &graded, a.force, "--force")?;
     let shown = g
         .output

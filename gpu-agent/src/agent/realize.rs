@@ -37,7 +37,10 @@ impl Agent {
         let done = self
             .write(false, move |a| {
                 let graded = &a.snapshot().topology;
-                let done = a.node().realize_graded(&allocation, graded, force, FORCE);
+                // With the agent's NVML: a MIG-backed vGPU's GPU instance is made on request.
+                let nvml = a.config.mig.as_ref().map(|m| m.0.as_ref());
+                let node = a.node().with_nvml(nvml);
+                let done = node.realize_graded(&allocation, graded, force, FORCE);
                 done.map_err(|e| ApiError::from_error(&e))
             })
             .await?;

@@ -33,6 +33,12 @@ pub struct ShortVgpu {
     pub framebuffer_mib: Option<u64>,
     /// Stable UUID.
     pub uuid: MdevUuid,
+    /// The GPU-instance start of a MIG-backed vGPU, where one was chosen.
+    #[serde(default)]
+    pub gpu_instance_start: Option<u8>,
+    /// The placement ID on a GPU in mixed-size mode, where one was chosen.
+    #[serde(default)]
+    pub placement_id: Option<u32>,
 }
 
 /// An allocated device as a fleet document may give it: the full shape (with `kind`) or the
@@ -383,7 +389,7 @@ fn complete(
         framebuffer_mib,
         mig_slices: mig,
         uuid: d.uuid,
-        gpu_instance_start: None,
-        placement_id: None,
+        gpu_instance_start: d.gpu_instance_start,
+        placement_id: d.placement_id,
     })
 }

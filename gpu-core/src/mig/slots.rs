@@ -101,17 +101,17 @@ impl std::fmt::Display for SlotMisfit {
 }
 
 /// [`MigSlots`] with its names looked up.
-struct Resolved {
-    geometry: &'static MigGeometry,
-    placed: MigOccupancy,
-    existing: Vec<&'static MigProfile>,
+pub(super) struct Resolved {
+    pub(super) geometry: &'static MigGeometry,
+    pub(super) placed: MigOccupancy,
+    pub(super) existing: Vec<&'static MigProfile>,
     still_fit: Vec<&'static MigProfile>,
-    pending: Vec<&'static MigProfile>,
+    pub(super) pending: Vec<&'static MigProfile>,
 }
 
 impl Resolved {
     /// Whether one more `profile` fits, as a [`SlotMisfit`] when not.
-    fn check(&self, profile: &MigProfile) -> Result<(), SlotMisfit> {
+    pub(super) fn check(&self, profile: &MigProfile) -> Result<(), SlotMisfit> {
         let g = self.geometry;
         self.fits(profile).map_err(|blocked| SlotMisfit::NoStart {
             product: g.product,
@@ -155,7 +155,7 @@ impl MigSlots {
         })
     }
 
-    fn resolve(&self) -> Result<Resolved, SlotMisfit> {
+    pub(super) fn resolve(&self) -> Result<Resolved, SlotMisfit> {
         let g = self.geometry()?;
         let unknown = |name: &str| SlotMisfit::Unknown {
             why: format!("the {} has no GPU-instance profile {name:?}", g.product),

@@ -142,6 +142,9 @@ pub fn topology(t: &NodeTopology, shown: &Shown<'_>) -> String {
                 &rows,
             ))));
         }
+        if let Some(line) = needing_instance(t, key) {
+            let _ = writeln!(out, "    {line}");
+        }
         let mut instances: Vec<Vec<String>> = members
             .iter()
             .flat_map(|p| {
@@ -188,4 +191,25 @@ pub fn topology(t: &NodeTopology, shown: &Shown<'_>) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "GPU memory: {}", usage.summary());
     out
+}
+
+/// The MIG-backed types GPU `key` supports whose GPU instance does not exist yet, as one line
+/// (none when there are none): they are not "with room", yet a create makes their instance.
+fn needing_instance(t: &NodeTopology, key: &ParentId) -> Option<String> {
+    let g = t.gpu_by_address(&key.pci()?)?;
+    let names: Vec<&str> = g
+        .mig_backed_types
+        .as_ref()?
+        .types
+        .iter()
+        .filter(|m| m.needs_gpu_instance)
+        .map(|m| m.name.as_str())
+        .collect();
+    (!names.is_empty()).then(|| {
+        format!(
+            "MIG-backed, no GPU instance yet (made when asked for, where `gpuslice mig list` shows \
+             a free start): {}",
+            names.join(", ")
+        )
+    })
 }

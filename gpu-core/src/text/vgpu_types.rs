@@ -19,6 +19,9 @@ pub fn vgpu_types(listing: &[ParentTypes]) -> String {
             ));
             s.push_str(&format!("    Device API: {}\n", t.device_api));
             s.push_str(&format!("    Name: {}\n", t.name));
+            if t.needs_gpu_instance {
+                s.push_str("    Needs a GPU instance: yes (made when asked for)\n");
+            }
             if let Some(d) = &t.description {
                 s.push_str(&format!("    Description: {d}\n"));
             }

@@ -82,6 +82,33 @@ pub enum MigError {
         /// Which memory slices are held.
         held: String,
     },
+    /// The start asked for (an allocation's `gpuInstanceStart`) is not a legal start of the
+    /// profile.
+    #[error("{gpu}: {start} is not a legal start of a {profile} GPU instance (legal: {legal})")]
+    BadStart {
+        /// The GPU.
+        gpu: PciAddress,
+        /// The profile.
+        profile: String,
+        /// The start asked for.
+        start: u8,
+        /// The legal starts.
+        legal: String,
+    },
+    /// The start asked for overlaps memory slices another GPU instance holds.
+    #[error(
+        "{gpu}: start {start} of a {profile} GPU instance is taken (held memory slices: {held})"
+    )]
+    StartTaken {
+        /// The GPU.
+        gpu: PciAddress,
+        /// The profile.
+        profile: String,
+        /// The start asked for.
+        start: u8,
+        /// Which memory slices are held.
+        held: String,
+    },
     /// A GPU instance gpuslice did not make (or that a vGPU uses) was asked to go.
     #[error("{gpu}: GPU instance {id} {why}; left alone")]
     NotOurs {
@@ -133,6 +160,8 @@ impl gpu_core::ClassifiedError for MigError {
             MigError::PendingReset { .. } | MigError::MigOff { .. } => ErrorKind::Busy,
             MigError::UnknownProfile { .. } => ErrorKind::UnknownProfile,
             MigError::NoRoom { .. } => ErrorKind::Exhausted,
+            MigError::BadStart { .. } => ErrorKind::InvalidArgument,
+            MigError::StartTaken { .. } => ErrorKind::InUse,
             MigError::Record(_) | MigError::Discover(_) => ErrorKind::HostError,
             MigError::Node(n) => gpu_core::ClassifiedError::kind(n.as_ref()),
         }

@@ -123,42 +123,14 @@ impl Mig<'_, '_> {
             make: Vec::new(),
         };
         let instances = board::instances(self.nvml, gpu)?;
-        if let Some(s) = sliced.first() {
-            if modes.current == MigMode::Disabled {
-                return Ok(None);
-            }
-            let mine = owned::read(self.host());
-            let theirs = instances
-                .iter()
-                .filter(|gi| !owned::made_by_us(&mine, gpu, gi))
-                .count();
-            let busy = self.in_use(gpu)?.or_else(|| {
-                (theirs > 0)
-                    .then(|| format!("{theirs} GPU instance(s) gpuslice did not make exist"))
-            });
-            if let Some(what) = busy {
-                return Err(MigError::InUse {
-                    gpu: *gpu,
-                    what: format!(
-                        "it is in MIG mode, {s} is a time-sliced type (MIG mode must go off), \
-                         and {what}"
-                    ),
-                });
-            }
-            needs.mode = Some(MigMode::Disabled);
-            return Ok(Some(needs));
-        }
-        if modes.current == MigMode::Disabled {
-            if let Some(what) = self.in_use(gpu)? {
-                return Err(MigError::InUse {
-                    gpu: *gpu,
-                    what: format!(
-                        "{} is MIG-backed (MIG mode must go on), and {what}",
-                        mig[0].0
-                    ),
-                });
-            }
-            needs.mode = Some(MigMode::Enabled);
+        let (first, mig_backed) = match (mig.first(), sliced.first()) {
+            (Some((m, _)), _) => (m.as_str(), true),
+            (None, Some(s)) => (s.as_str(), false),
+            (None, None) => return Ok(None),
+        };
+        needs.mode = self.mode_for_type(gpu, modes, first, mig_backed)?;
+        if !mig_backed {
+            return Ok(needs.mode.is_some().then_some(needs));
         }
         let board = board::read(self.host(), self.nvml, gpu, modes.current)?;
         // ToMigConfigSpecSlice: one instance of each type's profile per vGPU of it.
@@ -238,16 +210,7 @@ impl Mig<'_, '_> {
         for n in needs {
             let gpu = &n.gpu;
             if let Some(mode) = n.mode {
-                if mode == MigMode::Disabled {
-                    for gi in board::instances(self.nvml, gpu)? {
-                        self.unmake(gpu, gi.id)?;
-                        done.notes
-                            .push(format!("{gpu}: GPU instance {} destroyed", gi.id));
-                    }
-                }
-                self.write_mode(gpu, mode)?;
-                done.notes
-                    .push(format!("{gpu}: MIG mode {} for the layout", describe(mode)));
+                self.switch_mode(gpu, mode, &mut done.notes)?;
             }
             if n.enable_sriov && !n.make.is_empty() {
                 gpu_sysfs::actuate::enable_sriov(self.host(), gpu, sriov).map_err(|source| {

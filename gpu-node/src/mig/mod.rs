@@ -12,11 +12,13 @@
 //! records each instance it makes ([`owned`]) and destroys only those unless told otherwise.
 
 pub mod apply;
+pub mod ask;
 pub mod board;
 mod error;
 pub mod layout;
 pub mod open;
 pub mod owned;
+pub mod realize;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
 pub mod text;
@@ -501,7 +503,7 @@ impl<'n, 'h> Mig<'n, 'h> {
         })
     }
 
-    fn unmake(&self, gpu: &PciAddress, id: u32) -> Result<(), MigError> {
+    pub(crate) fn unmake(&self, gpu: &PciAddress, id: u32) -> Result<(), MigError> {
         self.nvml
             .destroy_gpu_instance(gpu, id)
             .map_err(MigError::nvml(*gpu))?;

@@ -1,5 +1,5 @@
 //! The fake NVML of a sandbox host's tree: every NVIDIA GPU whose MIG geometry gpu-core knows
-//! (by PCI device ID) is MIG-capable, MIG mode on where its VFs offer or hold MIG-backed vGPU
+//! (by PCI device ID) is MIG-capable, MIG mode on where its recorded pool offers MIG-backed vGPU
 //! types (what the driver lists only in MIG mode), else off, with no GPU instances; every other
 //! NVIDIA GPU whose vendor-VFIO pool offers time-sliced types (the bundled L40S) supports
 //! mixed-size vGPUs, starting in same-size mode, its types placed on the fake kernel's lattice
@@ -12,7 +12,7 @@ use gpu_core::mig::MigGeometry;
 use gpu_core::nvidia::VgpuTypeName;
 use gpu_nvml::fake::{FakeGpu, FakeNvml, FakeVgpuType};
 use gpu_nvml::{MigMode, VgpuMode};
-use gpu_sysfs::{Host, OpenedRoot};
+use gpu_sysfs::OpenedRoot;
 
 /// The fake NVML of the sandbox `opened`'s tree.
 pub fn fake_of(opened: &OpenedRoot) -> FakeNvml {
@@ -38,7 +38,7 @@ pub fn fake_of(opened: &OpenedRoot) -> FakeNvml {
             }
             continue;
         };
-        let mode = if offers_mig_types(host, &addr) {
+        let mode = if offers_mig_types(opened, &addr) {
             MigMode::Enabled
         } else {
             MigMode::Disabled
@@ -67,15 +67,18 @@ fn mixed_size_gpu(opened: &OpenedRoot, pf: &PciAddress) -> Option<FakeGpu> {
     )
 }
 
-fn offers_mig_types(host: &dyn Host, pf: &PciAddress) -> bool {
-    gpu_sysfs::actuate::vfs_of(host, pf).iter().any(|vf| {
-        host.read_string(&format!(
-            "sys/bus/pci/devices/{vf}/nvidia/creatable_vgpu_types"
-        ))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_once(':').map(|(_, n)| n.trim().to_owned()))
-        .any(|n| VgpuTypeName::parse(&n).is_ok_and(|t| t.mig_slices.is_some()))
+/// Whether the sandbox's vendor-VFIO pool of `pf` (the types its recording's VFs listed, kept
+/// in `sandbox.json`) holds MIG-backed types: what the driver lists only in MIG mode. The pool,
+/// not the VFs' lists now, so that the base state does not change when SR-IOV is disabled.
+fn offers_mig_types(opened: &OpenedRoot, pf: &PciAddress) -> bool {
+    let Some(sandbox) = opened.sandbox() else {
+        return false;
+    };
+    sandbox.kernel().pools().iter().any(|p| match p {
+        gpu_sysfs::testing::FakePool::VendorVfio { pf: at, types, .. } if at == pf => types
+            .iter()
+            .any(|(_, n)| VgpuTypeName::parse(n).is_ok_and(|t| t.mig_slices.is_some())),
+        _ => false,
     })
 }
 

@@ -248,19 +248,21 @@ fn a_gpu_without_mig_is_said_to_be_one() {
 }
 
 #[test]
-fn a_time_sliced_type_on_a_gpu_in_mig_mode_is_refused_before_anything_is_written() {
+fn a_type_of_the_other_kind_is_refused_before_anything_is_written_while_the_gpu_has_vfs() {
     let nvml = h100_nvml(MigMode::Enabled);
-    with(0, &nvml, |mig, _| {
+    with(2, &nvml, |mig, _| {
         let e = mig.before_vgpu(&pf(), "NVIDIA H100XM-80C").unwrap_err();
         assert!(matches!(e, MigError::InUse { .. }), "{e}");
         assert!(e.to_string().contains("time-sliced"), "{e}");
+        assert!(e.to_string().contains("sriov-manage -e"), "{e}");
         assert!(nvml.writes().is_empty());
     });
-    // A MIG-backed type with MIG mode off: said, nothing guessed.
+    // A MIG-backed type with MIG mode off while VFs exist: said, nothing guessed.
     let off = h100_nvml(MigMode::Disabled);
-    with(0, &off, |mig, _| {
+    with(2, &off, |mig, _| {
         let e = mig.before_vgpu(&pf(), "NVIDIA H100XM-1-10C").unwrap_err();
-        assert!(matches!(e, MigError::MigOff { .. }), "{e}");
+        assert!(matches!(e, MigError::InUse { .. }), "{e}");
+        assert!(e.to_string().contains("MIG-backed"), "{e}");
         assert_eq!(mig.before_vgpu(&pf(), "NVIDIA H100XM-80C").unwrap(), None);
         assert!(off.writes().is_empty());
     });

@@ -1,16 +1,17 @@
 //! GPU instances on request for MIG-backed vGPUs: before a MIG-backed type is written to a VF,
 //! a free GPU instance of its profile must exist (NVIDIA: MIG mode on and GPU instances made
-//! before the vGPUs, docs/partitions.md); gpuslice makes one where none is free and destroys it
-//! again when the vGPU goes (only one it made). A time-sliced type on a GPU in MIG mode is
-//! refused here, before anything is cleared or written.
+//! before the vGPUs, docs/partitions.md); gpuslice makes one where none is free (turning MIG
+//! mode on first where nothing uses the GPU) and destroys it again when the vGPU goes (only one
+//! it made). A time-sliced type on a GPU in MIG mode turns MIG mode off where nothing uses the
+//! GPU, and is refused otherwise, before anything is cleared or written ([`super::ask`]).
 
 use std::collections::BTreeMap;
 
-use gpu_core::nvidia::VgpuTypeName;
 use gpu_core::{MdevUuid, ParentId, PciAddress};
 use gpu_nvml::MigMode;
 use gpu_sysfs::actuate::Created;
 
+use super::ask::VgpuAsk;
 use super::board::Board;
 use super::{InstanceView, Mig, MigError, board, owned};
 use crate::node::{Removed, VgpuId};
@@ -43,21 +44,26 @@ impl Mig<'_, '_> {
         Ok(held)
     }
 
-    /// Before a vGPU of `type_name` is made on `gpu`: for a MIG-backed type, a free GPU
-    /// instance of its profile (one made here when none is, returned); a time-sliced type on a
-    /// GPU in MIG mode is refused. `Ok(None)`: nothing to do (a time-sliced type with MIG off,
-    /// a GPU without MIG, a name that is not NVIDIA's).
+    /// Before a vGPU of `type_name` is made on `gpu`, what MIG needs ([`super::ask`]): for a
+    /// MIG-backed type a free GPU instance of its profile (one made here when none is, at the
+    /// start that keeps the most later placements, returned), MIG mode turned on first where
+    /// nothing uses the GPU; for a time-sliced type on a GPU in MIG mode, MIG mode turned off
+    /// where nothing uses it. `Ok(None)`: no instance made (a GPU without MIG, a free instance,
+    /// a name that is not NVIDIA's).
     ///
     /// # Errors
-    /// [`MigError::MigOff`] for a MIG-backed type on a GPU in another mode,
-    /// [`MigError::PendingReset`], [`MigError::InUse`] (time-sliced in MIG mode), what
-    /// [`Mig::create`] answers.
+    /// What [`Mig::plan_asks`] refuses ([`MigError::InUse`] naming what uses the GPU,
+    /// [`MigError::PendingReset`], ...), what the writes answer.
     pub fn before_vgpu(
         &self,
         gpu: &PciAddress,
         type_name: &str,
     ) -> Result<Option<InstanceView>, MigError> {
-        self.before_vgpu_as(gpu, type_name, false)
+        let ask = VgpuAsk {
+            type_name,
+            start: None,
+        };
+        self.before_one(gpu, ask, false)
     }
 
     /// [`Mig::before_vgpu`] for a caller that holds the host-wide lock already (the agent's
@@ -70,73 +76,23 @@ impl Mig<'_, '_> {
         gpu: &PciAddress,
         type_name: &str,
     ) -> Result<Option<InstanceView>, MigError> {
-        self.before_vgpu_as(gpu, type_name, true)
+        self.before_vgpu_at_held(gpu, type_name, None)
     }
 
-    fn before_vgpu_as(
+    /// [`Mig::before_vgpu_held`] with the GPU instance's start decided by the caller (an
+    /// allocation's `gpuInstanceStart`): the instance is made there, refused naming the start
+    /// when it is not a legal start of the profile ([`MigError::BadStart`]) or is taken
+    /// ([`MigError::StartTaken`]).
+    ///
+    /// # Errors
+    /// As [`Mig::before_vgpu`].
+    pub fn before_vgpu_at_held(
         &self,
         gpu: &PciAddress,
         type_name: &str,
-        held: bool,
+        start: Option<u8>,
     ) -> Result<Option<InstanceView>, MigError> {
-        let modes = match self.nvml.mig_mode(gpu) {
-            Ok(m) => m,
-            Err(e) if e.is_not_applicable() => {
-                return Ok(None);
-            }
-            Err(e) => {
-                return Err(MigError::Nvml {
-                    gpu: *gpu,
-                    source: e,
-                });
-            }
-        };
-        let Ok(t) = VgpuTypeName::parse(type_name) else {
-            return Ok(None);
-        };
-        if modes.is_pending() {
-            return Err(MigError::PendingReset {
-                gpu: *gpu,
-                pending: super::describe(modes.pending),
-            });
-        }
-        match (t.mig_slices.is_some(), modes.current) {
-            (false, MigMode::Disabled) => Ok(None),
-            (false, MigMode::Enabled) => Err(MigError::InUse {
-                gpu: *gpu,
-                what: format!(
-                    "it is in MIG mode and {type_name} is a time-sliced type (MIG mode goes off \
-                     only with no vGPU, VF or GPU instance left: `gpuslice mig apply` of a \
-                     `mig-enabled: false` config, after clearing the VFs)"
-                ),
-            }),
-            (true, MigMode::Disabled) => Err(MigError::MigOff { gpu: *gpu }),
-            (true, MigMode::Enabled) => {
-                let board = board::read(self.host(), self.nvml, gpu, MigMode::Enabled)?;
-                let Some(p) = profile_of_type(&board, type_name) else {
-                    return Err(MigError::UnknownProfile {
-                        gpu: *gpu,
-                        name: type_name.to_owned(),
-                        known: board.names(),
-                    });
-                };
-                let have = board::instances(self.nvml, gpu)?
-                    .iter()
-                    .filter(|gi| Some(gi.profile_id) == p.id)
-                    .count();
-                let used = self.held(gpu, &board)?.get(&p.name).copied().unwrap_or(0);
-                if have > used {
-                    return Ok(None);
-                }
-                let name = p.name.clone();
-                let made_for = format!("a {type_name} vGPU");
-                if held {
-                    self.create_held(gpu, &name, &made_for).map(Some)
-                } else {
-                    self.create(gpu, &name, &made_for).map(Some)
-                }
-            }
-        }
+        self.before_one(gpu, VgpuAsk { type_name, start }, true)
     }
 
     /// After a vGPU of `type_name` left `gpu`: destroys one GPU instance of its profile that
@@ -183,14 +139,18 @@ fn gpu_of<E>(
     gpu_named: &impl Fn(&str) -> Result<PciAddress, E>,
 ) -> Result<PciAddress, E> {
     if let ParentId::Pci(a) = parent {
-        let pf = node
-            .host
-            .read_link(&format!("sys/bus/pci/devices/{a}/physfn"))
-            .ok()
-            .and_then(|t| t.file_name()?.to_str()?.parse().ok());
-        return Ok(pf.unwrap_or(*a));
+        return Ok(pf_of(node, a));
     }
     gpu_named(&parent.to_string())
+}
+
+/// The physical function of `a`: its `physfn`, else `a` itself.
+pub(crate) fn pf_of(node: &Node<'_>, a: &PciAddress) -> PciAddress {
+    node.host
+        .read_link(&format!("sys/bus/pci/devices/{a}/physfn"))
+        .ok()
+        .and_then(|t| t.file_name()?.to_str()?.parse().ok())
+        .unwrap_or(*a)
 }
 
 impl Node<'_> {

@@ -28,6 +28,7 @@ impl NodeState {
                     group,
                     cost,
                     profile,
+                    start,
                 } => {
                     let prof: &Profile = match profile {
                         ProfileRef::Topo(i) => &self.parents[*parent].types.table[*i],
@@ -36,9 +37,9 @@ impl NodeState {
                     let g = &mut self.groups[*group];
                     if let Some(pool) = &mut g.pool {
                         if sign > 0 {
-                            pool.charge(prof);
+                            pool.charge_at(prof, *start);
                         } else {
-                            pool.release(prof);
+                            pool.release_at(prof, *start);
                         }
                     }
                     let ps = &mut self.parents[*parent];
@@ -89,6 +90,7 @@ impl NodeState {
                     mig_slices,
                     uuid,
                     framework,
+                    gpu_instance_start,
                     ..
                 } => {
                     let Some(pi) = self.topo.parents.iter().position(|p| p.id == *parent) else {
@@ -128,6 +130,7 @@ impl NodeState {
                         group: ps.group as usize,
                         cost,
                         profile: profile_ref,
+                        start: *gpu_instance_start,
                     });
                 }
             }
@@ -145,6 +148,7 @@ impl NodeState {
                     parent,
                     offer,
                     group,
+                    start,
                     ..
                 } => {
                     let o = &self.parents[parent].offers[offer];
@@ -153,6 +157,7 @@ impl NodeState {
                         group,
                         cost: o.cost,
                         profile: ProfileRef::Topo(o.profile),
+                        start,
                     }
                 }
             })
@@ -201,6 +206,7 @@ impl NodeState {
                     index,
                     parent,
                     offer,
+                    start,
                     ..
                 } => {
                     let tp = &self.topo.parents[parent];
@@ -217,7 +223,7 @@ impl NodeState {
                         framebuffer_mib: pr.framebuffer_mib,
                         mig_slices: pr.mig_slices,
                         uuid: gpu_core::MdevUuid::for_machine(machine, request, index),
-                        gpu_instance_start: None,
+                        gpu_instance_start: start,
                         placement_id: None,
                     });
                 }

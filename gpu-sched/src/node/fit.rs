@@ -4,13 +4,14 @@
 // Reasons are built only when a node says no; boxing them would not speed anything up.
 #![allow(clippy::result_large_err)]
 
-use gpu_core::{GpuState, HealthState, Pool, Profile, pool::Misfit};
+use gpu_core::{GpuState, HealthState, Pool, Profile, SlotMisfit, pool::Misfit};
 
 use super::fabric::PartitionFit;
 use super::{Group, NodeState, Pick, creatable};
 use crate::policy::Policy;
 use crate::refusal::{Exclusion, Filter, Reason, ReasonKind};
 use crate::resolve::{ClassId, GpuRef, Kind, Req, Resolved};
+use crate::slots::SlotPolicy;
 
 /// Tentative state while fitting the requests of one Machine.
 #[derive(Debug, Default)]
@@ -51,14 +52,14 @@ impl Overlay {
             .map(|(_, p)| p)
             .or(g.pool.as_ref())
     }
-    fn charge_pool(&mut self, gi: usize, g: &Group, profile: &Profile) {
+    fn charge_pool(&mut self, gi: usize, g: &Group, profile: &Profile, start: Option<u8>) {
         if let Some((_, p)) = self.pools.iter_mut().find(|(i, _)| *i == gi) {
-            p.charge(profile);
+            p.charge_at(profile, start);
             return;
         }
         if let Some(base) = &g.pool {
             let mut p = base.clone();
-            p.charge(profile);
+            p.charge_at(profile, start);
             self.pools.push((gi, p));
         }
     }
@@ -68,6 +69,7 @@ impl Overlay {
 /// ask for (whole-GPU picks avoid GPUs offering those), and what has been taken so far.
 pub(crate) struct FitCtx<'a> {
     policy: Policy,
+    slots: SlotPolicy,
     vgpu_classes: &'a [ClassId],
     overlay: Overlay,
     picks: Vec<Pick>,
@@ -79,9 +81,14 @@ pub(crate) struct FitCtx<'a> {
 }
 
 impl<'a> FitCtx<'a> {
-    fn new(policy: Policy, vgpu_classes: &'a [ClassId], set_size: usize) -> Self {
+    fn new(
+        (policy, slots): (Policy, SlotPolicy),
+        vgpu_classes: &'a [ClassId],
+        set_size: usize,
+    ) -> Self {
         FitCtx {
             policy,
+            slots,
             vgpu_classes,
             overlay: Overlay::default(),
             picks: Vec::new(),
@@ -140,9 +147,13 @@ impl NodeState {
     // ------------------------------------------------------------------ fitting
 
     /// Fits all requests of a Machine on this node, or says why not.
-    pub(crate) fn fit(&self, m: &Resolved, policy: Policy) -> Result<Vec<Pick>, Vec<Reason>> {
-        // Only whole-GPU picks read the vGPU requests' classes (`vgpu_room`).
-        let mixed = m.reqs.iter().any(|r| !r.is_vgpu());
+    pub(crate) fn fit(
+        &self,
+        m: &Resolved,
+        policy: Policy,
+        slots: SlotPolicy,
+    ) -> Result<Vec<Pick>, Vec<Reason>> {
+        let mixed = m.reqs.iter().any(|r| !r.is_vgpu()); // only whole GPUs read the classes
         let vgpu_classes: Vec<ClassId> = m
             .reqs
             .iter()
@@ -155,7 +166,7 @@ impl NodeState {
             .collect();
         let set_size = self.machine_set_size(m);
         if m.reqs.len() == 1 {
-            let mut cx = FitCtx::new(policy, &vgpu_classes, 0);
+            let mut cx = FitCtx::new((policy, slots), &vgpu_classes, 0);
             return self
                 .fit_req(0, &m.reqs[0], &mut cx)
                 .map(|()| cx.picks)
@@ -165,7 +176,9 @@ impl NodeState {
         for (i, r) in m.reqs.iter().enumerate() {
             // Alone, each request is checked against a partition of its own size; together
             // they must share one (below).
-            if let Err(reason) = self.fit_req(i, r, &mut FitCtx::new(policy, &vgpu_classes, 0)) {
+            if let Err(reason) =
+                self.fit_req(i, r, &mut FitCtx::new((policy, slots), &vgpu_classes, 0))
+            {
                 reasons.push(reason);
             }
         }
@@ -205,7 +218,7 @@ impl NodeState {
             .into_iter()
             .flat_map(|p| tries.iter().map(move |w| (p, w)))
         {
-            let mut cx = FitCtx::new(within, &vgpu_classes, set_size);
+            let mut cx = FitCtx::new((within, slots), &vgpu_classes, set_size);
             let ok = w
                 .iter()
                 .all(|&i| self.fit_req(i, &m.reqs[i], &mut cx).is_ok());
@@ -313,6 +326,8 @@ impl NodeState {
         let mut excluded = Excluded::default();
         let mut cands: Vec<GroupCand> = Vec::new();
         let mut offered = false;
+        // Groups left out for no free GPU-instance start, named only when the request fails.
+        let mut no_start: Vec<usize> = Vec::new();
         for (gi, g) in self.groups.iter().enumerate() {
             let Some(local) = classes.iter().find_map(|c| g.local(*c)) else {
                 continue;
@@ -349,6 +364,9 @@ impl NodeState {
             }
             let room = match overlay.pool(gi, g).map(|p| p.room(profile)) {
                 Some(Err(m)) => {
+                    if matches!(m, Misfit::MigSlots(SlotMisfit::NoStart { .. })) {
+                        no_start.push(gi);
+                    }
                     excluded.add(misfit_filter(&m));
                     continue;
                 }
@@ -387,6 +405,7 @@ impl NodeState {
                 reason.profile = Some(text.to_owned());
                 reason.numa_aligned = true;
                 reason.excluded = excluded.into_sorted();
+                reason.slots = self.no_start_words(&no_start, classes, &overlay.pools);
                 return Err(reason);
             }
         }
@@ -400,6 +419,7 @@ impl NodeState {
             );
             reason.profile = Some(text.to_owned());
             reason.excluded = excluded.into_sorted();
+            reason.slots = self.no_start_words(&no_start, classes, &overlay.pools);
             return Err(reason);
         }
         for index in 0..r.wanted {
@@ -444,8 +464,13 @@ impl NodeState {
                 return Err(reason);
             };
             let profile = &self.parents[p].types.table[self.parents[p].offers[o].profile];
+            let start = cx.slots.choice().and_then(|how| {
+                overlay
+                    .pool(c.group, g)
+                    .and_then(|pool| pool.choose_start(profile, how))
+            });
             overlay.add_units(p, self.parents.len(), self.parents[p].offers[o].cost);
-            overlay.charge_pool(c.group, g, profile);
+            overlay.charge_pool(c.group, g, profile, start);
             if let Some(x) = g.gpu {
                 overlay.hosting.push(x);
             }
@@ -460,6 +485,7 @@ impl NodeState {
                 parent: p,
                 offer: o,
                 group: c.group,
+                start,
             });
         }
         Ok(())

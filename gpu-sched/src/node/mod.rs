@@ -16,6 +16,7 @@ mod charge;
 mod fabric;
 mod fit;
 mod same;
+mod slots;
 mod topo;
 mod view;
 
@@ -27,6 +28,7 @@ use gpu_core::{HealthState, NodeTopology, Pool, Profile, Vendor};
 
 use crate::resolve::ClassId;
 pub(crate) use fabric::NO_PARTITION;
+pub(crate) use slots::slots_word;
 pub(crate) use topo::{Topo, TopoTables};
 
 const UNIT_CAP: u64 = 1 << 32;
@@ -304,6 +306,8 @@ pub(crate) enum Charge {
         group: usize,
         cost: u64,
         profile: ProfileRef,
+        /// The start of the GPU instance it holds, where the scheduler chose one.
+        start: Option<u8>,
     },
 }
 
@@ -329,6 +333,8 @@ pub(crate) enum Pick {
         parent: usize,
         offer: usize,
         group: usize,
+        /// The start of the GPU instance a MIG-backed vGPU takes, where one was chosen.
+        start: Option<u8>,
     },
 }
 

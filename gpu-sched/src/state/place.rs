@@ -244,16 +244,19 @@ impl FleetState {
     ) -> Result<(usize, Vec<Pick>), Refusal> {
         if let Some(i) = only {
             if let Some(n) = self.slots[i].as_ref() {
-                return n.fit(m, policy).map(|p| (i, p)).map_err(|reasons| {
-                    Refusal::from_nodes(
-                        m.name.clone(),
-                        1,
-                        vec![NodeRefusal {
-                            node: n.name().to_owned(),
-                            reasons,
-                        }],
-                    )
-                });
+                return n
+                    .fit(m, policy, self.slot_policy)
+                    .map(|p| (i, p))
+                    .map_err(|reasons| {
+                        Refusal::from_nodes(
+                            m.name.clone(),
+                            1,
+                            vec![NodeRefusal {
+                                node: n.name().to_owned(),
+                                reasons,
+                            }],
+                        )
+                    });
             }
         }
         // The most selective request's index gives the candidate nodes, in policy order.
@@ -312,7 +315,7 @@ impl FleetState {
             if !n.fabric_may_fit(m) {
                 return false;
             }
-            let Ok(picks) = n.fit(m, policy) else {
+            let Ok(picks) = n.fit(m, policy, self.slot_policy) else {
                 return false;
             };
             if picks

@@ -36,7 +36,7 @@ impl FleetState {
             let Some(n) = rep(members) else {
                 return;
             };
-            if let Err(reasons) = n.fit(m, policy) {
+            if let Err(reasons) = n.fit(m, policy, self.slot_policy) {
                 groups.push(RefusedGroup {
                     reasons,
                     same_as: None,
@@ -105,7 +105,7 @@ impl FleetState {
                 continue;
             }
             total += 1;
-            if let Err(reasons) = n.fit(m, policy) {
+            if let Err(reasons) = n.fit(m, policy, self.slot_policy) {
                 nodes.push(NodeRefusal {
                     node: n.name().to_owned(),
                     reasons,

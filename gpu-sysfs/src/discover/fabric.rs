@@ -16,10 +16,15 @@ const BRIDGE_OTHER: u32 = 0x0680;
 /// Why a fabric found by discovery alone has no partitions.
 pub const NOT_ASKED: &str = "Fabric Manager was not asked (sysfs alone does not list partitions)";
 
-/// The NVSwitch functions among the host's PCI functions, in address order.
+/// The NVSwitch functions among the host's PCI functions, in address order. A function a
+/// GPU's `virtfnN` link already named is that GPU's VF, not a switch (NVSwitches have no
+/// SR-IOV): its class is not read, so the VFs of a vGPU host cost no read here.
 pub(super) fn nvswitches(table: &mut PciTable<'_>) -> Vec<PciAddress> {
     let mut out = Vec::new();
     for a in table.addresses() {
+        if table.known_vf(&a) {
+            continue;
+        }
         if table.class(&a).is_some_and(|c| c.0 >> 8 == BRIDGE_OTHER)
             && table.vendor(&a) == Some(NVIDIA)
         {

@@ -18,6 +18,7 @@
 //! Health is left Unknown everywhere; the health crate grades it afterwards.
 
 pub mod fabric;
+mod mig_types;
 mod narrow;
 mod parse;
 mod pci;
@@ -207,6 +208,7 @@ pub fn discover_with_links(
     }
     let mut parents = scan.parents;
     let built = pools::build_all(&mut parents, &gpus, resolver.as_deref());
+    mig_types::fill(host, &mut gpus, &parents, resolver.as_deref());
     let (mut pools, exactness, mut mig_notes) = (built.pools, built.exact, built.notes);
 
     // Per-GPU framework, memory and state.

@@ -100,6 +100,16 @@ pub const H200_TYPES: [(u32, &str); 15] = [
     (1428, "NVIDIA H200X-141C"),
 ];
 
+/// A resolver naming every H200 type as NVML would (a VF holding a type lists none), for
+/// discovery in tests of the H200 fixtures.
+pub fn h200_names() -> crate::resolver::InMemoryResolver {
+    H200_TYPES
+        .iter()
+        .fold(crate::resolver::InMemoryResolver::new(), |r, (id, name)| {
+            r.with(*id, name)
+        })
+}
+
 /// The buses of the eight H200s of the modelled host.
 pub const H200_BUSES: [u8; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
 

@@ -67,11 +67,32 @@ Gpu = TypedDict(
         "health": Health,
         "link": NotRequired[Link],
         "bootVga": NotRequired[bool],
+        "migBackedTypes": NotRequired["MigBackedTypes"],
         "warnings": NotRequired[List[str]],
         "holder": NotRequired["Holder"],
     },
 )
 """A physical GPU (``holder``: only from ``discover(holders=True)``)."""
+
+MigBackedType = TypedDict(
+    "MigBackedType",
+    {
+        "id": str,
+        "name": str,
+        "framebufferMiB": NotRequired[int],
+        "migSlices": int,
+        "needsGpuInstance": bool,
+    },
+)
+"""A MIG-backed vGPU type the GPU supports; ``needsGpuInstance``: made when asked for."""
+
+
+class MigBackedTypes(TypedDict):
+    """The MIG-backed vGPU types a MIG GPU supports (``source``: ``nvml``, ``sandbox`` or ``unknown``)."""
+
+    source: str
+    types: NotRequired[List[MigBackedType]]
+
 
 class Holder(TypedDict):
     """A process holding a GPU or vGPU open through its VFIO node."""
@@ -250,6 +271,8 @@ class ShortVgpu(TypedDict):
     profile: str
     framebufferMiB: NotRequired[int]
     uuid: str
+    gpuInstanceStart: NotRequired[int]
+    placementId: NotRequired[int]
 
 class Allocation(TypedDict):
     machine: str
@@ -329,6 +352,7 @@ Reason = TypedDict(
         "excluded": NotRequired[List[Exclusion]],
         "with": NotRequired[List[str]],
         "partitions": NotRequired[List[str]],
+        "slots": NotRequired[List[str]],
     },
 )
 
