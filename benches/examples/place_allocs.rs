@@ -48,16 +48,7 @@ fn fail(e: impl std::fmt::Display) -> ! {
 fn refusals(nodes: usize, times: usize) {
     let s =
         FleetState::new(gpuslice_benches::fleetgen::mixed_fleet(nodes)).unwrap_or_else(|e| fail(e));
-    let m = gpu_core::Machine {
-        name: "too-big".into(),
-        devices: vec![gpu_core::DeviceRequest {
-            name: "gpu".into(),
-            profile: Some("A2-4Q".into()),
-            count: Some(64),
-            ..gpu_core::DeviceRequest::default()
-        }],
-        ..gpu_core::Machine::default()
-    };
+    let m = gpuslice_benches::fleetgen::too_big_machine();
     // The first refusal files every node (once per fleet); it is not counted.
     let _ = s.try_place(&m, Policy::Binpack);
     let before = ALLOCS.load(Ordering::Relaxed);
