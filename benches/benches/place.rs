@@ -30,7 +30,8 @@ mod hosts;
 
 use gpuslice_benches::fabric::{hgx_fleet, whole_machine};
 use gpuslice_benches::fleetgen::{
-    all_slices_machine, eight_gpu_machine, h200_fleet, mixed_fleet, whole_fleet, workload_machine,
+    all_slices_machine, eight_gpu_machine, h200_fleet, mixed_fleet, too_big_machine, whole_fleet,
+    workload_machine,
 };
 
 /// Resident memory of this process in KiB (Linux), 0 elsewhere.
@@ -139,16 +140,7 @@ fn bench_place(c: &mut Criterion) {
     g.sample_size(10).measurement_time(Duration::from_secs(5));
     g.bench_function("10k_nodes/refusal", |b| {
         // More than any node holds: every node is asked why not.
-        let m = Machine {
-            name: "too-big".into(),
-            devices: vec![gpu_core::DeviceRequest {
-                name: "gpu".into(),
-                profile: Some("A2-4Q".into()),
-                count: Some(64),
-                ..gpu_core::DeviceRequest::default()
-            }],
-            ..Machine::default()
-        };
+        let m = too_big_machine();
         b.iter(|| black_box(state.try_place(&m, Policy::Binpack).is_err()));
     });
     drop(state);

@@ -13,7 +13,7 @@ fn main() {
         .unwrap_or(60);
     // `FLEET=hgx`: the 100,000 HGX nodes and 1/2/4-GPU Machines of `place/hgx_partitions`.
     let hgx = std::env::var("FLEET").is_ok_and(|f| f == "hgx");
-    let (mut s, machines) = match gpuslice_benches::fabric::loop_workload(hgx) {
+    let (mut s, machines) = match gpuslice_benches::fabric::loop_workload(hgx, 100_000) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("place_loop: the bench fleet is invalid: {e}");

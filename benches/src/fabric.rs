@@ -26,17 +26,17 @@ pub fn hgx_fleet(n: usize) -> Fleet {
     }
 }
 
-/// The 100,000 nodes and 10,000 Machines the placement examples loop over: HGX nodes and
-/// Machines of 1, 2 and 4 whole GPUs in turn (`hgx`, as `place/hgx_partitions`), or the mixed
-/// fleet and workload of `place/scaling`.
+/// The nodes (100,000 in the benches) and 10,000 Machines the placement examples loop over: HGX
+/// nodes and Machines of 1, 2 and 4 whole GPUs in turn (`hgx`, as `place/hgx_partitions`), or the
+/// mixed fleet and workload of `place/scaling`.
 ///
 /// # Errors
 /// When the generated fleet is invalid.
-pub fn loop_workload(hgx: bool) -> Result<(FleetState, Vec<Machine>), SchedError> {
+pub fn loop_workload(hgx: bool, nodes: usize) -> Result<(FleetState, Vec<Machine>), SchedError> {
     let fleet = if hgx {
-        hgx_fleet(100_000)
+        hgx_fleet(nodes)
     } else {
-        crate::fleetgen::mixed_fleet(100_000)
+        crate::fleetgen::mixed_fleet(nodes)
     };
     let machines = (0..10_000)
         .map(|i| {

@@ -48,6 +48,20 @@ fn one(name: String, request: DeviceRequest) -> Machine {
     }
 }
 
+/// The Machine of `place/10k_nodes/refusal`: more A2-4Q vGPUs than any node holds, so every
+/// node is asked why not.
+pub fn too_big_machine() -> Machine {
+    one(
+        "too-big".into(),
+        DeviceRequest {
+            name: "gpu".into(),
+            profile: Some("A2-4Q".into()),
+            count: Some(64),
+            ..DeviceRequest::default()
+        },
+    )
+}
+
 /// The `i`-th Machine of a workload of typical requests, ten kinds in turn: three A2-4Q
 /// desktops, three L40S-8Q workstations, three one-slice H200 inference vGPUs and one whole
 /// GPU. A fleet of `n` mixed nodes holds `n * 10` of them.

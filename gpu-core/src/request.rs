@@ -271,19 +271,24 @@ impl DeviceRequest {
         }
         // An entry that is no GPU reference at all is left to the solver, which says so with the
         // request and the Machine (a Machine is checked on its own before a fleet is known).
-        let mut refs = Vec::with_capacity(self.gpus.len());
+        // One pass: the first malformed entry, whether every entry names one GPU, and the first
+        // GPU named twice (reported after the count and the vendor, as before).
+        let mut names_all_explicit = true;
+        let mut seen = std::collections::HashSet::new();
+        let mut twice: Option<&String> = None;
         for g in &self.gpus {
             match GpuRef::parse(g) {
-                Ok(r) => refs.push(Some(r)),
-                Err(CoreError::InvalidGpu { .. }) => refs.push(None),
+                Ok(r) if r.is_exact() => {
+                    if !seen.insert(r) && twice.is_none() {
+                        twice = Some(g);
+                    }
+                }
+                Ok(_) | Err(CoreError::InvalidGpu { .. }) => names_all_explicit = false,
                 Err(e) => return Err(bad(e.to_string())),
             }
         }
-        if let (Some(c), false) = (self.count, refs.is_empty()) {
-            let names_all_explicit = refs
-                .iter()
-                .all(|r| r.as_ref().is_some_and(GpuRef::is_exact));
-            if names_all_explicit && c as usize != refs.len() {
+        if let (Some(c), false) = (self.count, self.gpus.is_empty()) {
+            if names_all_explicit && c as usize != self.gpus.len() {
                 return Err(bad(format!(
                     "`count` {c} does not match the {} GPUs named",
                     self.gpus.len()
@@ -291,13 +296,8 @@ impl DeviceRequest {
             }
         }
         self.vendor_ref()?;
-        let mut seen = std::collections::HashSet::new();
-        for (g, r) in self.gpus.iter().zip(&refs) {
-            if let Some(r) = r.as_ref().filter(|r| r.is_exact())
-                && !seen.insert(r)
-            {
-                return Err(bad(format!("GPU {g:?} is named twice")));
-            }
+        if let Some(g) = twice {
+            return Err(bad(format!("GPU {g:?} is named twice")));
         }
         Ok(())
     }
@@ -349,9 +349,15 @@ impl Machine {
                 why: format!("targetNode: {e}"),
             })?;
         }
+        // Few requests are compared pairwise; many go through a set.
         let mut names = std::collections::BTreeSet::new();
-        for d in &self.devices {
-            if !names.insert(d.name.as_str()) {
+        for (i, d) in self.devices.iter().enumerate() {
+            let again = if self.devices.len() <= 16 {
+                self.devices[..i].iter().any(|e| e.name == d.name)
+            } else {
+                !names.insert(d.name.as_str())
+            };
+            if again {
                 return Err(CoreError::InvalidRequest {
                     request: self.name.clone(),
                     why: format!("device request {:?} appears twice", d.name),

@@ -5,6 +5,7 @@
 //! request and the index), so a vGPU is re-created under the name the VM definition already uses.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use gpu_core::{AllocatedDevice, Allocation, DeviceRequest, HealthState, Machine};
 use serde::{Deserialize, Serialize};
@@ -275,7 +276,7 @@ impl FleetState {
             node: node.to_owned(),
         })?;
         let mut scratch = self.clone_for_planning();
-        let machines: Vec<String> = self
+        let machines: Vec<Arc<str>> = self
             .on_node
             .get(node)
             .map(|s| s.iter().cloned().collect())
@@ -286,14 +287,14 @@ impl FleetState {
             stay: Vec::new(),
         };
         for name in machines {
-            let Some(r) = self.records.get(&name) else {
+            let Some(r) = self.records.get(&*name) else {
                 continue;
             };
             let m = match scratch.move_request(&r.alloc, &[]) {
                 Ok(m) => m,
                 Err(e) => {
                     plan.stay.push(Stay {
-                        machine: name.clone(),
+                        machine: name.to_string(),
                         reason: e.to_string(),
                         refusal: None,
                     });
@@ -310,7 +311,7 @@ impl FleetState {
                     scratch.charge(to, &charges, 1);
                 }
                 Err(refusal) => plan.stay.push(Stay {
-                    machine: name.clone(),
+                    machine: name.to_string(),
                     reason: refusal.render(),
                     refusal: Some(refusal),
                 }),
@@ -335,7 +336,7 @@ impl FleetState {
                 continue;
             }
             let mut ev = Evacuation {
-                machine: name.clone(),
+                machine: name.to_string(),
                 node: r.alloc.node.clone(),
                 affected,
                 plan: None,

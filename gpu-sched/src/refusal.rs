@@ -331,7 +331,11 @@ pub struct Refusal {
 /// Nodes (by place) that gave the same reasons.
 #[derive(Debug, Clone)]
 pub(crate) struct RefusedGroup {
+    /// The reasons; empty when `same_as` is given.
     pub reasons: Vec<Reason>,
+    /// The group (by place in the refusal's groups, an earlier one) whose reasons these nodes
+    /// gave too: nodes whose answer cannot depend on their state share one list.
+    pub same_as: Option<usize>,
     pub members: Members,
 }
 
@@ -396,6 +400,7 @@ impl Refusal {
                     members.insert(at);
                     groups.push(RefusedGroup {
                         reasons: n.reasons,
+                        same_as: None,
                         members,
                     });
                 }
@@ -442,6 +447,13 @@ impl Refusal {
     }
 
     /// How many nodes of a group refused.
+    /// A group's reasons.
+    fn reasons<'a>(&'a self, g: &'a RefusedGroup) -> &'a Vec<Reason> {
+        g.same_as
+            .and_then(|i| self.groups.get(i))
+            .map_or(&g.reasons, |o| &o.reasons)
+    }
+
     fn count(&self, g: &RefusedGroup) -> usize {
         let skipped = self.skip.is_some_and(|s| g.members.contains(s));
         g.members.len() - usize::from(skipped)
@@ -460,7 +472,7 @@ impl Refusal {
         let mut all: Vec<(u32, &Vec<Reason>)> = self
             .groups
             .iter()
-            .flat_map(|g| self.places(g).map(move |p| (p, &g.reasons)))
+            .flat_map(|g| self.places(g).map(move |p| (p, self.reasons(g))))
             .collect();
         all.sort_by_key(|e| e.0);
         all.into_iter()
@@ -484,7 +496,7 @@ impl Refusal {
                 self.places(g)
                     .any(|p| self.names.get(p).is_some_and(|n| &**n == node))
             })
-            .map(|g| g.reasons.as_slice())
+            .map(|g| self.reasons(g).as_slice())
     }
 
     /// Groups nodes by identical reasons, most common first (ties in text order):
@@ -496,8 +508,8 @@ impl Refusal {
             if count == 0 {
                 continue;
             }
-            let text = g
-                .reasons
+            let text = self
+                .reasons(g)
                 .iter()
                 .map(Reason::to_string)
                 .collect::<Vec<_>>()
@@ -588,11 +600,12 @@ impl Refusal {
             if self.count(g) == 0 {
                 continue;
             }
-            match at.get(&g.reasons) {
+            let reasons = self.reasons(g);
+            match at.get(reasons) {
                 Some(&i) => out[i].1.push(g),
                 None => {
-                    at.insert(&g.reasons, out.len());
-                    out.push((&g.reasons, vec![g]));
+                    at.insert(reasons, out.len());
+                    out.push((reasons, vec![g]));
                 }
             }
         }

@@ -27,6 +27,23 @@ fn norm_name(name: &str) -> String {
     strip_prefix(name).to_ascii_lowercase()
 }
 
+/// Longest key lower-cased without an allocation.
+const KEY_ON_STACK: usize = 64;
+
+/// `text` in ASCII lower case: in `buf` when it fits, else allocated.
+fn lower_key<'b>(text: &str, buf: &'b mut [u8; KEY_ON_STACK]) -> std::borrow::Cow<'b, str> {
+    let Some(dst) = buf.get_mut(..text.len()) else {
+        return text.to_ascii_lowercase().into();
+    };
+    dst.copy_from_slice(text.as_bytes());
+    dst.make_ascii_lowercase();
+    // Lower-casing ASCII bytes keeps UTF-8 valid; the fallback is never taken.
+    match std::str::from_utf8(dst) {
+        Ok(s) => s.into(),
+        Err(_) => text.to_ascii_lowercase().into(),
+    }
+}
+
 impl Catalog {
     /// The class of a profile, added when new.
     pub(crate) fn intern(&mut self, p: &Profile) -> ClassId {
@@ -64,8 +81,16 @@ impl Catalog {
     pub(crate) fn resolve(&self, text: &str) -> Vec<ClassId> {
         let t = text.trim();
         let mut out: Vec<ClassId> = Vec::new();
-        for key in [t.to_ascii_lowercase(), norm_name(t)] {
-            if let Some(cs) = self.by_key.get(&key) {
+        // The keys are lower-cased on the stack (a name is short): the text as written, then
+        // without its prefix when it has one.
+        let (mut whole, mut bare) = ([0u8; KEY_ON_STACK], [0u8; KEY_ON_STACK]);
+        let stripped = strip_prefix(t);
+        let keys = [
+            Some(lower_key(t, &mut whole)),
+            (stripped.len() != t.len()).then(|| lower_key(stripped, &mut bare)),
+        ];
+        for key in keys.iter().flatten() {
+            if let Some(cs) = self.by_key.get(key.as_ref()) {
                 out.extend(cs);
             }
         }
@@ -105,7 +130,7 @@ pub(crate) enum Kind {
         /// GPUs that must be among the picks.
         exact: Vec<GpuRef>,
         /// Families the other picks may come from; empty with `exact` empty means any GPU.
-        families: Vec<String>,
+        families: Vec<&'static str>,
         /// True when `gpus` was given at all.
         listed: bool,
     },
@@ -279,16 +304,19 @@ fn resolve_request(
     } else {
         let mut exact = Vec::new();
         let mut families = Vec::new();
-        let refs = d.gpu_refs().map_err(|e| match e {
-            gpu_core::CoreError::InvalidGpu { .. } => {
-                invalid(machine, format!("device request {:?}: {e}", d.name))
-            }
-            e => invalid(machine, e.to_string()),
-        })?;
-        for r in refs {
-            match r {
-                GpuRef::Family(v) => families.push(v.family().to_owned()),
-                exact_ref => exact.push(exact_ref),
+        // As `DeviceRequest::gpu_refs`, the first entry that is no GPU reference refused,
+        // without collecting the references first.
+        for g in &d.gpus {
+            match GpuRef::parse(g) {
+                Ok(GpuRef::Family(v)) => families.push(v.family()),
+                Ok(exact_ref) => exact.push(exact_ref),
+                Err(e @ gpu_core::CoreError::InvalidGpu { .. }) => {
+                    return Err(invalid(
+                        machine,
+                        format!("device request {:?}: {e}", d.name),
+                    ));
+                }
+                Err(e) => return Err(invalid(machine, e.to_string())),
             }
         }
         if exact.len() > wanted as usize {

@@ -92,8 +92,9 @@ pub struct FleetState {
     pub(crate) catalog: Catalog,
     pub(crate) tables: ProfileTables,
     // Boxed: a B-tree node of inline records is several KiB, which the allocator serves slowly.
-    pub(crate) records: BTreeMap<String, Box<Record>>,
-    pub(crate) on_node: HashMap<String, BTreeSet<String>>,
+    // Keyed by the Machine's name, shared with `on_node`: one name per placed Machine.
+    pub(crate) records: BTreeMap<Arc<str>, Box<Record>>,
+    pub(crate) on_node: HashMap<String, BTreeSet<Arc<str>>>,
     pub(crate) templates: BTreeMap<String, DeviceRequest>,
     pub(crate) by_class: HashMap<u32, Tree>,
     /// Per class: `(free instances on GPUs already hosting vGPUs, node)`, for binpack.
@@ -177,12 +178,13 @@ impl FleetState {
                     Arc::make_mut(n).apply(&charges, 1);
                 }
             }
+            let key: Arc<str> = Arc::from(a.machine.as_str());
             s.on_node
                 .entry(a.node.clone())
                 .or_default()
-                .insert(a.machine.clone());
+                .insert(Arc::clone(&key));
             s.records.insert(
-                a.machine.clone(),
+                key,
                 Box::new(Record {
                     alloc: a,
                     slot,
@@ -227,13 +229,13 @@ impl FleetState {
             }
         };
         let mut n = NodeState::new(topo, &mut self.catalog, &mut self.tables);
-        let machines: Vec<String> = self
+        let machines: Vec<Arc<str>> = self
             .on_node
             .get(&name)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
         for m in machines {
-            if let Some(r) = self.records.get_mut(&m) {
+            if let Some(r) = self.records.get_mut(&*m) {
                 let (charges, missing) = n.charges_for(&r.alloc);
                 n.apply(&charges, 1);
                 r.charges = charges;
@@ -268,7 +270,7 @@ impl FleetState {
         self.classes.remove(i);
         if let Some(ms) = self.on_node.get(node) {
             for m in ms {
-                if let Some(r) = self.records.get_mut(m) {
+                if let Some(r) = self.records.get_mut(&**m) {
                     r.slot = None;
                     r.charges.clear();
                 }
@@ -355,7 +357,7 @@ impl FleetState {
     /// [`SchedError::UnknownMachine`], naming the placed Machines nearest to the name given.
     pub fn unplace(&mut self, machine: &str) -> Result<Unplaced, SchedError> {
         if !self.records.contains_key(machine) {
-            let placed: BTreeSet<String> = self.records.keys().cloned().collect();
+            let placed: BTreeSet<String> = self.records.keys().map(|k| k.to_string()).collect();
             return Err(SchedError::UnknownMachine {
                 machine: machine.to_owned(),
                 nearest: crate::suggest::nearest(machine, &placed)

@@ -153,9 +153,11 @@ impl NodeState {
         policy: Policy,
         slots: SlotPolicy,
     ) -> Result<Vec<Pick>, Vec<Reason>> {
+        let mixed = m.reqs.iter().any(|r| !r.is_vgpu()); // only whole GPUs read the classes
         let vgpu_classes: Vec<ClassId> = m
             .reqs
             .iter()
+            .filter(|_| mixed)
             .filter_map(|r| match &r.kind {
                 Kind::Vgpu { classes, .. } => Some(classes.iter().copied()),
                 Kind::Whole { .. } => None,
@@ -549,7 +551,7 @@ impl NodeState {
         ri: usize,
         r: &Req,
         exact: &[GpuRef],
-        families: &[String],
+        families: &[&str],
         listed: bool,
         cx: &mut FitCtx<'_>,
     ) -> Result<(), Reason> {
@@ -580,7 +582,7 @@ impl NodeState {
             let is_exact = exact_ix.contains(&i);
             if listed && !is_exact {
                 let fam = g.name.trim_end_matches(|c: char| c.is_ascii_digit());
-                if !families.iter().any(|f| f == fam) {
+                if !families.contains(&fam) {
                     excluded.add(Filter::OtherFamily);
                     continue;
                 }
@@ -622,7 +624,7 @@ impl NodeState {
             reason.gpus = exact
                 .iter()
                 .map(ToString::to_string)
-                .chain(families.iter().cloned())
+                .chain(families.iter().map(|f| (*f).to_owned()))
                 .collect();
             reason
         };

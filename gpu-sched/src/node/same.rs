@@ -82,7 +82,7 @@ impl NodeState {
                     let g = &self.topo.gpus[i];
                     if *listed && !is_exact(i) {
                         let fam = g.name.trim_end_matches(|c: char| c.is_ascii_digit());
-                        if !families.iter().any(|f| f == fam) {
+                        if !families.contains(&fam) {
                             return false;
                         }
                     }

@@ -3,6 +3,7 @@
 //! placement back when it is unchanged.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use gpu_core::{AllocatedDevice, Allocation, AllocationStatus, HealthState, Machine};
 
@@ -37,28 +38,32 @@ impl FleetState {
         machine: &Machine,
         policy: Policy,
     ) -> Result<Placement, SchedError> {
-        if let Some(rec) = self.records.get(&machine.name) {
+        if let Some(rec) = self.records.get(machine.name.as_str()) {
             return self.placed_again(rec, machine);
         }
-        let (slot, picks, resolved) = self.solve(machine, policy)?;
-        let placement = self.build(slot, &resolved, &picks);
+        let (slot, picks, mut resolved) = self.solve(machine, policy)?;
+        // The resolved name is not needed again: the allocation takes it.
+        let name = std::mem::take(&mut resolved.name);
+        let placement = self.build_as(name, slot, &resolved, &picks);
         let charges = match self.slots[slot].as_ref() {
             Some(n) => n.charges_of(&picks),
             None => Vec::new(),
         };
         self.charge(slot, &charges, 1);
         let a = placement.allocation.clone();
+        // One copy of the name keys the record and the node's list of Machines.
+        let key: Arc<str> = Arc::from(a.machine.as_str());
         match self.on_node.get_mut(&a.node) {
             Some(set) => {
-                set.insert(a.machine.clone());
+                set.insert(Arc::clone(&key));
             }
             None => {
                 self.on_node
-                    .insert(a.node.clone(), BTreeSet::from([a.machine.clone()]));
+                    .insert(a.node.clone(), BTreeSet::from([Arc::clone(&key)]));
             }
         }
         self.records.insert(
-            a.machine.clone(),
+            key,
             Box::new(Record {
                 alloc: a,
                 slot: Some(slot),
@@ -87,11 +92,12 @@ impl FleetState {
         machine: &Machine,
         policy: Policy,
     ) -> Result<Placement, SchedError> {
-        if let Some(rec) = self.records.get(&machine.name) {
+        if let Some(rec) = self.records.get(machine.name.as_str()) {
             return self.placed_again(rec, machine);
         }
-        let (slot, picks, resolved) = self.solve(machine, policy)?;
-        Ok(self.build(slot, &resolved, &picks))
+        let (slot, picks, mut resolved) = self.solve(machine, policy)?;
+        let name = std::mem::take(&mut resolved.name);
+        Ok(self.build_as(name, slot, &resolved, &picks))
     }
 
     /// Placing a Machine that is placed already (`rec` is its record): its placement when the
@@ -178,10 +184,15 @@ impl FleetState {
     }
 
     pub(crate) fn build(&self, slot: usize, m: &Resolved, picks: &[Pick]) -> Placement {
+        self.build_as(m.name.clone(), slot, m, picks)
+    }
+
+    /// As [`Self::build`], the allocation named `machine` (the caller's `m.name`, handed over).
+    fn build_as(&self, machine: String, slot: usize, m: &Resolved, picks: &[Pick]) -> Placement {
         let Some(n) = self.slots[slot].as_ref() else {
             return Placement {
                 allocation: Allocation {
-                    machine: m.name.clone(),
+                    machine,
                     node: String::new(),
                     status: AllocationStatus::Pending,
                     devices: Vec::new(),
@@ -190,7 +201,7 @@ impl FleetState {
                 already_placed: false,
             };
         };
-        let devices = n.devices_of(&m.name, m, picks);
+        let devices = n.devices_of(&machine, m, picks);
         let mut degraded = Vec::new();
         for p in picks {
             if n.pick_state(p) != HealthState::Degraded {
@@ -213,7 +224,7 @@ impl FleetState {
         }
         Placement {
             allocation: Allocation {
-                machine: m.name.clone(),
+                machine,
                 node: n.name().to_owned(),
                 status: AllocationStatus::Pending,
                 devices,

@@ -1,8 +1,6 @@
 //! Why no node can take a Machine: one fit per group of nodes in the same state, and the
 //! reference answer that asks every node.
 
-use std::collections::HashSet;
-
 use super::FleetState;
 use crate::members::Members;
 use crate::policy::Policy;
@@ -26,44 +24,69 @@ impl FleetState {
         let ex = exclude.and_then(|e| u32::try_from(e).ok());
         let total = c.filed() - usize::from(ex.is_some_and(|e| c.is_filed(e)));
         let mut groups: Vec<RefusedGroup> = Vec::new();
-        let answer = |members: &Members, groups: &mut Vec<RefusedGroup>| {
-            let Some(n) = members
+        // The first member of a group that is not the excluded place.
+        let rep = |members: &Members| {
+            members
                 .iter()
                 .find(|&s| Some(s) != ex)
                 .and_then(|s| self.slots.get(s as usize))
                 .and_then(|s| s.as_deref())
-            else {
+        };
+        let answer = |members: &Members, groups: &mut Vec<RefusedGroup>| {
+            let Some(n) = rep(members) else {
                 return;
             };
             if let Err(reasons) = n.fit(m, policy, self.slot_policy) {
                 groups.push(RefusedGroup {
                     reasons,
+                    same_as: None,
                     members: members.clone(),
                 });
             }
         };
-        // A shape offering none of the requested vGPU profiles refuses whatever its usage.
-        let mut answered: HashSet<u32> = HashSet::new();
+        // A shape offering none of the requested vGPU profiles refuses whatever its usage, and
+        // every such shape with the same reasons (one `ProfileNotOffered` per request, which
+        // name nothing of the node): the first one's fit answers for all of them.
+        let mut answered: Vec<u32> = Vec::new();
         if m.reqs.iter().all(Req::is_vgpu) {
+            let mut first: Option<usize> = None;
             for (&sid, members) in &c.shapes {
-                let rep = members
+                let Some(n) = members
                     .first()
                     .and_then(|s| self.slots.get(s as usize))
-                    .and_then(|s| s.as_deref());
-                let Some(n) = rep else { continue };
+                    .and_then(|s| s.as_deref())
+                else {
+                    continue;
+                };
                 let none = m.reqs.iter().all(|r| match &r.kind {
                     Kind::Vgpu { classes, .. } => !n.offers_any(classes),
                     Kind::Whole { .. } => false,
                 });
-                if none {
-                    answer(members, &mut groups);
-                    answered.insert(sid);
+                if !none {
+                    continue;
+                }
+                answered.push(sid);
+                match first {
+                    Some(i) if rep(members).is_some() => groups.push(RefusedGroup {
+                        reasons: Vec::new(),
+                        same_as: Some(i),
+                        members: members.clone(),
+                    }),
+                    Some(_) => {}
+                    None => {
+                        let before = groups.len();
+                        answer(members, &mut groups);
+                        if groups.len() > before {
+                            first = Some(before);
+                        }
+                    }
                 }
             }
+            answered.sort_unstable();
         }
         for (sig, members) in &c.classes {
             let shape = sig.first().and_then(|w| u32::try_from(*w).ok());
-            if shape.is_some_and(|s| answered.contains(&s)) {
+            if shape.is_some_and(|s| answered.binary_search(&s).is_ok()) {
                 continue;
             }
             answer(members, &mut groups);
