@@ -165,7 +165,10 @@ fn text_after_a_json_document_is_refused_by_the_text_reader_too() {
     for doc in ["{}a", "{\"nodes\": []} {}"] {
         let e = Fleet::from_text(doc).unwrap_err();
         assert!(e.to_string().contains("trailing characters"), "{doc}: {e}");
-        assert!(Fleet::from_reader_max(doc.as_bytes(), CAP).is_err(), "{doc}");
+        assert!(
+            Fleet::from_reader_max(doc.as_bytes(), CAP).is_err(),
+            "{doc}"
+        );
     }
 }
 

@@ -701,6 +701,8 @@ type Slot = (usize, usize);
 struct Taken {
     whole: Vec<gpu_core::PciAddress>,
     vgpus: Vec<Slot>,
+    /// Where the Machine's own whole GPUs begin in `whole` (before: other allocations').
+    own: usize,
 }
 
 /// Whether a Machine fits a node, by trying every combination of devices for every request.
@@ -738,9 +740,11 @@ fn oracle_fits_machine(n: &NodeTopology, f: &Fleet, reqs: &[DeviceRequest]) -> b
         })
         .collect();
     held.sort();
+    let own = held.len();
     let mut taken = Taken {
         whole: held,
         vgpus: existing,
+        own,
     };
     go(n, reqs, &mut taken)
 }
@@ -820,7 +824,12 @@ fn vgpus_valid(n: &NodeTopology, all: &[Slot]) -> bool {
 
 fn go(n: &NodeTopology, reqs: &[DeviceRequest], taken: &mut Taken) -> bool {
     let Some((r, rest)) = reqs.split_first() else {
-        return true;
+        // The Machine's whole GPUs, of every request, are one set on an NVSwitch node.
+        let mine: Vec<&Gpu> = taken.whole[taken.own..]
+            .iter()
+            .filter_map(|a| n.gpu_by_address(a))
+            .collect();
+        return mine.is_empty() || fabric_allows(n, &mine);
     };
     let want = r.wanted() as usize;
     let hosts_vgpu = |g: &Gpu, taken: &Taken| {
@@ -924,8 +933,7 @@ fn go(n: &NodeTopology, reqs: &[DeviceRequest], taken: &mut Taken) -> bool {
             .collect();
         let ok = chosen.len() == want
             && exact.iter().all(|e| chosen.iter().any(|g| g.name == **e))
-            && (r.alignment.is_none() || chosen.iter().all(|g| g.numa_node == chosen[0].numa_node))
-            && fabric_allows(n, &chosen);
+            && (r.alignment.is_none() || chosen.iter().all(|g| g.numa_node == chosen[0].numa_node));
         if !ok {
             continue;
         }
