@@ -8,7 +8,7 @@ mod sandbox_support;
 
 use std::path::Path;
 
-use sandbox_support::{gpuslice, ok, on, stderr, stdout};
+use sandbox_support::{l40s_sandbox, ok, on, stderr, stdout};
 
 const LAYOUT: &str = "version: v1
 vgpu-configs:
@@ -26,14 +26,7 @@ vgpu-configs:
 ";
 
 fn l40s(tmp: &Path) -> std::path::PathBuf {
-    let dir = tmp.join("l40s");
-    ok(gpuslice(&[
-        "sandbox",
-        "init",
-        "--from",
-        "examples/hosts/l40s-vendor-vfio.umockdev",
-        dir.to_str().unwrap(),
-    ]));
+    let dir = l40s_sandbox(tmp);
     std::fs::write(tmp.join("layout.yaml"), LAYOUT).unwrap();
     dir
 }

@@ -9,7 +9,7 @@ mod sandbox_support;
 
 use std::path::Path;
 
-use sandbox_support::{gpuslice, ok, on, stderr, stdout};
+use sandbox_support::{l40s_sandbox, ok, on, stderr, stdout};
 
 fn vf_type(dir: &Path, vf: &str) -> String {
     std::fs::read_to_string(dir.join(format!(
@@ -18,19 +18,6 @@ fn vf_type(dir: &Path, vf: &str) -> String {
     .unwrap_or_default()
     .trim()
     .to_owned()
-}
-
-/// A sandbox of the bundled L40S host under `tmp`.
-fn l40s_sandbox(tmp: &std::path::Path) -> std::path::PathBuf {
-    let dir = tmp.join("l40s");
-    ok(gpuslice(&[
-        "sandbox",
-        "init",
-        "--from",
-        "examples/hosts/l40s-vendor-vfio.umockdev",
-        dir.to_str().unwrap(),
-    ]));
-    dir
 }
 
 /// `vgpu create` of `profile` on the L40S sandbox's GPU, with `--mixed-sizes` when `mixed`.

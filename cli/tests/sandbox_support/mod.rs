@@ -48,3 +48,16 @@ pub fn ok(o: Output) -> Output {
     );
     o
 }
+
+/// A sandbox of the bundled L40S host (vendor-VFIO, same-size mode at first) made in `tmp/l40s`.
+pub fn l40s_sandbox(tmp: &Path) -> PathBuf {
+    let dir = tmp.join("l40s");
+    ok(gpuslice(&[
+        "sandbox",
+        "init",
+        "--from",
+        "examples/hosts/l40s-vendor-vfio.umockdev",
+        dir.to_str().unwrap(),
+    ]));
+    dir
+}
